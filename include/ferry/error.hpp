@@ -1,0 +1,34 @@
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace ferry {
+
+/// Base of every error ferry throws.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Bad input: a missing file, a corrupt sample, a ragged row. The message names the file and
+/// the place (line, byte, sample index) where it applies.
+class DataError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A device that cannot be used, or a failed CUDA call. The message carries the CUDA error text.
+class DeviceError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// Options or arguments that do not fit together: a bad shape, an unsupported dtype, a
+/// negative count.
+class ConfigError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace ferry

@@ -1,0 +1,144 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "ferry/device.hpp"
+
+namespace ferry {
+
+/// Pageable host memory, aligned to 64 bytes. Move-only; the destructor frees it.
+class HostBuffer {
+ public:
+  HostBuffer() noexcept = default;
+  /// \throws std::bad_alloc.
+  static HostBuffer allocate(std::size_t nbytes);
+  HostBuffer(HostBuffer&& other) noexcept;
+  HostBuffer& operator=(HostBuffer&& other) noexcept;
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  ~HostBuffer();
+
+  void* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+/// Page-locked host memory: from cudaHostAlloc where CUDA is usable (so the GPU's DMA engine
+/// reads it directly), otherwise page-aligned memory locked with mlock where the system allows.
+/// locked() says truthfully whether the pages are locked. Move-only; the destructor unlocks
+/// and frees.
+class PinnedBuffer {
+ public:
+  /// How the pages were locked.
+  enum class Lock : std::uint8_t { none, mlock, cuda };
+
+  PinnedBuffer() noexcept = default;
+  /// \throws std::bad_alloc, or DeviceError when cudaHostAlloc fails.
+  static PinnedBuffer allocate(std::size_t nbytes);
+  PinnedBuffer(PinnedBuffer&& other) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer();
+
+  void* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+  /// True when the pages are locked in RAM (by CUDA or by mlock).
+  bool locked() const noexcept { return lock_ != Lock::none; }
+  Lock lock() const noexcept { return lock_; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t size_ = 0;
+  Lock lock_ = Lock::none;
+};
+
+/// Memory of a device: cudaMalloc on a GPU, or the host copy engine's stand-in buffers.
+/// Move-only; the destructor frees it (tolerating a CUDA runtime that is shutting down).
+class DeviceBuffer {
+ public:
+  using Free = void (*)(void* context, void* data) noexcept;
+
+  DeviceBuffer() noexcept = default;
+  /// \throws DeviceError when the device is not usable or out of memory.
+  static DeviceBuffer allocate(Device device, std::size_t nbytes);
+  /// Adopts `data`; `free(context, data)` releases it.
+  DeviceBuffer(void* data, std::size_t size, Device device, Free free, void* context) noexcept
+      : data_(data), size_(size), device_(device), free_(free), context_(context) {}
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer();
+
+  void* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+  Device device() const noexcept { return device_; }
+
+ private:
+  void reset() noexcept;
+  void* data_ = nullptr;
+  std::size_t size_ = 0;
+  Device device_;
+  Free free_ = nullptr;
+  void* context_ = nullptr;
+};
+
+/// A cache of pinned buffers by size class (powers of two from 4 KiB), so that pinning the
+/// same sizes again costs no cudaHostAlloc or mlock. Thread-safe.
+class PinnedPool {
+ public:
+  struct Stats {
+    std::uint64_t hits = 0;          ///< acquire() served from the cache
+    std::uint64_t misses = 0;        ///< acquire() that allocated
+    std::size_t cached_bytes = 0;    ///< free buffers held for reuse
+    std::size_t in_use_bytes = 0;    ///< buffers handed out and not yet returned
+  };
+
+  /// A buffer on loan from the pool; returns to it when destroyed. Move-only.
+  class Block {
+   public:
+    Block() noexcept = default;
+    Block(Block&&) noexcept = default;
+    Block& operator=(Block&& other) noexcept;
+    Block(const Block&) = delete;
+    Block& operator=(const Block&) = delete;
+    ~Block();
+    void* data() const noexcept { return buffer_.data(); }
+    /// The usable size: the size class, at least what was asked for.
+    std::size_t size() const noexcept { return buffer_.size(); }
+    bool locked() const noexcept { return buffer_.locked(); }
+
+   private:
+    friend class PinnedPool;
+    struct State;
+    Block(std::shared_ptr<State> pool, PinnedBuffer buffer) noexcept
+        : pool_(std::move(pool)), buffer_(std::move(buffer)) {}
+    void give_back() noexcept;
+    std::shared_ptr<State> pool_;
+    PinnedBuffer buffer_;
+  };
+
+  /// \param max_cached_bytes free bytes kept for reuse; beyond it, returned buffers are freed.
+  explicit PinnedPool(std::size_t max_cached_bytes = std::size_t{1} << 30);
+  /// The process-wide pool that Tensor::pin_memory() draws from.
+  static PinnedPool& global();
+
+  /// A buffer of at least `nbytes` (rounded up to its size class). \throws as PinnedBuffer.
+  Block acquire(std::size_t nbytes);
+  Stats stats() const;
+  /// Frees every cached buffer.
+  void trim();
+  /// The size class that serves `nbytes`.
+  static std::size_t size_class(std::size_t nbytes) noexcept;
+
+ private:
+  std::shared_ptr<Block::State> state_;
+};
+
+}  // namespace ferry

@@ -1,0 +1,30 @@
+#pragma once
+
+#include <vector>
+
+#include "ferry/dtype.hpp"
+#include "ferry/tensor.hpp"
+
+namespace ferry {
+
+/// Per-channel normalization of uint8 images: out = (x * scale - mean[c]) / std[c], computed as
+/// fma(x, scale / std[c], -mean[c] / std[c]) in f32 and then rounded to `dtype`, identically on
+/// every device. The defaults take PyTorch's 0..1 mean/std (torchvision's ToTensor + Normalize).
+struct Normalize {
+  std::vector<float> mean;        ///< one per channel, or one for all
+  std::vector<float> std;         ///< one per channel, or one for all; none may be 0
+  float scale = 1.0f / 255.0f;    ///< 1 to give mean/std in pixel units (as DALI)
+  DType dtype = DType::f32;       ///< f32, f16 or bf16
+};
+
+/// uint8 images [N, H, W, C] (or [H, W, C]) to `norm.dtype` [N, C, H, W] (or [C, H, W]), on the
+/// images' device: a CUDA kernel on a GPU (queued on the copy stream, after the copy that
+/// brought the images), its CPU twin on the CPU. \throws ConfigError on a bad shape, dtype,
+/// channel count or a zero std.
+Tensor normalize_images(const Tensor& images, const Normalize& norm);
+
+/// Images [N, H, W, C] (or [H, W, C]) of any dtype to [N, C, H, W] (or [C, H, W]), same dtype,
+/// on the images' device.
+Tensor hwc_to_chw(const Tensor& images);
+
+}  // namespace ferry

@@ -1,0 +1,137 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "ferry/device.hpp"
+#include "ferry/dtype.hpp"
+#include "ferry/error.hpp"
+#include "ferry/event.hpp"
+
+struct DLManagedTensor;  // <dlpack/dlpack.h>; include it to use to_dlpack()
+
+namespace ferry {
+
+namespace detail {
+class Storage;
+}
+
+/// A contiguous n-dimensional array on a device, with shared storage: copying a Tensor shares
+/// its bytes, as in PyTorch. A default-constructed Tensor is undefined (defined() is false).
+///
+/// Asynchrony: a tensor written by a non-blocking copy or a kernel carries the event of that
+/// work (ready_event()). Everything ferry does with the tensor afterwards is ordered after it:
+/// host data() waits for it; device work is queued behind it. Raw users of a device pointer wait
+/// on ready_event() themselves. Tensors may be used from several threads for reading; writing
+/// the same bytes concurrently is the caller's business.
+class Tensor {
+ public:
+  Tensor() noexcept;
+  ~Tensor();
+  Tensor(const Tensor&) noexcept;
+  Tensor& operator=(const Tensor&) noexcept;
+  Tensor(Tensor&&) noexcept;
+  Tensor& operator=(Tensor&&) noexcept;
+
+  /// Uninitialised memory of `shape` on `device`; `pinned` asks for page-locked host memory
+  /// (from PinnedPool::global()). \throws ConfigError on a negative dimension or pinned memory
+  /// for a device other than the CPU; DeviceError when the device is not usable.
+  static Tensor empty(std::vector<int64_t> shape, DType dtype, Device device = Device::cpu(),
+                      bool pinned = false);
+  /// Like empty(), filled with zeros.
+  static Tensor zeros(std::vector<int64_t> shape, DType dtype, Device device = Device::cpu());
+  /// A CPU tensor holding a copy of `values`. \throws ConfigError when the shape does not
+  /// hold values.size() elements.
+  template <class T>
+  static Tensor from(std::span<const T> values, std::vector<int64_t> shape) {
+    return from_bytes(values.data(), values.size_bytes(), std::move(shape), dtype_of<T>());
+  }
+  template <class T>
+  static Tensor from(const std::vector<T>& values, std::vector<int64_t> shape) {
+    return from(std::span<const T>(values), std::move(shape));
+  }
+  /// A CPU tensor holding a copy of `nbytes` bytes at `data`.
+  static Tensor from_bytes(const void* data, std::size_t nbytes, std::vector<int64_t> shape,
+                           DType dtype);
+  /// A tensor viewing memory that ferry does not own; `owner` is kept alive as long as any
+  /// tensor views it. `pinned` must say truthfully whether host memory is page-locked.
+  static Tensor wrap(void* data, std::vector<int64_t> shape, DType dtype, Device device,
+                     bool pinned, std::shared_ptr<void> owner);
+
+  /// This tensor on `device`. When it is there already, the same storage is returned (no copy);
+  /// otherwise a new tensor and this one is unchanged. With `non_blocking` and pinned source
+  /// memory (or device-to-device) the copy is queued on the device's copy stream and the call
+  /// returns at once; from pageable memory it is synchronous, as in CUDA.
+  /// \throws DeviceError when a device involved is not usable.
+  Tensor to(Device device, bool non_blocking = false) const;
+  /// This tensor as `dtype` (rules: ferry::convert). Same storage when it already is `dtype`.
+  Tensor to(DType dtype) const;
+  /// Both at once: copy, then convert on the destination device.
+  Tensor to(Device device, DType dtype, bool non_blocking = false) const;
+  /// to(Device::cpu()): the device-to-host path of a training loop. Blocking.
+  Tensor cpu() const;
+  /// A page-locked copy of this CPU tensor; itself when it is pinned already.
+  /// \throws ConfigError for a device tensor.
+  Tensor pin_memory() const;
+  /// True when this is host memory whose pages are locked (by CUDA or mlock).
+  bool is_pinned() const noexcept;
+  /// A new tensor with the same values on the same device.
+  Tensor clone() const;
+
+  bool defined() const noexcept { return storage_ != nullptr; }
+  const std::vector<int64_t>& shape() const noexcept { return shape_; }
+  int64_t shape(std::size_t dim) const { return shape_.at(dim); }
+  std::size_t dim() const noexcept { return shape_.size(); }
+  DType dtype() const noexcept { return dtype_; }
+  Device device() const noexcept;
+  int64_t numel() const noexcept;
+  std::size_t nbytes() const noexcept { return static_cast<std::size_t>(numel()) * dtype_size(dtype_); }
+  /// Pointer to the first element. For host tensors, waits for pending asynchronous writes.
+  void* data() const;
+  /// Typed data(). \throws ConfigError when T does not match dtype().
+  template <class T>
+  T* data() const {
+    check_dtype(dtype_of<T>());
+    return static_cast<T*>(data());
+  }
+
+  /// Rows [start, start + length) of dimension 0, sharing storage.
+  Tensor slice(int64_t start, int64_t length) const;
+  /// The same storage with another shape of equal numel. \throws ConfigError otherwise.
+  Tensor reshape(std::vector<int64_t> shape) const;
+  /// True when both tensors view the same storage.
+  bool shares_storage_with(const Tensor& other) const noexcept {
+    return storage_ != nullptr && storage_ == other.storage_;
+  }
+
+  /// Completes when the asynchronous work that writes this tensor has finished.
+  Event ready_event() const;
+  /// Blocks until ready_event() is complete.
+  void synchronize() const;
+
+  /// Exports as DLPack, sharing storage: the consumer (at::fromDLPack, CuPy, JAX) calls the
+  /// deleter when done. Waits for pending writes first.
+  DLManagedTensor* to_dlpack() const;
+  /// Takes a DLPack tensor (contiguous, a dtype ferry knows, on cpu or cuda) without a copy;
+  /// its deleter runs when the last ferry tensor viewing it goes. \throws ConfigError otherwise.
+  static Tensor from_dlpack(DLManagedTensor* managed);
+
+  /// The shared storage (ferry internals).
+  const std::shared_ptr<detail::Storage>& storage() const noexcept { return storage_; }
+  /// Byte offset of data() within the storage.
+  std::size_t storage_offset() const noexcept { return offset_; }
+  Tensor(std::shared_ptr<detail::Storage> storage, std::size_t offset, std::vector<int64_t> shape,
+         DType dtype) noexcept;
+
+ private:
+  void check_dtype(DType requested) const;
+  std::shared_ptr<detail::Storage> storage_;
+  std::size_t offset_ = 0;
+  std::vector<int64_t> shape_;
+  DType dtype_ = DType::f32;
+};
+
+}  // namespace ferry

@@ -1,0 +1,57 @@
+#pragma once
+
+// The copy stage behind an interface: CudaCopyEngine (copy/cuda) moves bytes over PCIe on a
+// CUDA copy stream; HostCopyEngine (copy/host) does the same with a copy thread and separate
+// host buffers, so that every asynchronous path runs in CI without a GPU.
+
+#include <cstddef>
+
+#include "core/image_ops.hpp"
+#include "ferry/device.hpp"
+#include "ferry/dtype.hpp"
+#include "ferry/event.hpp"
+#include "ferry/memory.hpp"
+
+namespace ferry::detail {
+
+enum class CopyKind { host_to_device, device_to_host, device_to_device, host_to_host };
+
+/// One copy stream and the device memory it writes. Work is queued in order and runs in that
+/// order; record() marks a point in it. All methods may be called from any thread, but the
+/// order of work queued concurrently from several threads is the order the calls happened in.
+class CopyEngine {
+ public:
+  CopyEngine() = default;
+  CopyEngine(const CopyEngine&) = delete;
+  CopyEngine& operator=(const CopyEngine&) = delete;
+  virtual ~CopyEngine() = default;
+
+  /// The device whose memory allocate() returns.
+  virtual Device device() const noexcept = 0;
+  /// Device memory. \throws DeviceError.
+  virtual DeviceBuffer allocate(std::size_t nbytes) = 0;
+  /// Queues a copy of `nbytes` from `src` to `dst`; returns at once.
+  /// \pre both stay valid, and `src` unchanged, until an event recorded after it is ready.
+  virtual void copy_async(void* dst, const void* src, std::size_t nbytes, CopyKind kind) = 0;
+  /// Queues an image conversion on device memory (the kernel, or its CPU twin).
+  virtual void convert_image_async(const ImageConvert& args) = 0;
+  /// Queues ferry::convert() of `count` elements on device memory.
+  virtual void convert_async(const void* src, DType from, void* dst, DType to,
+                             std::size_t count) = 0;
+  /// An event that is ready once everything queued so far has finished.
+  virtual Event record() = 0;
+  /// Work queued after this call waits for `event`; the calling thread does not.
+  virtual void wait(const Event& event) = 0;
+  /// Blocks the calling thread until everything queued so far has finished.
+  virtual void synchronize() = 0;
+
+  /// An event on the consumer's stream (a cudaStream_t; nullptr: the default stream), ready when
+  /// the work queued there so far has finished. The host engine's consumer is the calling
+  /// thread itself, so its event is ready at once.
+  virtual Event record_on(void* stream) = 0;
+  /// The consumer's stream waits for `event` without blocking the host (host engine: the
+  /// calling thread waits).
+  virtual void stream_wait(void* stream, const Event& event) = 0;
+};
+
+}  // namespace ferry::detail

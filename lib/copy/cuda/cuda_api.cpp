@@ -1,0 +1,93 @@
+#include "copy/cuda/cuda_api.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "copy/cuda/cuda_copy_engine.hpp"
+#include "copy/cuda/cuda_handles.hpp"
+
+namespace ferry::detail::cuda {
+namespace {
+
+struct Probe {
+  int count = 0;
+  std::string reason;  // why count is 0
+};
+
+const Probe& probe() noexcept {
+  static const Probe result = [] {
+    Probe p;
+    int n = 0;
+    const cudaError_t status = cudaGetDeviceCount(&n);
+    if (status != cudaSuccess) {
+      (void)cudaGetLastError();  // leave no error behind for the user's own CUDA calls
+      p.reason = cudaGetErrorString(status);
+      return p;
+    }
+    p.count = n;
+    if (n == 0) p.reason = "no CUDA device was found";
+    return p;
+  }();
+  return result;
+}
+
+constexpr int kMaxDevices = 64;
+
+}  // namespace
+
+void throw_cuda_error(cudaError_t status, const char* expr, const char* file, int line) {
+  throw DeviceError(std::string(file) + ":" + std::to_string(line) + ": " + expr + ": " +
+                    cudaGetErrorName(status) + ": " + cudaGetErrorString(status));
+}
+
+bool built() noexcept { return true; }
+
+int device_count() noexcept { return probe().count; }
+
+std::string unavailable_reason() { return probe().reason; }
+
+std::string device_problem(int index) {
+  const Probe& p = probe();
+  if (p.count == 0) return p.reason;
+  if (index < 0 || index >= p.count) {
+    return std::string(cudaGetErrorString(cudaErrorInvalidDevice)) + " (" + std::to_string(p.count) +
+           " device" + (p.count == 1 ? "" : "s") + ")";
+  }
+  return {};
+}
+
+void* host_alloc(std::size_t nbytes) {
+  void* p = nullptr;
+  FERRY_CUDA_CHECK(cudaHostAlloc(&p, nbytes, cudaHostAllocPortable));
+  return p;
+}
+
+void host_free(void* ptr) noexcept { (void)cudaFreeHost(ptr); }
+
+CopyEngine& engine(int index) {
+  const std::string problem = device_problem(index);
+  if (!problem.empty()) {
+    throw DeviceError("cuda:" + std::to_string(index) + " is not usable: " + problem);
+  }
+  // Engines live as long as the process: their streams must outlive every tensor, and the
+  // runtime reclaims them at exit.
+  static std::mutex mutex;
+  static std::array<CudaCopyEngine*, kMaxDevices> engines{};
+  std::lock_guard lock(mutex);
+  if (index >= kMaxDevices) throw DeviceError("cuda:" + std::to_string(index) + ": too many devices");
+  auto& slot = engines[static_cast<std::size_t>(index)];
+  if (slot == nullptr) {
+    try {
+      slot = new CudaCopyEngine(index);
+    } catch (const DeviceError& e) {
+      throw DeviceError("cuda:" + std::to_string(index) + " is not usable: " + e.what());
+    }
+  }
+  return *slot;
+}
+
+}  // namespace ferry::detail::cuda

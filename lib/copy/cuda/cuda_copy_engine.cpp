@@ -1,0 +1,99 @@
+#include "copy/cuda/cuda_copy_engine.hpp"
+
+#include <memory>
+
+#include "copy/cuda/kernels.hpp"
+
+namespace ferry::detail::cuda {
+namespace {
+
+class CudaEventImpl final : public EventImpl {
+ public:
+  bool query() override {
+    const cudaError_t status = cudaEventQuery(event_.get());
+    if (status == cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    FERRY_CUDA_CHECK(status);
+    return true;
+  }
+  void wait() override { FERRY_CUDA_CHECK(cudaEventSynchronize(event_.get())); }
+  void* native_handle() noexcept override { return event_.get(); }
+  cudaEvent_t get() const noexcept { return event_.get(); }
+
+ private:
+  CudaEvent event_;
+};
+
+int make_context(int index) {
+  DeviceGuard guard(index);
+  FERRY_CUDA_CHECK(cudaFree(nullptr));  // creates the context now, so failures show here
+  return index;
+}
+
+}  // namespace
+
+CudaCopyEngine::CudaCopyEngine(int index)
+    : index_(make_context(index)), stream_([index] {
+        DeviceGuard guard(index);
+        return CudaStream();
+      }()) {}
+
+DeviceBuffer CudaCopyEngine::allocate(std::size_t nbytes) {
+  DeviceGuard guard(index_);
+  void* p = nullptr;
+  FERRY_CUDA_CHECK(cudaMalloc(&p, nbytes == 0 ? 1 : nbytes));
+  auto free_device = [](void* /*context*/, void* data) noexcept { (void)cudaFree(data); };
+  return {p, nbytes, device(), free_device, nullptr};
+}
+
+void CudaCopyEngine::copy_async(void* dst, const void* src, std::size_t nbytes, CopyKind /*kind*/) {
+  if (nbytes == 0) return;
+  DeviceGuard guard(index_);
+  // cudaMemcpyDefault: unified addressing tells the direction, including peer copies.
+  FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream_.view().get()));
+}
+
+void CudaCopyEngine::convert_image_async(const ImageConvert& args) {
+  DeviceGuard guard(index_);
+  launch_convert_image(args, stream_.view().get());
+}
+
+void CudaCopyEngine::convert_async(const void* src, DType from, void* dst, DType to,
+                                   std::size_t count) {
+  DeviceGuard guard(index_);
+  launch_convert(src, from, dst, to, count, stream_.view().get());
+}
+
+Event CudaCopyEngine::record_on_stream(cudaStream_t stream) {
+  DeviceGuard guard(index_);
+  auto event = std::make_shared<CudaEventImpl>();
+  FERRY_CUDA_CHECK(cudaEventRecord(event->get(), stream));
+  return Event(std::move(event));
+}
+
+Event CudaCopyEngine::record() { return record_on_stream(stream_.view().get()); }
+
+void CudaCopyEngine::wait(const Event& event) { stream_wait(stream_.view().get(), event); }
+
+void CudaCopyEngine::synchronize() {
+  DeviceGuard guard(index_);
+  FERRY_CUDA_CHECK(cudaStreamSynchronize(stream_.view().get()));
+}
+
+Event CudaCopyEngine::record_on(void* stream) {
+  return record_on_stream(static_cast<cudaStream_t>(stream));
+}
+
+void CudaCopyEngine::stream_wait(void* stream, const Event& event) {
+  if (void* native = event.native_handle()) {
+    DeviceGuard guard(index_);
+    FERRY_CUDA_CHECK(
+        cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(native), 0));
+    return;
+  }
+  event.synchronize();  // a host event: nothing on the GPU can wait for it
+}
+
+}  // namespace ferry::detail::cuda

@@ -1,0 +1,34 @@
+#pragma once
+
+#include "copy/copy_engine.hpp"
+#include "copy/cuda/cuda_handles.hpp"
+
+namespace ferry::detail::cuda {
+
+/// The copy engine of one GPU: a non-blocking copy stream; copies are cudaMemcpyAsync, image
+/// conversions are kernels on the same stream, events are CUDA events.
+class CudaCopyEngine final : public CopyEngine {
+ public:
+  /// Makes the device's context and the stream. \throws DeviceError.
+  explicit CudaCopyEngine(int index);
+
+  Device device() const noexcept override { return Device::cuda(index_); }
+  DeviceBuffer allocate(std::size_t nbytes) override;
+  void copy_async(void* dst, const void* src, std::size_t nbytes, CopyKind kind) override;
+  void convert_image_async(const ImageConvert& args) override;
+  void convert_async(const void* src, DType from, void* dst, DType to, std::size_t count) override;
+  Event record() override;
+  void wait(const Event& event) override;
+  void synchronize() override;
+  Event record_on(void* stream) override;
+  void stream_wait(void* stream, const Event& event) override;
+
+  StreamView stream() const noexcept { return stream_.view(); }
+
+ private:
+  Event record_on_stream(cudaStream_t stream);
+  int index_;
+  CudaStream stream_;
+};
+
+}  // namespace ferry::detail::cuda

@@ -1,0 +1,174 @@
+// ferry's CUDA kernels: image normalization and layout, and dtype conversion. Each has a CPU
+// twin (core/image_ops.cpp, ferry::convert) that gives the same bits; tests/cuda compares them.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "copy/cuda/cuda_handles.hpp"
+#include "copy/cuda/kernels.hpp"
+#include "core/convert_rules.hpp"
+
+namespace ferry::detail::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(std::int64_t n) {
+  const std::int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < 65535 * 32 ? b : 65535 * 32);
+}
+
+template <class Out>
+__device__ Out from_f32(float v) {
+  if constexpr (std::is_same_v<Out, float>) {
+    return v;
+  } else if constexpr (std::is_same_v<Out, Half>) {
+    return Half{__half_as_ushort(__float2half_rn(v))};
+  } else {
+    return BFloat16{__bfloat16_as_ushort(__float2bfloat16_rn(v))};
+  }
+}
+
+struct Geometry {
+  std::int64_t n, plane, c;
+  bool to_chw;
+};
+
+// One thread per output element; reads stay coalesced along the plane.
+template <class Out>
+__global__ void normalize_kernel(const std::uint8_t* src, Out* dst, Geometry g, float4 mul, float4 add) {
+  const std::int64_t total = g.n * g.plane * g.c;
+  const float m[4] = {mul.x, mul.y, mul.z, mul.w};
+  const float a[4] = {add.x, add.y, add.z, add.w};
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    std::int64_t image = i / (g.plane * g.c);
+    std::int64_t rest = i % (g.plane * g.c);
+    std::int64_t ch = 0;
+    std::int64_t p = 0;
+    if (g.to_chw) {
+      ch = rest / g.plane;
+      p = rest % g.plane;
+    } else {
+      p = rest / g.c;
+      ch = rest % g.c;
+    }
+    const float x = static_cast<float>(src[image * g.plane * g.c + p * g.c + ch]);
+    dst[i] = from_f32<Out>(__fmaf_rn(x, m[ch], a[ch]));
+  }
+}
+
+template <class T>
+__global__ void transpose_kernel(const T* src, T* dst, Geometry g) {
+  const std::int64_t total = g.n * g.plane * g.c;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t image = i / (g.plane * g.c);
+    const std::int64_t rest = i % (g.plane * g.c);
+    const std::int64_t ch = rest / g.plane;
+    const std::int64_t p = rest % g.plane;
+    dst[i] = src[image * g.plane * g.c + p * g.c + ch];
+  }
+}
+
+template <class S, class D>
+__global__ void convert_kernel(const S* src, D* dst, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    dst[i] = rules::convert_one<S, D>(src[i]);
+  }
+}
+
+template <class S, class D>
+void launch_pair(const void* src, void* dst, std::int64_t n, cudaStream_t stream) {
+  convert_kernel<S, D><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const S*>(src),
+                                                                static_cast<D*>(dst), n);
+}
+
+template <class S>
+void launch_from(const void* src, DType to, void* dst, std::int64_t n, cudaStream_t stream) {
+  switch (to) {
+    case DType::u8: return launch_pair<S, std::uint8_t>(src, dst, n, stream);
+    case DType::i32: return launch_pair<S, std::int32_t>(src, dst, n, stream);
+    case DType::i64: return launch_pair<S, std::int64_t>(src, dst, n, stream);
+    case DType::f16: return launch_pair<S, Half>(src, dst, n, stream);
+    case DType::bf16: return launch_pair<S, BFloat16>(src, dst, n, stream);
+    case DType::f32: return launch_pair<S, float>(src, dst, n, stream);
+    case DType::f64: return launch_pair<S, double>(src, dst, n, stream);
+  }
+}
+
+}  // namespace
+
+void launch_convert_image(const ImageConvert& args, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  const Geometry g{args.n, args.h * args.w, args.c, args.to_chw};
+  const std::int64_t total = g.n * g.plane * g.c;
+  if (total == 0) return;
+  if (args.normalize) {
+    const float4 mul{args.mul[0], args.mul[1], args.mul[2], args.mul[3]};
+    const float4 add{args.add[0], args.add[1], args.add[2], args.add[3]};
+    const auto* src = static_cast<const std::uint8_t*>(args.src);
+    switch (args.dst_dtype) {
+      case DType::f16:
+        normalize_kernel<<<blocks_for(total), kThreads, 0, s>>>(src, static_cast<Half*>(args.dst), g, mul, add);
+        break;
+      case DType::bf16:
+        normalize_kernel<<<blocks_for(total), kThreads, 0, s>>>(src, static_cast<BFloat16*>(args.dst), g, mul, add);
+        break;
+      default:
+        normalize_kernel<<<blocks_for(total), kThreads, 0, s>>>(src, static_cast<float*>(args.dst), g, mul, add);
+        break;
+    }
+  } else if (!args.to_chw) {
+    FERRY_CUDA_CHECK(cudaMemcpyAsync(args.dst, args.src,
+                                     static_cast<std::size_t>(total) * dtype_size(args.src_dtype),
+                                     cudaMemcpyDeviceToDevice, s));
+  } else {
+    switch (dtype_size(args.src_dtype)) {
+      case 1:
+        transpose_kernel<<<blocks_for(total), kThreads, 0, s>>>(
+            static_cast<const std::uint8_t*>(args.src), static_cast<std::uint8_t*>(args.dst), g);
+        break;
+      case 2:
+        transpose_kernel<<<blocks_for(total), kThreads, 0, s>>>(
+            static_cast<const std::uint16_t*>(args.src), static_cast<std::uint16_t*>(args.dst), g);
+        break;
+      case 4:
+        transpose_kernel<<<blocks_for(total), kThreads, 0, s>>>(
+            static_cast<const std::uint32_t*>(args.src), static_cast<std::uint32_t*>(args.dst), g);
+        break;
+      default:
+        transpose_kernel<<<blocks_for(total), kThreads, 0, s>>>(
+            static_cast<const std::uint64_t*>(args.src), static_cast<std::uint64_t*>(args.dst), g);
+        break;
+    }
+  }
+  FERRY_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_convert(const void* src, DType from, void* dst, DType to, std::size_t count,
+                    void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  const auto n = static_cast<std::int64_t>(count);
+  if (n == 0) return;
+  if (from == to) {
+    FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src, count * dtype_size(from), cudaMemcpyDeviceToDevice, s));
+    return;
+  }
+  switch (from) {
+    case DType::u8: launch_from<std::uint8_t>(src, to, dst, n, s); break;
+    case DType::i32: launch_from<std::int32_t>(src, to, dst, n, s); break;
+    case DType::i64: launch_from<std::int64_t>(src, to, dst, n, s); break;
+    case DType::f16: launch_from<Half>(src, to, dst, n, s); break;
+    case DType::bf16: launch_from<BFloat16>(src, to, dst, n, s); break;
+    case DType::f32: launch_from<float>(src, to, dst, n, s); break;
+    case DType::f64: launch_from<double>(src, to, dst, n, s); break;
+  }
+  FERRY_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace ferry::detail::cuda

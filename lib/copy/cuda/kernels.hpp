@@ -1,0 +1,19 @@
+#pragma once
+
+// Launchers of ferry's CUDA kernels (kernels.cu). No CUDA types: the stream is a cudaStream_t
+// passed as void*. Each throws DeviceError on a launch failure.
+
+#include <cstddef>
+
+#include "core/image_ops.hpp"
+#include "ferry/dtype.hpp"
+
+namespace ferry::detail::cuda {
+
+/// The GPU twin of convert_image_cpu.
+void launch_convert_image(const ImageConvert& args, void* stream);
+/// The GPU twin of ferry::convert.
+void launch_convert(const void* src, DType from, void* dst, DType to, std::size_t count,
+                    void* stream);
+
+}  // namespace ferry::detail::cuda

@@ -1,0 +1,73 @@
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "copy/copy_engine.hpp"
+
+namespace ferry::detail {
+
+/// An event of the host copy engine: a flag its copy thread sets, waited on with C++20
+/// atomic wait/notify.
+class HostEvent final : public EventImpl {
+ public:
+  bool query() override { return done_.load(std::memory_order_acquire); }
+  void wait() override { done_.wait(false, std::memory_order_acquire); }
+  /// \post query() is true and every waiter is woken.
+  void signal() noexcept {
+    done_.store(true, std::memory_order_release);
+    done_.notify_all();
+  }
+
+ private:
+  std::atomic<bool> done_{false};
+};
+
+/// A copy engine on host memory: "device" buffers are separate host allocations and one copy
+/// thread plays the copy stream, running queued work in order. With `bytes_per_second` > 0 each
+/// copy takes at least nbytes / bytes_per_second, so tests and benchmarks can stand in for a
+/// PCIe link. The destructor finishes the queued work, then joins the thread.
+class HostCopyEngine final : public CopyEngine {
+ public:
+  struct Options {
+    double bytes_per_second = 0;  ///< injected bandwidth; 0: as fast as memcpy
+  };
+
+  HostCopyEngine() : HostCopyEngine(Options{}) {}
+  explicit HostCopyEngine(Options options);
+  ~HostCopyEngine() override;
+
+  Device device() const noexcept override { return Device::cpu(); }
+  DeviceBuffer allocate(std::size_t nbytes) override;
+  void copy_async(void* dst, const void* src, std::size_t nbytes, CopyKind kind) override;
+  void convert_image_async(const ImageConvert& args) override;
+  void convert_async(const void* src, DType from, void* dst, DType to, std::size_t count) override;
+  Event record() override;
+  void wait(const Event& event) override;
+  void synchronize() override;
+  Event record_on(void* stream) override;
+  void stream_wait(void* stream, const Event& event) override;
+
+  /// Bytes copied so far (by finished copies).
+  std::uint64_t bytes_copied() const noexcept { return bytes_copied_.load(); }
+
+ private:
+  void enqueue(std::function<void()> work);
+  void run();
+
+  Options options_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> queue_;
+  bool stopping_ = false;
+  std::atomic<std::uint64_t> bytes_copied_{0};
+  std::thread thread_;  // last: starts after everything it uses exists
+};
+
+}  // namespace ferry::detail

@@ -1,0 +1,111 @@
+// DLPack export and import: a batch goes to libtorch, CuPy or JAX without a copy.
+
+#include <dlpack/dlpack.h>
+
+#include <string>
+#include <vector>
+
+#include "core/storage.hpp"
+#include "ferry/tensor.hpp"
+
+namespace ferry {
+namespace {
+
+DLDataType to_dl(DType t) noexcept {
+  const auto bits = static_cast<std::uint8_t>(dtype_size(t) * 8);
+  switch (t) {
+    case DType::u8: return {kDLUInt, bits, 1};
+    case DType::i32:
+    case DType::i64: return {kDLInt, bits, 1};
+    case DType::bf16: return {kDLBfloat, bits, 1};
+    case DType::f16:
+    case DType::f32:
+    case DType::f64: return {kDLFloat, bits, 1};
+  }
+  return {kDLUInt, 8, 1};
+}
+
+DType from_dl(DLDataType t) {
+  if (t.lanes == 1) {
+    if (t.code == kDLUInt && t.bits == 8) return DType::u8;
+    if (t.code == kDLInt && t.bits == 32) return DType::i32;
+    if (t.code == kDLInt && t.bits == 64) return DType::i64;
+    if (t.code == kDLFloat && t.bits == 16) return DType::f16;
+    if (t.code == kDLBfloat && t.bits == 16) return DType::bf16;
+    if (t.code == kDLFloat && t.bits == 32) return DType::f32;
+    if (t.code == kDLFloat && t.bits == 64) return DType::f64;
+  }
+  throw ConfigError("Tensor::from_dlpack: unsupported DLPack dtype (code " + std::to_string(t.code) +
+                    ", bits " + std::to_string(t.bits) + ", lanes " + std::to_string(t.lanes) + ")");
+}
+
+// What a DLManagedTensor keeps alive: the tensor (and so its storage), shape and strides.
+struct Export {
+  Tensor tensor;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> strides;
+  DLManagedTensor managed{};
+};
+
+}  // namespace
+
+DLManagedTensor* Tensor::to_dlpack() const {
+  if (!storage_) throw ConfigError("Tensor::to_dlpack: the tensor is undefined");
+  synchronize();  // the consumer knows nothing of ferry's events
+  auto holder = std::make_unique<Export>();
+  holder->tensor = *this;
+  holder->shape = shape_;
+  holder->strides.assign(shape_.size(), 1);
+  for (std::size_t i = shape_.size(); i > 1; --i) {
+    holder->strides[i - 2] = holder->strides[i - 1] * shape_[i - 1];
+  }
+  DLTensor& t = holder->managed.dl_tensor;
+  t.data = storage_->data();
+  t.byte_offset = offset_;
+  const Device d = device();
+  t.device = d.is_cpu() ? DLDevice{kDLCPU, 0} : DLDevice{kDLCUDA, d.index()};
+  t.ndim = static_cast<int32_t>(shape_.size());
+  t.dtype = to_dl(dtype_);
+  t.shape = holder->shape.data();
+  t.strides = holder->strides.data();
+  holder->managed.manager_ctx = holder.get();
+  holder->managed.deleter = [](DLManagedTensor* self) {
+    delete static_cast<Export*>(self->manager_ctx);
+  };
+  return &holder.release()->managed;
+}
+
+Tensor Tensor::from_dlpack(DLManagedTensor* managed) {
+  if (managed == nullptr) throw ConfigError("Tensor::from_dlpack: null DLManagedTensor");
+  // Owns `managed` from here on, whatever happens.
+  std::shared_ptr<DLManagedTensor> owner(managed, [](DLManagedTensor* m) {
+    if (m->deleter != nullptr) m->deleter(m);
+  });
+  const DLTensor& t = managed->dl_tensor;
+  Device device;
+  switch (t.device.device_type) {
+    case kDLCPU:
+    case kDLCUDAHost: device = Device::cpu(); break;
+    case kDLCUDA: device = Device::cuda(t.device.device_id); break;
+    default:
+      throw ConfigError("Tensor::from_dlpack: unsupported device type " +
+                        std::to_string(t.device.device_type));
+  }
+  const DType dtype = from_dl(t.dtype);
+  std::vector<int64_t> shape(t.shape, t.shape + t.ndim);
+  if (t.strides != nullptr) {
+    int64_t expected = 1;
+    for (int32_t i = t.ndim; i > 0; --i) {
+      const auto k = static_cast<std::size_t>(i - 1);
+      if (shape[k] != 1 && t.strides[k] != expected) {
+        throw ConfigError("Tensor::from_dlpack: only contiguous tensors are supported");
+      }
+      expected *= shape[k];
+    }
+  }
+  void* data = static_cast<char*>(t.data) + t.byte_offset;
+  return wrap(data, std::move(shape), dtype, device, t.device.device_type == kDLCUDAHost,
+              std::move(owner));
+}
+
+}  // namespace ferry

@@ -1,0 +1,71 @@
+#include "core/image_ops.hpp"
+
+#include <cmath>
+#include <cstring>
+
+namespace ferry::detail {
+namespace {
+
+template <class Out>
+Out from_f32(float v) noexcept {
+  if constexpr (std::is_same_v<Out, float>) {
+    return v;
+  } else if constexpr (std::is_same_v<Out, Half>) {
+    return to_half(static_cast<double>(v));
+  } else {
+    return to_bfloat16(static_cast<double>(v));
+  }
+}
+
+template <class Out>
+void normalize_images(const ImageConvert& a) noexcept {
+  const auto* src = static_cast<const std::uint8_t*>(a.src);
+  auto* dst = static_cast<Out*>(a.dst);
+  const std::int64_t plane = a.h * a.w;
+  const std::int64_t image = plane * a.c;
+  for (std::int64_t i = 0; i < a.n; ++i) {
+    const std::uint8_t* s = src + i * image;
+    Out* d = dst + i * image;
+    for (std::int64_t p = 0; p < plane; ++p) {
+      for (std::int64_t ch = 0; ch < a.c; ++ch) {
+        const auto k = static_cast<std::size_t>(ch);
+        const float v = std::fma(static_cast<float>(s[p * a.c + ch]), a.mul[k], a.add[k]);
+        d[a.to_chw ? ch * plane + p : p * a.c + ch] = from_f32<Out>(v);
+      }
+    }
+  }
+}
+
+void transpose_images(const ImageConvert& a) noexcept {
+  const std::size_t elem = dtype_size(a.src_dtype);
+  const auto* src = static_cast<const unsigned char*>(a.src);
+  auto* dst = static_cast<unsigned char*>(a.dst);
+  const std::int64_t plane = a.h * a.w;
+  const std::int64_t image = plane * a.c;
+  if (!a.to_chw) {
+    std::memcpy(dst, src, static_cast<std::size_t>(a.n * image) * elem);
+    return;
+  }
+  for (std::int64_t i = 0; i < a.n; ++i) {
+    for (std::int64_t p = 0; p < plane; ++p) {
+      for (std::int64_t ch = 0; ch < a.c; ++ch) {
+        const auto from = static_cast<std::size_t>(i * image + p * a.c + ch) * elem;
+        const auto to = static_cast<std::size_t>(i * image + ch * plane + p) * elem;
+        std::memcpy(dst + to, src + from, elem);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void convert_image_cpu(const ImageConvert& args) noexcept {
+  if (!args.normalize) return transpose_images(args);
+  switch (args.dst_dtype) {
+    case DType::f16: return normalize_images<Half>(args);
+    case DType::bf16: return normalize_images<BFloat16>(args);
+    default: return normalize_images<float>(args);
+  }
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,31 @@
+#pragma once
+
+// Image layout and normalization: the work of the `.to(dtype)` half of `.to(device, dtype)`.
+// The CPU twin lives here; the CUDA kernels (copy/cuda/kernels.cu) compute the same bits.
+
+#include <array>
+#include <cstdint>
+
+#include "ferry/dtype.hpp"
+
+namespace ferry::detail {
+
+/// One conversion of N images [H, W, C] into [C, H, W] (to_chw) or [H, W, C].
+/// With `normalize`: src is u8 and dst[c] = round_to(dst_dtype, fma(x, mul[c], add[c])) in f32.
+/// Without: src and dst share `src_dtype` and elements are only moved.
+struct ImageConvert {
+  const void* src = nullptr;
+  void* dst = nullptr;
+  DType src_dtype = DType::u8;
+  DType dst_dtype = DType::f32;
+  std::int64_t n = 0, h = 0, w = 0, c = 0;
+  bool to_chw = true;
+  bool normalize = false;
+  std::array<float, 4> mul{};  ///< scale / std[c]
+  std::array<float, 4> add{};  ///< -mean[c] / std[c]
+};
+
+/// The CPU twin: runs on the calling thread.
+void convert_image_cpu(const ImageConvert& args) noexcept;
+
+}  // namespace ferry::detail

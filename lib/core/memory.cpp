@@ -1,0 +1,232 @@
+#include "ferry/memory.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <new>
+#include <utility>
+#include <vector>
+
+#include "copy/copy_engine.hpp"
+#include "copy/cuda/cuda_api.hpp"
+
+namespace ferry {
+namespace {
+
+constexpr std::size_t kHostAlignment = 64;
+
+std::size_t page_size() noexcept {
+  static const std::size_t size = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  return size;
+}
+
+std::size_t round_up(std::size_t n, std::size_t to) noexcept { return (n + to - 1) / to * to; }
+
+void* aligned_or_throw(std::size_t alignment, std::size_t nbytes) {
+  // aligned_alloc needs a size that is a multiple of the alignment, and a non-zero one.
+  void* p = std::aligned_alloc(alignment, round_up(nbytes == 0 ? 1 : nbytes, alignment));
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+
+}  // namespace
+
+// ---- HostBuffer -----------------------------------------------------------------------
+
+HostBuffer HostBuffer::allocate(std::size_t nbytes) {
+  HostBuffer b;
+  b.data_ = aligned_or_throw(kHostAlignment, nbytes);
+  b.size_ = nbytes;
+  return b;
+}
+
+HostBuffer::HostBuffer(HostBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+HostBuffer& HostBuffer::operator=(HostBuffer&& other) noexcept {
+  if (this != &other) {
+    std::free(data_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+HostBuffer::~HostBuffer() { std::free(data_); }
+
+// ---- PinnedBuffer ---------------------------------------------------------------------
+
+PinnedBuffer PinnedBuffer::allocate(std::size_t nbytes) {
+  PinnedBuffer b;
+  b.size_ = nbytes;
+  if (detail::cuda::device_count() > 0) {
+    b.data_ = detail::cuda::host_alloc(nbytes == 0 ? 1 : nbytes);
+    b.lock_ = Lock::cuda;
+    return b;
+  }
+  const std::size_t bytes = round_up(nbytes == 0 ? 1 : nbytes, page_size());
+  b.data_ = aligned_or_throw(page_size(), bytes);
+  // mlock fails without CAP_IPC_LOCK beyond RLIMIT_MEMLOCK: then the memory is ordinary
+  // pageable memory and locked() says so.
+  b.lock_ = ::mlock(b.data_, bytes) == 0 ? Lock::mlock : Lock::none;
+  return b;
+}
+
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      lock_(std::exchange(other.lock_, Lock::none)) {}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
+  if (this != &other) {
+    PinnedBuffer old(std::move(*this));
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    lock_ = std::exchange(other.lock_, Lock::none);
+  }
+  return *this;
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (data_ == nullptr) return;
+  if (lock_ == Lock::cuda) {
+    detail::cuda::host_free(data_);
+    return;
+  }
+  if (lock_ == Lock::mlock) ::munlock(data_, round_up(size_ == 0 ? 1 : size_, page_size()));
+  std::free(data_);
+}
+
+// ---- DeviceBuffer ---------------------------------------------------------------------
+
+DeviceBuffer DeviceBuffer::allocate(Device device, std::size_t nbytes) {
+  check_usable(device);
+  if (device.is_cpu()) {
+    // Host memory stands in for a device: used by the host copy engine.
+    auto free_host = [](void* /*context*/, void* data) noexcept { std::free(data); };
+    return {aligned_or_throw(kHostAlignment, nbytes), nbytes, device, free_host, nullptr};
+  }
+  return detail::cuda::engine(device.index()).allocate(nbytes);
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      device_(other.device_),
+      free_(std::exchange(other.free_, nullptr)),
+      context_(std::exchange(other.context_, nullptr)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    reset();
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    device_ = other.device_;
+    free_ = std::exchange(other.free_, nullptr);
+    context_ = std::exchange(other.context_, nullptr);
+  }
+  return *this;
+}
+
+DeviceBuffer::~DeviceBuffer() { reset(); }
+
+void DeviceBuffer::reset() noexcept {
+  if (data_ != nullptr && free_ != nullptr) free_(context_, data_);
+  data_ = nullptr;
+  free_ = nullptr;
+}
+
+// ---- PinnedPool -----------------------------------------------------------------------
+
+struct PinnedPool::Block::State {
+  explicit State(std::size_t max_cached) : max_cached_bytes(max_cached) {}
+  std::mutex mutex;
+  std::map<std::size_t, std::vector<PinnedBuffer>> free;  // by size class
+  Stats stats;
+  std::size_t max_cached_bytes;
+};
+
+PinnedPool::PinnedPool(std::size_t max_cached_bytes)
+    : state_(std::make_shared<Block::State>(max_cached_bytes)) {}
+
+PinnedPool& PinnedPool::global() {
+  // Never destroyed: blocks may outlive static destruction; they hold the state anyway.
+  static auto* pool = new PinnedPool();
+  return *pool;
+}
+
+std::size_t PinnedPool::size_class(std::size_t nbytes) noexcept {
+  constexpr std::size_t kMin = 4096;
+  return nbytes <= kMin ? kMin : std::bit_ceil(nbytes);
+}
+
+PinnedPool::Block PinnedPool::acquire(std::size_t nbytes) {
+  const std::size_t cls = size_class(nbytes);
+  {
+    std::lock_guard lock(state_->mutex);
+    auto it = state_->free.find(cls);
+    if (it != state_->free.end() && !it->second.empty()) {
+      PinnedBuffer b = std::move(it->second.back());
+      it->second.pop_back();
+      state_->stats.hits++;
+      state_->stats.cached_bytes -= cls;
+      state_->stats.in_use_bytes += cls;
+      return Block(state_, std::move(b));
+    }
+  }
+  PinnedBuffer b = PinnedBuffer::allocate(cls);  // outside the lock: may be slow
+  std::lock_guard lock(state_->mutex);
+  state_->stats.misses++;
+  state_->stats.in_use_bytes += cls;
+  return Block(state_, std::move(b));
+}
+
+PinnedPool::Stats PinnedPool::stats() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->stats;
+}
+
+void PinnedPool::trim() {
+  std::map<std::size_t, std::vector<PinnedBuffer>> dropped;
+  std::lock_guard lock(state_->mutex);
+  dropped.swap(state_->free);
+  state_->stats.cached_bytes = 0;
+}
+
+void PinnedPool::Block::give_back() noexcept {
+  if (!pool_ || buffer_.data() == nullptr) return;
+  const std::size_t cls = buffer_.size();
+  PinnedBuffer dropped;
+  {
+    std::lock_guard lock(pool_->mutex);
+    pool_->stats.in_use_bytes -= cls;
+    if (pool_->stats.cached_bytes + cls <= pool_->max_cached_bytes) {
+      try {
+        pool_->free[cls].push_back(std::move(buffer_));
+        pool_->stats.cached_bytes += cls;
+      } catch (...) {
+        dropped = std::move(buffer_);
+      }
+    } else {
+      dropped = std::move(buffer_);
+    }
+  }
+  pool_.reset();
+}
+
+PinnedPool::Block& PinnedPool::Block::operator=(Block&& other) noexcept {
+  if (this != &other) {
+    give_back();
+    pool_ = std::move(other.pool_);
+    buffer_ = std::move(other.buffer_);
+  }
+  return *this;
+}
+
+PinnedPool::Block::~Block() { give_back(); }
+
+}  // namespace ferry
