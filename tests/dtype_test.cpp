@@ -1,0 +1,222 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "ferry/ferry.hpp"
+
+namespace {
+
+using ferry::BFloat16;
+using ferry::DType;
+using ferry::Half;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+template <class D, class S>
+D convert_one(S value) {
+  D out{};
+  ferry::convert(&value, ferry::dtype_of<S>(), &out, ferry::dtype_of<D>(), 1);
+  return out;
+}
+
+TEST(DType, SizesAndNames) {
+  const std::vector<std::pair<DType, std::size_t>> sizes = {
+      {DType::u8, 1}, {DType::i32, 4}, {DType::i64, 8}, {DType::f16, 2},
+      {DType::bf16, 2}, {DType::f32, 4}, {DType::f64, 8}};
+  for (const auto& [t, size] : sizes) {
+    EXPECT_EQ(ferry::dtype_size(t), size);
+    EXPECT_EQ(ferry::parse_dtype(ferry::dtype_name(t)), t);
+  }
+  EXPECT_EQ(ferry::dtype_name(DType::bf16), "bf16");
+  EXPECT_EQ(ferry::parse_dtype("float32"), DType::f32);
+  EXPECT_EQ(ferry::parse_dtype("half"), DType::f16);
+  EXPECT_EQ(ferry::parse_dtype("uint8"), DType::u8);
+  EXPECT_THROW((void)ferry::parse_dtype("f8"), ferry::ConfigError);
+  EXPECT_TRUE(ferry::is_floating(DType::bf16));
+  EXPECT_FALSE(ferry::is_floating(DType::i64));
+}
+
+struct HalfCase {
+  double value;
+  std::uint16_t bits;
+};
+
+TEST(DType, HalfRoundsToNearestEvenWithExactTable) {
+  const HalfCase cases[] = {
+      {0.0, 0x0000},
+      {-0.0, 0x8000},
+      {1.0, 0x3c00},
+      {-2.0, 0xc000},
+      {65504.0, 0x7bff},                        // largest finite
+      {65519.99, 0x7bff},                       // just below the overflow threshold
+      {65520.0, 0x7c00},                        // ties away to infinity (even is 2^16)
+      {1e6, 0x7c00},                            // overflow
+      {-1e6, 0xfc00},
+      {std::ldexp(1.0, -14), 0x0400},           // smallest normal
+      {std::ldexp(1.0, -24), 0x0001},           // smallest subnormal
+      {std::ldexp(1.0, -25), 0x0000},           // tie between 0 and 2^-24: even is 0
+      {std::ldexp(3.0, -26), 0x0001},           // above that tie
+      {std::ldexp(3.0, -25), 0x0002},           // tie between 1 and 2 units: even is 2
+      {std::ldexp(1023.5, -24), 0x0400},        // top subnormal rounds up into the normals
+      {1.0 + std::ldexp(1.0, -11), 0x3c00},     // tie: to even mantissa 0
+      {1.0 + std::ldexp(3.0, -11), 0x3c02},     // tie: to even mantissa 2
+      {1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40), 0x3c01},  // no double rounding
+      {2049.0, 0x6800},                         // 2048, tie to even
+      {2051.0, 0x6802},                         // 2052
+      {1.0 / 3.0, 0x3555},
+      {kInf, 0x7c00},
+      {-kInf, 0xfc00},
+  };
+  for (const auto& c : cases) {
+    EXPECT_EQ(ferry::to_half(c.value).bits, c.bits) << c.value;
+    if (c.value == static_cast<double>(static_cast<float>(c.value))) {
+      // The same through the bulk f32 path.
+      EXPECT_EQ(convert_one<Half>(static_cast<float>(c.value)).bits, c.bits) << c.value;
+    }
+    EXPECT_EQ(convert_one<Half>(c.value).bits, c.bits) << c.value;
+  }
+  const Half nan = ferry::to_half(kNaN);
+  EXPECT_EQ(nan.bits & 0x7c00, 0x7c00);
+  EXPECT_NE(nan.bits & 0x03ff, 0);
+  EXPECT_TRUE(std::isnan(ferry::to_float(nan)));
+  EXPECT_TRUE(std::signbit(ferry::to_float(ferry::to_half(-kNaN))));
+}
+
+TEST(DType, BFloat16RoundsToNearestEvenWithExactTable) {
+  const HalfCase cases[] = {
+      {0.0, 0x0000},
+      {-0.0, 0x8000},
+      {1.0, 0x3f80},
+      {1.0 + std::ldexp(1.0, -8), 0x3f80},  // tie: even
+      {1.0 + std::ldexp(3.0, -8), 0x3f82},  // tie: even
+      {1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -30), 0x3f81},
+      {3.3895313892515355e38, 0x7f7f},       // largest finite
+      {static_cast<double>(std::numeric_limits<float>::max()), 0x7f80},  // rounds to infinity
+      {std::ldexp(1.0, -126), 0x0080},       // smallest normal
+      {std::ldexp(1.0, -133), 0x0001},       // smallest subnormal
+      {std::ldexp(1.0, -134), 0x0000},       // tie with 0
+      {kInf, 0x7f80},
+      {-kInf, 0xff80},
+      {-3.0, 0xc040},
+  };
+  for (const auto& c : cases) {
+    EXPECT_EQ(ferry::to_bfloat16(c.value).bits, c.bits) << c.value;
+    EXPECT_EQ(convert_one<BFloat16>(c.value).bits, c.bits) << c.value;
+  }
+  EXPECT_TRUE(std::isnan(ferry::to_float(ferry::to_bfloat16(kNaN))));
+  EXPECT_TRUE(std::isnan(ferry::to_float(convert_one<BFloat16>(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+TEST(DType, EveryHalfAndBFloat16RoundTripsThroughFloat) {
+  for (std::uint32_t b = 0; b <= 0xffff; ++b) {
+    const auto bits = static_cast<std::uint16_t>(b);
+    const float h = ferry::to_float(Half{bits});
+    const float bf = ferry::to_float(BFloat16{bits});
+    if (std::isnan(h)) {
+      EXPECT_TRUE(std::isnan(ferry::to_float(ferry::to_half(h))));
+    } else {
+      ASSERT_EQ(ferry::to_half(h).bits, bits) << std::hex << b;
+      ASSERT_EQ(convert_one<Half>(h).bits, bits) << std::hex << b;
+    }
+    if (std::isnan(bf)) {
+      EXPECT_TRUE(std::isnan(ferry::to_float(ferry::to_bfloat16(bf))));
+    } else {
+      ASSERT_EQ(ferry::to_bfloat16(bf).bits, bits) << std::hex << b;
+      std::uint32_t u = 0;
+      std::memcpy(&u, &bf, sizeof u);
+      ASSERT_EQ(u >> 16, b);  // exact widening
+    }
+  }
+  EXPECT_EQ(ferry::to_float(Half{0x7bff}), 65504.0f);
+  EXPECT_EQ(ferry::to_float(Half{0x0001}), std::ldexp(1.0f, -24));
+}
+
+TEST(DType, FloatToIntegerTruncatesSaturatesAndMapsNaNToZero) {
+  EXPECT_EQ(convert_one<std::int32_t>(2.9), 2);
+  EXPECT_EQ(convert_one<std::int32_t>(-2.9), -2);
+  EXPECT_EQ(convert_one<std::int32_t>(kNaN), 0);
+  EXPECT_EQ(convert_one<std::int32_t>(1e10), std::numeric_limits<std::int32_t>::max());
+  EXPECT_EQ(convert_one<std::int32_t>(-1e10), std::numeric_limits<std::int32_t>::min());
+  EXPECT_EQ(convert_one<std::int32_t>(kInf), std::numeric_limits<std::int32_t>::max());
+  EXPECT_EQ(convert_one<std::int32_t>(-kInf), std::numeric_limits<std::int32_t>::min());
+  EXPECT_EQ(convert_one<std::int32_t>(2147483647.0), 2147483647);
+  EXPECT_EQ(convert_one<std::int32_t>(-2147483648.0), std::numeric_limits<std::int32_t>::min());
+  EXPECT_EQ(convert_one<std::uint8_t>(300.0f), 255);
+  EXPECT_EQ(convert_one<std::uint8_t>(-1.0f), 0);
+  EXPECT_EQ(convert_one<std::uint8_t>(255.9f), 255);
+  EXPECT_EQ(convert_one<std::uint8_t>(-0.9f), 0);
+  EXPECT_EQ(convert_one<std::int64_t>(std::ldexp(1.0, 63)), std::numeric_limits<std::int64_t>::max());
+  EXPECT_EQ(convert_one<std::int64_t>(-std::ldexp(1.0, 63)), std::numeric_limits<std::int64_t>::min());
+  EXPECT_EQ(convert_one<std::int64_t>(std::ldexp(1.0, 62)), std::int64_t{1} << 62);
+  EXPECT_EQ(convert_one<std::int64_t>(ferry::to_half(-3.75)), -3);
+  EXPECT_EQ(convert_one<std::uint8_t>(ferry::to_bfloat16(kInf)), 255);
+  EXPECT_EQ(convert_one<std::int64_t>(ferry::to_bfloat16(kNaN)), 0);
+}
+
+TEST(DType, IntegerToIntegerWrapsModuloAsCpp20) {
+  EXPECT_EQ(convert_one<std::int32_t>((std::int64_t{1} << 32) + 5), 5);
+  EXPECT_EQ(convert_one<std::uint8_t>(std::int32_t{-1}), 255);
+  EXPECT_EQ(convert_one<std::uint8_t>(std::int32_t{300}), 44);
+  EXPECT_EQ(convert_one<std::int64_t>(std::int32_t{-7}), -7);
+  EXPECT_EQ(convert_one<std::int32_t>(std::uint8_t{200}), 200);
+}
+
+TEST(DType, IntegerToFloatRoundsOnceToNearestEven) {
+  EXPECT_EQ(convert_one<float>(std::int64_t{(1 << 24) + 1}), 16777216.0f);
+  EXPECT_EQ(convert_one<float>(std::int64_t{(1 << 24) + 3}), 16777220.0f);
+  EXPECT_EQ(convert_one<float>(std::int32_t{(1 << 24) + 1}), 16777216.0f);
+  EXPECT_EQ(convert_one<double>((std::int64_t{1} << 53) + 1), std::ldexp(1.0, 53));
+  EXPECT_EQ(convert_one<Half>(std::int32_t{2049}).bits, 0x6800);
+  EXPECT_EQ(convert_one<Half>(std::int64_t{70000}).bits, 0x7c00);
+  EXPECT_EQ(convert_one<Half>(std::numeric_limits<std::int64_t>::min()).bits, 0xfc00);
+  EXPECT_EQ(convert_one<BFloat16>(std::int32_t{257}).bits, ferry::to_bfloat16(256.0).bits);
+  EXPECT_EQ(convert_one<BFloat16>(std::int32_t{259}).bits, ferry::to_bfloat16(260.0).bits);
+  // 2^60 + 2^52 + 1: through double it would become the tie 2^60 + 2^52 and then 2^60; rounded
+  // once it is above the tie and goes up to 2^60 + 2^53.
+  const std::int64_t v = (std::int64_t{1} << 60) + (std::int64_t{1} << 52) + 1;
+  EXPECT_EQ(convert_one<BFloat16>(v).bits, 0x5d81);
+  EXPECT_EQ(convert_one<BFloat16>(-v).bits, 0xdd81);
+  EXPECT_EQ(convert_one<float>(std::uint8_t{255}), 255.0f);
+}
+
+TEST(DType, FloatWideningAndNarrowingKeepsNaNAndInfinity) {
+  EXPECT_EQ(convert_one<float>(1e300), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(convert_one<float>(-1e300), -std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(convert_one<float>(kNaN)));
+  EXPECT_TRUE(std::isnan(convert_one<double>(ferry::to_half(kNaN))));
+  EXPECT_EQ(convert_one<double>(ferry::to_half(-kInf)), -kInf);
+  EXPECT_EQ(convert_one<float>(1.0 + std::ldexp(1.0, -24)), 1.0f);  // tie: even
+  EXPECT_EQ(convert_one<float>(1.0 + std::ldexp(3.0, -24)), 1.0f + std::ldexp(1.0f, -22));
+  EXPECT_EQ(convert_one<double>(ferry::to_bfloat16(1.5)), 1.5);
+  EXPECT_EQ(convert_one<Half>(ferry::to_bfloat16(1e20)).bits, 0x7c00);
+  EXPECT_EQ(convert_one<BFloat16>(ferry::to_half(65504.0)).bits, ferry::to_bfloat16(65504.0).bits);
+}
+
+TEST(DType, BulkConvertMatchesElementRulesForEveryPair) {
+  const std::vector<double> values = {0.0, -0.0, 1.5, -1.5, 2.5, 255.0, 65504.0, -70000.0, 1e-8};
+  const DType all[] = {DType::u8, DType::i32, DType::i64, DType::f16, DType::bf16, DType::f32, DType::f64};
+  for (const DType from : all) {
+    std::vector<unsigned char> src(values.size() * ferry::dtype_size(from));
+    ferry::convert(values.data(), DType::f64, src.data(), from, values.size());
+    for (const DType to : all) {
+      std::vector<unsigned char> bulk(values.size() * ferry::dtype_size(to));
+      ferry::convert(src.data(), from, bulk.data(), to, values.size());
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        std::vector<unsigned char> one(ferry::dtype_size(to));
+        ferry::convert(src.data() + i * ferry::dtype_size(from), from, one.data(), to, 1);
+        EXPECT_EQ(std::memcmp(one.data(), bulk.data() + i * ferry::dtype_size(to), one.size()), 0)
+            << ferry::dtype_name(from) << " -> " << ferry::dtype_name(to) << " at " << i;
+      }
+      if (from == to) {
+        EXPECT_EQ(bulk, src);
+      }
+    }
+  }
+}
+
+}  // namespace

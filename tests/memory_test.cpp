@@ -1,0 +1,178 @@
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <set>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "ferry/ferry.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using ferry::Device;
+using ferry::DeviceBuffer;
+using ferry::HostBuffer;
+using ferry::PinnedBuffer;
+using ferry::PinnedPool;
+
+std::uintptr_t address(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
+
+TEST(HostBuffer, IsAlignedAndMoveOnly) {
+  HostBuffer a = HostBuffer::allocate(1000);
+  ASSERT_NE(a.data(), nullptr);
+  EXPECT_EQ(a.size(), 1000U);
+  EXPECT_EQ(address(a.data()) % 64, 0U);
+  std::memset(a.data(), 7, a.size());
+  void* p = a.data();
+  HostBuffer b = std::move(a);
+  EXPECT_EQ(b.data(), p);
+  EXPECT_EQ(a.data(), nullptr);  // NOLINT(bugprone-use-after-move): moved-from state is defined
+  EXPECT_EQ(a.size(), 0U);       // NOLINT(bugprone-use-after-move)
+  HostBuffer c = HostBuffer::allocate(8);
+  c = std::move(b);
+  EXPECT_EQ(c.data(), p);
+  EXPECT_EQ(static_cast<unsigned char*>(c.data())[999], 7);
+  static_assert(!std::is_copy_constructible_v<HostBuffer>);
+  static_assert(std::is_nothrow_destructible_v<HostBuffer>);
+}
+
+TEST(PinnedBuffer, LockedSaysTruthfullyWhetherThePagesAreLocked) {
+  const std::size_t before = ferry::testing::locked_bytes();
+  constexpr std::size_t kBytes = 4 << 20;
+  std::size_t during = 0;
+  {
+    PinnedBuffer b = PinnedBuffer::allocate(kBytes);
+    ASSERT_NE(b.data(), nullptr);
+    EXPECT_EQ(b.size(), kBytes);
+    EXPECT_EQ(address(b.data()) % static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE)), 0U);
+    during = ferry::testing::locked_bytes();
+    if (b.lock() == PinnedBuffer::Lock::mlock) {
+      EXPECT_TRUE(b.locked());
+      EXPECT_GE(during, before + kBytes);
+    } else if (b.lock() == PinnedBuffer::Lock::none) {
+      EXPECT_FALSE(b.locked());
+      EXPECT_EQ(during, before);
+    } else {
+      EXPECT_GT(ferry::cuda_device_count(), 0);  // cudaHostAlloc only where CUDA is usable
+    }
+    std::memset(b.data(), 1, b.size());
+    PinnedBuffer moved = std::move(b);
+    EXPECT_EQ(b.data(), nullptr);  // NOLINT(bugprone-use-after-move)
+    EXPECT_FALSE(b.locked());      // NOLINT(bugprone-use-after-move)
+  }
+  EXPECT_EQ(ferry::testing::locked_bytes(), before) << "the destructor left pages locked";
+  static_assert(!std::is_copy_assignable_v<PinnedBuffer>);
+}
+
+TEST(DeviceBuffer, HostStandInAllocatesAndFrees) {
+  DeviceBuffer b = DeviceBuffer::allocate(Device::cpu(), 4096);
+  ASSERT_NE(b.data(), nullptr);
+  EXPECT_EQ(b.device(), Device::cpu());
+  std::memset(b.data(), 3, 4096);
+  DeviceBuffer c = std::move(b);
+  EXPECT_EQ(b.data(), nullptr);  // NOLINT(bugprone-use-after-move)
+  EXPECT_EQ(c.size(), 4096U);
+  if (ferry::cuda_device_count() == 0) {
+    EXPECT_THROW((void)DeviceBuffer::allocate(Device::cuda(), 64), ferry::DeviceError);
+  }
+}
+
+TEST(DeviceBuffer, AdoptedMemoryIsFreedExactlyOnce) {
+  static int frees = 0;
+  frees = 0;
+  static int storage = 0;
+  auto count_free = [](void* /*context*/, void* /*data*/) noexcept { ++frees; };
+  {
+    DeviceBuffer a(&storage, sizeof storage, Device::cpu(), count_free, nullptr);
+    DeviceBuffer b = std::move(a);
+    DeviceBuffer c;
+    c = std::move(b);
+    EXPECT_EQ(frees, 0);
+  }
+  EXPECT_EQ(frees, 1);
+}
+
+TEST(PinnedPool, SizeClassesArePowersOfTwoFromFourKiB) {
+  EXPECT_EQ(PinnedPool::size_class(0), 4096U);
+  EXPECT_EQ(PinnedPool::size_class(1), 4096U);
+  EXPECT_EQ(PinnedPool::size_class(4096), 4096U);
+  EXPECT_EQ(PinnedPool::size_class(4097), 8192U);
+  EXPECT_EQ(PinnedPool::size_class(3 << 20), 4U << 20);
+}
+
+TEST(PinnedPool, ReusesReturnedBuffersOfTheSameClass) {
+  PinnedPool pool;
+  void* first = nullptr;
+  {
+    PinnedPool::Block b = pool.acquire(5000);
+    first = b.data();
+    EXPECT_EQ(b.size(), 8192U);
+    EXPECT_EQ(pool.stats().misses, 1U);
+    EXPECT_EQ(pool.stats().in_use_bytes, 8192U);
+    EXPECT_EQ(pool.stats().cached_bytes, 0U);
+  }
+  EXPECT_EQ(pool.stats().cached_bytes, 8192U);
+  EXPECT_EQ(pool.stats().in_use_bytes, 0U);
+  {
+    PinnedPool::Block again = pool.acquire(8000);  // same class
+    EXPECT_EQ(again.data(), first);
+    EXPECT_EQ(pool.stats().hits, 1U);
+    PinnedPool::Block other = pool.acquire(100);  // another class: a new buffer
+    EXPECT_NE(other.data(), first);
+    EXPECT_EQ(pool.stats().misses, 2U);
+    PinnedPool::Block moved = std::move(other);
+    EXPECT_EQ(pool.stats().in_use_bytes, 8192U + 4096U);
+  }
+  EXPECT_EQ(pool.stats().cached_bytes, 8192U + 4096U);
+  pool.trim();
+  EXPECT_EQ(pool.stats().cached_bytes, 0U);
+  (void)pool.acquire(8192);
+  EXPECT_EQ(pool.stats().misses, 3U);
+}
+
+TEST(PinnedPool, KeepsAtMostItsCacheLimit) {
+  PinnedPool pool(/*max_cached_bytes=*/8192);
+  {
+    std::vector<PinnedPool::Block> blocks;
+    for (int i = 0; i < 4; ++i) blocks.push_back(pool.acquire(4096));
+  }
+  EXPECT_EQ(pool.stats().cached_bytes, 8192U);
+  EXPECT_EQ(pool.stats().in_use_bytes, 0U);
+}
+
+TEST(PinnedPool, BlocksMayOutliveThePool) {
+  PinnedPool::Block survivor;
+  {
+    PinnedPool pool;
+    survivor = pool.acquire(4096);
+  }
+  std::memset(survivor.data(), 9, survivor.size());
+  survivor = PinnedPool::Block();  // returns to the orphaned cache and is freed with it
+}
+
+TEST(PinnedPool, ConcurrentAcquireAndReleaseKeepCountsExact) {
+  PinnedPool pool;
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 200;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&pool, t] {
+      for (int i = 0; i < kRounds; ++i) {
+        PinnedPool::Block b = pool.acquire(static_cast<std::size_t>(4096 << ((i + t) % 3)));
+        static_cast<unsigned char*>(b.data())[0] = static_cast<unsigned char>(i);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  const PinnedPool::Stats s = pool.stats();
+  EXPECT_EQ(s.hits + s.misses, static_cast<std::uint64_t>(kThreads * kRounds));
+  EXPECT_LE(s.misses, static_cast<std::uint64_t>(kThreads * 3));  // at most one per thread per class
+  EXPECT_EQ(s.in_use_bytes, 0U);
+}
+
+}  // namespace
