@@ -12,13 +12,17 @@ enum class DType { u8, i32, i64, f16, bf16, f32, f64 };
 /// Bytes per element.
 constexpr std::size_t dtype_size(DType t) noexcept {
   switch (t) {
-    case DType::u8: return 1;
+    case DType::u8:
+      return 1;
     case DType::f16:
-    case DType::bf16: return 2;
+    case DType::bf16:
+      return 2;
     case DType::i32:
-    case DType::f32: return 4;
+    case DType::f32:
+      return 4;
     case DType::i64:
-    case DType::f64: return 8;
+    case DType::f64:
+      return 8;
   }
   return 0;
 }
@@ -57,13 +61,34 @@ float to_float(BFloat16 value) noexcept;
 /// The DType of a C++ element type: dtype_of<float>() == DType::f32.
 template <class T>
 constexpr DType dtype_of() noexcept;
-template <> constexpr DType dtype_of<std::uint8_t>() noexcept { return DType::u8; }
-template <> constexpr DType dtype_of<std::int32_t>() noexcept { return DType::i32; }
-template <> constexpr DType dtype_of<std::int64_t>() noexcept { return DType::i64; }
-template <> constexpr DType dtype_of<Half>() noexcept { return DType::f16; }
-template <> constexpr DType dtype_of<BFloat16>() noexcept { return DType::bf16; }
-template <> constexpr DType dtype_of<float>() noexcept { return DType::f32; }
-template <> constexpr DType dtype_of<double>() noexcept { return DType::f64; }
+template <>
+constexpr DType dtype_of<std::uint8_t>() noexcept {
+  return DType::u8;
+}
+template <>
+constexpr DType dtype_of<std::int32_t>() noexcept {
+  return DType::i32;
+}
+template <>
+constexpr DType dtype_of<std::int64_t>() noexcept {
+  return DType::i64;
+}
+template <>
+constexpr DType dtype_of<Half>() noexcept {
+  return DType::f16;
+}
+template <>
+constexpr DType dtype_of<BFloat16>() noexcept {
+  return DType::bf16;
+}
+template <>
+constexpr DType dtype_of<float>() noexcept {
+  return DType::f32;
+}
+template <>
+constexpr DType dtype_of<double>() noexcept {
+  return DType::f64;
+}
 
 /// Converts `count` host elements from `from` to `to`. The rules, the same on every device:
 /// * to f16/bf16/f32 from a wider type: round to nearest, ties to even; NaN and infinity kept;

@@ -94,10 +94,10 @@ class DeviceBuffer {
 class PinnedPool {
  public:
   struct Stats {
-    std::uint64_t hits = 0;          ///< acquire() served from the cache
-    std::uint64_t misses = 0;        ///< acquire() that allocated
-    std::size_t cached_bytes = 0;    ///< free buffers held for reuse
-    std::size_t in_use_bytes = 0;    ///< buffers handed out and not yet returned
+    std::uint64_t hits = 0;        ///< acquire() served from the cache
+    std::uint64_t misses = 0;      ///< acquire() that allocated
+    std::size_t cached_bytes = 0;  ///< free buffers held for reuse
+    std::size_t in_use_bytes = 0;  ///< buffers handed out and not yet returned
   };
 
   /// A buffer on loan from the pool; returns to it when destroyed. Move-only.

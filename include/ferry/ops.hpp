@@ -11,10 +11,10 @@ namespace ferry {
 /// fma(x, scale / std[c], -mean[c] / std[c]) in f32 and then rounded to `dtype`, identically on
 /// every device. The defaults take PyTorch's 0..1 mean/std (torchvision's ToTensor + Normalize).
 struct Normalize {
-  std::vector<float> mean;        ///< one per channel, or one for all
-  std::vector<float> std;         ///< one per channel, or one for all; none may be 0
-  float scale = 1.0f / 255.0f;    ///< 1 to give mean/std in pixel units (as DALI)
-  DType dtype = DType::f32;       ///< f32, f16 or bf16
+  std::vector<float> mean;      ///< one per channel, or one for all
+  std::vector<float> std;       ///< one per channel, or one for all; none may be 0
+  float scale = 1.0f / 255.0f;  ///< 1 to give mean/std in pixel units (as DALI)
+  DType dtype = DType::f32;     ///< f32, f16 or bf16
 };
 
 /// uint8 images [N, H, W, C] (or [H, W, C]) to `norm.dtype` [N, C, H, W] (or [C, H, W]), on the

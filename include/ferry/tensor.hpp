@@ -46,7 +46,8 @@ class Tensor {
   /// A CPU tensor holding a copy of `values`. \throws ConfigError when the shape does not
   /// hold values.size() elements.
   template <class T>
-  static Tensor from(std::span<const T> values, std::vector<int64_t> shape) {
+  static Tensor from(std::span<const T> values,
+                     std::vector<int64_t> shape) {  // NOLINT(performance-unnecessary-value-param)
     return from_bytes(values.data(), values.size_bytes(), std::move(shape), dtype_of<T>());
   }
   template <class T>
@@ -88,7 +89,9 @@ class Tensor {
   DType dtype() const noexcept { return dtype_; }
   Device device() const noexcept;
   int64_t numel() const noexcept;
-  std::size_t nbytes() const noexcept { return static_cast<std::size_t>(numel()) * dtype_size(dtype_); }
+  std::size_t nbytes() const noexcept {
+    return static_cast<std::size_t>(numel()) * dtype_size(dtype_);
+  }
   /// Pointer to the first element. For host tensors, waits for pending asynchronous writes.
   void* data() const;
   /// Typed data(). \throws ConfigError when T does not match dtype().

@@ -65,7 +65,8 @@ FERRY_HD inline float half_to_float(std::uint16_t bits) {
   const std::uint32_t man = bits & 0x3ffu;
   float mag = 0;
   if (exp == 0x1f) {
-    mag = man == 0 ? std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
+    mag =
+        man == 0 ? std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
   } else if (exp == 0) {
     mag = ::ldexpf(static_cast<float>(man), -24);
   } else {
@@ -85,9 +86,10 @@ template <class Int>
 FERRY_HD Int float_to_int(double v) {
   if (::isnan(v)) return 0;
   const double t = ::trunc(v);
-  // Both limits as exact doubles: min is -2^k (or 0), max + 1 is 2^k.
+  // Both limits as exact doubles: min is -2^k (or 0); max + 1 is 2^k, and max as a double is
+  // either exact (then + 1 is exact too) or already rounded up to 2^k (then + 1 vanishes).
   constexpr double lo = static_cast<double>(std::numeric_limits<Int>::min());
-  constexpr double hi_plus_one = static_cast<double>(std::numeric_limits<Int>::max() / 2 + 1) * 2.0;
+  constexpr double hi_plus_one = static_cast<double>(std::numeric_limits<Int>::max()) + 1.0;
   if (t < lo) return std::numeric_limits<Int>::min();
   if (t >= hi_plus_one) return std::numeric_limits<Int>::max();
   return static_cast<Int>(t);
@@ -124,10 +126,12 @@ FERRY_HD inline std::uint16_t bfloat16_bits_of_i64(std::int64_t v) {
 
 template <class S, class D>
 FERRY_HD D convert_one(S v) {
+  // Two branches share a body on purpose: the cases differ in why one rounding suffices.
   if constexpr (std::is_same_v<S, D>) {
     return v;
-  } else if constexpr (std::is_integral_v<S> && std::is_integral_v<D>) {
-    return static_cast<D>(v);  // modulo 2^bits, as C++20
+  } else if constexpr (std::is_integral_v<S> &&
+                       std::is_integral_v<D>) {  // NOLINT(bugprone-branch-clone)
+    return static_cast<D>(v);                    // modulo 2^bits, as C++20
   } else if constexpr (std::is_integral_v<D>) {
     return float_to_int<D>(as_double(v));
   } else if constexpr (std::is_same_v<D, Half>) {

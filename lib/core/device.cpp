@@ -35,7 +35,9 @@ Device Device::parse(std::string_view text) {
               "\": expected \"cpu\", \"cuda\" or \"cuda:N\"");
 }
 
-Device Device::best() noexcept { return cuda_device_count() > 0 ? Device(DeviceKind::cuda, 0) : cpu(); }
+Device Device::best() noexcept {
+  return cuda_device_count() > 0 ? Device(DeviceKind::cuda, 0) : cpu();
+}
 
 std::string Device::str() const {
   return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index_);

@@ -14,13 +14,17 @@ namespace {
 DLDataType to_dl(DType t) noexcept {
   const auto bits = static_cast<std::uint8_t>(dtype_size(t) * 8);
   switch (t) {
-    case DType::u8: return {kDLUInt, bits, 1};
+    case DType::u8:
+      return {kDLUInt, bits, 1};
     case DType::i32:
-    case DType::i64: return {kDLInt, bits, 1};
-    case DType::bf16: return {kDLBfloat, bits, 1};
+    case DType::i64:
+      return {kDLInt, bits, 1};
+    case DType::bf16:
+      return {kDLBfloat, bits, 1};
     case DType::f16:
     case DType::f32:
-    case DType::f64: return {kDLFloat, bits, 1};
+    case DType::f64:
+      return {kDLFloat, bits, 1};
   }
   return {kDLUInt, 8, 1};
 }
@@ -35,8 +39,9 @@ DType from_dl(DLDataType t) {
     if (t.code == kDLFloat && t.bits == 32) return DType::f32;
     if (t.code == kDLFloat && t.bits == 64) return DType::f64;
   }
-  throw ConfigError("Tensor::from_dlpack: unsupported DLPack dtype (code " + std::to_string(t.code) +
-                    ", bits " + std::to_string(t.bits) + ", lanes " + std::to_string(t.lanes) + ")");
+  throw ConfigError("Tensor::from_dlpack: unsupported DLPack dtype (code " +
+                    std::to_string(t.code) + ", bits " + std::to_string(t.bits) + ", lanes " +
+                    std::to_string(t.lanes) + ")");
 }
 
 // What a DLManagedTensor keeps alive: the tensor (and so its storage), shape and strides.
@@ -85,8 +90,12 @@ Tensor Tensor::from_dlpack(DLManagedTensor* managed) {
   Device device;
   switch (t.device.device_type) {
     case kDLCPU:
-    case kDLCUDAHost: device = Device::cpu(); break;
-    case kDLCUDA: device = Device::cuda(t.device.device_id); break;
+    case kDLCUDAHost:
+      device = Device::cpu();
+      break;
+    case kDLCUDA:
+      device = Device::cuda(t.device.device_id);
+      break;
     default:
       throw ConfigError("Tensor::from_dlpack: unsupported device type " +
                         std::to_string(t.device.device_type));

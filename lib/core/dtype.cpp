@@ -22,13 +22,20 @@ void convert_span(const void* src, void* dst, std::size_t n) noexcept {
 template <class S>
 void convert_from(const void* src, void* dst, DType to, std::size_t n) noexcept {
   switch (to) {
-    case DType::u8: return convert_span<S, std::uint8_t>(src, dst, n);
-    case DType::i32: return convert_span<S, std::int32_t>(src, dst, n);
-    case DType::i64: return convert_span<S, std::int64_t>(src, dst, n);
-    case DType::f16: return convert_span<S, Half>(src, dst, n);
-    case DType::bf16: return convert_span<S, BFloat16>(src, dst, n);
-    case DType::f32: return convert_span<S, float>(src, dst, n);
-    case DType::f64: return convert_span<S, double>(src, dst, n);
+    case DType::u8:
+      return convert_span<S, std::uint8_t>(src, dst, n);
+    case DType::i32:
+      return convert_span<S, std::int32_t>(src, dst, n);
+    case DType::i64:
+      return convert_span<S, std::int64_t>(src, dst, n);
+    case DType::f16:
+      return convert_span<S, Half>(src, dst, n);
+    case DType::bf16:
+      return convert_span<S, BFloat16>(src, dst, n);
+    case DType::f32:
+      return convert_span<S, float>(src, dst, n);
+    case DType::f64:
+      return convert_span<S, double>(src, dst, n);
   }
 }
 
@@ -36,13 +43,20 @@ void convert_from(const void* src, void* dst, DType to, std::size_t n) noexcept 
 
 std::string_view dtype_name(DType t) noexcept {
   switch (t) {
-    case DType::u8: return "u8";
-    case DType::i32: return "i32";
-    case DType::i64: return "i64";
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::f32: return "f32";
-    case DType::f64: return "f64";
+    case DType::u8:
+      return "u8";
+    case DType::i32:
+      return "i32";
+    case DType::i64:
+      return "i64";
+    case DType::f16:
+      return "f16";
+    case DType::bf16:
+      return "bf16";
+    case DType::f32:
+      return "f32";
+    case DType::f64:
+      return "f64";
   }
   return "?";
 }
@@ -53,12 +67,12 @@ DType parse_dtype(std::string_view text) {
     DType dtype;
   };
   static constexpr Name kNames[] = {
-      {"u8", DType::u8},       {"uint8", DType::u8},      {"i32", DType::i32},
-      {"int32", DType::i32},   {"int", DType::i32},       {"i64", DType::i64},
-      {"int64", DType::i64},   {"long", DType::i64},      {"f16", DType::f16},
-      {"float16", DType::f16}, {"half", DType::f16},      {"bf16", DType::bf16},
-      {"bfloat16", DType::bf16}, {"f32", DType::f32},     {"float32", DType::f32},
-      {"float", DType::f32},   {"f64", DType::f64},       {"float64", DType::f64},
+      {"u8", DType::u8},         {"uint8", DType::u8}, {"i32", DType::i32},
+      {"int32", DType::i32},     {"int", DType::i32},  {"i64", DType::i64},
+      {"int64", DType::i64},     {"long", DType::i64}, {"f16", DType::f16},
+      {"float16", DType::f16},   {"half", DType::f16}, {"bf16", DType::bf16},
+      {"bfloat16", DType::bf16}, {"f32", DType::f32},  {"float32", DType::f32},
+      {"float", DType::f32},     {"f64", DType::f64},  {"float64", DType::f64},
       {"double", DType::f64},
   };
   for (const auto& n : kNames) {
@@ -84,13 +98,20 @@ void convert(const void* src, DType from, void* dst, DType to, std::size_t count
     return;
   }
   switch (from) {
-    case DType::u8: return convert_from<std::uint8_t>(src, dst, to, count);
-    case DType::i32: return convert_from<std::int32_t>(src, dst, to, count);
-    case DType::i64: return convert_from<std::int64_t>(src, dst, to, count);
-    case DType::f16: return convert_from<Half>(src, dst, to, count);
-    case DType::bf16: return convert_from<BFloat16>(src, dst, to, count);
-    case DType::f32: return convert_from<float>(src, dst, to, count);
-    case DType::f64: return convert_from<double>(src, dst, to, count);
+    case DType::u8:
+      return convert_from<std::uint8_t>(src, dst, to, count);
+    case DType::i32:
+      return convert_from<std::int32_t>(src, dst, to, count);
+    case DType::i64:
+      return convert_from<std::int64_t>(src, dst, to, count);
+    case DType::f16:
+      return convert_from<Half>(src, dst, to, count);
+    case DType::bf16:
+      return convert_from<BFloat16>(src, dst, to, count);
+    case DType::f32:
+      return convert_from<float>(src, dst, to, count);
+    case DType::f64:
+      return convert_from<double>(src, dst, to, count);
   }
 }
 

@@ -62,9 +62,12 @@ void transpose_images(const ImageConvert& a) noexcept {
 void convert_image_cpu(const ImageConvert& args) noexcept {
   if (!args.normalize) return transpose_images(args);
   switch (args.dst_dtype) {
-    case DType::f16: return normalize_images<Half>(args);
-    case DType::bf16: return normalize_images<BFloat16>(args);
-    default: return normalize_images<float>(args);
+    case DType::f16:
+      return normalize_images<Half>(args);
+    case DType::bf16:
+      return normalize_images<BFloat16>(args);
+    default:
+      return normalize_images<float>(args);
   }
 }
 

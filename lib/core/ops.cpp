@@ -84,7 +84,8 @@ Tensor normalize_images(const Tensor& images, const Normalize& norm) {
   for (std::size_t c = 0; c < channels; ++c) {
     const float mean = norm.mean[norm.mean.size() == 1 ? 0 : c];
     const float sd = norm.std[norm.std.size() == 1 ? 0 : c];
-    if (sd == 0.0f) throw ConfigError(std::string(kWhere) + ": std of channel " + std::to_string(c) + " is 0");
+    if (sd == 0.0f)
+      throw ConfigError(std::string(kWhere) + ": std of channel " + std::to_string(c) + " is 0");
     args.mul[c] = norm.scale / sd;
     args.add[c] = -mean / sd;
   }

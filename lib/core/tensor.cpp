@@ -56,7 +56,8 @@ Tensor::Tensor(std::shared_ptr<detail::Storage> storage, std::size_t offset,
 Tensor Tensor::empty(std::vector<int64_t> shape, DType dtype, Device device, bool pinned) {
   const int64_t n = count_of(shape, "Tensor::empty");
   if (pinned && !device.is_cpu()) {
-    throw ConfigError("Tensor::empty: pinned memory is host memory; asked for it on " + device.str());
+    throw ConfigError("Tensor::empty: pinned memory is host memory; asked for it on " +
+                      device.str());
   }
   const std::size_t nbytes = static_cast<std::size_t>(n) * dtype_size(dtype);
   return {detail::allocate_storage(nbytes, device, pinned), 0, std::move(shape), dtype};
@@ -207,9 +208,10 @@ Tensor Tensor::slice(int64_t start, int64_t length) const {
   }
   std::vector<int64_t> shape = shape_;
   shape[0] = length;
-  const auto row_bytes = static_cast<std::size_t>(shape_[0] == 0 ? 0 : numel() / shape_[0]) *
-                         dtype_size(dtype_);
-  return {storage_, offset_ + static_cast<std::size_t>(start) * row_bytes, std::move(shape), dtype_};
+  const auto row_bytes =
+      static_cast<std::size_t>(shape_[0] == 0 ? 0 : numel() / shape_[0]) * dtype_size(dtype_);
+  return {storage_, offset_ + static_cast<std::size_t>(start) * row_bytes, std::move(shape),
+          dtype_};
 }
 
 Tensor Tensor::reshape(std::vector<int64_t> shape) const {

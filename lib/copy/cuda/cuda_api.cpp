@@ -54,8 +54,8 @@ std::string device_problem(int index) {
   const Probe& p = probe();
   if (p.count == 0) return p.reason;
   if (index < 0 || index >= p.count) {
-    return std::string(cudaGetErrorString(cudaErrorInvalidDevice)) + " (" + std::to_string(p.count) +
-           " device" + (p.count == 1 ? "" : "s") + ")";
+    return std::string(cudaGetErrorString(cudaErrorInvalidDevice)) + " (" +
+           std::to_string(p.count) + " device" + (p.count == 1 ? "" : "s") + ")";
   }
   return {};
 }
@@ -78,7 +78,8 @@ CopyEngine& engine(int index) {
   static std::mutex mutex;
   static std::array<CudaCopyEngine*, kMaxDevices> engines{};
   std::lock_guard lock(mutex);
-  if (index >= kMaxDevices) throw DeviceError("cuda:" + std::to_string(index) + ": too many devices");
+  if (index >= kMaxDevices)
+    throw DeviceError("cuda:" + std::to_string(index) + ": too many devices");
   auto& slot = engines[static_cast<std::size_t>(index)];
   if (slot == nullptr) {
     try {

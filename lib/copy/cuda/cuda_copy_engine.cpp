@@ -89,8 +89,8 @@ Event CudaCopyEngine::record_on(void* stream) {
 void CudaCopyEngine::stream_wait(void* stream, const Event& event) {
   if (void* native = event.native_handle()) {
     DeviceGuard guard(index_);
-    FERRY_CUDA_CHECK(
-        cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(native), 0));
+    FERRY_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream),
+                                         static_cast<cudaEvent_t>(native), 0));
     return;
   }
   event.synchronize();  // a host event: nothing on the GPU can wait for it

@@ -12,15 +12,16 @@
 namespace ferry::detail::cuda {
 
 /// "<file>:<line>: <expr>: <cudaGetErrorString>".
-[[noreturn]] void throw_cuda_error(cudaError_t status, const char* expr, const char* file, int line);
+[[noreturn]] void throw_cuda_error(cudaError_t status, const char* expr, const char* file,
+                                   int line);
 
 /// Checks a CUDA runtime call; throws DeviceError with the CUDA error text.
-#define FERRY_CUDA_CHECK(expr)                                                    \
-  do {                                                                            \
-    const cudaError_t ferry_status_ = (expr);                                     \
-    if (ferry_status_ != cudaSuccess) {                                           \
+#define FERRY_CUDA_CHECK(expr)                                                           \
+  do {                                                                                   \
+    const cudaError_t ferry_status_ = (expr);                                            \
+    if (ferry_status_ != cudaSuccess) {                                                  \
       ::ferry::detail::cuda::throw_cuda_error(ferry_status_, #expr, __FILE__, __LINE__); \
-    }                                                                             \
+    }                                                                                    \
   } while (false)
 
 /// Makes `device` current for the scope, and restores the previous one.

@@ -39,7 +39,8 @@ struct Geometry {
 
 // One thread per output element; reads stay coalesced along the plane.
 template <class Out>
-__global__ void normalize_kernel(const std::uint8_t* src, Out* dst, Geometry g, float4 mul, float4 add) {
+__global__ void normalize_kernel(const std::uint8_t* src, Out* dst, Geometry g, float4 mul,
+                                 float4 add) {
   const std::int64_t total = g.n * g.plane * g.c;
   const float m[4] = {mul.x, mul.y, mul.z, mul.w};
   const float a[4] = {add.x, add.y, add.z, add.w};
@@ -84,20 +85,27 @@ __global__ void convert_kernel(const S* src, D* dst, std::int64_t n) {
 
 template <class S, class D>
 void launch_pair(const void* src, void* dst, std::int64_t n, cudaStream_t stream) {
-  convert_kernel<S, D><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const S*>(src),
-                                                                static_cast<D*>(dst), n);
+  convert_kernel<S, D>
+      <<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const S*>(src), static_cast<D*>(dst), n);
 }
 
 template <class S>
 void launch_from(const void* src, DType to, void* dst, std::int64_t n, cudaStream_t stream) {
   switch (to) {
-    case DType::u8: return launch_pair<S, std::uint8_t>(src, dst, n, stream);
-    case DType::i32: return launch_pair<S, std::int32_t>(src, dst, n, stream);
-    case DType::i64: return launch_pair<S, std::int64_t>(src, dst, n, stream);
-    case DType::f16: return launch_pair<S, Half>(src, dst, n, stream);
-    case DType::bf16: return launch_pair<S, BFloat16>(src, dst, n, stream);
-    case DType::f32: return launch_pair<S, float>(src, dst, n, stream);
-    case DType::f64: return launch_pair<S, double>(src, dst, n, stream);
+    case DType::u8:
+      return launch_pair<S, std::uint8_t>(src, dst, n, stream);
+    case DType::i32:
+      return launch_pair<S, std::int32_t>(src, dst, n, stream);
+    case DType::i64:
+      return launch_pair<S, std::int64_t>(src, dst, n, stream);
+    case DType::f16:
+      return launch_pair<S, Half>(src, dst, n, stream);
+    case DType::bf16:
+      return launch_pair<S, BFloat16>(src, dst, n, stream);
+    case DType::f32:
+      return launch_pair<S, float>(src, dst, n, stream);
+    case DType::f64:
+      return launch_pair<S, double>(src, dst, n, stream);
   }
 }
 
@@ -114,13 +122,16 @@ void launch_convert_image(const ImageConvert& args, void* stream) {
     const auto* src = static_cast<const std::uint8_t*>(args.src);
     switch (args.dst_dtype) {
       case DType::f16:
-        normalize_kernel<<<blocks_for(total), kThreads, 0, s>>>(src, static_cast<Half*>(args.dst), g, mul, add);
+        normalize_kernel<<<blocks_for(total), kThreads, 0, s>>>(src, static_cast<Half*>(args.dst),
+                                                                g, mul, add);
         break;
       case DType::bf16:
-        normalize_kernel<<<blocks_for(total), kThreads, 0, s>>>(src, static_cast<BFloat16*>(args.dst), g, mul, add);
+        normalize_kernel<<<blocks_for(total), kThreads, 0, s>>>(
+            src, static_cast<BFloat16*>(args.dst), g, mul, add);
         break;
       default:
-        normalize_kernel<<<blocks_for(total), kThreads, 0, s>>>(src, static_cast<float*>(args.dst), g, mul, add);
+        normalize_kernel<<<blocks_for(total), kThreads, 0, s>>>(src, static_cast<float*>(args.dst),
+                                                                g, mul, add);
         break;
     }
   } else if (!args.to_chw) {
@@ -156,17 +167,32 @@ void launch_convert(const void* src, DType from, void* dst, DType to, std::size_
   const auto n = static_cast<std::int64_t>(count);
   if (n == 0) return;
   if (from == to) {
-    FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src, count * dtype_size(from), cudaMemcpyDeviceToDevice, s));
+    FERRY_CUDA_CHECK(
+        cudaMemcpyAsync(dst, src, count * dtype_size(from), cudaMemcpyDeviceToDevice, s));
     return;
   }
   switch (from) {
-    case DType::u8: launch_from<std::uint8_t>(src, to, dst, n, s); break;
-    case DType::i32: launch_from<std::int32_t>(src, to, dst, n, s); break;
-    case DType::i64: launch_from<std::int64_t>(src, to, dst, n, s); break;
-    case DType::f16: launch_from<Half>(src, to, dst, n, s); break;
-    case DType::bf16: launch_from<BFloat16>(src, to, dst, n, s); break;
-    case DType::f32: launch_from<float>(src, to, dst, n, s); break;
-    case DType::f64: launch_from<double>(src, to, dst, n, s); break;
+    case DType::u8:
+      launch_from<std::uint8_t>(src, to, dst, n, s);
+      break;
+    case DType::i32:
+      launch_from<std::int32_t>(src, to, dst, n, s);
+      break;
+    case DType::i64:
+      launch_from<std::int64_t>(src, to, dst, n, s);
+      break;
+    case DType::f16:
+      launch_from<Half>(src, to, dst, n, s);
+      break;
+    case DType::bf16:
+      launch_from<BFloat16>(src, to, dst, n, s);
+      break;
+    case DType::f32:
+      launch_from<float>(src, to, dst, n, s);
+      break;
+    case DType::f64:
+      launch_from<double>(src, to, dst, n, s);
+      break;
   }
   FERRY_CUDA_CHECK(cudaGetLastError());
 }

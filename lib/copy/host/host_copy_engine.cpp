@@ -50,7 +50,8 @@ void HostCopyEngine::copy_async(void* dst, const void* src, std::size_t nbytes, 
     if (nbytes != 0) std::memcpy(dst, src, nbytes);
     if (bandwidth > 0) {
       const std::chrono::duration<double> cost(static_cast<double>(nbytes) / bandwidth);
-      std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::nanoseconds>(cost));
+      std::this_thread::sleep_until(start +
+                                    std::chrono::duration_cast<std::chrono::nanoseconds>(cost));
     }
     bytes_copied_.fetch_add(nbytes);
   });

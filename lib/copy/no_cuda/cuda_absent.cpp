@@ -15,7 +15,9 @@ bool built() noexcept { return false; }
 int device_count() noexcept { return 0; }
 std::string unavailable_reason() { return kReason; }
 std::string device_problem(int /*index*/) { return kReason; }
-void* host_alloc(std::size_t /*nbytes*/) { throw DeviceError(std::string("cudaHostAlloc: ") + kReason); }
+void* host_alloc(std::size_t /*nbytes*/) {
+  throw DeviceError(std::string("cudaHostAlloc: ") + kReason);
+}
 void host_free(void* /*ptr*/) noexcept {}
 CopyEngine& engine(int index) {
   throw DeviceError("cuda:" + std::to_string(index) + " is not usable: " + kReason);
