@@ -1,6 +1,6 @@
 #include "ferry/memory.hpp"
 
-#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <bit>
@@ -25,6 +25,11 @@ std::size_t page_size() noexcept {
 }
 
 std::size_t round_up(std::size_t n, std::size_t to) noexcept { return (n + to - 1) / to * to; }
+
+// The system calls themselves: sanitizer runtimes replace mlock/munlock with no-ops that
+// report success, and locked() must tell the truth.
+bool lock_pages(void* p, std::size_t n) noexcept { return ::syscall(SYS_mlock, p, n) == 0; }
+void unlock_pages(void* p, std::size_t n) noexcept { (void)::syscall(SYS_munlock, p, n); }
 
 void* aligned_or_throw(std::size_t alignment, std::size_t nbytes) {
   // aligned_alloc needs a size that is a multiple of the alignment, and a non-zero one.
@@ -72,7 +77,7 @@ PinnedBuffer PinnedBuffer::allocate(std::size_t nbytes) {
   b.data_ = aligned_or_throw(page_size(), bytes);
   // mlock fails without CAP_IPC_LOCK beyond RLIMIT_MEMLOCK: then the memory is ordinary
   // pageable memory and locked() says so.
-  b.lock_ = ::mlock(b.data_, bytes) == 0 ? Lock::mlock : Lock::none;
+  b.lock_ = lock_pages(b.data_, bytes) ? Lock::mlock : Lock::none;
   return b;
 }
 
@@ -97,7 +102,7 @@ PinnedBuffer::~PinnedBuffer() {
     detail::cuda::host_free(data_);
     return;
   }
-  if (lock_ == Lock::mlock) ::munlock(data_, round_up(size_ == 0 ? 1 : size_, page_size()));
+  if (lock_ == Lock::mlock) unlock_pages(data_, round_up(size_ == 0 ? 1 : size_, page_size()));
   std::free(data_);
 }
 
