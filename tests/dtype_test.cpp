@@ -26,7 +26,7 @@ D convert_one(S value) {
 
 TEST(DType, SizesAndNames) {
   const std::vector<std::pair<DType, std::size_t>> sizes = {
-      {DType::u8, 1}, {DType::i32, 4}, {DType::i64, 8}, {DType::f16, 2},
+      {DType::u8, 1},   {DType::i32, 4}, {DType::i64, 8}, {DType::f16, 2},
       {DType::bf16, 2}, {DType::f32, 4}, {DType::f64, 8}};
   for (const auto& [t, size] : sizes) {
     EXPECT_EQ(ferry::dtype_size(t), size);
@@ -52,22 +52,22 @@ TEST(DType, HalfRoundsToNearestEvenWithExactTable) {
       {-0.0, 0x8000},
       {1.0, 0x3c00},
       {-2.0, 0xc000},
-      {65504.0, 0x7bff},                        // largest finite
-      {65519.99, 0x7bff},                       // just below the overflow threshold
-      {65520.0, 0x7c00},                        // ties away to infinity (even is 2^16)
-      {1e6, 0x7c00},                            // overflow
+      {65504.0, 0x7bff},   // largest finite
+      {65519.99, 0x7bff},  // just below the overflow threshold
+      {65520.0, 0x7c00},   // ties away to infinity (even is 2^16)
+      {1e6, 0x7c00},       // overflow
       {-1e6, 0xfc00},
-      {std::ldexp(1.0, -14), 0x0400},           // smallest normal
-      {std::ldexp(1.0, -24), 0x0001},           // smallest subnormal
-      {std::ldexp(1.0, -25), 0x0000},           // tie between 0 and 2^-24: even is 0
-      {std::ldexp(3.0, -26), 0x0001},           // above that tie
-      {std::ldexp(3.0, -25), 0x0002},           // tie between 1 and 2 units: even is 2
-      {std::ldexp(1023.5, -24), 0x0400},        // top subnormal rounds up into the normals
-      {1.0 + std::ldexp(1.0, -11), 0x3c00},     // tie: to even mantissa 0
-      {1.0 + std::ldexp(3.0, -11), 0x3c02},     // tie: to even mantissa 2
+      {std::ldexp(1.0, -14), 0x0400},        // smallest normal
+      {std::ldexp(1.0, -24), 0x0001},        // smallest subnormal
+      {std::ldexp(1.0, -25), 0x0000},        // tie between 0 and 2^-24: even is 0
+      {std::ldexp(3.0, -26), 0x0001},        // above that tie
+      {std::ldexp(3.0, -25), 0x0002},        // tie between 1 and 2 units: even is 2
+      {std::ldexp(1023.5, -24), 0x0400},     // top subnormal rounds up into the normals
+      {1.0 + std::ldexp(1.0, -11), 0x3c00},  // tie: to even mantissa 0
+      {1.0 + std::ldexp(3.0, -11), 0x3c02},  // tie: to even mantissa 2
       {1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40), 0x3c01},  // no double rounding
-      {2049.0, 0x6800},                         // 2048, tie to even
-      {2051.0, 0x6802},                         // 2052
+      {2049.0, 0x6800},                                             // 2048, tie to even
+      {2051.0, 0x6802},                                             // 2052
       {1.0 / 3.0, 0x3555},
       {kInf, 0x7c00},
       {-kInf, 0xfc00},
@@ -95,11 +95,11 @@ TEST(DType, BFloat16RoundsToNearestEvenWithExactTable) {
       {1.0 + std::ldexp(1.0, -8), 0x3f80},  // tie: even
       {1.0 + std::ldexp(3.0, -8), 0x3f82},  // tie: even
       {1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -30), 0x3f81},
-      {3.3895313892515355e38, 0x7f7f},       // largest finite
+      {3.3895313892515355e38, 0x7f7f},                                   // largest finite
       {static_cast<double>(std::numeric_limits<float>::max()), 0x7f80},  // rounds to infinity
-      {std::ldexp(1.0, -126), 0x0080},       // smallest normal
-      {std::ldexp(1.0, -133), 0x0001},       // smallest subnormal
-      {std::ldexp(1.0, -134), 0x0000},       // tie with 0
+      {std::ldexp(1.0, -126), 0x0080},                                   // smallest normal
+      {std::ldexp(1.0, -133), 0x0001},                                   // smallest subnormal
+      {std::ldexp(1.0, -134), 0x0000},                                   // tie with 0
       {kInf, 0x7f80},
       {-kInf, 0xff80},
       {-3.0, 0xc040},
@@ -109,7 +109,8 @@ TEST(DType, BFloat16RoundsToNearestEvenWithExactTable) {
     EXPECT_EQ(convert_one<BFloat16>(c.value).bits, c.bits) << c.value;
   }
   EXPECT_TRUE(std::isnan(ferry::to_float(ferry::to_bfloat16(kNaN))));
-  EXPECT_TRUE(std::isnan(ferry::to_float(convert_one<BFloat16>(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_TRUE(
+      std::isnan(ferry::to_float(convert_one<BFloat16>(std::numeric_limits<float>::quiet_NaN()))));
 }
 
 TEST(DType, EveryHalfAndBFloat16RoundTripsThroughFloat) {
@@ -150,8 +151,10 @@ TEST(DType, FloatToIntegerTruncatesSaturatesAndMapsNaNToZero) {
   EXPECT_EQ(convert_one<std::uint8_t>(-1.0f), 0);
   EXPECT_EQ(convert_one<std::uint8_t>(255.9f), 255);
   EXPECT_EQ(convert_one<std::uint8_t>(-0.9f), 0);
-  EXPECT_EQ(convert_one<std::int64_t>(std::ldexp(1.0, 63)), std::numeric_limits<std::int64_t>::max());
-  EXPECT_EQ(convert_one<std::int64_t>(-std::ldexp(1.0, 63)), std::numeric_limits<std::int64_t>::min());
+  EXPECT_EQ(convert_one<std::int64_t>(std::ldexp(1.0, 63)),
+            std::numeric_limits<std::int64_t>::max());
+  EXPECT_EQ(convert_one<std::int64_t>(-std::ldexp(1.0, 63)),
+            std::numeric_limits<std::int64_t>::min());
   EXPECT_EQ(convert_one<std::int64_t>(std::ldexp(1.0, 62)), std::int64_t{1} << 62);
   EXPECT_EQ(convert_one<std::int64_t>(ferry::to_half(-3.75)), -3);
   EXPECT_EQ(convert_one<std::uint8_t>(ferry::to_bfloat16(kInf)), 255);
@@ -197,9 +200,33 @@ TEST(DType, FloatWideningAndNarrowingKeepsNaNAndInfinity) {
   EXPECT_EQ(convert_one<BFloat16>(ferry::to_half(65504.0)).bits, ferry::to_bfloat16(65504.0).bits);
 }
 
+TEST(DType, NaNBecomesTheCanonicalQuietNaNWithItsSign) {
+  const std::uint32_t signalling_f32 = 0x7f800001u;
+  const std::uint32_t negative_payload_f32 = 0xffc12345u;
+  float f = 0;
+  std::memcpy(&f, &signalling_f32, sizeof f);
+  double d = convert_one<double>(f);
+  std::uint64_t d_bits = 0;
+  std::memcpy(&d_bits, &d, sizeof d_bits);
+  EXPECT_EQ(d_bits, 0x7ff8000000000000u);
+  std::memcpy(&f, &negative_payload_f32, sizeof f);
+  EXPECT_EQ(convert_one<Half>(f).bits, 0xfe00);
+  EXPECT_EQ(convert_one<BFloat16>(f).bits, 0xffc0);
+  EXPECT_EQ(convert_one<std::int32_t>(f), 0);
+  const float back = convert_one<float>(Half{0x7c01});  // signalling half NaN with payload 1
+  std::uint32_t back_bits = 0;
+  std::memcpy(&back_bits, &back, sizeof back_bits);
+  EXPECT_EQ(back_bits, 0x7fc00000u);
+  EXPECT_EQ(convert_one<Half>(BFloat16{0xff81}).bits, 0xfe00);
+  const float from_double = convert_one<float>(-kNaN);
+  std::memcpy(&back_bits, &from_double, sizeof back_bits);
+  EXPECT_EQ(back_bits, 0xffc00000u);
+}
+
 TEST(DType, BulkConvertMatchesElementRulesForEveryPair) {
   const std::vector<double> values = {0.0, -0.0, 1.5, -1.5, 2.5, 255.0, 65504.0, -70000.0, 1e-8};
-  const DType all[] = {DType::u8, DType::i32, DType::i64, DType::f16, DType::bf16, DType::f32, DType::f64};
+  const DType all[] = {DType::u8,   DType::i32, DType::i64, DType::f16,
+                       DType::bf16, DType::f32, DType::f64};
   for (const DType from : all) {
     std::vector<unsigned char> src(values.size() * ferry::dtype_size(from));
     ferry::convert(values.data(), DType::f64, src.data(), from, values.size());

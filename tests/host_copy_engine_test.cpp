@@ -1,3 +1,5 @@
+#include "copy/host/host_copy_engine.hpp"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -8,7 +10,6 @@
 #include <thread>
 #include <vector>
 
-#include "copy/host/host_copy_engine.hpp"
 #include "ferry/ferry.hpp"
 
 namespace {
@@ -111,7 +112,8 @@ TEST(HostCopyEngine, ConversionsMatchTheirCpuFunctions) {
   HostCopyEngine engine;
   const std::vector<float> values = {-1.5f, 0.25f, 70000.0f, 3.0f};
   auto half = engine.allocate(values.size() * 2);
-  engine.convert_async(values.data(), ferry::DType::f32, half.data(), ferry::DType::f16, values.size());
+  engine.convert_async(values.data(), ferry::DType::f32, half.data(), ferry::DType::f16,
+                       values.size());
   std::vector<std::uint8_t> image(2 * 3 * 4);  // [H=2, W=3, C=4]
   std::iota(image.begin(), image.end(), std::uint8_t{10});
   auto chw = engine.allocate(image.size());
@@ -130,7 +132,8 @@ TEST(HostCopyEngine, ConversionsMatchTheirCpuFunctions) {
   }
   const auto* out = static_cast<const std::uint8_t*>(chw.data());
   for (int c = 0; c < 4; ++c) {
-    for (int p = 0; p < 6; ++p) EXPECT_EQ(out[c * 6 + p], image[static_cast<std::size_t>(p * 4 + c)]);
+    for (int p = 0; p < 6; ++p)
+      EXPECT_EQ(out[c * 6 + p], image[static_cast<std::size_t>(p * 4 + c)]);
   }
 }
 

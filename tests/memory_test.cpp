@@ -1,5 +1,4 @@
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cstdint>
@@ -171,7 +170,8 @@ TEST(PinnedPool, ConcurrentAcquireAndReleaseKeepCountsExact) {
   for (auto& th : threads) th.join();
   const PinnedPool::Stats s = pool.stats();
   EXPECT_EQ(s.hits + s.misses, static_cast<std::uint64_t>(kThreads * kRounds));
-  EXPECT_LE(s.misses, static_cast<std::uint64_t>(kThreads * 3));  // at most one per thread per class
+  EXPECT_LE(s.misses,
+            static_cast<std::uint64_t>(kThreads * 3));  // at most one per thread per class
   EXPECT_EQ(s.in_use_bytes, 0U);
 }
 

@@ -59,7 +59,8 @@ TEST(NormalizeImages, HalfAndBFloat16AreTheF32ResultRoundedOnce) {
     const float* r = ref.data<float>();
     const auto* bits = static_cast<const std::uint16_t*>(out.data());
     for (int64_t i = 0; i < out.numel(); ++i) {
-      const auto expected = dtype == DType::f16 ? ferry::to_half(r[i]).bits : ferry::to_bfloat16(r[i]).bits;
+      const auto expected =
+          dtype == DType::f16 ? ferry::to_half(r[i]).bits : ferry::to_bfloat16(r[i]).bits;
       ASSERT_EQ(bits[i], expected) << ferry::dtype_name(dtype) << " at " << i;
     }
   }
@@ -81,9 +82,17 @@ TEST(NormalizeImages, RejectsBadArgumentsWithConfigError) {
   EXPECT_THROW((void)ferry::normalize_images(in.to(DType::f32), ok), ferry::ConfigError);
   EXPECT_THROW((void)ferry::normalize_images(in.reshape({12}), ok), ferry::ConfigError);
   EXPECT_THROW((void)ferry::normalize_images(images(1, 1, 1, 5), ok), ferry::ConfigError);
-  EXPECT_THROW((void)ferry::normalize_images(in, Normalize{{0.1f, 0.2f}, {0.5f}}), ferry::ConfigError);
-  EXPECT_THROW((void)ferry::normalize_images(in, Normalize{{0.1f}, {0.5f, 0.0f, 1.0f}}), ferry::ConfigError);
+  EXPECT_THROW((void)ferry::normalize_images(in, Normalize{{0.1f, 0.2f}, {0.5f}}),
+               ferry::ConfigError);
+  EXPECT_THROW((void)ferry::normalize_images(in, Normalize{{0.1f}, {0.5f, 0.0f, 1.0f}}),
+               ferry::ConfigError);
   EXPECT_THROW((void)ferry::normalize_images(in, Normalize{{0.1f}, {0.5f}, 1.0f, DType::i32}),
+               ferry::ConfigError);
+  // Factors that are not finite could make NaN, whose bits differ between CPU and GPU.
+  EXPECT_THROW((void)ferry::normalize_images(in, Normalize{{std::nanf("")}, {0.5f}}),
+               ferry::ConfigError);
+  EXPECT_THROW((void)ferry::normalize_images(in, Normalize{{0.5f}, {1e-45f}}), ferry::ConfigError);
+  EXPECT_THROW((void)ferry::normalize_images(in, Normalize{{0.5f}, {INFINITY}}),
                ferry::ConfigError);
   try {
     (void)ferry::normalize_images(in, Normalize{{0.1f}, {0.0f}});
@@ -105,7 +114,8 @@ TEST(HwcToChw, MovesElementsOfEveryWidth) {
       for (int64_t c = 0; c < 3; ++c)
         for (int64_t y = 0; y < 3; ++y)
           for (int64_t x = 0; x < 4; ++x)
-            ASSERT_EQ(back.data<std::uint8_t>()[((n * 3 + c) * 3 + y) * 4 + x], pixel(u8, n, y, x, c));
+            ASSERT_EQ(back.data<std::uint8_t>()[((n * 3 + c) * 3 + y) * 4 + x],
+                      pixel(u8, n, y, x, c));
   }
   EXPECT_THROW((void)ferry::hwc_to_chw(Tensor::empty({4, 4}, DType::u8)), ferry::ConfigError);
 }

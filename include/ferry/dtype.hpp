@@ -91,8 +91,10 @@ constexpr DType dtype_of<double>() noexcept {
 }
 
 /// Converts `count` host elements from `from` to `to`. The rules, the same on every device:
-/// * to f16/bf16/f32 from a wider type: round to nearest, ties to even; NaN and infinity kept;
-///   finite values beyond the range become infinity.
+/// * to f16/bf16/f32 from a wider type: round to nearest, ties to even; infinity kept; finite
+///   values beyond the range become infinity.
+/// * NaN to any floating type: the quiet NaN of that type with the same sign (payloads are not
+///   kept, so every device gives the same bits).
 /// * floating to integer: truncate toward zero, saturate at the integer's limits; NaN gives 0.
 /// * integer to integer: modulo 2^bits (two's complement), as C++20 and PyTorch.
 /// * u8/i32/i64 to floating: round to nearest, ties to even.

@@ -9,7 +9,8 @@ namespace ferry {
 
 /// Per-channel normalization of uint8 images: out = (x * scale - mean[c]) / std[c], computed as
 /// fma(x, scale / std[c], -mean[c] / std[c]) in f32 and then rounded to `dtype`, identically on
-/// every device. The defaults take PyTorch's 0..1 mean/std (torchvision's ToTensor + Normalize).
+/// every device. mean and std have no default; with the default scale they are in PyTorch's 0..1
+/// units (torchvision's ToTensor + Normalize), e.g. {0.485, 0.456, 0.406} / {0.229, 0.224, 0.225}.
 struct Normalize {
   std::vector<float> mean;      ///< one per channel, or one for all
   std::vector<float> std;       ///< one per channel, or one for all; none may be 0

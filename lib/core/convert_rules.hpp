@@ -124,8 +124,62 @@ FERRY_HD inline std::uint16_t bfloat16_bits_of_i64(std::int64_t v) {
   return bfloat16_bits(neg ? -mag : mag);
 }
 
+/// Whether a floating value is NaN, and its sign, read from its bits: hardware conversions of
+/// NaN differ (x86 keeps sign and payload, GPUs give one canonical NaN), so NaN never goes
+/// through them.
+struct NanInfo {
+  bool nan = false;
+  bool negative = false;
+};
+
+template <class S>
+FERRY_HD NanInfo nan_info(S v) {
+  if constexpr (std::is_same_v<S, Half>) {
+    return {(v.bits & 0x7c00u) == 0x7c00u && (v.bits & 0x03ffu) != 0, (v.bits & 0x8000u) != 0};
+  } else if constexpr (std::is_same_v<S, BFloat16>) {
+    return {(v.bits & 0x7f80u) == 0x7f80u && (v.bits & 0x007fu) != 0, (v.bits & 0x8000u) != 0};
+  } else if constexpr (std::is_same_v<S, float>) {
+    std::uint32_t u = 0;
+    std::memcpy(&u, &v, sizeof u);
+    return {(u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0, (u >> 31) != 0};
+  } else if constexpr (std::is_same_v<S, double>) {
+    std::uint64_t u = 0;
+    std::memcpy(&u, &v, sizeof u);
+    return {(u & 0x7ff0000000000000u) == 0x7ff0000000000000u && (u & 0x000fffffffffffffu) != 0,
+            (u >> 63) != 0};
+  } else {
+    return {};
+  }
+}
+
+/// The NaN every conversion gives: quiet, sign kept, no payload; 0 for integers.
+template <class D>
+FERRY_HD D canonical_nan(bool negative) {
+  if constexpr (std::is_same_v<D, Half>) {
+    return Half{static_cast<std::uint16_t>(negative ? 0xfe00u : 0x7e00u)};
+  } else if constexpr (std::is_same_v<D, BFloat16>) {
+    return BFloat16{static_cast<std::uint16_t>(negative ? 0xffc0u : 0x7fc0u)};
+  } else if constexpr (std::is_same_v<D, float>) {
+    const std::uint32_t u = negative ? 0xffc00000u : 0x7fc00000u;
+    float f = 0;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+  } else if constexpr (std::is_same_v<D, double>) {
+    const std::uint64_t u = negative ? 0xfff8000000000000u : 0x7ff8000000000000u;
+    double d = 0;
+    std::memcpy(&d, &u, sizeof d);
+    return d;
+  } else {
+    return D{0};
+  }
+}
+
 template <class S, class D>
 FERRY_HD D convert_one(S v) {
+  if constexpr (!std::is_same_v<S, D> && !std::is_integral_v<S>) {
+    const NanInfo n = nan_info(v);
+    if (n.nan) return canonical_nan<D>(n.negative);
+  }
   // Two branches share a body on purpose: the cases differ in why one rounding suffices.
   if constexpr (std::is_same_v<S, D>) {
     return v;

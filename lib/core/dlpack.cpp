@@ -65,8 +65,10 @@ DLManagedTensor* Tensor::to_dlpack() const {
     holder->strides[i - 2] = holder->strides[i - 1] * shape_[i - 1];
   }
   DLTensor& t = holder->managed.dl_tensor;
-  t.data = storage_->data();
-  t.byte_offset = offset_;
+  // The offset goes into the pointer, as PyTorch's own toDLPack does: at::fromDLPack (1.13)
+  // ignores byte_offset, and a slice would arrive as the wrong rows.
+  t.data = static_cast<char*>(storage_->data()) + offset_;
+  t.byte_offset = 0;
   const Device d = device();
   t.device = d.is_cpu() ? DLDevice{kDLCPU, 0} : DLDevice{kDLCUDA, d.index()};
   t.ndim = static_cast<int32_t>(shape_.size());

@@ -1,5 +1,6 @@
 #include "ferry/ops.hpp"
 
+#include <cmath>
 #include <string>
 
 #include "copy/copy_engine.hpp"
@@ -84,10 +85,18 @@ Tensor normalize_images(const Tensor& images, const Normalize& norm) {
   for (std::size_t c = 0; c < channels; ++c) {
     const float mean = norm.mean[norm.mean.size() == 1 ? 0 : c];
     const float sd = norm.std[norm.std.size() == 1 ? 0 : c];
-    if (sd == 0.0f)
+    if (sd == 0.0f) {
       throw ConfigError(std::string(kWhere) + ": std of channel " + std::to_string(c) + " is 0");
+    }
     args.mul[c] = norm.scale / sd;
     args.add[c] = -mean / sd;
+    // Finite factors keep NaN out of every result (x is 0..255), so CPU and GPU agree bit for bit.
+    if (!std::isfinite(mean) || !std::isfinite(sd) || !std::isfinite(args.mul[c]) ||
+        !std::isfinite(args.add[c])) {
+      throw ConfigError(std::string(kWhere) + ": mean/std of channel " + std::to_string(c) +
+                        " give a non-finite factor (mean " + std::to_string(mean) + ", std " +
+                        std::to_string(sd) + ", scale " + std::to_string(norm.scale) + ")");
+    }
   }
   args.src_dtype = DType::u8;
   args.dst_dtype = norm.dtype;
