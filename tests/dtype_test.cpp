@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/convert_rules.hpp"
 #include "ferry/ferry.hpp"
 
 namespace {
@@ -221,6 +222,31 @@ TEST(DType, NaNBecomesTheCanonicalQuietNaNWithItsSign) {
   const float from_double = convert_one<float>(-kNaN);
   std::memcpy(&back_bits, &from_double, sizeof back_bits);
   EXPECT_EQ(back_bits, 0xffc00000u);
+}
+
+TEST(DType, FastFloatPathsAgreeWithTheExactRoundingAcrossAllExponents) {
+  namespace rules = ferry::detail::rules;
+  // Every exponent, many mantissas, both signs: a stride through all 2^32 patterns plus the
+  // patterns next to every rounding boundary of half (mantissa low 13 bits near 0x1000).
+  std::vector<std::uint32_t> patterns;
+  for (std::uint64_t u = 0; u <= 0xffffffffu; u += 4093)
+    patterns.push_back(static_cast<std::uint32_t>(u));
+  for (std::uint32_t e = 0; e < 255; ++e) {
+    for (std::uint32_t low :
+         {0x0fffu, 0x1000u, 0x1001u, 0x2fffu, 0x3000u, 0x3001u, 0x7fffu, 0x8000u, 0x8001u}) {
+      for (std::uint32_t high : {0u, 1u, 0x3ffu, 0x155u}) {
+        patterns.push_back((e << 23) | (high << 13) | low);
+        patterns.push_back(0x80000000u | (e << 23) | (high << 13) | low);
+      }
+    }
+  }
+  for (const std::uint32_t u : patterns) {
+    float f = 0;
+    std::memcpy(&f, &u, sizeof f);
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(rules::half_bits_of_float(u), rules::half_bits(f)) << std::hex << u;
+    ASSERT_EQ(rules::bfloat16_bits_of_float(u), rules::bfloat16_bits(f)) << std::hex << u;
+  }
 }
 
 TEST(DType, BulkConvertMatchesElementRulesForEveryPair) {

@@ -60,6 +60,35 @@ FERRY_HD inline std::uint16_t bfloat16_bits(double v) {
   return static_cast<std::uint16_t>(sign | round_magnitude(::fabs(v), 7, 127));
 }
 
+/// f32 (finite or infinite, not NaN) to half bits in integer arithmetic: the same result as
+/// half_bits(double(f)), about ten times faster. Used on the per-element paths.
+FERRY_HD inline std::uint16_t half_bits_of_float(std::uint32_t x) {
+  const auto sign = static_cast<std::uint16_t>((x >> 16) & 0x8000u);
+  x &= 0x7fffffffu;
+  if (x >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // >= 65520: infinity
+  const std::uint32_t e = x >> 23;
+  if (e <= 101) return sign;  // below 2^-25: rounds to zero
+  const std::uint32_t m = (x & 0x7fffffu) | 0x800000u;
+  std::uint32_t shift = 13;  // normal: keep the top 10 of 23 mantissa bits
+  std::uint32_t q = 0;
+  if (e < 113) {  // below 2^-14: a subnormal half, units of 2^-24
+    shift = 126 - e;
+    q = m >> shift;
+  } else {
+    q = ((e - 112) << 10) | ((x & 0x7fffffu) >> 13);
+  }
+  const std::uint32_t rest = m & ((1u << shift) - 1);
+  const std::uint32_t half_ulp = 1u << (shift - 1);
+  if (rest > half_ulp || (rest == half_ulp && (q & 1u) != 0))
+    ++q;  // a carry may reach the exponent
+  return static_cast<std::uint16_t>(sign | q);
+}
+
+/// f32 (not NaN) to bfloat16 bits: round the low 16 bits away, ties to even.
+FERRY_HD inline std::uint16_t bfloat16_bits_of_float(std::uint32_t x) {
+  return static_cast<std::uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
 FERRY_HD inline float half_to_float(std::uint16_t bits) {
   const std::uint32_t exp = (bits >> 10) & 0x1fu;
   const std::uint32_t man = bits & 0x3ffu;
@@ -189,10 +218,20 @@ FERRY_HD D convert_one(S v) {
   } else if constexpr (std::is_integral_v<D>) {
     return float_to_int<D>(as_double(v));
   } else if constexpr (std::is_same_v<D, Half>) {
-    // i64 beyond 2^53 is far beyond half's range: infinity whatever double rounding did.
-    return Half{half_bits(as_double(v))};
+    if constexpr (std::is_same_v<S, float>) {
+      std::uint32_t u = 0;
+      std::memcpy(&u, &v, sizeof u);
+      return Half{half_bits_of_float(u)};  // NaN was handled above
+    } else {
+      // i64 beyond 2^53 is far beyond half's range: infinity whatever double rounding did.
+      return Half{half_bits(as_double(v))};
+    }
   } else if constexpr (std::is_same_v<D, BFloat16>) {
-    if constexpr (std::is_same_v<S, std::int64_t>) {
+    if constexpr (std::is_same_v<S, float>) {
+      std::uint32_t u = 0;
+      std::memcpy(&u, &v, sizeof u);
+      return BFloat16{bfloat16_bits_of_float(u)};
+    } else if constexpr (std::is_same_v<S, std::int64_t>) {
       return BFloat16{bfloat16_bits_of_i64(v)};
     } else {
       return BFloat16{bfloat16_bits(as_double(v))};

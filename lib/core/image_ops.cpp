@@ -3,17 +3,25 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/convert_rules.hpp"
+
 namespace ferry::detail {
 namespace {
 
+// The f32 result rounded once to the output type. No NaN reaches here: normalize_images
+// accepts only finite factors.
 template <class Out>
 Out from_f32(float v) noexcept {
   if constexpr (std::is_same_v<Out, float>) {
     return v;
-  } else if constexpr (std::is_same_v<Out, Half>) {
-    return to_half(static_cast<double>(v));
   } else {
-    return to_bfloat16(static_cast<double>(v));
+    std::uint32_t u = 0;
+    std::memcpy(&u, &v, sizeof u);
+    if constexpr (std::is_same_v<Out, Half>) {
+      return Half{rules::half_bits_of_float(u)};
+    } else {
+      return BFloat16{rules::bfloat16_bits_of_float(u)};
+    }
   }
 }
 
