@@ -91,4 +91,12 @@ CopyEngine& engine(int index) {
   return *slot;
 }
 
+std::unique_ptr<CopyEngine> make_engine(int index) {
+  const std::string problem = device_problem(index);
+  if (!problem.empty()) {
+    throw DeviceError("cuda:" + std::to_string(index) + " is not usable: " + problem);
+  }
+  return std::make_unique<CudaCopyEngine>(index);
+}
+
 }  // namespace ferry::detail::cuda

@@ -4,6 +4,7 @@
 // cuda_api.cpp when ferry is built with CUDA, by no_cuda/cuda_absent.cpp otherwise.
 
 #include <cstddef>
+#include <memory>
 #include <string>
 
 namespace ferry::detail {
@@ -27,5 +28,8 @@ void host_free(void* ptr) noexcept;
 /// The process-wide copy engine of cuda:index, made on first use.
 /// \throws DeviceError when the device is not usable.
 CopyEngine& engine(int index);
+/// A copy engine of its own for cuda:index (its own stream), as a loader's copy stage uses.
+/// \throws DeviceError when the device is not usable.
+std::unique_ptr<CopyEngine> make_engine(int index);
 
 }  // namespace ferry::detail::cuda

@@ -54,6 +54,10 @@ void HostCopyEngine::copy_async(void* dst, const void* src, std::size_t nbytes, 
                                     std::chrono::duration_cast<std::chrono::nanoseconds>(cost));
     }
     bytes_copied_.fetch_add(nbytes);
+    busy_ns_.fetch_add(
+        static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                       std::chrono::steady_clock::now() - start)
+                                       .count()));
   });
 }
 

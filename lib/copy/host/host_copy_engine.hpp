@@ -56,6 +56,8 @@ class HostCopyEngine final : public CopyEngine {
 
   /// Bytes copied so far (by finished copies).
   std::uint64_t bytes_copied() const noexcept { return bytes_copied_.load(); }
+  /// Seconds the copy thread spent copying (injected time included).
+  double busy_seconds() const noexcept { return static_cast<double>(busy_ns_.load()) * 1e-9; }
 
  private:
   void enqueue(std::function<void()> work);
@@ -67,6 +69,7 @@ class HostCopyEngine final : public CopyEngine {
   std::deque<std::function<void()>> queue_;
   bool stopping_ = false;
   std::atomic<std::uint64_t> bytes_copied_{0};
+  std::atomic<std::uint64_t> busy_ns_{0};
   std::thread thread_;  // last: starts after everything it uses exists
 };
 

@@ -1,7 +1,10 @@
 // The CUDA runtime of a build without the CUDA toolkit: no device is ever usable.
 
+#include <memory>
 #include <new>
+#include <string>
 
+#include "copy/copy_engine.hpp"
 #include "copy/cuda/cuda_api.hpp"
 #include "ferry/error.hpp"
 
@@ -19,6 +22,10 @@ void* host_alloc(std::size_t /*nbytes*/) {
   throw DeviceError(std::string("cudaHostAlloc: ") + kReason);
 }
 void host_free(void* /*ptr*/) noexcept {}
+std::unique_ptr<CopyEngine> make_engine(int index) {
+  throw DeviceError("cuda:" + std::to_string(index) + " is not usable: " + kReason);
+}
+
 CopyEngine& engine(int index) {
   throw DeviceError("cuda:" + std::to_string(index) + " is not usable: " + kReason);
 }

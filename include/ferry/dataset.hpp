@@ -1,0 +1,99 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ferry/dtype.hpp"
+#include "ferry/tensor.hpp"
+
+namespace ferry {
+
+/// One field of a sample: its name, element type and per-sample shape ({} for a scalar).
+struct FieldSpec {
+  std::string name;
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape;
+
+  /// Bytes of one sample of this field.
+  std::size_t sample_bytes() const noexcept;
+  friend bool operator==(const FieldSpec&, const FieldSpec&) = default;
+};
+
+namespace detail {
+struct SlotLayout;
+}
+
+/// Where Dataset::read() writes one sample: its place inside the batch being filled, one
+/// region per field, in the order of Dataset::fields(). A plain view, valid during read().
+class SampleRef {
+ public:
+  SampleRef(const detail::SlotLayout* layout, std::byte* batch, std::size_t position,
+            std::uint64_t seed) noexcept
+      : layout_(layout), batch_(batch), position_(position), seed_(seed) {}
+
+  /// The bytes of field `field` for this sample. \pre field < fields().size().
+  void* data(std::size_t field) const;
+  /// Their size: FieldSpec::sample_bytes() of that field.
+  std::size_t nbytes(std::size_t field) const;
+  /// Typed data(); the caller knows the field's dtype.
+  template <class T>
+  T* as(std::size_t field) const {
+    return static_cast<T*>(data(field));
+  }
+  /// A seed for this sample's randomness (augmentation), from (seed, epoch, index) only: the
+  /// same whatever the worker count or timing.
+  std::uint64_t seed() const noexcept { return seed_; }
+
+ private:
+  const detail::SlotLayout* layout_;
+  std::byte* batch_;
+  std::size_t position_;
+  std::uint64_t seed_;
+};
+
+/// Random-access samples. read() is called from many threads at once, for different indices.
+class Dataset {
+ public:
+  Dataset() = default;
+  Dataset(const Dataset&) = delete;
+  Dataset& operator=(const Dataset&) = delete;
+  virtual ~Dataset() = default;
+
+  /// Number of samples.
+  virtual std::size_t size() const = 0;
+  /// The fields every sample has; fixed for the dataset's life.
+  virtual std::vector<FieldSpec> fields() const = 0;
+  /// Writes sample `index` into `out`'s fields. Throws (preferably DataError naming the file
+  /// and place) when the sample cannot be read; the loader adds the sample index.
+  virtual void read(std::size_t index, SampleRef out) const = 0;
+};
+
+/// A dataset of tensors that share dimension 0 (the sample): {{"x", x}, {"y", y}}. Field i is
+/// named as given, with the tensor's dtype and its shape without dimension 0. When the tensors
+/// live on a GPU and the loader runs on that GPU, batches are gathered there and nothing
+/// crosses the bus.
+class TensorDataset final : public Dataset {
+ public:
+  /// \throws ConfigError when there are no tensors, a name repeats, a tensor is a scalar,
+  /// the tensors disagree on dimension 0 or live on different devices.
+  explicit TensorDataset(std::vector<std::pair<std::string, Tensor>> tensors);
+
+  std::size_t size() const override { return size_; }
+  std::vector<FieldSpec> fields() const override { return fields_; }
+  void read(std::size_t index, SampleRef out) const override;
+
+  /// The tensors, in field order.
+  const std::vector<Tensor>& tensors() const noexcept { return tensors_; }
+  /// Where the tensors live.
+  Device device() const noexcept;
+
+ private:
+  std::vector<Tensor> tensors_;
+  std::vector<FieldSpec> fields_;
+  std::size_t size_ = 0;
+};
+
+}  // namespace ferry

@@ -1,0 +1,209 @@
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/dataset.hpp"
+#include "ferry/device.hpp"
+#include "ferry/tensor.hpp"
+
+namespace ferry {
+
+/// What the loader does with a sample whose read() throws.
+enum class ErrorPolicy {
+  raise,  ///< the epoch stops: next() rethrows it as DataError naming the sample index
+  skip,   ///< the sample is left out of its batch, counted and its reason kept (stats())
+};
+
+/// Runs the copy stage on the host copy engine even when the device is the CPU: batches are
+/// copied into separate host buffers on a copy thread, at `bytes_per_second` if > 0. It stands
+/// in for a GPU in tests and benchmarks; the batches are the same.
+struct SimulatedCopy {
+  bool enabled = false;
+  double bytes_per_second = 0;
+};
+
+struct LoaderOptions {
+  std::size_t batch_size = 32;
+  bool shuffle = false;
+  std::uint64_t seed = 0;
+  bool drop_last = false;  ///< drop the last partial batch (and the shard remainder)
+  int workers = 0;         ///< oneTBB worker threads; 0: one per core
+  int prefetch = 4;        ///< pinned staging slots (batches in flight), >= 1
+  int device_buffers = 2;  ///< device buffers (double buffering), >= 2
+  Device device = Device::best();
+  bool pin_memory = true;  ///< page-locked staging when copying to a GPU
+  int rank = 0, world_size = 1;
+  ErrorPolicy on_error = ErrorPolicy::raise;
+  void* stream = nullptr;       ///< CUDA stream the consumer computes on (nullptr: default)
+  SimulatedCopy simulate_copy;  ///< tests and benchmarks: see SimulatedCopy
+
+  /// Options for this process of a distributed job: rank and world size from RANK / WORLD_SIZE
+  /// / LOCAL_RANK (torchrun) or OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK (mpirun); the device
+  /// is cuda:LOCAL_RANK where that GPU exists, else the CPU. Unset variables keep the defaults.
+  /// \throws ConfigError on a malformed value.
+  static LoaderOptions from_env();
+};
+
+/// Where a run stands, to resume it exactly: "ferry-state v1 seed=S epoch=E next_batch=K".
+struct LoaderState {
+  std::uint64_t seed = 0;
+  std::uint64_t epoch = 0;
+  std::size_t next_batch = 0;
+
+  std::string str() const;
+  /// \throws ConfigError quoting the text when it is not what str() writes.
+  static LoaderState parse(std::string_view text);
+  friend bool operator==(const LoaderState&, const LoaderState&) = default;
+};
+
+/// Time and volume per stage, summed since the loader was made.
+struct LoaderStats {
+  std::uint64_t batches = 0;              ///< delivered to the consumer
+  std::uint64_t samples = 0;              ///< delivered
+  std::uint64_t bytes = 0;                ///< delivered batch bytes (staging layout)
+  std::uint64_t skipped = 0;              ///< samples left out under ErrorPolicy::skip
+  std::vector<std::string> skip_reasons;  ///< the first 100 reasons
+  double read_seconds = 0;                ///< workers inside Dataset::read (summed over threads)
+  double worker_capacity_seconds = 0;     ///< workers × time batches were being filled
+  double slot_wait_seconds = 0;           ///< planning waited for a free staging slot
+  double copy_seconds = 0;                ///< copy stage busy (queueing and waiting for copies)
+  double consumer_wait_seconds = 0;       ///< next() waited for data
+  double wall_seconds = 0;                ///< epochs' wall time
+  double first_batch_seconds = 0;         ///< epoch start to first batch, last epoch
+  std::uint64_t staging_allocations = 0;  ///< staging slots ever allocated (== prefetch)
+  std::uint64_t device_allocations = 0;   ///< device buffers ever allocated
+
+  /// Fraction of wall time the consumer waited for data.
+  double consumer_wait_fraction() const noexcept;
+  /// Fraction of worker capacity spent reading.
+  double worker_busy_fraction() const noexcept;
+  /// One line that names the bottleneck, e.g. "input-bound: the consumer waited 41% of wall
+  /// time; workers were 98% busy".
+  std::string summary() const;
+};
+
+namespace detail {
+class EpochRun;
+struct Lease;
+struct LoaderImpl;
+}  // namespace detail
+
+/// One batch: a tensor per field, [batch, ...field shape], on the loader's device.
+///
+/// A Batch handed out by the epoch's iterator is valid until the iterator advances. To keep
+/// one longer, copy it (or keep any of its tensors): the copy takes its buffer out of the ring
+/// until the last copy goes. Keeping as many batches as there are buffers stalls the ring;
+/// next() then throws ConfigError instead of waiting for ever.
+class Batch {
+ public:
+  Batch() = default;
+  /// The field's tensor. \throws ConfigError for an unknown name.
+  const Tensor& operator[](std::string_view field) const;
+  /// The field's tensor by position in Dataset::fields().
+  const Tensor& at(std::size_t field) const { return tensors_.at(field); }
+  /// Samples in this batch.
+  std::size_t size() const noexcept { return indices_.size(); }
+  /// Dataset indices, in batch order.
+  std::span<const std::uint64_t> indices() const noexcept { return indices_; }
+  /// The batch's position in its epoch.
+  std::size_t number() const noexcept { return number_; }
+  /// Completes when the batch is on its device (the copy stream's event).
+  const Event& ready_event() const noexcept { return ready_; }
+
+ private:
+  friend class detail::EpochRun;
+  std::vector<Tensor> tensors_;
+  std::shared_ptr<const std::vector<std::string>> names_;
+  std::vector<std::uint64_t> indices_;
+  std::size_t number_ = 0;
+  Event ready_;
+  std::shared_ptr<detail::Lease> lease_;
+};
+
+/// One epoch being iterated: `for (const Batch& b : loader.epoch(e))`. Move-only. Destroying
+/// it early stops the pipeline promptly and frees everything in flight. Iterate it from one
+/// thread.
+class Epoch {
+ public:
+  class iterator {
+   public:
+    using value_type = Batch;
+    using difference_type = std::ptrdiff_t;
+    iterator() = default;
+    const Batch& operator*() const noexcept { return *batch_; }
+    const Batch* operator->() const noexcept { return batch_; }
+    /// Moves to the next batch. \throws DataError, DeviceError, ConfigError (see next()).
+    iterator& operator++();
+    void operator++(int) { ++*this; }
+    friend bool operator==(const iterator& it, std::default_sentinel_t) noexcept {
+      return it.batch_ == nullptr;
+    }
+
+   private:
+    friend class Epoch;
+    explicit iterator(Epoch* epoch);
+    Epoch* epoch_ = nullptr;
+    const Batch* batch_ = nullptr;
+  };
+
+  Epoch(Epoch&&) noexcept;
+  Epoch& operator=(Epoch&&) noexcept;
+  Epoch(const Epoch&) = delete;
+  Epoch& operator=(const Epoch&) = delete;
+  ~Epoch();
+
+  /// The first batch's iterator (fetches it). Call once.
+  iterator begin();
+  std::default_sentinel_t end() const noexcept { return {}; }
+  /// The next batch, or nullptr after the last. The previous batch is released.
+  /// \throws DataError for a sample that failed under ErrorPolicy::raise (the epoch is over
+  /// then), DeviceError for a CUDA failure.
+  const Batch* next();
+  /// Batches this epoch yields in all (from its start batch).
+  std::size_t size() const noexcept;
+
+ private:
+  friend class Loader;
+  explicit Epoch(std::unique_ptr<detail::EpochRun> run) noexcept;
+  std::unique_ptr<detail::EpochRun> run_;
+};
+
+/// Feeds a training loop: batches of `dataset`, already on `options.device`. One epoch is
+/// iterated at a time; call epoch() again for the next. Staging slots and device buffers are
+/// made once and reused by every epoch.
+class Loader {
+ public:
+  /// \throws ConfigError for bad options (batch_size 0, prefetch < 1, device_buffers < 2,
+  /// rank outside [0, world_size), negative workers), DeviceError for an unusable device.
+  Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options);
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  /// Starts epoch `e` at batch `start_batch` (0: from the beginning): the same batches, in
+  /// the same order, as an uninterrupted run would give from there.
+  /// \throws ConfigError when another epoch of this loader is still being iterated.
+  Epoch epoch(std::uint64_t e, std::size_t start_batch = 0);
+  /// Continues where `state` (from state(), perhaps of another process) left off.
+  /// \throws ConfigError when the state's seed is not this loader's.
+  Epoch resume(const LoaderState& state);
+  /// Batches per epoch for this rank.
+  std::size_t batches_per_epoch() const;
+  /// Where the consumer stands: the epoch last started and the next batch it would receive.
+  LoaderState state() const;
+  LoaderStats stats() const;
+  const LoaderOptions& options() const noexcept;
+
+ private:
+  std::shared_ptr<detail::LoaderImpl> impl_;
+};
+
+}  // namespace ferry

@@ -1,0 +1,744 @@
+// The pipeline: planner thread → oneTBB workers fill staging slots → copy thread (device
+// path) → the consumer's next(). See docs/ARCHITECTURE.md for who runs what.
+
+#include "ferry/loader.hpp"
+
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/global_control.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include <algorithm>
+#include <atomic>
+#include <boost/lockfree/queue.hpp>
+#include <boost/lockfree/spsc_queue.hpp>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <variant>
+
+#include "copy/copy_engine.hpp"
+#include "copy/cuda/cuda_api.hpp"
+#include "copy/host/host_copy_engine.hpp"
+#include "core/storage.hpp"
+#include "pipeline/sampler.hpp"
+#include "pipeline/staging.hpp"
+
+namespace ferry {
+
+namespace detail {
+
+using Clock = std::chrono::steady_clock;
+
+inline std::uint64_t nanos_since(Clock::time_point start) noexcept {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
+}
+
+/// Slot and buffer indices travel through lock-free queues; free lists take returns from any
+/// thread (a kept batch may be released anywhere), the in-order hand-offs are single-producer
+/// single-consumer.
+using FreeList = boost::lockfree::queue<std::uint32_t>;
+struct Planned {
+  std::uint32_t slot = 0;
+  std::uint64_t number = 0;
+};
+using PlannedQueue = boost::lockfree::spsc_queue<Planned>;
+using ReadyQueue = boost::lockfree::spsc_queue<std::uint32_t>;
+
+}  // namespace detail
+
+/// Everything a loader owns across epochs: the dataset, the staging ring, device buffers, the
+/// copy engine and the worker arena. Shared by the loader, its running epoch and every lease,
+/// so a batch kept past its loader stays valid.
+namespace detail {
+struct LoaderImpl {
+  LoaderImpl(std::shared_ptr<const Dataset> d, LoaderOptions o);
+
+  std::shared_ptr<const Dataset> dataset;
+  LoaderOptions options;
+  std::vector<FieldSpec> fields;
+  std::shared_ptr<const std::vector<std::string>> names;
+  detail::SlotLayout layout;
+  detail::Sampler sampler;
+  int workers;
+  bool device_path;  // a copy stage exists (a GPU, or the simulated copy)
+
+  std::vector<std::variant<HostBuffer, PinnedBuffer>> staging;
+  std::vector<std::unique_ptr<detail::Slot>> slots;
+  std::vector<std::unique_ptr<detail::DeviceSlot>> device_slots;
+  std::unique_ptr<detail::CopyEngine> engine;
+  detail::HostCopyEngine* host_engine = nullptr;  // engine, when it is the simulated one
+
+  detail::FreeList free_slots;
+  detail::FreeList free_device;
+  detail::Signal slot_returned;    // a slot went back to free_slots
+  detail::Signal device_returned;  // a device buffer went back to free_device
+  std::atomic<int> kept{0};        // leases alive besides the epoch's current batch
+
+  std::optional<tbb::global_control> parallelism;
+  tbb::task_arena arena;
+
+  std::mutex run_mutex;
+  detail::EpochRun* active = nullptr;  // guarded by run_mutex
+
+  // Stats, in nanoseconds where timed.
+  std::atomic<std::uint64_t> batches{0}, samples{0}, bytes{0}, skipped{0};
+  std::atomic<std::uint64_t> read_ns{0}, fill_wall_ns{0}, slot_wait_ns{0}, copy_ns{0};
+  std::atomic<std::uint64_t> consumer_wait_ns{0}, wall_ns{0}, first_batch_ns{0};
+  std::atomic<std::uint64_t> staging_allocations{0}, device_allocations{0};
+  std::mutex reasons_mutex;
+  std::vector<std::string> skip_reasons;  // guarded by reasons_mutex
+
+  std::atomic<std::uint64_t> state_epoch{0};
+  std::atomic<std::uint64_t> state_next{0};
+
+  void return_slot(std::uint32_t slot) {
+    while (!free_slots.push(slot)) {
+    }  // never full: it holds at most every slot
+    slot_returned.notify();
+  }
+  void return_device(std::uint32_t d) {
+    while (!free_device.push(d)) {
+    }
+    device_returned.notify();
+  }
+};
+
+/// The hold a batch has on its buffer: a staging slot (CPU path) or a device buffer. The
+/// buffer goes back to the ring when the last copy of the batch, or of one of its tensors, goes.
+struct Lease {
+  Lease(std::shared_ptr<LoaderImpl> impl, std::uint32_t id, bool device)
+      : impl_(std::move(impl)), id_(id), device_(device) {}
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+  ~Lease() {
+    if (counted_) impl_->kept.fetch_sub(1);
+    if (!device_) {
+      impl_->return_slot(id_);
+      return;
+    }
+    DeviceSlot& d = *impl_->device_slots[id_];
+    try {
+      // The copy stream waits for this before it overwrites the buffer: work the consumer
+      // queued on its stream may still read it.
+      d.released = impl_->engine->record_on(impl_->options.stream);
+    } catch (...) {
+      // No event: then nothing may be queued on the consumer's stream any more, or the
+      // buffer could be overwritten under it. Wait for the device instead.
+      try {
+        impl_->engine->synchronize();
+      } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor has no one to tell
+      }
+      d.released = Event();
+    }
+    impl_->return_device(id_);
+  }
+  /// Called when the epoch lets go of the batch: from then on the lease is a kept one.
+  void mark_kept() {
+    counted_ = true;
+    impl_->kept.fetch_add(1);
+  }
+
+ private:
+  std::shared_ptr<LoaderImpl> impl_;
+  std::uint32_t id_;
+  bool device_;
+  bool counted_ = false;
+};
+
+/// One epoch in flight: the planner thread, the fill tasks it gives the arena, the copy thread
+/// (device path), and the consumer's side.
+class EpochRun {
+ public:
+  EpochRun(std::shared_ptr<LoaderImpl> impl, std::uint64_t epoch, std::size_t start);
+  EpochRun(const EpochRun&) = delete;
+  EpochRun& operator=(const EpochRun&) = delete;
+  ~EpochRun();
+
+  const Batch* next();
+  std::size_t size() const noexcept { return end_ - start_; }
+
+ private:
+  void plan();
+  void fill(std::uint32_t slot_id, std::uint64_t number);
+  void copy();
+  void settle_failures(Slot& slot);
+  void stop() noexcept;
+  void release_current();
+  void finish_stats() noexcept;
+  template <class Ready>
+  void wait_for(Signal& signal, Ready ready, std::atomic<std::uint64_t>* waited_ns);
+
+  std::shared_ptr<LoaderImpl> impl_;
+  std::uint64_t epoch_;
+  std::size_t start_, end_;
+  std::size_t next_;  // the batch the consumer receives next
+
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> in_flight_{0};  // fill tasks queued or running
+  Signal filled_;                  // a fill task finished
+  Signal planned_signal_;          // planned_ got an entry
+  Signal ready_signal_;            // ready_ got an entry
+  PlannedQueue planned_;
+  ReadyQueue ready_;
+
+  Batch current_;
+  bool over_ = false;
+  Clock::time_point started_;
+  bool first_ = true;
+
+  std::thread planner_;
+  std::thread copier_;
+};
+
+EpochRun::EpochRun(std::shared_ptr<LoaderImpl> impl, std::uint64_t epoch, std::size_t start)
+    : impl_(std::move(impl)),
+      epoch_(epoch),
+      start_(std::min(start, impl_->sampler.batches())),
+      end_(impl_->sampler.batches()),
+      next_(start_),
+      planned_(impl_->slots.size()),
+      ready_(impl_->device_slots.size()),
+      started_(Clock::now()) {
+  impl_->state_epoch.store(epoch);
+  impl_->state_next.store(start_);
+  planner_ = std::thread([this] { plan(); });
+  if (impl_->device_path) copier_ = std::thread([this] { copy(); });
+}
+
+EpochRun::~EpochRun() {
+  stop();
+  release_current();
+  if (planner_.joinable()) planner_.join();
+  if (copier_.joinable()) copier_.join();
+  // Fill tasks see stopping_ and finish quickly; no slot may be touched after this.
+  for (int n = in_flight_.load(); n != 0; n = in_flight_.load()) in_flight_.wait(n);
+  if (impl_->engine) {
+    try {
+      impl_->engine->synchronize();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the epoch is over either way
+    }
+  }
+  // Whatever was planned or copied but never delivered goes back to the ring.
+  Planned p;
+  while (planned_.pop(p)) impl_->return_slot(p.slot);
+  std::uint32_t d = 0;
+  while (ready_.pop(d)) {
+    impl_->device_slots[d]->released = Event();
+    impl_->return_device(d);
+  }
+  finish_stats();
+  std::lock_guard lock(impl_->run_mutex);
+  impl_->active = nullptr;
+}
+
+void EpochRun::stop() noexcept {
+  stopping_.store(true);
+  // Wake every waiter so it sees stopping_.
+  impl_->slot_returned.notify();
+  impl_->device_returned.notify();
+  filled_.notify();
+  planned_signal_.notify();
+  ready_signal_.notify();
+}
+
+void EpochRun::finish_stats() noexcept {
+  if (over_) return;
+  over_ = true;
+  impl_->wall_ns.fetch_add(nanos_since(started_));
+}
+
+std::string describe(const std::exception_ptr& e);
+
+template <class Ready>
+void EpochRun::wait_for(Signal& signal, Ready ready, std::atomic<std::uint64_t>* waited_ns) {
+  const auto start = Clock::now();
+  for (;;) {
+    const std::uint32_t seen = signal.version();
+    if (ready() || stopping_.load()) break;
+    signal.wait(seen);
+  }
+  if (waited_ns != nullptr) waited_ns->fetch_add(nanos_since(start));
+}
+
+void EpochRun::plan() {
+  LoaderImpl& impl = *impl_;
+  for (std::size_t k = start_; k < end_; ++k) {
+    std::uint32_t id = 0;
+    bool got = false;
+    wait_for(
+        impl.slot_returned, [&] { return got = impl.free_slots.pop(id); }, &impl.slot_wait_ns);
+    if (!got) break;  // stopping
+    if (stopping_.load()) {
+      impl.return_slot(id);
+      break;
+    }
+    Slot& slot = *impl.slots[id];
+    slot.error = nullptr;
+    try {
+      slot.copied.synchronize();  // the copy out of this slot (device path) has finished
+    } catch (...) {
+      slot.error = std::current_exception();
+    }
+    slot.copied = Event();
+    impl.sampler.batch(epoch_, k, slot.indices);
+    slot.number = k;
+    slot.filled.store(0, std::memory_order_relaxed);
+    in_flight_.fetch_add(1);
+    planned_.push(Planned{id, k});
+    planned_signal_.notify();
+    // The arena's workers fill the slot; none of them ever waits for a slot: this thread does.
+    impl.arena.enqueue([this, id, k] {
+      fill(id, k);
+      in_flight_.fetch_sub(1);
+      in_flight_.notify_all();
+    });
+  }
+}
+
+void EpochRun::fill(std::uint32_t slot_id, std::uint64_t number) {
+  LoaderImpl& impl = *impl_;
+  Slot& slot = *impl.slots[slot_id];
+  const auto start = Clock::now();
+  const std::size_t count = slot.indices.size();
+  std::atomic<bool> any_failed{false};
+  if (!slot.error) {
+    const std::size_t grain =
+        std::max<std::size_t>(1, count / (4 * static_cast<std::size_t>(impl.workers)));
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, count, grain),
+                      [&](const tbb::blocked_range<std::size_t>& r) {
+                        const auto chunk_start = Clock::now();
+                        for (std::size_t i = r.begin(); i != r.end(); ++i) {
+                          if (stopping_.load(std::memory_order_relaxed)) break;
+                          const std::uint64_t index = slot.indices[i];
+                          try {
+                            impl.dataset->read(
+                                index, SampleRef(&impl.layout, slot.data, i,
+                                                 sample_seed(impl.options.seed, epoch_, index)));
+                            slot.failures[i] = nullptr;
+                          } catch (...) {
+                            slot.failures[i] = std::current_exception();
+                            any_failed.store(true, std::memory_order_relaxed);
+                          }
+                        }
+                        impl.read_ns.fetch_add(nanos_since(chunk_start));
+                      });
+  }
+  if (any_failed.load() && !stopping_.load()) settle_failures(slot);
+  impl.fill_wall_ns.fetch_add(nanos_since(start));
+  slot.filled.store(number + 1, std::memory_order_release);
+  filled_.notify();
+}
+
+std::string describe(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+void EpochRun::settle_failures(Slot& slot) {
+  LoaderImpl& impl = *impl_;
+  const std::size_t count = slot.indices.size();
+  if (impl.options.on_error == ErrorPolicy::raise) {
+    for (std::size_t i = 0; i < count; ++i) {
+      if (!slot.failures[i]) continue;
+      const std::string what = describe(slot.failures[i]);
+      slot.error = std::make_exception_ptr(DataError(
+          "Loader: sample " + std::to_string(slot.indices[i]) + " (batch " +
+          std::to_string(slot.number) + ", epoch " + std::to_string(epoch_) + "): " + what));
+      return;
+    }
+  }
+  // Skip: move the good samples down over the failed ones, field by field, keeping order.
+  std::size_t kept = 0;
+  std::vector<std::string> reasons;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (slot.failures[i]) {
+      reasons.push_back("sample " + std::to_string(slot.indices[i]) + ": " +
+                        describe(slot.failures[i]));
+      slot.failures[i] = nullptr;
+      continue;
+    }
+    if (kept != i) {
+      for (std::size_t f = 0; f < impl.layout.offsets.size(); ++f) {
+        const std::size_t n = impl.layout.sample_bytes[f];
+        std::byte* field = slot.data + impl.layout.offsets[f];
+        std::memmove(field + kept * n, field + i * n, n);
+      }
+      slot.indices[kept] = slot.indices[i];
+    }
+    ++kept;
+  }
+  slot.indices.resize(kept);
+  impl.skipped.fetch_add(reasons.size());
+  std::lock_guard lock(impl.reasons_mutex);
+  for (auto& r : reasons) {
+    if (impl.skip_reasons.size() < 100) impl.skip_reasons.push_back(std::move(r));
+  }
+}
+
+void EpochRun::copy() {
+  LoaderImpl& impl = *impl_;
+  CopyEngine& engine = *impl.engine;
+  for (std::size_t k = start_; k < end_; ++k) {
+    Planned p;
+    bool got = false;
+    wait_for(
+        planned_signal_, [&] { return got = planned_.pop(p); }, nullptr);
+    if (!got) return;  // stopping
+    Slot& slot = *impl.slots[p.slot];
+    wait_for(
+        filled_, [&] { return slot.filled.load(std::memory_order_acquire) == p.number + 1; },
+        nullptr);
+    std::uint32_t d = 0;
+    bool have_buffer = false;
+    if (!stopping_.load()) {
+      wait_for(
+          impl.device_returned, [&] { return have_buffer = impl.free_device.pop(d); }, nullptr);
+    }
+    if (stopping_.load()) {
+      if (have_buffer) impl.return_device(d);
+      impl.return_slot(p.slot);
+      return;
+    }
+    const auto start = Clock::now();
+    DeviceSlot& dev = *impl.device_slots[d];
+    dev.number = p.number;
+    dev.indices.assign(slot.indices.begin(), slot.indices.end());
+    dev.error = slot.error;
+    if (!dev.error) {
+      try {
+        engine.wait(dev.released);  // on the stream: the consumer's work on it is done
+        engine.copy_async(dev.buffer.data(), slot.data, impl.layout.used_bytes(slot.indices.size()),
+                          CopyKind::host_to_device);
+        dev.ready = engine.record();
+        slot.copied = dev.ready;
+      } catch (...) {
+        dev.error = std::current_exception();
+        dev.ready = Event();
+      }
+    }
+    dev.released = Event();
+    impl.copy_ns.fetch_add(nanos_since(start));
+    impl.return_slot(p.slot);  // reused once slot.copied is ready
+    ready_.push(d);
+    ready_signal_.notify();
+  }
+}
+
+void EpochRun::release_current() {
+  if (current_.lease_) {
+    current_.tensors_.clear();  // their storages hold the lease too
+    if (current_.lease_.use_count() > 1) current_.lease_->mark_kept();
+    current_.lease_.reset();
+  }
+  current_.indices_.clear();
+}
+
+const Batch* EpochRun::next() {
+  LoaderImpl& impl = *impl_;
+  release_current();
+  if (over_) return nullptr;
+  if (next_ >= end_) {
+    finish_stats();
+    return nullptr;
+  }
+  const int buffers =
+      static_cast<int>(impl.device_path ? impl.device_slots.size() : impl.slots.size());
+  if (impl.kept.load() >= buffers) {
+    throw ConfigError("Loader: all " + std::to_string(buffers) +
+                      (impl.device_path ? " device buffers" : " staging slots") +
+                      " are held by batches (or their tensors) kept past their iteration; release "
+                      "some, or raise " +
+                      (impl.device_path ? "device_buffers" : "prefetch"));
+  }
+  const auto wait_start = Clock::now();
+  std::shared_ptr<Lease> lease;
+  std::byte* base = nullptr;
+  Device device = Device::cpu();
+  bool pinned = false;
+  Event ready;
+  if (impl.device_path) {
+    std::uint32_t d = 0;
+    bool got = false;
+    wait_for(
+        ready_signal_, [&] { return got = ready_.pop(d); }, nullptr);
+    if (!got) throw Error("Loader: the epoch was stopped");
+    DeviceSlot& dev = *impl.device_slots[d];
+    lease = std::make_shared<Lease>(impl_, d, /*device=*/true);
+    if (dev.error) {
+      over_ = true;
+      stop();
+      std::rethrow_exception(dev.error);
+    }
+    impl.engine->stream_wait(impl.options.stream, dev.ready);
+    base = static_cast<std::byte*>(dev.buffer.data());
+    device = impl.engine->device();
+    ready = dev.ready;
+    current_.indices_.assign(dev.indices.begin(), dev.indices.end());
+  } else {
+    Planned p;
+    bool got = false;
+    wait_for(
+        planned_signal_, [&] { return got = planned_.pop(p); }, nullptr);
+    if (!got) throw Error("Loader: the epoch was stopped");
+    Slot& slot = *impl.slots[p.slot];
+    lease = std::make_shared<Lease>(impl_, p.slot, /*device=*/false);
+    wait_for(
+        filled_, [&] { return slot.filled.load(std::memory_order_acquire) == p.number + 1; },
+        nullptr);
+    if (slot.error) {
+      over_ = true;
+      stop();
+      std::rethrow_exception(slot.error);
+    }
+    base = slot.data;
+    pinned = impl.options.pin_memory &&
+             std::holds_alternative<PinnedBuffer>(impl.staging[p.slot]) &&
+             std::get<PinnedBuffer>(impl.staging[p.slot]).locked();
+    current_.indices_.assign(slot.indices.begin(), slot.indices.end());
+  }
+  impl.consumer_wait_ns.fetch_add(nanos_since(wait_start));
+
+  const std::size_t count = current_.indices_.size();
+  current_.tensors_.clear();
+  current_.names_ = impl.names;
+  current_.number_ = next_;
+  current_.ready_ = ready;
+  current_.lease_ = lease;
+  for (std::size_t f = 0; f < impl.fields.size(); ++f) {
+    std::vector<int64_t> shape;
+    shape.reserve(impl.fields[f].shape.size() + 1);
+    shape.push_back(static_cast<int64_t>(count));
+    shape.insert(shape.end(), impl.fields[f].shape.begin(), impl.fields[f].shape.end());
+    Tensor t = Tensor::wrap(base + impl.layout.offsets[f], std::move(shape), impl.fields[f].dtype,
+                            device, pinned, lease);
+    if (!device.is_cpu() || impl.host_engine != nullptr) t.storage()->set_pending(ready, {});
+    current_.tensors_.push_back(std::move(t));
+  }
+  ++next_;
+  impl.state_next.store(next_);
+  impl.batches.fetch_add(1);
+  impl.samples.fetch_add(count);
+  impl.bytes.fetch_add(impl.layout.used_bytes(count));
+  if (first_) {
+    first_ = false;
+    impl.first_batch_ns.store(nanos_since(started_));
+  }
+  return &current_;
+}
+
+}  // namespace detail
+}  // namespace ferry
+
+namespace ferry {
+
+namespace {
+
+void validate(const Dataset* dataset, const LoaderOptions& o) {
+  if (dataset == nullptr) throw ConfigError("Loader: no dataset");
+  if (o.batch_size == 0) throw ConfigError("Loader: batch_size must be at least 1");
+  if (o.prefetch < 1) {
+    throw ConfigError("Loader: prefetch must be at least 1, got " + std::to_string(o.prefetch));
+  }
+  if (o.device_buffers < 2) {
+    throw ConfigError("Loader: device_buffers must be at least 2, got " +
+                      std::to_string(o.device_buffers));
+  }
+  if (o.workers < 0)
+    throw ConfigError("Loader: workers must be >= 0, got " + std::to_string(o.workers));
+  if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size) {
+    throw ConfigError("Loader: rank " + std::to_string(o.rank) + " is outside world_size " +
+                      std::to_string(o.world_size));
+  }
+  if (o.simulate_copy.enabled && !o.device.is_cpu()) {
+    throw ConfigError("Loader: simulate_copy stands in for a GPU; the device must be cpu, not " +
+                      o.device.str());
+  }
+  const auto* td = dynamic_cast<const TensorDataset*>(dataset);
+  if (td != nullptr && !td->device().is_cpu()) {
+    throw ConfigError("Loader: a TensorDataset on " + td->device().str() +
+                      " is not supported yet; keep its tensors on the cpu");
+  }
+  const auto fields = dataset->fields();
+  if (fields.empty()) throw ConfigError("Loader: the dataset has no fields");
+  if (dataset->size() > 0 && static_cast<std::size_t>(o.world_size) > dataset->size()) {
+    throw ConfigError("Loader: world_size " + std::to_string(o.world_size) + " exceeds the " +
+                      std::to_string(dataset->size()) + " samples");
+  }
+}
+
+int worker_count(int requested) {
+  if (requested > 0) return requested;
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+detail::Sampler::Options sampler_options(const LoaderOptions& o) {
+  return {o.batch_size,
+          o.shuffle,
+          o.seed,
+          o.drop_last,
+          static_cast<std::size_t>(o.rank),
+          static_cast<std::size_t>(o.world_size)};
+}
+
+}  // namespace
+
+detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, LoaderOptions o)
+    : dataset((validate(d.get(), o), std::move(d))),
+      options(std::move(o)),
+      fields(dataset->fields()),
+      layout(fields, options.batch_size),
+      sampler(dataset->size(), sampler_options(options)),
+      workers(worker_count(options.workers)),
+      device_path(options.device.is_cuda() || options.simulate_copy.enabled),
+      free_slots(static_cast<std::size_t>(options.prefetch)),
+      free_device(static_cast<std::size_t>(options.device_buffers)),
+      arena(workers, /*reserved_for_masters=*/0) {
+  check_usable(options.device);
+  auto n = std::make_shared<std::vector<std::string>>();
+  for (const auto& f : fields) n->push_back(f.name);
+  names = std::move(n);
+  // The arena's threads come from oneTBB's pool, which by default has one fewer than the cores:
+  // ask for enough that `workers` can all fill slots.
+  if (static_cast<std::size_t>(workers) + 1 >
+      tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism)) {
+    parallelism.emplace(tbb::global_control::max_allowed_parallelism,
+                        static_cast<std::size_t>(workers) + 1);
+  }
+
+  if (options.device.is_cuda()) {
+    engine = detail::cuda::make_engine(options.device.index());
+  } else if (options.simulate_copy.enabled) {
+    auto host = std::make_unique<detail::HostCopyEngine>(
+        detail::HostCopyEngine::Options{options.simulate_copy.bytes_per_second});
+    host_engine = host.get();
+    engine = std::move(host);
+  }
+  const bool pin = options.pin_memory && options.device.is_cuda();
+  for (int i = 0; i < options.prefetch; ++i) {
+    auto slot = std::make_unique<detail::Slot>();
+    if (pin) {
+      PinnedBuffer b = PinnedBuffer::allocate(layout.bytes);
+      slot->data = static_cast<std::byte*>(b.data());
+      staging.emplace_back(std::move(b));
+    } else {
+      HostBuffer b = HostBuffer::allocate(layout.bytes);
+      slot->data = static_cast<std::byte*>(b.data());
+      staging.emplace_back(std::move(b));
+    }
+    staging_allocations.fetch_add(1);
+    slot->indices.reserve(options.batch_size);
+    slot->failures.resize(options.batch_size);
+    slots.push_back(std::move(slot));
+    return_slot(static_cast<std::uint32_t>(i));
+  }
+  if (device_path) {
+    for (int i = 0; i < options.device_buffers; ++i) {
+      auto dev = std::make_unique<detail::DeviceSlot>();
+      dev->buffer = engine->allocate(layout.bytes);
+      dev->indices.reserve(options.batch_size);
+      device_allocations.fetch_add(1);
+      device_slots.push_back(std::move(dev));
+      return_device(static_cast<std::uint32_t>(i));
+    }
+  }
+}
+
+Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options)
+    : impl_(std::make_shared<detail::LoaderImpl>(std::move(dataset), std::move(options))) {}
+
+Loader::~Loader() = default;
+
+Epoch Loader::epoch(std::uint64_t e, std::size_t start_batch) {
+  std::lock_guard lock(impl_->run_mutex);
+  if (impl_->active != nullptr) {
+    throw ConfigError(
+        "Loader: an epoch is still being iterated; finish or destroy it before starting another");
+  }
+  auto run = std::make_unique<detail::EpochRun>(impl_, e, start_batch);
+  impl_->active = run.get();
+  return Epoch(std::move(run));
+}
+
+Epoch Loader::resume(const LoaderState& state) {
+  if (state.seed != impl_->options.seed) {
+    throw ConfigError("Loader: the state was saved with seed " + std::to_string(state.seed) +
+                      ", this loader has seed " + std::to_string(impl_->options.seed));
+  }
+  return epoch(state.epoch, state.next_batch);
+}
+
+std::size_t Loader::batches_per_epoch() const { return impl_->sampler.batches(); }
+
+LoaderState Loader::state() const {
+  return {impl_->options.seed, impl_->state_epoch.load(), impl_->state_next.load()};
+}
+
+const LoaderOptions& Loader::options() const noexcept { return impl_->options; }
+
+LoaderStats Loader::stats() const {
+  const detail::LoaderImpl& i = *impl_;
+  auto seconds = [](const std::atomic<std::uint64_t>& ns) {
+    return static_cast<double>(ns.load()) * 1e-9;
+  };
+  LoaderStats s;
+  s.batches = i.batches.load();
+  s.samples = i.samples.load();
+  s.bytes = i.bytes.load();
+  s.skipped = i.skipped.load();
+  {
+    std::lock_guard lock(impl_->reasons_mutex);
+    s.skip_reasons = i.skip_reasons;
+  }
+  s.read_seconds = seconds(i.read_ns);
+  s.slot_wait_seconds = seconds(i.slot_wait_ns);
+  s.copy_seconds = i.host_engine != nullptr ? i.host_engine->busy_seconds() : seconds(i.copy_ns);
+  s.consumer_wait_seconds = seconds(i.consumer_wait_ns);
+  s.wall_seconds = seconds(i.wall_ns);
+  s.worker_capacity_seconds = s.wall_seconds * i.workers;
+  s.first_batch_seconds = seconds(i.first_batch_ns);
+  s.staging_allocations = i.staging_allocations.load();
+  s.device_allocations = i.device_allocations.load();
+  return s;
+}
+
+// ---- Epoch ------------------------------------------------------------------------------
+
+Epoch::Epoch(std::unique_ptr<detail::EpochRun> run) noexcept : run_(std::move(run)) {}
+Epoch::Epoch(Epoch&&) noexcept = default;
+Epoch& Epoch::operator=(Epoch&&) noexcept = default;
+Epoch::~Epoch() = default;
+
+const Batch* Epoch::next() { return run_ ? run_->next() : nullptr; }
+
+std::size_t Epoch::size() const noexcept { return run_ ? run_->size() : 0; }
+
+Epoch::iterator Epoch::begin() { return iterator(this); }
+
+Epoch::iterator::iterator(Epoch* epoch) : epoch_(epoch), batch_(epoch->next()) {}
+
+Epoch::iterator& Epoch::iterator::operator++() {
+  batch_ = epoch_->next();
+  return *this;
+}
+
+// ---- Batch ------------------------------------------------------------------------------
+
+const Tensor& Batch::operator[](std::string_view field) const {
+  if (names_) {
+    for (std::size_t i = 0; i < names_->size(); ++i) {
+      if ((*names_)[i] == field) return tensors_.at(i);
+    }
+  }
+  throw ConfigError("Batch: no field \"" + std::string(field) + "\"");
+}
+
+}  // namespace ferry

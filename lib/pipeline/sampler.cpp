@@ -1,0 +1,64 @@
+#include "pipeline/sampler.hpp"
+
+#include <algorithm>
+#include <bit>
+
+namespace ferry::detail {
+
+Permutation::Permutation(std::uint64_t n, std::uint64_t key) noexcept : n_(n) {
+  unsigned bits = n <= 4 ? 2 : static_cast<unsigned>(std::bit_width(n - 1));
+  bits += bits & 1u;  // balanced halves
+  half_bits_ = bits / 2;
+  half_mask_ = (std::uint64_t{1} << half_bits_) - 1;
+  std::uint64_t k = mix64(key);
+  for (auto& round_key : keys_) {
+    k = mix64(k + 0x9e3779b97f4a7c15ULL);
+    round_key = k;
+  }
+}
+
+std::uint64_t Permutation::feistel(std::uint64_t x) const noexcept {
+  std::uint64_t left = x >> half_bits_;
+  std::uint64_t right = x & half_mask_;
+  for (const std::uint64_t key : keys_) {
+    const std::uint64_t next = left ^ (mix64(right ^ key) & half_mask_);
+    left = right;
+    right = next;
+  }
+  return (left << half_bits_) | right;
+}
+
+std::uint64_t Permutation::operator()(std::uint64_t position) const noexcept {
+  // The domain is at most 4n, so the walk ends after a few steps on average; it ends always,
+  // as x lies on a cycle of the bijection that contains position, which is < n.
+  std::uint64_t x = feistel(position);
+  while (x >= n_) x = feistel(x);
+  return x;
+}
+
+Sampler::Sampler(std::size_t dataset_size, Options options) noexcept
+    : n_(dataset_size), options_(options) {
+  const std::size_t w = std::max<std::size_t>(options_.world_size, 1);
+  per_rank_ = options_.drop_last ? n_ / w : (n_ + w - 1) / w;
+  const std::size_t b = std::max<std::size_t>(options_.batch_size, 1);
+  batches_ = options_.drop_last ? per_rank_ / b : (per_rank_ + b - 1) / b;
+}
+
+std::size_t Sampler::batch_size(std::size_t k) const noexcept {
+  const std::size_t begin = k * options_.batch_size;
+  return std::min(options_.batch_size, per_rank_ - begin);
+}
+
+void Sampler::batch(std::uint64_t epoch, std::size_t k, std::vector<std::uint64_t>& out) const {
+  const std::size_t count = batch_size(k);
+  out.resize(count);
+  const std::size_t w = std::max<std::size_t>(options_.world_size, 1);
+  const Permutation perm(n_, mix64(options_.seed) ^ mix64(epoch + 1));
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::size_t j = k * options_.batch_size + i;          // this rank's j-th sample
+    const std::uint64_t global = (options_.rank + j * w) % n_;  // padding wraps around
+    out[i] = options_.shuffle ? perm(global) : global;
+  }
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,76 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace ferry::detail {
+
+/// splitmix64's finalizer: a bijective 64-bit mix.
+constexpr std::uint64_t mix64(std::uint64_t x) noexcept {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
+
+/// The per-sample seed: a function of (seed, epoch, index) only.
+constexpr std::uint64_t sample_seed(std::uint64_t seed, std::uint64_t epoch,
+                                    std::uint64_t index) noexcept {
+  return mix64(mix64(mix64(seed) ^ (epoch + 0x9e3779b97f4a7c15ULL)) ^
+               (index * 0xd6e8feb86659fd93ULL));
+}
+
+/// A keyed bijection on [0, n): a balanced Feistel network on the smallest even number of bits
+/// that covers n, with cycle-walking back into range. Any position's value is computed
+/// directly, so starting mid-epoch costs nothing.
+class Permutation {
+ public:
+  Permutation(std::uint64_t n, std::uint64_t key) noexcept;
+  /// \pre position < n.
+  std::uint64_t operator()(std::uint64_t position) const noexcept;
+
+ private:
+  std::uint64_t feistel(std::uint64_t x) const noexcept;
+  static constexpr int kRounds = 6;
+  std::uint64_t n_;
+  unsigned half_bits_;
+  std::uint64_t half_mask_;
+  std::uint64_t keys_[kRounds];
+};
+
+/// The order of one epoch for one rank, from (seed, epoch) only: the dataset's positions are
+/// permuted (or not), this rank takes every world_size-th of them starting at rank (padding by
+/// wrapping around, or dropping the remainder with drop_last, so every rank gets the same
+/// count), and those are cut into batches.
+class Sampler {
+ public:
+  struct Options {
+    std::size_t batch_size = 1;
+    bool shuffle = false;
+    std::uint64_t seed = 0;
+    bool drop_last = false;
+    std::size_t rank = 0;
+    std::size_t world_size = 1;
+  };
+
+  Sampler(std::size_t dataset_size, Options options) noexcept;
+
+  /// Samples this rank sees per epoch (padding included).
+  std::size_t samples_per_rank() const noexcept { return per_rank_; }
+  std::size_t batches() const noexcept { return batches_; }
+  /// Samples in batch k. \pre k < batches().
+  std::size_t batch_size(std::size_t k) const noexcept;
+  /// Writes batch k's dataset indices into `out` (resized). \pre k < batches().
+  void batch(std::uint64_t epoch, std::size_t k, std::vector<std::uint64_t>& out) const;
+
+ private:
+  std::size_t n_;
+  Options options_;
+  std::size_t per_rank_;
+  std::size_t batches_;
+};
+
+}  // namespace ferry::detail
