@@ -92,6 +92,7 @@ class TensorDataset final : public Dataset {
 
  private:
   std::vector<Tensor> tensors_;
+  std::vector<const std::byte*> bases_;  // host tensors' first bytes
   std::vector<FieldSpec> fields_;
   std::size_t size_ = 0;
 };
