@@ -28,6 +28,9 @@ enum class ErrorPolicy {
 struct SimulatedCopy {
   bool enabled = false;
   double bytes_per_second = 0;
+  /// Treat a CPU TensorDataset as if it lived in the simulated device's memory, so batches
+  /// are gathered "on the device" as for a TensorDataset on a GPU: the CI stand-in for that path.
+  bool dataset_on_device = false;
 };
 
 struct LoaderOptions {

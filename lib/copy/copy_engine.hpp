@@ -5,6 +5,7 @@
 // host buffers, so that every asynchronous path runs in CI without a GPU.
 
 #include <cstddef>
+#include <cstdint>
 
 #include "core/image_ops.hpp"
 #include "ferry/device.hpp"
@@ -38,6 +39,10 @@ class CopyEngine {
   /// Queues ferry::convert() of `count` elements on device memory.
   virtual void convert_async(const void* src, DType from, void* dst, DType to,
                              std::size_t count) = 0;
+  /// Queues a row gather on device memory: dst row i = src row indices[i], for `count` rows of
+  /// `row_bytes`. `indices` lies in device memory (written by an earlier queued copy).
+  virtual void gather_async(const void* src, void* dst, const std::uint64_t* indices,
+                            std::size_t count, std::size_t row_bytes) = 0;
   /// An event that is ready once everything queued so far has finished.
   virtual Event record() = 0;
   /// Work queued after this call waits for `event`; the calling thread does not.

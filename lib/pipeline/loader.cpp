@@ -65,6 +65,11 @@ struct LoaderImpl {
   detail::Sampler sampler;
   int workers;
   bool device_path;  // a copy stage exists (a GPU, or the simulated copy)
+  // A TensorDataset already on the device: slots carry only indices, and the copy stage
+  // gathers rows from these device pointers (one per field) into the device buffer.
+  bool gather = false;
+  std::vector<const std::byte*> gather_sources;
+  std::size_t index_offset = 0;  // of the batch's indices in a device buffer (gather)
 
   std::vector<std::variant<HostBuffer, PinnedBuffer>> staging;
   std::vector<std::unique_ptr<detail::Slot>> slots;
@@ -178,10 +183,12 @@ class EpochRun {
   std::size_t next_;  // the batch the consumer receives next
 
   std::atomic<bool> stopping_{false};
-  std::atomic<int> in_flight_{0};  // fill tasks queued or running
-  Signal filled_;                  // a fill task finished
-  Signal planned_signal_;          // planned_ got an entry
-  Signal ready_signal_;            // ready_ got an entry
+  // Fill tasks queued or running. Shared with the tasks, which notify after they decrement:
+  // by then this run may be gone.
+  std::shared_ptr<std::atomic<int>> in_flight_ = std::make_shared<std::atomic<int>>(0);
+  Signal filled_;          // a fill task finished
+  Signal planned_signal_;  // planned_ got an entry
+  Signal ready_signal_;    // ready_ got an entry
   PlannedQueue planned_;
   ReadyQueue ready_;
 
@@ -215,7 +222,7 @@ EpochRun::~EpochRun() {
   if (planner_.joinable()) planner_.join();
   if (copier_.joinable()) copier_.join();
   // Fill tasks see stopping_ and finish quickly; no slot may be touched after this.
-  for (int n = in_flight_.load(); n != 0; n = in_flight_.load()) in_flight_.wait(n);
+  for (int n = in_flight_->load(); n != 0; n = in_flight_->load()) in_flight_->wait(n);
   if (impl_->engine) {
     try {
       impl_->engine->synchronize();
@@ -287,14 +294,23 @@ void EpochRun::plan() {
     impl.sampler.batch(epoch_, k, slot.indices);
     slot.number = k;
     slot.filled.store(0, std::memory_order_relaxed);
-    in_flight_.fetch_add(1);
+    if (impl.gather) {
+      // Nothing to read: the slot carries the indices, the copy stage gathers on the device.
+      std::memcpy(slot.data, slot.indices.data(), slot.indices.size() * sizeof(std::uint64_t));
+      slot.filled.store(k + 1, std::memory_order_release);
+      planned_.push(Planned{id, k});
+      planned_signal_.notify();
+      filled_.notify();
+      continue;
+    }
+    in_flight_->fetch_add(1);
     planned_.push(Planned{id, k});
     planned_signal_.notify();
     // The arena's workers fill the slot; none of them ever waits for a slot: this thread does.
-    impl.arena.enqueue([this, id, k] {
+    impl.arena.enqueue([this, id, k, in_flight = in_flight_] {
       fill(id, k);
-      in_flight_.fetch_sub(1);
-      in_flight_.notify_all();
+      in_flight->fetch_sub(1);
+      in_flight->notify_all();
     });
   }
 }
@@ -416,8 +432,20 @@ void EpochRun::copy() {
     if (!dev.error) {
       try {
         engine.wait(dev.released);  // on the stream: the consumer's work on it is done
-        engine.copy_async(dev.buffer.data(), slot.data, impl.layout.used_bytes(slot.indices.size()),
-                          CopyKind::host_to_device);
+        auto* target = static_cast<std::byte*>(dev.buffer.data());
+        const std::size_t count = slot.indices.size();
+        if (impl.gather) {
+          auto* indices = reinterpret_cast<std::uint64_t*>(target + impl.index_offset);
+          engine.copy_async(indices, slot.data, count * sizeof(std::uint64_t),
+                            CopyKind::host_to_device);
+          for (std::size_t f = 0; f < impl.gather_sources.size(); ++f) {
+            engine.gather_async(impl.gather_sources[f], target + impl.layout.offsets[f], indices,
+                                count, impl.layout.sample_bytes[f]);
+          }
+        } else {
+          engine.copy_async(target, slot.data, impl.layout.used_bytes(count),
+                            CopyKind::host_to_device);
+        }
         dev.ready = engine.record();
         slot.copied = dev.ready;
       } catch (...) {
@@ -563,9 +591,9 @@ void validate(const Dataset* dataset, const LoaderOptions& o) {
                       o.device.str());
   }
   const auto* td = dynamic_cast<const TensorDataset*>(dataset);
-  if (td != nullptr && !td->device().is_cpu()) {
-    throw ConfigError("Loader: a TensorDataset on " + td->device().str() +
-                      " is not supported yet; keep its tensors on the cpu");
+  if (td != nullptr && !td->device().is_cpu() && td->device() != o.device) {
+    throw ConfigError("Loader: the TensorDataset lives on " + td->device().str() +
+                      "; its loader must run there too, not on " + o.device.str());
   }
   const auto fields = dataset->fields();
   if (fields.empty()) throw ConfigError("Loader: the dataset has no fields");
@@ -622,15 +650,31 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, LoaderOptions o
     host_engine = host.get();
     engine = std::move(host);
   }
+  const auto* td = dynamic_cast<const TensorDataset*>(dataset.get());
+  gather = td != nullptr && device_path &&
+           (td->device().is_cuda() || options.simulate_copy.dataset_on_device);
+  std::size_t staging_bytes = layout.bytes;
+  std::size_t device_bytes = layout.bytes;
+  if (gather) {
+    for (const Tensor& t : td->tensors()) {
+      engine->wait(t.ready_event());  // tensors still being copied there
+      gather_sources.push_back(static_cast<const std::byte*>(t.storage()->data()) +
+                               t.storage_offset());
+    }
+    staging_bytes = options.batch_size * sizeof(std::uint64_t);
+    index_offset = (layout.bytes + detail::SlotLayout::kAlignment - 1) /
+                   detail::SlotLayout::kAlignment * detail::SlotLayout::kAlignment;
+    device_bytes = index_offset + staging_bytes;
+  }
   const bool pin = options.pin_memory && options.device.is_cuda();
   for (int i = 0; i < options.prefetch; ++i) {
     auto slot = std::make_unique<detail::Slot>();
     if (pin) {
-      PinnedBuffer b = PinnedBuffer::allocate(layout.bytes);
+      PinnedBuffer b = PinnedBuffer::allocate(staging_bytes);
       slot->data = static_cast<std::byte*>(b.data());
       staging.emplace_back(std::move(b));
     } else {
-      HostBuffer b = HostBuffer::allocate(layout.bytes);
+      HostBuffer b = HostBuffer::allocate(staging_bytes);
       slot->data = static_cast<std::byte*>(b.data());
       staging.emplace_back(std::move(b));
     }
@@ -643,7 +687,7 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, LoaderOptions o
   if (device_path) {
     for (int i = 0; i < options.device_buffers; ++i) {
       auto dev = std::make_unique<detail::DeviceSlot>();
-      dev->buffer = engine->allocate(layout.bytes);
+      dev->buffer = engine->allocate(device_bytes);
       dev->indices.reserve(options.batch_size);
       device_allocations.fetch_add(1);
       device_slots.push_back(std::move(dev));

@@ -66,6 +66,12 @@ void CudaCopyEngine::convert_async(const void* src, DType from, void* dst, DType
   launch_convert(src, from, dst, to, count, stream_.view().get());
 }
 
+void CudaCopyEngine::gather_async(const void* src, void* dst, const std::uint64_t* indices,
+                                  std::size_t count, std::size_t row_bytes) {
+  DeviceGuard guard(index_);
+  launch_gather_rows(src, dst, indices, count, row_bytes, stream_.view().get());
+}
+
 Event CudaCopyEngine::record_on_stream(cudaStream_t stream) {
   DeviceGuard guard(index_);
   auto event = std::make_shared<CudaEventImpl>();

@@ -75,6 +75,28 @@ __global__ void transpose_kernel(const T* src, T* dst, Geometry g) {
   }
 }
 
+// Rows as words of W: one thread per word, so consecutive threads read consecutive words of
+// a row.
+template <class W>
+__global__ void gather_kernel(const W* src, W* dst, const std::uint64_t* indices,
+                              std::int64_t count, std::int64_t words_per_row) {
+  const std::int64_t total = count * words_per_row;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t row = i / words_per_row;
+    const std::int64_t word = i % words_per_row;
+    dst[i] = src[static_cast<std::int64_t>(indices[row]) * words_per_row + word];
+  }
+}
+
+template <class W>
+void launch_gather(const void* src, void* dst, const std::uint64_t* indices, std::int64_t count,
+                   std::size_t row_bytes, cudaStream_t stream) {
+  const auto words = static_cast<std::int64_t>(row_bytes / sizeof(W));
+  gather_kernel<W><<<blocks_for(count * words), kThreads, 0, stream>>>(
+      static_cast<const W*>(src), static_cast<W*>(dst), indices, count, words);
+}
+
 template <class S, class D>
 __global__ void convert_kernel(const S* src, D* dst, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -157,6 +179,25 @@ void launch_convert_image(const ImageConvert& args, void* stream) {
             static_cast<const std::uint64_t*>(args.src), static_cast<std::uint64_t*>(args.dst), g);
         break;
     }
+  }
+  FERRY_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_gather_rows(const void* src, void* dst, const std::uint64_t* indices, std::size_t count,
+                        std::size_t row_bytes, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (count == 0 || row_bytes == 0) return;
+  const auto n = static_cast<std::int64_t>(count);
+  const auto aligned = [&](std::size_t a) {
+    return row_bytes % a == 0 && reinterpret_cast<std::uintptr_t>(src) % a == 0 &&
+           reinterpret_cast<std::uintptr_t>(dst) % a == 0;
+  };
+  if (aligned(16)) {
+    launch_gather<uint4>(src, dst, indices, n, row_bytes, s);
+  } else if (aligned(4)) {
+    launch_gather<std::uint32_t>(src, dst, indices, n, row_bytes, s);
+  } else {
+    launch_gather<std::uint8_t>(src, dst, indices, n, row_bytes, s);
   }
   FERRY_CUDA_CHECK(cudaGetLastError());
 }

@@ -1,6 +1,7 @@
 #include "copy/host/host_copy_engine.hpp"
 
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <utility>
 
@@ -68,6 +69,17 @@ void HostCopyEngine::convert_image_async(const ImageConvert& args) {
 void HostCopyEngine::convert_async(const void* src, DType from, void* dst, DType to,
                                    std::size_t count) {
   enqueue([=] { convert(src, from, dst, to, count); });
+}
+
+void HostCopyEngine::gather_async(const void* src, void* dst, const std::uint64_t* indices,
+                                  std::size_t count, std::size_t row_bytes) {
+  enqueue([=] {
+    const auto* from = static_cast<const std::byte*>(src);
+    auto* to = static_cast<std::byte*>(dst);
+    for (std::size_t i = 0; i < count; ++i) {
+      std::memcpy(to + i * row_bytes, from + indices[i] * row_bytes, row_bytes);
+    }
+  });
 }
 
 Event HostCopyEngine::record() {
