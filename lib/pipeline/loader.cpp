@@ -689,7 +689,7 @@ detail::Sampler::Options sampler_options(const LoaderOptions& o) {
 
 detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, LoaderOptions o)
     : dataset((validate(d.get(), o), std::move(d))),
-      options(std::move(o)),
+      options(o),
       fields(dataset->fields()),
       layout(fields, options.batch_size),
       sampler(dataset->size(), sampler_options(options)),
@@ -765,7 +765,7 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, LoaderOptions o
 }
 
 Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options)
-    : impl_(std::make_shared<detail::LoaderImpl>(std::move(dataset), std::move(options))) {}
+    : impl_(std::make_shared<detail::LoaderImpl>(std::move(dataset), options)) {}
 
 Loader::~Loader() = default;
 
