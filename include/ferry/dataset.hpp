@@ -69,6 +69,10 @@ class Dataset {
   /// Writes sample `index` into `out`'s fields. Throws (preferably DataError naming the file
   /// and place) when the sample cannot be read; the loader adds the sample index.
   virtual void read(std::size_t index, SampleRef out) const = 0;
+  /// A hint that read(index) follows soon on this thread (the loader gives it a few samples
+  /// ahead). The default does nothing; a dataset in memory can start loading the sample's cache
+  /// lines, so that reads in shuffled order do not wait on each miss in turn.
+  virtual void prefetch(std::size_t index) const noexcept { static_cast<void>(index); }
 };
 
 /// A dataset of tensors that share dimension 0 (the sample): {{"x", x}, {"y", y}}. Field i is
@@ -84,6 +88,7 @@ class TensorDataset final : public Dataset {
   std::size_t size() const override { return size_; }
   std::vector<FieldSpec> fields() const override { return fields_; }
   void read(std::size_t index, SampleRef out) const override;
+  void prefetch(std::size_t index) const noexcept override;
 
   /// The tensors, in field order.
   const std::vector<Tensor>& tensors() const noexcept { return tensors_; }

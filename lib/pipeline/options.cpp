@@ -87,10 +87,11 @@ std::string LoaderStats::summary() const {
   os.setf(std::ios::fixed);
   os.precision(0);
   if (wall_seconds <= 0) return "no epoch has run";
-  if (wait < 0.05) {
+  // Under a tenth of the time waiting for data: the loop itself sets the pace.
+  if (wait < 0.10) {
     os << "compute-bound: the consumer waited " << wait * 100 << "% of wall time; workers were "
        << busy * 100 << "% busy";
-  } else if (copy > busy && copy > 0.5) {
+  } else if (copy > busy) {
     os << "copy-bound: the consumer waited " << wait * 100 << "% of wall time; the copy stage was "
        << copy * 100 << "% busy, workers " << busy * 100 << "%";
   } else {

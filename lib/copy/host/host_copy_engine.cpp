@@ -1,5 +1,6 @@
 #include "copy/host/host_copy_engine.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstring>
@@ -16,6 +17,8 @@ HostCopyEngine::~HostCopyEngine() {
   }
   wake_.notify_one();
   thread_.join();
+  // Finishing the queued work includes the simulated link carrying it.
+  std::this_thread::sleep_until(link_free_);
 }
 
 DeviceBuffer HostCopyEngine::allocate(std::size_t nbytes) {
@@ -46,19 +49,23 @@ void HostCopyEngine::run() {
 
 void HostCopyEngine::copy_async(void* dst, const void* src, std::size_t nbytes, CopyKind /*kind*/) {
   const double bandwidth = options_.bytes_per_second;
-  enqueue([this, dst, src, nbytes, bandwidth] {
-    const auto start = std::chrono::steady_clock::now();
+  const auto queued = HostEvent::Clock::now();
+  enqueue([this, dst, src, nbytes, bandwidth, queued] {
+    const auto start = HostEvent::Clock::now();
     if (nbytes != 0) std::memcpy(dst, src, nbytes);
+    auto took = HostEvent::Clock::now() - start;
     if (bandwidth > 0) {
-      const std::chrono::duration<double> cost(static_cast<double>(nbytes) / bandwidth);
-      std::this_thread::sleep_until(start +
-                                    std::chrono::duration_cast<std::chrono::nanoseconds>(cost));
+      // The link carries this copy once it is free, the copy was queued, and every wait queued
+      // before it was over; not when this thread happened to be scheduled.
+      took = std::chrono::duration_cast<HostEvent::Clock::duration>(
+          std::chrono::duration<double>(static_cast<double>(nbytes) / bandwidth));
+      link_free_ = std::max({link_free_, queued, waited_until_}) + took;
+    } else {
+      link_free_ = std::max(link_free_, HostEvent::Clock::now());
     }
     bytes_copied_.fetch_add(nbytes);
-    busy_ns_.fetch_add(
-        static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                       std::chrono::steady_clock::now() - start)
-                                       .count()));
+    busy_ns_.fetch_add(static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(took).count()));
   });
 }
 
@@ -84,13 +91,16 @@ void HostCopyEngine::gather_async(const void* src, void* dst, const std::uint64_
 
 Event HostCopyEngine::record() {
   auto event = std::make_shared<HostEvent>();
-  enqueue([event] { event->signal(); });
+  enqueue([this, event] { event->signal(link_free_); });
   return Event(event);
 }
 
 void HostCopyEngine::wait(const Event& event) {
   if (event.ready()) return;
-  enqueue([event] { event.synchronize(); });
+  enqueue([this, event] {
+    event.synchronize();
+    waited_until_ = HostEvent::Clock::now();
+  });
 }
 
 void HostCopyEngine::synchronize() { record().synchronize(); }

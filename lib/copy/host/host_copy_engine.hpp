@@ -1,6 +1,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -17,21 +18,35 @@ namespace ferry::detail {
 /// atomic wait/notify.
 class HostEvent final : public EventImpl {
  public:
-  bool query() override { return done_.load(std::memory_order_acquire); }
-  void wait() override { done_.wait(false, std::memory_order_acquire); }
-  /// \post query() is true and every waiter is woken.
-  void signal() noexcept {
+  using Clock = std::chrono::steady_clock;
+
+  /// Ready once signalled and `deadline` has passed: the simulated link's time.
+  bool query() override {
+    return done_.load(std::memory_order_acquire) && Clock::now() >= deadline_;
+  }
+  void wait() override {
+    done_.wait(false, std::memory_order_acquire);
+    std::this_thread::sleep_until(deadline_);
+  }
+  /// \post every waiter is woken; query() is true from `deadline` on.
+  void signal(Clock::time_point deadline = {}) noexcept {
+    deadline_ = deadline;  // published by the release store below
     done_.store(true, std::memory_order_release);
     done_.notify_all();
   }
 
  private:
   std::atomic<bool> done_{false};
+  Clock::time_point deadline_{};
 };
 
 /// A copy engine on host memory: "device" buffers are separate host allocations and one copy
-/// thread plays the copy stream, running queued work in order. With `bytes_per_second` > 0 each
-/// copy takes at least nbytes / bytes_per_second, so tests and benchmarks can stand in for a
+/// thread plays the copy stream, running queued work in order. With `bytes_per_second` > 0 the
+/// copies go through a simulated link: each starts when the link is free and lasts
+/// nbytes / bytes_per_second, and an event completes when the link has carried everything
+/// before it. The copy thread does the memcpy at once and never sleeps for the link, so how
+/// soon the OS schedules it does not stretch the simulated time. Tests and benchmarks use it
+/// to stand in for a
 /// PCIe link. The destructor finishes the queued work, then joins the thread.
 class HostCopyEngine final : public CopyEngine {
  public:
@@ -72,6 +87,9 @@ class HostCopyEngine final : public CopyEngine {
   bool stopping_ = false;
   std::atomic<std::uint64_t> bytes_copied_{0};
   std::atomic<std::uint64_t> busy_ns_{0};
+  // The copy thread's own: when the link is idle, and when the last queued wait ended.
+  HostEvent::Clock::time_point link_free_{};
+  HostEvent::Clock::time_point waited_until_{};
   std::thread thread_;  // last: starts after everything it uses exists
 };
 
