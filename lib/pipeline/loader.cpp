@@ -7,6 +7,7 @@
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
@@ -260,8 +261,16 @@ EpochRun::EpochRun(std::shared_ptr<LoaderImpl> impl, std::uint64_t epoch, std::s
       started_(Clock::now()) {
   impl_->state_epoch.store(epoch);
   impl_->state_next.store(start_);
-  planner_ = std::thread([this] { plan(); });
-  if (impl_->device_path) copier_ = std::thread([this] { copy(); });
+  planner_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "ferry-planner");  // for top, perf and gdb
+    plan();
+  });
+  if (impl_->device_path) {
+    copier_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "ferry-copy");
+      copy();
+    });
+  }
 }
 
 EpochRun::~EpochRun() {

@@ -1,5 +1,7 @@
 #include "copy/host/host_copy_engine.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
@@ -8,7 +10,11 @@
 
 namespace ferry::detail {
 
-HostCopyEngine::HostCopyEngine(Options options) : options_(options), thread_([this] { run(); }) {}
+HostCopyEngine::HostCopyEngine(Options options)
+    : options_(options), thread_([this] {
+        pthread_setname_np(pthread_self(), "ferry-hostcopy");  // for top, perf and gdb
+        run();
+      }) {}
 
 HostCopyEngine::~HostCopyEngine() {
   {
