@@ -550,11 +550,11 @@ TEST(LoaderStats, SummaryNamesTheBottleneck) {
       Loader slow_consumer(std::make_shared<IndexDataset>(64), cpu_options(8));
       for (const Batch& b : slow_consumer.epoch(0)) {
         (void)b;
-        std::this_thread::sleep_for(20ms);
+        std::this_thread::sleep_for(40ms);
       }
       const ferry::LoaderStats s = slow_consumer.stats();
       EXPECT_EQ(s.summary().rfind("compute-bound", 0), 0U) << s.summary();
-      EXPECT_LT(s.consumer_wait_fraction(), 0.05);
+      EXPECT_LT(s.consumer_wait_fraction(), 0.10);
       EXPECT_GT(s.first_batch_seconds, 0.0);
     }
   });

@@ -77,7 +77,7 @@ struct LoaderStats {
   double read_seconds = 0;                ///< workers inside Dataset::read (summed over threads)
   double worker_capacity_seconds = 0;     ///< workers × time batches were being filled
   double slot_wait_seconds = 0;           ///< planning waited for a free staging slot
-  double copy_seconds = 0;                ///< copy stage busy (queueing and waiting for copies)
+  double copy_seconds = 0;                ///< the copy stream busy with copies
   double consumer_wait_seconds = 0;       ///< next() waited for data
   double wall_seconds = 0;                ///< epochs' wall time
   double first_batch_seconds = 0;         ///< epoch start to first batch, last epoch

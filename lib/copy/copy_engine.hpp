@@ -49,6 +49,8 @@ class CopyEngine {
   virtual void wait(const Event& event) = 0;
   /// Blocks the calling thread until everything queued so far has finished.
   virtual void synchronize() = 0;
+  /// Seconds the copy stream has spent on finished copies so far (the loader's copy stats).
+  virtual double busy_seconds() const noexcept = 0;
 
   /// An event on the consumer's stream (a cudaStream_t; nullptr: the default stream), ready when
   /// the work queued there so far has finished. The host engine's consumer is the calling

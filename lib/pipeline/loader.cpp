@@ -96,7 +96,7 @@ struct LoaderImpl {
 
   // Stats, in nanoseconds where timed.
   std::atomic<std::uint64_t> batches{0}, samples{0}, bytes{0}, skipped{0};
-  std::atomic<std::uint64_t> read_ns{0}, fill_wall_ns{0}, slot_wait_ns{0}, copy_ns{0};
+  std::atomic<std::uint64_t> read_ns{0}, fill_wall_ns{0}, slot_wait_ns{0};
   std::atomic<std::uint64_t> consumer_wait_ns{0}, wall_ns{0}, first_batch_ns{0};
   std::atomic<std::uint64_t> staging_allocations{0}, device_allocations{0};
   std::mutex reasons_mutex;
@@ -508,7 +508,6 @@ void EpochRun::copy() {
       impl.return_slot(p.slot);
       return;
     }
-    const auto start = Clock::now();
     DeviceSlot& dev = *impl.device_slots[d];
     dev.number = p.number;
     dev.indices.assign(slot.indices.begin(), slot.indices.end());
@@ -538,7 +537,6 @@ void EpochRun::copy() {
       }
     }
     dev.released = Event();
-    impl.copy_ns.fetch_add(nanos_since(start));
     impl.return_slot(p.slot);  // reused once slot.copied is ready
     ready_.push(d);
     ready_signal_.notify();
@@ -828,7 +826,7 @@ LoaderStats Loader::stats() const {
   }
   s.read_seconds = seconds(i.read_ns);
   s.slot_wait_seconds = seconds(i.slot_wait_ns);
-  s.copy_seconds = i.host_engine != nullptr ? i.host_engine->busy_seconds() : seconds(i.copy_ns);
+  s.copy_seconds = i.engine ? i.engine->busy_seconds() : 0.0;
   s.consumer_wait_seconds = seconds(i.consumer_wait_ns);
   s.wall_seconds = seconds(i.wall_ns);
   s.worker_capacity_seconds = s.wall_seconds * i.workers;

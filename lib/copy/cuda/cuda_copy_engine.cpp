@@ -1,5 +1,7 @@
 #include "copy/cuda/cuda_copy_engine.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <memory>
 
 #include "copy/cuda/kernels.hpp"
@@ -25,6 +27,12 @@ class CudaEventImpl final : public EventImpl {
  private:
   CudaEvent event_;
 };
+
+std::int64_t now_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 int make_context(int index) {
   DeviceGuard guard(index);
@@ -53,6 +61,31 @@ void CudaCopyEngine::copy_async(void* dst, const void* src, std::size_t nbytes, 
   DeviceGuard guard(index_);
   // cudaMemcpyDefault: unified addressing tells the direction, including peer copies.
   FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream_.view().get()));
+  // When the stream gets past the copy, a host callback books its time: from when it was
+  // queued, or the previous copy ended, to now. The callback only reads the clock.
+  struct Booking {
+    CopyClock* clock;
+    std::int64_t queued_ns;
+  };
+  auto* booking = new Booking{clock_.get(), now_ns()};
+  const cudaError_t status = cudaLaunchHostFunc(
+      stream_.view().get(),
+      [](void* data) {
+        const std::unique_ptr<Booking> b(static_cast<Booking*>(data));
+        const std::int64_t done = now_ns();
+        const std::int64_t start = std::max(b->queued_ns, b->clock->last_done_ns);
+        b->clock->busy_ns.fetch_add(done - start);
+        b->clock->last_done_ns = done;
+      },
+      booking);
+  if (status != cudaSuccess) {
+    delete booking;
+    FERRY_CUDA_CHECK(status);
+  }
+}
+
+double CudaCopyEngine::busy_seconds() const noexcept {
+  return static_cast<double>(clock_->busy_ns.load()) * 1e-9;
 }
 
 void CudaCopyEngine::convert_image_async(const ImageConvert& args) {

@@ -1,5 +1,9 @@
 #pragma once
 
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
 #include "copy/copy_engine.hpp"
 #include "copy/cuda/cuda_handles.hpp"
 
@@ -22,15 +26,23 @@ class CudaCopyEngine final : public CopyEngine {
   Event record() override;
   void wait(const Event& event) override;
   void synchronize() override;
+  double busy_seconds() const noexcept override;
   Event record_on(void* stream) override;
   void stream_wait(void* stream, const Event& event) override;
 
   StreamView stream() const noexcept { return stream_.view(); }
 
+  /// The copy-time bookkeeping a host callback updates when the stream finishes a copy.
+  struct CopyClock {
+    std::atomic<std::int64_t> busy_ns{0};
+    std::int64_t last_done_ns = 0;  // only the callback thread touches it (callbacks are serial)
+  };
+
  private:
   Event record_on_stream(cudaStream_t stream);
   int index_;
   CudaStream stream_;
+  std::unique_ptr<CopyClock> clock_ = std::make_unique<CopyClock>();
 };
 
 }  // namespace ferry::detail::cuda

@@ -74,7 +74,9 @@ class HostCopyEngine final : public CopyEngine {
   /// Bytes copied so far (by finished copies).
   std::uint64_t bytes_copied() const noexcept { return bytes_copied_.load(); }
   /// Seconds the copy thread spent copying (injected time included).
-  double busy_seconds() const noexcept { return static_cast<double>(busy_ns_.load()) * 1e-9; }
+  double busy_seconds() const noexcept override {
+    return static_cast<double>(busy_ns_.load()) * 1e-9;
+  }
 
  private:
   void enqueue(std::function<void()> work);
