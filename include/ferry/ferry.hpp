@@ -7,6 +7,7 @@
 #include "ferry/dtype.hpp"    // IWYU pragma: export
 #include "ferry/error.hpp"    // IWYU pragma: export
 #include "ferry/event.hpp"    // IWYU pragma: export
+#include "ferry/idx_dataset.hpp"  // IWYU pragma: export
 #include "ferry/loader.hpp"   // IWYU pragma: export
 #include "ferry/memory.hpp"   // IWYU pragma: export
 #include "ferry/ops.hpp"      // IWYU pragma: export
