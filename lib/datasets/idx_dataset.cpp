@@ -81,7 +81,7 @@ Idx read_idx(const std::filesystem::path& path, std::uint8_t ndims, const char* 
   }
   std::size_t expected = 1;
   std::string shape;
-  for (std::uint8_t d = 0; d < ndims; ++d) {
+  for (std::size_t d = 0; d < ndims; ++d) {
     const std::uint32_t n = big_endian(idx.bytes.data() + 4 + 4 * d);
     idx.dims.push_back(n);
     expected *= n;
