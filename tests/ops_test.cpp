@@ -76,6 +76,16 @@ TEST(NormalizeImages, SingleImageAndPixelUnits) {
   }
 }
 
+TEST(NormalizeImages, DefaultsScaleToZeroOne) {
+  const Tensor in = images(1, 2, 3, 1);
+  const Tensor out = ferry::normalize_images(in, Normalize{});
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    const float x = in.data<std::uint8_t>()[i];
+    EXPECT_EQ(out.data<float>()[i], std::fma(x, 1.0f / 255.0f, -0.0f));
+    EXPECT_NEAR(out.data<float>()[i], x / 255.0f, 1e-7);
+  }
+}
+
 TEST(NormalizeImages, RejectsBadArgumentsWithConfigError) {
   const Tensor in = images(1, 2, 2, 3);
   const Normalize ok{{0.5f}, {0.5f}};

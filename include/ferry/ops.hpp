@@ -9,13 +9,14 @@ namespace ferry {
 
 /// Per-channel normalization of uint8 images: out = (x * scale - mean[c]) / std[c], computed as
 /// fma(x, scale / std[c], -mean[c] / std[c]) in f32 and then rounded to `dtype`, identically on
-/// every device. mean and std have no default; with the default scale they are in PyTorch's 0..1
-/// units (torchvision's ToTensor + Normalize), e.g. {0.485, 0.456, 0.406} / {0.229, 0.224, 0.225}.
+/// every device. With the default scale, mean and std are in PyTorch's 0..1 units
+/// (torchvision's ToTensor + Normalize), e.g. {0.485, 0.456, 0.406} / {0.229, 0.224, 0.225};
+/// Normalize{} alone scales pixels to [0, 1], as ToTensor does.
 struct Normalize {
-  std::vector<float> mean;      ///< one per channel, or one for all
-  std::vector<float> std;       ///< one per channel, or one for all; none may be 0
-  float scale = 1.0f / 255.0f;  ///< 1 to give mean/std in pixel units (as DALI)
-  DType dtype = DType::f32;     ///< f32, f16 or bf16
+  std::vector<float> mean = {0.0f};  ///< one per channel, or one for all
+  std::vector<float> std = {1.0f};   ///< one per channel, or one for all; none may be 0
+  float scale = 1.0f / 255.0f;       ///< 1 to give mean/std in pixel units (as DALI)
+  DType dtype = DType::f32;          ///< f32, f16 or bf16
 };
 
 /// uint8 images [N, H, W, C] (or [H, W, C]) to `norm.dtype` [N, C, H, W] (or [C, H, W]), on the

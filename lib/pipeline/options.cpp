@@ -2,6 +2,7 @@
 // that hold no pipeline.
 
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -83,20 +84,23 @@ std::string LoaderStats::summary() const {
   const double wait = consumer_wait_fraction();
   const double busy = worker_busy_fraction();
   const double copy = wall_seconds > 0 ? copy_seconds / wall_seconds : 0;
-  std::ostringstream os;
-  os.setf(std::ios::fixed);
-  os.precision(0);
   if (wall_seconds <= 0) return "no epoch has run";
+  // Whole percents, but a small non-zero share reads "<1%", not "0%".
+  auto pct = [](double fraction) {
+    if (fraction > 0 && fraction < 0.005) return std::string("<1%");
+    return std::to_string(std::lround(fraction * 100)) + "%";
+  };
+  std::ostringstream os;
   // Under a tenth of the time waiting for data: the loop itself sets the pace.
   if (wait < 0.10) {
-    os << "compute-bound: the consumer waited " << wait * 100 << "% of wall time; workers were "
-       << busy * 100 << "% busy";
+    os << "compute-bound: the consumer waited " << pct(wait) << " of wall time; workers were "
+       << pct(busy) << " busy";
   } else if (copy > busy) {
-    os << "copy-bound: the consumer waited " << wait * 100 << "% of wall time; the copy stage was "
-       << copy * 100 << "% busy, workers " << busy * 100 << "%";
+    os << "copy-bound: the consumer waited " << pct(wait) << " of wall time; the copy stage was "
+       << pct(copy) << " busy, workers " << pct(busy);
   } else {
-    os << "input-bound: the consumer waited " << wait * 100 << "% of wall time; workers were "
-       << busy * 100 << "% busy";
+    os << "input-bound: the consumer waited " << pct(wait) << " of wall time; workers were "
+       << pct(busy) << " busy";
   }
   if (skipped > 0) os << "; " << skipped << " samples skipped";
   return os.str();
