@@ -174,18 +174,21 @@ TEST(Loader, ResumeFromABatchContinuesExactlyAsAnUninterruptedRun) {
   });
 }
 
-// A dataset whose reads take a while: to stop a busy pipeline.
+// A dataset whose reads take a while: to stop a busy pipeline, or to make input the bottleneck.
 class SlowDataset : public IndexDataset {
  public:
-  using IndexDataset::IndexDataset;
+  SlowDataset(std::size_t n, std::chrono::microseconds delay) : IndexDataset(n), delay_(delay) {}
   void read(std::size_t index, ferry::SampleRef out) const override {
-    std::this_thread::sleep_for(200us);
+    std::this_thread::sleep_for(delay_);
     IndexDataset::read(index, out);
   }
+
+ private:
+  std::chrono::microseconds delay_;
 };
 
 TEST(Loader, LeavingEarlyOrDestroyingMidEpochStopsPromptlyAndFreesTheRing) {
-  auto ds = std::make_shared<SlowDataset>(200000);
+  auto ds = std::make_shared<SlowDataset>(200000, 200us);
   for (const bool copy_stage : {false, true}) {
     LoaderOptions o = cpu_options(256, true, 1);
     o.simulate_copy.enabled = copy_stage;
@@ -525,21 +528,13 @@ TEST(LoaderOptions, FromEnvReadsTorchrunAndMpirunVariables) {
   unsetenv("OMPI_COMM_WORLD_SIZE");
 }
 
-// Reads that take 2 ms, or a consumer that computes 2 ms per batch: the summary names the
+// Reads that take 2 ms, or a consumer that computes 40 ms per batch: the summary names the
 // slow side.
-class SleepyDataset : public IndexDataset {
- public:
-  using IndexDataset::IndexDataset;
-  void read(std::size_t index, ferry::SampleRef out) const override {
-    std::this_thread::sleep_for(2ms);
-    IndexDataset::read(index, out);
-  }
-};
 
 TEST(LoaderStats, SummaryNamesTheBottleneck) {
   within(60s, [&] {
     {
-      Loader slow_input(std::make_shared<SleepyDataset>(64), cpu_options(8));
+      Loader slow_input(std::make_shared<SlowDataset>(64, 2ms), cpu_options(8));
       (void)collect(slow_input, 0);
       const ferry::LoaderStats s = slow_input.stats();
       EXPECT_EQ(s.summary().rfind("input-bound", 0), 0U) << s.summary();

@@ -96,7 +96,7 @@ struct LoaderImpl {
 
   // Stats, in nanoseconds where timed.
   std::atomic<std::uint64_t> batches{0}, samples{0}, bytes{0}, skipped{0};
-  std::atomic<std::uint64_t> read_ns{0}, fill_wall_ns{0}, slot_wait_ns{0};
+  std::atomic<std::uint64_t> read_ns{0}, slot_wait_ns{0};
   std::atomic<std::uint64_t> consumer_wait_ns{0}, wall_ns{0}, first_batch_ns{0};
   std::atomic<std::uint64_t> staging_allocations{0}, device_allocations{0};
   std::mutex reasons_mutex;
@@ -416,7 +416,6 @@ void EpochRun::fill_range(Slot& slot, std::size_t begin, std::size_t end,
 void EpochRun::fill(std::uint32_t slot_id, std::uint64_t number) {
   LoaderImpl& impl = *impl_;
   Slot& slot = *impl.slots[slot_id];
-  const auto start = Clock::now();
   const std::size_t count = slot.indices.size();
   std::atomic<bool> any_failed{false};
   if (!slot.error) {
@@ -428,7 +427,6 @@ void EpochRun::fill(std::uint32_t slot_id, std::uint64_t number) {
     FERRY_TSAN_ACQUIRE(&tsan_edge);
   }
   if (any_failed.load() && !stopping_.load()) settle_failures(slot);
-  impl.fill_wall_ns.fetch_add(nanos_since(start));
   slot.filled.store(number + 1, std::memory_order_release);
   filled_.notify();
 }
@@ -509,7 +507,6 @@ void EpochRun::copy() {
       return;
     }
     DeviceSlot& dev = *impl.device_slots[d];
-    dev.number = p.number;
     dev.indices.assign(slot.indices.begin(), slot.indices.end());
     dev.error = slot.error;
     if (!dev.error) {
@@ -610,15 +607,12 @@ const Batch* EpochRun::next() {
       std::rethrow_exception(slot.error);
     }
     base = slot.data;
-    pinned = impl.options.pin_memory &&
-             std::holds_alternative<PinnedBuffer>(impl.staging[p.slot]) &&
-             std::get<PinnedBuffer>(impl.staging[p.slot]).locked();
+    pinned = slot.pinned;
     current_.indices_.assign(slot.indices.begin(), slot.indices.end());
   }
   impl.consumer_wait_ns.fetch_add(nanos_since(wait_start));
 
   const std::size_t count = current_.indices_.size();
-  current_.tensors_.clear();
   current_.names_ = impl.names;
   current_.number_ = next_;
   current_.ready_ = ready;
@@ -754,6 +748,7 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, LoaderOptions o
     if (pin) {
       PinnedBuffer b = PinnedBuffer::allocate(staging_bytes);
       slot->data = static_cast<std::byte*>(b.data());
+      slot->pinned = b.locked();
       staging.emplace_back(std::move(b));
     } else {
       HostBuffer b = HostBuffer::allocate(staging_bytes);

@@ -46,6 +46,7 @@ class Signal {
 /// One staging slot: a batch's bytes in page-locked memory, and what the workers leave there.
 struct Slot {
   std::byte* data = nullptr;
+  bool pinned = false;                       ///< data's pages are locked
   std::vector<std::uint64_t> indices;        ///< the batch's dataset indices
   std::vector<std::exception_ptr> failures;  ///< per position, set by workers
   std::size_t number = 0;                    ///< the batch's number in its epoch
@@ -58,7 +59,6 @@ struct Slot {
 struct DeviceSlot {
   DeviceBuffer buffer;
   std::vector<std::uint64_t> indices;
-  std::size_t number = 0;
   std::exception_ptr error;
   Event ready;     ///< the copy into it has finished
   Event released;  ///< the consumer is done with it (recorded on the consumer's stream)
