@@ -2,11 +2,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "ferry/dtype.hpp"
+#include "ferry/ops.hpp"
 #include "ferry/tensor.hpp"
 
 namespace ferry {
@@ -16,8 +18,12 @@ struct FieldSpec {
   std::string name;
   DType dtype = DType::f32;
   std::vector<int64_t> shape;
+  /// Set for an image field the loader normalizes on its device: the dataset writes u8
+  /// [H, W, C] (dtype and shape above), and batches deliver normalize->dtype [N, C, H, W],
+  /// converted after the copy (on the CPU, by the worker right after read()).
+  std::optional<Normalize> normalize = std::nullopt;
 
-  /// Bytes of one sample of this field.
+  /// Bytes of one sample of this field, as the dataset writes it.
   std::size_t sample_bytes() const noexcept;
   friend bool operator==(const FieldSpec&, const FieldSpec&) = default;
 };

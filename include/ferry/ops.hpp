@@ -17,6 +17,7 @@ struct Normalize {
   std::vector<float> std = {1.0f};   ///< one per channel, or one for all; none may be 0
   float scale = 1.0f / 255.0f;       ///< 1 to give mean/std in pixel units (as DALI)
   DType dtype = DType::f32;          ///< f32, f16 or bf16
+  friend bool operator==(const Normalize&, const Normalize&) = default;
 };
 
 /// uint8 images [N, H, W, C] (or [H, W, C]) to `norm.dtype` [N, C, H, W] (or [C, H, W]), on the

@@ -8,6 +8,10 @@
 
 #include "ferry/dtype.hpp"
 
+namespace ferry {
+struct Normalize;
+}
+
 namespace ferry::detail {
 
 /// One conversion of N images [H, W, C] into [C, H, W] (to_chw) or [H, W, C].
@@ -27,5 +31,11 @@ struct ImageConvert {
 
 /// The CPU twin: runs on the calling thread.
 void convert_image_cpu(const ImageConvert& args) noexcept;
+
+/// Sets `args` up to normalize u8 images of `args.c` channels into [C, H, W] of norm.dtype:
+/// dtypes, mul and add. \throws ConfigError, its message starting with `where`, for an output
+/// dtype other than f32/f16/bf16, channels outside 1..4, mean/std not 1 or C values, a zero std
+/// or a non-finite factor.
+void set_normalize(const Normalize& norm, const char* where, ImageConvert& args);
 
 }  // namespace ferry::detail

@@ -65,43 +65,7 @@ Tensor normalize_images(const Tensor& images, const Normalize& norm) {
     throw ConfigError(std::string(kWhere) + ": expected u8 images, got " +
                       std::string(dtype_name(images.dtype())));
   }
-  if (norm.dtype != DType::f32 && norm.dtype != DType::f16 && norm.dtype != DType::bf16) {
-    throw ConfigError(std::string(kWhere) + ": output dtype must be f32, f16 or bf16, got " +
-                      std::string(dtype_name(norm.dtype)));
-  }
-  if (args.c < 1 || args.c > 4) {
-    throw ConfigError(std::string(kWhere) + ": 1 to 4 channels supported, got " +
-                      std::to_string(args.c));
-  }
-  const auto channels = static_cast<std::size_t>(args.c);
-  auto per_channel = [&](const std::vector<float>& v, const char* name) {
-    if (v.size() != 1 && v.size() != channels) {
-      throw ConfigError(std::string(kWhere) + ": " + name + " has " + std::to_string(v.size()) +
-                        " values for " + std::to_string(channels) + " channels");
-    }
-  };
-  per_channel(norm.mean, "mean");
-  per_channel(norm.std, "std");
-  for (std::size_t c = 0; c < channels; ++c) {
-    const float mean = norm.mean[norm.mean.size() == 1 ? 0 : c];
-    const float sd = norm.std[norm.std.size() == 1 ? 0 : c];
-    if (sd == 0.0f) {
-      throw ConfigError(std::string(kWhere) + ": std of channel " + std::to_string(c) + " is 0");
-    }
-    args.mul[c] = norm.scale / sd;
-    args.add[c] = -mean / sd;
-    // Finite factors keep NaN out of every result (x is 0..255), so CPU and GPU agree bit for bit.
-    if (!std::isfinite(mean) || !std::isfinite(sd) || !std::isfinite(args.mul[c]) ||
-        !std::isfinite(args.add[c])) {
-      throw ConfigError(std::string(kWhere) + ": mean/std of channel " + std::to_string(c) +
-                        " give a non-finite factor (mean " + std::to_string(mean) + ", std " +
-                        std::to_string(sd) + ", scale " + std::to_string(norm.scale) + ")");
-    }
-  }
-  args.src_dtype = DType::u8;
-  args.dst_dtype = norm.dtype;
-  args.normalize = true;
-  args.to_chw = true;
+  detail::set_normalize(norm, kWhere, args);
   return run(images, args, chw_shape(images.shape()));
 }
 

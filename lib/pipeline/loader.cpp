@@ -27,6 +27,7 @@
 #include "copy/copy_engine.hpp"
 #include "copy/cuda/cuda_api.hpp"
 #include "copy/host/host_copy_engine.hpp"
+#include "core/image_ops.hpp"
 #include "core/storage.hpp"
 #include "pipeline/sampler.hpp"
 #include "pipeline/staging.hpp"
@@ -67,6 +68,20 @@ struct LoaderImpl {
   std::vector<FieldSpec> fields;
   std::shared_ptr<const std::vector<std::string>> names;
   detail::SlotLayout layout;
+  // Image fields normalized on the loader's device (FieldSpec::normalize): the dataset writes
+  // u8 [H, W, C]; the conversion writes norm.dtype [C, H, W] into a second region of the same
+  // buffer, at out_offset, laid out by out_layout, and the batch's tensor is made from there.
+  // On the device path the copy stream converts the whole batch after its copy; on the CPU path
+  // each worker converts its sample right after read().
+  struct Conversion {
+    std::size_t field = 0;
+    detail::ImageConvert args;  // n = 1; src and dst set per use
+    FieldSpec out;              // [C, H, W] of the normalized dtype
+  };
+  std::vector<Conversion> conversions;
+  std::vector<int> conversion_of;  // per field: its index in conversions, or -1
+  detail::SlotLayout out_layout;
+  std::size_t out_offset = 0;
   detail::Sampler sampler;
   int workers;
   bool device_path;  // a copy stage exists (a GPU, or the simulated copy)
@@ -404,6 +419,16 @@ void EpochRun::fill_range(Slot& slot, std::size_t begin, std::size_t end,
     try {
       dataset.read(index, SampleRef(&impl.layout, slot.data, i,
                                     sample_seed(impl.options.seed, epoch_, index)));
+      if (!impl.device_path) {
+        for (std::size_t k = 0; k < impl.conversions.size(); ++k) {
+          ImageConvert args = impl.conversions[k].args;
+          const std::size_t f = impl.conversions[k].field;
+          args.src = slot.data + impl.layout.offsets[f] + i * impl.layout.sample_bytes[f];
+          args.dst = slot.data + impl.out_offset + impl.out_layout.offsets[k] +
+                     i * impl.out_layout.sample_bytes[k];
+          convert_image_cpu(args);
+        }
+      }
       slot.failures[i] = nullptr;
     } catch (...) {
       slot.failures[i] = std::current_exception();
@@ -470,6 +495,13 @@ void EpochRun::settle_failures(Slot& slot) {
         std::byte* field = slot.data + impl.layout.offsets[f];
         std::memmove(field + kept * n, field + i * n, n);
       }
+      if (!impl.device_path) {  // the converted samples the workers wrote
+        for (std::size_t k = 0; k < impl.conversions.size(); ++k) {
+          const std::size_t n = impl.out_layout.sample_bytes[k];
+          std::byte* field = slot.data + impl.out_offset + impl.out_layout.offsets[k];
+          std::memmove(field + kept * n, field + i * n, n);
+        }
+      }
       slot.indices[kept] = slot.indices[i];
     }
     ++kept;
@@ -525,6 +557,14 @@ void EpochRun::copy() {
         } else {
           engine.copy_async(target, slot.data, impl.layout.used_bytes(count),
                             CopyKind::host_to_device);
+          // uint8 crossed the bus; normalize on the device, behind the copy.
+          for (std::size_t c = 0; c < impl.conversions.size(); ++c) {
+            ImageConvert args = impl.conversions[c].args;
+            args.n = static_cast<std::int64_t>(count);
+            args.src = target + impl.layout.offsets[impl.conversions[c].field];
+            args.dst = target + impl.out_offset + impl.out_layout.offsets[c];
+            if (count > 0) engine.convert_image_async(args);
+          }
         }
         dev.ready = engine.record();
         slot.copied = dev.ready;
@@ -618,12 +658,17 @@ const Batch* EpochRun::next() {
   current_.ready_ = ready;
   current_.lease_ = lease;
   for (std::size_t f = 0; f < impl.fields.size(); ++f) {
+    const int c = impl.conversion_of[f];
+    const FieldSpec& spec =
+        c < 0 ? impl.fields[f] : impl.conversions[static_cast<std::size_t>(c)].out;
+    std::byte* at =
+        c < 0 ? base + impl.layout.offsets[f]
+              : base + impl.out_offset + impl.out_layout.offsets[static_cast<std::size_t>(c)];
     std::vector<int64_t> shape;
-    shape.reserve(impl.fields[f].shape.size() + 1);
+    shape.reserve(spec.shape.size() + 1);
     shape.push_back(static_cast<int64_t>(count));
-    shape.insert(shape.end(), impl.fields[f].shape.begin(), impl.fields[f].shape.end());
-    Tensor t = Tensor::wrap(base + impl.layout.offsets[f], std::move(shape), impl.fields[f].dtype,
-                            device, pinned, lease);
+    shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
+    Tensor t = Tensor::wrap(at, std::move(shape), spec.dtype, device, pinned, lease);
     if (!device.is_cpu() || impl.host_engine != nullptr) t.storage()->set_pending(ready, {});
     current_.tensors_.push_back(std::move(t));
   }
@@ -684,6 +729,43 @@ int worker_count(int requested) {
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
+// The conversions the fields ask for (FieldSpec::normalize), checked.
+std::vector<detail::LoaderImpl::Conversion> conversions_of(const std::vector<FieldSpec>& fields) {
+  std::vector<detail::LoaderImpl::Conversion> out;
+  for (std::size_t f = 0; f < fields.size(); ++f) {
+    const FieldSpec& spec = fields[f];
+    if (!spec.normalize) continue;
+    const std::string where = "Loader: field \"" + spec.name + "\" (normalize)";
+    if (spec.dtype != DType::u8 || spec.shape.size() != 3) {
+      throw ConfigError(where + ": the dataset must write u8 [H, W, C], not " +
+                        std::string(dtype_name(spec.dtype)) + " of " +
+                        std::to_string(spec.shape.size()) + " dimensions");
+    }
+    detail::LoaderImpl::Conversion c;
+    c.field = f;
+    c.args.n = 1;
+    c.args.h = spec.shape[0];
+    c.args.w = spec.shape[1];
+    c.args.c = spec.shape[2];
+    detail::set_normalize(*spec.normalize, where.c_str(), c.args);
+    c.out = FieldSpec{spec.name, spec.normalize->dtype, {c.args.c, c.args.h, c.args.w}};
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+std::vector<FieldSpec> output_fields(const std::vector<detail::LoaderImpl::Conversion>& cs) {
+  std::vector<FieldSpec> out;
+  out.reserve(cs.size());
+  for (const auto& c : cs) out.push_back(c.out);
+  return out;
+}
+
+std::size_t aligned(std::size_t n) {
+  return (n + detail::SlotLayout::kAlignment - 1) / detail::SlotLayout::kAlignment *
+         detail::SlotLayout::kAlignment;
+}
+
 detail::Sampler::Options sampler_options(const LoaderOptions& o) {
   return {o.batch_size,
           o.shuffle,
@@ -700,6 +782,9 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, LoaderOptions o
       options(o),
       fields(dataset->fields()),
       layout(fields, options.batch_size),
+      conversions(conversions_of(fields)),
+      out_layout(output_fields(conversions), options.batch_size),
+      out_offset(aligned(layout.bytes)),
       sampler(dataset->size(), sampler_options(options)),
       workers(worker_count(options.workers)),
       device_path(options.device.is_cuda() || options.simulate_copy.enabled),
@@ -710,6 +795,10 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, LoaderOptions o
   auto n = std::make_shared<std::vector<std::string>>();
   for (const auto& f : fields) n->push_back(f.name);
   names = std::move(n);
+  conversion_of.assign(fields.size(), -1);
+  for (std::size_t c = 0; c < conversions.size(); ++c) {
+    conversion_of[conversions[c].field] = static_cast<int>(c);
+  }
   // The arena's threads come from oneTBB's pool, which by default has one fewer than the cores:
   // ask for enough that `workers` can all fill slots.
   if (static_cast<std::size_t>(workers) + 1 >
@@ -729,8 +818,11 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, LoaderOptions o
   const auto* td = dynamic_cast<const TensorDataset*>(dataset.get());
   gather = td != nullptr && device_path &&
            (td->device().is_cuda() || options.simulate_copy.dataset_on_device);
-  std::size_t staging_bytes = layout.bytes;
-  std::size_t device_bytes = layout.bytes;
+  // With conversions, the buffer batches are delivered from holds the converted fields too.
+  const std::size_t delivered_bytes =
+      conversions.empty() ? layout.bytes : out_offset + out_layout.bytes;
+  std::size_t staging_bytes = device_path ? layout.bytes : delivered_bytes;
+  std::size_t device_bytes = delivered_bytes;
   if (gather) {
     for (const Tensor& t : td->tensors()) {
       engine->wait(t.ready_event());  // tensors still being copied there
@@ -738,8 +830,7 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, LoaderOptions o
                                t.storage_offset());
     }
     staging_bytes = options.batch_size * sizeof(std::uint64_t);
-    index_offset = (layout.bytes + detail::SlotLayout::kAlignment - 1) /
-                   detail::SlotLayout::kAlignment * detail::SlotLayout::kAlignment;
+    index_offset = aligned(layout.bytes);
     device_bytes = index_offset + staging_bytes;
   }
   const bool pin = options.pin_memory && options.device.is_cuda();
