@@ -25,9 +25,14 @@ class PixelDataset : public Dataset {
       : n_(n), c_(channels), norm_(std::move(norm)), bad_(std::move(bad)) {}
   std::size_t size() const override { return n_; }
   std::vector<FieldSpec> fields() const override {
-    FieldSpec image{"image", DType::u8, {kH, kW, c_}};
-    image.normalize = norm_;
-    return {image, {"label", DType::i64, {}}};
+    std::vector<FieldSpec> f(2);
+    f[0].name = "image";
+    f[0].dtype = DType::u8;
+    f[0].shape = {kH, kW, c_};
+    f[0].normalize = norm_;
+    f[1].name = "label";
+    f[1].dtype = DType::i64;
+    return f;
   }
   void read(std::size_t index, SampleRef out) const override {
     if (bad_.count(index) != 0) throw DataError("PixelDataset: img" + std::to_string(index));
