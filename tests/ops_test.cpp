@@ -2,8 +2,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
+#include "core/image_ops.hpp"
 #include "ferry/ferry.hpp"
 
 namespace {
@@ -84,6 +86,96 @@ TEST(NormalizeImages, DefaultsScaleToZeroOne) {
     EXPECT_EQ(out.data<float>()[i], std::fma(x, 1.0f / 255.0f, -0.0f));
     EXPECT_NEAR(out.data<float>()[i], x / 255.0f, 1e-7);
   }
+}
+
+// The CPU twin against a plain scalar std::fma, over every byte value in every channel, for
+// factor sets that reach f16's overflow and subnormals and ties of every output type: both the
+// kernel convert_image_cpu picks at run time (AVX2 + FMA where the CPU has them) and the
+// portable one, in both layouts, with pixel counts that leave vector tails.
+TEST(NormalizeImages, EveryByteMatchesAScalarFmaInEveryKernel) {
+  struct Factors {
+    float mul, add;
+  };
+  const std::vector<Factors> sets = {{1.0f / 255.0f, 0.0f},
+                                     {1.0f / 255.0f, -0.0f},
+                                     {0.01712475f, -2.117904f},
+                                     {0.017507f, -2.0357141f},
+                                     {0.01742919f, -1.804444f},
+                                     {1.0f, -128.0f},
+                                     {300.0f, -0.5f},
+                                     {1e-6f, 0.0f},
+                                     {-0.5f, 3.25f},
+                                     {3.0517578e-05f, 6.1035156e-05f},
+                                     {0.1f, -12.7f},
+                                     {7.0f / 3.0f, 1e-3f}};
+  const std::int64_t n = 2, h = 13, w = 21;  // 273 pixels a plane: all 256 values, odd tails
+  for (const std::int64_t c : {1, 2, 3, 4}) {
+    std::vector<std::uint8_t> src(static_cast<std::size_t>(n * h * w * c));
+    for (std::size_t i = 0; i < src.size(); ++i) {
+      src[i] = static_cast<std::uint8_t>((i / static_cast<std::size_t>(c)) * 97 + i * 31 + 5);
+    }
+    for (std::size_t first = 0; first < sets.size(); ++first) {
+      ferry::detail::ImageConvert a;
+      a.src = src.data();
+      a.n = n;
+      a.h = h;
+      a.w = w;
+      a.c = c;
+      a.normalize = true;
+      for (std::size_t k = 0; k < static_cast<std::size_t>(c); ++k) {
+        a.mul[k] = sets[(first + k) % sets.size()].mul;
+        a.add[k] = sets[(first + k) % sets.size()].add;
+      }
+      for (const DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+        a.dst_dtype = dtype;
+        const std::size_t elem = ferry::dtype_size(dtype);
+        for (const bool chw : {true, false}) {
+          a.to_chw = chw;
+          std::vector<std::uint8_t> expected(src.size() * elem);
+          for (std::int64_t i = 0; i < n * h * w * c; ++i) {
+            const std::int64_t img = i / (h * w * c), p = i / c % (h * w), ch = i % c;
+            const auto k = static_cast<std::size_t>(ch);
+            const float v =
+                std::fma(static_cast<float>(src[static_cast<std::size_t>(i)]), a.mul[k], a.add[k]);
+            const std::int64_t at = chw ? (img * c + ch) * h * w + p : i;
+            std::uint8_t* to = expected.data() + static_cast<std::size_t>(at) * elem;
+            if (dtype == DType::f32) {
+              std::memcpy(to, &v, elem);
+            } else {
+              const std::uint16_t bits =
+                  dtype == DType::f16 ? ferry::to_half(v).bits : ferry::to_bfloat16(v).bits;
+              std::memcpy(to, &bits, elem);
+            }
+          }
+          for (const bool portable : {false, true}) {
+            std::vector<std::uint8_t> got(expected.size(), 0xa5);
+            a.dst = got.data();
+            if (portable) {
+              ferry::detail::convert_image_cpu_portable(a);
+            } else {
+              ferry::detail::convert_image_cpu(a);
+            }
+            ASSERT_EQ(got, expected)
+                << ferry::dtype_name(dtype) << " c=" << c << " set " << first
+                << (chw ? " chw" : " hwc") << (portable ? " portable" : " dispatched");
+          }
+        }
+      }
+    }
+  }
+}
+
+// The reference above is worth having: for ImageNet's factors a separate multiply and add (two
+// roundings) differs from the fused result for some bytes.
+TEST(NormalizeImages, FusedAndUnfusedDifferForImageNetFactors) {
+  const float mul = 0.01712475f;
+  const float add = -2.117904f;
+  int differ = 0;
+  for (int x = 0; x < 256; ++x) {
+    volatile float product = static_cast<float>(x) * mul;  // rounded here, not contracted
+    differ += std::fma(static_cast<float>(x), mul, add) != product + add ? 1 : 0;
+  }
+  EXPECT_GT(differ, 0);
 }
 
 TEST(NormalizeImages, RejectsBadArgumentsWithConfigError) {

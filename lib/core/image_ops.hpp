@@ -29,8 +29,13 @@ struct ImageConvert {
   std::array<float, 4> add{};  ///< -mean[c] / std[c]
 };
 
-/// The CPU twin: runs on the calling thread.
+/// The CPU twin: runs on the calling thread. On x86-64 CPUs with AVX2 and FMA it runs a kernel
+/// compiled for them (vectorized, hardware fused multiply-add), chosen once at run time.
 void convert_image_cpu(const ImageConvert& args) noexcept;
+
+/// The same, always through the portable kernel (std::fma in software where the build targets
+/// no FMA hardware): the same bits, slower. For tests and measurements.
+void convert_image_cpu_portable(const ImageConvert& args) noexcept;
 
 /// Sets `args` up to normalize u8 images of `args.c` channels into [C, H, W] of norm.dtype:
 /// dtypes, mul and add. \throws ConfigError, its message starting with `where`, for an output
