@@ -1,0 +1,102 @@
+// libFuzzer target: CsvDataset's parser on arbitrary bytes. The first byte picks the options
+// (header, delimiter, label column, classes, missing values, explicit features); the rest is
+// the file. Each input is parsed whole on this thread and again in pieces of a few bytes (the
+// piece size from the first byte too), which must agree exactly: the same table, or the same
+// error message. Only DataError and ConfigError may escape the parser.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "datasets/csv_parse.hpp"
+#include "ferry/error.hpp"
+
+namespace {
+
+using Result = std::variant<ferry::detail::CsvTable, std::string>;
+
+Result parse(std::string_view text, const ferry::CsvOptions& o, const ferry::detail::CsvSplit& s) {
+  try {
+    return ferry::detail::parse_csv(text, o, "fuzz.csv", s);
+  } catch (const ferry::DataError& e) {
+    return std::string("DataError: ") + e.what();
+  } catch (const ferry::ConfigError& e) {
+    return std::string("ConfigError: ") + e.what();
+  }
+}
+
+// Float vectors equal bit for bit (NaN included).
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+bool same(const Result& a, const Result& b) {
+  if (a.index() != b.index()) return false;
+  if (const auto* e = std::get_if<std::string>(&a)) return *e == std::get<std::string>(b);
+  const auto& x = std::get<ferry::detail::CsvTable>(a);
+  const auto& y = std::get<ferry::detail::CsvTable>(b);
+  return x.rows == y.rows && x.num_features == y.num_features && x.has_label == y.has_label &&
+         x.classes_mode == y.classes_mode && x.feature_names == y.feature_names &&
+         x.classes == y.classes && same_bits(x.features, y.features) && x.labels == y.labels &&
+         same_bits(x.targets, y.targets);
+}
+
+// Checks what a table promises: sizes agree, class ids index classes().
+void check(const ferry::detail::CsvTable& t) {
+  bool ok = t.rows > 0 && t.num_features > 0 && t.features.size() == t.rows * t.num_features &&
+            t.feature_names.size() == t.num_features;
+  if (t.classes_mode) {
+    ok = ok && t.labels.size() == t.rows && t.targets.empty();
+    for (const std::int64_t id : t.labels) {
+      ok = ok && id >= 0 && static_cast<std::size_t>(id) < t.classes.size();
+    }
+  } else if (t.has_label) {
+    ok = ok && t.targets.size() == t.rows && t.labels.empty();
+  } else {
+    ok = ok && t.labels.empty() && t.targets.empty();
+  }
+  if (!ok) std::abort();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size == 0) return 0;
+  const std::uint8_t pick = data[0];
+  const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
+
+  ferry::CsvOptions o;
+  o.header = (pick & 1) != 0;
+  constexpr char kDelimiters[] = {',', ';', '\t', ' '};
+  o.delimiter = kDelimiters[(pick >> 1) & 3];
+  switch ((pick >> 3) & 3) {
+    case 0:
+      o.label = o.header ? ferry::Column::name("label") : ferry::Column::last();
+      break;
+    case 1:
+      o.label = ferry::Column::index(0);
+      break;
+    case 2:
+      o.label = ferry::Column::last();
+      break;
+    default:
+      o.label = ferry::Column::none();
+      break;
+  }
+  o.classes = (pick & 0x20) == 0;
+  o.missing = (pick & 0x40) != 0 ? ferry::Missing::nan : ferry::Missing::error;
+  if ((pick & 0x80) != 0) o.features = {ferry::Column::index(1), ferry::Column::index(2)};
+
+  const Result whole = parse(text, o, {~std::size_t{0}, false});
+  const std::size_t piece = 1 + (pick % 13);
+  const Result pieces = parse(text, o, {piece, false});
+  if (!same(whole, pieces)) std::abort();
+  if (const auto* t = std::get_if<ferry::detail::CsvTable>(&whole)) check(*t);
+  return 0;
+}

@@ -1,0 +1,123 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ferry/dataset.hpp"
+
+namespace ferry {
+
+/// A column of a CSV file: by header name, by 0-based position, the last one, or none.
+class Column {
+ public:
+  enum class Kind { name, index, last, none };
+  static Column name(std::string header) { return Column(Kind::name, std::move(header), 0); }
+  static Column index(std::size_t i) { return Column(Kind::index, {}, i); }
+  static Column last() { return Column(Kind::last, {}, 0); }
+  static Column none() { return Column(Kind::none, {}, 0); }
+
+  Kind kind() const noexcept { return kind_; }
+  const std::string& header() const noexcept { return header_; }
+  std::size_t position() const noexcept { return index_; }
+  /// "label", "#3", "last" or "none", for messages.
+  std::string str() const;
+  friend bool operator==(const Column&, const Column&) = default;
+
+ private:
+  Column(Kind k, std::string h, std::size_t i) : kind_(k), header_(std::move(h)), index_(i) {}
+  Kind kind_;
+  std::string header_;
+  std::size_t index_;
+};
+
+/// What an empty field among the features means.
+enum class Missing {
+  error,  ///< DataError naming the line and column
+  nan,    ///< the feature is NaN
+};
+
+struct CsvOptions {
+  bool header = true;
+  char delimiter = ',';
+  Column label = Column::name("label");  ///< Column::index(i), Column::last(), Column::none()
+  std::vector<Column> features;          ///< empty: every column but the label
+  /// true: labels become i64 class ids. Integer labels keep their value; otherwise the distinct
+  /// label texts are sorted and numbered from 0 (classes()). false: the label is an f32 target.
+  bool classes = true;
+  Missing missing = Missing::error;
+};
+
+/// A numeric CSV file, parsed once into memory: "features" f32 [F] and, unless the label is
+/// Column::none(), "label" (i64 [] class ids, or f32 [] with classes = false).
+///
+/// The file is mapped and its rows indexed and parsed in parallel; RFC 4180 quotes, CRLF, a
+/// UTF-8 BOM and blank lines at the end are accepted, and a ".gz" file is decompressed once
+/// (a gzip file is known by its first bytes, whatever its name). read() then copies a row.
+///
+/// What the parser accepts, precisely:
+/// - Fields are separated by the delimiter; records end with "\n", "\r\n" or the end of the
+///   file. Blank lines ("" or "\r") are skipped wherever they are, as pandas does (so a file of
+///   one column writes a missing value as "", not as an empty line).
+/// - A field may be quoted ("1.5", "a, b", "two\nlines", "say ""hi"""); a quote inside an
+///   unquoted field, text after a closing quote, or a quote never closed is a DataError.
+/// - Spaces and tabs around a field (outside its quotes; not the delimiter itself) are ignored.
+/// - Numbers are what std::from_chars reads, with an optional leading '+': "1", "-2.5e-3",
+///   ".5", "nan", "inf", "-Infinity" (any case; numpy writes "nan" and "inf"). Other text
+///   ("NA", "?", "1,5") is a DataError. A value beyond f32's range becomes +-inf (or 0, or a
+///   subnormal), as a double converted to float would.
+/// - An empty feature (nothing, blanks, or "") is Missing::error or NaN; an empty label is an
+///   error whatever CsvOptions::missing says.
+/// - Integer labels ("3", "3.0", "+3") are class ids when every label is one; ids must lie in
+///   0 .. 1,048,575 (classes() lists each id up to the largest). A single label that is not an
+///   integer makes all of them texts.
+/// - Error messages give lines and columns from 1, as an editor and a spreadsheet show them
+///   (a quoted field over several lines counts them all); Column::index() counts from 0.
+class CsvDataset final : public Dataset {
+ public:
+  /// \throws DataError naming the file, the line (1-based, as an editor shows it), the column
+  /// and what was expected: a missing or empty file, a header and no rows, a ragged row, a
+  /// non-numeric field, a label or feature column that does not exist, a broken quote, a
+  /// corrupt gzip stream. ConfigError for options that do not fit (a delimiter that is '"',
+  /// a line break or part of numbers, a feature column listed twice, the label among the
+  /// features, a named column without a header); those not about the file come first.
+  static std::shared_ptr<CsvDataset> open(const std::filesystem::path& path,
+                                          const CsvOptions& options = {});
+
+  std::size_t size() const override { return rows_; }
+  std::vector<FieldSpec> fields() const override;
+  void read(std::size_t index, SampleRef out) const override;
+  void prefetch(std::size_t index) const noexcept override;
+
+  /// Features per row.
+  std::size_t num_features() const noexcept { return num_features_; }
+  /// The feature columns' names (header text, or "column N" without a header).
+  const std::vector<std::string>& feature_names() const noexcept { return feature_names_; }
+  /// With classes = true: class id i's label text ("0", "1", … for integer labels that are
+  /// their own ids; the sorted texts otherwise). Empty for a regression target or no label.
+  const std::vector<std::string>& classes() const noexcept { return classes_; }
+  /// All features, [rows, num_features()] row-major.
+  const std::vector<float>& features() const noexcept { return features_; }
+  /// Class ids (classes = true), else empty.
+  const std::vector<std::int64_t>& labels() const noexcept { return labels_; }
+  /// Regression targets (classes = false), else empty.
+  const std::vector<float>& targets() const noexcept { return targets_; }
+
+ private:
+  CsvDataset() = default;
+  friend struct CsvBuilder;
+  std::size_t rows_ = 0;
+  std::size_t num_features_ = 0;
+  bool has_label_ = true;
+  bool classes_mode_ = true;
+  std::vector<std::string> feature_names_;
+  std::vector<std::string> classes_;
+  std::vector<float> features_;
+  std::vector<std::int64_t> labels_;
+  std::vector<float> targets_;
+};
+
+}  // namespace ferry

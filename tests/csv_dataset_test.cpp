@@ -1,0 +1,578 @@
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "datasets/csv_parse.hpp"
+#include "ferry/ferry.hpp"
+#include "loader_test_util.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using ferry::Column;
+using ferry::ConfigError;
+using ferry::CsvDataset;
+using ferry::CsvOptions;
+using ferry::DataError;
+using ferry::Missing;
+
+// A gzip file of `text` in stored (uncompressed) deflate blocks, `members` members.
+std::uint32_t crc32_of(const std::string& s) {
+  std::uint32_t crc = 0xffffffffU;
+  for (const char ch : s) {
+    crc ^= static_cast<unsigned char>(ch);
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xedb88320U & (0U - (crc & 1U)));
+  }
+  return ~crc;
+}
+
+void put32(std::string& out, std::uint32_t v) {
+  for (int shift = 0; shift < 32; shift += 8) out += static_cast<char>((v >> shift) & 0xffU);
+}
+
+std::string gzip_member(const std::string& text) {
+  std::string out("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03", 10);
+  std::size_t at = 0;
+  do {
+    const std::size_t n = std::min<std::size_t>(text.size() - at, 65535);
+    const bool last = at + n == text.size();
+    out += static_cast<char>(last ? 1 : 0);
+    out += static_cast<char>(n & 0xffU);
+    out += static_cast<char>(n >> 8);
+    out += static_cast<char>(~n & 0xffU);
+    out += static_cast<char>((~n >> 8) & 0xffU);
+    out.append(text, at, n);
+    at += n;
+  } while (at < text.size());
+  put32(out, crc32_of(text));
+  put32(out, static_cast<std::uint32_t>(text.size()));
+  return out;
+}
+
+std::string gzip(const std::string& text, bool two_members = false) {
+  if (!two_members) return gzip_member(text);
+  const std::size_t half = text.size() / 2;
+  return gzip_member(text.substr(0, half)) + gzip_member(text.substr(half));
+}
+
+std::string shortest(float v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return {buf, r.ptr};
+}
+
+class CsvFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ferry_csv_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  fs::path write(const std::string& name, const std::string& bytes) {
+    const fs::path p = dir_ / name;
+    std::ofstream(p, std::ios::binary)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    return p;
+  }
+
+  std::shared_ptr<CsvDataset> open(const std::string& text, const CsvOptions& o = {}) {
+    return CsvDataset::open(write("data.csv", text), o);
+  }
+
+  // The DataError's message ("no error" when open() succeeds).
+  std::string message(const std::string& text, const CsvOptions& o = {},
+                      const std::string& name = "data.csv") {
+    const fs::path p = write(name, text);
+    try {
+      (void)CsvDataset::open(p, o);
+    } catch (const DataError& e) {
+      return e.what();
+    }
+    return "no error";
+  }
+
+  std::string config_message(const std::string& text, const CsvOptions& o) {
+    const fs::path p = write("data.csv", text);
+    try {
+      (void)CsvDataset::open(p, o);
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "no ConfigError";
+  }
+
+  std::string prefix(const std::string& name = "data.csv") const {
+    return "CsvDataset: " + (dir_ / name).string() + ": ";
+  }
+
+  fs::path dir_;
+};
+
+#define EXPECT_HAS(haystack, needle)                                    \
+  do {                                                                  \
+    const std::string h_ = (haystack);                                  \
+    EXPECT_NE(h_.find(needle), std::string::npos) << "message: " << h_; \
+  } while (0)
+
+TEST_F(CsvFiles, HeaderLabelByName) {
+  const auto ds = open("a,b,label\n1,2,0\n3.5,-4,1\n-0.25,1e3,1\n");
+  ASSERT_EQ(ds->size(), 3U);
+  EXPECT_EQ(ds->num_features(), 2U);
+  EXPECT_EQ(ds->feature_names(), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(ds->features(), (std::vector<float>{1, 2, 3.5F, -4, -0.25F, 1000}));
+  EXPECT_EQ(ds->labels(), (std::vector<std::int64_t>{0, 1, 1}));
+  EXPECT_EQ(ds->classes(), (std::vector<std::string>{"0", "1"}));
+  EXPECT_TRUE(ds->targets().empty());
+  const std::vector<ferry::FieldSpec> fields = {{"features", ferry::DType::f32, {2}, {}},
+                                                {"label", ferry::DType::i64, {}, {}}};
+  EXPECT_EQ(ds->fields(), fields);
+}
+
+TEST_F(CsvFiles, LabelByIndexLastOrNone) {
+  const std::string text = "7,1.5,2.5\n8,3.5,4.5\n";
+  CsvOptions o;
+  o.header = false;
+  o.label = Column::index(0);
+  auto ds = open(text, o);
+  EXPECT_EQ(ds->features(), (std::vector<float>{1.5F, 2.5F, 3.5F, 4.5F}));
+  EXPECT_EQ(ds->labels(), (std::vector<std::int64_t>{7, 8}));
+  EXPECT_EQ(ds->classes().size(), 9U);
+  EXPECT_EQ(ds->feature_names(), (std::vector<std::string>{"column 2", "column 3"}));
+
+  o.label = Column::last();
+  o.classes = false;
+  ds = open(text, o);
+  EXPECT_EQ(ds->features(), (std::vector<float>{7, 1.5F, 8, 3.5F}));
+  EXPECT_EQ(ds->targets(), (std::vector<float>{2.5F, 4.5F}));
+  EXPECT_TRUE(ds->labels().empty());
+  EXPECT_TRUE(ds->classes().empty());
+  EXPECT_EQ(ds->fields()[1], (ferry::FieldSpec{"label", ferry::DType::f32, {}, {}}));
+
+  o.label = Column::none();
+  ds = open(text, o);
+  EXPECT_EQ(ds->num_features(), 3U);
+  EXPECT_EQ(ds->features(), (std::vector<float>{7, 1.5F, 2.5F, 8, 3.5F, 4.5F}));
+  ASSERT_EQ(ds->fields().size(), 1U);
+  EXPECT_EQ(ds->fields()[0], (ferry::FieldSpec{"features", ferry::DType::f32, {3}, {}}));
+}
+
+TEST_F(CsvFiles, ExplicitFeatureColumnsInTheirOrder) {
+  CsvOptions o;
+  o.label = Column::name("y");
+  o.features = {Column::name("c"), Column::index(0)};
+  const auto ds = open("a,note,c,y\n1,free text,3,0\n4,\"more, text\",6,1\n", o);
+  EXPECT_EQ(ds->feature_names(), (std::vector<std::string>{"c", "a"}));
+  EXPECT_EQ(ds->features(), (std::vector<float>{3, 1, 6, 4}));
+  EXPECT_EQ(ds->labels(), (std::vector<std::int64_t>{0, 1}));
+}
+
+TEST_F(CsvFiles, TextLabelsBecomeSortedClasses) {
+  const auto ds = open("x,label\n1,dog\n2,cat\n3,dog\n4,bird\n5, cat \n");
+  EXPECT_EQ(ds->classes(), (std::vector<std::string>{"bird", "cat", "dog"}));
+  EXPECT_EQ(ds->labels(), (std::vector<std::int64_t>{2, 1, 2, 0, 1}));
+}
+
+TEST_F(CsvFiles, IntegerLabelsAreTheirIds) {
+  auto ds = open("x,label\n1,2\n2,0\n3,5\n4,2.0\n5,+1\n");
+  EXPECT_EQ(ds->labels(), (std::vector<std::int64_t>{2, 0, 5, 2, 1}));
+  EXPECT_EQ(ds->classes(), (std::vector<std::string>{"0", "1", "2", "3", "4", "5"}));
+  // One text among them: all are texts.
+  ds = open("x,label\n1,2\n2,10\n3,cat\n4,2\n");
+  EXPECT_EQ(ds->classes(), (std::vector<std::string>{"10", "2", "cat"}));
+  EXPECT_EQ(ds->labels(), (std::vector<std::int64_t>{1, 0, 2, 1}));
+}
+
+TEST_F(CsvFiles, RegressionTargets) {
+  CsvOptions o;
+  o.classes = false;
+  o.label = Column::name("price");
+  const auto ds = open("price,rooms\n123.5,3\n-1e-3,1\n7,2\n", o);
+  EXPECT_EQ(ds->targets(), (std::vector<float>{123.5F, -1e-3F, 7}));
+  EXPECT_EQ(ds->features(), (std::vector<float>{3, 1, 2}));
+  EXPECT_HAS(message("price,rooms\n1,2\ncheap,3\n", o),
+             prefix() +
+                 "line 3, column 1 (\"price\"): \"cheap\" is not a number (the label is a "
+                 "regression target");
+}
+
+TEST_F(CsvFiles, QuotesCrLfBomBlankLinesAndSpaces) {
+  const std::string text =
+      "\xEF\xBB\xBF"
+      "\"first, col\",\"sec\"\"ond\",label\r\n"
+      "\"1.5\", 2 ,\"he said \"\"hi\"\", then\r\nleft\"\r\n"
+      " +3 ,\"-4\" ,plain\r\n"
+      "5,6,\"he said \"\"hi\"\", then\r\nleft\"\r\n"
+      "\r\n\n\r\n";
+  const auto ds = open(text);
+  EXPECT_EQ(ds->feature_names(), (std::vector<std::string>{"first, col", "sec\"ond"}));
+  EXPECT_EQ(ds->features(), (std::vector<float>{1.5F, 2, 3, -4, 5, 6}));
+  EXPECT_EQ(ds->classes(), (std::vector<std::string>{"he said \"hi\", then\r\nleft", "plain"}));
+  EXPECT_EQ(ds->labels(), (std::vector<std::int64_t>{0, 1, 0}));
+  // Lines inside quotes count: the bad row is on line 7 of an editor.
+  EXPECT_HAS(message("a,b,label\n1,2,\"x\ny\"\n3,4,\"p\n\nq\"\n5,6\n"),
+             prefix() + "line 7: 2 fields, expected 3 (as the header)");
+}
+
+TEST_F(CsvFiles, GzipIsReadTransparently) {
+  std::string text = "a,b,label\n";
+  for (int i = 0; i < 3000; ++i) {
+    text += std::to_string(i) + "," + std::to_string(i * 0.5) + "," + std::to_string(i % 3) + "\n";
+  }
+  for (const bool two : {false, true}) {
+    const auto ds = CsvDataset::open(write("x.csv.gz", gzip(text, two)));
+    ASSERT_EQ(ds->size(), 3000U);
+    for (std::size_t i = 0; i < 3000; ++i) {
+      ASSERT_EQ(ds->features()[2 * i], static_cast<float>(i));
+      ASSERT_EQ(ds->features()[2 * i + 1], static_cast<float>(i) * 0.5F);
+      ASSERT_EQ(ds->labels()[i], static_cast<std::int64_t>(i % 3));
+    }
+  }
+  std::string corrupt = gzip(text);
+  corrupt.resize(corrupt.size() / 2);
+  EXPECT_HAS(message(corrupt, {}, "cut.csv.gz"), prefix("cut.csv.gz"));
+  EXPECT_HAS(message(corrupt, {}, "cut.csv.gz"), "cannot decompress");
+}
+
+TEST_F(CsvFiles, MissingValuesAndNanText) {
+  CsvOptions o;
+  o.missing = Missing::nan;
+  const auto ds = open("a,b,c,label\n1,,3,0\n,\"\",  ,1\nnan,-inf,Infinity,0\n", o);
+  const std::vector<float>& f = ds->features();
+  ASSERT_EQ(f.size(), 9U);
+  EXPECT_EQ(f[0], 1);
+  EXPECT_TRUE(std::isnan(f[1]));
+  EXPECT_EQ(f[2], 3);
+  EXPECT_TRUE(std::isnan(f[3]) && std::isnan(f[4]) && std::isnan(f[5]));
+  EXPECT_TRUE(std::isnan(f[6]));
+  EXPECT_EQ(f[7], -INFINITY);
+  EXPECT_EQ(f[8], INFINITY);
+  EXPECT_HAS(message("a,b,c,label\n1,2,3,0\n1,,3,0\n"),
+             prefix() + "line 3, column 2 (\"b\"): an empty field, expected a number");
+  // Beyond f32: infinity or zero, as a conversion from a double would give.
+  const auto big = open("a,label\n1e39,0\n-1e39,0\n1e-50,0\n1e-400,0\n-1e400,0\n");
+  EXPECT_EQ(big->features(), (std::vector<float>{INFINITY, -INFINITY, 0, 0, -INFINITY}));
+}
+
+// The expected content of the big file: row i's features and label text.
+struct BigFile {
+  std::string text;
+  std::vector<float> features;  // 3 per row
+  std::vector<std::string> labels;
+};
+
+BigFile big_file(std::size_t rows) {
+  BigFile b;
+  b.text = "f0,f1,f2,label\n";
+  const std::vector<std::string> texts = {"alpha", "be,ta", "gam\"ma", "del\nta", "eps\r\nilon"};
+  for (std::size_t i = 0; i < rows; ++i) {
+    const float f0 = static_cast<float>(i) * 0.125F;
+    const float f1 = -static_cast<float>((i * 7919) % 10007) / 3.0F;
+    const float f2 = static_cast<float>(i % 17) * 1e-3F;
+    const std::string& label = texts[(i * 31) % texts.size()];
+    std::string quoted = "\"";
+    for (const char c : label) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+    quoted += "\"";
+    b.text += (i % 3 == 0 ? "\"" + shortest(f0) + "\"" : shortest(f0)) + "," + shortest(f1) + "," +
+              shortest(f2) + "," +
+              (i % 2 == 0                                            ? quoted
+               : label.find_first_of(",\"\r\n") == std::string::npos ? label
+                                                                     : quoted) +
+              (i % 5 == 0 ? "\r\n" : "\n");
+    b.features.insert(b.features.end(), {f0, f1, f2});
+    b.labels.push_back(label);
+  }
+  return b;
+}
+
+void expect_same(const ferry::detail::CsvTable& a, const ferry::detail::CsvTable& b) {
+  EXPECT_EQ(a.rows, b.rows);
+  EXPECT_EQ(a.feature_names, b.feature_names);
+  EXPECT_EQ(a.classes, b.classes);
+  EXPECT_TRUE(a.features == b.features);
+  EXPECT_EQ(a.labels, b.labels);
+  EXPECT_EQ(a.targets, b.targets);
+}
+
+std::string parse_error(const std::string& text, const ferry::detail::CsvSplit& split) {
+  try {
+    (void)ferry::detail::parse_csv(text, {}, "big.csv", split);
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST_F(CsvFiles, ParallelChunksGiveTheSerialResult) {
+  const BigFile b = big_file(20000);
+  const auto ds = CsvDataset::open(write("big.csv", b.text));
+  ASSERT_EQ(ds->size(), 20000U);
+  EXPECT_TRUE(ds->features() == b.features);
+  const std::set<std::string> distinct(b.labels.begin(), b.labels.end());
+  EXPECT_EQ(ds->classes(), std::vector<std::string>(distinct.begin(), distinct.end()));
+  for (std::size_t i = 0; i < b.labels.size(); ++i) {
+    ASSERT_EQ(ds->classes()[static_cast<std::size_t>(ds->labels()[i])], b.labels[i]) << i;
+  }
+
+  const auto serial = ferry::detail::parse_csv(b.text, {}, "big.csv", {~std::size_t{0}, false});
+  EXPECT_EQ(serial.chunks, 1U);
+  const auto automatic = ferry::detail::parse_csv(b.text, {}, "big.csv", {});
+  EXPECT_GT(automatic.chunks, 4U);  // the file is ~700 KB
+  expect_same(serial, automatic);
+  // Small pieces: many borders fall inside quotes, others on "\r\n" or between doubled quotes.
+  const std::size_t body = b.text.size() - b.text.find('\n') - 1;
+  for (const std::size_t chunk : {331U, 4093U}) {
+    SCOPED_TRACE(chunk);
+    std::size_t inside = 0;
+    std::size_t quotes = 0;
+    for (std::size_t at = b.text.size() - body; at < b.text.size(); ++at) {
+      if ((at - (b.text.size() - body)) % chunk == 0 && quotes % 2 == 1) ++inside;
+      quotes += b.text[at] == '"' ? 1U : 0U;
+    }
+    EXPECT_GT(inside, body / chunk / 8);
+    const auto pieces = ferry::detail::parse_csv(b.text, {}, "big.csv", {chunk, true});
+    EXPECT_EQ(pieces.chunks, (body + chunk - 1) / chunk);
+    expect_same(serial, pieces);
+  }
+
+  // The first error in the file, whatever the pieces: a ragged row on a late line and a
+  // non-number on a later one.
+  std::string bad = b.text;
+  const std::size_t row_at = bad.find("\n1875.125,");
+  ASSERT_NE(row_at, std::string::npos);
+  bad.insert(row_at + 1, "1,2\n");
+  bad += "1,x,3,alpha\n";
+  const std::size_t line =
+      static_cast<std::size_t>(std::count(bad.data(), bad.data() + row_at + 1, '\n')) + 1;
+  const std::string expected = "CsvDataset: big.csv: line " + std::to_string(line) +
+                               ": 2 fields, expected 4 (as the header)";
+  EXPECT_EQ(parse_error(bad, {~std::size_t{0}, false}), expected);  // one piece
+  EXPECT_EQ(parse_error(bad, {0, true}), expected);
+  EXPECT_EQ(parse_error(bad, {331, true}), expected);
+  EXPECT_EQ(parse_error(bad, {331, false}), expected);
+}
+
+TEST_F(CsvFiles, UnterminatedQuoteIsTheSameErrorInEveryPiece) {
+  std::string text = "a,b,label\n";
+  for (int i = 0; i < 500; ++i) text += std::to_string(i) + ",1,\"x\"\n";
+  text += "7,\"8,0\n";
+  for (int i = 0; i < 500; ++i) text += std::to_string(i) + ",1,x\n";
+  for (const std::size_t chunk : {0U, 13U, 256U, 100000000U}) {
+    EXPECT_EQ(parse_error(text, {chunk, true}),
+              "CsvDataset: big.csv: line 502, column 2 (\"b\"): a quoted field starts here and "
+              "never ends");
+  }
+}
+
+TEST_F(CsvFiles, BadInputNamesFileLineAndColumn) {
+  EXPECT_HAS(message("", {}, "none.csv"), prefix("none.csv") + "the file is empty");
+  EXPECT_HAS(message("\n\r\n\n"), prefix() + "the file has only blank lines");
+  fs::remove(dir_ / "missing.csv");
+  try {
+    (void)CsvDataset::open(dir_ / "missing.csv");
+    ADD_FAILURE() << "no error";
+  } catch (const DataError& e) {
+    EXPECT_HAS(e.what(), prefix("missing.csv") + "cannot open: No such file");
+  }
+  EXPECT_HAS(message("a,b,label\n\n"), prefix() + "line 1 is the header, and no rows follow it");
+  EXPECT_HAS(message("a,b,c,label\n1,2,3,0\n4,5,6,1\n7,8,9\n"),
+             prefix() + "line 4: 3 fields, expected 4 (as the header)");
+  EXPECT_HAS(message("a,b,c,label\n1,2,3,0\n4,5,6,1,9\n"),
+             prefix() + "line 3: 5 fields, expected 4 (as the header)");
+  CsvOptions no_header;
+  no_header.header = false;
+  no_header.label = Column::last();
+  EXPECT_HAS(message("\n1,2,0\n4,5\n", no_header),
+             prefix() + "line 3: 2 fields, expected 3 (as line 2)");
+  CsvOptions by_last;
+  by_last.label = Column::last();
+  EXPECT_HAS(message("150,4,setosa\n5.1,3.5,1.4,0.2,0\n", by_last),
+             prefix() + "line 2: 5 fields, but the header (line 1) has 3");
+  EXPECT_HAS(message("a,b,label\n1,2,0\n1,abc,0\n"),
+             prefix() + "line 3, column 2 (\"b\"): \"abc\" is not a number");
+  EXPECT_HAS(message("a,b,label\n1,2,0\n1,0123456789012345678901234567890123456789xyz,0\n"),
+             prefix() +
+                 "line 3, column 2 (\"b\"): \"0123456789012345678901234567890123456...\" "
+                 "is not a number");
+  EXPECT_HAS(message("a,b,label\n1,2,0\n1,2\"3,0\n"),
+             prefix() + "line 3, column 2 (\"b\"): a quote inside an unquoted field");
+  EXPECT_HAS(message("a,b,label\n1,\"2\"3,0\n"),
+             prefix() + "line 2, column 2 (\"b\"): text after a closing quote");
+  EXPECT_HAS(message("a,b,label\n1,2,0\n3,\"4,0\n5,6,1\n"),
+             prefix() + "line 3, column 2 (\"b\"): a quoted field starts here and never ends");
+  EXPECT_HAS(message("a,b,label\n1,2,0\n3,4,-1\n"),
+             prefix() + "line 3, column 3 (\"label\"): the label -1 is negative");
+  EXPECT_HAS(message("a,b,label\n1,2,0\n3,4,\n"),
+             prefix() + "line 3, column 3 (\"label\"): an empty label");
+  EXPECT_HAS(message("a,b,label\n1,2,5000000\n"), "is too large a class id");
+  EXPECT_HAS(message("a,b,label\n1,2,0\n3,x,0\n", {}, "a b.csv"),
+             prefix("a b.csv") + "line 3, column 2 (\"b\")");
+
+  CsvOptions o;
+  o.label = Column::name("target");
+  EXPECT_HAS(message("a,b,label\n1,2,0\n", o),
+             prefix() +
+                 "the label column \"target\" is not in the header (line 1), which has "
+                 "\"a\", \"b\", \"label\" (3 columns)");
+  o.label = Column::index(3);
+  EXPECT_HAS(message("a,b,label\n1,2,0\n", o),
+             prefix() + "the label column #3 does not exist: the rows have 3 columns");
+  o.label = Column::last();
+  o.features = {Column::name("a"), Column::name("z")};
+  EXPECT_HAS(message("a,b,label\n1,2,0\n", o),
+             prefix() + "the feature column \"z\" is not in the header");
+  o.features = {Column::index(7)};
+  EXPECT_HAS(message("a,b,label\n1,2,0\n", o), prefix() + "the feature column #7 does not exist");
+  CsvOptions twice;
+  twice.features = {Column::name("x")};
+  EXPECT_HAS(message("x,x,label\n1,2,0\n", twice),
+             "the feature column \"x\" is ambiguous: columns 1 and 2");
+  CsvOptions only_label;
+  only_label.label = Column::last();
+  EXPECT_HAS(message("label\n1\n", only_label), prefix() + "no feature columns");
+}
+
+TEST_F(CsvFiles, OptionsThatDoNotFitRaiseConfigError) {
+  const std::string text = "a,b,label\n1,2,0\n";
+  CsvOptions o;
+  o.delimiter = '"';
+  EXPECT_HAS(config_message(text, o), "the delimiter \"\\\"\" cannot separate fields");
+  o.delimiter = '\n';
+  EXPECT_HAS(config_message(text, o), "the delimiter \"\\x0a\" cannot separate fields");
+  o = {};
+  o.features = {Column::name("a"), Column::name("a")};
+  EXPECT_HAS(config_message(text, o), "the feature column \"a\" is listed twice");
+  o.features = {Column::name("a"), Column::index(0)};
+  EXPECT_HAS(config_message(text, o), "the feature columns list column 1 (\"a\") twice");
+  o.features = {Column::name("a"), Column::name("label")};
+  EXPECT_HAS(config_message(text, o), "the label column \"label\" is also a feature column");
+  o.features = {Column::index(2)};
+  EXPECT_HAS(config_message(text, o), "the label column \"label\" is also a feature column");
+  o = {};
+  o.header = false;
+  EXPECT_HAS(config_message(text, o), "the label column \"label\" is named, but header = false");
+  // Checked before the file is read.
+  o.delimiter = '"';
+  EXPECT_THROW((void)CsvDataset::open(dir_ / "missing.csv", o), ConfigError);
+}
+
+TEST_F(CsvFiles, BatchesThroughTheLoaderCarryTheirRows) {
+  std::string text = "u,v,w,label\n";
+  for (int i = 0; i < 103; ++i) {
+    text += std::to_string(i) + "," + std::to_string(-i) + "," + std::to_string(i * 2) + "," +
+            std::to_string(i % 4) + "\n";
+  }
+  const auto ds = open(text);
+  ferry::Loader loader(ds, ferry::testing::cpu_options(8, true, 7));
+  std::vector<std::uint64_t> seen;
+  for (const ferry::Batch& b : loader.epoch(0)) {
+    const ferry::Tensor f = b["features"].cpu();
+    const ferry::Tensor y = b["label"].cpu();
+    ASSERT_EQ(f.shape(), (std::vector<std::int64_t>{static_cast<std::int64_t>(b.size()), 3}));
+    for (std::size_t k = 0; k < b.size(); ++k) {
+      const auto i = static_cast<float>(b.indices()[k]);
+      const auto at = static_cast<std::int64_t>(k);
+      EXPECT_EQ(f.data<float>()[at * 3], i);
+      EXPECT_EQ(f.data<float>()[at * 3 + 1], -i);
+      EXPECT_EQ(f.data<float>()[at * 3 + 2], 2 * i);
+      EXPECT_EQ(y.data<std::int64_t>()[at], static_cast<std::int64_t>(b.indices()[k] % 4));
+      seen.push_back(b.indices()[k]);
+    }
+  }
+  std::sort(seen.begin(), seen.end());
+  ASSERT_EQ(seen.size(), 103U);
+  for (std::size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], i);
+}
+
+// Debian's python3-sklearn ships its small data sets as CSV files.
+const fs::path kSklearn = "/usr/lib/python3/dist-packages/sklearn/datasets/data";
+
+std::string read_file(const fs::path& p) {
+  std::string out(fs::file_size(p), '\0');
+  std::ifstream(p, std::ios::binary).read(out.data(), static_cast<std::streamsize>(out.size()));
+  return out;
+}
+
+std::map<std::int64_t, std::size_t> class_counts(const CsvDataset& ds) {
+  std::map<std::int64_t, std::size_t> out;
+  for (const std::int64_t id : ds.labels()) ++out[id];
+  return out;
+}
+
+TEST(CsvDatasetRealData, Iris) {
+  if (!fs::exists(kSklearn / "iris.csv")) GTEST_SKIP() << "python3-sklearn is not installed";
+  // Its first line "150,4,setosa,versicolor,virginica" has the rows' width: a header.
+  CsvOptions o;
+  o.label = Column::last();
+  const auto ds = CsvDataset::open(kSklearn / "iris.csv", o);
+  ASSERT_EQ(ds->size(), 150U);
+  EXPECT_EQ(ds->num_features(), 4U);
+  EXPECT_EQ(ds->feature_names(), (std::vector<std::string>{"150", "4", "setosa", "versicolor"}));
+  EXPECT_EQ(std::vector<float>(ds->features().begin(), ds->features().begin() + 4),
+            (std::vector<float>{5.1F, 3.5F, 1.4F, 0.2F}));
+  EXPECT_EQ(std::vector<float>(ds->features().end() - 4, ds->features().end()),
+            (std::vector<float>{5.9F, 3.0F, 5.1F, 1.8F}));
+  EXPECT_EQ(class_counts(*ds), (std::map<std::int64_t, std::size_t>{{0, 50}, {1, 50}, {2, 50}}));
+}
+
+TEST_F(CsvFiles, SklearnWineAndBreastCancer) {
+  if (!fs::exists(kSklearn / "wine_data.csv")) GTEST_SKIP() << "python3-sklearn is not installed";
+  CsvOptions o;
+  o.label = Column::last();
+  // Their first line ("178,13,class_0,class_1,class_2") is no header of the rows.
+  try {
+    (void)CsvDataset::open(kSklearn / "wine_data.csv", o);
+    ADD_FAILURE() << "no error";
+  } catch (const DataError& e) {
+    EXPECT_HAS(e.what(), "wine_data.csv: line 2: 14 fields, but the header (line 1) has 5");
+  }
+  o.header = false;
+  for (const auto& [name, rows, features, first, counts] :
+       std::vector<std::tuple<std::string, std::size_t, std::size_t, float,
+                              std::map<std::int64_t, std::size_t>>>{
+           {"wine_data.csv", 178, 13, 14.23F, {{0, 59}, {1, 71}, {2, 48}}},
+           {"breast_cancer.csv", 569, 30, 17.99F, {{0, 212}, {1, 357}}}}) {
+    std::string text = read_file(kSklearn / name);
+    text.erase(0, text.find('\n') + 1);
+    const auto ds = CsvDataset::open(write(name, text), o);
+    EXPECT_EQ(ds->size(), rows) << name;
+    EXPECT_EQ(ds->num_features(), features) << name;
+    EXPECT_EQ(ds->features()[0], first) << name;
+    EXPECT_EQ(class_counts(*ds), counts) << name;
+  }
+}
+
+TEST(CsvDatasetRealData, DigitsGzipAndDiabetesSpaces) {
+  if (!fs::exists(kSklearn / "digits.csv.gz")) GTEST_SKIP() << "python3-sklearn is not installed";
+  CsvOptions o;
+  o.header = false;
+  o.label = Column::last();
+  const auto digits = CsvDataset::open(kSklearn / "digits.csv.gz", o);
+  EXPECT_EQ(digits->size(), 1797U);
+  EXPECT_EQ(digits->num_features(), 64U);
+  EXPECT_EQ(digits->classes().size(), 10U);
+  EXPECT_EQ(digits->features()[2], 5);
+  EXPECT_EQ(digits->labels()[0], 0);
+  o.delimiter = ' ';
+  o.label = Column::none();
+  const auto diabetes = CsvDataset::open(kSklearn / "diabetes_data_raw.csv.gz", o);
+  EXPECT_EQ(diabetes->size(), 442U);
+  EXPECT_EQ(diabetes->num_features(), 10U);
+  EXPECT_EQ(std::vector<float>(diabetes->features().begin(), diabetes->features().begin() + 3),
+            (std::vector<float>{59, 2, 32.1F}));
+}
+
+}  // namespace
