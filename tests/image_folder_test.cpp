@@ -1,0 +1,860 @@
+#include <gtest/gtest.h>
+#include <spng.h>
+#include <turbojpeg.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "datasets/image_decode.hpp"
+#include "ferry/ferry.hpp"
+#include "pipeline/staging.hpp"
+
+// The reference resizer: stb_image_resize compiled here, as ImageFolder compiles it (its
+// spurious weight-sum asserts off).
+#define STBIR_ASSERT(x) ((void)0)
+#define STB_IMAGE_RESIZE_STATIC
+#define STB_IMAGE_RESIZE_IMPLEMENTATION
+#include <stb_image_resize.h>
+
+namespace {
+
+namespace fs = std::filesystem;
+using Bytes = std::vector<std::uint8_t>;
+using ferry::DataError;
+using ferry::Geometry;
+using ferry::ImageFolder;
+using ferry::ImageOptions;
+
+// ---- encoders and references ---------------------------------------------------------
+
+Bytes encode_jpeg(const Bytes& pixels, int width, int height, int pixel_format,
+                  int subsampling = TJSAMP_444, int quality = 95) {
+  tjhandle tj = tjInitCompress();
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  const int rc = tjCompress2(tj, pixels.data(), width, 0, height, pixel_format, &buf, &size,
+                             subsampling, quality, 0);
+  EXPECT_EQ(rc, 0) << tjGetErrorStr2(tj);
+  Bytes out(buf, buf + size);
+  tjFree(buf);
+  tjDestroy(tj);
+  return out;
+}
+
+// TurboJPEG's own decode of the whole image (or scaled to width × height) as pixel_format.
+Bytes turbo_decode(const Bytes& jpeg, int pixel_format, int width = 0, int height = 0) {
+  tjhandle tj = tjInitDecompress();
+  int w = 0, h = 0, sub = 0, cs = 0;
+  EXPECT_EQ(tjDecompressHeader3(tj, jpeg.data(), jpeg.size(), &w, &h, &sub, &cs), 0);
+  if (width == 0) {
+    width = w;
+    height = h;
+  }
+  Bytes out(static_cast<std::size_t>(width) * static_cast<std::size_t>(height) *
+            static_cast<std::size_t>(tjPixelSize[pixel_format]));
+  EXPECT_EQ(
+      tjDecompress2(tj, jpeg.data(), jpeg.size(), out.data(), width, 0, height, pixel_format, 0), 0)
+      << tjGetErrorStr2(tj);
+  tjDestroy(tj);
+  return out;
+}
+
+struct Png {
+  std::uint32_t width = 0, height = 0;
+  std::uint8_t color_type = SPNG_COLOR_TYPE_TRUECOLOR, bit_depth = 8;
+  Bytes data;  // rows as the PNG stores them (packed below 8 bits; 16 bits host-endian)
+  std::vector<spng_plte_entry> palette;
+  std::vector<std::uint8_t> palette_alpha;  // tRNS of an indexed image
+};
+
+Bytes encode_png(const Png& png) {
+  spng_ctx* ctx = spng_ctx_new(SPNG_CTX_ENCODER);
+  spng_set_option(ctx, SPNG_ENCODE_TO_BUFFER, 1);
+  spng_ihdr ihdr{};
+  ihdr.width = png.width;
+  ihdr.height = png.height;
+  ihdr.bit_depth = png.bit_depth;
+  ihdr.color_type = png.color_type;
+  EXPECT_EQ(spng_set_ihdr(ctx, &ihdr), 0);
+  if (!png.palette.empty()) {
+    spng_plte plte{};
+    plte.n_entries = static_cast<std::uint32_t>(png.palette.size());
+    std::copy(png.palette.begin(), png.palette.end(), plte.entries);
+    EXPECT_EQ(spng_set_plte(ctx, &plte), 0);
+  }
+  if (!png.palette_alpha.empty()) {
+    spng_trns trns{};
+    trns.n_type3_entries = static_cast<std::uint32_t>(png.palette_alpha.size());
+    std::copy(png.palette_alpha.begin(), png.palette_alpha.end(), trns.type3_alpha);
+    EXPECT_EQ(spng_set_trns(ctx, &trns), 0);
+  }
+  const int rc =
+      spng_encode_image(ctx, png.data.data(), png.data.size(), SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE);
+  EXPECT_EQ(rc, 0) << spng_strerror(rc);
+  std::size_t len = 0;
+  int err = 0;
+  auto* buf = static_cast<std::uint8_t*>(spng_get_png_buffer(ctx, &len, &err));
+  Bytes out(buf, buf + len);
+  std::free(buf);  // spng hands over a malloc'd buffer
+  spng_ctx_free(ctx);
+  return out;
+}
+
+// An 8-bit image of `channels` as a PNG (1 gray, 2 gray + alpha, 3 RGB, 4 RGBA).
+Bytes png8(const Bytes& pixels, int width, int height, int channels) {
+  static constexpr std::uint8_t kType[] = {
+      0, SPNG_COLOR_TYPE_GRAYSCALE, SPNG_COLOR_TYPE_GRAYSCALE_ALPHA, SPNG_COLOR_TYPE_TRUECOLOR,
+      SPNG_COLOR_TYPE_TRUECOLOR_ALPHA};
+  Png png;
+  png.width = static_cast<std::uint32_t>(width);
+  png.height = static_cast<std::uint32_t>(height);
+  png.color_type = kType[channels];
+  png.data = pixels;
+  return encode_png(png);
+}
+
+// 16-bit samples, host-endian, whose high bytes are `high` and low bytes high ^ `low_xor`.
+Bytes words16(const Bytes& high, std::uint8_t low_xor) {
+  std::vector<std::uint16_t> words;
+  for (const std::uint8_t v : high) {
+    words.push_back(static_cast<std::uint16_t>(v << 8 | (v ^ low_xor)));
+  }
+  const auto* p = reinterpret_cast<const std::uint8_t*>(words.data());
+  return {p, p + words.size() * 2};
+}
+
+// x + y structure with some edges: byte (x, y, c) of a width × height × channels image.
+Bytes pattern(int width, int height, int channels, int salt = 0) {
+  Bytes out;
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < width; ++x) {
+      const bool box = (x / 7 + y / 5 + salt) % 3 == 0;
+      for (int c = 0; c < channels; ++c) {
+        const int v = (x * (3 + c) + y * (5 - c) + salt * 40 + (box ? 90 : 0)) % 256;
+        out.push_back(static_cast<std::uint8_t>(v));
+      }
+    }
+  }
+  return out;
+}
+
+// PIL's luma, by the book.
+std::uint8_t luma(int r, int g, int b) {
+  return static_cast<std::uint8_t>((299 * r + 587 * g + 114 * b + 500) / 1000);
+}
+
+// HWC bytes of `from` channels to `to` channels (1, 3, 4; 2 is gray + alpha), as ImageFolder
+// converts.
+Bytes convert(const Bytes& px, int from, int to) {
+  Bytes out;
+  for (std::size_t i = 0; i < px.size(); i += static_cast<std::size_t>(from)) {
+    int r = px[i], g = px[i], b = px[i], a = 255;
+    if (from >= 3) {
+      g = px[i + 1];
+      b = px[i + 2];
+    }
+    if (from == 2) a = px[i + 1];
+    if (from == 4) a = px[i + 3];
+    if (to == 1) {
+      out.push_back(luma(r, g, b));
+    } else {
+      out.insert(out.end(), {static_cast<std::uint8_t>(r), static_cast<std::uint8_t>(g),
+                             static_cast<std::uint8_t>(b)});
+      if (to == 4) out.push_back(static_cast<std::uint8_t>(a));
+    }
+  }
+  return out;
+}
+
+Bytes mirror(const Bytes& px, int width, int channels) {
+  Bytes out = px;
+  const auto row = static_cast<std::size_t>(width * channels);
+  for (std::size_t y = 0; y < px.size() / row; ++y) {
+    for (int x = 0; x < width; ++x) {
+      for (int c = 0; c < channels; ++c) {
+        out[y * row + static_cast<std::size_t>(x * channels + c)] =
+            px[y * row + static_cast<std::size_t>((width - 1 - x) * channels + c)];
+      }
+    }
+  }
+  return out;
+}
+
+double mean_abs_diff(const Bytes& a, const Bytes& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double sum = 0;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) sum += std::abs(a[i] - b[i]);
+  return sum / static_cast<double>(std::max<std::size_t>(a.size(), 1));
+}
+
+ImageOptions identity(int width, int height, int channels) {
+  ImageOptions o;
+  o.width = width;
+  o.height = height;
+  o.channels = channels;
+  o.geometry = Geometry::resize;
+  return o;
+}
+
+// ---- the fixture: a temporary folder -------------------------------------------------
+
+class ImageFolderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ferry_img_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  fs::path write(const std::string& name, const Bytes& bytes) {
+    const fs::path p = dir_ / name;
+    fs::create_directories(p.parent_path());
+    std::ofstream(p, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()),
+               static_cast<std::streamsize>(bytes.size()));
+    return p;
+  }
+
+  // Sample i's image as read() writes it, called as the loader calls it.
+  static Bytes read_image(const ImageFolder& ds, std::size_t i, std::uint64_t seed = 0,
+                          std::int64_t* label = nullptr) {
+    const std::vector<ferry::FieldSpec> fields = ds.fields();
+    const ferry::detail::SlotLayout layout(fields, 1);
+    std::vector<std::byte> slot(layout.bytes);
+    ds.read(i, ferry::SampleRef(&layout, slot.data(), 0, seed));
+    const auto* p = reinterpret_cast<const std::uint8_t*>(slot.data() + layout.offsets[0]);
+    if (label != nullptr) std::memcpy(label, slot.data() + layout.offsets[1], sizeof *label);
+    return {p, p + layout.sample_bytes[0]};
+  }
+
+  static std::string read_error(const ImageFolder& ds, std::size_t i) {
+    try {
+      (void)read_image(ds, i);
+    } catch (const DataError& e) {
+      return e.what();
+    }
+    return "no error";
+  }
+
+  // The one image `bytes` decodes to under `o`, through a folder holding only it (named .png
+  // whatever it is: the magic bytes decide the format).
+  Bytes decode_one(const Bytes& bytes, const ImageOptions& o, std::uint64_t seed = 0) {
+    fs::remove_all(dir_ / "one");
+    write("one/c/x.png", bytes);
+    return read_image(*ImageFolder::open(dir_ / "one", o), 0, seed);
+  }
+
+  fs::path dir_;
+};
+
+// ---- listing -------------------------------------------------------------------------
+
+TEST_F(ImageFolderTest, ListsClassesAndFilesSortedWithAnyCaseOfExtension) {
+  const Bytes png = png8(pattern(4, 4, 3), 4, 4, 3);
+  for (const char* name : {"b_dog/2.JPG", "b_dog/1.png", "b_dog/10.Jpeg", "b_dog/notes.txt",
+                           "b_dog/.hidden.jpg", "b_dog/no_extension", "a_cat/z.png", "a_cat/a.jpg",
+                           ".git/x.jpg", "root_file.jpg", "c_empty/readme.md"}) {
+    write(name, png);
+  }
+  const auto ds = ImageFolder::open(dir_);
+  EXPECT_EQ(ds->classes(), (std::vector<std::string>{"a_cat", "b_dog", "c_empty"}));
+  EXPECT_EQ(ds->class_counts(), (std::vector<std::size_t>{2, 3, 0}));
+  ASSERT_EQ(ds->size(), 5U);
+  const std::vector<std::string> expected = {"a_cat/a.jpg", "a_cat/z.png", "b_dog/1.png",
+                                             "b_dog/10.Jpeg", "b_dog/2.JPG"};
+  const std::vector<std::int64_t> labels = {0, 0, 1, 1, 1};
+  for (std::size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(ds->path(i), dir_ / expected[i]);
+    EXPECT_EQ(ds->label(i), labels[i]);
+    std::int64_t label = -1;
+    (void)read_image(*ds, i, 0, &label);
+    EXPECT_EQ(label, labels[i]);
+  }
+  // The same order every time.
+  const auto again = ImageFolder::open(dir_);
+  for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(again->path(i), ds->path(i));
+
+  EXPECT_EQ(ds->fields(), (std::vector<ferry::FieldSpec>{{"image", ferry::DType::u8, {224, 224, 3}},
+                                                         {"label", ferry::DType::i64, {}}}));
+  ImageOptions o;
+  o.height = 32;
+  o.width = 48;
+  o.channels = 1;
+  o.normalize = ferry::Normalize{{0.5f}, {0.25f}, 1.0f / 255, ferry::DType::bf16};
+  const std::vector<ferry::FieldSpec> f = ImageFolder::open(dir_, o)->fields();
+  ASSERT_EQ(f.size(), 2U);
+  EXPECT_EQ(f[0].name, "image");
+  EXPECT_EQ(f[0].dtype, ferry::DType::u8);  // written as u8 HWC; the loader normalizes
+  EXPECT_EQ(f[0].shape, (std::vector<std::int64_t>{32, 48, 1}));
+  EXPECT_EQ(f[0].normalize, o.normalize);
+  EXPECT_EQ(ImageFolder::open(dir_, o)->options().normalize, o.normalize);
+}
+
+TEST_F(ImageFolderTest, OpenRejectsMissingOrEmptyFoldersAndBadOptions) {
+  auto open_error = [](const fs::path& root, const ImageOptions& o = {}) -> std::string {
+    try {
+      (void)ImageFolder::open(root, o);
+    } catch (const DataError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  const std::string missing = open_error(dir_ / "nope");
+  EXPECT_NE(missing.find((dir_ / "nope").string() + ": no such folder"), std::string::npos)
+      << missing;
+  const fs::path file = write("file.jpg", png8({1, 2, 3}, 1, 1, 3));
+  EXPECT_NE(open_error(file).find(file.string() + ": not a folder"), std::string::npos)
+      << open_error(file);
+  write("empty/c/readme.txt", {1, 2, 3});
+  fs::create_directories(dir_ / "empty" / "d");
+  EXPECT_NE(open_error(dir_ / "empty").find((dir_ / "empty").string() + ": no images"),
+            std::string::npos)
+      << open_error(dir_ / "empty");
+
+  write("ok/c/x.png", png8({1, 2, 3}, 1, 1, 3));
+  auto bad = [&](auto change) {
+    ImageOptions o;
+    change(o);
+    EXPECT_THROW((void)ImageFolder::open(dir_ / "ok", o), ferry::ConfigError);
+  };
+  bad([](ImageOptions& o) { o.height = 0; });
+  bad([](ImageOptions& o) { o.width = -3; });
+  bad([](ImageOptions& o) { o.channels = 2; });
+  bad([](ImageOptions& o) { o.channels = 0; });
+  bad([](ImageOptions& o) { o.resize = -1; });
+  bad([](ImageOptions& o) { o.normalize = ferry::Normalize{{0.1f, 0.2f}, {1.0f}}; });
+  bad([](ImageOptions& o) { o.normalize = ferry::Normalize{{0.1f}, {1, 1, 1, 1}}; });
+  bad([](ImageOptions& o) { o.normalize = ferry::Normalize{{0.1f}, {1, 0, 1}}; });
+  bad([](ImageOptions& o) {
+    o.normalize = ferry::Normalize{};
+    o.normalize->dtype = ferry::DType::u8;
+  });
+  bad([](ImageOptions& o) {
+    o.normalize = ferry::Normalize{};
+    o.normalize->dtype = ferry::DType::f64;
+  });
+  ImageOptions fine;
+  fine.channels = 4;
+  fine.normalize = ferry::Normalize{{0.1f, 0.2f, 0.3f, 0.4f}, {2.0f}};
+  EXPECT_NO_THROW((void)ImageFolder::open(dir_ / "ok", fine));
+}
+
+// ---- PNG: exact pixels ---------------------------------------------------------------
+
+TEST_F(ImageFolderTest, PngPixelsAreExactForEveryColorTypeAndChannelCount) {
+  constexpr int kW = 5, kH = 3;
+  EXPECT_EQ(luma(255, 0, 0), 76);  // PIL's convert("L") of pure red, green, blue
+  EXPECT_EQ(luma(0, 255, 0), 150);
+  EXPECT_EQ(luma(0, 0, 255), 29);
+  // Each source: its PNG and the truth as 8-bit gray (1), gray + alpha (2), RGB (3) or RGBA (4).
+  struct Source {
+    const char* what;
+    Bytes png;
+    Bytes truth;
+    int truth_channels;
+  };
+  std::vector<Source> sources;
+  for (const int c : {1, 2, 3, 4}) {
+    Bytes px = pattern(kW, kH, c);
+    px[0] = 255;  // a saturated value or two
+    if (c >= 3) {
+      px[1] = 0;
+      px[2] = 0;
+    }
+    sources.push_back({"8-bit", png8(px, kW, kH, c), px, c});
+  }
+  {  // 16 bits: the high byte counts
+    Png p16;
+    p16.width = kW;
+    p16.height = kH;
+    p16.bit_depth = 16;
+    Bytes truth = pattern(kW, kH, 3, 1);
+    p16.data = words16(truth, 0x5a);
+    sources.push_back({"16-bit RGB", encode_png(p16), truth, 3});
+    p16.color_type = SPNG_COLOR_TYPE_GRAYSCALE;
+    truth = pattern(kW, kH, 1, 2);
+    p16.data = words16(truth, 0xff);
+    sources.push_back({"16-bit gray", encode_png(p16), truth, 1});
+  }
+  {  // a palette with transparency
+    Png pal;
+    pal.width = kW;
+    pal.height = kH;
+    pal.color_type = SPNG_COLOR_TYPE_INDEXED;
+    pal.palette = {{255, 0, 0, 255}, {10, 200, 30, 255}, {7, 8, 9, 255}, {250, 251, 252, 255}};
+    pal.palette_alpha = {255, 128, 0};  // entry 3: opaque (no tRNS entry)
+    Bytes truth;
+    for (int i = 0; i < kW * kH; ++i) {
+      const auto k = static_cast<std::uint8_t>((i * 7 + i / 5) % 4);
+      pal.data.push_back(k);
+      const spng_plte_entry& e = pal.palette[k];
+      truth.insert(truth.end(),
+                   {e.red, e.green, e.blue, k < 3 ? pal.palette_alpha[k] : std::uint8_t{255}});
+    }
+    sources.push_back({"palette", encode_png(pal), truth, 4});
+  }
+  {  // gray of 4 bits: v × 17
+    Png g4;
+    g4.width = kW;
+    g4.height = kH;
+    g4.color_type = SPNG_COLOR_TYPE_GRAYSCALE;
+    g4.bit_depth = 4;
+    Bytes truth;
+    for (int y = 0; y < kH; ++y) {
+      for (int x = 0; x < kW; x += 2) {
+        const int a = (x + y * 3) % 16;
+        const int b = (x + 1 + y * 3) % 16;
+        g4.data.push_back(static_cast<std::uint8_t>(a << 4 | (x + 1 < kW ? b : 0)));
+        truth.push_back(static_cast<std::uint8_t>(a * 17));
+        if (x + 1 < kW) truth.push_back(static_cast<std::uint8_t>(b * 17));
+      }
+    }
+    sources.push_back({"4-bit gray", encode_png(g4), truth, 1});
+  }
+  for (const Source& s : sources) {
+    for (const int channels : {1, 3, 4}) {
+      SCOPED_TRACE(std::string(s.what) + " source, " + std::to_string(s.truth_channels) +
+                   " channels, to " + std::to_string(channels));
+      const Bytes expected = convert(s.truth, s.truth_channels, channels);
+      EXPECT_EQ(decode_one(s.png, identity(kW, kH, channels)), expected);
+      // resize_then_center_crop with the shorter side as resize is the same identity.
+      ImageOptions crop = identity(kW, kH, channels);
+      crop.geometry = Geometry::resize_then_center_crop;
+      crop.resize = kH;
+      EXPECT_EQ(decode_one(s.png, crop), expected);
+    }
+  }
+}
+
+// ---- JPEG: TurboJPEG's own decode ----------------------------------------------------
+
+TEST_F(ImageFolderTest, JpegEqualsTurboJpegsFullDecodeInEveryChannelCount) {
+  constexpr int kW = 40, kH = 30;
+  const Bytes rgb = pattern(kW, kH, 3);
+  for (const int subsampling : {TJSAMP_444, TJSAMP_420}) {
+    const Bytes jpeg = encode_jpeg(rgb, kW, kH, TJPF_RGB, subsampling);
+    EXPECT_EQ(decode_one(jpeg, identity(kW, kH, 3)), turbo_decode(jpeg, TJPF_RGB));
+    EXPECT_EQ(decode_one(jpeg, identity(kW, kH, 1)), turbo_decode(jpeg, TJPF_GRAY));
+    EXPECT_EQ(decode_one(jpeg, identity(kW, kH, 4)), turbo_decode(jpeg, TJPF_RGBA));
+  }
+  const Bytes gray = encode_jpeg(pattern(kW, kH, 1), kW, kH, TJPF_GRAY, TJSAMP_GRAY);
+  const Bytes gray_px = turbo_decode(gray, TJPF_GRAY);
+  EXPECT_EQ(decode_one(gray, identity(kW, kH, 1)), gray_px);
+  EXPECT_EQ(decode_one(gray, identity(kW, kH, 3)), convert(gray_px, 1, 3));
+  EXPECT_EQ(decode_one(gray, identity(kW, kH, 4)), convert(gray_px, 1, 4));
+
+  // CMYK (stored as YCCK): libjpeg gives inverted CMYK, turned into RGB as PIL does.
+  Bytes cmyk = pattern(kW, kH, 4);
+  cmyk[0] = cmyk[1] = cmyk[2] = cmyk[3] = 255;  // no ink: white
+  const Bytes cmyk_jpeg = encode_jpeg(cmyk, kW, kH, TJPF_CMYK);
+  const Bytes ink = turbo_decode(cmyk_jpeg, TJPF_CMYK);
+  Bytes expected_rgb;
+  for (std::size_t i = 0; i < ink.size(); i += 4) {
+    for (int c = 0; c < 3; ++c) {
+      expected_rgb.push_back(static_cast<std::uint8_t>(
+          (ink[i + static_cast<std::size_t>(c)] * ink[i + 3] + 127) / 255));
+    }
+  }
+  const Bytes got = decode_one(cmyk_jpeg, identity(kW, kH, 3));
+  EXPECT_EQ(got, expected_rgb);
+  EXPECT_GE(got[0], 250);
+  EXPECT_EQ(decode_one(cmyk_jpeg, identity(kW, kH, 1)), convert(expected_rgb, 3, 1));
+}
+
+TEST_F(ImageFolderTest, RealPhotosDecodeAsTurboJpegDoes) {
+  const fs::path dir = "/usr/lib/python3/dist-packages/sklearn/datasets/images";
+  if (!fs::exists(dir / "china.jpg") || !fs::exists(dir / "flower.jpg")) {
+    GTEST_SKIP() << "scikit-learn's sample photos are not installed (" << dir.string() << ")";
+  }
+  fs::create_directories(dir_ / "photos" / "sklearn");
+  for (const char* name : {"china.jpg", "flower.jpg"}) {
+    fs::copy_file(dir / name, dir_ / "photos" / "sklearn" / name);
+  }
+  const auto ds = ImageFolder::open(dir_ / "photos", identity(640, 427, 3));
+  ASSERT_EQ(ds->size(), 2U);
+  for (std::size_t i = 0; i < 2; ++i) {
+    std::ifstream in(ds->path(i), std::ios::binary);
+    const Bytes jpeg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(read_image(*ds, i), turbo_decode(jpeg, TJPF_RGB)) << ds->path(i);
+    // The ImageNet recipe runs on them too, scaled in the DCT domain to 1/2 for 112 × 112.
+    ImageOptions small;
+    small.height = small.width = 112;
+    const Bytes a = read_image(*ImageFolder::open(dir_ / "photos", small), i);
+    small.resize = 128;
+    EXPECT_EQ(read_image(*ImageFolder::open(dir_ / "photos", small), i), a);
+  }
+}
+
+// ---- geometry ------------------------------------------------------------------------
+
+// R = x, G = y, B = 7: every output pixel tells where it came from.
+Bytes coordinates(int width, int height) {
+  Bytes px;
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < width; ++x) {
+      px.insert(px.end(), {static_cast<std::uint8_t>(x), static_cast<std::uint8_t>(y), 7});
+    }
+  }
+  return px;
+}
+
+TEST_F(ImageFolderTest, CenterCropTakesTorchvisionsOffsets) {
+  constexpr int kW = 40, kH = 30;
+  const Bytes png = png8(coordinates(kW, kH), kW, kH, 3);
+  // {crop height, crop width, top, left}: int(round((30 - h) / 2.0)), ties to even.
+  struct Case {
+    int h, w, top, left;
+  };
+  for (const Case c : {Case{20, 25, 5, 8}, Case{23, 27, 4, 6}, Case{21, 24, 4, 8},
+                       Case{30, 40, 0, 0}, Case{1, 1, 14, 20}}) {
+    SCOPED_TRACE(std::to_string(c.h) + " x " + std::to_string(c.w));
+    ImageOptions o = identity(c.w, c.h, 3);
+    o.geometry = Geometry::resize_then_center_crop;
+    o.resize = kH;  // the shorter side already: no resize, only the crop
+    const Bytes got = decode_one(png, o);
+    for (int y = 0; y < c.h; ++y) {
+      for (int x = 0; x < c.w; ++x) {
+        const std::size_t at = static_cast<std::size_t>((y * c.w + x) * 3);
+        ASSERT_EQ(got[at], x + c.left) << x << ", " << y;
+        ASSERT_EQ(got[at + 1], y + c.top) << x << ", " << y;
+        ASSERT_EQ(got[at + 2], 7);
+      }
+    }
+  }
+  // A crop larger than the image pads with zeros, (14 - 10) // 2 = 2 left, 1 on top.
+  const Bytes small = png8(coordinates(10, 10), 10, 10, 3);
+  ImageOptions pad = identity(14, 12, 3);
+  pad.geometry = Geometry::resize_then_center_crop;
+  pad.resize = 10;
+  const Bytes got = decode_one(small, pad);
+  for (int y = 0; y < 12; ++y) {
+    for (int x = 0; x < 14; ++x) {
+      const std::size_t at = static_cast<std::size_t>((y * 14 + x) * 3);
+      const bool inside = x >= 2 && x < 12 && y >= 1 && y < 11;
+      EXPECT_EQ(got[at], inside ? x - 2 : 0);
+      EXPECT_EQ(got[at + 1], inside ? y - 1 : 0);
+      EXPECT_EQ(got[at + 2], inside ? 7 : 0);
+    }
+  }
+}
+
+// stb_image_resize's triangle filter over the whole image, as a reference for ImageFolder's
+// resize of only the region it keeps.
+Bytes resize_whole(const Bytes& px, int w, int h, int to_w, int to_h, int channels) {
+  Bytes out(static_cast<std::size_t>(to_w * to_h * channels));
+  EXPECT_EQ(stbir_resize_region(px.data(), w, h, 0, out.data(), to_w, to_h, 0, STBIR_TYPE_UINT8,
+                                channels, STBIR_ALPHA_CHANNEL_NONE, 0, STBIR_EDGE_CLAMP,
+                                STBIR_EDGE_CLAMP, STBIR_FILTER_TRIANGLE, STBIR_FILTER_TRIANGLE,
+                                STBIR_COLORSPACE_LINEAR, nullptr, 0, 0, 1, 1),
+            1);
+  return out;
+}
+
+Bytes crop(const Bytes& px, int w, int channels, int left, int top, int to_w, int to_h) {
+  Bytes out;
+  for (int y = top; y < top + to_h; ++y) {
+    const auto* row = px.data() + static_cast<std::size_t>((y * w + left) * channels);
+    out.insert(out.end(), row, row + to_w * channels);
+  }
+  return out;
+}
+
+TEST_F(ImageFolderTest, ResizingOnlyTheCroppedRegionMatchesResizingAllThenCropping) {
+  constexpr int kW = 120, kH = 90;
+  const Bytes px = pattern(kW, kH, 3);
+  const Bytes png = png8(px, kW, kH, 3);
+  // Resize(32) + CenterCrop(28): 120 × 90 -> int(32 * 120 / 90) = 42 × 32, crop at (7, 2).
+  ImageOptions o;
+  o.height = o.width = 28;
+  const Bytes got = decode_one(png, o);
+  const Bytes ref = crop(resize_whole(px, kW, kH, 42, 32, 3), 42, 3, 7, 2, 28, 28);
+  EXPECT_LT(mean_abs_diff(got, ref), 0.1);
+  // Upscaling: Resize(200) -> 266 × 200, CenterCrop(150 × 100) at (83, 25).
+  o.resize = 200;
+  o.height = 150;
+  o.width = 100;
+  const Bytes up = decode_one(png, o);
+  const Bytes up_ref = crop(resize_whole(px, kW, kH, 266, 200, 3), 266, 3, 83, 25, 100, 150);
+  EXPECT_LT(mean_abs_diff(up, up_ref), 0.1);
+  // Geometry::resize: straight to 50 × 20, aspect not kept.
+  const Bytes straight = decode_one(png, identity(50, 20, 3));
+  EXPECT_LT(mean_abs_diff(straight, resize_whole(px, kW, kH, 50, 20, 3)), 0.1);
+}
+
+TEST_F(ImageFolderTest, RandomResizedCropFollowsTorchvisionsRules) {
+  ImageOptions o = identity(16, 16, 3);
+  o.geometry = Geometry::random_resized_crop;
+  o.random_flip = true;
+  std::set<std::pair<double, double>> corners;
+  int flips = 0;
+  for (std::uint64_t seed = 0; seed < 2000; ++seed) {
+    const ferry::detail::ImagePlan p = ferry::detail::plan_image(500, 375, o, seed);
+    const double w = p.x1 - p.x0;
+    const double h = p.y1 - p.y0;
+    ASSERT_GE(p.x0, 0);
+    ASSERT_GE(p.y0, 0);
+    ASSERT_LE(p.x1, 500);
+    ASSERT_LE(p.y1, 375);
+    EXPECT_EQ(w, std::round(w));
+    EXPECT_EQ(p.x0, std::round(p.x0));
+    const double area = w * h / (500.0 * 375.0);
+    EXPECT_GE(area, 0.075);
+    EXPECT_LE(area, 1.0);
+    EXPECT_GE(w / h, 0.74);
+    EXPECT_LE(w / h, 1.35);
+    EXPECT_EQ((p.out_x0 | p.out_y0), 0);
+    EXPECT_EQ(p.out_x1, 16);
+    EXPECT_EQ(p.out_y1, 16);
+    corners.insert({p.x0, p.y0});
+    flips += p.flip ? 1 : 0;
+    // The same seed, the same plan.
+    const ferry::detail::ImagePlan again = ferry::detail::plan_image(500, 375, o, seed);
+    EXPECT_EQ(again.x0, p.x0);
+    EXPECT_EQ(again.y1, p.y1);
+    EXPECT_EQ(again.flip, p.flip);
+  }
+  EXPECT_GT(corners.size(), 1500U);
+  EXPECT_GT(flips, 850);
+  EXPECT_LT(flips, 1150);
+  // No try fits a 1000 × 10 image: the central crop with aspect 4/3, round(10 * 4 / 3) = 13.
+  const ferry::detail::ImagePlan wide = ferry::detail::plan_image(1000, 10, o, 5);
+  EXPECT_EQ(wide.x0, 493);
+  EXPECT_EQ(wide.x1, 506);
+  EXPECT_EQ(wide.y0, 0);
+  EXPECT_EQ(wide.y1, 10);
+  const ferry::detail::ImagePlan tall = ferry::detail::plan_image(10, 1000, o, 5);
+  EXPECT_EQ(tall.y0, 493);  // round(10 / (3 / 4)) = 13
+  EXPECT_EQ(tall.y1, 506);
+}
+
+TEST_F(ImageFolderTest, FlipMirrorsHalfTheSamplesBySeed) {
+  constexpr int kW = 9, kH = 4;
+  const Bytes px = pattern(kW, kH, 3);
+  ImageOptions o = identity(kW, kH, 3);
+  o.random_flip = true;
+  write("f/c/x.png", png8(px, kW, kH, 3));
+  const auto ds = ImageFolder::open(dir_ / "f", o);
+  int mirrored = 0;
+  for (std::uint64_t seed = 0; seed < 64; ++seed) {
+    const Bytes got = read_image(*ds, 0, seed);
+    if (got == mirror(px, kW, 3)) {
+      ++mirrored;
+    } else {
+      EXPECT_EQ(got, px) << seed;
+    }
+    EXPECT_EQ(read_image(*ds, 0, seed), got);
+  }
+  EXPECT_GT(mirrored, 16);
+  EXPECT_LT(mirrored, 48);
+}
+
+TEST_F(ImageFolderTest, AugmentationRepeatsUnderTheLoaderForTheSameSeed) {
+  for (int i = 0; i < 6; ++i) {
+    write("c" + std::to_string(i % 2) + "/" + std::to_string(i) + ".png",
+          png8(pattern(48, 40, 3, i), 48, 40, 3));
+  }
+  ImageOptions o = identity(16, 16, 3);
+  o.geometry = Geometry::random_resized_crop;
+  o.random_flip = true;
+  const auto ds = ImageFolder::open(dir_, o);
+  auto run = [&](std::uint64_t seed, std::uint64_t epoch, int workers) {
+    ferry::LoaderOptions lo;
+    lo.batch_size = 4;
+    lo.seed = seed;
+    lo.device = ferry::Device::cpu();
+    lo.workers = workers;
+    ferry::Loader loader(ds, lo);
+    Bytes all;
+    std::vector<std::int64_t> labels;
+    for (const ferry::Batch& b : loader.epoch(epoch)) {
+      const ferry::Tensor& t = b["image"];
+      EXPECT_EQ(t.shape(),
+                (std::vector<std::int64_t>{static_cast<std::int64_t>(b.size()), 16, 16, 3}));
+      all.insert(all.end(), t.data<std::uint8_t>(), t.data<std::uint8_t>() + t.numel());
+      for (std::size_t k = 0; k < b.size(); ++k)
+        labels.push_back(b["label"].data<std::int64_t>()[k]);
+    }
+    EXPECT_EQ(labels, (std::vector<std::int64_t>{0, 0, 0, 1, 1, 1}));
+    return all;
+  };
+  const Bytes first = run(7, 0, 2);
+  EXPECT_EQ(first.size(), 6U * 16 * 16 * 3);
+  EXPECT_EQ(run(7, 0, 1), first);  // whatever the worker count
+  EXPECT_NE(run(8, 0, 2), first);
+  EXPECT_NE(run(7, 1, 2), first);
+}
+
+TEST_F(ImageFolderTest, JpegIsScaledInTheDctDomainWhenTheOutputNeedsHalfOrLess) {
+  using ferry::detail::pick_jpeg_scale;
+  auto is = [](ferry::detail::JpegScale s, int num, int denom) {
+    return s.num * denom == num * s.denom;
+  };
+  EXPECT_TRUE(is(pick_jpeg_scale(0.25, 0.25), 1, 4));
+  EXPECT_TRUE(is(pick_jpeg_scale(0.3, 0.2), 3, 8));
+  EXPECT_TRUE(is(pick_jpeg_scale(0.5, 0.5), 1, 2));
+  EXPECT_TRUE(is(pick_jpeg_scale(0.1, 0.125), 1, 8));
+  EXPECT_TRUE(is(pick_jpeg_scale(0.13, 0.1), 1, 4));
+  EXPECT_TRUE(is(pick_jpeg_scale(0.51, 0.1), 1, 1));
+  EXPECT_TRUE(is(pick_jpeg_scale(2.0, 2.0), 1, 1));
+
+  // 512 × 512 to 128 × 128: decoded at 1/4, exactly TurboJPEG's own scaled decode, and close
+  // to the full decode resized.
+  constexpr int kSide = 512;
+  Bytes px;
+  for (int y = 0; y < kSide; ++y) {
+    for (int x = 0; x < kSide; ++x) {
+      const bool disc = (x - 300) * (x - 300) + (y - 200) * (y - 200) < 90 * 90;
+      px.insert(px.end(), {static_cast<std::uint8_t>(x / 2), static_cast<std::uint8_t>(y / 2),
+                           static_cast<std::uint8_t>(disc ? 230 : 40)});
+    }
+  }
+  const Bytes jpeg = encode_jpeg(px, kSide, kSide, TJPF_RGB);
+  const Bytes got = decode_one(jpeg, identity(128, 128, 3));
+  EXPECT_EQ(got, turbo_decode(jpeg, TJPF_RGB, 128, 128));
+  const Bytes full = resize_whole(turbo_decode(jpeg, TJPF_RGB), kSide, kSide, 128, 128, 3);
+  EXPECT_LT(mean_abs_diff(got, full), 1.0);
+  // 3/8 for 160 × 160 (160 / 512 = 0.3125), then resized 192 -> 160.
+  const Bytes mid = decode_one(jpeg, identity(160, 160, 3));
+  const Bytes mid_full = resize_whole(turbo_decode(jpeg, TJPF_RGB), kSide, kSide, 160, 160, 3);
+  EXPECT_LT(mean_abs_diff(mid, mid_full), 1.0);
+}
+
+TEST_F(ImageFolderTest, NormalizedImagesArriveAsFloatChannelsFirst) {
+  constexpr int kW = 6, kH = 4;
+  const Bytes px = pattern(kW, kH, 3);
+  write("c/x.png", png8(px, kW, kH, 3));
+  ImageOptions o = identity(kW, kH, 3);
+  o.normalize = ferry::Normalize{{0.5f, 0.25f, 0.0f}, {0.5f, 0.25f, 2.0f}};
+  ferry::LoaderOptions lo;
+  lo.batch_size = 1;
+  lo.device = ferry::Device::cpu();
+  lo.workers = 1;
+  ferry::Loader loader(ImageFolder::open(dir_, o), lo);
+  std::size_t batches = 0;
+  for (const ferry::Batch& b : loader.epoch(0)) {
+    const ferry::Tensor& t = b["image"];
+    ASSERT_EQ(t.dtype(), ferry::DType::f32);
+    ASSERT_EQ(t.shape(), (std::vector<std::int64_t>{1, 3, kH, kW}));
+    for (int c = 0; c < 3; ++c) {
+      const float mean = o.normalize->mean[static_cast<std::size_t>(c)];
+      const float std = o.normalize->std[static_cast<std::size_t>(c)];
+      for (int y = 0; y < kH; ++y) {
+        for (int x = 0; x < kW; ++x) {
+          const float v = px[static_cast<std::size_t>((y * kW + x) * 3 + c)];
+          EXPECT_NEAR(t.data<float>()[(c * kH + y) * kW + x], (v / 255.0f - mean) / std, 1e-5);
+        }
+      }
+    }
+    ++batches;
+  }
+  EXPECT_EQ(batches, 1U);
+}
+
+// ---- bad files -----------------------------------------------------------------------
+
+TEST_F(ImageFolderTest, BadFilesRaiseDataErrorNamingTheFile) {
+  const Bytes jpeg = encode_jpeg(pattern(64, 48, 3), 64, 48, TJPF_RGB);
+  const Bytes png = png8(pattern(64, 48, 3), 64, 48, 3);
+  Bytes bad_crc = png;
+  bad_crc[bad_crc.size() / 2] ^= 0x55;  // inside IDAT
+  Bytes bad_header = {0xff, 0xd8, 0xff, 0xe0, 0x00, 0x02, 0x13, 0x37, 0x00};
+  write("c/a_bad_crc.png", bad_crc);
+  write("c/b_bad_header.jpg", bad_header);
+  write("c/c_empty.jpg", {});
+  write("c/d_gone.png", png);
+  write("c/e_good.jpg", png);  // a PNG named .jpg: the magic bytes decide
+  write("c/f_text.jpg", {'<', 'h', 't', 'm', 'l', '>'});
+  write("c/g_truncated.jpg",
+        Bytes(jpeg.begin(), jpeg.begin() + static_cast<long>(jpeg.size() / 2)));
+  write("c/h_truncated.png", Bytes(png.begin(), png.begin() + static_cast<long>(png.size() / 2)));
+  write("c/i_one_byte.png", {0x89});
+  Bytes extraneous(jpeg.begin(), jpeg.end() - 2);  // bytes between the last scan and EOI: a
+  extraneous.insert(extraneous.end(), {0x12, 0x34, 0x56, 0xff, 0xd9});  // libjpeg warning
+  write("c/k_extraneous.jpg", extraneous);
+  write("c/j_huge.png", [] {  // a header that claims 2^20 × 2^20 pixels
+    Bytes b = png8({0}, 1, 1, 1);
+    b[16] = b[18] = b[19] = b[20] = b[22] = b[23] = 0;
+    b[17] = b[21] = 0x10;  // width and height in IHDR, big-endian
+    const auto crc = static_cast<std::uint32_t>(crc32(0, b.data() + 12, 17));
+    for (int k = 0; k < 4; ++k)
+      b[29 + static_cast<std::size_t>(k)] = static_cast<std::uint8_t>(crc >> (24 - 8 * k));
+    return b;
+  }());
+  const auto ds = ImageFolder::open(dir_, identity(64, 48, 3));
+  ASSERT_EQ(ds->size(), 11U);
+  fs::remove(dir_ / "c" / "d_gone.png");
+  auto expect = [&](std::size_t i, const std::string& phrase) {
+    const std::string message = read_error(*ds, i);
+    EXPECT_NE(message.find("ImageFolder: " + ds->path(i).string() + ": "), std::string::npos)
+        << message;
+    EXPECT_NE(message.find(phrase), std::string::npos) << message;
+  };
+  expect(0, "corrupt PNG: ");
+  expect(1, "corrupt JPEG header");
+  expect(2, "empty file");
+  expect(3, "cannot open: No such file or directory");
+  EXPECT_EQ(read_image(*ds, 4), pattern(64, 48, 3));
+  expect(5, "not a JPEG or PNG (starts with 3c 68 74 6d)");
+  expect(6, "truncated JPEG: ");
+  expect(7, "truncated PNG");
+  expect(8, "not a JPEG or PNG (starts with 89)");
+  expect(9, "PNG of 1048576 x 1048576 pixels, more than");
+  expect(10, "corrupt JPEG: Corrupt JPEG data: ");
+  // The thread's buffers are fine after errors.
+  EXPECT_EQ(read_image(*ds, 4), pattern(64, 48, 3));
+}
+
+TEST_F(ImageFolderTest, TheLoaderSkipsBadFilesAndDeliversTheRest) {
+  const auto value = [](int i) { return static_cast<std::uint8_t>(i * 30 + 5); };
+  for (int i = 0; i < 5; ++i) {
+    const Bytes px(8 * 8, value(i));
+    const std::string name = "good/" + std::to_string(i) + (i % 2 ? ".png" : ".jpg");
+    write(name, i % 2 ? png8(px, 8, 8, 1) : encode_jpeg(px, 8, 8, TJPF_GRAY, TJSAMP_GRAY));
+  }
+  write("bad/0.jpg", {'G', 'I', 'F', '8', '9', 'a'});
+  write("bad/1.png", {});
+  write("bad/2.jpg", {0xff, 0xd8, 0xff});
+  const auto ds = ImageFolder::open(dir_, identity(8, 8, 1));
+  ferry::LoaderOptions lo;
+  lo.batch_size = 3;
+  lo.shuffle = true;
+  lo.device = ferry::Device::cpu();
+  lo.workers = 2;
+  lo.on_error = ferry::ErrorPolicy::skip;
+  ferry::Loader loader(ds, lo);
+  std::set<std::uint64_t> seen;
+  for (const ferry::Batch& b : loader.epoch(0)) {
+    for (std::size_t k = 0; k < b.size(); ++k) {
+      const std::uint64_t index = b.indices()[k];
+      seen.insert(index);
+      EXPECT_EQ(b["label"].data<std::int64_t>()[k], 1);  // "good" sorts after "bad"
+      const std::uint8_t* img = b["image"].data<std::uint8_t>() + k * 64;
+      const auto expected = value(static_cast<int>(index - 3));
+      for (int j = 0; j < 64; ++j) ASSERT_NEAR(img[j], expected, 1) << index;
+    }
+  }
+  EXPECT_EQ(seen, (std::set<std::uint64_t>{3, 4, 5, 6, 7}));
+  const ferry::LoaderStats stats = loader.stats();
+  EXPECT_EQ(stats.skipped, 3U);
+  ASSERT_EQ(stats.skip_reasons.size(), 3U);
+  std::string reasons;
+  for (const std::string& r : stats.skip_reasons) reasons += r + "\n";
+  for (const char* name : {"bad/0.jpg", "bad/1.png", "bad/2.jpg"}) {
+    EXPECT_NE(reasons.find((dir_ / name).string()), std::string::npos) << reasons;
+  }
+}
+
+}  // namespace
