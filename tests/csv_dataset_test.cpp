@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -363,6 +364,63 @@ TEST_F(CsvFiles, ParallelChunksGiveTheSerialResult) {
   EXPECT_EQ(parse_error(bad, {0, true}), expected);
   EXPECT_EQ(parse_error(bad, {331, true}), expected);
   EXPECT_EQ(parse_error(bad, {331, false}), expected);
+}
+
+// Short decimals are read without std::from_chars; they must give its floats, bit for bit:
+// every digit count and sign around the fast path's limits (8 digits, 2^24), exponents, and
+// forms it leaves to from_chars ("1.", ".5", "1e3").
+TEST(CsvNumbers, EveryFieldIsTheFloatFromCharsGives) {
+  std::string text = "label";
+  constexpr int kColumns = 16;
+  for (int c = 0; c < kColumns; ++c) text += ",f" + std::to_string(c);
+  text += '\n';
+  std::vector<std::string> fields;
+  std::uint64_t x = 0x9e3779b97f4a7c15ULL;
+  auto next = [&x] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  const std::vector<std::string> fixed = {
+      "16777216", "16777217", "1677721.7",  "167772.17", "99999999",  "9999.9999",
+      "-0",       "-0.0",     "0.1",        "1.",        ".5",        "1e3",
+      "-2.5E-3",  "00000001", "0.00000001", "123456789", "3.4028235", "-16777215"};
+  std::size_t rows = 0;
+  for (std::size_t i = 0; fields.size() < 20000 || fields.size() % kColumns != 0; ++i) {
+    if (i < fixed.size()) {
+      fields.push_back(fixed[i]);
+      continue;
+    }
+    const std::uint64_t r = next();
+    const int digits = 1 + static_cast<int>(r % 10);  // 1..10 digits
+    const int point = static_cast<int>((r >> 8) % static_cast<std::uint64_t>(digits + 1));
+    std::string f = (r >> 16) % 2 == 0 ? "" : "-";
+    for (int d = 0; d < digits; ++d) {
+      if (d == point && point != 0) f += '.';
+      f += static_cast<char>('0' + static_cast<int>((next() >> 20) % 10));
+    }
+    fields.push_back(f);
+  }
+  for (std::size_t i = 0; i < fields.size(); i += kColumns) {
+    text += std::to_string(rows % 3);
+    for (int c = 0; c < kColumns; ++c) text += "," + fields[i + static_cast<std::size_t>(c)];
+    text += '\n';
+    ++rows;
+  }
+  const auto table = ferry::detail::parse_csv(text, CsvOptions{}, "numbers.csv");
+  ASSERT_EQ(table.features.size(), fields.size());
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    float want = 0;
+    const auto [end, ec] =
+        std::from_chars(fields[i].data(), fields[i].data() + fields[i].size(), want);
+    ASSERT_EQ(ec, std::errc{}) << fields[i];
+    std::uint32_t got_bits = 0, want_bits = 0;
+    std::memcpy(&got_bits, &table.features[i], 4);
+    std::memcpy(&want_bits, &want, 4);
+    ASSERT_EQ(got_bits, want_bits)
+        << "field \"" << fields[i] << "\": " << table.features[i] << " instead of " << want;
+  }
 }
 
 TEST_F(CsvFiles, UnterminatedQuoteIsTheSameErrorInEveryPiece) {
