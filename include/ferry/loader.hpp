@@ -110,8 +110,8 @@ class Batch {
   Batch() = default;
   /// The field's tensor. \throws ConfigError for an unknown name.
   const Tensor& operator[](std::string_view field) const;
-  /// The field's tensor by position in Dataset::fields().
-  const Tensor& at(std::size_t field) const { return tensors_.at(field); }
+  /// The field's tensor by position in Dataset::fields(). \throws ConfigError out of range.
+  const Tensor& at(std::size_t field) const;
   /// Samples in this batch.
   std::size_t size() const noexcept { return indices_.size(); }
   /// Dataset indices, in batch order.

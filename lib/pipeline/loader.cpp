@@ -27,8 +27,10 @@
 #include "copy/copy_engine.hpp"
 #include "copy/cuda/cuda_api.hpp"
 #include "copy/host/host_copy_engine.hpp"
+#include "core/checked.hpp"
 #include "core/image_ops.hpp"
 #include "core/storage.hpp"
+#include "pipeline/fault.hpp"
 #include "pipeline/sampler.hpp"
 #include "pipeline/staging.hpp"
 
@@ -37,6 +39,16 @@ namespace ferry {
 namespace detail {
 
 using Clock = std::chrono::steady_clock;
+
+namespace {
+std::atomic<FaultHook> fault_hook{nullptr};
+}  // namespace
+
+FaultHook set_fault_hook(FaultHook hook) noexcept { return fault_hook.exchange(hook); }
+
+void fault(FaultPoint point, std::uint64_t batch) {
+  if (const FaultHook hook = fault_hook.load(std::memory_order_relaxed)) hook(point, batch);
+}
 
 inline std::uint64_t nanos_since(Clock::time_point start) noexcept {
   return static_cast<std::uint64_t>(
@@ -67,6 +79,9 @@ struct LoaderImpl {
   LoaderOptions options;
   std::vector<FieldSpec> fields;
   std::shared_ptr<const std::vector<std::string>> names;
+  // Samples a slot holds: batch_size, but never more than this rank's epoch has, so a batch
+  // size beyond the data (full-batch training) costs only what the data needs.
+  std::size_t capacity;
   detail::SlotLayout layout;
   // Image fields normalized on the loader's device (FieldSpec::normalize): the dataset writes
   // u8 [H, W, C]; the conversion writes norm.dtype [C, H, W] into a second region of the same
@@ -106,8 +121,8 @@ struct LoaderImpl {
   std::optional<tbb::global_control> parallelism;
   tbb::task_arena arena;
 
-  std::mutex run_mutex;
-  detail::EpochRun* active = nullptr;  // guarded by run_mutex
+  std::mutex run_mutex;                            // epoch() one at a time
+  std::atomic<detail::EpochRun*> active{nullptr};  // the epoch being iterated, until it ends
 
   // Stats, in nanoseconds where timed.
   std::atomic<std::uint64_t> batches{0}, samples{0}, bytes{0}, skipped{0};
@@ -191,6 +206,9 @@ inline constexpr char tsan_edge = 0;
 
 class EpochRun;
 
+/// The message of an exception.
+std::string describe(const std::exception_ptr& e);
+
 /// What a fill task needs, handed to it by pointer: the task object that oneTBB copies holds
 /// nothing else.
 struct FillJob {
@@ -231,12 +249,16 @@ class EpochRun {
   void plan();
   friend void run_fill_job(FillJob* job);
   friend struct FillRange;
-  void fill(std::uint32_t slot_id, std::uint64_t number);
+  void fill(std::uint32_t slot_id, std::uint64_t number) noexcept;
   void fill_range(Slot& slot, std::size_t begin, std::size_t end, std::atomic<bool>& any_failed);
   void copy();
+  bool copy_one(const Planned& p);
   void settle_failures(Slot& slot);
+  void fail(std::exception_ptr error) noexcept;
   void stop() noexcept;
+  void shutdown() noexcept;
   void release_current();
+  [[noreturn]] void fail_epoch(std::exception_ptr error);
   void finish_stats() noexcept;
   template <class Ready>
   void wait_for(Signal& signal, Ready ready, std::atomic<std::uint64_t>* waited_ns);
@@ -247,6 +269,11 @@ class EpochRun {
   std::size_t next_;  // the batch the consumer receives next
 
   std::atomic<bool> stopping_{false};
+  // A background thread failed outside any one batch (the copy thread's own failure): next()
+  // delivers what was ready before it, then rethrows it.
+  std::atomic<bool> failed_{false};
+  std::exception_ptr background_error_;  // written once, before failed_ is set
+  bool shut_down_ = false;               // the consumer's thread only
   // Fill tasks queued or running. Shared with the tasks, which notify after they decrement:
   // by then this run may be gone.
   std::shared_ptr<std::atomic<int>> in_flight_ = std::make_shared<std::atomic<int>>(0);
@@ -276,21 +303,45 @@ EpochRun::EpochRun(std::shared_ptr<LoaderImpl> impl, std::uint64_t epoch, std::s
       started_(Clock::now()) {
   impl_->state_epoch.store(epoch);
   impl_->state_next.store(start_);
-  planner_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "ferry-planner");  // for top, perf and gdb
-    plan();
-  });
-  if (impl_->device_path) {
-    copier_ = std::thread([this] {
-      pthread_setname_np(pthread_self(), "ferry-copy");
-      copy();
+  try {
+    planner_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "ferry-planner");  // for top, perf and gdb
+      plan();
     });
+    if (impl_->device_path) {
+      fault(FaultPoint::thread_start, start_);
+      copier_ = std::thread([this] {
+        pthread_setname_np(pthread_self(), "ferry-copy");
+        copy();
+      });
+    }
+  } catch (...) {
+    // A thread that did start is stopped and joined; the ring is whole again.
+    const std::exception_ptr error = std::current_exception();
+    shutdown();
+    try {
+      std::rethrow_exception(error);
+    } catch (const Error&) {
+      throw;
+    } catch (...) {  // std::system_error from std::thread, std::bad_alloc
+      throw Error("Loader: cannot start epoch " + std::to_string(epoch) + ": " + describe(error));
+    }
   }
 }
 
 EpochRun::~EpochRun() {
   stop();
   release_current();
+  shutdown();
+}
+
+/// Stops the threads, waits for the fill tasks, returns whatever was planned or copied but not
+/// delivered to the ring, and lets the loader start another epoch. Runs once: when the epoch
+/// ends, fails, or is destroyed.
+void EpochRun::shutdown() noexcept {
+  if (shut_down_) return;
+  shut_down_ = true;
+  stop();
   if (planner_.joinable()) planner_.join();
   if (copier_.joinable()) copier_.join();
   // Fill tasks see stopping_ and finish quickly; no slot may be touched after this.
@@ -301,7 +352,6 @@ EpochRun::~EpochRun() {
     } catch (...) {  // NOLINT(bugprone-empty-catch): the epoch is over either way
     }
   }
-  // Whatever was planned or copied but never delivered goes back to the ring.
   Planned p;
   while (planned_.pop(p)) impl_->return_slot(p.slot);
   std::uint32_t d = 0;
@@ -310,8 +360,16 @@ EpochRun::~EpochRun() {
     impl_->return_device(d);
   }
   finish_stats();
-  std::lock_guard lock(impl_->run_mutex);
-  impl_->active = nullptr;
+  EpochRun* self = this;
+  impl_->active.compare_exchange_strong(self, nullptr);
+}
+
+void EpochRun::fail(std::exception_ptr error) noexcept {
+  if (failed_.load()) return;
+  background_error_ = std::move(error);
+  failed_.store(true);
+  planned_signal_.notify();
+  ready_signal_.notify();
 }
 
 void EpochRun::stop() noexcept {
@@ -329,8 +387,6 @@ void EpochRun::finish_stats() noexcept {
   over_ = true;
   impl_->wall_ns.fetch_add(nanos_since(started_));
 }
-
-std::string describe(const std::exception_ptr& e);
 
 template <class Ready>
 void EpochRun::wait_for(Signal& signal, Ready ready, std::atomic<std::uint64_t>* waited_ns) {
@@ -357,39 +413,59 @@ void EpochRun::plan() {
     }
     Slot& slot = *impl.slots[id];
     slot.error = nullptr;
-    try {
-      slot.copied.synchronize();  // the copy out of this slot (device path) has finished
-    } catch (...) {
-      slot.error = std::current_exception();
-    }
-    slot.copied = Event();
-    impl.sampler.batch(epoch_, k, slot.indices);
     slot.number = k;
     slot.filled.store(0, std::memory_order_relaxed);
-    if (impl.gather) {
-      // Nothing to read: the slot carries the indices, the copy stage gathers on the device.
-      std::memcpy(slot.data, slot.indices.data(), slot.indices.size() * sizeof(std::uint64_t));
-      slot.filled.store(k + 1, std::memory_order_release);
+    bool planned = false;
+    try {
+      try {
+        slot.copied.synchronize();  // the copy out of this slot (device path) has finished
+      } catch (...) {
+        slot.error = std::current_exception();
+      }
+      slot.copied = Event();
+      fault(FaultPoint::planner, k);
+      impl.sampler.batch(epoch_, k, slot.indices);
+      if (impl.gather) {
+        // Nothing to read: the slot carries the indices, the copy stage gathers on the device.
+        std::memcpy(slot.data, slot.indices.data(), slot.indices.size() * sizeof(std::uint64_t));
+        slot.filled.store(k + 1, std::memory_order_release);
+        planned_.push(Planned{id, k});
+        planned_signal_.notify();
+        filled_.notify();
+        continue;
+      }
+      // The arena's workers fill the slot; none of them ever waits for a slot: this thread does.
+      auto job = std::make_unique<FillJob>(FillJob{this, id, k, in_flight_});
+      in_flight_->fetch_add(1);
       planned_.push(Planned{id, k});
+      planned = true;
+      planned_signal_.notify();
+      FERRY_TSAN_RELEASE(job.get());
+      try {
+        impl.arena.enqueue(FillTask{job.get()});
+      } catch (...) {
+        in_flight_->fetch_sub(1);
+        throw;
+      }
+      static_cast<void>(job.release());  // run_fill_job owns it now
+    } catch (...) {
+      // The failure travels in batch k's place: batches before it are delivered, then next()
+      // rethrows it, and planning stops here.
+      slot.error = std::current_exception();
+      slot.filled.store(k + 1, std::memory_order_release);
+      if (!planned) planned_.push(Planned{id, k});
       planned_signal_.notify();
       filled_.notify();
-      continue;
+      return;
     }
-    in_flight_->fetch_add(1);
-    planned_.push(Planned{id, k});
-    planned_signal_.notify();
-    // The arena's workers fill the slot; none of them ever waits for a slot: this thread does.
-    auto* job = new FillJob{this, id, k, in_flight_};
-    FERRY_TSAN_RELEASE(job);
-    impl.arena.enqueue(FillTask{job});
   }
 }
 
 void run_fill_job(FillJob* job) {
   FERRY_TSAN_ACQUIRE(job);
   const std::unique_ptr<FillJob> owned(job);
-  const auto in_flight = job->in_flight;  // the run may be gone once it drops to 0
-  job->run->fill(job->slot, job->number);
+  const auto in_flight = job->in_flight;   // the run may be gone once it drops to 0
+  job->run->fill(job->slot, job->number);  // noexcept: a failure goes into the slot
   in_flight->fetch_sub(1);
   in_flight->notify_all();
 }
@@ -438,20 +514,27 @@ void EpochRun::fill_range(Slot& slot, std::size_t begin, std::size_t end,
   impl.read_ns.fetch_add(nanos_since(start));
 }
 
-void EpochRun::fill(std::uint32_t slot_id, std::uint64_t number) {
+void EpochRun::fill(std::uint32_t slot_id, std::uint64_t number) noexcept {
   LoaderImpl& impl = *impl_;
   Slot& slot = *impl.slots[slot_id];
   const std::size_t count = slot.indices.size();
   std::atomic<bool> any_failed{false};
-  if (!slot.error) {
-    const std::size_t grain =
-        std::max<std::size_t>(1, count / (4 * static_cast<std::size_t>(impl.workers)));
-    FERRY_TSAN_RELEASE(&tsan_edge);
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, count, grain),
-                      FillRange{this, &slot, &any_failed});
+  try {
+    if (!slot.error) {
+      fault(FaultPoint::fill, number);
+      const std::size_t grain =
+          std::max<std::size_t>(1, count / (4 * static_cast<std::size_t>(impl.workers)));
+      FERRY_TSAN_RELEASE(&tsan_edge);
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, count, grain),
+                        FillRange{this, &slot, &any_failed});
+      FERRY_TSAN_ACQUIRE(&tsan_edge);
+    }
+    if (any_failed.load() && !stopping_.load()) settle_failures(slot);
+  } catch (...) {
+    // Not a sample's failure (those are caught per sample) but the fill's own: the batch fails.
     FERRY_TSAN_ACQUIRE(&tsan_edge);
+    if (!slot.error) slot.error = std::current_exception();
   }
-  if (any_failed.load() && !stopping_.load()) settle_failures(slot);
   slot.filled.store(number + 1, std::memory_order_release);
   filled_.notify();
 }
@@ -516,68 +599,90 @@ void EpochRun::settle_failures(Slot& slot) {
 
 void EpochRun::copy() {
   LoaderImpl& impl = *impl_;
-  CopyEngine& engine = *impl.engine;
   for (std::size_t k = start_; k < end_; ++k) {
     Planned p;
     bool got = false;
     wait_for(
         planned_signal_, [&] { return got = planned_.pop(p); }, nullptr);
     if (!got) return;  // stopping
-    Slot& slot = *impl.slots[p.slot];
-    wait_for(
-        filled_, [&] { return slot.filled.load(std::memory_order_acquire) == p.number + 1; },
-        nullptr);
-    std::uint32_t d = 0;
-    bool have_buffer = false;
-    if (!stopping_.load()) {
-      wait_for(
-          impl.device_returned, [&] { return have_buffer = impl.free_device.pop(d); }, nullptr);
-    }
-    if (stopping_.load()) {
-      if (have_buffer) impl.return_device(d);
+    try {
+      if (!copy_one(p)) return;  // stopping
+    } catch (...) {
+      // The stage itself failed (a batch's own failure travels in its device buffer): the
+      // consumer gets the batches copied before, then this error.
       impl.return_slot(p.slot);
+      fail(std::current_exception());
       return;
     }
-    DeviceSlot& dev = *impl.device_slots[d];
-    dev.indices.assign(slot.indices.begin(), slot.indices.end());
-    dev.error = slot.error;
-    if (!dev.error) {
-      try {
-        engine.wait(dev.released);  // on the stream: the consumer's work on it is done
-        auto* target = static_cast<std::byte*>(dev.buffer.data());
-        const std::size_t count = slot.indices.size();
-        if (impl.gather) {
-          auto* indices = reinterpret_cast<std::uint64_t*>(target + impl.index_offset);
-          engine.copy_async(indices, slot.data, count * sizeof(std::uint64_t),
-                            CopyKind::host_to_device);
-          for (std::size_t f = 0; f < impl.gather_sources.size(); ++f) {
-            engine.gather_async(impl.gather_sources[f], target + impl.layout.offsets[f], indices,
-                                count, impl.layout.sample_bytes[f]);
-          }
-        } else {
-          engine.copy_async(target, slot.data, impl.layout.used_bytes(count),
-                            CopyKind::host_to_device);
-          // uint8 crossed the bus; normalize on the device, behind the copy.
-          for (std::size_t c = 0; c < impl.conversions.size(); ++c) {
-            ImageConvert args = impl.conversions[c].args;
-            args.n = static_cast<std::int64_t>(count);
-            args.src = target + impl.layout.offsets[impl.conversions[c].field];
-            args.dst = target + impl.out_offset + impl.out_layout.offsets[c];
-            if (count > 0) engine.convert_image_async(args);
-          }
-        }
-        dev.ready = engine.record();
-        slot.copied = dev.ready;
-      } catch (...) {
-        dev.error = std::current_exception();
-        dev.ready = Event();
-      }
-    }
-    dev.released = Event();
-    impl.return_slot(p.slot);  // reused once slot.copied is ready
-    ready_.push(d);
-    ready_signal_.notify();
   }
+}
+
+bool EpochRun::copy_one(const Planned& p) {
+  LoaderImpl& impl = *impl_;
+  CopyEngine& engine = *impl.engine;
+  fault(FaultPoint::copy, p.number);
+  Slot& slot = *impl.slots[p.slot];
+  wait_for(
+      filled_, [&] { return slot.filled.load(std::memory_order_acquire) == p.number + 1; },
+      nullptr);
+  std::uint32_t d = 0;
+  bool have_buffer = false;
+  if (!stopping_.load()) {
+    wait_for(
+        impl.device_returned, [&] { return have_buffer = impl.free_device.pop(d); }, nullptr);
+  }
+  if (stopping_.load()) {
+    if (have_buffer) impl.return_device(d);
+    impl.return_slot(p.slot);
+    return false;
+  }
+  DeviceSlot& dev = *impl.device_slots[d];
+  dev.indices.assign(slot.indices.begin(), slot.indices.end());
+  dev.error = slot.error;
+  if (!dev.error) {
+    try {
+      engine.wait(dev.released);  // on the stream: the consumer's work on it is done
+      auto* target = static_cast<std::byte*>(dev.buffer.data());
+      const std::size_t count = slot.indices.size();
+      if (impl.gather) {
+        auto* indices = reinterpret_cast<std::uint64_t*>(target + impl.index_offset);
+        engine.copy_async(indices, slot.data, count * sizeof(std::uint64_t),
+                          CopyKind::host_to_device);
+        for (std::size_t f = 0; f < impl.gather_sources.size(); ++f) {
+          engine.gather_async(impl.gather_sources[f], target + impl.layout.offsets[f], indices,
+                              count, impl.layout.sample_bytes[f]);
+        }
+      } else {
+        engine.copy_async(target, slot.data, impl.layout.used_bytes(count),
+                          CopyKind::host_to_device);
+        // uint8 crossed the bus; normalize on the device, behind the copy.
+        for (std::size_t c = 0; c < impl.conversions.size(); ++c) {
+          ImageConvert args = impl.conversions[c].args;
+          args.n = static_cast<std::int64_t>(count);
+          args.src = target + impl.layout.offsets[impl.conversions[c].field];
+          args.dst = target + impl.out_offset + impl.out_layout.offsets[c];
+          if (count > 0) engine.convert_image_async(args);
+        }
+      }
+      dev.ready = engine.record();
+      slot.copied = dev.ready;
+    } catch (...) {
+      dev.error = std::current_exception();
+      dev.ready = Event();
+    }
+  }
+  dev.released = Event();
+  impl.return_slot(p.slot);  // reused once slot.copied is ready
+  ready_.push(d);
+  ready_signal_.notify();
+  return true;
+}
+
+void EpochRun::fail_epoch(std::exception_ptr error) {
+  over_ = true;
+  shutdown();  // the ring is whole again and the loader ready for another epoch
+  if (!error) throw Error("Loader: the epoch was stopped");
+  std::rethrow_exception(std::move(error));
 }
 
 void EpochRun::release_current() {
@@ -594,7 +699,7 @@ const Batch* EpochRun::next() {
   release_current();
   if (over_) return nullptr;
   if (next_ >= end_) {
-    finish_stats();
+    shutdown();  // the loader may start the next epoch while this object lives on
     return nullptr;
   }
   const int buffers =
@@ -616,15 +721,16 @@ const Batch* EpochRun::next() {
     std::uint32_t d = 0;
     bool got = false;
     wait_for(
-        ready_signal_, [&] { return got = ready_.pop(d); }, nullptr);
-    if (!got) throw Error("Loader: the epoch was stopped");
+        ready_signal_, [&] { return (got = ready_.pop(d)) || failed_.load(); }, nullptr);
+    if (!got) fail_epoch(background_error_);
     DeviceSlot& dev = *impl.device_slots[d];
-    lease = std::make_shared<Lease>(impl_, d, /*device=*/true);
-    if (dev.error) {
-      over_ = true;
-      stop();
-      std::rethrow_exception(dev.error);
+    try {
+      lease = std::make_shared<Lease>(impl_, d, /*device=*/true);
+    } catch (...) {
+      impl.return_device(d);
+      fail_epoch(std::current_exception());
     }
+    if (dev.error) fail_epoch(dev.error);
     impl.engine->stream_wait(impl.options.stream, dev.ready);
     base = static_cast<std::byte*>(dev.buffer.data());
     device = impl.engine->device();
@@ -634,18 +740,19 @@ const Batch* EpochRun::next() {
     Planned p;
     bool got = false;
     wait_for(
-        planned_signal_, [&] { return got = planned_.pop(p); }, nullptr);
-    if (!got) throw Error("Loader: the epoch was stopped");
+        planned_signal_, [&] { return (got = planned_.pop(p)) || failed_.load(); }, nullptr);
+    if (!got) fail_epoch(background_error_);
     Slot& slot = *impl.slots[p.slot];
-    lease = std::make_shared<Lease>(impl_, p.slot, /*device=*/false);
+    try {
+      lease = std::make_shared<Lease>(impl_, p.slot, /*device=*/false);
+    } catch (...) {
+      impl.return_slot(p.slot);
+      fail_epoch(std::current_exception());
+    }
     wait_for(
         filled_, [&] { return slot.filled.load(std::memory_order_acquire) == p.number + 1; },
         nullptr);
-    if (slot.error) {
-      over_ = true;
-      stop();
-      std::rethrow_exception(slot.error);
-    }
+    if (slot.error) fail_epoch(slot.error);
     base = slot.data;
     pinned = slot.pinned;
     current_.indices_.assign(slot.indices.begin(), slot.indices.end());
@@ -691,6 +798,10 @@ namespace ferry {
 
 namespace {
 
+// Bounds on counts of threads and buffers: beyond them a loader is a mistake, not a choice.
+constexpr int kMaxWorkers = 1024;
+constexpr int kMaxBuffers = 1024;
+
 void validate(const Dataset* dataset, const LoaderOptions& o) {
   if (dataset == nullptr) throw ConfigError("Loader: no dataset");
   if (o.batch_size == 0) throw ConfigError("Loader: batch_size must be at least 1");
@@ -701,8 +812,15 @@ void validate(const Dataset* dataset, const LoaderOptions& o) {
     throw ConfigError("Loader: device_buffers must be at least 2, got " +
                       std::to_string(o.device_buffers));
   }
-  if (o.workers < 0)
-    throw ConfigError("Loader: workers must be >= 0, got " + std::to_string(o.workers));
+  if (o.workers < 0 || o.workers > kMaxWorkers) {
+    throw ConfigError("Loader: workers must lie in [0, " + std::to_string(kMaxWorkers) + "], got " +
+                      std::to_string(o.workers));
+  }
+  if (o.prefetch > kMaxBuffers || o.device_buffers > kMaxBuffers) {
+    throw ConfigError("Loader: prefetch and device_buffers must be at most " +
+                      std::to_string(kMaxBuffers) + ", got " + std::to_string(o.prefetch) +
+                      " and " + std::to_string(o.device_buffers));
+  }
   if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size) {
     throw ConfigError("Loader: rank " + std::to_string(o.rank) + " is outside world_size " +
                       std::to_string(o.world_size));
@@ -718,10 +836,25 @@ void validate(const Dataset* dataset, const LoaderOptions& o) {
   }
   const auto fields = dataset->fields();
   if (fields.empty()) throw ConfigError("Loader: the dataset has no fields");
-  if (dataset->size() > 0 && static_cast<std::size_t>(o.world_size) > dataset->size()) {
+  const std::size_t size = dataset->size();
+  if (size > 0 && static_cast<std::size_t>(o.world_size) > size) {
     throw ConfigError("Loader: world_size " + std::to_string(o.world_size) + " exceeds the " +
-                      std::to_string(dataset->size()) + " samples");
+                      std::to_string(size) + " samples");
   }
+  // The sampler pads a rank's share by wrapping: size + world_size must not overflow.
+  static_cast<void>(detail::checked_add(size, o.world_size, "Loader: dataset size + world_size"));
+  for (const FieldSpec& f : fields) {
+    static_cast<void>(
+        detail::checked_nbytes(f.shape, dtype_size(f.dtype), "Loader: field \"" + f.name + "\""));
+  }
+}
+
+// Samples one slot holds: batch_size, or all this rank's epoch has when that is fewer.
+std::size_t staging_capacity(std::size_t dataset_size, const LoaderOptions& o) {
+  const auto w = static_cast<std::size_t>(o.world_size);
+  const std::size_t per_rank =
+      o.drop_last ? dataset_size / w : dataset_size / w + (dataset_size % w != 0);
+  return std::max<std::size_t>(1, std::min(o.batch_size, per_rank));
 }
 
 int worker_count(int requested) {
@@ -762,8 +895,8 @@ std::vector<FieldSpec> output_fields(const std::vector<detail::LoaderImpl::Conve
 }
 
 std::size_t aligned(std::size_t n) {
-  return (n + detail::SlotLayout::kAlignment - 1) / detail::SlotLayout::kAlignment *
-         detail::SlotLayout::kAlignment;
+  return detail::checked_add(n, detail::SlotLayout::kAlignment - 1, "Loader: batch bytes") /
+         detail::SlotLayout::kAlignment * detail::SlotLayout::kAlignment;
 }
 
 detail::Sampler::Options sampler_options(const LoaderOptions& o) {
@@ -781,9 +914,10 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, LoaderOptions o
     : dataset((validate(d.get(), o), std::move(d))),
       options(o),
       fields(dataset->fields()),
-      layout(fields, options.batch_size),
+      capacity(staging_capacity(dataset->size(), options)),
+      layout(fields, capacity),
       conversions(conversions_of(fields)),
-      out_layout(output_fields(conversions), options.batch_size),
+      out_layout(output_fields(conversions), capacity),
       out_offset(aligned(layout.bytes)),
       sampler(dataset->size(), sampler_options(options)),
       workers(worker_count(options.workers)),
@@ -820,7 +954,9 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, LoaderOptions o
            (td->device().is_cuda() || options.simulate_copy.dataset_on_device);
   // With conversions, the buffer batches are delivered from holds the converted fields too.
   const std::size_t delivered_bytes =
-      conversions.empty() ? layout.bytes : out_offset + out_layout.bytes;
+      conversions.empty()
+          ? layout.bytes
+          : detail::checked_add(out_offset, out_layout.bytes, "Loader: batch bytes");
   std::size_t staging_bytes = device_path ? layout.bytes : delivered_bytes;
   std::size_t device_bytes = delivered_bytes;
   if (gather) {
@@ -829,9 +965,9 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, LoaderOptions o
       gather_sources.push_back(static_cast<const std::byte*>(t.storage()->data()) +
                                t.storage_offset());
     }
-    staging_bytes = options.batch_size * sizeof(std::uint64_t);
+    staging_bytes = capacity * sizeof(std::uint64_t);
     index_offset = aligned(layout.bytes);
-    device_bytes = index_offset + staging_bytes;
+    device_bytes = detail::checked_add(index_offset, staging_bytes, "Loader: batch bytes");
   }
   const bool pin = options.pin_memory && options.device.is_cuda();
   for (int i = 0; i < options.prefetch; ++i) {
@@ -847,8 +983,8 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, LoaderOptions o
       staging.emplace_back(std::move(b));
     }
     staging_allocations.fetch_add(1);
-    slot->indices.reserve(options.batch_size);
-    slot->failures.resize(options.batch_size);
+    slot->indices.reserve(capacity);
+    slot->failures.resize(capacity);
     slots.push_back(std::move(slot));
     return_slot(static_cast<std::uint32_t>(i));
   }
@@ -856,7 +992,7 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, LoaderOptions o
     for (int i = 0; i < options.device_buffers; ++i) {
       auto dev = std::make_unique<detail::DeviceSlot>();
       dev->buffer = engine->allocate(device_bytes);
-      dev->indices.reserve(options.batch_size);
+      dev->indices.reserve(capacity);
       device_allocations.fetch_add(1);
       device_slots.push_back(std::move(dev));
       return_device(static_cast<std::uint32_t>(i));
@@ -871,12 +1007,12 @@ Loader::~Loader() = default;
 
 Epoch Loader::epoch(std::uint64_t e, std::size_t start_batch) {
   std::lock_guard lock(impl_->run_mutex);
-  if (impl_->active != nullptr) {
+  if (impl_->active.load() != nullptr) {
     throw ConfigError(
         "Loader: an epoch is still being iterated; finish or destroy it before starting another");
   }
   auto run = std::make_unique<detail::EpochRun>(impl_, e, start_batch);
-  impl_->active = run.get();
+  impl_->active.store(run.get());
   return Epoch(std::move(run));
 }
 
@@ -947,10 +1083,18 @@ Epoch::iterator& Epoch::iterator::operator++() {
 const Tensor& Batch::operator[](std::string_view field) const {
   if (names_) {
     for (std::size_t i = 0; i < names_->size(); ++i) {
-      if ((*names_)[i] == field) return tensors_.at(i);
+      if ((*names_)[i] == field && i < tensors_.size()) return tensors_[i];
     }
   }
   throw ConfigError("Batch: no field \"" + std::string(field) + "\"");
+}
+
+const Tensor& Batch::at(std::size_t field) const {
+  if (field >= tensors_.size()) {
+    throw ConfigError("Batch: no field " + std::to_string(field) + "; the batch has " +
+                      std::to_string(tensors_.size()));
+  }
+  return tensors_[field];
 }
 
 }  // namespace ferry
