@@ -39,9 +39,10 @@ std::uint64_t Permutation::operator()(std::uint64_t position) const noexcept {
 Sampler::Sampler(std::size_t dataset_size, Options options) noexcept
     : n_(dataset_size), options_(options) {
   const std::size_t w = std::max<std::size_t>(options_.world_size, 1);
-  per_rank_ = options_.drop_last ? n_ / w : (n_ + w - 1) / w;
+  // Rounding up without n + w - 1, which overflows for sizes near the top of size_t.
+  per_rank_ = n_ / w + static_cast<std::size_t>(!options_.drop_last && n_ % w != 0);
   const std::size_t b = std::max<std::size_t>(options_.batch_size, 1);
-  batches_ = options_.drop_last ? per_rank_ / b : (per_rank_ + b - 1) / b;
+  batches_ = per_rank_ / b + static_cast<std::size_t>(!options_.drop_last && per_rank_ % b != 0);
 }
 
 std::size_t Sampler::batch_size(std::size_t k) const noexcept {
