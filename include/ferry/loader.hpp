@@ -167,8 +167,10 @@ class Epoch {
   iterator begin();
   std::default_sentinel_t end() const noexcept { return {}; }
   /// The next batch, or nullptr after the last. The previous batch is released.
-  /// \throws DataError for a sample that failed under ErrorPolicy::raise (the epoch is over
-  /// then), DeviceError for a CUDA failure.
+  /// \throws DataError for a sample that failed under ErrorPolicy::raise, DeviceError for a
+  /// CUDA failure, and whatever failed on the pipeline's own threads (an allocation, say), as
+  /// it was; each after the batches before it were delivered. The epoch is over then, its
+  /// buffers are back in the ring, and the loader can start another.
   const Batch* next();
   /// Batches this epoch yields in all (from its start batch).
   std::size_t size() const noexcept;
@@ -184,16 +186,21 @@ class Epoch {
 /// made once and reused by every epoch.
 class Loader {
  public:
-  /// \throws ConfigError for bad options (batch_size 0, prefetch < 1, device_buffers < 2,
-  /// rank outside [0, world_size), negative workers), DeviceError for an unusable device.
+  /// Staging slots hold min(batch_size, samples per rank): a batch size beyond the data costs
+  /// only what the data needs.
+  /// \throws ConfigError for bad options (batch_size 0, prefetch or device_buffers outside
+  /// [1, 1024] or [2, 1024], workers outside [0, 1024], rank outside [0, world_size), a field
+  /// whose batch does not fit in memory sizes), DeviceError for an unusable device.
   Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options);
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
 
   /// Starts epoch `e` at batch `start_batch` (0: from the beginning): the same batches, in
-  /// the same order, as an uninterrupted run would give from there.
-  /// \throws ConfigError when another epoch of this loader is still being iterated.
+  /// the same order, as an uninterrupted run would give from there. An epoch stops counting as
+  /// iterated once next() has returned nullptr or thrown, so `ep = loader.epoch(e + 1)` works.
+  /// \throws ConfigError when another epoch of this loader is still being iterated; Error when
+  /// the pipeline's threads cannot start.
   Epoch epoch(std::uint64_t e, std::size_t start_batch = 0);
   /// Continues where `state` (from state(), perhaps of another process) left off.
   /// \throws ConfigError when the state's seed is not this loader's.
