@@ -156,6 +156,39 @@ TEST(LoaderMisuse, EveryErrorOfABatchIsAFerryError) {
   EXPECT_THROW((void)Batch()["x"], ferry::ConfigError);
 }
 
+// Copies made from a batch's tensors are the user's own: they must not hold the batch's buffer,
+// or keeping them (a list of predictions, a validation set) stalls the ring.
+TEST(LoaderMisuse, TensorsDerivedFromABatchDoNotHoldItsBuffer) {
+  auto ds = std::make_shared<IndexDataset>(200);
+  for (const bool copy_stage : {false, true}) {
+    SCOPED_TRACE(copy_stage ? "copy stage" : "cpu path");
+    LoaderOptions o = cpu_options(10, true, 2);
+    o.prefetch = 2;
+    o.simulate_copy.enabled = copy_stage;
+    Loader loader(ds, o);
+    std::vector<ferry::Tensor> kept;
+    std::vector<std::uint64_t> indices;
+    within(30s, [&] {
+      for (const Batch& b : loader.epoch(0)) {  // 20 batches through 2 slots
+        kept.push_back(b["x"].clone());
+        kept.push_back(b["z"].to(ferry::DType::f16));
+        kept.push_back(b["y"].to(ferry::Device::cpu(), ferry::DType::f64, true));
+        indices.insert(indices.end(), b.indices().begin(), b.indices().end());
+      }
+    });
+    ASSERT_EQ(kept.size(), 60U);
+    for (std::size_t k = 0; k < 20; ++k) {
+      for (std::int64_t i = 0; i < 10; ++i) {
+        const std::uint64_t index = indices[k * 10 + static_cast<std::size_t>(i)];
+        EXPECT_EQ(kept[3 * k].data<std::uint8_t>()[i * 13 + 5],
+                  IndexDataset::expected_byte(index, 5));
+        EXPECT_EQ(kept[3 * k + 2].data<double>()[i], static_cast<double>(index));
+      }
+      EXPECT_EQ(kept[3 * k + 1].dtype(), ferry::DType::f16);
+    }
+  }
+}
+
 // ---- failures on the pipeline's own threads, injected through the fault hook
 
 std::atomic<int> fail_point{-1};
