@@ -1,76 +1,257 @@
 // LoaderOptions::from_env, LoaderState and LoaderStats: the parts of the loader's surface
 // that hold no pipeline.
 
+#include "pipeline/options.hpp"
+
 #include <charconv>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <sstream>
 #include <string>
+#include <system_error>
 
 #include "ferry/loader.hpp"
 
 namespace ferry {
 namespace {
 
-// The integer value of environment variable `name`, or `fallback` when unset or empty.
-long env_int(const char* name, long fallback) {
-  const char* text = std::getenv(name);  // NOLINT(concurrency-mt-unsafe): read once, at setup
-  if (text == nullptr || *text == '\0') return fallback;
-  long value = 0;
-  const std::string_view s(text);
-  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-  if (ec != std::errc() || ptr != s.data() + s.size() || value < 0) {
-    throw ConfigError("LoaderOptions::from_env: " + std::string(name) + "=\"" + std::string(s) +
-                      "\" is not a non-negative integer");
+// `text` in double quotes for an error message: printable ASCII as it is, '"' and '\' escaped,
+// any other byte as \xNN; cut after 120 bytes (a hostile text can be long).
+std::string quoted(std::string_view text) {
+  constexpr std::size_t kMax = 120;
+  constexpr std::string_view kHex = "0123456789abcdef";
+  std::string q = "\"";
+  for (std::size_t i = 0; i < text.size() && i < kMax; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c == '"' || c == '\\') {
+      q += '\\';
+      q += static_cast<char>(c);
+    } else if (c >= 0x20 && c < 0x7f) {
+      q += static_cast<char>(c);
+    } else {
+      q += "\\x";
+      q += kHex[c >> 4U];
+      q += kHex[c & 0xfU];
+    }
   }
+  q += '"';
+  if (text.size() > kMax) q += "... (" + std::to_string(text.size()) + " bytes)";
+  return q;
+}
+
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+// The length of the run of ASCII digits at the front of `text`.
+std::size_t digits_at_front(std::string_view text) {
+  std::size_t n = 0;
+  while (n < text.size() && is_digit(text[n])) ++n;
+  return n;
+}
+
+// ASCII digits as a number: nothing when it exceeds `max`. \pre `digits` is 1+ ASCII digits.
+std::optional<std::uint64_t> digits_value(std::string_view digits, std::uint64_t max) {
+  std::uint64_t value = 0;
+  const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (ec != std::errc() || ptr != digits.data() + digits.size() || value > max) return {};
   return value;
+}
+
+// ---- from_env --------------------------------------------------------------------------
+
+// One launcher's variables.
+struct Launcher {
+  const char* rank;
+  const char* size;
+  const char* local;
+};
+constexpr Launcher kTorchrun{"RANK", "WORLD_SIZE", "LOCAL_RANK"};
+constexpr Launcher kMpirun{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                           "OMPI_COMM_WORLD_LOCAL_RANK"};
+
+[[noreturn]] void env_error(const std::string& why) {
+  throw ConfigError("LoaderOptions::from_env: " + why);
+}
+
+// Variable `name` as an int: nothing when unset. Set, it is one or more ASCII digits (no sign,
+// no blanks, nothing else) whose value fits int.
+std::optional<int> env_int(const detail::EnvLookup& env, const char* name) {
+  const std::optional<std::string_view> text = env(name);
+  if (!text) return {};
+  const std::string shown = std::string(name) + "=" + quoted(*text);
+  if (text->empty()) env_error(shown + " is empty; expected a decimal integer (digits only)");
+  if (digits_at_front(*text) != text->size()) {
+    env_error(shown + " is not a decimal integer (digits only, no sign or blanks)");
+  }
+  constexpr int kMax = std::numeric_limits<int>::max();
+  const auto value = digits_value(*text, kMax);
+  if (!value) env_error(shown + " is too large (at most " + std::to_string(kMax) + ")");
+  return static_cast<int>(*value);
+}
+
+// What one launcher's variables say; nothing when none of them is set.
+struct Placement {
+  int rank = 0;
+  int size = 1;
+  std::optional<int> local;
+};
+
+std::optional<Placement> read_launcher(const detail::EnvLookup& env, const Launcher& l) {
+  const std::optional<int> rank = env_int(env, l.rank);
+  const std::optional<int> size = env_int(env, l.size);
+  const std::optional<int> local = env_int(env, l.local);
+  if (!rank && !size && !local) return {};
+  const std::string s = l.size, r = l.rank, lr = l.local;
+  if (!size) {
+    env_error(rank ? r + " is set but " + s + " is not"
+                   : lr + " is set but " + r + " and " + s + " are not");
+  }
+  if (!rank) env_error(s + " is set but " + r + " is not");
+  if (*size == 0) env_error(s + "=0: a job has at least one process");
+  if (*rank >= *size) {
+    env_error(r + "=" + std::to_string(*rank) + " is not below " + s + "=" + std::to_string(*size));
+  }
+  if (local && *local >= *size) {
+    env_error(lr + "=" + std::to_string(*local) + " is not below " + s + "=" +
+              std::to_string(*size));
+  }
+  return Placement{*rank, *size, local};
+}
+
+std::string describe(const Launcher& l, const Placement& p) {
+  std::string s = std::string(l.rank) + "=" + std::to_string(p.rank) + " " + l.size + "=" +
+                  std::to_string(p.size);
+  if (p.local) s += std::string(" ") + l.local + "=" + std::to_string(*p.local);
+  return s;
 }
 
 }  // namespace
 
-LoaderOptions LoaderOptions::from_env() {
-  LoaderOptions o;
-  const bool torchrun = std::getenv("WORLD_SIZE") != nullptr;  // NOLINT(concurrency-mt-unsafe)
-  const char* rank = torchrun ? "RANK" : "OMPI_COMM_WORLD_RANK";
-  const char* size = torchrun ? "WORLD_SIZE" : "OMPI_COMM_WORLD_SIZE";
-  const char* local = torchrun ? "LOCAL_RANK" : "OMPI_COMM_WORLD_LOCAL_RANK";
-  o.rank = static_cast<int>(env_int(rank, 0));
-  o.world_size = static_cast<int>(env_int(size, 1));
-  if (o.world_size < 1 || o.rank >= o.world_size) {
-    throw ConfigError("LoaderOptions::from_env: " + std::string(rank) + "=" +
-                      std::to_string(o.rank) + " is outside " + size + "=" +
-                      std::to_string(o.world_size));
+namespace detail {
+
+std::optional<std::string_view> process_env(const char* name) {
+  const char* text = std::getenv(name);  // NOLINT(concurrency-mt-unsafe): read at setup
+  if (text == nullptr) return {};
+  return std::string_view(text);
+}
+
+LoaderOptions options_from_env(const EnvLookup& env, int gpu_count) {
+  const std::optional<Placement> torchrun = read_launcher(env, kTorchrun);
+  const std::optional<Placement> mpirun = read_launcher(env, kMpirun);
+  // Both sets (a script exporting RANK=$OMPI_COMM_WORLD_RANK): they must say the same.
+  if (torchrun && mpirun &&
+      (torchrun->rank != mpirun->rank || torchrun->size != mpirun->size ||
+       (torchrun->local && mpirun->local && *torchrun->local != *mpirun->local))) {
+    env_error("torchrun's " + describe(kTorchrun, *torchrun) + " and mpirun's " +
+              describe(kMpirun, *mpirun) +
+              " disagree; unset one launcher's variables or set rank and world_size yourself");
   }
-  const long local_rank = env_int(local, 0);
-  const int gpus = cuda_device_count();
-  o.device = local_rank < gpus ? Device::cuda(static_cast<int>(local_rank)) : Device::cpu();
+  LoaderOptions o;
+  const Launcher& from = torchrun ? kTorchrun : kMpirun;
+  const std::optional<Placement> placed = torchrun ? torchrun : mpirun;
+  const char* local_name = from.local;
+  std::optional<int> local;
+  if (placed) {
+    o.rank = placed->rank;
+    o.world_size = placed->size;
+    local = placed->local;
+    if (!local && torchrun && mpirun && mpirun->local) {
+      local = mpirun->local;
+      local_name = kMpirun.local;
+    }
+  }
+  // No GPU at all: the CPU, as Device::best(), so the same job runs unchanged on a CPU-only
+  // machine. GPUs, but not this one: an error, not a silent fall back to the CPU.
+  if (gpu_count <= 0) {
+    o.device = Device::cpu();
+  } else if (!local) {
+    o.device = Device::cuda(0);
+  } else if (*local < gpu_count) {
+    o.device = Device::cuda(*local);
+  } else {
+    throw DeviceError("LoaderOptions::from_env: " + std::string(local_name) + "=" +
+                      std::to_string(*local) + " asks for cuda:" + std::to_string(*local) +
+                      " but only " + std::to_string(gpu_count) + " GPU" +
+                      (gpu_count == 1 ? " is" : "s are") +
+                      " usable (cuda_device_count()); when each process sees only its own GPU "
+                      "(CUDA_VISIBLE_DEVICES), set device yourself");
+  }
   return o;
 }
+
+}  // namespace detail
+
+LoaderOptions LoaderOptions::from_env() {
+  return detail::options_from_env(detail::process_env, cuda_device_count());
+}
+
+// ---- LoaderState -----------------------------------------------------------------------
 
 std::string LoaderState::str() const {
   return "ferry-state v1 seed=" + std::to_string(seed) + " epoch=" + std::to_string(epoch) +
          " next_batch=" + std::to_string(next_batch);
 }
 
-LoaderState LoaderState::parse(std::string_view text) {
-  LoaderState s;
-  unsigned long long seed = 0, epoch = 0, next = 0;
-  int consumed = 0;
-  const std::string copy(text);
-  // NOLINTNEXTLINE(cert-err34-c): the count and the consumed length are both checked
-  const int n = std::sscanf(copy.c_str(), "ferry-state v1 seed=%llu epoch=%llu next_batch=%llu%n",
-                            &seed, &epoch, &next, &consumed);
-  if (n != 3 || static_cast<std::size_t>(consumed) != copy.size()) {
-    throw ConfigError("LoaderState: cannot parse \"" + copy +
-                      "\": expected \"ferry-state v1 seed=S epoch=E next_batch=K\"");
+namespace {
+
+// Reads str()'s grammar from the front of a text; a failure names what was expected and the
+// byte where it was not found.
+class StateReader {
+ public:
+  explicit StateReader(std::string_view text) : text_(text) {}
+
+  void literal(std::string_view expected) {
+    if (!text_.substr(pos_).starts_with(expected))
+      fail("expected \"" + std::string(expected) + "\"");
+    pos_ += expected.size();
   }
-  s.seed = seed;
-  s.epoch = epoch;
-  s.next_batch = static_cast<std::size_t>(next);
+
+  // A decimal number without sign or leading zero ("0" aside), at most `max`.
+  std::uint64_t number(const char* field, std::uint64_t max) {
+    const std::size_t n = digits_at_front(text_.substr(pos_));
+    const std::string f(field);
+    if (n == 0) fail("expected the " + f + " as decimal digits");
+    if (n > 1 && text_[pos_] == '0') fail(f + " has a leading zero");
+    const auto value = digits_value(text_.substr(pos_, n), max);
+    if (!value) fail(f + " is larger than " + std::to_string(max));
+    pos_ += n;
+    return *value;
+  }
+
+  void end() const {
+    if (pos_ != text_.size()) fail("unexpected text after next_batch");
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& why) const {
+    throw ConfigError("LoaderState::parse: " + quoted(text_) +
+                      " is not \"ferry-state v1 seed=S epoch=E next_batch=K\": " + why +
+                      " at byte " + std::to_string(pos_));
+  }
+
+  std::string_view text_;
+  std::size_t pos_ = 0;
+};
+
+}  // namespace
+
+LoaderState LoaderState::parse(std::string_view text) {
+  constexpr std::uint64_t kU64 = std::numeric_limits<std::uint64_t>::max();
+  StateReader in(text);
+  LoaderState s;
+  in.literal("ferry-state v1 seed=");
+  s.seed = in.number("seed", kU64);
+  in.literal(" epoch=");
+  s.epoch = in.number("epoch", kU64);
+  in.literal(" next_batch=");
+  s.next_batch =
+      static_cast<std::size_t>(in.number("next_batch", std::numeric_limits<std::size_t>::max()));
+  in.end();
   return s;
 }
+
+// ---- LoaderStats -----------------------------------------------------------------------
 
 double LoaderStats::consumer_wait_fraction() const noexcept {
   return wall_seconds > 0 ? consumer_wait_seconds / wall_seconds : 0;
