@@ -48,10 +48,16 @@ struct LoaderOptions {
   void* stream = nullptr;       ///< CUDA stream the consumer computes on (nullptr: default)
   SimulatedCopy simulate_copy;  ///< tests and benchmarks: see SimulatedCopy
 
-  /// Options for this process of a distributed job: rank and world size from RANK / WORLD_SIZE
-  /// / LOCAL_RANK (torchrun) or OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK (mpirun); the device
-  /// is cuda:LOCAL_RANK where that GPU exists, else the CPU. Unset variables keep the defaults.
-  /// \throws ConfigError on a malformed value.
+  /// Options for this process of a distributed job, from its launcher's environment:
+  /// RANK / WORLD_SIZE / LOCAL_RANK (torchrun) or OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK
+  /// (mpirun). A variable, when set, is one or more ASCII digits whose value fits int: no
+  /// sign, blanks or other text (leading zeros are read as decimal); set but empty is an error.
+  /// A launcher's rank and world size come together (its local rank is optional), with
+  /// 0 <= rank < world_size and local rank < world_size; where both launchers' variables are
+  /// set they must agree. None set: rank 0 of 1. The device is cuda:LOCAL_RANK (cuda:0 without
+  /// a local rank); on a machine without any usable GPU it is the CPU, as Device::best().
+  /// \throws ConfigError quoting the variable for a value or a layout outside this;
+  /// DeviceError naming LOCAL_RANK and the GPU count when GPUs exist but not that one.
   static LoaderOptions from_env();
 };
 
@@ -62,7 +68,11 @@ struct LoaderState {
   std::size_t next_batch = 0;
 
   std::string str() const;
-  /// \throws ConfigError quoting the text when it is not what str() writes.
+  /// Reads what str() writes, and only that: "ferry-state v1 seed=S epoch=E next_batch=K" with
+  /// single spaces, S, E, K decimal without sign or leading zero ("0" aside) within their types,
+  /// nothing before or after (no trailing newline). parse(s.str()) == s, and parse(t).str() == t
+  /// for every text t it accepts.
+  /// \throws ConfigError quoting the text and naming what was expected at which byte.
   static LoaderState parse(std::string_view text);
   friend bool operator==(const LoaderState&, const LoaderState&) = default;
 };
