@@ -1,7 +1,8 @@
 // ImageFolder's decoder on arbitrary bytes: the first 4 bytes pick the output (height, width,
 // channels, geometry, flip, resize, seed), the rest is the file. Only DataError may come out,
 // and an image that decodes must decode to the same bytes again (the per-thread buffers carry
-// nothing from one image to the next).
+// nothing from one image to the next). The limits are lower than ImageOptions' defaults so that
+// each input stays quick: 4 megapixels, 32 scans.
 
 #include <cstddef>
 #include <cstdint>
@@ -20,10 +21,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   o.channels = kChannels[(data[2] & 3) % 3];
   o.geometry = static_cast<ferry::Geometry>((data[2] >> 2) % 3);
   o.random_flip = (data[2] & 0x20) != 0;
-  o.resize = (data[3] & 0x80) != 0 ? data[3] & 0x7f : 0;  // 0: automatic
+  if (o.geometry == ferry::Geometry::resize_then_center_crop && (data[3] & 0x80) != 0) {
+    o.resize = data[3] & 0x7f;  // else 0: automatic (the only value the other geometries take)
+  }
+  o.max_pixels = std::int64_t{1} << 22;
+  o.max_jpeg_scans = 32;
+  ferry::detail::check_image_options(o, "fuzz");  // ConfigError here is the harness's bug
   const std::uint64_t seed = data[3];
   const std::span<const std::uint8_t> bytes(data + 4, size - 4);
-  const auto n = static_cast<std::size_t>(o.height * o.width * o.channels);
+  const std::size_t n = static_cast<std::size_t>(o.height) * static_cast<std::size_t>(o.width) *
+                        static_cast<std::size_t>(o.channels);
   std::vector<std::uint8_t> first(n), again(n);
   try {
     ferry::detail::decode_image(bytes, o, seed, first.data(), "input");

@@ -1,16 +1,20 @@
 #include <gtest/gtest.h>
 #include <spng.h>
+#include <sys/stat.h>
 #include <turbojpeg.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -38,12 +42,12 @@ using ferry::ImageOptions;
 // ---- encoders and references ---------------------------------------------------------
 
 Bytes encode_jpeg(const Bytes& pixels, int width, int height, int pixel_format,
-                  int subsampling = TJSAMP_444, int quality = 95) {
+                  int subsampling = TJSAMP_444, int quality = 95, int flags = 0) {
   tjhandle tj = tjInitCompress();
   unsigned char* buf = nullptr;
   unsigned long size = 0;
   const int rc = tjCompress2(tj, pixels.data(), width, 0, height, pixel_format, &buf, &size,
-                             subsampling, quality, 0);
+                             subsampling, quality, flags);
   EXPECT_EQ(rc, 0) << tjGetErrorStr2(tj);
   Bytes out(buf, buf + size);
   tjFree(buf);
@@ -121,6 +125,51 @@ Bytes png8(const Bytes& pixels, int width, int height, int channels) {
   png.color_type = kType[channels];
   png.data = pixels;
   return encode_png(png);
+}
+
+// `png` with the size in its IHDR replaced by `width` × `height` (the CRC fixed; the pixel data
+// no longer fits, but the header is read first).
+Bytes with_png_size(Bytes png, std::uint32_t width, std::uint32_t height) {
+  for (int k = 0; k < 4; ++k) {
+    png[16 + static_cast<std::size_t>(k)] = static_cast<std::uint8_t>(width >> (24 - 8 * k));
+    png[20 + static_cast<std::size_t>(k)] = static_cast<std::uint8_t>(height >> (24 - 8 * k));
+  }
+  const auto crc = static_cast<std::uint32_t>(crc32(0, png.data() + 12, 17));
+  for (int k = 0; k < 4; ++k)
+    png[29 + static_cast<std::size_t>(k)] = static_cast<std::uint8_t>(crc >> (24 - 8 * k));
+  return png;
+}
+
+// A PNG chunk: length, type, data, CRC.
+Bytes png_chunk(const char (&type)[5], const Bytes& data) {
+  const auto length = static_cast<std::uint32_t>(data.size());
+  Bytes out;
+  for (int k = 0; k < 4; ++k) out.push_back(static_cast<std::uint8_t>(length >> (24 - 8 * k)));
+  out.insert(out.end(), type, type + 4);
+  out.insert(out.end(), data.begin(), data.end());
+  const auto crc = static_cast<std::uint32_t>(crc32(0, out.data() + 4, 4 + length));
+  for (int k = 0; k < 4; ++k) out.push_back(static_cast<std::uint8_t>(crc >> (24 - 8 * k)));
+  return out;
+}
+
+// The offset of the first header segment `code` (0xFF code) of a JPEG, found by walking the
+// segments before the first scan; npos when there is none.
+std::size_t jpeg_segment(const Bytes& jpeg, std::uint8_t code) {
+  std::size_t at = 2;
+  while (at + 4 <= jpeg.size() && jpeg[at] == 0xff) {
+    if (jpeg[at + 1] == code) return at;
+    if (jpeg[at + 1] == 0xda) break;
+    at += 2 + (std::size_t{jpeg[at + 2]} << 8 | jpeg[at + 3]);
+  }
+  return std::string::npos;
+}
+
+// The byte pair FF DA, counted naively: in libjpeg's output it appears only as a scan's marker
+// (entropy-coded data stuffs every 0xFF), so this is the scan count to check against.
+std::size_t naive_sos_count(const Bytes& jpeg) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i + 1 < jpeg.size(); ++i) n += jpeg[i] == 0xff && jpeg[i + 1] == 0xda;
+  return n;
 }
 
 // 16-bit samples, host-endian, whose high bytes are `high` and low bytes high ^ `low_xor`.
@@ -855,6 +904,348 @@ TEST_F(ImageFolderTest, TheLoaderSkipsBadFilesAndDeliversTheRest) {
   for (const char* name : {"bad/0.jpg", "bad/1.png", "bad/2.jpg"}) {
     EXPECT_NE(reasons.find((dir_ / name).string()), std::string::npos) << reasons;
   }
+}
+
+// ---- hostile numbers and misuse ------------------------------------------------------
+
+TEST_F(ImageFolderTest, BadOptionsRaiseConfigErrorNamingTheMember) {
+  write("ok/c/x.png", png8({1, 2, 3}, 1, 1, 3));
+  auto error = [&](auto change) -> std::string {
+    ImageOptions o;
+    change(o);
+    try {
+      (void)ImageFolder::open(dir_ / "ok", o);
+    } catch (const ferry::ConfigError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  struct Case {
+    void (*change)(ImageOptions&);
+    const char* phrase;
+  };
+  const Case cases[] = {
+      {[](ImageOptions& o) { o.height = 0; }, "height and width must be at least 1, got 0 x 224"},
+      {[](ImageOptions& o) { o.width = INT_MIN; }, "height and width must be at least 1"},
+      {[](ImageOptions& o) { o.height = o.width = INT_MAX; },
+       "height x width, 2147483647 x 2147483647, is more than max_pixels (67108864)"},
+      {[](ImageOptions& o) { o.max_pixels = 224 * 224 - 1; },
+       "height x width, 224 x 224, is more than max_pixels (50175)"},
+      {[](ImageOptions& o) { o.max_pixels = 0; }, "max_pixels must be 1 to 268435456, got 0"},
+      {[](ImageOptions& o) { o.max_pixels = -1; }, "max_pixels must be 1 to 268435456, got -1"},
+      {[](ImageOptions& o) { o.max_pixels = (std::int64_t{1} << 28) + 1; }, "max_pixels must be"},
+      {[](ImageOptions& o) { o.max_jpeg_scans = 0; }, "max_jpeg_scans must be at least 1, got 0"},
+      {[](ImageOptions& o) { o.max_jpeg_scans = INT_MIN; }, "max_jpeg_scans must be at least 1"},
+      {[](ImageOptions& o) { o.channels = 2; }, "channels must be 1 (gray), 3 (RGB) or 4 (RGBA)"},
+      {[](ImageOptions& o) { o.channels = -3; }, "channels must be"},
+      {[](ImageOptions& o) { o.geometry = static_cast<Geometry>(7); }, "unknown geometry 7"},
+      {[](ImageOptions& o) { o.resize = -1; }, "resize must be 0 (automatic)"},
+      {[](ImageOptions& o) { o.resize = (1 << 20) + 1; }, "resize must be"},
+      {[](ImageOptions& o) {
+         o.geometry = Geometry::resize;
+         o.resize = 256;
+       },
+       "resize (256) applies to Geometry::resize_then_center_crop only; leave it 0 for "
+       "Geometry::resize"},
+      {[](ImageOptions& o) {
+         o.geometry = Geometry::random_resized_crop;
+         o.resize = 256;
+       },
+       "leave it 0 for Geometry::random_resized_crop"},
+      {[](ImageOptions& o) {
+         o.normalize = ferry::Normalize{{0.1f, 0.2f}, {1.0f}};
+       },
+       "normalize.mean has 2 values"},
+      {[](ImageOptions& o) {
+         o.normalize = ferry::Normalize{};
+         o.normalize->scale = std::numeric_limits<float>::infinity();
+       },
+       "normalize.scale is not finite"},
+  };
+  for (const Case& c : cases) {
+    const std::string message = error(c.change);
+    EXPECT_EQ(message.rfind("ImageFolder: ", 0), 0U) << message;
+    EXPECT_NE(message.find(c.phrase), std::string::npos) << message;
+  }
+  // The edges that are fine: the largest limit, one scan, a huge side within max_pixels (whose
+  // automatic resize, side × 8 / 7, no longer fits an int), resize 0 with any geometry.
+  EXPECT_EQ(error([](ImageOptions& o) { o.max_pixels = std::int64_t{1} << 28; }), "no error");
+  EXPECT_EQ(error([](ImageOptions& o) { o.max_jpeg_scans = 1; }), "no error");
+  EXPECT_EQ(error([](ImageOptions& o) {
+              o.max_pixels = std::int64_t{1} << 28;
+              o.height = 1 << 28;
+              o.width = 1;
+            }),
+            "no error");
+  EXPECT_EQ(error([](ImageOptions& o) { o.geometry = Geometry::random_resized_crop; }), "no error");
+}
+
+TEST_F(ImageFolderTest, TheAutomaticResizeOfAHugeOutputSideDoesNotOverflow) {
+  // max(height, width) × 8 / 7 with height 2^28: 2^31 before the division.
+  ImageOptions o;
+  o.max_pixels = std::int64_t{1} << 28;
+  o.height = 1 << 28;
+  o.width = 1;
+  ferry::detail::check_image_options(o, "test");
+  const ferry::detail::ImagePlan p = ferry::detail::plan_image(10, 10, o, 0);
+  // Resize(306783378) of a square, then the central 1 × 2^28: the middle of the image.
+  EXPECT_EQ(p.out_x0, 0);
+  EXPECT_EQ(p.out_x1, 1);
+  EXPECT_EQ(p.out_y0, 0);
+  EXPECT_EQ(p.out_y1, 1 << 28);
+  const double size = (static_cast<double>(1 << 28) * 8 + 3) / 7;
+  EXPECT_NEAR(p.x0, 10 * std::floor((std::floor(size) - 1) / 2) / std::floor(size), 1e-6);
+  EXPECT_NEAR(p.x1 - p.x0, 10 / std::floor(size), 1e-9);
+  EXPECT_GT(p.y0, 0.6);
+  EXPECT_LT(p.y1, 9.4);
+  EXPECT_NEAR(p.y1 - p.y0, 10.0 * (1 << 28) / std::floor(size), 1e-6);
+}
+
+TEST_F(ImageFolderTest, ScansAreCountedFromTheMarkers) {
+  using ferry::detail::jpeg_scan_count;
+  // SOI; an APP1 whose data holds FF DA (not a marker); a scan whose data has a stuffed 0xFF,
+  // restart markers and fill bytes; fill bytes, then a second scan; EOI; an SOS after EOI.
+  const Bytes sos = {0xff, 0xda, 0x00, 0x08, 0x01, 0x01, 0x00, 0x00, 0x3f, 0x00};
+  Bytes b = {0xff, 0xd8, 0xff, 0xe1, 0x00, 0x08, 'x', 0xff, 0xda, 0x00, 0x00, 0x00};
+  b.insert(b.end(), sos.begin(), sos.end());
+  b.insert(b.end(), {0x12, 0xff, 0x00, 0x34, 0xff, 0xd0, 0x56, 0xff, 0xff, 0xd3, 0x78, 0xff});
+  b.insert(b.end(), sos.begin(), sos.end());
+  b.insert(b.end(), {0x9a, 0xff, 0xd9});
+  const std::size_t eoi = b.size();
+  b.insert(b.end(), sos.begin(), sos.end());
+  EXPECT_EQ(jpeg_scan_count(b), 2U);
+  // Cut anywhere: no more than the whole, and no read past the end (the sanitizers watch).
+  for (std::size_t n = 0; n <= eoi; ++n) {
+    const Bytes cut(b.begin(), b.begin() + static_cast<long>(n));
+    EXPECT_LE(jpeg_scan_count(cut), 2U) << n;
+  }
+  EXPECT_EQ(jpeg_scan_count(Bytes(b.begin(), b.begin() + 22)), 1U);  // the first SOS's header
+  EXPECT_EQ(jpeg_scan_count(Bytes{}), 0U);
+  // A segment length that runs past the end stops the walk (libjpeg finds the data cut short);
+  // one below 2 skips only itself, as libjpeg does before reading the next marker.
+  EXPECT_EQ(jpeg_scan_count(Bytes{0xff, 0xd8, 0xff, 0xe0, 0xff, 0xff, 0xff, 0xda, 0x00, 0x02}), 0U);
+  EXPECT_EQ(jpeg_scan_count(Bytes{0xff, 0xd8, 0xff, 0xe0, 0x00, 0x01, 0xff, 0xda, 0x00, 0x02}), 1U);
+  EXPECT_EQ(jpeg_scan_count(Bytes{0xff, 0xd8, 0xff, 0xfe, 0x00, 0x00, 0xff, 0xda, 0x00, 0x02}), 1U);
+
+  // Real JPEGs: one scan when sequential, one per pass when progressive (noise, so that the
+  // entropy-coded data is full of stuffed 0xFF bytes).
+  Bytes noise = pattern(64, 48, 3);
+  std::uint32_t state = 1;
+  for (std::uint8_t& v : noise)
+    v = static_cast<std::uint8_t>((state = state * 1103515245 + 12345) >> 23);
+  const Bytes baseline = encode_jpeg(noise, 64, 48, TJPF_RGB);
+  EXPECT_EQ(jpeg_scan_count(baseline), 1U);
+  const Bytes progressive =
+      encode_jpeg(noise, 64, 48, TJPF_RGB, TJSAMP_420, 95, TJFLAG_PROGRESSIVE);
+  EXPECT_GT(naive_sos_count(progressive), 1U);
+  EXPECT_EQ(jpeg_scan_count(progressive), naive_sos_count(progressive));
+  // A progressive JPEG inside an APP1 (as a thumbnail is): its scans are not the file's.
+  Bytes outer(baseline.begin(), baseline.begin() + 2);
+  const std::size_t app1 = progressive.size() + 2;
+  ASSERT_LT(app1, 65536U);
+  outer.insert(outer.end(), {0xff, 0xe1, static_cast<std::uint8_t>(app1 >> 8),
+                             static_cast<std::uint8_t>(app1 & 0xff)});
+  outer.insert(outer.end(), progressive.begin(), progressive.end());
+  outer.insert(outer.end(), baseline.begin() + 2, baseline.end());
+  EXPECT_EQ(jpeg_scan_count(outer), 1U);
+  EXPECT_EQ(decode_one(outer, identity(64, 48, 3)), turbo_decode(baseline, TJPF_RGB));
+}
+
+TEST_F(ImageFolderTest, AJpegOfMoreScansThanMaxJpegScansIsRefusedBeforeDecoding) {
+  const Bytes jpeg =
+      encode_jpeg(pattern(64, 48, 3), 64, 48, TJPF_RGB, TJSAMP_444, 90, TJFLAG_PROGRESSIVE);
+  const std::size_t scans = naive_sos_count(jpeg);
+  ASSERT_GT(scans, 2U);
+  // Thousands of copies of the last scan before EOI: a small file that would make libjpeg pass
+  // over the image thousands of times.
+  Bytes forged(jpeg.begin(), jpeg.end() - 2);
+  const std::size_t last = [&] {
+    std::size_t at = jpeg.size() - 2;
+    while (!(jpeg[at] == 0xff && jpeg[at + 1] == 0xda)) --at;
+    return at;
+  }();
+  for (int k = 0; k < 5000; ++k)
+    forged.insert(forged.end(), jpeg.begin() + static_cast<long>(last), jpeg.end() - 2);
+  forged.insert(forged.end(), {0xff, 0xd9});
+  write("c/a_exact.jpg", jpeg);
+  write("c/b_forged.jpg", forged);
+  ImageOptions o = identity(64, 48, 3);
+  o.max_jpeg_scans = static_cast<int>(scans);
+  const auto ds = ImageFolder::open(dir_, o);
+  EXPECT_EQ(read_image(*ds, 0), turbo_decode(jpeg, TJPF_RGB));  // exactly at the limit
+  const auto start = std::chrono::steady_clock::now();
+  const std::string message = read_error(*ds, 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  EXPECT_NE(message.find("ImageFolder: " + ds->path(1).string() + ": JPEG of " +
+                         std::to_string(scans + 5000) + " scans, more than max_jpeg_scans (" +
+                         std::to_string(scans) + ")"),
+            std::string::npos)
+      << message;
+  // One scan fewer allowed than the real file has; and the default for the forged one.
+  o.max_jpeg_scans = static_cast<int>(scans) - 1;
+  const std::string one_over = read_error(*ImageFolder::open(dir_, o), 0);
+  EXPECT_NE(one_over.find(": JPEG of " + std::to_string(scans) + " scans, more than"),
+            std::string::npos)
+      << one_over;
+  const std::string by_default = read_error(*ImageFolder::open(dir_, identity(64, 48, 3)), 1);
+  EXPECT_NE(by_default.find("scans, more than max_jpeg_scans (256)"), std::string::npos)
+      << by_default;
+}
+
+TEST_F(ImageFolderTest, ImagesOverMaxPixelsAreRefusedBeforeAllocating) {
+  const Bytes jpeg = encode_jpeg(pattern(64, 48, 3), 64, 48, TJPF_RGB);
+  const Bytes png = png8(pattern(64, 48, 3), 64, 48, 3);
+  // A JPEG header that claims the most libjpeg decodes, 65500 × 65500; and one more, which
+  // libjpeg itself refuses mid-header.
+  auto with_jpeg_size = [&](std::uint16_t side) {
+    Bytes b = jpeg;
+    const std::size_t sof = jpeg_segment(b, 0xc0);
+    EXPECT_NE(sof, std::string::npos);
+    for (std::size_t k = 5; k < 9; k += 2) {  // height, then width, big-endian
+      b[sof + k] = static_cast<std::uint8_t>(side >> 8);
+      b[sof + k + 1] = static_cast<std::uint8_t>(side & 0xff);
+    }
+    return b;
+  };
+  write("c/a.jpg", jpeg);
+  write("c/b.png", png);
+  write("c/c_huge.jpg", with_jpeg_size(65500));
+  write("c/h_over.jpg", with_jpeg_size(65501));
+  write("c/d_wide.png", png8(Bytes(2000, 9), 2000, 1, 1));
+  write("c/e_side.png", with_png_size(png, (1U << 24) + 1, 1));
+  write("c/f_most.png", with_png_size(png, 0x7fffffff, 0x7fffffff));
+  write("c/g_over.png", with_png_size(png, 0xffffffff, 1));
+  ImageOptions o = identity(8, 8, 3);
+  const auto ds = ImageFolder::open(dir_, o);
+  auto expect = [&](const ImageFolder& folder, std::size_t i, const std::string& phrase) {
+    const std::string message = read_error(folder, i);
+    EXPECT_NE(message.find("ImageFolder: " + folder.path(i).string() + ": " + phrase),
+              std::string::npos)
+        << message;
+  };
+  expect(*ds, 2, "JPEG of 65500 x 65500 pixels, more than max_pixels (67108864)");
+  expect(*ds, 7, "corrupt JPEG header: Maximum supported image dimension is 65500 pixels");
+  // The thread's TurboJPEG handle is fine after libjpeg failed mid-header.
+  EXPECT_EQ(read_image(*ImageFolder::open(dir_, identity(64, 48, 3)), 0),
+            turbo_decode(jpeg, TJPF_RGB));
+  EXPECT_EQ(read_image(*ds, 3), Bytes(std::size_t{8} * 8 * 3, 9));
+  expect(*ds, 4, "PNG of 16777217 x 1 pixels, a side over the 16777216 ImageFolder decodes");
+  expect(*ds, 5, "PNG of 2147483647 x 2147483647 pixels, more than max_pixels (67108864)");
+  expect(*ds, 6, "corrupt PNG header: ");
+  // A lower max_pixels: 64 × 48 = 3072 is fine, 3071 not, for either format; libspng itself
+  // refuses a side over it.
+  o.max_pixels = std::int64_t{64} * 48;
+  EXPECT_NO_THROW((void)read_image(*ImageFolder::open(dir_, o), 0));
+  EXPECT_NO_THROW((void)read_image(*ImageFolder::open(dir_, o), 1));
+  o.max_pixels = std::int64_t{64} * 48 - 1;
+  const auto low = ImageFolder::open(dir_, o);
+  expect(*low, 0, "JPEG of 64 x 48 pixels, more than max_pixels (3071)");
+  expect(*low, 1, "PNG of 64 x 48 pixels, more than max_pixels (3071)");
+  o.max_pixels = 1000;
+  expect(*ImageFolder::open(dir_, o), 3, "PNG of 2000 x 1 pixels, more than max_pixels (1000)");
+}
+
+TEST_F(ImageFolderTest, AResizeNeedingHugeWorkingMemoryIsRefused) {
+  // 8192 rows squeezed into 1: stb_image_resize's ring of output rows would be as tall as its
+  // filter, 16384 rows of 8192 pixels (half a GiB), for a 1 × 8192 gray PNG of a few bytes.
+  write("c/strip.png", png8(Bytes(8192, 77), 1, 8192, 1));
+  const auto ds = ImageFolder::open(dir_, identity(8192, 1, 1));
+  const std::string message = read_error(*ds, 0);
+  EXPECT_NE(message.find("ImageFolder: " + ds->path(0).string() +
+                         ": resizing 1 x 8192 pixels to 8192 x 1 needs about "),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find(" bytes of working memory, more than the 268435456 ImageFolder allows"),
+            std::string::npos)
+      << message;
+  // The same strip to 64 × 1 needs a few MiB, and is delivered.
+  EXPECT_EQ(read_image(*ImageFolder::open(dir_, identity(64, 1, 1)), 0), Bytes(64, 77));
+}
+
+TEST_F(ImageFolderTest, ScratchGrownByOneLargeImageIsReleased) {
+  using ferry::detail::decode_scratch_bytes;
+  using ferry::detail::kScratchKeepBytes;
+  // 2400 × 2400 gray, decoded as RGBA: 23 MB of pixels, over the 16 MiB a buffer keeps.
+  constexpr int kSide = 2400;
+  write("big/c/x.png", png8(Bytes(std::size_t{kSide} * kSide, 200), kSide, kSide, 1));
+  write("small/c/x.png", png8(pattern(64, 48, 3), 64, 48, 3));
+  const auto big = ImageFolder::open(dir_ / "big", identity(8, 8, 4));
+  const auto small = ImageFolder::open(dir_ / "small", identity(32, 24, 4));
+  (void)read_image(*small, 0);
+  const std::size_t kept = decode_scratch_bytes();
+  EXPECT_GT(kept, 0U);  // a small image's buffers stay for the next one
+  (void)read_image(*small, 0);
+  EXPECT_EQ(decode_scratch_bytes(), kept);
+  Bytes expected;
+  for (int i = 0; i < 8 * 8; ++i) expected.insert(expected.end(), {200, 200, 200, 255});
+  EXPECT_EQ(read_image(*big, 0), expected);
+  EXPECT_LE(decode_scratch_bytes(), kScratchKeepBytes);
+  EXPECT_LT(decode_scratch_bytes(), std::size_t{kSide} * kSide * 4);
+  // A failed decode releases too: the big PNG cut short after its pixels were allocated.
+  const Bytes whole = png8(Bytes(std::size_t{kSide} * kSide, 200), kSide, kSide, 1);
+  ASSERT_GT(whole.size(), 100U);
+  const Bytes cut(whole.begin(), whole.end() - 20);
+  const std::span<const std::uint8_t> bytes(cut);
+  Bytes out(std::size_t{8} * 8 * 4);
+  EXPECT_THROW(ferry::detail::decode_image(bytes, identity(8, 8, 4), 0, out.data(), "cut.png"),
+               DataError);
+  EXPECT_LE(decode_scratch_bytes(), kScratchKeepBytes);
+}
+
+TEST_F(ImageFolderTest, FilesTooLargeOrNotRegularAreRefusedUnread) {
+  write("c/a.png", png8(pattern(4, 4, 3), 4, 4, 3));
+  write("c/b.png", png8(pattern(4, 4, 3), 4, 4, 3));
+  const auto ds = ImageFolder::open(dir_, identity(4, 4, 3));
+  // A sparse file of 16 GiB: refused from its size, not read into memory.
+  fs::resize_file(ds->path(0), std::uintmax_t{1} << 34);
+  const std::string large = read_error(*ds, 0);
+  EXPECT_NE(large.find("ImageFolder: " + ds->path(0).string() + ": file of 17179869184 bytes, " +
+                       "more than the " + std::to_string(ferry::detail::max_file_bytes({}))),
+            std::string::npos)
+      << large;
+  // A FIFO put in an image's place after listing: refused, not waited on.
+  fs::remove(ds->path(1));
+  ASSERT_EQ(::mkfifo(ds->path(1).c_str(), 0600), 0);
+  const std::string fifo = read_error(*ds, 1);
+  EXPECT_NE(fifo.find(ds->path(1).string() + ": cannot read: not a regular file"),
+            std::string::npos)
+      << fifo;
+  EXPECT_EQ(ferry::detail::max_file_bytes({}), (std::size_t{8} << 26) + (std::size_t{64} << 20));
+}
+
+TEST_F(ImageFolderTest, ManyAncillaryPngChunksAreRefused) {
+  // 1100 small tEXt chunks between IHDR and IDAT: more than libspng keeps.
+  const Bytes png = png8(pattern(4, 4, 3), 4, 4, 3);
+  Bytes many(png.begin(), png.begin() + 33);  // the signature and IHDR
+  for (int k = 0; k < 1100; ++k) {
+    const Bytes chunk = png_chunk("tEXt", {'k', 0, 'v'});
+    many.insert(many.end(), chunk.begin(), chunk.end());
+  }
+  many.insert(many.end(), png.begin() + 33, png.end());
+  write("c/many.png", many);
+  const auto ds = ImageFolder::open(dir_, identity(4, 4, 3));
+  const std::string message = read_error(*ds, 0);
+  EXPECT_NE(message.find("ImageFolder: " + ds->path(0).string() +
+                         ": PNG ancillary chunks over the limits"),
+            std::string::npos)
+      << message;
+}
+
+TEST_F(ImageFolderTest, ASampleIndexOutOfRangeIsAConfigError) {
+  write("c/a.png", png8(pattern(4, 4, 3), 4, 4, 3));
+  const auto ds = ImageFolder::open(dir_, identity(4, 4, 3));
+  const std::vector<ferry::FieldSpec> fields = ds->fields();
+  const ferry::detail::SlotLayout layout(fields, 1);
+  std::vector<std::byte> slot(layout.bytes);
+  try {
+    ds->read(1, ferry::SampleRef(&layout, slot.data(), 0, 0));
+    ADD_FAILURE() << "no error";
+  } catch (const ferry::ConfigError& e) {
+    EXPECT_STREQ(e.what(), "ImageFolder: sample index 1 out of range (1 images)");
+  }
+  EXPECT_THROW((void)ds->path(1), ferry::ConfigError);
+  EXPECT_THROW((void)ds->label(SIZE_MAX), ferry::ConfigError);
+  EXPECT_EQ(ds->path(0), dir_ / "c" / "a.png");
 }
 
 }  // namespace

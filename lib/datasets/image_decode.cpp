@@ -14,10 +14,12 @@
 #include <limits>
 #include <memory>
 #include <new>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <system_error>
 
+#include "core/checked.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry::detail {
@@ -27,13 +29,15 @@ namespace {
   throw DataError("ImageFolder: " + std::string(name) + ": " + why);
 }
 
-// A buffer that only grows and is never zeroed: one per thread and purpose, so decoding reuses
-// the same memory image after image.
+// A buffer that is never zeroed: one per thread and purpose, so decoding reuses the same memory
+// image after image. It grows as needed (by half again, up to kScratchKeepBytes, so that slowly
+// growing sizes do not reallocate each time), and trim() releases it when one large image made
+// it larger than what is worth keeping.
 class Scratch {
  public:
   std::uint8_t* get(std::size_t n) {
     if (n > capacity_) {
-      const std::size_t grown = std::max(n, capacity_ + capacity_ / 2);
+      const std::size_t grown = std::max(n, std::min(capacity_ + capacity_ / 2, kScratchKeepBytes));
       data_.reset();  // before allocating the new one: the peak holds one buffer, not two
       capacity_ = 0;
       data_ = std::make_unique_for_overwrite<std::uint8_t[]>(grown);
@@ -41,6 +45,13 @@ class Scratch {
     }
     return data_.get();
   }
+  void trim(std::size_t keep) noexcept {
+    if (capacity_ > keep) {
+      data_.reset();
+      capacity_ = 0;
+    }
+  }
+  std::size_t capacity() const noexcept { return capacity_; }
 
  private:
   std::unique_ptr<std::uint8_t[]> data_;
@@ -65,6 +76,13 @@ Scratch& resize_scratch() {
 // stb_image_resize takes its working memory (one block a call) from the thread's scratch.
 void* resize_memory(std::size_t size, void* scratch) {
   return static_cast<Scratch*>(scratch)->get(size);
+}
+
+// Releases what one large image left in this thread's buffers (see kScratchKeepBytes).
+void trim_scratch() noexcept {
+  file_scratch().trim(kScratchKeepBytes);
+  pixel_scratch().trim(kScratchKeepBytes);
+  resize_scratch().trim(kScratchKeepBytes);
 }
 
 }  // namespace
@@ -92,9 +110,7 @@ class JpegDecoder {
   JpegDecoder() = default;
   JpegDecoder(const JpegDecoder&) = delete;
   JpegDecoder& operator=(const JpegDecoder&) = delete;
-  ~JpegDecoder() {
-    if (handle_ != nullptr) tjDestroy(handle_);
-  }
+  ~JpegDecoder() { reset(); }
   tjhandle get() {
     if (handle_ == nullptr) {
       handle_ = tjInitDecompress();
@@ -102,14 +118,21 @@ class JpegDecoder {
     }
     return handle_;
   }
+  // Drops the handle, for a fresh one next time. TurboJPEG 2.1's tjDecompressHeader3() leaves
+  // libjpeg mid-header when it fails (it does not abort the decompressor), so the next image
+  // on this thread would fail too ("two SOI markers").
+  void reset() noexcept {
+    if (handle_ != nullptr) tjDestroy(handle_);
+    handle_ = nullptr;
+  }
 
  private:
   tjhandle handle_ = nullptr;
 };
 
-tjhandle jpeg_decoder() {
+JpegDecoder& jpeg_decoder() {
   thread_local JpegDecoder decoder;
-  return decoder.get();
+  return decoder;
 }
 
 // splitmix64: the augmentation's only source of randomness, seeded by the sample's seed.
@@ -161,13 +184,21 @@ void center_axis(std::int64_t src, std::int64_t resized, int out, double& s0, do
 }
 
 void plan_center_crop(int width, int height, const ImageOptions& o, ImagePlan& p) {
-  const int size = o.resize > 0 ? o.resize : (std::max(o.height, o.width) * 8 + 3) / 7;
+  // The automatic size, max(height, width) × 8 / 7 rounded: up to 2^28 × 8, so in 64 bits.
+  const std::int64_t size =
+      o.resize > 0
+          ? o.resize
+          : checked_add<std::int64_t>(
+                checked_mul<std::int64_t>(std::max(o.height, o.width), 8, "ImageFolder: resize"), 3,
+                "ImageFolder: resize") /
+                7;
   const int short_side = std::min(width, height);
   const int long_side = std::max(width, height);
-  // torchvision: int(size * long / short), a true division then truncation.
-  // (At most 2^20 × 2^24 / 1: no overflow in 64 bits.)
+  // torchvision: int(size * long / short), a true division then truncation. (At most
+  // 2^29 × 2^24: exact in 64 bits, and in the double it is divided as.)
   const auto long_resized = static_cast<std::int64_t>(
-      static_cast<double>(std::int64_t{size} * long_side) / static_cast<double>(short_side));
+      static_cast<double>(checked_mul<std::int64_t>(size, long_side, "ImageFolder: resize")) /
+      static_cast<double>(short_side));
   const std::int64_t resized_w = width <= height ? size : long_resized;
   const std::int64_t resized_h = width <= height ? long_resized : size;
   center_axis(width, resized_w, o.width, p.x0, p.x1, p.out_x0, p.out_x1);
@@ -211,17 +242,48 @@ void plan_random_crop(int width, int height, SplitMix64& rng, ImagePlan& p) {
   p.y1 = static_cast<double>(top + h);
 }
 
-void check_size(std::int64_t width, std::int64_t height, std::string_view name,
-                const char* format) {
+[[noreturn]] void fail_too_large(std::string_view name, const char* format, std::int64_t width,
+                                 std::int64_t height, std::int64_t max_pixels) {
+  fail(name, std::string(format) + " of " + std::to_string(width) + " x " + std::to_string(height) +
+                 " pixels, more than max_pixels (" + std::to_string(max_pixels) + ")");
+}
+
+// The header's size, before anything is allocated for it: within 1 .. max_pixels pixels.
+void check_size(std::int64_t width, std::int64_t height, std::int64_t max_pixels,
+                std::string_view name, const char* format) {
   if (width < 1 || height < 1) {
     fail(name, std::string("corrupt ") + format + " header: " + std::to_string(width) + " x " +
                    std::to_string(height) + " pixels");
   }
-  if (width * height > kMaxImagePixels) {
-    fail(name, std::string(format) + " of " + std::to_string(width) + " x " +
-                   std::to_string(height) + " pixels, more than the " +
-                   std::to_string(kMaxImagePixels) + " ImageFolder decodes");
-  }
+  const std::optional<std::int64_t> pixels = try_mul<std::int64_t>(width, height);
+  if (!pixels || *pixels > max_pixels) fail_too_large(name, format, width, height, max_pixels);
+}
+
+// Bytes of `pixels` pixels (width × height) of `channels` bytes each, in this thread's scratch.
+std::uint8_t* pixel_buffer(int width, int height, int channels, std::string_view name) {
+  const std::string what = "ImageFolder: " + std::string(name) + ": decoded image";
+  return pixel_scratch().get(checked_mul<std::size_t, DataError>(
+      checked_mul<std::size_t, DataError>(width, height, what), channels, what));
+}
+
+// An upper bound of stb_image_resize v0.97's working memory for one resize (its
+// stbir__calculate_memory), in doubles so that nothing wraps: per axis 16 bytes for each
+// contributor (an input pixel when shrinking, plus the filter's margins; an output pixel when
+// enlarging), the decoded input row with those margins, and a ring of output rows as tall as
+// the vertical filter, plus two more rows. Its own sizes are ints, which a bound within
+// kMaxResizeBytes keeps far from overflowing.
+double resize_bytes(int in_w, int in_h, double region_w, double region_h, int out_w, int out_h,
+                    int channels) {
+  // Input pixels that one output pixel's triangle filter reaches.
+  const auto reach = [](double scale) { return scale > 1 ? 2.0 : std::ceil(2 / scale); };
+  const auto contributors = [&](double scale, int in, int out) {
+    return scale > 1 ? out : in + 2 * std::floor(reach(scale) / 2);
+  };
+  const double sx = out_w / region_w;
+  const double sy = out_h / region_h;
+  const double pixel = 4.0 * channels;  // floats
+  return 16 * (contributors(sx, in_w, out_w) + contributors(sy, in_h, out_h)) +
+         (in_w + 2 * std::floor(reach(sx) / 2)) * pixel + out_w * pixel * (reach(sy) + 3);
 }
 
 // ITU-R 601 luma, as PIL's convert("L"): (299 R + 587 G + 114 B) / 1000, rounded (so gray
@@ -267,7 +329,8 @@ struct Decoded {
 // Applies the plan: copies the window straight when it maps pixel for pixel, else resizes
 // only the source region the window needs (plus the filter's reach) with stb_image_resize's
 // triangle filter, which widens with the downscale factor: torchvision's antialiased bilinear.
-void place(const Decoded& d, const ImagePlan& p, const ImageOptions& o, std::uint8_t* out) {
+void place(const Decoded& d, const ImagePlan& p, const ImageOptions& o, std::uint8_t* out,
+           std::string_view name) {
   const int c = o.channels;
   const std::size_t out_row = static_cast<std::size_t>(o.width) * static_cast<std::size_t>(c);
   const std::size_t src_row = static_cast<std::size_t>(d.width) * static_cast<std::size_t>(c);
@@ -301,6 +364,14 @@ void place(const Decoded& d, const ImagePlan& p, const ImageOptions& o, std::uin
     const int by1 = std::min(d.height, static_cast<int>(std::ceil(ry1)) + margin_y);
     const int bw = bx1 - bx0;
     const int bh = by1 - by0;
+    const double need = resize_bytes(bw, bh, rx1 - rx0, ry1 - ry0, win_w, win_h, c);
+    if (!(need <= static_cast<double>(kMaxResizeBytes))) {
+      fail(name, "resizing " + std::to_string(bw) + " x " + std::to_string(bh) + " pixels to " +
+                     std::to_string(win_w) + " x " + std::to_string(win_h) + " needs about " +
+                     std::to_string(static_cast<std::uint64_t>(std::min(need, 1e19))) +
+                     " bytes of working memory, more than the " + std::to_string(kMaxResizeBytes) +
+                     " ImageFolder allows");
+    }
     const std::uint8_t* src = d.pixels + static_cast<std::size_t>(by0) * src_row +
                               static_cast<std::size_t>(bx0) * static_cast<std::size_t>(c);
     const int ok = stbir_resize_region(
@@ -328,8 +399,10 @@ void place(const Decoded& d, const ImagePlan& p, const ImageOptions& o, std::uin
   }
 }
 
+// After any failed TurboJPEG call: the error, and a fresh handle for the next image.
 [[noreturn]] void jpeg_fail(tjhandle tj, std::string_view name, const char* what) {
   const std::string why = tjGetErrorStr2(tj);
+  jpeg_decoder().reset();
   const bool truncated = why.find("Premature end") != std::string::npos;
   fail(name, (truncated ? std::string("truncated JPEG") : std::string(what)) + ": " + why);
 }
@@ -340,7 +413,7 @@ int scaled(int size, JpegScale s) {
 
 void decode_jpeg(std::span<const std::uint8_t> bytes, const ImageOptions& o, std::uint64_t seed,
                  std::uint8_t* out, std::string_view name) {
-  tjhandle tj = jpeg_decoder();
+  tjhandle tj = jpeg_decoder().get();
   const auto size = static_cast<unsigned long>(bytes.size());
   int width = 0;
   int height = 0;
@@ -350,7 +423,13 @@ void decode_jpeg(std::span<const std::uint8_t> bytes, const ImageOptions& o, std
       0) {
     jpeg_fail(tj, name, "corrupt JPEG header");
   }
-  check_size(width, height, name, "JPEG");
+  check_size(width, height, o.max_pixels, name, "JPEG");
+  // Each scan of a progressive JPEG is a pass over the whole image: count them first.
+  const std::size_t scans = jpeg_scan_count(bytes);
+  if (scans > static_cast<std::size_t>(o.max_jpeg_scans)) {
+    fail(name, "JPEG of " + std::to_string(scans) + " scans, more than max_jpeg_scans (" +
+                   std::to_string(o.max_jpeg_scans) + ")");
+  }
   const ImagePlan plan = plan_image(width, height, o, seed);
   JpegScale scale = pick_jpeg_scale((plan.out_x1 - plan.out_x0) / (plan.x1 - plan.x0),
                                     (plan.out_y1 - plan.out_y0) / (plan.y1 - plan.y0));
@@ -372,15 +451,15 @@ void decode_jpeg(std::span<const std::uint8_t> bytes, const ImageOptions& o, std
                      : o.channels == 1 ? TJPF_GRAY
                      : o.channels == 3 ? TJPF_RGB
                                        : TJPF_RGBA;
-  const int pixel_bytes = cmyk ? 4 : o.channels;
+  // w × h is within max_pixels (it is at most the source's size), so count_px fits.
+  std::uint8_t* px = pixel_buffer(w, h, cmyk ? 4 : o.channels, name);
   const std::size_t count_px = static_cast<std::size_t>(w) * static_cast<std::size_t>(h);
-  std::uint8_t* px = pixel_scratch().get(count_px * static_cast<std::size_t>(pixel_bytes));
   // TJFLAG_STOPONWARNING: a warning (premature end of data, a corrupt Huffman code) fails.
   if (tjDecompress2(tj, bytes.data(), size, px, w, 0, h, format, TJFLAG_STOPONWARNING) != 0) {
     jpeg_fail(tj, name, "corrupt JPEG");
   }
   if (cmyk) cmyk_to(px, count_px, o.channels);
-  place({px, w, h, static_cast<double>(scale.num) / scale.denom}, plan, o, out);
+  place({px, w, h, static_cast<double>(scale.num) / scale.denom}, plan, o, out, name);
 }
 
 struct SpngFree {
@@ -388,23 +467,44 @@ struct SpngFree {
 };
 
 [[noreturn]] void png_fail(std::string_view name, int code, const char* what) {
+  if (code == SPNG_ECHUNK_LIMITS) {
+    // Ancillary chunks over kPngChunkBytes are skipped unread; these are the ones kept.
+    fail(name, "PNG ancillary chunks over the limits (" + std::to_string(kPngChunkCacheBytes) +
+                   " bytes of them kept, or libspng's count): " + spng_strerror(code));
+  }
   fail(name, std::string(code == SPNG_EOF || code == SPNG_IO_EOF ? "truncated PNG" : what) + ": " +
                  spng_strerror(code));
+}
+
+std::uint32_t big_endian32(const std::uint8_t* p) {
+  return std::uint32_t{p[0]} << 24 | std::uint32_t{p[1]} << 16 | std::uint32_t{p[2]} << 8 | p[3];
 }
 
 void decode_png(std::span<const std::uint8_t> bytes, const ImageOptions& o, std::uint64_t seed,
                 std::uint8_t* out, std::string_view name) {
   const std::unique_ptr<spng_ctx, SpngFree> ctx(spng_ctx_new(0));
   if (ctx == nullptr) throw std::bad_alloc();
-  // Limits, so that a hostile header cannot ask for gigabytes: sides (the pixel count is
-  // checked below), one ancillary chunk and all of them kept.
-  int rc = spng_set_image_limits(ctx.get(), 1U << 24, 1U << 24);
-  if (rc == 0) rc = spng_set_chunk_limits(ctx.get(), std::size_t{1} << 24, std::size_t{1} << 26);
+  // libspng's own limits, so that a hostile header or chunk is refused as it is read: a side
+  // over max_pixels (or 2^24, which keeps the resizer's row sizes small), one ancillary chunk
+  // and all of them kept. The pixel count is checked below.
+  const auto side = static_cast<std::uint32_t>(std::min<std::int64_t>(o.max_pixels, 1 << 24));
+  int rc = spng_set_image_limits(ctx.get(), side, side);
+  if (rc == 0) rc = spng_set_chunk_limits(ctx.get(), kPngChunkBytes, kPngChunkCacheBytes);
   if (rc == 0) rc = spng_set_png_buffer(ctx.get(), bytes.data(), bytes.size());
   spng_ihdr ihdr{};
   if (rc == 0) rc = spng_get_ihdr(ctx.get(), &ihdr);
+  if ((rc == SPNG_EUSER_WIDTH || rc == SPNG_EUSER_HEIGHT) && bytes.size() >= 24) {
+    // The sides libspng refused, from IHDR (the chunk right after the signature): named as
+    // any image over the limits is.
+    const std::int64_t width = big_endian32(bytes.data() + 16);
+    const std::int64_t height = big_endian32(bytes.data() + 20);
+    const std::optional<std::int64_t> pixels = try_mul<std::int64_t>(width, height);
+    if (!pixels || *pixels > o.max_pixels) fail_too_large(name, "PNG", width, height, o.max_pixels);
+    fail(name, "PNG of " + std::to_string(width) + " x " + std::to_string(height) +
+                   " pixels, a side over the " + std::to_string(side) + " ImageFolder decodes");
+  }
   if (rc != 0) png_fail(name, rc, "corrupt PNG header");
-  check_size(ihdr.width, ihdr.height, name, "PNG");
+  check_size(ihdr.width, ihdr.height, o.max_pixels, name, "PNG");
   const auto width = static_cast<int>(ihdr.width);
   const auto height = static_cast<int>(ihdr.height);
   // spng expands palettes, low bit depths and 16 bits (to their high byte) itself; G8 takes
@@ -421,13 +521,18 @@ void decode_png(std::span<const std::uint8_t> bytes, const ImageOptions& o, std:
   std::size_t bytes_out = 0;
   rc = spng_decoded_image_size(ctx.get(), format, &bytes_out);
   if (rc != 0) png_fail(name, rc, "corrupt PNG");
-  std::uint8_t* px = pixel_scratch().get(bytes_out);
+  const int format_channels = format == SPNG_FMT_G8 ? 1 : format == SPNG_FMT_RGB8 ? 3 : 4;
+  std::uint8_t* px = pixel_buffer(width, height, format_channels, name);
+  if (bytes_out != static_cast<std::size_t>(width) * static_cast<std::size_t>(height) *
+                       static_cast<std::size_t>(format_channels)) {
+    fail(name, "corrupt PNG: libspng sizes it " + std::to_string(bytes_out) + " bytes");
+  }
   rc = spng_decode_image(ctx.get(), px, bytes_out, format, flags);
   if (rc != 0) png_fail(name, rc, "corrupt PNG");
   const std::size_t count = static_cast<std::size_t>(width) * static_cast<std::size_t>(height);
   if (o.channels == 1 && !gray_source) rgb_to_gray(px, count);
   const ImagePlan plan = plan_image(width, height, o, seed);
-  place({px, width, height, 1.0}, plan, o, out);
+  place({px, width, height, 1.0}, plan, o, out, name);
 }
 
 std::string hex_start(std::span<const std::uint8_t> bytes) {
@@ -455,25 +560,40 @@ ImageFormat sniff_image(std::span<const std::uint8_t> bytes) noexcept {
 
 void check_image_options(const ImageOptions& o, std::string_view who) {
   const std::string w(who);
+  if (o.max_pixels < 1 || o.max_pixels > kMaxPixelsLimit) {
+    throw ConfigError(w + ": max_pixels must be 1 to " + std::to_string(kMaxPixelsLimit) +
+                      ", got " + std::to_string(o.max_pixels));
+  }
+  if (o.max_jpeg_scans < 1) {
+    throw ConfigError(w + ": max_jpeg_scans must be at least 1, got " +
+                      std::to_string(o.max_jpeg_scans));
+  }
   if (o.height < 1 || o.width < 1) {
     throw ConfigError(w + ": height and width must be at least 1, got " + std::to_string(o.height) +
                       " x " + std::to_string(o.width));
   }
-  if (std::int64_t{o.height} * o.width > kMaxImagePixels) {
-    throw ConfigError(w + ": " + std::to_string(o.height) + " x " + std::to_string(o.width) +
-                      " is more than " + std::to_string(kMaxImagePixels) + " pixels");
+  if (std::int64_t{o.height} * o.width > o.max_pixels) {  // ints: no overflow in 64 bits
+    throw ConfigError(w + ": height x width, " + std::to_string(o.height) + " x " +
+                      std::to_string(o.width) + ", is more than max_pixels (" +
+                      std::to_string(o.max_pixels) + ")");
   }
   if (o.channels != 1 && o.channels != 3 && o.channels != 4) {
     throw ConfigError(w + ": channels must be 1 (gray), 3 (RGB) or 4 (RGBA), got " +
                       std::to_string(o.channels));
   }
-  if (o.resize < 0 || o.resize > (1 << 20)) {
-    throw ConfigError(w + ": resize must be 0 (automatic) or a side in pixels, got " +
-                      std::to_string(o.resize));
-  }
   if (o.geometry != Geometry::resize_then_center_crop &&
       o.geometry != Geometry::random_resized_crop && o.geometry != Geometry::resize) {
     throw ConfigError(w + ": unknown geometry " + std::to_string(static_cast<int>(o.geometry)));
+  }
+  if (o.resize < 0 || o.resize > (1 << 20)) {
+    throw ConfigError(w + ": resize must be 0 (automatic) or a side of at most 2^20 pixels, got " +
+                      std::to_string(o.resize));
+  }
+  if (o.resize != 0 && o.geometry != Geometry::resize_then_center_crop) {
+    throw ConfigError(
+        w + ": resize (" + std::to_string(o.resize) +
+        ") applies to Geometry::resize_then_center_crop only; leave it 0 for " +
+        (o.geometry == Geometry::resize ? "Geometry::resize" : "Geometry::random_resized_crop"));
   }
   if (!o.normalize) return;
   const Normalize& n = *o.normalize;
@@ -534,8 +654,66 @@ JpegScale pick_jpeg_scale(double need_x, double need_y) {
   return best;
 }
 
+std::size_t max_file_bytes(const ImageOptions& options) {
+  return checked_add(checked_mul(options.max_pixels, 8, "ImageFolder: max_pixels"),
+                     kPngChunkCacheBytes, "ImageFolder: max_pixels");
+}
+
+std::size_t jpeg_scan_count(std::span<const std::uint8_t> bytes) noexcept {
+  const std::uint8_t* const end = bytes.data() + bytes.size();
+  const std::uint8_t* p = bytes.data() + std::min<std::size_t>(bytes.size(), 2);  // after SOI
+  std::size_t scans = 0;
+  while (p < end) {
+    // A marker: 0xFF, any number of 0xFF fill bytes, then its code. Bytes before it are
+    // garbage that libjpeg skips (with a warning, which fails the decode anyway).
+    p = static_cast<const std::uint8_t*>(std::memchr(p, 0xff, static_cast<std::size_t>(end - p)));
+    if (p == nullptr) break;
+    while (p < end && *p == 0xff) ++p;
+    if (p == end) break;
+    const std::uint8_t code = *p++;
+    if (code == 0xd9) break;                                                       // EOI
+    if (code == 0x00 || code == 0x01 || (code >= 0xd0 && code <= 0xd8)) continue;  // no length
+    if (end - p < 2) break;
+    const std::size_t length = std::size_t{p[0]} << 8 | p[1];  // counts itself, not the code
+    if (length > static_cast<std::size_t>(end - p)) break;     // libjpeg: premature end
+    // A length below 2 skips nothing after itself in libjpeg (its skip_variable), which then
+    // reads the next marker: so does this walk, never counting fewer scans than libjpeg reads.
+    p += std::max<std::size_t>(length, 2);
+    if (code != 0xda) continue;
+    // SOS: its entropy-coded data runs to the next marker, where 0xFF 0x00 (a stuffed 0xFF) and
+    // restart markers RST0..7 do not end it.
+    ++scans;
+    while (p < end) {
+      const auto* ff =
+          static_cast<const std::uint8_t*>(std::memchr(p, 0xff, static_cast<std::size_t>(end - p)));
+      if (ff == nullptr) return scans;
+      const std::uint8_t* q = ff;
+      while (q < end && *q == 0xff) ++q;
+      if (q == end) return scans;
+      if (*q == 0x00 || (*q >= 0xd0 && *q <= 0xd7)) {
+        p = q + 1;
+      } else {
+        p = ff;  // the marker ending the scan, read by the loop above
+        break;
+      }
+    }
+  }
+  return scans;
+}
+
+std::size_t decode_scratch_bytes() noexcept {
+  return file_scratch().capacity() + pixel_scratch().capacity() + resize_scratch().capacity();
+}
+
 void decode_image(std::span<const std::uint8_t> bytes, const ImageOptions& options,
                   std::uint64_t seed, std::uint8_t* out, std::string_view name) {
+  // However the decode ends, a buffer one large image grew is not kept.
+  struct Trim {
+    Trim() = default;
+    Trim(const Trim&) = delete;
+    Trim& operator=(const Trim&) = delete;
+    ~Trim() { trim_scratch(); }
+  } const trim;
   switch (sniff_image(bytes)) {
     case ImageFormat::jpeg:
       decode_jpeg(bytes, options, seed, out, name);
@@ -551,8 +729,10 @@ void decode_image(std::span<const std::uint8_t> bytes, const ImageOptions& optio
 }
 
 std::span<const std::uint8_t> read_file_bytes(const std::filesystem::path& path,
-                                              std::string_view name) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+                                              std::string_view name, std::size_t max_bytes) {
+  // O_NONBLOCK: a FIFO put in an image's place after listing must not block the open (it is
+  // refused below); it changes nothing for a regular file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail(name, "cannot open: " + std::system_category().message(errno));
   struct Close {
     int fd;
@@ -561,14 +741,23 @@ std::span<const std::uint8_t> read_file_bytes(const std::filesystem::path& path,
   struct stat st {};
   if (::fstat(fd, &st) != 0) fail(name, "cannot read: " + std::system_category().message(errno));
   if (S_ISDIR(st.st_mode)) fail(name, "cannot read: it is a folder");
+  if (!S_ISREG(st.st_mode)) fail(name, "cannot read: not a regular file");
   const auto size = static_cast<std::size_t>(std::max<off_t>(st.st_size, 0));
+  if (size > max_bytes) {
+    fail(name, "file of " + std::to_string(size) + " bytes, more than the " +
+                   std::to_string(max_bytes) +
+                   " an image within max_pixels takes (8 bytes a pixel, plus " +
+                   std::to_string(kPngChunkCacheBytes) + " of chunks)");
+  }
   std::uint8_t* data = file_scratch().get(std::max<std::size_t>(size, 1));
   std::size_t got = 0;
   while (got < size) {
     const ssize_t n = ::read(fd, data + got, size - got);
     if (n < 0) {
       if (errno == EINTR) continue;
-      fail(name, "cannot read: " + std::system_category().message(errno));
+      const int error = errno;
+      file_scratch().trim(kScratchKeepBytes);
+      fail(name, "cannot read: " + std::system_category().message(error));
     }
     if (n == 0) break;  // shorter than it was: decoding tells whether what came is whole
     got += static_cast<std::size_t>(n);

@@ -6,9 +6,11 @@
 // with stb_image_resize, written as u8 [height, width, channels] into the caller's buffer.
 //
 // Every function here may be called from many threads at once. Each thread keeps its own
-// TurboJPEG handle and scratch buffers (file bytes, decoded pixels), reused from call to call,
-// so steady-state decoding allocates nothing of ferry's own (the codecs and the resizer still
-// allocate their small working state per image).
+// TurboJPEG handle and scratch buffers (file bytes, decoded pixels, the resizer's working
+// memory), reused from call to call, so steady-state decoding allocates nothing of ferry's own
+// (the codecs still allocate their small working state per image). A buffer that one large
+// image grew beyond kScratchKeepBytes is released when its decode_image() returns, so one huge
+// image does not keep its memory resident for the thread's life.
 
 #include <cstddef>
 #include <cstdint>
@@ -20,18 +22,48 @@
 
 namespace ferry::detail {
 
-/// Largest image decoded, in source pixels (width × height): larger ones raise DataError
-/// instead of asking for gigabytes.
+/// ImageOptions::max_pixels' default: the largest image decoded, in source pixels.
 inline constexpr std::int64_t kMaxImagePixels = std::int64_t{1} << 26;
+/// The most ImageOptions::max_pixels may be: 4 bytes a pixel then still fit the int offsets of
+/// TurboJPEG and stb_image_resize.
+inline constexpr std::int64_t kMaxPixelsLimit = std::int64_t{1} << 28;
+/// libspng's limits for a PNG's ancillary chunks (text, ICC profile, EXIF: none of which
+/// ImageFolder uses): a chunk over kPngChunkBytes is skipped unread; those kept may take
+/// kPngChunkCacheBytes in all (and libspng keeps at most 1000), more raise DataError.
+inline constexpr std::size_t kPngChunkBytes = std::size_t{16} << 20;
+inline constexpr std::size_t kPngChunkCacheBytes = std::size_t{64} << 20;
+/// The most working memory stb_image_resize may take for one image. Ordinary resizes take
+/// kilobytes; only extreme ratios (a 16-million-pixel-wide strip to 224 pixels, or 8192 rows
+/// to one) need more, and are refused with DataError rather than asking for gigabytes.
+inline constexpr std::size_t kMaxResizeBytes = std::size_t{256} << 20;
+/// Each per-thread scratch buffer keeps at most this much between images (16 MiB: a 5-megapixel
+/// RGB image at full size, or any photo a JPEG's DCT scaling shrinks for a training-sized
+/// output). A larger one is released after its image, costing that image one allocation.
+inline constexpr std::size_t kScratchKeepBytes = std::size_t{16} << 20;
 
 enum class ImageFormat { unknown, jpeg, png };
 
 /// The format by its magic bytes (not by the file's name).
 ImageFormat sniff_image(std::span<const std::uint8_t> bytes) noexcept;
 
-/// \throws ConfigError (messages start with `who`) for options ImageFolder cannot honour:
-/// height or width < 1, channels not 1, 3 or 4, resize < 0, a bad normalize.
+/// \throws ConfigError (messages start with `who` and name the member) for options ImageFolder
+/// cannot honour: height or width < 1 or height × width over max_pixels, channels not 1, 3 or 4,
+/// resize < 0 or over 2^20, resize set with a geometry other than resize_then_center_crop, an
+/// unknown geometry, max_pixels outside [1, kMaxPixelsLimit], max_jpeg_scans < 1, a bad
+/// normalize.
 void check_image_options(const ImageOptions& options, std::string_view who);
+
+/// The largest file read for `options`: 8 bytes a pixel of max_pixels (a 16-bit RGBA PNG
+/// stored uncompressed) plus kPngChunkCacheBytes of ancillary chunks.
+std::size_t max_file_bytes(const ImageOptions& options);
+
+/// The number of scans (SOS markers) of a JPEG, found by walking its markers and skipping the
+/// entropy-coded data, up to EOI or the end of the bytes: what libjpeg would decode, counted in
+/// one cheap pass. Bytes that are not a JPEG count what markers they happen to have.
+std::size_t jpeg_scan_count(std::span<const std::uint8_t> bytes) noexcept;
+
+/// This thread's decode scratch, in bytes (all its buffers), for tests of kScratchKeepBytes.
+std::size_t decode_scratch_bytes() noexcept;
 
 /// How one source image maps onto the output: source pixels [x0, x1) × [y0, y1) (fractional
 /// where the geometry says so) fill output pixels [out_x0, out_x1) × [out_y0, out_y1); output
@@ -59,14 +91,20 @@ JpegScale pick_jpeg_scale(double need_x, double need_y);
 
 /// Decodes a JPEG or PNG held in memory and writes options.height × options.width ×
 /// options.channels bytes (HWC) to `out`. `seed` drives random_resized_crop and random_flip.
-/// \throws DataError "<name>: <reason>" for bytes that are not a whole, valid JPEG or PNG
-/// (TurboJPEG's warnings count as errors) or an image over kMaxImagePixels.
+/// `options` must pass check_image_options().
+/// \throws DataError "ImageFolder: <name>: <reason>" for bytes that are not a whole, valid JPEG
+/// or PNG (TurboJPEG's warnings count as errors), an image over options.max_pixels, a JPEG of
+/// more than options.max_jpeg_scans scans, PNG ancillary chunks over kPngChunkCacheBytes, or a
+/// resize needing over kMaxResizeBytes.
 void decode_image(std::span<const std::uint8_t> bytes, const ImageOptions& options,
                   std::uint64_t seed, std::uint8_t* out, std::string_view name);
 
-/// The whole file, in this thread's buffer: valid until this thread's next call.
-/// \throws DataError "<name>: cannot open: <why>" (or cannot read).
+/// The whole file, in this thread's buffer: valid until this thread's next call (of this
+/// function or decode_image()).
+/// \throws DataError "ImageFolder: <name>: cannot open: <why>" (or cannot read, or not a
+/// regular file), or for a file larger than `max_bytes`, before reading it.
 std::span<const std::uint8_t> read_file_bytes(const std::filesystem::path& path,
-                                              std::string_view name);
+                                              std::string_view name,
+                                              std::size_t max_bytes = max_file_bytes({}));
 
 }  // namespace ferry::detail

@@ -42,6 +42,15 @@ std::vector<fs::path> list_sorted(const fs::path& dir, Keep keep) {
   return out;
 }
 
+// `i` when it is a sample of a folder of `size` images.
+std::size_t sample_index(std::size_t i, std::size_t size) {
+  if (i >= size) {
+    throw ConfigError("ImageFolder: sample index " + std::to_string(i) + " out of range (" +
+                      std::to_string(size) + " images)");
+  }
+  return i;
+}
+
 }  // namespace
 
 std::shared_ptr<ImageFolder> ImageFolder::open(const fs::path& root, const ImageOptions& options) {
@@ -88,11 +97,19 @@ std::vector<FieldSpec> ImageFolder::fields() const {
 }
 
 void ImageFolder::read(std::size_t index, SampleRef out) const {
-  const fs::path& file = files_.at(index);
+  const fs::path& file = files_[sample_index(index, files_.size())];
   const std::string_view name = file.native();
-  detail::decode_image(detail::read_file_bytes(file, name), options_, out.seed(),
-                       out.as<std::uint8_t>(0), name);
+  detail::decode_image(detail::read_file_bytes(file, name, detail::max_file_bytes(options_)),
+                       options_, out.seed(), out.as<std::uint8_t>(0), name);
   *out.as<std::int64_t>(1) = labels_[index];
+}
+
+const fs::path& ImageFolder::path(std::size_t i) const {
+  return files_[sample_index(i, files_.size())];
+}
+
+std::int64_t ImageFolder::label(std::size_t i) const {
+  return labels_[sample_index(i, labels_.size())];
 }
 
 std::vector<std::size_t> ImageFolder::class_counts() const {
