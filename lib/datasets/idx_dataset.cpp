@@ -9,6 +9,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -37,6 +38,11 @@ std::string hex(std::uint32_t v) {
   return os.str();
 }
 
+// Closes a gzFile (whose constructor may have thrown: a member, not the destructor, closes it).
+struct GzClose {
+  void operator()(gzFile f) const noexcept { gzclose(f); }
+};
+
 // One IDX file of unsigned bytes, read through zlib (which reads a plain file as it is): the
 // constructor reads and checks the header, so that nothing is inflated or allocated for data
 // whose size the header gets wrong; read_data() then reads exactly the size it gives.
@@ -53,12 +59,12 @@ class IdxFile {
       ::close(fd);
       throw DataError("IdxDataset: " + name_ + ": cannot read: " + errno_text(code));
     }
-    file_ = gzdopen(fd, "rb");
+    file_.reset(gzdopen(fd, "rb"));
     if (file_ == nullptr) {
       ::close(fd);
       throw DataError("IdxDataset: " + name_ + ": cannot open: out of memory");
     }
-    gzbuffer(file_, 1U << 17);
+    gzbuffer(file_.get(), 1U << 17);
 
     const std::uint32_t expected_magic = 0x00000800U | ndims;
     std::array<std::uint8_t, 4> word{};
@@ -67,7 +73,7 @@ class IdxFile {
       throw DataError(at(0) + "the file has " + std::to_string(got) +
                       " bytes, not even an IDX header");
     }
-    gzip_ = gzdirect(file_) == 0;
+    gzip_ = gzdirect(file_.get()) == 0;
     if (!gzip_ && S_ISREG(st.st_mode)) plain_size_ = static_cast<std::uint64_t>(st.st_size);
     const std::uint32_t magic = big_endian(word.data());
     if (magic != expected_magic) {
@@ -110,10 +116,6 @@ class IdxFile {
     }
   }
 
-  IdxFile(const IdxFile&) = delete;
-  IdxFile& operator=(const IdxFile&) = delete;
-  ~IdxFile() { gzclose(file_); }
-
   const std::string& name() const noexcept { return name_; }
   /// The header's dimensions, each 0 .. 2^32 - 1, whose product fits in int64.
   const std::vector<std::int64_t>& dims() const noexcept { return dims_; }
@@ -155,9 +157,10 @@ class IdxFile {
     constexpr std::size_t kMaxRead = std::size_t{1} << 30;  // gzread counts in int
     std::size_t got = 0;
     while (got < n) {
-      const int r = gzread(file_, to + got, static_cast<unsigned>(std::min(n - got, kMaxRead)));
+      const int r =
+          gzread(file_.get(), to + got, static_cast<unsigned>(std::min(n - got, kMaxRead)));
       int code = Z_OK;
-      const char* why = gzerror(file_, &code);
+      const char* why = gzerror(file_.get(), &code);
       if (r < 0 || (r == 0 && code == Z_BUF_ERROR)) {
         // A cut stream reads as its end, with Z_BUF_ERROR ("unexpected end of file").
         throw DataError(at(done_) + "cannot read: " +
@@ -170,7 +173,7 @@ class IdxFile {
     return got;
   }
 
-  gzFile file_ = nullptr;
+  std::unique_ptr<gzFile_s, GzClose> file_;
   std::string name_;
   std::uint64_t limit_;
   bool gzip_ = false;
