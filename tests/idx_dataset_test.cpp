@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ferry/ferry.hpp"
+#include "pipeline/staging.hpp"
 
 namespace {
 
@@ -247,6 +248,18 @@ TEST_F(IdxFiles, GzipBeyondTheLimitIsRefusedFromItsHeader) {
   EXPECT_NE(message_of(images, labels, o).find("the limit is 10240015 bytes"), std::string::npos);
   // The default (0) is half the physical memory.
   EXPECT_EQ(IdxDataset::open(images, labels)->size(), 10000U);
+}
+
+TEST_F(IdxFiles, ImagesOfNoPixelsReadAsTheirLabels) {
+  // 3 images of 2^31 x 0 pixels: no data, and nothing to copy.
+  const auto ds = IdxDataset::open(write("img", header_only(3, {3, 1U << 31, 0})),
+                                   write("lbl", idx_bytes(1, {3}, {4, 5, 6})));
+  ASSERT_EQ(ds->size(), 3U);
+  const ferry::detail::SlotLayout layout(ds->fields(), 3);
+  std::vector<std::byte> batch(layout.bytes);
+  for (std::size_t i = 0; i < 3; ++i) ds->read(i, ferry::SampleRef(&layout, batch.data(), i, 0));
+  const auto* labels = reinterpret_cast<const std::int64_t*>(batch.data() + layout.offsets[1]);
+  EXPECT_EQ(std::vector<std::int64_t>(labels, labels + 3), (std::vector<std::int64_t>{4, 5, 6}));
 }
 
 TEST(DecompressedLimit, DefaultIsHalfThePhysicalMemory) {

@@ -212,7 +212,7 @@ std::vector<FieldSpec> IdxDataset::fields() const {
 
 void IdxDataset::read(std::size_t index, SampleRef out) const {
   const auto n = static_cast<std::size_t>(rows_ * cols_);
-  std::memcpy(out.data(0), pixels_.data() + index * n, n);
+  if (n != 0) std::memcpy(out.data(0), pixels_.data() + index * n, n);  // (no pixels: no data())
   *out.as<std::int64_t>(1) = labels_[index];
 }
 
