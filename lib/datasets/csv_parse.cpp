@@ -565,8 +565,16 @@ class RowParser {
   // (however far: k says whether it is beyond int64).
   void check_id(const char* p, std::size_t c, Integer k, std::int64_t id, std::string_view text,
                 Chunk& ch) const {
-    const bool ok = k == Integer::yes && id >= 0 && id <= kMaxClassId;
-    if (ok || ch.bad_id.set()) return;
+    if ((k == Integer::yes && id >= 0 && id <= kMaxClassId) || ch.bad_id.set()) [[likely]] {
+      return;
+    }
+    flag_bad_id(p, c, k, id, text, ch);
+  }
+
+  // check_id()'s message, out of line: the check is in the loop over the rows.
+  [[gnu::cold, gnu::noinline]] void flag_bad_id(const char* p, std::size_t c, Integer k,
+                                                std::int64_t id, std::string_view text,
+                                                Chunk& ch) const {
     const bool negative = k == Integer::too_small || (k == Integer::yes && id < 0);
     // The text is a number's (std::from_chars read all of it): shown as it is, shortened.
     std::string label(text.substr(0, kShownChars));
