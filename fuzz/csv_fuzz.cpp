@@ -2,7 +2,12 @@
 // (header, delimiter, label column, classes, missing values, explicit features); the rest is
 // the file. Each input is parsed whole on this thread and again in pieces of a few bytes (the
 // piece size from the first byte too), which must agree exactly: the same table, or the same
-// error message. Only DataError and ConfigError may escape the parser.
+// error message. Only DataError and ConfigError may escape the parser. A gzipped input is also
+// opened as a file by CsvDataset::open, with decompression limited to 1 MiB: a dataset of
+// consistent sizes, or DataError or ConfigError.
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -14,6 +19,7 @@
 #include <vector>
 
 #include "datasets/csv_parse.hpp"
+#include "ferry/csv_dataset.hpp"
 #include "ferry/error.hpp"
 
 namespace {
@@ -64,6 +70,27 @@ void check(const ferry::detail::CsvTable& t) {
   if (!ok) std::abort();
 }
 
+// `bytes` as a file (in memory), opened by CsvDataset::open.
+void open_gzip(std::string_view bytes, const ferry::CsvOptions& o) {
+  const int fd = memfd_create("csv", 0);
+  if (fd < 0) __builtin_trap();
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
+    if (n <= 0) __builtin_trap();
+    done += static_cast<std::size_t>(n);
+  }
+  ferry::CsvOptions limited = o;
+  limited.max_decompressed_bytes = std::uint64_t{1} << 20;
+  try {
+    const auto ds = ferry::CsvDataset::open("/proc/self/fd/" + std::to_string(fd), limited);
+    if (ds->size() == 0 || ds->features().size() != ds->size() * ds->num_features()) std::abort();
+  } catch (const ferry::DataError&) {
+  } catch (const ferry::ConfigError&) {
+  }
+  close(fd);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -98,5 +125,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const Result pieces = parse(text, o, {piece, false});
   if (!same(whole, pieces)) std::abort();
   if (const auto* t = std::get_if<ferry::detail::CsvTable>(&whole)) check(*t);
+  if (text.size() >= 2 && text[0] == '\x1f' && text[1] == '\x8b') open_gzip(text, o);
   return 0;
 }

@@ -1,6 +1,7 @@
 // IdxDataset::open on arbitrary bytes: the input is split in two files (images, labels) at a
 // point its first byte picks, each handed over as an in-memory file, gzipped or not as its bytes
-// say. Only DataError may come out; every sample of a dataset that opens must be readable.
+// say, with a decompression limit of 16 MiB. Only DataError may come out; every sample of a
+// dataset that opens must be readable.
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -45,7 +46,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const MemFile images(data + 1, split - 1);
   const MemFile labels(data + split, size - split);
   try {
-    const auto ds = ferry::IdxDataset::open(images.path(), labels.path());
+    ferry::IdxOptions options;
+    options.max_decompressed_bytes = std::uint64_t{16} << 20;
+    const auto ds = ferry::IdxDataset::open(images.path(), labels.path(), options);
     const auto fields = ds->fields();
     const std::size_t n = ds->size() < 4 ? ds->size() : 4;
     if (n == 0) return 0;

@@ -197,6 +197,33 @@ TEST_F(CsvFiles, IntegerLabelsAreTheirIds) {
   EXPECT_EQ(ds->labels(), (std::vector<std::int64_t>{1, 0, 2, 1}));
 }
 
+TEST_F(CsvFiles, IntegerLabelsBeyondTheClassIdsAreErrorsHoweverLarge) {
+  const std::string at = prefix() + "line 4, column 2 (\"label\"): the label ";
+  for (const std::string big :
+       {"99999999999999999999", "18446744073709551616", "9.1e18", "1e20", "1e400", "+1e400"}) {
+    EXPECT_HAS(message("x,label\n1,2\n2,10\n3," + big + "\n"),
+               at + big + " is too large a class id (at most 1048575)");
+    EXPECT_HAS(message("x,label\n1,2\n2,10\n3,\"" + big + "\"\n"),
+               at + big + " is too large a class id");
+  }
+  for (const std::string small : {"-99999999999999999999", "-1e400", "-9.1e18"}) {
+    EXPECT_HAS(message("x,label\n1,2\n2,10\n3," + small + "\n"), at + small + " is negative");
+  }
+  EXPECT_HAS(message("x,label\n1,2\n2,10\n3,1" + std::string(100, '0') + "\n"),
+             at + "1" + std::string(36, '0') + "... is too large a class id");
+  // The first such label is the one named, whichever comes after it.
+  EXPECT_HAS(message("x,label\n1,2\n2,10\n3,1e30\n4,-5\n"), at + "1e30 is too large");
+  // With a text label among them all are texts, as they would be for an id in range.
+  const auto ds = open("x,label\n1,99999999999999999999\n2,cat\n3,1e-400\n");
+  EXPECT_EQ(ds->classes(), (std::vector<std::string>{"1e-400", "99999999999999999999", "cat"}));
+  EXPECT_EQ(ds->labels(), (std::vector<std::int64_t>{1, 2, 0}));
+  // As regression targets they are numbers.
+  CsvOptions regression;
+  regression.classes = false;
+  EXPECT_EQ(open("x,label\n1,99999999999999999999\n", regression)->targets(),
+            (std::vector<float>{1e20F}));
+}
+
 TEST_F(CsvFiles, RegressionTargets) {
   CsvOptions o;
   o.classes = false;
@@ -246,6 +273,120 @@ TEST_F(CsvFiles, GzipIsReadTransparently) {
   corrupt.resize(corrupt.size() / 2);
   EXPECT_HAS(message(corrupt, {}, "cut.csv.gz"), prefix("cut.csv.gz"));
   EXPECT_HAS(message(corrupt, {}, "cut.csv.gz"), "cannot decompress");
+}
+
+TEST_F(CsvFiles, GzipBeyondTheLimitIsADataErrorNamingTheLimit) {
+  std::string text = "a,b,label\n";
+  for (int i = 0; i < 500; ++i) text += std::to_string(i) + ",1.5,0\n";
+  for (const bool two : {false, true}) {  // two members: the second passes the limit
+    const std::string gz = gzip(text, two);
+    CsvOptions o;
+    o.max_decompressed_bytes = text.size();
+    EXPECT_EQ(CsvDataset::open(write("x.csv.gz", gz), o)->size(), 500U);
+    for (const std::uint64_t limit : {std::uint64_t{text.size() - 1}, std::uint64_t{100}}) {
+      o.max_decompressed_bytes = limit;
+      const std::string m = message(gz, o, "x.csv.gz");
+      EXPECT_HAS(m, prefix("x.csv.gz") + "byte ");
+      EXPECT_HAS(m, ": decompresses to more than the limit of " + std::to_string(limit) +
+                        " bytes (CsvOptions::max_decompressed_bytes)");
+    }
+  }
+  // 0 is the default, half the physical memory; a plain file is not decompressed, so not limited.
+  EXPECT_EQ(CsvDataset::open(write("x.csv.gz", gzip(text)))->size(), 500U);
+  CsvOptions tiny;
+  tiny.max_decompressed_bytes = 10;
+  EXPECT_EQ(open(text, tiny)->size(), 500U);
+}
+
+// `unit` n times.
+std::string repeat(const std::string& unit, std::size_t n) {
+  std::string out = unit;
+  while (out.size() < unit.size() * n) out += out;
+  out.resize(unit.size() * n);
+  return out;
+}
+
+TEST(CsvMemory, BlankOrShortFirstRowsDoNotMultiplyTheRoomByTheColumns) {
+  // 300,000 columns and 3 rows of 600 KB. A blank line, or a row of one field, after the header
+  // once made the parser guess a million rows of 300,000 floats (1.2 TB).
+  constexpr std::size_t kWidth = 300000;
+  constexpr std::size_t kRows = 3;
+  const std::string header = repeat("c,", kWidth - 1) + "label\n";
+  std::string rows;
+  for (std::size_t r = 0; r < kRows; ++r) {
+    rows += repeat(r % 2 == 0 ? "1," : "2,", kWidth - 1) + std::to_string(r) + "\n";
+  }
+  // One piece (all the rows guessed at once), and pieces on oneTBB's threads.
+  for (const ferry::detail::CsvSplit split :
+       {ferry::detail::CsvSplit{0, false}, ferry::detail::CsvSplit{0, true}}) {
+    const auto t = ferry::detail::parse_csv(header + "\n" + rows, {}, "wide.csv", split);
+    ASSERT_EQ(t.rows, kRows);
+    ASSERT_EQ(t.num_features, kWidth - 1);
+    for (std::size_t r = 0; r < kRows; ++r) {
+      EXPECT_EQ(t.labels[r], static_cast<std::int64_t>(r));
+      EXPECT_EQ(t.features[r * (kWidth - 1) + 12345], r % 2 == 0 ? 1.0F : 2.0F);
+    }
+    EXPECT_LE(t.features.capacity(), t.features.size() * 5 / 4);
+  }
+  try {
+    (void)ferry::detail::parse_csv(header + "1\n" + rows, {}, "wide.csv", {0, false});
+    ADD_FAILURE() << "no error";
+  } catch (const DataError& e) {
+    EXPECT_STREQ(e.what(),
+                 "CsvDataset: wide.csv: line 2: 1 field, but the header (line 1) has 300000");
+  }
+}
+
+TEST(CsvOptionsCost, LongFeatureListsCostTimeInProportionToTheirLength) {
+  // 50,000 named columns, listed in reverse: a scan of the list, or of the header, per column
+  // once took billions of steps (minutes).
+  constexpr std::size_t kWidth = 50000;
+  std::string header;
+  std::string row;
+  CsvOptions o;
+  o.label = Column::none();
+  for (std::size_t i = 0; i < kWidth; ++i) {
+    header += (i != 0 ? "," : "") + ("c" + std::to_string(i));
+    row += (i != 0 ? "," : "") + std::to_string(i);
+    o.features.push_back(Column::name("c" + std::to_string(kWidth - 1 - i)));
+  }
+  const auto t = ferry::detail::parse_csv(header + "\n" + row + "\n", o, "wide.csv");
+  ASSERT_EQ(t.num_features, kWidth);
+  for (std::size_t k = 0; k < kWidth; k += 997) {
+    EXPECT_EQ(t.features[k], static_cast<float>(kWidth - 1 - k));
+    EXPECT_EQ(t.feature_names[k], "c" + std::to_string(kWidth - 1 - k));
+  }
+  // The same column twice, far apart: by name, by index, and by name then index.
+  const auto config_error = [&](const CsvOptions& options) {
+    try {
+      (void)ferry::detail::parse_csv(header + "\n" + row + "\n", options, "wide.csv");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no ConfigError");
+  };
+  o.features.push_back(Column::name("c5"));
+  EXPECT_HAS(config_error(o),
+             "the feature column \"c5\" is listed twice (features[49994] and [50000])");
+  o.features.clear();
+  for (std::size_t i = 0; i < kWidth; ++i) o.features.push_back(Column::index(i));
+  o.features.push_back(Column::index(7));
+  EXPECT_HAS(config_error(o), "the feature column #7 is listed twice (features[7] and [50000])");
+  o.features.back() = Column::name("c7");
+  EXPECT_HAS(config_error(o), "the feature columns list column 8 (\"c7\") twice");
+  o.features.back() = Column::last();
+  EXPECT_HAS(config_error(o), "the feature columns list column 50000 (\"c49999\") twice");
+}
+
+TEST(CsvMemory, ARowOfManyFieldsIsCountedNotKept) {
+  const std::string text = "a,label\n1,0\n" + repeat("1,", 1000000) + "0\n";
+  try {
+    (void)ferry::detail::parse_csv(text, {}, "long.csv");
+    ADD_FAILURE() << "no error";
+  } catch (const DataError& e) {
+    EXPECT_STREQ(e.what(),
+                 "CsvDataset: long.csv: line 3: 1000001 fields, expected 2 (as the header)");
+  }
 }
 
 TEST_F(CsvFiles, MissingValuesAndNanText) {
@@ -510,6 +651,14 @@ TEST_F(CsvFiles, OptionsThatDoNotFitRaiseConfigError) {
   EXPECT_HAS(config_message(text, o), "the delimiter \"\\\"\" cannot separate fields");
   o.delimiter = '\n';
   EXPECT_HAS(config_message(text, o), "the delimiter \"\\x0a\" cannot separate fields");
+  o.delimiter = '\r';
+  EXPECT_HAS(config_message(text, o), "the delimiter \"\\x0d\" cannot separate fields");
+  o.delimiter = '\0';
+  EXPECT_HAS(config_message(text, o), "the delimiter \"\\x00\" cannot separate fields");
+  for (const char d : {'e', 'E', '.', '-', '7'}) {
+    o.delimiter = d;
+    EXPECT_HAS(config_message(text, o), "cannot separate fields: it is part of numbers");
+  }
   o = {};
   o.features = {Column::name("a"), Column::name("a")};
   EXPECT_HAS(config_message(text, o), "the feature column \"a\" is listed twice");

@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cstdint>
@@ -9,12 +10,14 @@
 #include <vector>
 
 #include "ferry/ferry.hpp"
+#include "pipeline/staging.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 using ferry::DataError;
 using ferry::IdxDataset;
+using ferry::IdxOptions;
 
 std::vector<std::uint8_t> idx_bytes(std::uint8_t ndims, std::vector<std::uint32_t> dims,
                                     const std::vector<std::uint8_t>& data) {
@@ -62,13 +65,21 @@ class IdxFiles : public ::testing::Test {
             write(gzip ? "lbl.gz" : "lbl", idx_bytes(1, {5}, {9, 8, 7, 6, 5}), gzip)};
   }
 
-  static std::string message_of(const fs::path& images, const fs::path& labels) {
+  static std::string message_of(const fs::path& images, const fs::path& labels,
+                                const IdxOptions& o = {}) {
     try {
-      (void)IdxDataset::open(images, labels);
+      (void)IdxDataset::open(images, labels, o);
     } catch (const DataError& e) {
       return e.what();
     }
     return "no error";
+  }
+
+  fs::path write_raw(const std::string& name, const std::string& bytes) {
+    const fs::path p = dir_ / name;
+    std::ofstream(p, std::ios::binary)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    return p;
   }
 
   fs::path dir_;
@@ -130,6 +141,164 @@ TEST_F(IdxFiles, BadFilesRaiseDataErrorNamingTheFileAndTheByte) {
       << message_of(header, labels);
   const fs::path corrupt_gz = write("corrupt.gz", {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 1, 2, 3});
   EXPECT_NE(message_of(corrupt_gz, labels).find("corrupt.gz"), std::string::npos);
+}
+
+// A gzip stream of `parts`, each flushed to a byte boundary, then `tail` as it is (garbage, say).
+std::string gzip_parts(const std::vector<std::vector<std::uint8_t>>& parts,
+                       const std::string& tail = {}) {
+  z_stream z{};
+  EXPECT_EQ(deflateInit2(&z, 9, Z_DEFLATED, 15 + 16, 9, Z_DEFAULT_STRATEGY), Z_OK);
+  std::string out;
+  std::vector<std::uint8_t> buf(1 << 16);
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    std::vector<std::uint8_t> in = parts[i];
+    z.next_in = in.data();
+    z.avail_in = static_cast<uInt>(in.size());
+    const int flush = tail.empty() && i + 1 == parts.size() ? Z_FINISH : Z_SYNC_FLUSH;
+    do {
+      z.next_out = buf.data();
+      z.avail_out = static_cast<uInt>(buf.size());
+      deflate(&z, flush);
+      out.append(reinterpret_cast<const char*>(buf.data()), buf.size() - z.avail_out);
+    } while (z.avail_out == 0);
+  }
+  deflateEnd(&z);
+  return out + tail;
+}
+
+std::vector<std::uint8_t> header_only(std::uint8_t ndims, std::vector<std::uint32_t> dims) {
+  return idx_bytes(ndims, std::move(dims), {});
+}
+
+TEST_F(IdxFiles, DimensionsWhoseProductOverflowsRaiseDataError) {
+  const auto [images, labels] = good(false);
+  // 4 x 2^31 x 2^31 = 2^64 bytes, which wraps to the 0 bytes this 16-byte file holds.
+  for (const bool gz : {false, true}) {
+    const fs::path wraps =
+        write(gz ? "wraps.gz" : "wraps", header_only(3, {4, 1U << 31, 1U << 31}), gz);
+    const std::string m = message_of(wraps, labels);
+    EXPECT_NE(m.find(wraps.string() + ": byte 4: the header's dimensions 4 x 2147483648 x "
+                                      "2147483648: shape [4, 2147483648, 2147483648] has more "
+                                      "elements than int64 holds"),
+              std::string::npos)
+        << m;
+  }
+  // No images, but each of (2^32 - 1)^2 bytes: the loader would stage them.
+  const fs::path empty_huge = write("empty_huge", header_only(3, {0, 0xffffffffU, 0xffffffffU}));
+  const fs::path no_labels = write("no_labels", header_only(1, {0}));
+  EXPECT_NE(message_of(empty_huge, no_labels).find("empty_huge: byte 4: the header's dimensions"),
+            std::string::npos)
+      << message_of(empty_huge, no_labels);
+  IdxOptions small;
+  small.max_decompressed_bytes = 1 << 20;
+  const fs::path empty_big = write("empty_big", header_only(3, {0, 2048, 2048}));
+  EXPECT_NE(message_of(empty_big, no_labels, small)
+                .find("empty_big: byte 8: one image of 2048 x 2048 bytes is larger than the "
+                      "limit of 1048576 bytes (IdxOptions::max_decompressed_bytes)"),
+            std::string::npos)
+      << message_of(empty_big, no_labels, small);
+  // 2^62 bytes fit in the sizes, but not in this file: refused before anything is allocated.
+  const fs::path huge = write("huge", header_only(3, {1U << 31, 1U << 31, 1}));
+  EXPECT_NE(message_of(huge, labels)
+                .find("huge: byte 16: the header says 2147483648 x 2147483648 x 1 = "
+                      "4611686018427387904 bytes of data, the file has 0"),
+            std::string::npos)
+      << message_of(huge, labels);
+  const fs::path huge_labels = write("huge_labels", header_only(1, {0xffffffffU}));
+  EXPECT_NE(message_of(images, huge_labels)
+                .find("huge_labels: byte 8: the header says 4294967295 = 4294967295 bytes of "
+                      "data, the file has 0"),
+            std::string::npos)
+      << message_of(images, huge_labels);
+}
+
+TEST_F(IdxFiles, GzipBeyondTheLimitIsRefusedFromItsHeader) {
+  // 10000 images of 32 x 32 zeros: 10 MB that compress to a few KB.
+  const std::vector<std::uint8_t> header = header_only(3, {10000, 32, 32});
+  const std::vector<std::uint8_t> zeros(std::size_t{10000} * 32 * 32);
+  const fs::path images = write_raw("bomb.gz", gzip_parts({header, zeros}));
+  ASSERT_LT(fs::file_size(images), 100000U);
+  const fs::path labels =
+      write("lbl.gz", idx_bytes(1, {10000}, std::vector<std::uint8_t>(10000)), true);
+  IdxOptions o;
+  o.max_decompressed_bytes = 1 << 20;
+  const std::string expected =
+      "IdxDataset: " + images.string() +
+      ": byte 4: the header says 10000 x 32 x 32 = 10240000 bytes of data, more than a gzipped "
+      "file may decompress to: the limit is 1048576 bytes (IdxOptions::max_decompressed_bytes)";
+  EXPECT_EQ(message_of(images, labels, o), expected);
+  // The header is checked before the data is inflated: data that turns corrupt after the
+  // first 1 MB does not change the error.
+  const fs::path corrupt =
+      write_raw("corrupt.gz",
+                gzip_parts({header, std::vector<std::uint8_t>(1 << 20)}, std::string(64, '\xff')));
+  EXPECT_NE(message_of(corrupt, labels, o)
+                .find("corrupt.gz: byte 4: the header says 10000 x 32 "
+                      "x 32 = 10240000 bytes of data, more than"),
+            std::string::npos)
+      << message_of(corrupt, labels, o);
+  o.max_decompressed_bytes = 10240016;  // exactly the file
+  const std::string cut = message_of(corrupt, labels, o);
+  EXPECT_NE(cut.find("corrupt.gz: byte "), std::string::npos) << cut;
+  EXPECT_NE(cut.find(": cannot read: "), std::string::npos) << cut;
+  const auto ds = IdxDataset::open(images, labels, o);
+  EXPECT_EQ(ds->size(), 10000U);
+  EXPECT_EQ(ds->pixels().size(), 10240000U);
+  o.max_decompressed_bytes = 10240015;
+  EXPECT_NE(message_of(images, labels, o).find("the limit is 10240015 bytes"), std::string::npos);
+  // The default (0) is half the physical memory.
+  EXPECT_EQ(IdxDataset::open(images, labels)->size(), 10000U);
+}
+
+TEST_F(IdxFiles, ImagesOfNoPixelsReadAsTheirLabels) {
+  // 3 images of 2^31 x 0 pixels: no data, and nothing to copy.
+  const auto ds = IdxDataset::open(write("img", header_only(3, {3, 1U << 31, 0})),
+                                   write("lbl", idx_bytes(1, {3}, {4, 5, 6})));
+  ASSERT_EQ(ds->size(), 3U);
+  const ferry::detail::SlotLayout layout(ds->fields(), 3);
+  std::vector<std::byte> batch(layout.bytes);
+  for (std::size_t i = 0; i < 3; ++i) ds->read(i, ferry::SampleRef(&layout, batch.data(), i, 0));
+  const auto* labels = reinterpret_cast<const std::int64_t*>(batch.data() + layout.offsets[1]);
+  EXPECT_EQ(std::vector<std::int64_t>(labels, labels + 3), (std::vector<std::int64_t>{4, 5, 6}));
+}
+
+TEST(DecompressedLimit, DefaultIsHalfThePhysicalMemory) {
+  const auto bytes = static_cast<std::uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
+                     static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  EXPECT_EQ(ferry::default_decompressed_limit(), bytes / 2);
+}
+
+TEST_F(IdxFiles, DataThatDisagreesWithTheHeaderIsRefusedWithoutReadingOn) {
+  const auto [images, labels] = good(false);
+  // A header that says 4 bytes, over 10 MB of zeros: the reading stops after the 4.
+  std::vector<std::uint8_t> lots(10 << 20);
+  const fs::path more = write_raw("more.gz", gzip_parts({header_only(3, {1, 2, 2}), lots}));
+  const fs::path one = write("one", idx_bytes(1, {1}, {3}));
+  EXPECT_NE(message_of(more, one).find(
+                "more.gz: byte 16: the header says 1 x 2 x 2 = 4 bytes of data, the file has more"),
+            std::string::npos)
+      << message_of(more, one);
+  const fs::path plain_more = write("plain_more", idx_bytes(3, {1, 2, 2}, {1, 2, 3, 4, 5}));
+  EXPECT_NE(message_of(plain_more, one)
+                .find("plain_more: byte 16: the header says 1 x 2 x 2 = 4 bytes of data, the file "
+                      "has 5"),
+            std::string::npos)
+      << message_of(plain_more, one);
+  const fs::path fewer =
+      write("fewer.gz", idx_bytes(3, {5, 3, 4}, std::vector<std::uint8_t>(50)), true);
+  EXPECT_NE(message_of(fewer, labels)
+                .find("fewer.gz: byte 16: the header says 5 x 3 x 4 = 60 bytes of data, the file "
+                      "has 50"),
+            std::string::npos)
+      << message_of(fewer, labels);
+  // A gzip stream cut short, in the header or in the data.
+  std::string whole = gzip_parts({idx_bytes(3, {5, 3, 4}, std::vector<std::uint8_t>(60, 7))});
+  for (const std::size_t keep : {std::size_t{12}, whole.size() - 12}) {
+    const fs::path cut = write_raw("cut.gz", whole.substr(0, keep));
+    const std::string m = message_of(cut, labels);
+    EXPECT_NE(m.find("cut.gz: byte "), std::string::npos) << m;
+    EXPECT_NE(m.find("the gzip stream ends early"), std::string::npos) << m;
+  }
 }
 
 TEST(IdxDataset, ReadsDebiansFashionMnist) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ferry/dataset.hpp"
+#include "ferry/limits.hpp"
 
 namespace ferry {
 
@@ -49,6 +50,10 @@ struct CsvOptions {
   /// label texts are sorted and numbered from 0 (classes()). false: the label is an f32 target.
   bool classes = true;
   Missing missing = Missing::error;
+  /// The most bytes a gzipped file may decompress to; 0: default_decompressed_limit() (half
+  /// the physical memory). Beyond it, open() raises DataError naming the file and the limit,
+  /// having held no more than the limit's bytes.
+  std::uint64_t max_decompressed_bytes = 0;
 };
 
 /// A numeric CSV file, parsed once into memory: "features" f32 [F] and, unless the label is
@@ -56,7 +61,10 @@ struct CsvOptions {
 ///
 /// The file is mapped and its rows indexed and parsed in parallel; RFC 4180 quotes, CRLF, a
 /// UTF-8 BOM and blank lines at the end are accepted, and a ".gz" file is decompressed once
-/// (a gzip file is known by its first bytes, whatever its name). read() then copies a row.
+/// (a gzip file is known by its first bytes, whatever its name; at most
+/// CsvOptions::max_decompressed_bytes of it). read() then copies a row. open() takes memory
+/// for the text (when decompressed), the parsed values, and a small multiple of the parsed
+/// values while parsing, whatever the first rows look like.
 ///
 /// What the parser accepts, precisely:
 /// - Fields are separated by the delimiter; records end with "\n", "\r\n" or the end of the
@@ -71,9 +79,10 @@ struct CsvOptions {
 ///   subnormal), as a double converted to float would.
 /// - An empty feature (nothing, blanks, or "") is Missing::error or NaN; an empty label is an
 ///   error whatever CsvOptions::missing says.
-/// - Integer labels ("3", "3.0", "+3") are class ids when every label is one; ids must lie in
-///   0 .. 1,048,575 (classes() lists each id up to the largest). A single label that is not an
-///   integer makes all of them texts.
+/// - Integer labels ("3", "3.0", "+3", "1e3") are class ids when every label is one; ids must
+///   lie in 0 .. 1,048,575 (classes() lists each id up to the largest), and an integer beyond
+///   them, however large ("99999999999999999999", "1e400"), is a DataError naming its line and
+///   column. A single label that is not an integer makes all of them texts.
 /// - Error messages give lines and columns from 1, as an editor and a spreadsheet show them
 ///   (a quoted field over several lines counts them all); Column::index() counts from 0.
 class CsvDataset final : public Dataset {
@@ -81,9 +90,11 @@ class CsvDataset final : public Dataset {
   /// \throws DataError naming the file, the line (1-based, as an editor shows it), the column
   /// and what was expected: a missing or empty file, a header and no rows, a ragged row, a
   /// non-numeric field, a label or feature column that does not exist, a broken quote, a
-  /// corrupt gzip stream. ConfigError for options that do not fit (a delimiter that is '"',
-  /// a line break or part of numbers, a feature column listed twice, the label among the
-  /// features, a named column without a header); those not about the file come first.
+  /// corrupt gzip stream, one that decompresses to more than
+  /// CsvOptions::max_decompressed_bytes, an integer label outside the class ids. ConfigError for
+  /// options that do not fit (a delimiter that is '"', a line break or part of numbers, a feature
+  /// column listed twice, the label among the features, a named column without a header); those not
+  /// about the file come first.
   static std::shared_ptr<CsvDataset> open(const std::filesystem::path& path,
                                           const CsvOptions& options = {});
 

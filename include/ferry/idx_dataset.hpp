@@ -6,19 +6,32 @@
 #include <vector>
 
 #include "ferry/dataset.hpp"
+#include "ferry/limits.hpp"
 
 namespace ferry {
+
+/// How IdxDataset::open() reads its files.
+struct IdxOptions {
+  /// The most bytes a gzipped file may decompress to, and the largest one image may be;
+  /// 0: default_decompressed_limit() (half the physical memory). A file's header tells its
+  /// size, so one beyond the limit is refused before its data is inflated.
+  std::uint64_t max_decompressed_bytes = 0;
+};
 
 /// MNIST-style IDX files (MNIST, Fashion-MNIST, KMNIST), gzipped or not: an images file of
 /// unsigned bytes [N, rows, cols] (magic 0x00000803) and a labels file [N] (magic 0x00000801).
 /// Both are read into memory once. Fields: "image" u8 [rows, cols] and "label" i64 [].
 class IdxDataset final : public Dataset {
  public:
+  /// Reads both headers first, then the data. Any thread may call it.
   /// \throws DataError naming the file and the byte offset for a missing or unreadable file, a
-  /// bad magic number, dimensions that do not match the file's size, or counts that differ
-  /// between the two files.
+  /// bad magic number, dimensions whose product overflows or that do not match the file's size,
+  /// a gzip stream that is corrupt or decompresses to more than the header says, data beyond
+  /// IdxOptions::max_decompressed_bytes (naming the limit), or counts that differ between the
+  /// two files.
   static std::shared_ptr<IdxDataset> open(const std::filesystem::path& images,
-                                          const std::filesystem::path& labels);
+                                          const std::filesystem::path& labels,
+                                          const IdxOptions& options = {});
 
   std::size_t size() const override { return count_; }
   std::vector<FieldSpec> fields() const override;

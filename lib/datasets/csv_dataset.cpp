@@ -6,13 +6,16 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <string_view>
 #include <utility>
 
+#include "core/checked.hpp"
 #include "datasets/csv_parse.hpp"
 #include "ferry/error.hpp"
 
@@ -74,8 +77,17 @@ bool gzipped(std::string_view bytes) {
          static_cast<unsigned char>(bytes[1]) == 0x8b;
 }
 
-// Decompresses a gzip file (one member or several, one after another) into memory.
-std::string gunzip(std::string_view in, const std::string& name) {
+// Decompresses a gzip file (one member or several, one after another) into memory: at most
+// `limit` bytes, holding no more than limit + 1 before it gives up.
+std::string gunzip(std::string_view in, const std::string& name, std::uint64_t limit) {
+  // One byte past the limit is room enough to tell that the limit is passed.
+  const std::uint64_t room = std::min<std::uint64_t>(
+      detail::try_add<std::uint64_t>(limit, 1).value_or(UINT64_MAX), SIZE_MAX);
+  const auto over = [&](std::size_t read) {
+    return DataError("CsvDataset: " + name + ": byte " + std::to_string(read) +
+                     ": decompresses to more than the limit of " + std::to_string(limit) +
+                     " bytes (CsvOptions::max_decompressed_bytes)");
+  };
   std::string out;
   // The last member's size (mod 2^32) is a good first guess of the whole.
   std::size_t guess = in.size() * 4;
@@ -85,7 +97,8 @@ std::string gunzip(std::string_view in, const std::string& name) {
                               (std::size_t{tail[2]} << 16) | (std::size_t{tail[3]} << 24);
     if (isize >= in.size() / 2 && isize / 16 <= in.size()) guess = isize + 1;  // plausible
   }
-  out.resize(std::max<std::size_t>(guess, 1 << 16));
+  out.resize(static_cast<std::size_t>(
+      std::min<std::uint64_t>(std::max<std::size_t>(guess, 1 << 16), room)));
   z_stream z{};
   if (inflateInit2(&z, 15 + 16) != Z_OK) {
     throw DataError("CsvDataset: " + name + ": cannot decompress: out of memory");
@@ -93,7 +106,13 @@ std::string gunzip(std::string_view in, const std::string& name) {
   std::size_t read = 0;
   std::size_t written = 0;
   for (;;) {
-    if (written == out.size()) out.resize(out.size() * 2);
+    if (written == out.size()) {
+      if (written > limit) {
+        inflateEnd(&z);
+        throw over(read);
+      }
+      out.resize(static_cast<std::size_t>(std::min<std::uint64_t>(out.size() * 2, room)));
+    }
     const std::size_t in_now = std::min<std::size_t>(in.size() - read, UINT_MAX);
     const std::size_t out_now = std::min<std::size_t>(out.size() - written, UINT_MAX);
     z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data() + read));
@@ -119,6 +138,7 @@ std::string gunzip(std::string_view in, const std::string& name) {
                     ": cannot decompress: " + why);
   }
   inflateEnd(&z);
+  if (written > limit) throw over(read);
   out.resize(written);
   return out;
 }
@@ -165,7 +185,8 @@ std::shared_ptr<CsvDataset> CsvDataset::open(const std::filesystem::path& path,
   const std::string name = path.string();
   const Mapping file(path);
   if (gzipped(file.bytes())) {
-    const std::string text = gunzip(file.bytes(), name);
+    const std::string text =
+        gunzip(file.bytes(), name, detail::decompressed_limit(options.max_decompressed_bytes));
     return CsvBuilder::build(detail::parse_csv(text, options, name));
   }
   return CsvBuilder::build(detail::parse_csv(file.bytes(), options, name));

@@ -40,24 +40,31 @@ namespace ferry::detail {
 namespace {
 
 constexpr std::size_t kNone = static_cast<std::size_t>(-1);
-constexpr std::int32_t kSkip = -1;   // a column that is read past
-constexpr std::int32_t kLabel = -2;  // the label column; >= 0: the feature's slot
+constexpr std::ptrdiff_t kSkip = -1;   // a column that is read past
+constexpr std::ptrdiff_t kLabel = -2;  // the label column; >= 0: the feature's slot
 constexpr std::size_t kMinChunk = std::size_t{64} << 10;
 constexpr std::size_t kMaxChunk = std::size_t{8} << 20;
 constexpr std::size_t kShownChars = 40;  // of a field quoted in a message
 
-// Sizes v to n floats. A large buffer is first asked to be backed by huge pages, so that filling
-// it faults once per 2 MiB rather than per 4 KiB (some percent of open()'s time otherwise).
-void resize_large(std::vector<float>& v, std::size_t n) {
+// Gives v room for n floats. A large buffer is asked to be backed by huge pages, so that filling
+// it faults once per 2 MiB rather than per 4 KiB (some percent of open()'s time otherwise). Room
+// that is reserved and not yet used costs address space only, not memory.
+void reserve_large(std::vector<float>& v, std::size_t n) {
   constexpr std::size_t kHuge = std::size_t{2} << 20;
+  if (n <= v.capacity()) return;
+  v.reserve(n);
   const std::size_t bytes = n * sizeof(float);
-  if (n > v.capacity() && bytes >= 2 * kHuge) {
-    v.reserve(n);
+  if (bytes >= 2 * kHuge) {
     char* const base = reinterpret_cast<char*>(v.data());
     const std::size_t skip = (kHuge - reinterpret_cast<std::uintptr_t>(base) % kHuge) % kHuge;
     // Only advice: where it is refused, the buffer keeps ordinary pages.
     static_cast<void>(::madvise(base + skip, (bytes - skip) / kHuge * kHuge, MADV_HUGEPAGE));
   }
+}
+
+// Sizes v to n floats.
+void resize_large(std::vector<float>& v, std::size_t n) {
+  reserve_large(v, n);
   v.resize(n);
 }
 
@@ -100,10 +107,15 @@ struct Chunk {
   Fault bad_id;  // the first integer label that cannot be a class id
   Fault fault;   // what stopped it
 
+  // Room for one more row of `width` features. The values in use grow geometrically (within
+  // the room reserved, then beyond it), so memory stays within twice the rows parsed whatever
+  // the guess of their number was.
   float* add_row(std::size_t width) {
     const std::size_t at = rows * width;
     if (at + width > features.size()) {
-      resize_large(features, std::max(features.size() * 2, at + width));
+      std::size_t to = std::max(features.size() * 2, at + width);
+      if (at + width <= features.capacity()) to = std::min(to, features.capacity());
+      resize_large(features, to);
     }
     ++rows;
     return features.data() + at;
@@ -223,20 +235,34 @@ Number to_float(const char* b, const char* e, float& value) {
   return Number::ok;
 }
 
-// Whether [b, e) is an integer ("3", "+3", "3.0", "3e2"), and which.
-bool to_integer(const char* b, const char* e, std::int64_t& value) {
+enum class Integer {
+  no,         // not an integer: a text label
+  yes,        // an integer, in value
+  too_large,  // an integer beyond int64 (or a double's range), positive
+  too_small,  // likewise, negative
+};
+
+// Whether [b, e) is an integer ("3", "+3", "3.0", "3e2", "99999999999999999999", "1e400"),
+// and which.
+Integer to_integer(const char* b, const char* e, std::int64_t& value) {
   const char* s = after_plus(b, e);
+  const bool negative = s != e && *s == '-';
+  const Integer beyond = negative ? Integer::too_small : Integer::too_large;
   const auto [end, ec] = std::from_chars(s, e, value);
-  if (ec == std::errc{} && end == e) return true;
+  if (end == e && ec == std::errc{}) return Integer::yes;
+  if (end == e && ec == std::errc::result_out_of_range) return beyond;  // digits only
   double wide = 0;
   const auto [wide_end, wide_ec] = std::from_chars(s, e, wide);
-  constexpr double kLimit = 9.0e18;
-  if (wide_ec != std::errc{} || wide_end != e || !std::isfinite(wide) || wide != std::trunc(wide) ||
-      std::abs(wide) > kLimit) {
-    return false;
+  if (wide_end != e) return Integer::no;
+  if (wide_ec == std::errc::result_out_of_range) return tiny(s, e) ? Integer::no : beyond;
+  if (wide_ec != std::errc{} || !std::isfinite(wide) || wide != std::trunc(wide)) {
+    return Integer::no;
   }
+  // Class ids are far below 2^53, where a double holds every integer.
+  constexpr double kLimit = 0x1p53;
+  if (std::abs(wide) >= kLimit) return beyond;
   value = static_cast<std::int64_t>(wide);
-  return true;
+  return Integer::yes;
 }
 
 // The text's layout: quotes, delimiters, line breaks, blanks.
@@ -330,6 +356,20 @@ class Scanner {
     return true;
   }
 
+  // Reads past the record at p, counting its fields in `count` (nothing else is kept, so a
+  // record of any width costs no memory); the next record's start, or nullptr (fault).
+  const char* skip_record(const char* p, std::size_t& count, Fault& fault) const {
+    count = 0;
+    for (;;) {
+      Field f;
+      if (!field(p, count, f, fault)) return nullptr;
+      ++count;
+      p = f.next;
+      if (p == end_ || *p != delimiter_) return next_record(p);
+      ++p;
+    }
+  }
+
   // Splits the record at p into fields; the next record's start, or nullptr (fault).
   const char* record(const char* p, std::vector<Field>& fields, Fault& fault) const {
     fields.clear();
@@ -362,7 +402,7 @@ class Scanner {
 // What the rows hold and where it goes: every column's role, the expected width.
 struct Layout {
   std::size_t width = 0;
-  std::vector<std::int32_t> roles;  // per column: kSkip, kLabel or the feature's slot
+  std::vector<std::ptrdiff_t> roles;  // per column: kSkip, kLabel or the feature's slot
   std::size_t features = 0;
   bool has_label = false;
   bool classes = true;
@@ -384,7 +424,7 @@ class RowParser {
   void parse(Chunk& ch, bool first) const {
     const char* const end = s_.end();
     const char d = s_.delimiter();
-    const std::int32_t* const roles = l_.roles.data();
+    const std::ptrdiff_t* const roles = l_.roles.data();
     const std::size_t width = l_.width;
     const std::size_t features = l_.features;
     const char* const hi = ch.hi;
@@ -400,7 +440,7 @@ class RowParser {
       const char* const record = p;
       float* const out = ch.add_row(features);
       for (std::size_t c = 0;; ++c) {
-        const std::int32_t role = roles[c];
+        const std::ptrdiff_t role = roles[c];
         if (role >= 0) {
           const char* const fast = short_decimal(p, end, out[role]);
           if (fast != nullptr && field_ends(fast)) [[likely]] {
@@ -424,8 +464,8 @@ class RowParser {
         ++p;
       }
       if (p != end && *p == d) {  // more fields than expected
-        std::vector<Field> fields;
-        if (s_.record(record, fields, ch.fault) != nullptr) ragged(record, fields.size(), ch.fault);
+        std::size_t fields = 0;
+        if (s_.skip_record(record, fields, ch.fault) != nullptr) ragged(record, fields, ch.fault);
         return;
       }
       p = s_.next_record(p);
@@ -498,7 +538,7 @@ class RowParser {
     const auto [q, ec] = std::from_chars(p, s_.end(), id);
     if (ec == std::errc{} && s_.field_ends(q)) {
       ch.labels.push_back({p, static_cast<std::size_t>(q - p), id});
-      check_id(p, c, id, ch);
+      check_id(p, c, Integer::yes, id, {p, static_cast<std::size_t>(q - p)}, ch);
       return q;
     }
     Field f;
@@ -511,9 +551,9 @@ class RowParser {
       const std::string& text = ch.unquoted.emplace_back(unquote(f));
       ch.labels.push_back({text.data(), text.size(), 0});
       ch.all_integer = false;
-    } else if (to_integer(f.begin, f.begin + f.size, id)) {
-      ch.labels.push_back({f.begin, f.size, id});
-      check_id(p, c, id, ch);
+    } else if (const Integer k = to_integer(f.begin, f.begin + f.size, id); k != Integer::no) {
+      ch.labels.push_back({f.begin, f.size, k == Integer::yes ? id : 0});
+      check_id(p, c, k, id, f.view(), ch);
     } else {
       ch.labels.push_back({f.begin, f.size, 0});
       ch.all_integer = false;
@@ -521,13 +561,29 @@ class RowParser {
     return f.next;
   }
 
-  void check_id(const char* p, std::size_t c, std::int64_t id, Chunk& ch) const {
-    if ((id >= 0 && id <= kMaxClassId) || ch.bad_id.set()) return;
+  // Records the first integer label that is no class id: negative, or above kMaxClassId
+  // (however far: k says whether it is beyond int64).
+  void check_id(const char* p, std::size_t c, Integer k, std::int64_t id, std::string_view text,
+                Chunk& ch) const {
+    if ((k == Integer::yes && id >= 0 && id <= kMaxClassId) || ch.bad_id.set()) [[likely]] {
+      return;
+    }
+    flag_bad_id(p, c, k, id, text, ch);
+  }
+
+  // check_id()'s message, out of line: the check is in the loop over the rows.
+  [[gnu::cold, gnu::noinline]] void flag_bad_id(const char* p, std::size_t c, Integer k,
+                                                std::int64_t id, std::string_view text,
+                                                Chunk& ch) const {
+    const bool negative = k == Integer::too_small || (k == Integer::yes && id < 0);
+    // The text is a number's (std::from_chars read all of it): shown as it is, shortened.
+    std::string label(text.substr(0, kShownChars));
+    if (text.size() > kShownChars) label.replace(kShownChars - 3, 3, "...");
     s_.flag(
         ch.bad_id, p, c,
-        "the label " + std::to_string(id) +
-            (id < 0 ? " is negative"
-                    : " is too large a class id (at most " + std::to_string(kMaxClassId) + ")") +
+        "the label " + label +
+            (negative ? " is negative"
+                      : " is too large a class id (at most " + std::to_string(kMaxClassId) + ")") +
             ": integer labels are class ids (CsvOptions::classes = false reads them as "
             "regression targets)");
   }
@@ -580,49 +636,83 @@ std::string column_text(const Column& c) {
   return c.kind() == Column::Kind::name ? shown(c.header()) : c.str();
 }
 
-// The 0-based column that `col` names.
-std::size_t resolve(const Column& col, const char* role, const std::vector<std::string>& names,
-                    bool header, std::size_t header_line, const Messages& m) {
-  const std::size_t width = names.size();
-  switch (col.kind()) {
-    case Column::Kind::last:
-      return width - 1;
-    case Column::Kind::index:
-      if (col.position() >= width) {
-        throw DataError(m.prefix() + "the " + role + " column " + col.str() +
-                        " does not exist: the rows have " + std::to_string(width) +
-                        (width == 1 ? " column" : " columns") + " (#0 to #" +
-                        std::to_string(width - 1) + ")");
-      }
-      return col.position();
-    case Column::Kind::name: {
-      std::vector<std::size_t> hits;
-      for (std::size_t i = 0; i < width; ++i) {
-        if (header && names[i] == col.header()) hits.push_back(i);
-      }
-      if (hits.size() == 1) return hits[0];
-      if (hits.empty()) {
-        constexpr std::size_t kListed = 8;
-        std::string list;
-        for (std::size_t i = 0; i < width && i < kListed; ++i) {
-          list += (i != 0 ? ", " : "") + shown(names[i]);
+// Finds the 0-based columns that Column values name. Names are looked up in a map of the
+// header made once, so that many named columns cost time in proportion to their number and the
+// header's width, not to their product.
+class ColumnFinder {
+ public:
+  ColumnFinder(const std::vector<std::string>& names, bool header, std::size_t header_line,
+               const Messages& m)
+      : names_(names), header_(header), header_line_(header_line), m_(m) {}
+
+  std::size_t operator()(const Column& col, const char* role) {
+    const std::size_t width = names_.size();
+    switch (col.kind()) {
+      case Column::Kind::last:
+        return width - 1;
+      case Column::Kind::index:
+        if (col.position() >= width) {
+          throw DataError(m_.prefix() + "the " + role + " column " + col.str() +
+                          " does not exist: the rows have " + std::to_string(width) +
+                          (width == 1 ? " column" : " columns") + " (#0 to #" +
+                          std::to_string(width - 1) + ")");
         }
-        if (width > kListed) list += ", ...";
-        throw DataError(m.prefix() + "the " + role + " column " + shown(col.header()) +
-                        " is not in the header (line " + std::to_string(header_line) +
-                        "), which has " + list + " (" + std::to_string(width) +
-                        (width == 1 ? " column)" : " columns)"));
+        return col.position();
+      case Column::Kind::name: {
+        const Hits hits = find(col.header());
+        if (hits.first != kNone && hits.second == kNone) return hits.first;
+        if (hits.first == kNone) {
+          constexpr std::size_t kListed = 8;
+          std::string list;
+          for (std::size_t i = 0; i < width && i < kListed; ++i) {
+            list += (i != 0 ? ", " : "") + shown(names_[i]);
+          }
+          if (width > kListed) list += ", ...";
+          throw DataError(m_.prefix() + "the " + role + " column " + shown(col.header()) +
+                          " is not in the header (line " + std::to_string(header_line_) +
+                          "), which has " + list + " (" + std::to_string(width) +
+                          (width == 1 ? " column)" : " columns)"));
+        }
+        throw DataError(m_.prefix() + "the " + role + " column " + shown(col.header()) +
+                        " is ambiguous: columns " + std::to_string(hits.first + 1) + " and " +
+                        std::to_string(hits.second + 1) + " of the header (line " +
+                        std::to_string(header_line_) + ") have that name");
       }
-      throw DataError(m.prefix() + "the " + role + " column " + shown(col.header()) +
-                      " is ambiguous: columns " + std::to_string(hits[0] + 1) + " and " +
-                      std::to_string(hits[1] + 1) + " of the header (line " +
-                      std::to_string(header_line) + ") have that name");
+      case Column::Kind::none:
+        break;
     }
-    case Column::Kind::none:
-      break;
+    throw ConfigError(m_.prefix() + "Column::none() cannot be a " + role + " column");
   }
-  throw ConfigError(m.prefix() + "Column::none() cannot be a " + role + " column");
-}
+
+ private:
+  struct Hits {
+    std::size_t first = kNone;   // the first column of that name
+    std::size_t second = kNone;  // the second one
+  };
+
+  Hits find(const std::string& name) {
+    if (!header_) return {};
+    if (by_name_.empty()) {
+      by_name_.reserve(names_.size());
+      for (std::size_t i = 0; i < names_.size(); ++i) {
+        Hits& h = by_name_[names_[i]];
+        if (h.first == kNone) {
+          h.first = i;
+        } else if (h.second == kNone) {
+          h.second = i;
+        }
+      }
+    }
+    const auto it = by_name_.find(name);
+    return it == by_name_.end() ? Hits{} : it->second;
+  }
+
+  const std::vector<std::string>& names_;
+  bool header_;
+  std::size_t header_line_;
+  const Messages& m_;
+  std::unordered_map<std::string_view, Hits> by_name_;
+};
 
 // How many quotes [p, e) holds: memchr to the first (numeric files often have none), then
 // 64 bytes at a time, which the compiler vectorizes.
@@ -688,7 +778,7 @@ void check_csv_options(const CsvOptions& o) {
     throw ConfigError("CsvOptions: the delimiter " + shown(std::string_view(&d, 1)) +
                       " cannot separate fields (it is the quote, a line break or NUL)");
   }
-  if ((d >= '0' && d <= '9') || d == '.' || d == '-' || d == '+') {
+  if ((d >= '0' && d <= '9') || d == '.' || d == '-' || d == '+' || d == 'e' || d == 'E') {
     throw ConfigError("CsvOptions: the delimiter " + shown(std::string_view(&d, 1)) +
                       " cannot separate fields: it is part of numbers");
   }
@@ -697,6 +787,10 @@ void check_csv_options(const CsvOptions& o) {
                       " is named, but header = false: give Column::index(i), Column::last() "
                       "or Column::none()");
   }
+  // Where each column was first listed (a map, not a scan, so that a long list costs little).
+  std::unordered_map<std::string_view, std::size_t> by_name;
+  std::unordered_map<std::size_t, std::size_t> by_index;
+  std::size_t last = kNone;
   for (std::size_t i = 0; i < o.features.size(); ++i) {
     const Column& f = o.features[i];
     if (f.kind() == Column::Kind::none) {
@@ -711,12 +805,15 @@ void check_csv_options(const CsvOptions& o) {
       throw ConfigError("CsvOptions: the label column " + column_text(f) +
                         " is also a feature column (features[" + std::to_string(i) + "])");
     }
-    for (std::size_t j = 0; j < i; ++j) {
-      if (o.features[j] == f) {
-        throw ConfigError("CsvOptions: the feature column " + column_text(f) +
-                          " is listed twice (features[" + std::to_string(j) + "] and [" +
-                          std::to_string(i) + "])");
-      }
+    std::size_t& first =
+        f.kind() == Column::Kind::name    ? by_name.try_emplace(f.header(), i).first->second
+        : f.kind() == Column::Kind::index ? by_index.try_emplace(f.position(), i).first->second
+                                          : last;
+    if (first == kNone) first = i;
+    if (first != i) {
+      throw ConfigError("CsvOptions: the feature column " + column_text(f) +
+                        " is listed twice (features[" + std::to_string(first) + "] and [" +
+                        std::to_string(i) + "])");
     }
   }
 }
@@ -749,8 +846,12 @@ CsvTable parse_csv(std::string_view text, const CsvOptions& options, const std::
   l.width = fields.size();
   l.header = options.header;
   const std::size_t first_line = m.line_of(s.offset(p));
+  names.reserve(l.width);
   for (std::size_t i = 0; i < l.width; ++i) {
-    names.push_back(options.header ? unquote(fields[i]) : "column " + std::to_string(i + 1));
+    const Field& f = fields[i];
+    names.push_back(!options.header ? "column " + std::to_string(i + 1)
+                    : f.doubled     ? unquote(f)
+                                    : std::string(f.view()));
   }
   const char* const data = options.header ? after_first : p;
   l.first_data = data;
@@ -759,26 +860,27 @@ CsvTable parse_csv(std::string_view text, const CsvOptions& options, const std::
       options.header ? "(as the header)" : "(as line " + std::to_string(first_line) + ")";
 
   // Columns.
+  ColumnFinder resolve(names, options.header, first_line, m);
   std::size_t label = kNone;
-  if (options.label.kind() != Column::Kind::none) {
-    label = resolve(options.label, "label", names, options.header, first_line, m);
-  }
+  if (options.label.kind() != Column::Kind::none) label = resolve(options.label, "label");
   std::vector<std::size_t> features;
   if (options.features.empty()) {
     for (std::size_t i = 0; i < l.width; ++i) {
       if (i != label) features.push_back(i);
     }
   } else {
+    std::vector<bool> taken(l.width);
     for (const Column& col : options.features) {
-      const std::size_t c = resolve(col, "feature", names, options.header, first_line, m);
+      const std::size_t c = resolve(col, "feature");
       if (c == label) {
         throw ConfigError(m.prefix() + "the label column " + column_text(options.label) +
                           " is also a feature column (" + column_text(col) + ", " + m.column(c) +
                           ")");
       }
-      if (std::find(features.begin(), features.end(), c) != features.end()) {
+      if (taken[c]) {
         throw ConfigError(m.prefix() + "the feature columns list " + m.column(c) + " twice");
       }
+      taken[c] = true;
       features.push_back(c);
     }
   }
@@ -788,7 +890,7 @@ CsvTable parse_csv(std::string_view text, const CsvOptions& options, const std::
   }
   l.roles.assign(l.width, kSkip);
   for (std::size_t k = 0; k < features.size(); ++k) {
-    l.roles[features[k]] = static_cast<std::int32_t>(k);
+    l.roles[features[k]] = static_cast<std::ptrdiff_t>(k);
   }
   if (label != kNone) l.roles[label] = kLabel;
   l.features = features.size();
@@ -820,12 +922,15 @@ CsvTable parse_csv(std::string_view text, const CsvOptions& options, const std::
     chunks[i].starts_in_quote = (before & 1) != 0;
     before += quotes[i];
   }
-  // Room for the rows, guessed from the first one's length.
-  std::size_t row_bytes = 2;
+  // Room for the rows, guessed from the first one's length but never more than the rows the
+  // bytes can hold: a record of `width` fields takes at least `width` bytes (its delimiters and
+  // its line break), so the room is at most about one float per byte, however short (or blank,
+  // or ragged) the first line is. It is only reserved: memory is taken as rows are parsed.
+  std::size_t row_bytes = std::max<std::size_t>(2, l.width);
   if (data != s.end()) {
-    std::vector<Field> first;
+    std::size_t ignored_count = 0;
     Fault ignored;
-    const char* after = s.record(data, first, ignored);
+    const char* after = s.skip_record(data, ignored_count, ignored);
     row_bytes = std::max<std::size_t>(
         row_bytes, static_cast<std::size_t>((after != nullptr ? after : s.end()) - data));
   }
@@ -833,7 +938,7 @@ CsvTable parse_csv(std::string_view text, const CsvOptions& options, const std::
   each_chunk(n, split.parallel, [&](std::size_t i) {
     Chunk& ch = chunks[i];
     const std::size_t expect = static_cast<std::size_t>(ch.hi - ch.lo) / row_bytes * 9 / 8 + 1;
-    resize_large(ch.features, expect * l.features);
+    reserve_large(ch.features, expect * l.features);
     if (l.has_label && l.classes) ch.labels.reserve(expect);
     if (l.has_label && !l.classes) ch.targets.reserve(expect);
     rows.parse(ch, i == 0);
@@ -852,7 +957,8 @@ CsvTable parse_csv(std::string_view text, const CsvOptions& options, const std::
   t.num_features = l.features;
   t.has_label = l.has_label;
   t.classes_mode = l.has_label && l.classes;
-  for (const std::size_t c : features) t.feature_names.push_back(names[c]);
+  t.feature_names.reserve(features.size());
+  for (const std::size_t c : features) t.feature_names.push_back(std::move(names[c]));
 
   // Features, one piece after another.
   const std::size_t f = l.features;

@@ -1,42 +1,27 @@
 #include "ferry/idx_dataset.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 
+#include "core/checked.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry {
 namespace {
 
-// The whole file, decompressed when it is gzip (zlib reads plain files as they are).
-std::vector<std::uint8_t> slurp(const std::filesystem::path& path) {
-  errno = 0;
-  gzFile file = gzopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    throw DataError(
-        "IdxDataset: " + path.string() + ": cannot open: " +
-        (errno != 0 ? std::strerror(errno) : "out of memory"));  // NOLINT(concurrency-mt-unsafe)
-  }
-  std::vector<std::uint8_t> out;
-  std::uint8_t chunk[1 << 16];
-  for (;;) {
-    const int n = gzread(file, chunk, sizeof chunk);
-    if (n < 0) {
-      int code = 0;
-      const std::string why = gzerror(file, &code);
-      gzclose(file);
-      throw DataError("IdxDataset: " + path.string() + ": byte " + std::to_string(out.size()) +
-                      ": cannot read: " + why);
-    }
-    if (n == 0) break;
-    out.insert(out.end(), chunk, chunk + n);
-  }
-  gzclose(file);
-  return out;
+std::string errno_text(int code) {
+  return std::strerror(code);  // NOLINT(concurrency-mt-unsafe): messages only
 }
 
 std::uint32_t big_endian(const std::uint8_t* p) {
@@ -53,67 +38,171 @@ std::string hex(std::uint32_t v) {
   return os.str();
 }
 
-struct Idx {
-  std::vector<std::uint32_t> dims;
-  std::vector<std::uint8_t> bytes;  // header included
-  std::size_t data_offset = 0;
+// Closes a gzFile (whose constructor may have thrown: a member, not the destructor, closes it).
+struct GzClose {
+  void operator()(gzFile f) const noexcept { gzclose(f); }
 };
 
-// Reads an IDX file of unsigned bytes in `ndims` dimensions, checking its header and size.
-Idx read_idx(const std::filesystem::path& path, std::uint8_t ndims, const char* what) {
-  Idx idx;
-  idx.bytes = slurp(path);
-  const std::uint32_t expected_magic = 0x00000800u | ndims;
-  if (idx.bytes.size() < 4) {
-    throw DataError("IdxDataset: " + path.string() + ": byte 0: the file has " +
-                    std::to_string(idx.bytes.size()) + " bytes, not even an IDX header");
+// One IDX file of unsigned bytes, read through zlib (which reads a plain file as it is): the
+// constructor reads and checks the header, so that nothing is inflated or allocated for data
+// whose size the header gets wrong; read_data() then reads exactly the size it gives.
+class IdxFile {
+ public:
+  IdxFile(const std::filesystem::path& path, std::uint8_t ndims, const char* what,
+          std::uint64_t limit)
+      : name_(path.string()), limit_(limit) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw DataError("IdxDataset: " + name_ + ": cannot open: " + errno_text(errno));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      const int code = errno;
+      ::close(fd);
+      throw DataError("IdxDataset: " + name_ + ": cannot read: " + errno_text(code));
+    }
+    file_.reset(gzdopen(fd, "rb"));
+    if (file_ == nullptr) {
+      ::close(fd);
+      throw DataError("IdxDataset: " + name_ + ": cannot open: out of memory");
+    }
+    gzbuffer(file_.get(), 1U << 17);
+
+    const std::uint32_t expected_magic = 0x00000800U | ndims;
+    std::array<std::uint8_t, 4> word{};
+    const std::size_t got = read(word.data(), word.size());
+    if (got < word.size()) {
+      throw DataError(at(0) + "the file has " + std::to_string(got) +
+                      " bytes, not even an IDX header");
+    }
+    gzip_ = gzdirect(file_.get()) == 0;
+    if (!gzip_ && S_ISREG(st.st_mode)) plain_size_ = static_cast<std::uint64_t>(st.st_size);
+    const std::uint32_t magic = big_endian(word.data());
+    if (magic != expected_magic) {
+      throw DataError(at(0) + "magic number " + hex(magic) + ", expected " + hex(expected_magic) +
+                      " (" + what + ": unsigned bytes in " + std::to_string(ndims) + " dimension" +
+                      (ndims == 1 ? "" : "s") + ")");
+    }
+    std::vector<std::int64_t> shape;
+    for (std::size_t d = 0; d < ndims; ++d) {
+      if (read(word.data(), word.size()) < word.size()) {
+        throw DataError(at(done_) + "the header ends early");
+      }
+      shape.push_back(big_endian(word.data()));
+      shape_ += (d != 0 ? " x " : "") + std::to_string(shape.back());
+    }
+    offset_ = done_;
+    dims_ = shape;
+
+    // Sizes from the header, checked before anything is allocated for them.
+    const std::string header = at(4) + "the header's dimensions " + shape_;
+    bytes_ = static_cast<std::size_t>(detail::checked_numel<DataError>(shape, header));
+    if (ndims == 3) {
+      // A file of no images still gives their size to the loader, which stages them.
+      const std::int64_t image =
+          detail::checked_numel<DataError>(std::span<const std::int64_t>(shape).subspan(1), header);
+      if (static_cast<std::uint64_t>(image) > limit_) {
+        throw DataError(at(8) + "one image of " + std::to_string(shape[1]) + " x " +
+                        std::to_string(shape[2]) + " bytes is larger than the limit of " +
+                        std::to_string(limit_) + " bytes (IdxOptions::max_decompressed_bytes)");
+      }
+    }
+    const auto total = detail::checked_add<std::uint64_t, DataError>(offset_, bytes_, header);
+    if (gzip_ && total > limit_) {
+      throw DataError(at(4) + "the header says " + shape_ + " = " + std::to_string(bytes_) +
+                      " bytes of data, more than a gzipped file may decompress to: the limit is " +
+                      std::to_string(limit_) + " bytes (IdxOptions::max_decompressed_bytes)");
+    }
+    if (plain_size_ && *plain_size_ != total) {
+      wrong_size(*plain_size_ >= offset_ ? *plain_size_ - offset_ : 0, false);
+    }
   }
-  const std::uint32_t magic = big_endian(idx.bytes.data());
-  if (magic != expected_magic) {
-    throw DataError("IdxDataset: " + path.string() + ": byte 0: magic number " + hex(magic) +
-                    ", expected " + hex(expected_magic) + " (" + what + ": unsigned bytes in " +
-                    std::to_string(ndims) + " dimension" + (ndims == 1 ? "" : "s") + ")");
+
+  const std::string& name() const noexcept { return name_; }
+  /// The header's dimensions, each 0 .. 2^32 - 1, whose product fits in int64.
+  const std::vector<std::int64_t>& dims() const noexcept { return dims_; }
+
+  // Reads the data, the size the header gives, into `out`. Memory grows with what the file
+  // really holds (geometrically), so a header that promises more than a short file holds costs
+  // nothing; one byte past that size is an error, so a stream that would inflate further is
+  // not read on.
+  void read_data(std::vector<std::uint8_t>& out) {
+    constexpr std::size_t kFirst = std::size_t{1} << 20;
+    out.clear();
+    std::size_t got = 0;
+    if (plain_size_) out.resize(bytes_);  // the file's size is known to match
+    while (got < bytes_) {
+      if (got == out.size()) out.resize(std::min(bytes_, std::max(kFirst, got * 2)));
+      const std::size_t n = read(out.data() + got, out.size() - got);
+      if (n == 0) break;
+      got += n;
+    }
+    if (got < bytes_) wrong_size(got, false);
+    std::uint8_t extra = 0;
+    if (read(&extra, 1) != 0) wrong_size(got + 1, true);
   }
-  idx.data_offset = 4 + 4 * std::size_t{ndims};
-  if (idx.bytes.size() < idx.data_offset) {
-    throw DataError("IdxDataset: " + path.string() + ": byte " + std::to_string(idx.bytes.size()) +
-                    ": the header ends early");
+
+ private:
+  // "IdxDataset: <file>: byte <offset>: ".
+  std::string at(std::uint64_t byte) const {
+    return "IdxDataset: " + name_ + ": byte " + std::to_string(byte) + ": ";
   }
-  std::size_t expected = 1;
-  std::string shape;
-  for (std::size_t d = 0; d < ndims; ++d) {
-    const std::uint32_t n = big_endian(idx.bytes.data() + 4 + 4 * d);
-    idx.dims.push_back(n);
-    expected *= n;
-    shape += (d ? " x " : "") + std::to_string(n);
+
+  [[noreturn]] void wrong_size(std::uint64_t found, bool more) const {
+    throw DataError(at(offset_) + "the header says " + shape_ + " = " + std::to_string(bytes_) +
+                    " bytes of data, the file has " + (more ? "more" : std::to_string(found)));
   }
-  const std::size_t found = idx.bytes.size() - idx.data_offset;
-  if (found != expected) {
-    throw DataError("IdxDataset: " + path.string() + ": byte " + std::to_string(idx.data_offset) +
-                    ": the header says " + shape + " = " + std::to_string(expected) +
-                    " bytes of data, the file has " + std::to_string(found));
+
+  // Reads up to n bytes (fewer at the end of the file) and counts them in done_.
+  // \throws DataError for a corrupt or cut gzip stream, or a failed read.
+  std::size_t read(std::uint8_t* to, std::size_t n) {
+    constexpr std::size_t kMaxRead = std::size_t{1} << 30;  // gzread counts in int
+    std::size_t got = 0;
+    while (got < n) {
+      const int r =
+          gzread(file_.get(), to + got, static_cast<unsigned>(std::min(n - got, kMaxRead)));
+      int code = Z_OK;
+      const char* why = gzerror(file_.get(), &code);
+      if (r < 0 || (r == 0 && code == Z_BUF_ERROR)) {
+        // A cut stream reads as its end, with Z_BUF_ERROR ("unexpected end of file").
+        throw DataError(at(done_) + "cannot read: " +
+                        (code == Z_BUF_ERROR ? "the gzip stream ends early" : std::string(why)));
+      }
+      if (r == 0) break;
+      got += static_cast<std::size_t>(r);
+      done_ += static_cast<std::size_t>(r);
+    }
+    return got;
   }
-  return idx;
-}
+
+  std::unique_ptr<gzFile_s, GzClose> file_;
+  std::string name_;
+  std::uint64_t limit_;
+  bool gzip_ = false;
+  std::optional<std::uint64_t> plain_size_;  // a plain regular file's size
+  std::uint64_t done_ = 0;                   // bytes read (decompressed)
+  std::string shape_;                        // "5 x 28 x 28"
+  std::vector<std::int64_t> dims_;
+  std::size_t offset_ = 0;  // of the data
+  std::size_t bytes_ = 0;   // of data
+};
 
 }  // namespace
 
 std::shared_ptr<IdxDataset> IdxDataset::open(const std::filesystem::path& images,
-                                             const std::filesystem::path& labels) {
-  Idx im = read_idx(images, 3, "images");
-  Idx lb = read_idx(labels, 1, "labels");
-  if (im.dims[0] != lb.dims[0]) {
-    throw DataError("IdxDataset: " + std::to_string(im.dims[0]) + " images in " + images.string() +
-                    " but " + std::to_string(lb.dims[0]) + " labels in " + labels.string());
+                                             const std::filesystem::path& labels,
+                                             const IdxOptions& options) {
+  const std::uint64_t limit = detail::decompressed_limit(options.max_decompressed_bytes);
+  IdxFile im(images, 3, "images", limit);
+  IdxFile lb(labels, 1, "labels", limit);
+  if (im.dims()[0] != lb.dims()[0]) {
+    throw DataError("IdxDataset: " + std::to_string(im.dims()[0]) + " images in " + im.name() +
+                    " but " + std::to_string(lb.dims()[0]) + " labels in " + lb.name());
   }
   std::shared_ptr<IdxDataset> ds(new IdxDataset());
-  ds->count_ = im.dims[0];
-  ds->rows_ = im.dims[1];
-  ds->cols_ = im.dims[2];
-  ds->pixels_.assign(im.bytes.begin() + static_cast<std::ptrdiff_t>(im.data_offset),
-                     im.bytes.end());
-  ds->labels_.assign(lb.bytes.begin() + static_cast<std::ptrdiff_t>(lb.data_offset),
-                     lb.bytes.end());
+  ds->count_ = static_cast<std::size_t>(im.dims()[0]);
+  ds->rows_ = im.dims()[1];
+  ds->cols_ = im.dims()[2];
+  im.read_data(ds->pixels_);
+  lb.read_data(ds->labels_);
   return ds;
 }
 
@@ -123,7 +212,7 @@ std::vector<FieldSpec> IdxDataset::fields() const {
 
 void IdxDataset::read(std::size_t index, SampleRef out) const {
   const auto n = static_cast<std::size_t>(rows_ * cols_);
-  std::memcpy(out.data(0), pixels_.data() + index * n, n);
+  if (n != 0) std::memcpy(out.data(0), pixels_.data() + index * n, n);  // (no pixels: no data())
   *out.as<std::int64_t>(1) = labels_[index];
 }
 
