@@ -10,6 +10,7 @@
 #include "ferry/event.hpp"         // IWYU pragma: export
 #include "ferry/idx_dataset.hpp"   // IWYU pragma: export
 #include "ferry/image_folder.hpp"  // IWYU pragma: export
+#include "ferry/limits.hpp"        // IWYU pragma: export
 #include "ferry/loader.hpp"        // IWYU pragma: export
 #include "ferry/memory.hpp"        // IWYU pragma: export
 #include "ferry/ops.hpp"           // IWYU pragma: export
