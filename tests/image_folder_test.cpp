@@ -143,10 +143,12 @@ Bytes with_png_size(Bytes png, std::uint32_t width, std::uint32_t height) {
 // A PNG chunk: length, type, data, CRC.
 Bytes png_chunk(const char (&type)[5], const Bytes& data) {
   const auto length = static_cast<std::uint32_t>(data.size());
-  Bytes out;
-  for (int k = 0; k < 4; ++k) out.push_back(static_cast<std::uint8_t>(length >> (24 - 8 * k)));
-  out.insert(out.end(), type, type + 4);
-  out.insert(out.end(), data.begin(), data.end());
+  Bytes out(8 + data.size());
+  for (std::size_t k = 0; k < 4; ++k) {
+    out[k] = static_cast<std::uint8_t>(length >> (24 - 8 * k));
+    out[4 + k] = static_cast<std::uint8_t>(type[k]);
+  }
+  for (std::size_t k = 0; k < data.size(); ++k) out[8 + k] = data[k];
   const auto crc = static_cast<std::uint32_t>(crc32(0, out.data() + 4, 4 + length));
   for (int k = 0; k < 4; ++k) out.push_back(static_cast<std::uint8_t>(crc >> (24 - 8 * k)));
   return out;
@@ -712,8 +714,10 @@ TEST_F(ImageFolderTest, FlipMirrorsHalfTheSamplesBySeed) {
 
 TEST_F(ImageFolderTest, AugmentationRepeatsUnderTheLoaderForTheSameSeed) {
   for (int i = 0; i < 6; ++i) {
-    write("c" + std::to_string(i % 2) + "/" + std::to_string(i) + ".png",
-          png8(pattern(48, 40, 3, i), 48, 40, 3));
+    std::string name = i % 2 == 0 ? "c0/" : "c1/";
+    name += std::to_string(i);
+    name += ".png";
+    write(name, png8(pattern(48, 40, 3, i), 48, 40, 3));
   }
   ImageOptions o = identity(16, 16, 3);
   o.geometry = Geometry::random_resized_crop;

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -79,6 +80,12 @@ class Dataset {
   /// ahead). The default does nothing; a dataset in memory can start loading the sample's cache
   /// lines, so that reads in shuffled order do not wait on each miss in turn.
   virtual void prefetch(std::size_t index) const noexcept { static_cast<void>(index); }
+  /// The samples as rows in memory, when that is what the dataset is: one tensor per field, in
+  /// fields() order, whose dimension 0 is the sample, so that field f of sample i is exactly
+  /// row i of rows_in_memory()[f]. Empty (the default) otherwise. A loader gathers batches from
+  /// these rows itself: on the device when they live there (nothing crosses the bus), and a loader
+  /// on another device than the rows' GPU is refused. Any dataset made of tensors declares it.
+  virtual std::span<const Tensor> rows_in_memory() const noexcept { return {}; }
 };
 
 /// A dataset of tensors that share dimension 0 (the sample): {{"x", x}, {"y", y}}. Field i is
@@ -95,6 +102,7 @@ class TensorDataset final : public Dataset {
   std::vector<FieldSpec> fields() const override { return fields_; }
   void read(std::size_t index, SampleRef out) const override;
   void prefetch(std::size_t index) const noexcept override;
+  std::span<const Tensor> rows_in_memory() const noexcept override { return tensors_; }
 
   /// The tensors, in field order.
   const std::vector<Tensor>& tensors() const noexcept { return tensors_; }

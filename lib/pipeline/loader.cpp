@@ -829,14 +829,32 @@ void validate(const Dataset* dataset, const LoaderOptions& o) {
     throw ConfigError("Loader: simulate_copy stands in for a GPU; the device must be cpu, not " +
                       o.device.str());
   }
-  const auto* td = dynamic_cast<const TensorDataset*>(dataset);
-  if (td != nullptr && !td->device().is_cpu() && td->device() != o.device) {
-    throw ConfigError("Loader: the TensorDataset lives on " + td->device().str() +
-                      "; its loader must run there too, not on " + o.device.str());
-  }
   const auto fields = dataset->fields();
   if (fields.empty()) throw ConfigError("Loader: the dataset has no fields");
   const std::size_t size = dataset->size();
+  const std::span<const Tensor> rows = dataset->rows_in_memory();
+  if (!rows.empty()) {
+    // The rows stand for the samples: they must be exactly what fields() and size() say.
+    if (rows.size() != fields.size()) {
+      throw ConfigError("Loader: the dataset has " + std::to_string(fields.size()) +
+                        " fields but " + std::to_string(rows.size()) + " tensors of rows");
+    }
+    for (std::size_t f = 0; f < rows.size(); ++f) {
+      const Tensor& t = rows[f];
+      std::vector<int64_t> shape{static_cast<int64_t>(size)};
+      shape.insert(shape.end(), fields[f].shape.begin(), fields[f].shape.end());
+      if (!t.defined() || t.dtype() != fields[f].dtype || t.shape() != shape ||
+          t.device() != rows[0].device()) {
+        throw ConfigError("Loader: the dataset's rows of field \"" + fields[f].name +
+                          "\" are not its samples (dtype, shape or device)");
+      }
+    }
+    const Device where = rows[0].device();
+    if (!where.is_cpu() && where != o.device) {
+      throw ConfigError("Loader: the dataset's rows live on " + where.str() +
+                        "; its loader must run there too, not on " + o.device.str());
+    }
+  }
   if (size > 0 && static_cast<std::size_t>(o.world_size) > size) {
     throw ConfigError("Loader: world_size " + std::to_string(o.world_size) + " exceeds the " +
                       std::to_string(size) + " samples");
@@ -949,9 +967,9 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, LoaderOptions o
     host_engine = host.get();
     engine = std::move(host);
   }
-  const auto* td = dynamic_cast<const TensorDataset*>(dataset.get());
-  gather = td != nullptr && device_path &&
-           (td->device().is_cuda() || options.simulate_copy.dataset_on_device);
+  const std::span<const Tensor> rows = dataset->rows_in_memory();
+  gather = !rows.empty() && device_path &&
+           (rows[0].device().is_cuda() || options.simulate_copy.dataset_on_device);
   // With conversions, the buffer batches are delivered from holds the converted fields too.
   const std::size_t delivered_bytes =
       conversions.empty()
@@ -960,7 +978,7 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, LoaderOptions o
   std::size_t staging_bytes = device_path ? layout.bytes : delivered_bytes;
   std::size_t device_bytes = delivered_bytes;
   if (gather) {
-    for (const Tensor& t : td->tensors()) {
+    for (const Tensor& t : rows) {
       engine->wait(t.ready_event());  // tensors still being copied there
       gather_sources.push_back(static_cast<const std::byte*>(t.storage()->data()) +
                                t.storage_offset());
