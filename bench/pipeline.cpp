@@ -1,6 +1,6 @@
 // bench/pipeline: the loader's own cost, how well its stages overlap, and how soon an epoch
 // starts delivering. It runs on the CPU only (no CUDA); the copy stage, where used, is the host
-// copy engine (LoaderOptions::simulate_copy).
+// copy engine (detail::SimulatedCopy, lib/pipeline/testing.hpp).
 //
 // 1. Overhead. A TensorDataset of 60,000 MNIST-sized samples ("image" u8 [784], "label"
 //    i64 []), batch 256, shuffle, device cpu, prefetch 4, workers 1 and 2, with and without the
@@ -44,8 +44,19 @@
 #include <vector>
 
 #include "ferry/ferry.hpp"
+#include "pipeline/testing.hpp"
 
 namespace {
+
+// A loader whose copy stage runs on the host copy engine when `copy` (at `bandwidth` bytes/s
+// when > 0): the stand-in for a GPU.
+ferry::Loader make_loader(std::shared_ptr<const ferry::Dataset> data,
+                          const ferry::LoaderOptions& options, bool copy, double bandwidth = 0) {
+  ferry::detail::SimulatedCopy simulated;
+  simulated.enabled = copy;
+  simulated.bytes_per_second = bandwidth;
+  return ferry::detail::make_loader(std::move(data), options, simulated);
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -265,11 +276,10 @@ OverheadResult part_overhead(const std::shared_ptr<ferry::TensorDataset>& data, 
   std::vector<Config> configs;
   for (const bool copy : {false, true}) {
     for (const int workers : {1, 2}) {
-      ferry::LoaderOptions o = base_options(workers);
-      o.simulate_copy.enabled = copy;
+      const ferry::LoaderOptions o = base_options(workers);
       Config c;
       c.name = "ferry workers=" + std::to_string(workers) + (copy ? " +copy stage" : "");
-      c.loader = std::make_unique<ferry::Loader>(data, o);
+      c.loader = std::make_unique<ferry::Loader>(make_loader(data, o, copy));
       c.consumer = touch;
       configs.push_back(std::move(c));
     }
@@ -375,18 +385,15 @@ OverlapResult part_overlap(const std::shared_ptr<ferry::TensorDataset>& images, 
     Group g;
     g.name = std::move(name);
     g.workers = workers;
-    ferry::LoaderOptions plain = base_options(workers);
-    ferry::LoaderOptions copying = plain;
-    copying.simulate_copy.enabled = true;
-    copying.simulate_copy.bytes_per_second = bandwidth;
+    const ferry::LoaderOptions plain = base_options(workers);
     g.load.name = "load alone";
     g.load.loader = std::make_unique<ferry::Loader>(data, plain);
     g.load.consumer = touch;
     g.load_copy.name = "load + copy";
-    g.load_copy.loader = std::make_unique<ferry::Loader>(data, copying);
+    g.load_copy.loader = std::make_unique<ferry::Loader>(make_loader(data, plain, true, bandwidth));
     g.load_copy.consumer = touch;
     g.all.name = "load + copy + compute";
-    g.all.loader = std::make_unique<ferry::Loader>(data, copying);
+    g.all.loader = std::make_unique<ferry::Loader>(make_loader(data, plain, true, bandwidth));
     g.all.consumer = spin_compute;
     groups.push_back(std::move(g));
   };
@@ -452,22 +459,25 @@ void part_startup(const std::shared_ptr<ferry::TensorDataset>& data, int reps) {
   struct Row {
     std::string name;
     ferry::LoaderOptions options;
+    bool copy;
     std::vector<double> construct, first, drop;
   };
   std::vector<Row> rows;
   for (const bool copy : {false, true}) {
     for (const int workers : {1, 2}) {
-      ferry::LoaderOptions o = base_options(workers);
-      o.simulate_copy.enabled = copy;
-      rows.push_back(
-          {"workers=" + std::to_string(workers) + (copy ? " +copy stage" : ""), o, {}, {}, {}});
+      rows.push_back({"workers=" + std::to_string(workers) + (copy ? " +copy stage" : ""),
+                      base_options(workers),
+                      copy,
+                      {},
+                      {},
+                      {}});
     }
   }
   for (int r = -1; r < reps; ++r) {  // r = -1: warm-up
     const std::uint64_t e = r < 0 ? 0 : static_cast<std::uint64_t>(r) + 1;
     for (Row& row : rows) {
       auto start = Clock::now();
-      ferry::Loader loader(data, row.options);
+      ferry::Loader loader = make_loader(data, row.options, row.copy);
       const double construct = seconds_since(start);
       start = Clock::now();
       ferry::Epoch epoch = loader.epoch(e);

@@ -29,6 +29,7 @@ using ferry::testing::collect;
 using ferry::testing::cpu_options;
 using ferry::testing::holds_its_samples;
 using ferry::testing::IndexDataset;
+using ferry::testing::make_loader;
 using ferry::testing::within;
 using namespace std::chrono_literals;
 using Order = std::vector<std::vector<std::uint64_t>>;
@@ -37,8 +38,7 @@ TEST(LoaderMisuse, TheNaturalEpochLoopReassignsTheEpoch) {
   auto ds = std::make_shared<IndexDataset>(50);
   for (const bool copy_stage : {false, true}) {
     LoaderOptions o = cpu_options(8, true, 5);
-    o.simulate_copy.enabled = copy_stage;
-    Loader loader(ds, o);
+    Loader loader = make_loader(ds, o, copy_stage);
     const Order expected1 = collect(loader, 1);
     within(30s, [&] {
       ferry::Epoch ep = loader.epoch(0);
@@ -69,8 +69,8 @@ TEST(LoaderMisuse, ABatchSizeBeyondTheDataStagesOnlyTheData) {
        {std::size_t{11}, std::size_t{1} << 40, std::numeric_limits<std::size_t>::max()}) {
     for (const bool copy_stage : {false, true}) {
       LoaderOptions o = cpu_options(batch, true, 3);
-      o.simulate_copy.enabled = copy_stage;
-      Loader loader(ds, o);  // 2^40 samples of 29 bytes would be 29 TB per slot
+      Loader loader =
+          make_loader(ds, o, copy_stage);  // 2^40 samples of 29 bytes would be 29 TB per slot
       EXPECT_EQ(loader.batches_per_epoch(), 1U);
       const Order order = collect(loader, 0);
       ASSERT_EQ(order.size(), 1U);
@@ -164,8 +164,7 @@ TEST(LoaderMisuse, TensorsDerivedFromABatchDoNotHoldItsBuffer) {
     SCOPED_TRACE(copy_stage ? "copy stage" : "cpu path");
     LoaderOptions o = cpu_options(10, true, 2);
     o.prefetch = 2;
-    o.simulate_copy.enabled = copy_stage;
-    Loader loader(ds, o);
+    Loader loader = make_loader(ds, o, copy_stage);
     std::vector<ferry::Tensor> kept;
     std::vector<std::uint64_t> indices;
     within(30s, [&] {
@@ -238,9 +237,8 @@ TEST_F(FaultTest, ABackgroundFailureReachesNextInOrderAndTheLoaderRecovers) {
       SCOPED_TRACE("point " + std::to_string(static_cast<int>(c.point)) + " copy stage " +
                    std::to_string(c.copy_stage) + " kind " + std::to_string(kind));
       LoaderOptions o = cpu_options(10, true, 8);
-      o.simulate_copy.enabled = c.copy_stage;
       o.prefetch = 3;
-      Loader loader(ds, o);
+      Loader loader = make_loader(ds, o, c.copy_stage);
       const Order expected = collect(loader, 4);
       within(30s, [&] {
         arm(c.point, 6, kind);
@@ -269,8 +267,8 @@ TEST_F(FaultTest, ABackgroundFailureReachesNextInOrderAndTheLoaderRecovers) {
 TEST_F(FaultTest, AThreadThatCannotStartIsAFerryErrorAndLeavesTheLoaderUsable) {
   auto ds = std::make_shared<IndexDataset>(30);
   LoaderOptions o = cpu_options(10);
-  o.simulate_copy.enabled = true;  // two threads: the planner starts, the copy thread fails
-  Loader loader(ds, o);
+  Loader loader =
+      make_loader(ds, o, true);  // two threads: the planner starts, the copy thread fails
   within(30s, [&] {
     arm(FaultPoint::thread_start, 0, 1);
     try {

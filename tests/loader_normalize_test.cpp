@@ -103,8 +103,7 @@ TEST(LoaderNormalize, TheCopyStageNormalizesAfterTheCopyOnTheDevicePath) {
   for (const Normalize& norm : {imagenet(), half}) {
     const auto ds = std::make_shared<PixelDataset>(37, 3, norm);
     LoaderOptions o = cpu_options(8, /*shuffle=*/true, 5);
-    o.simulate_copy.enabled = true;
-    Loader loader(ds, o);
+    Loader loader = make_loader(ds, o, true);
     EXPECT_EQ(check_epoch(loader, *ds, norm, 3).size(), 37u);
   }
 }
@@ -118,8 +117,7 @@ TEST(LoaderNormalize, OneChannelAndPixelUnits) {
   const auto ds = std::make_shared<PixelDataset>(20, 1, norm);
   for (const bool device_path : {false, true}) {
     LoaderOptions o = cpu_options(6);
-    o.simulate_copy.enabled = device_path;
-    Loader loader(ds, o);
+    Loader loader = make_loader(ds, o, device_path);
     EXPECT_EQ(check_epoch(loader, *ds, norm, 1).size(), 20u);
   }
 }
@@ -130,8 +128,7 @@ TEST(LoaderNormalize, SkippedSamplesLeaveTheNormalizedOnesInPlace) {
   for (const bool device_path : {false, true}) {
     LoaderOptions o = cpu_options(8);
     o.on_error = ErrorPolicy::skip;
-    o.simulate_copy.enabled = device_path;
-    Loader loader(ds, o);
+    Loader loader = make_loader(ds, o, device_path);
     const auto seen = check_epoch(loader, *ds, imagenet(), 3);
     std::vector<std::uint64_t> want;
     for (std::uint64_t i = 0; i < 24; ++i) {

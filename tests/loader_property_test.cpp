@@ -28,6 +28,7 @@ using ferry::Loader;
 using ferry::LoaderOptions;
 using ferry::testing::holds_its_samples;
 using ferry::testing::IndexDataset;
+using ferry::testing::make_loader;
 using ferry::testing::within;
 using namespace std::chrono_literals;
 using Order = std::vector<std::vector<std::uint64_t>>;
@@ -70,9 +71,8 @@ Order run(const Case& c, int rank, const RunOptions& r, std::uint64_t* skipped =
   o.world_size = c.world;
   o.workers = r.workers;
   o.prefetch = r.prefetch;
-  o.simulate_copy.enabled = r.copy_stage;
   o.on_error = r.skip ? ferry::ErrorPolicy::skip : ferry::ErrorPolicy::raise;
-  Loader loader(ds, o);
+  Loader loader = make_loader(ds, o, r.copy_stage);
   Order out;
   for (const Batch& b : loader.epoch(c.epoch, r.start)) {
     EXPECT_TRUE(holds_its_samples(b));

@@ -26,6 +26,7 @@ using ferry::LoaderOptions;
 using ferry::testing::cpu_options;
 using ferry::testing::holds_its_samples;
 using ferry::testing::IndexDataset;
+using ferry::testing::make_loader;
 using ferry::testing::within;
 using namespace std::chrono_literals;
 
@@ -68,8 +69,7 @@ TEST(LoaderSoak, TwoHundredEpochsKeepMemoryDescriptorsAndThreadsFlat) {
   for (const bool copy_stage : {false, true}) {
     SCOPED_TRACE(copy_stage ? "copy stage" : "cpu path");
     LoaderOptions o = cpu_options(50, true, 11);
-    o.simulate_copy.enabled = copy_stage;
-    Loader loader(ds, o);
+    Loader loader = make_loader(ds, o, copy_stage);
     std::size_t fds = 0;
     std::size_t threads = 0;
     std::size_t rss = 0;

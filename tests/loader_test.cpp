@@ -29,6 +29,7 @@ using ferry::testing::collect;
 using ferry::testing::cpu_options;
 using ferry::testing::holds_its_samples;
 using ferry::testing::IndexDataset;
+using ferry::testing::make_loader;
 using ferry::testing::within;
 using namespace std::chrono_literals;
 using Order = std::vector<std::vector<std::uint64_t>>;
@@ -54,8 +55,7 @@ TEST(Loader, DeliversEverySampleExactlyOnceInThePlannedOrder) {
   for (const bool shuffle : {false, true}) {
     for (const bool copy_stage : {false, true}) {
       LoaderOptions o = cpu_options(64, shuffle, 11);
-      o.simulate_copy.enabled = copy_stage;
-      Loader loader(ds, o);
+      Loader loader = make_loader(ds, o, copy_stage);
       EXPECT_EQ(loader.batches_per_epoch(), 16U);
       within(30s, [&] {
         const Order order = collect(loader, 0);
@@ -98,8 +98,7 @@ TEST(Loader, SameSeedSameBatchesWhateverTheWorkersPrefetchOrBuffers) {
           o.workers = workers;
           o.prefetch = prefetch;
           o.device_buffers = buffers;
-          o.simulate_copy.enabled = buffers == 3 || workers == 4;
-          Loader loader(ds, o);
+          Loader loader = make_loader(ds, o, buffers == 3 || workers == 4);
           ASSERT_EQ(collect(loader, 3), reference)
               << "workers " << workers << " prefetch " << prefetch << " buffers " << buffers;
         }
@@ -191,8 +190,7 @@ TEST(Loader, LeavingEarlyOrDestroyingMidEpochStopsPromptlyAndFreesTheRing) {
   auto ds = std::make_shared<SlowDataset>(200000, 200us);
   for (const bool copy_stage : {false, true}) {
     LoaderOptions o = cpu_options(256, true, 1);
-    o.simulate_copy.enabled = copy_stage;
-    auto loader = std::make_unique<Loader>(ds, o);
+    auto loader = std::make_unique<Loader>(make_loader(ds, o, copy_stage));
     within(20s, [&] {
       for (const Batch& b : loader->epoch(0)) {
         EXPECT_TRUE(holds_its_samples(b));
@@ -227,8 +225,7 @@ TEST(Loader, AFailingSampleRaisesDataErrorNamingItAfterTheEarlierBatches) {
   auto ds = std::make_shared<IndexDataset>(500, 13, std::set<std::size_t>{137});
   for (const bool copy_stage : {false, true}) {
     LoaderOptions o = cpu_options(64);
-    o.simulate_copy.enabled = copy_stage;
-    Loader loader(ds, o);
+    Loader loader = make_loader(ds, o, copy_stage);
     within(30s, [&] {
       std::vector<std::size_t> delivered;
       try {
@@ -255,8 +252,7 @@ TEST(Loader, SkipLeavesFailingSamplesOutAndDeliversTheRestExactlyOnce) {
   for (const bool copy_stage : {false, true}) {
     LoaderOptions o = cpu_options(64, true, 3);
     o.on_error = ErrorPolicy::skip;
-    o.simulate_copy.enabled = copy_stage;
-    Loader loader(ds, o);
+    Loader loader = make_loader(ds, o, copy_stage);
     within(30s, [&] {
       const Order order = collect(loader, 0);
       const auto all = flat(order);
@@ -291,8 +287,7 @@ TEST(Loader, MemoryStaysBoundedOverTwoHundredEpochs) {
   LoaderOptions o = cpu_options(32, true, 8);
   o.prefetch = 3;
   o.device_buffers = 2;
-  o.simulate_copy.enabled = true;
-  Loader loader(ds, o);
+  Loader loader = make_loader(ds, o, true);
   within(120s, [&] {
     std::size_t after_warmup = 0;
     for (std::uint64_t e = 0; e < 200; ++e) {
@@ -318,10 +313,9 @@ TEST(Loader, AKeptBatchKeepsItsBytesWhileLaterBatchesArrive) {
   auto ds = std::make_shared<IndexDataset>(640);
   for (const bool copy_stage : {false, true}) {
     LoaderOptions o = cpu_options(64);
-    o.simulate_copy.enabled = copy_stage;
     o.prefetch = 3;
     o.device_buffers = 3;
-    Loader loader(ds, o);
+    Loader loader = make_loader(ds, o, copy_stage);
     within(30s, [&] {
       Batch kept;
       Tensor kept_x;
@@ -464,9 +458,7 @@ TEST(TensorDataset, GatheredOnTheDeviceGivesTheSameBatchesAsStaging) {
       {"x", Tensor::from(x, {500, 37})}, {"y", Tensor::from(y, {500})}});
   auto batches_of = [&](bool on_device) {
     LoaderOptions o = cpu_options(64, true, 21);
-    o.simulate_copy.enabled = on_device;
-    o.simulate_copy.dataset_on_device = on_device;
-    Loader loader(ds, o);
+    Loader loader = make_loader(ds, o, on_device, on_device);
     std::vector<std::vector<std::uint8_t>> out;
     for (const Batch& b : loader.epoch(1)) {
       const Tensor& bx = b["x"];

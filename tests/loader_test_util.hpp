@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ferry/ferry.hpp"
+#include "pipeline/testing.hpp"
 
 namespace ferry::testing {
 
@@ -102,6 +103,16 @@ void within(std::chrono::seconds limit, F f) {
     std::abort();
   }
   done.get();
+}
+
+/// A loader whose copy stage runs on the host copy engine when `copy_stage` (the CI stand-in
+/// for a GPU); with `rows_on_device`, a dataset's rows in memory count as the device's.
+inline Loader make_loader(std::shared_ptr<const Dataset> dataset, const LoaderOptions& options,
+                          bool copy_stage, bool rows_on_device = false) {
+  detail::SimulatedCopy simulated;
+  simulated.enabled = copy_stage;
+  simulated.dataset_on_device = rows_on_device;
+  return detail::make_loader(std::move(dataset), options, simulated);
 }
 
 inline LoaderOptions cpu_options(std::size_t batch, bool shuffle = false, std::uint64_t seed = 0) {

@@ -22,17 +22,6 @@ enum class ErrorPolicy {
   skip,   ///< the sample is left out of its batch, counted and its reason kept (stats())
 };
 
-/// Runs the copy stage on the host copy engine even when the device is the CPU: batches are
-/// copied into separate host buffers on a copy thread, at `bytes_per_second` if > 0. It stands
-/// in for a GPU in tests and benchmarks; the batches are the same.
-struct SimulatedCopy {
-  bool enabled = false;
-  double bytes_per_second = 0;
-  /// Treat a CPU TensorDataset as if it lived in the simulated device's memory, so batches
-  /// are gathered "on the device" as for a TensorDataset on a GPU: the CI stand-in for that path.
-  bool dataset_on_device = false;
-};
-
 struct LoaderOptions {
   std::size_t batch_size = 32;
   bool shuffle = false;
@@ -45,8 +34,7 @@ struct LoaderOptions {
   bool pin_memory = true;  ///< page-locked staging when copying to a GPU
   int rank = 0, world_size = 1;
   ErrorPolicy on_error = ErrorPolicy::raise;
-  void* stream = nullptr;       ///< CUDA stream the consumer computes on (nullptr: default)
-  SimulatedCopy simulate_copy;  ///< tests and benchmarks: see SimulatedCopy
+  void* stream = nullptr;  ///< CUDA stream the consumer computes on (nullptr: default)
 
   /// Options for this process of a distributed job, from its launcher's environment:
   /// RANK / WORLD_SIZE / LOCAL_RANK (torchrun) or OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK
@@ -103,10 +91,14 @@ struct LoaderStats {
   std::string summary() const;
 };
 
+class Loader;
 namespace detail {
 class EpochRun;
-struct Lease;
+class Lease;
 struct LoaderImpl;
+struct SimulatedCopy;
+Loader make_loader(std::shared_ptr<const Dataset> dataset, const LoaderOptions& options,
+                   const SimulatedCopy& simulated);
 }  // namespace detail
 
 /// One batch: a tensor per field, [batch, ...field shape], on the loader's device.
@@ -205,6 +197,8 @@ class Loader {
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
+  Loader(Loader&&) noexcept;
+  Loader& operator=(Loader&&) noexcept;
 
   /// Starts epoch `e` at batch `start_batch` (0: from the beginning): the same batches, in
   /// the same order, as an uninterrupted run would give from there. An epoch stops counting as
@@ -223,6 +217,9 @@ class Loader {
   const LoaderOptions& options() const noexcept;
 
  private:
+  friend Loader detail::make_loader(std::shared_ptr<const Dataset>, const LoaderOptions&,
+                                    const detail::SimulatedCopy&);
+  explicit Loader(std::shared_ptr<detail::LoaderImpl> impl) noexcept;
   std::shared_ptr<detail::LoaderImpl> impl_;
 };
 

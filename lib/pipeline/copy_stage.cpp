@@ -1,0 +1,178 @@
+#include "pipeline/copy_stage.hpp"
+
+#include <pthread.h>
+
+#include <boost/lockfree/spsc_queue.hpp>
+
+#include "pipeline/fault.hpp"
+#include "pipeline/field_ops.hpp"
+
+namespace ferry::detail {
+
+namespace {
+
+/// Takes the next planned slot in order, or nothing when the run stops or failed first.
+std::optional<Planned> next_planned(RunState& run) {
+  Planned p;
+  bool got = false;
+  wait_until(
+      run.planned_signal, [&] { return got = run.planned.pop(p); },
+      [&] { return run.stop_requested() || run.failed.load(); }, nullptr);
+  if (!got) return std::nullopt;
+  return p;
+}
+
+/// No device: the consumer gets the filled slot itself.
+class IdentityStage final : public CopyStage {
+ public:
+  explicit IdentityStage(RunState& run) noexcept : run_(run) {}
+
+  std::optional<ReadyBatch> take() override {
+    const std::optional<Planned> p = next_planned(run_);
+    if (!p) return std::nullopt;
+    Slot& slot = run_.impl->ring->slot(p->slot);
+    run_.wait_filled(slot, p->number);
+    ReadyBatch b;
+    b.id = p->slot;
+    b.base = slot.data;
+    b.pinned = slot.pinned;
+    b.indices = &slot.indices;
+    b.error = slot.error;
+    return b;
+  }
+  void drain() noexcept override {}
+
+ private:
+  RunState& run_;
+};
+
+/// A copy thread that owns the copy stream: per batch, in order, it waits for the fill, takes a
+/// free device buffer, makes the stream wait for the buffer's release, queues one copy of the
+/// slot and the fields' operations, and records the ready event. The slot returns to the ring
+/// at once: the planner waits for that event before it reuses the slot.
+class DeviceStage final : public CopyStage {
+ public:
+  explicit DeviceStage(RunState& run) : run_(run), ready_(run.impl->ring->device_count()) {}
+  ~DeviceStage() override { join(); }
+
+  void start() override {
+    fault(FaultPoint::thread_start, run_.start);
+    thread_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "ferry-copy");
+      loop();
+    });
+  }
+  void join() noexcept override {
+    if (thread_.joinable()) thread_.join();
+  }
+
+  std::optional<ReadyBatch> take() override {
+    std::uint32_t d = 0;
+    bool got = false;
+    wait_until(
+        run_.ready_signal, [&] { return got = ready_.pop(d); },
+        [&] { return run_.stop_requested() || run_.failed.load(); }, nullptr);
+    if (!got) return std::nullopt;
+    LoaderImpl& impl = *run_.impl;
+    DeviceSlot& dev = impl.ring->device(d);
+    ReadyBatch b;
+    b.id = d;
+    b.device = true;
+    b.base = static_cast<std::byte*>(dev.buffer.data());
+    b.where = impl.engine->device();
+    b.ready = dev.ready;
+    b.indices = &dev.indices;
+    b.error = dev.error;
+    return b;
+  }
+
+  void drain() noexcept override {
+    std::uint32_t d = 0;
+    while (ready_.pop(d)) {
+      run_.impl->ring->device(d).released = Event();
+      run_.impl->ring->release_device(d);
+    }
+  }
+
+ private:
+  void loop() {
+    for (std::size_t k = run_.start; k < run_.end; ++k) {
+      const std::optional<Planned> p = next_planned(run_);
+      if (!p) return;  // stopping
+      try {
+        if (!copy(*p)) return;  // stopping
+      } catch (...) {
+        // The stage itself failed (a batch's own failure travels in its device buffer): the
+        // consumer gets the batches copied before, then this error.
+        run_.impl->ring->release_slot(p->slot);
+        run_.fail(std::current_exception());
+        return;
+      }
+    }
+  }
+
+  bool copy(const Planned& p) {
+    LoaderImpl& impl = *run_.impl;
+    CopyEngine& engine = *impl.engine;
+    BufferRing& ring = *impl.ring;
+    const BatchLayout& layout = *impl.layout;
+    fault(FaultPoint::copy, p.number);
+    Slot& slot = ring.slot(p.slot);
+    run_.wait_filled(slot, p.number);
+    std::optional<std::uint32_t> d;
+    if (!run_.stop_requested()) d = ring.acquire_device([&] { return run_.stop_requested(); });
+    if (run_.stop_requested()) {
+      if (d) ring.release_device(*d);
+      ring.release_slot(p.slot);
+      return false;
+    }
+    DeviceSlot& dev = ring.device(*d);
+    dev.indices.assign(slot.indices.begin(), slot.indices.end());
+    dev.error = slot.error;
+    if (!dev.error) {
+      try {
+        engine.wait(dev.released);  // on the stream: the consumer's work on it is done
+        auto* target = static_cast<std::byte*>(dev.buffer.data());
+        const std::size_t count = slot.indices.size();
+        const std::uint64_t* indices = nullptr;
+        if (layout.gather) {
+          auto* at = reinterpret_cast<std::uint64_t*>(target + layout.index_offset);
+          engine.copy_async(at, slot.data, count * sizeof(std::uint64_t), CopyKind::host_to_device);
+          indices = at;
+        }
+        // What the dataset wrote crosses the bus (fields not gathered from rows there).
+        if (!layout.gather) {
+          engine.copy_async(target, slot.data, layout.written.used_bytes(count),
+                            CopyKind::host_to_device);
+        }
+        EngineOps ops(engine);
+        for (const FieldPlan& plan : layout.plans) {
+          plan.run(ops, OpSpan{target, indices, 0, count});
+        }
+        dev.ready = engine.record();
+        slot.copied = dev.ready;
+      } catch (...) {
+        dev.error = std::current_exception();
+        dev.ready = Event();
+      }
+    }
+    dev.released = Event();
+    ring.release_slot(p.slot);  // reused once slot.copied is ready
+    ready_.push(*d);
+    run_.ready_signal.notify();
+    return true;
+  }
+
+  RunState& run_;
+  boost::lockfree::spsc_queue<std::uint32_t> ready_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+std::unique_ptr<CopyStage> make_copy_stage(RunState& run) {
+  if (run.impl->device_path) return std::make_unique<DeviceStage>(run);
+  return std::make_unique<IdentityStage>(run);
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,208 @@
+#include "pipeline/epoch_run.hpp"
+
+#include <pthread.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/storage.hpp"
+#include "pipeline/planner.hpp"
+
+namespace ferry::detail {
+
+// ---- RunState -----------------------------------------------------------------------------
+
+RunState::RunState(std::shared_ptr<LoaderImpl> i, std::uint64_t e, std::size_t first)
+    : impl(std::move(i)),
+      epoch(e),
+      start(std::min(first, impl->sampler.batches())),
+      end(impl->sampler.batches()),
+      planned(impl->ring->slot_count()) {}
+
+void RunState::stop() noexcept {
+  stopping.store(true);
+  // Wake every waiter so it sees stopping.
+  impl->ring->wake();
+  filled.notify();
+  planned_signal.notify();
+  ready_signal.notify();
+}
+
+void RunState::fail(std::exception_ptr error) noexcept {
+  if (failed.load()) return;
+  background_error = std::move(error);
+  failed.store(true);
+  planned_signal.notify();
+  ready_signal.notify();
+}
+
+void RunState::wait_filled(const Slot& slot, std::uint64_t number) {
+  wait_until(
+      filled, [&] { return slot.filled.load(std::memory_order_acquire) == number + 1; },
+      [&] { return stop_requested(); }, nullptr);
+}
+
+std::string describe(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+// ---- EpochRun -----------------------------------------------------------------------------
+
+EpochRun::EpochRun(std::shared_ptr<LoaderImpl> impl, std::uint64_t epoch, std::size_t start)
+    : run_(std::move(impl), epoch, start),
+      stage_(make_copy_stage(run_)),
+      next_(run_.start),
+      started_(Clock::now()) {
+  run_.impl->state_epoch.store(epoch);
+  run_.impl->state_next.store(run_.start);
+  try {
+    planner_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "ferry-planner");  // for top, perf and gdb
+      run_planner(run_);
+    });
+    stage_->start();
+  } catch (...) {
+    // A thread that did start is stopped and joined; the ring is whole again.
+    const std::exception_ptr error = std::current_exception();
+    shutdown();
+    try {
+      std::rethrow_exception(error);
+    } catch (const Error&) {
+      throw;
+    } catch (...) {  // std::system_error from std::thread, std::bad_alloc
+      throw Error("Loader: cannot start epoch " + std::to_string(epoch) + ": " + describe(error));
+    }
+  }
+}
+
+EpochRun::~EpochRun() {
+  run_.stop();
+  release_current();
+  shutdown();
+}
+
+/// Stops the threads, waits for the fill tasks, returns whatever was planned or copied but not
+/// delivered to the ring, and lets the loader start another epoch. Runs once: when the epoch
+/// ends, fails, or is destroyed.
+void EpochRun::shutdown() noexcept {
+  if (shut_down_) return;
+  shut_down_ = true;
+  run_.stop();
+  if (planner_.joinable()) planner_.join();
+  stage_->join();
+  // Fill tasks see stopping and finish quickly; no slot may be touched after this.
+  for (int n = run_.in_flight->load(); n != 0; n = run_.in_flight->load()) {
+    run_.in_flight->wait(n);
+  }
+  LoaderImpl& impl = *run_.impl;
+  if (impl.engine) {
+    try {
+      impl.engine->synchronize();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the epoch is over either way
+    }
+  }
+  Planned p;
+  while (run_.planned.pop(p)) impl.ring->release_slot(p.slot);
+  stage_->drain();
+  finish_stats();
+  EpochRun* self = this;
+  impl.active.compare_exchange_strong(self, nullptr);
+}
+
+void EpochRun::finish_stats() noexcept {
+  if (over_) return;
+  over_ = true;
+  run_.impl->wall_ns.fetch_add(nanos_since(started_));
+}
+
+void EpochRun::fail_epoch(std::exception_ptr error) {
+  shutdown();  // the ring is whole again and the loader ready for another epoch
+  over_ = true;
+  if (!error) throw Error("Loader: the epoch was stopped");
+  std::rethrow_exception(std::move(error));
+}
+
+void EpochRun::release_current() {
+  if (current_.lease_) {
+    current_.tensors_.clear();  // their storages hold the lease too
+    if (current_.lease_.use_count() > 1) current_.lease_->mark_kept();
+    current_.lease_.reset();
+  }
+  current_.indices_.clear();
+}
+
+const Batch* EpochRun::next() {
+  LoaderImpl& impl = *run_.impl;
+  release_current();
+  if (over_) return nullptr;
+  if (next_ >= run_.end) {
+    shutdown();  // the loader may start the next epoch while this object lives on
+    return nullptr;
+  }
+  if (impl.ring->stalled()) {
+    throw ConfigError(
+        "Loader: all " +
+        std::to_string(impl.device_path ? impl.ring->device_count() : impl.ring->slot_count()) +
+        (impl.device_path ? " device buffers" : " staging slots") +
+        " are held by batches (or their tensors) kept past their iteration; release "
+        "some, or raise " +
+        (impl.device_path ? "device_buffers" : "prefetch"));
+  }
+  const auto wait_start = Clock::now();
+  const std::optional<ReadyBatch> got = stage_->take();
+  if (!got) fail_epoch(run_.background_error);
+  const ReadyBatch& b = *got;
+  std::shared_ptr<Lease> lease;
+  try {
+    lease = std::make_shared<Lease>(run_.impl, *impl.ring, impl.engine.get(), impl.options.stream,
+                                    b.id, b.device);
+  } catch (...) {
+    if (b.device) {
+      impl.ring->release_device(b.id);
+    } else {
+      impl.ring->release_slot(b.id);
+    }
+    fail_epoch(std::current_exception());
+  }
+  if (b.error) fail_epoch(b.error);
+  if (b.device) impl.engine->stream_wait(impl.options.stream, b.ready);
+  impl.consumer_wait_ns.fetch_add(nanos_since(wait_start));
+
+  current_.indices_.assign(b.indices->begin(), b.indices->end());
+  const std::size_t count = current_.indices_.size();
+  current_.names_ = impl.names;
+  current_.number_ = next_;
+  current_.ready_ = b.ready;
+  current_.lease_ = lease;
+  const BatchLayout& layout = *impl.layout;
+  for (std::size_t f = 0; f < layout.plans.size(); ++f) {
+    const FieldSpec& spec = layout.plans[f].delivered;
+    std::vector<int64_t> shape;
+    shape.reserve(spec.shape.size() + 1);
+    shape.push_back(static_cast<int64_t>(count));
+    shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
+    Tensor t = Tensor::wrap(b.base + layout.delivered_offset(f), std::move(shape), spec.dtype,
+                            b.where, b.pinned, lease);
+    if (b.device) t.storage()->set_pending(b.ready, {});
+    current_.tensors_.push_back(std::move(t));
+  }
+  ++next_;
+  impl.state_next.store(next_);
+  impl.batches.fetch_add(1);
+  impl.samples.fetch_add(count);
+  impl.bytes.fetch_add(layout.written.used_bytes(count));
+  if (first_) {
+    first_ = false;
+    impl.first_batch_ns.store(nanos_since(started_));
+  }
+  return &current_;
+}
+
+}  // namespace ferry::detail

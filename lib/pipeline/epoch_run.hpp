@@ -1,0 +1,47 @@
+#pragma once
+
+// One epoch in flight: its planner thread, its copy stage, and the consumer's side (next()).
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <thread>
+
+#include "ferry/loader.hpp"
+#include "pipeline/copy_stage.hpp"
+#include "pipeline/loader_impl.hpp"
+
+namespace ferry::detail {
+
+class EpochRun {
+ public:
+  /// Starts the planner and the copy stage. \throws Error when a thread cannot start (whatever
+  /// did start is stopped again and the ring is whole).
+  EpochRun(std::shared_ptr<LoaderImpl> impl, std::uint64_t epoch, std::size_t start);
+  EpochRun(const EpochRun&) = delete;
+  EpochRun& operator=(const EpochRun&) = delete;
+  ~EpochRun();
+
+  /// The next batch in order, or nullptr after the last (see Epoch::next).
+  const Batch* next();
+  std::size_t size() const noexcept { return run_.end - run_.start; }
+
+ private:
+  void shutdown() noexcept;
+  void release_current();
+  [[noreturn]] void fail_epoch(std::exception_ptr error);
+  void finish_stats() noexcept;
+
+  RunState run_;
+  std::unique_ptr<CopyStage> stage_;
+  std::size_t next_;  // the batch the consumer receives next
+  Batch current_;
+  bool over_ = false;
+  bool shut_down_ = false;
+  bool first_ = true;
+  Clock::time_point started_;
+  std::thread planner_;
+};
+
+}  // namespace ferry::detail

@@ -1,0 +1,193 @@
+#include "pipeline/fill.hpp"
+
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pipeline/fault.hpp"
+
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+// oneTBB as packaged is not instrumented, so ThreadSanitizer cannot see how it hands a task to
+// a worker or joins a parallel_for. These mark exactly those edges for it (and
+// tests/tsan.supp silences reports whose top frame is inside oneTBB's headers, or the two
+// functors below reading their own members, which oneTBB wrote).
+#define FERRY_TSAN_RELEASE(p) __tsan_release(const_cast<void*>(static_cast<const void*>(p)))
+#define FERRY_TSAN_ACQUIRE(p) __tsan_acquire(const_cast<void*>(static_cast<const void*>(p)))
+#else
+#define FERRY_TSAN_RELEASE(p) static_cast<void>(p)
+#define FERRY_TSAN_ACQUIRE(p) static_cast<void>(p)
+#endif
+
+namespace ferry::detail {
+
+namespace {
+
+/// The address the TBB edges are marked on.
+constexpr char tsan_edge = 0;
+
+/// What a fill task needs, handed to it by pointer: the task object that oneTBB copies holds
+/// nothing else.
+struct FillJob {
+  RunState* run;
+  std::uint32_t slot;
+  std::uint64_t number;
+  std::shared_ptr<std::atomic<int>> in_flight;
+};
+
+/// The samples [begin, end) of a slot: read each, then run its fields' operations on it when
+/// there is no copy stage to run them for the whole batch.
+void fill_range(RunState& run, Slot& slot, std::size_t begin, std::size_t end,
+                std::atomic<bool>& any_failed) {
+  LoaderImpl& impl = *run.impl;
+  const auto start = Clock::now();
+  const Dataset& dataset = *impl.dataset;
+  const BatchLayout& layout = *impl.layout;
+  const bool ops_here = !impl.device_path && layout.has_ops();
+  HostOps host;
+  // Samples are read in shuffled order: hint a few ahead so their memory loads overlap.
+  constexpr std::size_t kAhead = 4;
+  for (std::size_t i = begin; i != std::min(end, begin + kAhead); ++i) {
+    dataset.prefetch(slot.indices[i]);
+  }
+  for (std::size_t i = begin; i != end; ++i) {
+    if (run.stopping.load(std::memory_order_relaxed)) break;
+    if (i + kAhead < end) dataset.prefetch(slot.indices[i + kAhead]);
+    const std::uint64_t index = slot.indices[i];
+    try {
+      dataset.read(index, SampleRef(&layout.written, slot.data, i,
+                                    sample_seed(impl.options.seed, run.epoch, index)));
+      if (ops_here) {
+        for (const FieldPlan& plan : layout.plans) plan.run(host, OpSpan{slot.data, nullptr, i, 1});
+      }
+      slot.failures[i] = nullptr;
+    } catch (...) {
+      slot.failures[i] = std::current_exception();
+      any_failed.store(true, std::memory_order_relaxed);
+    }
+  }
+  impl.read_ns.fetch_add(nanos_since(start));
+}
+
+/// The body of the parallel_for over one batch's samples.
+struct FillRange {
+  RunState* run;
+  Slot* slot;
+  std::atomic<bool>* any_failed;
+  void operator()(const tbb::blocked_range<std::size_t>& r) const {
+    FERRY_TSAN_ACQUIRE(&tsan_edge);
+    fill_range(*run, *slot, r.begin(), r.end(), *any_failed);
+    FERRY_TSAN_RELEASE(&tsan_edge);
+  }
+};
+
+/// Under ErrorPolicy::raise the first failing sample fails the batch; under skip the good
+/// samples move down over the failed ones, keeping their order, and the failures are counted.
+void settle_failures(RunState& run, Slot& slot) {
+  LoaderImpl& impl = *run.impl;
+  const std::size_t count = slot.indices.size();
+  if (impl.options.on_error == ErrorPolicy::raise) {
+    for (std::size_t i = 0; i < count; ++i) {
+      if (!slot.failures[i]) continue;
+      const std::string what = describe(slot.failures[i]);
+      slot.error = std::make_exception_ptr(DataError(
+          "Loader: sample " + std::to_string(slot.indices[i]) + " (batch " +
+          std::to_string(slot.number) + ", epoch " + std::to_string(run.epoch) + "): " + what));
+      return;
+    }
+  }
+  // Every region the workers wrote: the fields as read, and (without a copy stage) their
+  // operations' results.
+  const BatchLayout& layout = *impl.layout;
+  const std::size_t regions = impl.device_path ? 1 : std::numeric_limits<std::size_t>::max();
+  std::size_t kept = 0;
+  std::vector<std::string> reasons;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (slot.failures[i]) {
+      reasons.push_back("sample " + std::to_string(slot.indices[i]) + ": " +
+                        describe(slot.failures[i]));
+      slot.failures[i] = nullptr;
+      continue;
+    }
+    if (kept != i) {
+      for (const FieldPlan& plan : layout.plans) {
+        for (std::size_t r = 0; r < plan.regions.size() && r < regions; ++r) {
+          const std::size_t n = plan.region_sample_bytes[r];
+          std::byte* field = slot.data + plan.regions[r];
+          std::memmove(field + kept * n, field + i * n, n);
+        }
+      }
+      slot.indices[kept] = slot.indices[i];
+    }
+    ++kept;
+  }
+  slot.indices.resize(kept);
+  impl.skipped.fetch_add(reasons.size());
+  std::lock_guard lock(impl.reasons_mutex);
+  for (auto& r : reasons) {
+    if (impl.skip_reasons.size() < 100) impl.skip_reasons.push_back(std::move(r));
+  }
+}
+
+void fill(RunState& run, std::uint32_t slot_id, std::uint64_t number) noexcept {
+  LoaderImpl& impl = *run.impl;
+  Slot& slot = impl.ring->slot(slot_id);
+  const std::size_t count = slot.indices.size();
+  std::atomic<bool> any_failed{false};
+  try {
+    if (!slot.error) {
+      fault(FaultPoint::fill, number);
+      const std::size_t grain =
+          std::max<std::size_t>(1, count / (4 * static_cast<std::size_t>(impl.workers)));
+      FERRY_TSAN_RELEASE(&tsan_edge);
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, count, grain),
+                        FillRange{&run, &slot, &any_failed});
+      FERRY_TSAN_ACQUIRE(&tsan_edge);
+    }
+    if (any_failed.load() && !run.stopping.load()) settle_failures(run, slot);
+  } catch (...) {
+    // Not a sample's failure (those are caught per sample) but the fill's own: the batch fails.
+    FERRY_TSAN_ACQUIRE(&tsan_edge);
+    if (!slot.error) slot.error = std::current_exception();
+  }
+  slot.filled.store(number + 1, std::memory_order_release);
+  run.filled.notify();
+}
+
+void run_fill_job(FillJob* job) {
+  FERRY_TSAN_ACQUIRE(job);
+  const std::unique_ptr<FillJob> owned(job);
+  const auto in_flight = job->in_flight;  // the run may be gone once it drops to 0
+  fill(*job->run, job->slot, job->number);
+  in_flight->fetch_sub(1);
+  in_flight->notify_all();
+}
+
+/// The task enqueued in the arena for one batch.
+struct FillTask {
+  FillJob* job;
+  void operator()() const { run_fill_job(job); }
+};
+
+}  // namespace
+
+void enqueue_fill(RunState& run, std::uint32_t slot, std::uint64_t number) {
+  auto job = std::make_unique<FillJob>(FillJob{&run, slot, number, run.in_flight});
+  run.in_flight->fetch_add(1);
+  FERRY_TSAN_RELEASE(job.get());
+  try {
+    run.impl->arena.enqueue(FillTask{job.get()});
+  } catch (...) {
+    run.in_flight->fetch_sub(1);
+    throw;
+  }
+  static_cast<void>(job.release());  // run_fill_job owns it now
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,16 @@
+#pragma once
+
+#include <cstdint>
+
+#include "pipeline/loader_impl.hpp"
+
+namespace ferry::detail {
+
+/// Queues the reading of batch `number` into `slot` on the loader's arena: a parallel_for over
+/// its samples, each Dataset::read writing in place, then the field operations per sample
+/// where there is no copy stage. Failures of samples are settled by the error policy; the
+/// fill's own failure becomes the batch's. Then slot.filled is set to number + 1.
+/// \throws what enqueueing throws (nothing is queued then).
+void enqueue_fill(RunState& run, std::uint32_t slot, std::uint64_t number);
+
+}  // namespace ferry::detail

@@ -1,0 +1,114 @@
+#pragma once
+
+// What a loader owns across epochs (LoaderImpl) and what the stages of one running epoch share
+// (RunState). The stages are each in their own file:
+//   planner.cpp     the planner thread: takes a free slot, plans batch k, hands it to the fill
+//   fill.cpp        oneTBB workers: read a batch's samples into its slot
+//   copy_stage.cpp  filled slots to ready batches: identity on the CPU, a copy thread otherwise
+//   epoch_run.cpp   the consumer: next(), and the end of an epoch
+//   loader.cpp      the public façade: options checked, LoaderImpl built, Loader/Epoch/Batch
+
+#include <oneapi/tbb/global_control.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include <atomic>
+#include <boost/lockfree/spsc_queue.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "copy/copy_engine.hpp"
+#include "ferry/loader.hpp"
+#include "pipeline/batch_layout.hpp"
+#include "pipeline/ring.hpp"
+#include "pipeline/sampler.hpp"
+#include "pipeline/testing.hpp"
+
+namespace ferry::detail {
+
+class EpochRun;
+
+struct LoaderImpl {
+  LoaderImpl(std::shared_ptr<const Dataset> d, const LoaderOptions& o, const SimulatedCopy& sim);
+
+  std::shared_ptr<const Dataset> dataset;
+  LoaderOptions options;
+  SimulatedCopy simulated;
+  std::vector<FieldSpec> fields;
+  std::shared_ptr<const std::vector<std::string>> names;
+  // Samples a slot holds: batch_size, but never more than this rank's epoch has, so a batch
+  // size beyond the data (full-batch training) costs only what the data needs.
+  std::size_t capacity;
+  Sampler sampler;
+  int workers;
+  bool device_path;                    // a copy stage exists (a GPU, or the simulated copy)
+  std::unique_ptr<CopyEngine> engine;  // with a copy stage
+  bool host_engine = false;            // the engine is the simulated one
+  std::unique_ptr<BatchLayout> layout;
+  std::unique_ptr<BufferRing> ring;
+
+  std::optional<tbb::global_control> parallelism;
+  tbb::task_arena arena;
+
+  std::mutex run_mutex;                    // epoch() one at a time
+  std::atomic<EpochRun*> active{nullptr};  // the epoch being iterated, until it ends
+
+  // Stats, in nanoseconds where timed.
+  std::atomic<std::uint64_t> batches{0}, samples{0}, bytes{0}, skipped{0};
+  std::atomic<std::uint64_t> read_ns{0}, slot_wait_ns{0};
+  std::atomic<std::uint64_t> consumer_wait_ns{0}, wall_ns{0}, first_batch_ns{0};
+  std::uint64_t staging_allocations = 0, device_allocations = 0;
+  std::mutex reasons_mutex;
+  std::vector<std::string> skip_reasons;  // guarded by reasons_mutex
+
+  std::atomic<std::uint64_t> state_epoch{0};
+  std::atomic<std::uint64_t> state_next{0};
+};
+
+/// A planned batch on its way: its slot and its number in the epoch.
+struct Planned {
+  std::uint32_t slot = 0;
+  std::uint64_t number = 0;
+};
+
+/// What the stages of one epoch share. Only slot indices travel between them, through
+/// single-producer single-consumer queues, in batch order.
+struct RunState {
+  RunState(std::shared_ptr<LoaderImpl> i, std::uint64_t e, std::size_t first);
+
+  std::shared_ptr<LoaderImpl> impl;
+  std::uint64_t epoch;
+  std::size_t start, end;  // batches [start, end)
+
+  std::atomic<bool> stopping{false};
+  // A stage failed outside any one batch (the copy thread's own failure): the consumer gets
+  // what was ready before it, then this error.
+  std::atomic<bool> failed{false};
+  std::exception_ptr background_error;  // written once, before failed is set
+
+  // Fill tasks queued or running. Shared with the tasks, which notify after they decrement:
+  // by then the run may be gone.
+  std::shared_ptr<std::atomic<int>> in_flight = std::make_shared<std::atomic<int>>(0);
+  Signal filled;                                 // a fill task finished
+  Signal planned_signal;                         // planned got an entry
+  Signal ready_signal;                           // the copy stage has a batch ready
+  boost::lockfree::spsc_queue<Planned> planned;  // planner -> copy stage
+
+  bool stop_requested() const noexcept { return stopping.load(); }
+  /// Asks every stage to stop and wakes every waiter.
+  void stop() noexcept;
+  /// Records a stage's failure (the first one) and wakes the consumer.
+  void fail(std::exception_ptr error) noexcept;
+  /// Waits until `slot` holds batch `number` filled, or the run stops.
+  void wait_filled(const Slot& slot, std::uint64_t number);
+};
+
+/// The message of an exception.
+std::string describe(const std::exception_ptr& e);
+
+}  // namespace ferry::detail

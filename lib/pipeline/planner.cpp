@@ -1,0 +1,61 @@
+#include "pipeline/planner.hpp"
+
+#include <cstring>
+
+#include "pipeline/fault.hpp"
+#include "pipeline/fill.hpp"
+
+namespace ferry::detail {
+
+void run_planner(RunState& run) {
+  LoaderImpl& impl = *run.impl;
+  BufferRing& ring = *impl.ring;
+  const auto stop = [&] { return run.stop_requested(); };
+  for (std::size_t k = run.start; k < run.end; ++k) {
+    const std::optional<std::uint32_t> id = ring.acquire_slot(stop, &impl.slot_wait_ns);
+    if (!id) break;  // stopping
+    if (run.stop_requested()) {
+      ring.release_slot(*id);
+      break;
+    }
+    Slot& slot = ring.slot(*id);
+    slot.error = nullptr;
+    slot.number = k;
+    slot.filled.store(0, std::memory_order_relaxed);
+    bool planned = false;
+    try {
+      try {
+        slot.copied.synchronize();  // the copy out of this slot (copy stage) has finished
+      } catch (...) {
+        slot.error = std::current_exception();
+      }
+      slot.copied = Event();
+      fault(FaultPoint::planner, k);
+      impl.sampler.batch(run.epoch, k, slot.indices);
+      if (impl.layout->gather) {
+        // Nothing to read: the slot carries the indices, the copy stage gathers the rows.
+        std::memcpy(slot.data, slot.indices.data(), slot.indices.size() * sizeof(std::uint64_t));
+        slot.filled.store(k + 1, std::memory_order_release);
+        run.planned.push(Planned{*id, k});
+        run.planned_signal.notify();
+        run.filled.notify();
+        continue;
+      }
+      run.planned.push(Planned{*id, k});
+      planned = true;
+      run.planned_signal.notify();
+      enqueue_fill(run, *id, k);
+    } catch (...) {
+      // The failure travels in batch k's place: batches before it are delivered, then next()
+      // rethrows it, and planning stops here.
+      slot.error = std::current_exception();
+      slot.filled.store(k + 1, std::memory_order_release);
+      if (!planned) run.planned.push(Planned{*id, k});
+      run.planned_signal.notify();
+      run.filled.notify();
+      return;
+    }
+  }
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,179 @@
+#pragma once
+
+// The buffer ring: the loader's staging slots and device buffers, made once and reused by every
+// epoch. Free buffers wait in lock-free lists; whoever returns one wakes its waiters. A batch
+// (or a tensor of it) kept past its iteration holds its buffer through a Lease; when every
+// buffer is held that way, the consumer would wait for ever, so stalled() says so instead.
+
+#include <atomic>
+#include <boost/lockfree/queue.hpp>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <variant>
+#include <vector>
+
+#include "copy/copy_engine.hpp"
+#include "ferry/event.hpp"
+#include "ferry/memory.hpp"
+
+namespace ferry::detail {
+
+using Clock = std::chrono::steady_clock;
+
+inline std::uint64_t nanos_since(Clock::time_point start) noexcept {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
+}
+
+/// A counter to wait on without spinning: whoever changes something a waiter may want calls
+/// notify(). A waiter reads version(), checks its condition, and only then wait(version), so no
+/// wake-up is lost.
+class Signal {
+ public:
+  std::uint32_t version() const noexcept { return value_.load(std::memory_order_acquire); }
+  void wait(std::uint32_t seen) const noexcept { value_.wait(seen, std::memory_order_acquire); }
+  void notify() noexcept {
+    value_.fetch_add(1, std::memory_order_acq_rel);
+    value_.notify_all();
+  }
+
+ private:
+  std::atomic<std::uint32_t> value_{0};
+};
+
+/// Waits on `signal` until `ready()` or `stop()` is true (checked in that order, so what is
+/// ready is taken even when stopping). Adds the time waited to `waited_ns` if given.
+template <class Ready, class Stop>
+void wait_until(Signal& signal, Ready ready, Stop stop, std::atomic<std::uint64_t>* waited_ns) {
+  const auto start = Clock::now();
+  for (;;) {
+    const std::uint32_t seen = signal.version();
+    if (ready() || stop()) break;
+    signal.wait(seen);
+  }
+  if (waited_ns != nullptr) waited_ns->fetch_add(nanos_since(start));
+}
+
+/// One staging slot: a batch's bytes in (page-locked) host memory, and what the workers leave.
+struct Slot {
+  std::byte* data = nullptr;
+  bool pinned = false;                       ///< data's pages are locked
+  std::vector<std::uint64_t> indices;        ///< the batch's dataset indices
+  std::vector<std::exception_ptr> failures;  ///< per position, set by workers
+  std::size_t number = 0;                    ///< the batch's number in its epoch
+  std::exception_ptr error;                  ///< the batch failed
+  std::atomic<std::uint64_t> filled{0};      ///< number + 1 once the workers are done
+  Event copied;                              ///< the copy out of this slot (device path)
+};
+
+/// One device buffer and the batch it holds.
+struct DeviceSlot {
+  DeviceBuffer buffer;
+  std::vector<std::uint64_t> indices;
+  std::exception_ptr error;
+  Event ready;     ///< the copy into it has finished
+  Event released;  ///< the consumer is done with it (recorded on the consumer's stream)
+};
+
+class BufferRing {
+ public:
+  struct Sizes {
+    int slots = 1;                  ///< staging slots (prefetch)
+    std::size_t staging_bytes = 0;  ///< each
+    std::size_t capacity = 1;       ///< samples per batch
+    bool pinned = false;            ///< page-locked staging
+    int device_buffers = 0;         ///< 0: no copy stage
+    std::size_t device_bytes = 0;   ///< each
+  };
+  /// Allocates every buffer (device buffers through `engine`, which outlives the ring).
+  /// \throws what the allocations throw.
+  BufferRing(const Sizes& sizes, CopyEngine* engine);
+  BufferRing(const BufferRing&) = delete;
+  BufferRing& operator=(const BufferRing&) = delete;
+
+  std::size_t slot_count() const noexcept { return slots_.size(); }
+  std::size_t device_count() const noexcept { return device_slots_.size(); }
+  Slot& slot(std::uint32_t id) noexcept { return *slots_[id]; }
+  DeviceSlot& device(std::uint32_t id) noexcept { return *device_slots_[id]; }
+
+  /// A free slot, waiting for one; nothing when `stop()` turned true first.
+  template <class Stop>
+  std::optional<std::uint32_t> acquire_slot(Stop stop, std::atomic<std::uint64_t>* waited_ns) {
+    return acquire(free_slots_, slot_returned_, stop, waited_ns);
+  }
+  /// A free device buffer, as acquire_slot().
+  template <class Stop>
+  std::optional<std::uint32_t> acquire_device(Stop stop) {
+    return acquire(free_device_, device_returned_, stop, nullptr);
+  }
+  void release_slot(std::uint32_t id) noexcept;
+  void release_device(std::uint32_t id) noexcept;
+  /// Wakes every waiter, so that it looks at its stop condition again.
+  void wake() noexcept;
+
+  /// A batch let go by its epoch but still held (kept) by the user, and its end.
+  void add_kept() noexcept { kept_.fetch_add(1); }
+  void remove_kept() noexcept { kept_.fetch_sub(1); }
+  /// True when kept batches hold every buffer the consumer receives batches in: it would wait
+  /// for ever.
+  bool stalled() const noexcept;
+
+ private:
+  using FreeList = boost::lockfree::queue<std::uint32_t>;
+  template <class Stop>
+  static std::optional<std::uint32_t> acquire(FreeList& list, Signal& returned, Stop stop,
+                                              std::atomic<std::uint64_t>* waited_ns) {
+    std::uint32_t id = 0;
+    bool got = false;
+    wait_until(
+        returned, [&] { return got = list.pop(id); }, stop, waited_ns);
+    if (!got) return std::nullopt;
+    return id;
+  }
+
+  std::vector<std::variant<HostBuffer, PinnedBuffer>> staging_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::vector<std::unique_ptr<DeviceSlot>> device_slots_;
+  FreeList free_slots_;
+  FreeList free_device_;
+  Signal slot_returned_;
+  Signal device_returned_;
+  std::atomic<int> kept_{0};
+};
+
+/// The hold a batch has on its buffer: a staging slot (no copy stage) or a device buffer. The
+/// buffer goes back to the ring when the last copy of the batch, or of one of its tensors, goes;
+/// a device buffer only after the work the consumer queued on its stream so far (an event the
+/// copy stream waits for before it overwrites the buffer).
+class Lease {
+ public:
+  /// `owner` keeps the ring and the engine alive as long as the lease.
+  Lease(std::shared_ptr<const void> owner, BufferRing& ring, CopyEngine* engine, void* stream,
+        std::uint32_t id, bool device) noexcept
+      : owner_(std::move(owner)),
+        ring_(ring),
+        engine_(engine),
+        stream_(stream),
+        id_(id),
+        device_(device) {}
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+  ~Lease();
+  /// Called when the epoch lets go of the batch while the user still holds it.
+  void mark_kept() noexcept;
+
+ private:
+  std::shared_ptr<const void> owner_;
+  BufferRing& ring_;
+  CopyEngine* engine_;
+  void* stream_;
+  std::uint32_t id_;
+  bool device_;
+  bool kept_ = false;
+};
+
+}  // namespace ferry::detail
