@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -34,8 +35,8 @@ std::vector<std::byte> run_both(const BatchLayout& layout, std::size_t count,
                                 const std::uint64_t* indices = nullptr) {
   std::vector<std::byte> host(layout.bytes);
   std::vector<std::byte> engine(layout.bytes);
-  std::memcpy(host.data(), written.data(), written.size());
-  std::memcpy(engine.data(), written.data(), written.size());
+  std::copy(written.begin(), written.end(), host.begin());
+  std::copy(written.begin(), written.end(), engine.begin());
   HostOps h;
   for (const auto& plan : layout.plans) plan.run(h, OpSpan{host.data(), indices, 0, count});
   HostCopyEngine e(HostCopyEngine::Options{});
