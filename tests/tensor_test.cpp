@@ -302,4 +302,50 @@ TEST(Tensor, ShapeOfADimensionBeyondTheRankIsAConfigError) {
   expect_error<ferry::ConfigError>([] { (void)Tensor().shape(0); }, {"Tensor::shape", "rank 0"});
 }
 
+// What a loader batch is: memory wrapped with `owner`, the lease on its ring slot, standing in.
+struct Batch {
+  std::vector<float> memory = {0.5f, 1.5f, 2.5f, 3.5f, 4.5f, 5.5f};
+  std::shared_ptr<int> lease = std::make_shared<int>(0);
+  std::weak_ptr<int> watch = lease;
+  Tensor tensor =
+      Tensor::wrap(memory.data(), {2, 3}, DType::f32, Device::cpu(), false, std::move(lease));
+};
+
+TEST(Tensor, CopiesOfABatchDoNotKeepItsBufferAlive) {
+  Batch batch;
+  const Tensor cloned = batch.tensor.clone();
+  const Tensor half = batch.tensor.to(DType::f16);
+  const Tensor floats = batch.tensor.to(Device::cpu(), DType::f64, /*non_blocking=*/true);
+  Tensor same = batch.tensor.to(Device::cpu(), DType::f32, /*non_blocking=*/true);
+  Tensor moved = batch.tensor.to(Device::cpu(), /*non_blocking=*/true);
+  // To the device and dtype it has: the same storage, by contract, so the same lease.
+  EXPECT_TRUE(moved.shares_storage_with(batch.tensor));
+  EXPECT_TRUE(same.shares_storage_with(batch.tensor));
+  batch.tensor = Tensor();
+  EXPECT_FALSE(batch.watch.expired());
+  moved = Tensor();
+  EXPECT_FALSE(batch.watch.expired());
+  same = Tensor();
+  EXPECT_TRUE(batch.watch.expired()) << "a copy keeps the batch's buffer alive";
+  // The copies hold their values.
+  for (std::size_t i = 0; i < 6; ++i) {
+    const float v = 0.5f + static_cast<float>(i);
+    EXPECT_EQ(cloned.data<float>()[i], v);
+    EXPECT_EQ(half.data<ferry::Half>()[i].bits, ferry::to_half(v).bits);
+    EXPECT_EQ(floats.data<double>()[i], static_cast<double>(v));
+  }
+  EXPECT_TRUE(cloned.ready_event().ready());
+  EXPECT_TRUE(half.ready_event().ready());
+}
+
+TEST(Tensor, PinnedCopiesOfABatchDoNotKeepItsBufferAlive) {
+  Batch batch;
+  const Tensor pinned = batch.tensor.pin_memory();
+  const Tensor cloned = pinned.clone();
+  batch.tensor = Tensor();
+  EXPECT_TRUE(batch.watch.expired());
+  EXPECT_EQ(pinned.data<float>()[5], 5.5f);
+  EXPECT_EQ(cloned.data<float>()[0], 0.5f);
+}
+
 }  // namespace

@@ -25,8 +25,12 @@ class Storage;
 /// Asynchrony: a tensor written by a non-blocking copy or a kernel carries the event of that
 /// work (ready_event()). Everything ferry does with the tensor afterwards is ordered after it:
 /// host data() waits for it; device work is queued behind it. Raw users of a device pointer wait
-/// on ready_event() themselves. Tensors may be used from several threads for reading; writing
-/// the same bytes concurrently is the caller's business.
+/// on ready_event() themselves. A tensor made by such work keeps the tensors it reads alive until
+/// the work is known to be done (a wait, or a query that finds it done, through any copy of the
+/// event; at the latest the next operation on the tensor), and no longer: a copy of a loader
+/// batch does not hold the batch's buffer. Work done synchronously keeps nothing. Tensors may be
+/// used from several threads for reading; writing the same bytes concurrently is the caller's
+/// business.
 class Tensor {
  public:
   Tensor() noexcept;
