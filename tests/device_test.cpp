@@ -29,13 +29,13 @@ TEST(Device, ParsesAndFormatsEveryValidForm) {
   EXPECT_EQ(os.str(), "cuda:2 cpu");
 }
 
-TEST(Device, BadTextRaisesErrorQuotingIt) {
+TEST(Device, BadTextRaisesConfigErrorQuotingIt) {
   for (const char* text : {"", "gpu", "cuda:", "cuda:-1", "cuda:+1", "cuda:1x", "CUDA", " cpu",
                            "cpu ", "cuda:0:1", "cuda:99999999999"}) {
     try {
       (void)Device::parse(text);
       ADD_FAILURE() << "parsed \"" << text << "\"";
-    } catch (const ferry::Error& e) {
+    } catch (const ferry::ConfigError& e) {
       EXPECT_NE(std::string(e.what()).find("\"" + std::string(text) + "\""), std::string::npos)
           << e.what();
     }

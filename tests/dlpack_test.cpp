@@ -2,8 +2,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <limits>
+#include <string_view>
 #include <vector>
 
+#include "expect_error.hpp"
 #include "ferry/ferry.hpp"
 
 namespace {
@@ -109,6 +114,92 @@ TEST(DLPack, ImportRefusesWhatItCannotViewAndStillFreesIt) {
                ferry::ConfigError);  // two lanes
   EXPECT_TRUE(deleted);
   EXPECT_THROW((void)Tensor::from_dlpack(nullptr), ferry::ConfigError);
+}
+
+// Hands from_dlpack a foreign tensor that `edit` made hostile: a ConfigError naming the call and
+// `parts`, and the producer's deleter still runs.
+void expect_refused(const std::function<void(DLTensor&, Foreign&)>& edit,
+                    std::initializer_list<std::string_view> parts) {
+  bool deleted = false;
+  DLManagedTensor* m = foreign(&deleted, {}, {kDLFloat, 32, 1});
+  edit(m->dl_tensor, *static_cast<Foreign*>(m->manager_ctx));
+  const std::string message = ferry::testing::expect_error<ferry::ConfigError>(
+      [&] { (void)Tensor::from_dlpack(m); }, parts);
+  EXPECT_NE(message.find("Tensor::from_dlpack"), std::string::npos) << message;
+  EXPECT_TRUE(deleted) << "the deleter did not run";
+}
+
+// Points the DLTensor at a new shape held by the Foreign.
+void set_shape(DLTensor& t, Foreign& f, std::vector<int64_t> shape) {
+  f.shape = std::move(shape);
+  t.shape = f.shape.data();
+  t.ndim = static_cast<int32_t>(f.shape.size());
+}
+
+TEST(DLPack, ImportRefusesHostileDescriptionsWithConfigError) {
+  constexpr int64_t k2to32 = int64_t{1} << 32;
+  expect_refused([](DLTensor& t, Foreign&) { t.ndim = -1; }, {"ndim -1"});
+  expect_refused([](DLTensor& t, Foreign&) { t.ndim = 1 << 30; }, {"ndim 1073741824"});
+  expect_refused([](DLTensor& t, Foreign&) { t.shape = nullptr; }, {"null shape"});
+  expect_refused(
+      [](DLTensor& t, Foreign& f) {
+        set_shape(t, f, {2, -3});
+      },
+      {"negative", "[2, -3]"});
+  expect_refused(
+      [](DLTensor& t, Foreign& f) {
+        set_shape(t, f, {k2to32, k2to32});
+      },
+      {"[4294967296, 4294967296]"});
+  expect_refused(
+      [](DLTensor& t, Foreign& f) {
+        set_shape(t, f, {int64_t{1} << 62, 1});
+      },
+      {"[4611686018427387904, 1]", "bytes"});
+  expect_refused(
+      [](DLTensor& t, Foreign& f) {
+        f.strides = {1, 2};  // column-major
+        t.strides = f.strides.data();
+      },
+      {"contiguous", "[2, 3]", "stride 2 in dimension 1"});
+  expect_refused([](DLTensor& t, Foreign&) { t.data = nullptr; }, {"null data", "[2, 3]"});
+  expect_refused(
+      [](DLTensor& t, Foreign&) { t.byte_offset = std::numeric_limits<std::uint64_t>::max() - 2; },
+      {"byte_offset 18446744073709551613", "[2, 3]"});
+  expect_refused([](DLTensor& t, Foreign&) { t.byte_offset = std::uint64_t{1} << 63; },
+                 {"byte_offset 9223372036854775808"});
+  expect_refused(
+      [](DLTensor& t, Foreign&) {
+        t.device = {kDLCUDA, -1};
+      },
+      {"negative CUDA device id -1"});
+}
+
+TEST(DLPack, ImportOfAnEmptyTensorIgnoresItsStridesAndNullData) {
+  bool deleted = false;
+  DLManagedTensor* m = foreign(&deleted, {}, {kDLFloat, 32, 1});
+  auto& f = *static_cast<Foreign*>(m->manager_ctx);
+  set_shape(m->dl_tensor, f, {0, int64_t{1} << 40, int64_t{1} << 40});
+  f.strides = {1, 1, 1};  // their products would not fit; an empty tensor has no layout
+  m->dl_tensor.strides = f.strides.data();
+  m->dl_tensor.data = nullptr;
+  Tensor t = Tensor::from_dlpack(m);
+  EXPECT_EQ(t.numel(), 0);
+  EXPECT_EQ(t.nbytes(), 0U);
+  t = Tensor();
+  EXPECT_TRUE(deleted);
+}
+
+TEST(DLPack, ExportOfAnEmptyTensorWithHugeDimensionsRoundTrips) {
+  constexpr int64_t kHuge = int64_t{1} << 40;
+  const Tensor t = Tensor::empty({kHuge, 0, kHuge, kHuge}, DType::u8);
+  EXPECT_EQ(t.numel(), 0);
+  DLManagedTensor* m = t.to_dlpack();
+  EXPECT_EQ(m->dl_tensor.strides[3], 1);
+  EXPECT_EQ(m->dl_tensor.strides[2], kHuge);
+  const Tensor back = Tensor::from_dlpack(m);
+  EXPECT_EQ(back.shape(), t.shape());
+  EXPECT_EQ(back.nbytes(), 0U);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/convert_rules.hpp"
+#include "expect_error.hpp"
 #include "ferry/ferry.hpp"
 
 namespace {
@@ -270,6 +271,28 @@ TEST(DType, BulkConvertMatchesElementRulesForEveryPair) {
       }
     }
   }
+}
+
+TEST(Convert, CountsWhoseBytesOverflowAndUnknownDtypesAreConfigErrors) {
+  using ferry::testing::expect_error;
+  float in = 1.5f;
+  double out = 0;
+  constexpr std::size_t kMaxSize = std::numeric_limits<std::size_t>::max();
+  // count x 8 bytes wraps around: no element may be touched.
+  expect_error<ferry::ConfigError>(
+      [&] { ferry::convert(&in, DType::f32, &out, DType::f64, kMaxSize / 4); },
+      {"convert", "4611686018427387903 x 8"});
+  expect_error<ferry::ConfigError>(
+      [&] { ferry::convert(&in, DType::f32, &in, DType::f32, kMaxSize); }, {"convert"});
+  expect_error<ferry::ConfigError>(
+      [&] { ferry::convert(&in, static_cast<DType>(42), &out, DType::f64, 1); },
+      {"convert", "unknown dtype 42"});
+  expect_error<ferry::ConfigError>(
+      [&] { ferry::convert(nullptr, DType::f32, &out, DType::f64, 1); }, {"convert", "null"});
+  EXPECT_EQ(out, 0.0);
+  ferry::convert(nullptr, DType::f32, nullptr, DType::f64, 0);  // nothing to do
+  ferry::convert(&in, DType::f32, &out, DType::f64, 1);
+  EXPECT_EQ(out, 1.5);
 }
 
 }  // namespace

@@ -2,14 +2,18 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <thread>
 #include <vector>
 
+#include "core/storage.hpp"
+#include "expect_error.hpp"
 #include "ferry/ferry.hpp"
 
 namespace {
@@ -172,6 +176,129 @@ TEST(HostCopyEngine, ManyProducersLoseNoCopy) {
   for (auto& th : threads) th.join();
   engine.synchronize();
   EXPECT_EQ(std::memcmp(out, src.data(), dst.size()), 0);
+}
+
+// A loader batch as the copy stage makes it: memory wrapped with an owner, the lease on its
+// ring slot, standing in.
+struct Batch {
+  std::vector<std::uint8_t> memory = pattern(4096, 9);
+  std::shared_ptr<int> lease = std::make_shared<int>(0);
+  std::weak_ptr<int> watch = lease;
+  ferry::Tensor tensor = ferry::Tensor::wrap(memory.data(), {4096}, ferry::DType::u8,
+                                             ferry::Device::cpu(), false, std::move(lease));
+};
+
+// Queues a copy of `from` behind `gate` on `engine`, as Tensor::to() does on a GPU: the copy
+// keeps its source until the work is done.
+ferry::Tensor copy_behind(HostCopyEngine& engine, const Event& gate, const ferry::Tensor& from) {
+  ferry::Tensor to = ferry::Tensor::empty(from.shape(), from.dtype());
+  engine.wait(gate);
+  engine.copy_async(to.storage()->data(), from.storage()->data(), from.nbytes(),
+                    CopyKind::device_to_device);
+  to.storage()->set_pending(engine.record(), {from.storage()});
+  return to;
+}
+
+TEST(HostCopyEngine, AsynchronousCopiesKeepTheirSourceUntilAWaitFindsThemDone) {
+  HostCopyEngine engine;
+  auto gate = std::make_shared<HostEvent>();
+  Batch batch;
+  const ferry::Tensor copy = copy_behind(engine, Event(gate), batch.tensor);
+  batch.tensor = ferry::Tensor();
+  std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(copy.ready_event().ready());
+  EXPECT_FALSE(batch.watch.expired()) << "the source went while the copy may still read it";
+  const Event done = copy.ready_event();  // a copy of the event: waiting on it is enough
+  gate->signal();
+  done.synchronize();
+  EXPECT_TRUE(batch.watch.expired()) << "the copy keeps the batch's buffer after its work";
+  EXPECT_EQ(std::memcmp(copy.data(), batch.memory.data(), batch.memory.size()), 0);
+}
+
+TEST(HostCopyEngine, AsynchronousCopiesDropTheirSourceWhenAQueryOrTheNextOperationLooks) {
+  HostCopyEngine engine;
+  {
+    auto gate = std::make_shared<HostEvent>();
+    Batch batch;
+    const ferry::Tensor copy = copy_behind(engine, Event(gate), batch.tensor);
+    batch.tensor = ferry::Tensor();
+    gate->signal();
+    engine.synchronize();  // done, but nobody has looked yet
+    EXPECT_FALSE(batch.watch.expired());
+    EXPECT_TRUE(copy.ready_event().ready());  // a query that finds it done
+    EXPECT_TRUE(batch.watch.expired());
+  }
+  {
+    auto gate = std::make_shared<HostEvent>();
+    Batch batch;
+    const ferry::Tensor copy = copy_behind(engine, Event(gate), batch.tensor);
+    batch.tensor = ferry::Tensor();
+    gate->signal();
+    engine.synchronize();
+    const ferry::Tensor half = copy.to(ferry::DType::f16);  // the next operation on it
+    EXPECT_TRUE(batch.watch.expired());
+    EXPECT_EQ(half.data<ferry::Half>()[1].bits, ferry::to_half(batch.memory[1]).bits);
+  }
+}
+
+TEST(HostCopyEngine, WorkDoneAlreadyKeepsNoSources) {
+  auto done = std::make_shared<HostEvent>();
+  done->signal();  // a copy that completed synchronously
+  Batch batch;
+  const ferry::Tensor copy = ferry::Tensor::empty({4096}, ferry::DType::u8);
+  std::memcpy(copy.data(), batch.tensor.data(), 4096);
+  copy.storage()->set_pending(Event(done), {batch.tensor.storage()});
+  batch.tensor = ferry::Tensor();
+  EXPECT_TRUE(batch.watch.expired()) << "finished work recorded its sources";
+  EXPECT_EQ(static_cast<const std::uint8_t*>(copy.data())[4095], batch.memory[4095]);
+}
+
+TEST(HostCopyEngine, ConcurrentQueriesReleaseTheSourcesOnce) {
+  HostCopyEngine engine;
+  auto gate = std::make_shared<HostEvent>();
+  Batch batch;
+  auto released = std::make_shared<std::atomic<int>>(0);
+  std::shared_ptr<void> counted(nullptr, [released](void*) { released->fetch_add(1); });
+  ferry::Tensor source = ferry::Tensor::wrap(batch.memory.data(), {4096}, ferry::DType::u8,
+                                             ferry::Device::cpu(), false, counted);
+  counted.reset();
+  ferry::Tensor copy = copy_behind(engine, Event(gate), source);
+  source = ferry::Tensor();
+  const Event event = copy.ready_event();
+  std::vector<std::thread> threads;
+  threads.reserve(4);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&event] {
+      const auto deadline = std::chrono::steady_clock::now() + 2s;
+      while (!event.ready() && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::yield();
+    });
+  }
+  gate->signal();
+  for (auto& th : threads) th.join();
+  EXPECT_TRUE(event.ready());
+  EXPECT_EQ(released->load(), 1);
+  copy = ferry::Tensor();
+  EXPECT_EQ(released->load(), 1);
+}
+
+TEST(HostCopyEngine, CountsWhoseBytesOverflowAreConfigErrorsBeforeAnythingIsQueued) {
+  using ferry::testing::expect_error;
+  HostCopyEngine engine;
+  float in = 0;
+  double out = 0;
+  constexpr std::size_t kMaxSize = std::numeric_limits<std::size_t>::max();
+  expect_error<ferry::ConfigError>(
+      [&] { engine.convert_async(&in, ferry::DType::f32, &out, ferry::DType::f64, kMaxSize / 4); },
+      {"HostCopyEngine::convert_async", "x 8"});
+  expect_error<ferry::ConfigError>(
+      [&] { engine.convert_async(&in, static_cast<ferry::DType>(42), &out, ferry::DType::f64, 1); },
+      {"HostCopyEngine::convert_async", "unknown dtype"});
+  const std::uint64_t index = 0;
+  expect_error<ferry::ConfigError>([&] { engine.gather_async(&in, &out, &index, kMaxSize / 2, 4); },
+                                   {"HostCopyEngine::gather_async", "x 4"});
+  engine.synchronize();
+  EXPECT_EQ(out, 0.0);
 }
 
 }  // namespace

@@ -3,11 +3,13 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <set>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "expect_error.hpp"
 #include "ferry/ferry.hpp"
 #include "test_util.hpp"
 
@@ -19,7 +21,12 @@ using ferry::HostBuffer;
 using ferry::PinnedBuffer;
 using ferry::PinnedPool;
 
+using ferry::testing::expect_error;
+
 std::uintptr_t address(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
+
+constexpr std::size_t k2to62 = std::size_t{1} << 62;
+constexpr std::size_t kMaxSize = std::numeric_limits<std::size_t>::max();
 
 TEST(HostBuffer, IsAlignedAndMoveOnly) {
   HostBuffer a = HostBuffer::allocate(1000);
@@ -173,6 +180,46 @@ TEST(PinnedPool, ConcurrentAcquireAndReleaseKeepCountsExact) {
   EXPECT_LE(s.misses,
             static_cast<std::uint64_t>(kThreads * 3));  // at most one per thread per class
   EXPECT_EQ(s.in_use_bytes, 0U);
+}
+
+TEST(HostBuffer, AnAbsurdSizeIsAConfigErrorNotBadAlloc) {
+  expect_error<ferry::ConfigError>([] { (void)HostBuffer::allocate(k2to62); },
+                                   {"HostBuffer::allocate", "4611686018427387904 bytes"});
+  // Rounding up to the alignment wraps around to 0: it must not become a small buffer.
+  expect_error<ferry::ConfigError>([] { (void)HostBuffer::allocate(kMaxSize - 10); },
+                                   {"HostBuffer::allocate", "18446744073709551605 bytes"});
+}
+
+TEST(PinnedBuffer, AnAbsurdSizeIsAFerryErrorNotBadAlloc) {
+  if (ferry::cuda_device_count() > 0) {  // cudaHostAlloc answers there
+    EXPECT_THROW((void)PinnedBuffer::allocate(k2to62), ferry::DeviceError);
+    return;
+  }
+  expect_error<ferry::ConfigError>([] { (void)PinnedBuffer::allocate(k2to62); },
+                                   {"PinnedBuffer::allocate", "4611686018427387904 bytes"});
+  expect_error<ferry::ConfigError>([] { (void)PinnedBuffer::allocate(kMaxSize - 10); },
+                                   {"PinnedBuffer::allocate", "18446744073709551605 bytes"});
+}
+
+TEST(DeviceBuffer, AnAbsurdSizeOfTheHostStandInIsADeviceError) {
+  expect_error<ferry::DeviceError>([] { (void)DeviceBuffer::allocate(Device::cpu(), k2to62); },
+                                   {"DeviceBuffer::allocate", "4611686018427387904 bytes"});
+  expect_error<ferry::DeviceError>([] { (void)DeviceBuffer::allocate(Device::cpu(), kMaxSize); },
+                                   {"DeviceBuffer::allocate", "18446744073709551615 bytes"});
+}
+
+TEST(PinnedPool, SizesBeyondTheLargestClassAreConfigErrors) {
+  constexpr std::size_t k2to63 = std::size_t{1} << 63;
+  EXPECT_EQ(PinnedPool::size_class(k2to63), k2to63);
+  EXPECT_EQ(PinnedPool::size_class(k2to63 + 1), k2to63 + 1);  // no power of two holds it
+  EXPECT_EQ(PinnedPool::size_class(kMaxSize), kMaxSize);
+  PinnedPool pool(kMaxSize);
+  expect_error<ferry::ConfigError>([&] { (void)pool.acquire(kMaxSize); },
+                                   {"PinnedPool::acquire", "18446744073709551615 bytes"});
+  EXPECT_THROW((void)pool.acquire(k2to62), ferry::Error);  // a class, but no memory for it
+  EXPECT_EQ(pool.stats().in_use_bytes, 0U);
+  { const auto block = pool.acquire(100); }
+  EXPECT_EQ(pool.stats().cached_bytes, 4096U);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/image_ops.hpp"
+#include "expect_error.hpp"
 #include "ferry/ferry.hpp"
 
 namespace {
@@ -220,6 +221,28 @@ TEST(HwcToChw, MovesElementsOfEveryWidth) {
                       pixel(u8, n, y, x, c));
   }
   EXPECT_THROW((void)ferry::hwc_to_chw(Tensor::empty({4, 4}, DType::u8)), ferry::ConfigError);
+}
+
+TEST(NormalizeImages, ImagesWithNoPixelsGiveAnEmptyResultAtOnce) {
+  constexpr int64_t kHuge = int64_t{1} << 40;
+  // N x H beyond any memory, W = 0: no pixels, and no loop over 2^40 images of none.
+  const Tensor wide = Tensor::empty({kHuge, kHuge, 0, 3}, DType::u8);
+  const Tensor out = ferry::normalize_images(wide, Normalize{});
+  EXPECT_EQ(out.shape(), (std::vector<int64_t>{kHuge, 3, kHuge, 0}));
+  EXPECT_EQ(out.dtype(), DType::f32);
+  // N = 0: H x W would overflow int64 if the kernel formed it.
+  const Tensor none = Tensor::empty({0, kHuge, kHuge, 3}, DType::u8);
+  EXPECT_EQ(ferry::normalize_images(none, Normalize{}).numel(), 0);
+  EXPECT_EQ(ferry::hwc_to_chw(none.to(DType::f16)).shape(),
+            (std::vector<int64_t>{0, 3, kHuge, kHuge}));
+}
+
+TEST(NormalizeImages, UndefinedImagesAreAConfigError) {
+  ferry::testing::expect_error<ferry::ConfigError>(
+      [] { (void)ferry::normalize_images(Tensor(), Normalize{}); },
+      {"normalize_images", "undefined"});
+  ferry::testing::expect_error<ferry::ConfigError>([] { (void)ferry::hwc_to_chw(Tensor()); },
+                                                   {"hwc_to_chw", "undefined"});
 }
 
 }  // namespace

@@ -2,11 +2,13 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
 
+#include "expect_error.hpp"
 #include "ferry/ferry.hpp"
 #include "test_util.hpp"
 
@@ -15,6 +17,11 @@ namespace {
 using ferry::Device;
 using ferry::DType;
 using ferry::Tensor;
+using ferry::testing::expect_error;
+
+constexpr int64_t k2to32 = int64_t{1} << 32;
+constexpr int64_t k2to62 = int64_t{1} << 62;
+constexpr int64_t kMax64 = std::numeric_limits<int64_t>::max();
 
 Tensor iota_f32(std::vector<int64_t> shape) {
   int64_t n = 1;
@@ -183,6 +190,162 @@ TEST(Tensor, UndefinedTensorsRefuseWork) {
   EXPECT_THROW((void)t.pin_memory(), ferry::ConfigError);
   EXPECT_EQ(t.data(), nullptr);
   EXPECT_FALSE(t.clone().defined());
+}
+
+TEST(Tensor, ShapesWhoseSizeOverflowsAreConfigErrorsNamingTheCallAndShape) {
+  using ferry::ConfigError;
+  // 2^32 x 2^32 wraps to 0 elements in 64 bits: it must not become a tensor of no bytes.
+  expect_error<ConfigError>(
+      [] {
+        (void)Tensor::empty({k2to32, k2to32}, DType::u8);
+      },
+      {"Tensor::empty", "[4294967296, 4294967296]"});
+  expect_error<ConfigError>(
+      [] {
+        (void)Tensor::empty({k2to32, 3, k2to32}, DType::u8);
+      },
+      {"Tensor::empty", "[4294967296, 3, 4294967296]"});
+  // The elements fit in int64, their bytes do not.
+  expect_error<ConfigError>([] { (void)Tensor::empty({k2to62}, DType::f64); },
+                            {"Tensor::empty", "[4611686018427387904]", "f64"});
+  expect_error<ConfigError>(
+      [] {
+        (void)Tensor::empty({2, -1}, DType::f32);
+      },
+      {"Tensor::empty", "negative", "[2, -1]"});
+  expect_error<ConfigError>(
+      [] {
+        (void)Tensor::zeros({k2to32, k2to32}, DType::f32);
+      },
+      {"Tensor::zeros", "[4294967296, 4294967296]"});
+  const std::uint8_t byte = 7;
+  expect_error<ConfigError>(
+      [&] {
+        (void)Tensor::from_bytes(&byte, 0, {k2to32, k2to32}, DType::u8);
+      },
+      {"Tensor::from", "[4294967296, 4294967296]"});
+  expect_error<ConfigError>(
+      [&] {
+        (void)Tensor::from(std::vector<std::uint8_t>{1}, {kMax64, 2});
+      },
+      {"Tensor::from", "[9223372036854775807, 2]"});
+  expect_error<ConfigError>(
+      [&] {
+        (void)Tensor::wrap(const_cast<std::uint8_t*>(&byte), {k2to32, k2to32}, DType::u8,
+                           Device::cpu(), false, nullptr);
+      },
+      {"Tensor::wrap", "[4294967296, 4294967296]"});
+  const Tensor t = iota_f32({4, 3});
+  expect_error<ConfigError>(
+      [&] {
+        (void)t.reshape({k2to32, k2to32});
+      },
+      {"Tensor::reshape", "[4294967296, 4294967296]"});
+  expect_error<ConfigError>([&] { (void)t.reshape({12, -1}); }, {"Tensor::reshape", "[12, -1]"});
+  // An empty shape is empty however large its other dimensions.
+  EXPECT_EQ(Tensor::empty({0, kMax64, kMax64}, DType::f64).nbytes(), 0U);
+}
+
+TEST(Tensor, AnUnknownDtypeIsAConfigError) {
+  const auto bad = static_cast<DType>(99);
+  expect_error<ferry::ConfigError>([&] { (void)Tensor::empty({2}, bad); },
+                                   {"Tensor::empty", "unknown dtype 99"});
+  expect_error<ferry::ConfigError>([&] { (void)iota_f32({2}).to(bad); },
+                                   {"Tensor::to", "unknown dtype 99"});
+}
+
+TEST(Tensor, NullDataForANonEmptyShapeIsAConfigError) {
+  expect_error<ferry::ConfigError>([] { (void)Tensor::from_bytes(nullptr, 8, {2}, DType::f32); },
+                                   {"Tensor::from", "null data", "[2]"});
+  expect_error<ferry::ConfigError>(
+      [] {
+        (void)Tensor::wrap(nullptr, {2, 2}, DType::u8, Device::cpu(), false, nullptr);
+      },
+      {"Tensor::wrap", "null data", "[2, 2]"});
+  // Nothing to view: null is fine.
+  EXPECT_EQ(Tensor::wrap(nullptr, {0, 2}, DType::u8, Device::cpu(), false, nullptr).numel(), 0);
+  EXPECT_EQ(Tensor::from_bytes(nullptr, 0, {0}, DType::u8).numel(), 0);
+}
+
+TEST(Tensor, AnAbsurdAllocationIsAFerryErrorNotBadAlloc) {
+  // 2^62 bytes: a size that is representable, but memory no machine has.
+  expect_error<ferry::ConfigError>([] { (void)Tensor::empty({k2to62}, DType::u8); },
+                                   {"Tensor::empty", "[4611686018427387904]", "HostBuffer"});
+  expect_error<ferry::ConfigError>([] { (void)Tensor::zeros({k2to62 / 4}, DType::f32); },
+                                   {"Tensor::zeros", "[1152921504606846976]"});
+  if (ferry::cuda_device_count() == 0) {  // else cudaHostAlloc answers, with a DeviceError
+    expect_error<ferry::ConfigError>(
+        [] { (void)Tensor::empty({k2to62}, DType::u8, Device::cpu(), /*pinned=*/true); },
+        {"Tensor::empty", "[4611686018427387904]", "PinnedBuffer"});
+  }
+}
+
+TEST(Tensor, SliceBoundsThatOverflowAreConfigErrors) {
+  const Tensor t = iota_f32({4, 3});
+  // start + length wraps around int64: it must not pass for a row within [0, 4).
+  expect_error<ferry::ConfigError>([&] { (void)t.slice(2, kMax64); },
+                                   {"Tensor::slice", "[4, 3]", "9223372036854775807"});
+  expect_error<ferry::ConfigError>([&] { (void)t.slice(kMax64, 2); }, {"Tensor::slice", "[4, 3]"});
+  expect_error<ferry::ConfigError>([&] { (void)t.slice(1, -1); }, {"Tensor::slice", "[4, 3]"});
+  expect_error<ferry::ConfigError>([] { (void)Tensor().slice(0, 0); },
+                                   {"Tensor::slice", "undefined"});
+  expect_error<ferry::ConfigError>([] { (void)Tensor().reshape({1}); },
+                                   {"Tensor::reshape", "undefined"});
+  EXPECT_EQ(t.slice(4, 0).numel(), 0);
+}
+
+TEST(Tensor, ShapeOfADimensionBeyondTheRankIsAConfigError) {
+  const Tensor t = iota_f32({4, 3});
+  EXPECT_EQ(t.shape(1), 3);
+  expect_error<ferry::ConfigError>([&] { (void)t.shape(2); },
+                                   {"Tensor::shape", "dim 2", "rank 2", "[4, 3]"});
+  expect_error<ferry::ConfigError>([] { (void)Tensor().shape(0); }, {"Tensor::shape", "rank 0"});
+}
+
+// What a loader batch is: memory wrapped with `owner`, the lease on its ring slot, standing in.
+struct Batch {
+  std::vector<float> memory = {0.5f, 1.5f, 2.5f, 3.5f, 4.5f, 5.5f};
+  std::shared_ptr<int> lease = std::make_shared<int>(0);
+  std::weak_ptr<int> watch = lease;
+  Tensor tensor =
+      Tensor::wrap(memory.data(), {2, 3}, DType::f32, Device::cpu(), false, std::move(lease));
+};
+
+TEST(Tensor, CopiesOfABatchDoNotKeepItsBufferAlive) {
+  Batch batch;
+  const Tensor cloned = batch.tensor.clone();
+  const Tensor half = batch.tensor.to(DType::f16);
+  const Tensor floats = batch.tensor.to(Device::cpu(), DType::f64, /*non_blocking=*/true);
+  Tensor same = batch.tensor.to(Device::cpu(), DType::f32, /*non_blocking=*/true);
+  Tensor moved = batch.tensor.to(Device::cpu(), /*non_blocking=*/true);
+  // To the device and dtype it has: the same storage, by contract, so the same lease.
+  EXPECT_TRUE(moved.shares_storage_with(batch.tensor));
+  EXPECT_TRUE(same.shares_storage_with(batch.tensor));
+  batch.tensor = Tensor();
+  EXPECT_FALSE(batch.watch.expired());
+  moved = Tensor();
+  EXPECT_FALSE(batch.watch.expired());
+  same = Tensor();
+  EXPECT_TRUE(batch.watch.expired()) << "a copy keeps the batch's buffer alive";
+  // The copies hold their values.
+  for (std::size_t i = 0; i < 6; ++i) {
+    const float v = 0.5f + static_cast<float>(i);
+    EXPECT_EQ(cloned.data<float>()[i], v);
+    EXPECT_EQ(half.data<ferry::Half>()[i].bits, ferry::to_half(v).bits);
+    EXPECT_EQ(floats.data<double>()[i], static_cast<double>(v));
+  }
+  EXPECT_TRUE(cloned.ready_event().ready());
+  EXPECT_TRUE(half.ready_event().ready());
+}
+
+TEST(Tensor, PinnedCopiesOfABatchDoNotKeepItsBufferAlive) {
+  Batch batch;
+  const Tensor pinned = batch.tensor.pin_memory();
+  const Tensor cloned = pinned.clone();
+  batch.tensor = Tensor();
+  EXPECT_TRUE(batch.watch.expired());
+  EXPECT_EQ(pinned.data<float>()[5], 5.5f);
+  EXPECT_EQ(cloned.data<float>()[0], 0.5f);
 }
 
 }  // namespace

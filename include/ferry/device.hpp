@@ -24,7 +24,8 @@ class Device {
   static Device cpu() noexcept { return {}; }
   /// CUDA device `index`. \throws ConfigError when index is negative.
   static Device cuda(int index = 0);
-  /// Parses "cpu", "cuda" or "cuda:N". \throws Error quoting the text when it is none of these.
+  /// Parses "cpu", "cuda" or "cuda:N". \throws ConfigError quoting the text when it is none of
+  /// these.
   static Device parse(std::string_view text);
   /// cuda:0 when a usable GPU exists, else cpu: "cuda if available else cpu". Never throws.
   static Device best() noexcept;

@@ -99,6 +99,8 @@ constexpr DType dtype_of<double>() noexcept {
 /// * integer to integer: modulo 2^bits (two's complement), as C++20 and PyTorch.
 /// * u8/i32/i64 to floating: round to nearest, ties to even.
 /// `src` and `dst` must not overlap unless from == to.
-void convert(const void* src, DType from, void* dst, DType to, std::size_t count) noexcept;
+/// \throws ConfigError, its message starting "convert", for a dtype that is none of the above,
+/// a count whose bytes do not fit in memory sizes, or null pointers with a count.
+void convert(const void* src, DType from, void* dst, DType to, std::size_t count);
 
 }  // namespace ferry

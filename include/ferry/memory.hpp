@@ -12,7 +12,8 @@ namespace ferry {
 class HostBuffer {
  public:
   HostBuffer() noexcept = default;
-  /// \throws std::bad_alloc.
+  /// \throws ConfigError naming the size when it is more than the machine's RAM and swap, or
+  /// the memory cannot be had.
   static HostBuffer allocate(std::size_t nbytes);
   HostBuffer(HostBuffer&& other) noexcept;
   HostBuffer& operator=(HostBuffer&& other) noexcept;
@@ -38,7 +39,7 @@ class PinnedBuffer {
   enum class Lock : std::uint8_t { none, mlock, cuda };
 
   PinnedBuffer() noexcept = default;
-  /// \throws std::bad_alloc, or DeviceError when cudaHostAlloc fails.
+  /// \throws ConfigError as HostBuffer::allocate, or DeviceError when cudaHostAlloc fails.
   static PinnedBuffer allocate(std::size_t nbytes);
   PinnedBuffer(PinnedBuffer&& other) noexcept;
   PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
@@ -65,7 +66,8 @@ class DeviceBuffer {
   using Free = void (*)(void* context, void* data) noexcept;
 
   DeviceBuffer() noexcept = default;
-  /// \throws DeviceError when the device is not usable or out of memory.
+  /// \throws DeviceError when the device is not usable or out of memory (for the CPU's
+  /// stand-in: more than the machine's RAM and swap, or memory that cannot be had).
   static DeviceBuffer allocate(Device device, std::size_t nbytes);
   /// Adopts `data`; `free(context, data)` releases it.
   DeviceBuffer(void* data, std::size_t size, Device device, Free free, void* context) noexcept
@@ -129,12 +131,13 @@ class PinnedPool {
   /// The process-wide pool that Tensor::pin_memory() draws from.
   static PinnedPool& global();
 
-  /// A buffer of at least `nbytes` (rounded up to its size class). \throws as PinnedBuffer.
+  /// A buffer of at least `nbytes` (rounded up to its size class). \throws as PinnedBuffer, and
+  /// ConfigError for more bytes than the largest size class (2^63).
   Block acquire(std::size_t nbytes);
   Stats stats() const;
   /// Frees every cached buffer.
   void trim();
-  /// The size class that serves `nbytes`.
+  /// The size class that serves `nbytes`; `nbytes` itself above 2^63, which acquire() refuses.
   static std::size_t size_class(std::size_t nbytes) noexcept;
 
  private:

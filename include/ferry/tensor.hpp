@@ -25,8 +25,12 @@ class Storage;
 /// Asynchrony: a tensor written by a non-blocking copy or a kernel carries the event of that
 /// work (ready_event()). Everything ferry does with the tensor afterwards is ordered after it:
 /// host data() waits for it; device work is queued behind it. Raw users of a device pointer wait
-/// on ready_event() themselves. Tensors may be used from several threads for reading; writing
-/// the same bytes concurrently is the caller's business.
+/// on ready_event() themselves. A tensor made by such work keeps the tensors it reads alive until
+/// the work is known to be done (a wait, or a query that finds it done, through any copy of the
+/// event; at the latest the next operation on the tensor), and no longer: a copy of a loader
+/// batch does not hold the batch's buffer. Work done synchronously keeps nothing. Tensors may be
+/// used from several threads for reading; writing the same bytes concurrently is the caller's
+/// business.
 class Tensor {
  public:
   Tensor() noexcept;
@@ -37,14 +41,15 @@ class Tensor {
   Tensor& operator=(Tensor&&) noexcept;
 
   /// Uninitialised memory of `shape` on `device`; `pinned` asks for page-locked host memory
-  /// (from PinnedPool::global()). \throws ConfigError on a negative dimension or pinned memory
-  /// for a device other than the CPU; DeviceError when the device is not usable.
+  /// (from PinnedPool::global()). \throws ConfigError naming the shape on a negative dimension,
+  /// a shape whose size overflows, host memory that cannot be had, or pinned memory for a device
+  /// other than the CPU; DeviceError when the device is not usable or out of memory.
   static Tensor empty(std::vector<int64_t> shape, DType dtype, Device device = Device::cpu(),
                       bool pinned = false);
   /// Like empty(), filled with zeros.
   static Tensor zeros(std::vector<int64_t> shape, DType dtype, Device device = Device::cpu());
   /// A CPU tensor holding a copy of `values`. \throws ConfigError when the shape does not
-  /// hold values.size() elements.
+  /// hold values.size() elements, or as empty().
   template <class T>
   static Tensor from(std::span<const T> values,
                      std::vector<int64_t> shape) {  // NOLINT(performance-unnecessary-value-param)
@@ -54,11 +59,13 @@ class Tensor {
   static Tensor from(const std::vector<T>& values, std::vector<int64_t> shape) {
     return from(std::span<const T>(values), std::move(shape));
   }
-  /// A CPU tensor holding a copy of `nbytes` bytes at `data`.
+  /// A CPU tensor holding a copy of `nbytes` bytes at `data`. \throws ConfigError when the
+  /// shape does not take `nbytes`, when `data` is null and `nbytes` is not 0, or as empty().
   static Tensor from_bytes(const void* data, std::size_t nbytes, std::vector<int64_t> shape,
                            DType dtype);
   /// A tensor viewing memory that ferry does not own; `owner` is kept alive as long as any
   /// tensor views it. `pinned` must say truthfully whether host memory is page-locked.
+  /// \throws ConfigError on a bad shape (as empty()) or null `data` for a non-empty shape.
   static Tensor wrap(void* data, std::vector<int64_t> shape, DType dtype, Device device,
                      bool pinned, std::shared_ptr<void> owner);
 
@@ -84,7 +91,11 @@ class Tensor {
 
   bool defined() const noexcept { return storage_ != nullptr; }
   const std::vector<int64_t>& shape() const noexcept { return shape_; }
-  int64_t shape(std::size_t dim) const { return shape_.at(dim); }
+  /// The size of dimension `dim`. \throws ConfigError when dim >= this->dim().
+  int64_t shape(std::size_t dim) const {
+    if (dim >= shape_.size()) throw_bad_dim(dim);
+    return shape_[dim];
+  }
   std::size_t dim() const noexcept { return shape_.size(); }
   DType dtype() const noexcept { return dtype_; }
   Device device() const noexcept;
@@ -101,7 +112,8 @@ class Tensor {
     return static_cast<T*>(data());
   }
 
-  /// Rows [start, start + length) of dimension 0, sharing storage.
+  /// Rows [start, start + length) of dimension 0, sharing storage. \throws ConfigError naming
+  /// the rows and the shape when they are not within dimension 0, or for a scalar.
   Tensor slice(int64_t start, int64_t length) const;
   /// The same storage with another shape of equal numel. \throws ConfigError otherwise.
   Tensor reshape(std::vector<int64_t> shape) const;
@@ -119,7 +131,10 @@ class Tensor {
   /// deleter when done. Waits for pending writes first.
   DLManagedTensor* to_dlpack() const;
   /// Takes a DLPack tensor (contiguous, a dtype ferry knows, on cpu or cuda) without a copy;
-  /// its deleter runs when the last ferry tensor viewing it goes. \throws ConfigError otherwise.
+  /// its deleter runs when the last ferry tensor viewing it goes. \throws ConfigError otherwise,
+  /// or when the DLTensor does not describe memory (negative or more than 64 dimensions, a
+  /// negative or overflowing shape, null data for a non-empty shape, an overflowing
+  /// byte_offset); the deleter runs then too.
   static Tensor from_dlpack(DLManagedTensor* managed);
 
   /// The shared storage (ferry internals).
@@ -131,6 +146,7 @@ class Tensor {
 
  private:
   void check_dtype(DType requested) const;
+  [[noreturn]] void throw_bad_dim(std::size_t dim) const;
   std::shared_ptr<detail::Storage> storage_;
   std::size_t offset_ = 0;
   std::vector<int64_t> shape_;

@@ -31,8 +31,8 @@ Device Device::parse(std::string_view text) {
       return cuda(index);
     }
   }
-  throw Error("Device: cannot parse \"" + std::string(text) +
-              "\": expected \"cpu\", \"cuda\" or \"cuda:N\"");
+  throw ConfigError("Device: cannot parse \"" + std::string(text) +
+                    "\": expected \"cpu\", \"cuda\" or \"cuda:N\"");
 }
 
 Device Device::best() noexcept {

@@ -2,14 +2,20 @@
 
 #include <dlpack/dlpack.h>
 
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
+#include "core/checked.hpp"
+#include "core/shape_text.hpp"
 #include "core/storage.hpp"
 #include "ferry/tensor.hpp"
 
 namespace ferry {
 namespace {
+
+using detail::shape_text;
 
 DLDataType to_dl(DType t) noexcept {
   const auto bits = static_cast<std::uint8_t>(dtype_size(t) * 8);
@@ -44,6 +50,56 @@ DType from_dl(DLDataType t) {
                     std::to_string(t.lanes) + ")");
 }
 
+constexpr const char* kFrom = "Tensor::from_dlpack";
+// NumPy's limit (NPY_MAXDIMS): more is no tensor anyone exports, but a corrupt ndim.
+constexpr int32_t kMaxDims = 64;
+
+// Checks that `t` describes memory ferry can view and returns its shape.
+// \throws ConfigError naming from_dlpack and the shape otherwise.
+std::vector<int64_t> checked_shape(const DLTensor& t, DType dtype) {
+  if (t.ndim < 0 || t.ndim > kMaxDims) {
+    throw ConfigError(std::string(kFrom) + ": ndim " + std::to_string(t.ndim) +
+                      " is not within 0.." + std::to_string(kMaxDims));
+  }
+  if (t.ndim > 0 && t.shape == nullptr) {
+    throw ConfigError(std::string(kFrom) + ": null shape for ndim " + std::to_string(t.ndim));
+  }
+  std::vector<int64_t> shape(t.shape, t.shape + t.ndim);
+  const int64_t n = detail::checked_numel(shape, kFrom);
+  const auto nbytes = detail::try_mul<int64_t>(n, dtype_size(dtype));
+  if (!nbytes) {
+    throw ConfigError(std::string(kFrom) + ": shape " + shape_text(shape) + " of " +
+                      std::string(dtype_name(dtype)) + " has more bytes than memory sizes hold");
+  }
+  // Strides of an empty tensor say nothing (and their products may not fit).
+  if (t.strides != nullptr && n != 0) {
+    int64_t expected = 1;  // a product of dimensions of a shape whose numel fits
+    for (int32_t i = t.ndim; i > 0; --i) {
+      const auto k = static_cast<std::size_t>(i - 1);
+      if (shape[k] != 1 && t.strides[k] != expected) {
+        throw ConfigError(std::string(kFrom) + ": only contiguous tensors are supported; shape " +
+                          shape_text(shape) + " has stride " + std::to_string(t.strides[k]) +
+                          " in dimension " + std::to_string(k) + ", expected " +
+                          std::to_string(expected));
+      }
+      expected *= shape[k];
+    }
+  }
+  if (t.data == nullptr) {
+    if (*nbytes == 0) return shape;  // nothing to view
+    throw ConfigError(std::string(kFrom) + ": null data for shape " + shape_text(shape));
+  }
+  // The bytes viewed, [data + byte_offset, + nbytes), must be addresses.
+  const auto first =
+      detail::try_add<std::uintptr_t>(reinterpret_cast<std::uintptr_t>(t.data), t.byte_offset);
+  if (!first || !detail::try_add<std::uintptr_t>(*first, *nbytes) ||
+      t.byte_offset > static_cast<std::uint64_t>(std::numeric_limits<std::ptrdiff_t>::max())) {
+    throw ConfigError(std::string(kFrom) + ": byte_offset " + std::to_string(t.byte_offset) +
+                      " and shape " + shape_text(shape) + " run past the end of memory");
+  }
+  return shape;
+}
+
 // What a DLManagedTensor keeps alive: the tensor (and so its storage), shape and strides.
 struct Export {
   Tensor tensor;
@@ -56,13 +112,19 @@ struct Export {
 
 DLManagedTensor* Tensor::to_dlpack() const {
   if (!storage_) throw ConfigError("Tensor::to_dlpack: the tensor is undefined");
+  if (shape_.size() > static_cast<std::size_t>(std::numeric_limits<int32_t>::max())) {
+    throw ConfigError("Tensor::to_dlpack: " + std::to_string(shape_.size()) +
+                      " dimensions do not fit DLPack's int32 ndim");
+  }
   synchronize();  // the consumer knows nothing of ferry's events
   auto holder = std::make_unique<Export>();
   holder->tensor = *this;
   holder->shape = shape_;
   holder->strides.assign(shape_.size(), 1);
   for (std::size_t i = shape_.size(); i > 1; --i) {
-    holder->strides[i - 2] = holder->strides[i - 1] * shape_[i - 1];
+    // Overflows only for an empty tensor (numel() fits otherwise), whose strides say nothing.
+    const auto stride = detail::try_mul<int64_t>(holder->strides[i - 1], shape_[i - 1]);
+    holder->strides[i - 2] = stride.value_or(1);
   }
   DLTensor& t = holder->managed.dl_tensor;
   // The offset goes into the pointer, as PyTorch's own toDLPack does: at::fromDLPack (1.13)
@@ -96,6 +158,10 @@ Tensor Tensor::from_dlpack(DLManagedTensor* managed) {
       device = Device::cpu();
       break;
     case kDLCUDA:
+      if (t.device.device_id < 0) {
+        throw ConfigError(std::string(kFrom) + ": negative CUDA device id " +
+                          std::to_string(t.device.device_id));
+      }
       device = Device::cuda(t.device.device_id);
       break;
     default:
@@ -103,18 +169,9 @@ Tensor Tensor::from_dlpack(DLManagedTensor* managed) {
                         std::to_string(t.device.device_type));
   }
   const DType dtype = from_dl(t.dtype);
-  std::vector<int64_t> shape(t.shape, t.shape + t.ndim);
-  if (t.strides != nullptr) {
-    int64_t expected = 1;
-    for (int32_t i = t.ndim; i > 0; --i) {
-      const auto k = static_cast<std::size_t>(i - 1);
-      if (shape[k] != 1 && t.strides[k] != expected) {
-        throw ConfigError("Tensor::from_dlpack: only contiguous tensors are supported");
-      }
-      expected *= shape[k];
-    }
-  }
-  void* data = static_cast<char*>(t.data) + t.byte_offset;
+  std::vector<int64_t> shape = checked_shape(t, dtype);
+  // Null data of an empty tensor stays null: no offset is added to it.
+  void* data = t.data == nullptr ? nullptr : static_cast<char*>(t.data) + t.byte_offset;
   return wrap(data, std::move(shape), dtype, device, t.device.device_type == kDLCUDAHost,
               std::move(owner));
 }

@@ -1,9 +1,11 @@
 #include "ferry/dtype.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <type_traits>
 
+#include "core/checked.hpp"
 #include "core/convert_rules.hpp"
 #include "ferry/error.hpp"
 
@@ -92,7 +94,21 @@ float to_float(Half value) noexcept { return detail::rules::half_to_float(value.
 
 float to_float(BFloat16 value) noexcept { return detail::rules::bfloat16_to_float(value.bits); }
 
-void convert(const void* src, DType from, void* dst, DType to, std::size_t count) noexcept {
+void convert(const void* src, DType from, void* dst, DType to, std::size_t count) {
+  constexpr const char* kWhere = "convert";
+  for (const DType t : {from, to}) {
+    if (dtype_size(t) == 0) {
+      throw ConfigError(std::string(kWhere) + ": unknown dtype " +
+                        std::to_string(static_cast<int>(t)));
+    }
+  }
+  // Both spans must be sizes memory can have; then no offset below overflows.
+  (void)detail::checked_mul<std::int64_t>(count, std::max(dtype_size(from), dtype_size(to)),
+                                          "convert: count");
+  if (count != 0 && (src == nullptr || dst == nullptr)) {
+    throw ConfigError(std::string(kWhere) + ": null source or destination for " +
+                      std::to_string(count) + " elements");
+  }
   if (from == to) {
     if (src != dst && count != 0) std::memcpy(dst, src, count * dtype_size(from));
     return;

@@ -1,18 +1,23 @@
 #include "ferry/memory.hpp"
 
 #include <sys/syscall.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include <bit>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <mutex>
-#include <new>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "copy/copy_engine.hpp"
 #include "copy/cuda/cuda_api.hpp"
+#include "core/checked.hpp"
+#include "ferry/error.hpp"
 
 namespace ferry {
 namespace {
@@ -24,17 +29,47 @@ std::size_t page_size() noexcept {
   return size;
 }
 
-std::size_t round_up(std::size_t n, std::size_t to) noexcept { return (n + to - 1) / to * to; }
+// `n` (at least 1) rounded up to a multiple of `to`, or nothing when that overflows.
+std::optional<std::size_t> round_up(std::size_t n, std::size_t to) noexcept {
+  const auto sum = detail::try_add<std::size_t>(n == 0 ? 1 : n, to - 1);
+  if (!sum) return std::nullopt;
+  return *sum / to * to;
+}
+
+// The most one host allocation may take: the machine's RAM and swap together, as Linux's own
+// overcommit heuristic. Anything larger could never be filled, and asking the allocator for it
+// aborts under the sanitizers instead of failing.
+std::size_t host_memory_limit() noexcept {
+  static const std::size_t limit = [] {
+    struct sysinfo info {};
+    if (::sysinfo(&info) != 0) return std::size_t{std::numeric_limits<std::ptrdiff_t>::max()};
+    const auto total = detail::try_add<std::size_t>(info.totalram, info.totalswap);
+    const auto bytes = total ? detail::try_mul<std::size_t>(*total, info.mem_unit) : std::nullopt;
+    return bytes ? *bytes : std::size_t{std::numeric_limits<std::ptrdiff_t>::max()};
+  }();
+  return limit;
+}
 
 // The system calls themselves: sanitizer runtimes replace mlock/munlock with no-ops that
 // report success, and locked() must tell the truth.
 bool lock_pages(void* p, std::size_t n) noexcept { return ::syscall(SYS_mlock, p, n) == 0; }
 void unlock_pages(void* p, std::size_t n) noexcept { (void)::syscall(SYS_munlock, p, n); }
 
-void* aligned_or_throw(std::size_t alignment, std::size_t nbytes) {
+// `nbytes` of host memory aligned to `alignment`. \throws E, naming `what` and the size, when
+// it cannot be had.
+template <class E>
+void* aligned_or_throw(std::size_t alignment, std::size_t nbytes, const char* what) {
   // aligned_alloc needs a size that is a multiple of the alignment, and a non-zero one.
-  void* p = std::aligned_alloc(alignment, round_up(nbytes == 0 ? 1 : nbytes, alignment));
-  if (p == nullptr) throw std::bad_alloc();
+  const std::optional<std::size_t> bytes = round_up(nbytes, alignment);
+  if (!bytes || *bytes > host_memory_limit()) {
+    throw E(std::string(what) + ": " + std::to_string(nbytes) +
+            " bytes is more than this machine's memory (" + std::to_string(host_memory_limit()) +
+            " bytes of RAM and swap)");
+  }
+  void* p = std::aligned_alloc(alignment, *bytes);
+  if (p == nullptr) {
+    throw E(std::string(what) + ": out of host memory for " + std::to_string(nbytes) + " bytes");
+  }
   return p;
 }
 
@@ -44,7 +79,7 @@ void* aligned_or_throw(std::size_t alignment, std::size_t nbytes) {
 
 HostBuffer HostBuffer::allocate(std::size_t nbytes) {
   HostBuffer b;
-  b.data_ = aligned_or_throw(kHostAlignment, nbytes);
+  b.data_ = aligned_or_throw<ConfigError>(kHostAlignment, nbytes, "HostBuffer::allocate");
   b.size_ = nbytes;
   return b;
 }
@@ -73,8 +108,8 @@ PinnedBuffer PinnedBuffer::allocate(std::size_t nbytes) {
     b.lock_ = Lock::cuda;
     return b;
   }
-  const std::size_t bytes = round_up(nbytes == 0 ? 1 : nbytes, page_size());
-  b.data_ = aligned_or_throw(page_size(), bytes);
+  b.data_ = aligned_or_throw<ConfigError>(page_size(), nbytes, "PinnedBuffer::allocate");
+  const std::size_t bytes = round_up(nbytes, page_size()).value_or(0);  // fits: allocated
   // mlock fails without CAP_IPC_LOCK beyond RLIMIT_MEMLOCK: then the memory is ordinary
   // pageable memory and locked() says so.
   b.lock_ = lock_pages(b.data_, bytes) ? Lock::mlock : Lock::none;
@@ -102,7 +137,7 @@ PinnedBuffer::~PinnedBuffer() {
     detail::cuda::host_free(data_);
     return;
   }
-  if (lock_ == Lock::mlock) unlock_pages(data_, round_up(size_ == 0 ? 1 : size_, page_size()));
+  if (lock_ == Lock::mlock) unlock_pages(data_, round_up(size_, page_size()).value_or(0));
   std::free(data_);
 }
 
@@ -113,7 +148,8 @@ DeviceBuffer DeviceBuffer::allocate(Device device, std::size_t nbytes) {
   if (device.is_cpu()) {
     // Host memory stands in for a device: used by the host copy engine.
     auto free_host = [](void* /*context*/, void* data) noexcept { std::free(data); };
-    return {aligned_or_throw(kHostAlignment, nbytes), nbytes, device, free_host, nullptr};
+    return {aligned_or_throw<DeviceError>(kHostAlignment, nbytes, "DeviceBuffer::allocate"), nbytes,
+            device, free_host, nullptr};
   }
   return detail::cuda::engine(device.index()).allocate(nbytes);
 }
@@ -164,12 +200,21 @@ PinnedPool& PinnedPool::global() {
   return *pool;
 }
 
+namespace {
+constexpr std::size_t kMaxClass = (std::numeric_limits<std::size_t>::max() >> 1) + 1;
+}
+
 std::size_t PinnedPool::size_class(std::size_t nbytes) noexcept {
   constexpr std::size_t kMin = 4096;
+  if (nbytes > kMaxClass) return nbytes;  // no power of two above it: a class of its own
   return nbytes <= kMin ? kMin : std::bit_ceil(nbytes);
 }
 
 PinnedPool::Block PinnedPool::acquire(std::size_t nbytes) {
+  if (nbytes > kMaxClass) {
+    throw ConfigError("PinnedPool::acquire: " + std::to_string(nbytes) +
+                      " bytes is more than any size class");
+  }
   const std::size_t cls = size_class(nbytes);
   {
     std::lock_guard lock(state_->mutex);
@@ -209,7 +254,8 @@ void PinnedPool::Block::give_back() noexcept {
   {
     std::lock_guard lock(pool_->mutex);
     pool_->stats.in_use_bytes -= cls;
-    if (pool_->stats.cached_bytes + cls <= pool_->max_cached_bytes) {
+    const auto cached = detail::try_add<std::size_t>(pool_->stats.cached_bytes, cls);
+    if (cached && *cached <= pool_->max_cached_bytes) {
       try {
         pool_->free[cls].push_back(std::move(buffer_));
         pool_->stats.cached_bytes += cls;

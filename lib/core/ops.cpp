@@ -5,6 +5,7 @@
 
 #include "copy/copy_engine.hpp"
 #include "copy/cuda/cuda_api.hpp"
+#include "core/checked.hpp"
 #include "core/image_ops.hpp"
 #include "core/storage.hpp"
 
@@ -13,11 +14,14 @@ namespace {
 
 // Checks an [N, H, W, C] or [H, W, C] shape and fills in the geometry of `args`.
 void set_geometry(const Tensor& images, const char* where, detail::ImageConvert& args) {
+  if (!images.defined()) throw ConfigError(std::string(where) + ": the images are undefined");
   const auto& s = images.shape();
   if (s.size() != 3 && s.size() != 4) {
     throw ConfigError(std::string(where) + ": expected images [N, H, W, C] or [H, W, C], got " +
                       std::to_string(s.size()) + " dimensions");
   }
+  // Every product of the geometry the kernels form then fits, as the element count does.
+  (void)detail::checked_numel(s, where);
   const std::size_t o = s.size() - 3;
   args.n = o == 0 ? 1 : s[0];
   args.h = s[o];
@@ -39,6 +43,8 @@ std::vector<int64_t> chw_shape(const std::vector<int64_t>& hwc) {
 Tensor run(const Tensor& images, detail::ImageConvert args, std::vector<int64_t> out_shape) {
   const Device device = images.device();
   Tensor out = Tensor::empty(std::move(out_shape), args.dst_dtype, device);
+  // No pixels: nothing to do, and the kernels must not loop over N images of none.
+  if (out.numel() == 0) return out;
   if (device.is_cpu()) {
     args.src = images.data();
     args.dst = out.data();

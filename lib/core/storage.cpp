@@ -1,5 +1,7 @@
 #include "core/storage.hpp"
 
+#include <atomic>
+#include <mutex>
 #include <utility>
 
 #include "copy/cuda/cuda_api.hpp"
@@ -31,6 +33,50 @@ std::size_t size_of(const Storage::Memory& m) noexcept {
       m);
 }
 
+// The event of asynchronous work that reads `sources`: they stay alive until a query or wait
+// finds the work done, then go at once, whoever asked.
+class PendingWrite final : public EventImpl {
+ public:
+  PendingWrite(Event work, std::vector<std::shared_ptr<const Storage>> sources) noexcept
+      : work_(std::move(work)), sources_(std::move(sources)) {}
+
+  bool query() override {
+    if (done_.load(std::memory_order_acquire)) return true;
+    if (!work_.ready()) return false;
+    release();
+    return true;
+  }
+  void wait() override {
+    if (done_.load(std::memory_order_acquire)) return;
+    work_.synchronize();
+    release();
+  }
+  void* native_handle() noexcept override { return work_.native_handle(); }
+
+ private:
+  void release() noexcept {
+    std::vector<std::shared_ptr<const Storage>> dropped;  // freed after the lock is let go
+    std::lock_guard lock(mutex_);
+    dropped.swap(sources_);
+    done_.store(true, std::memory_order_release);
+  }
+
+  Event work_;
+  std::atomic<bool> done_{false};
+  std::mutex mutex_;
+  std::vector<std::shared_ptr<const Storage>> sources_;
+};
+
+// True when `event` says its work is done; false when CUDA cannot tell (the error comes again
+// to whoever waits for it).
+bool known_done(const Event& event) noexcept {
+  try {
+    return event.ready();
+  } catch (...) {
+    return false;
+  }
+}
+
 }  // namespace
 
 Storage::Storage(Memory memory, Device device, bool pinned) noexcept
@@ -48,8 +94,17 @@ Storage::~Storage() {
 }
 
 void Storage::set_pending(Event event, std::vector<std::shared_ptr<const Storage>> sources) {
-  pending_ = std::move(event);
-  sources_ = std::move(sources);
+  pending_ = event;  // first: whatever fails below, the storage waits for the work
+  keeps_sources_ = false;
+  // Work done already (a copy that completed synchronously) has nothing left to read.
+  if (sources.empty() || known_done(event)) return;
+  pending_ = Event(std::make_shared<PendingWrite>(std::move(event), std::move(sources)));
+  keeps_sources_ = true;
+}
+
+const Event& Storage::pending() const {
+  if (keeps_sources_) (void)pending_.ready();  // lets the sources of finished work go
+  return pending_;
 }
 
 std::shared_ptr<Storage> allocate_storage(std::size_t nbytes, Device device, bool pinned) {

@@ -15,6 +15,11 @@ namespace ferry::detail {
 ///
 /// Threads: the pending write is set once, by the thread that made the storage, before any
 /// Tensor holding it is handed out; afterwards the storage is only read, from any thread.
+///
+/// Sources: storage written by asynchronous work keeps the storages that work reads alive until
+/// it is known to be complete, and no longer: the first query or wait (from any thread, through
+/// any copy of the event) that finds the work done lets them go. A copy of a loader batch must
+/// not hold the batch's ring buffer once the copy is made.
 class Storage {
  public:
   /// Memory that ferry does not own, kept alive by `owner`.
@@ -37,10 +42,13 @@ class Storage {
   bool pinned() const noexcept { return pinned_; }
 
   /// Records that asynchronous work writes this storage, reading `sources`, which stay alive
-  /// until the work is done. \pre called before the storage is shared with another thread.
+  /// until the work is known to be done (see above). Work already done keeps no sources.
+  /// \pre called before the storage is shared with another thread.
+  /// \throws DeviceError when CUDA cannot tell whether `event` is done.
   void set_pending(Event event, std::vector<std::shared_ptr<const Storage>> sources);
-  /// The event of the pending write (a complete event when there is none).
-  const Event& pending() const noexcept { return pending_; }
+  /// The event of the pending write (a complete event when there is none). Looking lets the
+  /// sources of finished work go. \throws DeviceError when CUDA cannot tell.
+  const Event& pending() const;
 
  private:
   Memory memory_;
@@ -48,12 +56,13 @@ class Storage {
   std::size_t size_;
   Device device_;
   bool pinned_;
-  Event pending_;
-  std::vector<std::shared_ptr<const Storage>> sources_;
+  Event pending_;               // holds the sources while the work runs
+  bool keeps_sources_ = false;  // pending_ is a PendingWrite
 };
 
 /// New storage of `nbytes` on `device`: pageable or pooled pinned memory on the CPU, device
-/// memory on a GPU. \throws DeviceError, std::bad_alloc.
+/// memory on a GPU. \throws ConfigError when host memory of that size cannot be had;
+/// DeviceError when device memory cannot.
 std::shared_ptr<Storage> allocate_storage(std::size_t nbytes, Device device, bool pinned);
 
 }  // namespace ferry::detail

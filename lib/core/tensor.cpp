@@ -1,38 +1,64 @@
 #include "ferry/tensor.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
-#include <sstream>
 #include <string>
 #include <utility>
 
 #include "copy/copy_engine.hpp"
 #include "copy/cuda/cuda_api.hpp"
+#include "core/checked.hpp"
+#include "core/shape_text.hpp"
 #include "core/storage.hpp"
 
 namespace ferry {
 namespace {
 
 using detail::CopyKind;
+using detail::shape_text;
 using detail::Storage;
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::ostringstream os;
-  os << '[';
-  for (std::size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
-  os << ']';
-  return os.str();
+// The bytes of `shape` elements of `dtype`, in int64 so that every offset into them is a valid
+// pointer difference. \throws ConfigError naming `where` and the shape when they do not fit.
+std::size_t nbytes_of(const std::vector<int64_t>& shape, DType dtype, const char* where) {
+  if (dtype_size(dtype) == 0) {
+    throw ConfigError(std::string(where) + ": unknown dtype " +
+                      std::to_string(static_cast<int>(dtype)) + " for shape " + shape_text(shape));
+  }
+  const int64_t n = detail::checked_numel(shape, where);
+  if (const auto bytes = detail::try_mul<int64_t>(n, dtype_size(dtype))) {
+    return static_cast<std::size_t>(*bytes);
+  }
+  throw ConfigError(std::string(where) + ": shape " + shape_text(shape) + " of " +
+                    std::string(dtype_name(dtype)) + " has more bytes than memory sizes hold");
 }
 
-int64_t count_of(const std::vector<int64_t>& shape, const char* where) {
-  int64_t n = 1;
-  for (const int64_t d : shape) {
-    if (d < 0) {
-      throw ConfigError(std::string(where) + ": negative dimension in shape " + shape_text(shape));
-    }
-    n *= d;
+// New storage for `shape`, its failures named after `where` and the shape.
+std::shared_ptr<Storage> allocate(const std::vector<int64_t>& shape, DType dtype, Device device,
+                                  bool pinned, const char* where) {
+  const std::size_t nbytes = nbytes_of(shape, dtype, where);
+  if (pinned && !device.is_cpu()) {
+    throw ConfigError(std::string(where) + ": pinned memory is host memory; asked for it on " +
+                      device.str());
   }
-  return n;
+  check_usable(device);  // its own message: the device, not the shape, is the problem
+  const std::string context = std::string(where) + ": shape " + shape_text(shape) + " of " +
+                              std::string(dtype_name(dtype)) + ": ";
+  try {
+    return detail::allocate_storage(nbytes, device, pinned);
+  } catch (const DeviceError& e) {
+    throw DeviceError(context + e.what());
+  } catch (const Error& e) {
+    throw ConfigError(context + e.what());
+  }
+}
+
+// A new tensor of `shape`, failures named after `where`.
+Tensor make(std::vector<int64_t> shape, DType dtype, Device device, bool pinned,
+            const char* where) {
+  auto storage = allocate(shape, dtype, device, pinned, where);
+  return {std::move(storage), 0, std::move(shape), dtype};
 }
 
 detail::CopyEngine& engine_of(Device device) {
@@ -54,39 +80,41 @@ Tensor::Tensor(std::shared_ptr<detail::Storage> storage, std::size_t offset,
     : storage_(std::move(storage)), offset_(offset), shape_(std::move(shape)), dtype_(dtype) {}
 
 Tensor Tensor::empty(std::vector<int64_t> shape, DType dtype, Device device, bool pinned) {
-  const int64_t n = count_of(shape, "Tensor::empty");
-  if (pinned && !device.is_cpu()) {
-    throw ConfigError("Tensor::empty: pinned memory is host memory; asked for it on " +
-                      device.str());
-  }
-  const std::size_t nbytes = static_cast<std::size_t>(n) * dtype_size(dtype);
-  return {detail::allocate_storage(nbytes, device, pinned), 0, std::move(shape), dtype};
+  return make(std::move(shape), dtype, device, pinned, "Tensor::empty");
 }
 
 Tensor Tensor::zeros(std::vector<int64_t> shape, DType dtype, Device device) {
-  Tensor host = empty(std::move(shape), dtype);
+  Tensor host = make(std::move(shape), dtype, Device::cpu(), false, "Tensor::zeros");
   if (host.nbytes() != 0) std::memset(host.data(), 0, host.nbytes());
   return host.to(device);
 }
 
 Tensor Tensor::from_bytes(const void* data, std::size_t nbytes, std::vector<int64_t> shape,
                           DType dtype) {
-  const int64_t n = count_of(shape, "Tensor::from");
-  if (static_cast<std::size_t>(n) * dtype_size(dtype) != nbytes) {
-    throw ConfigError("Tensor::from: shape " + shape_text(shape) + " of " +
-                      std::string(dtype_name(dtype)) + " needs " +
-                      std::to_string(static_cast<std::size_t>(n) * dtype_size(dtype)) +
+  constexpr const char* kWhere = "Tensor::from";
+  const std::size_t needed = nbytes_of(shape, dtype, kWhere);
+  if (needed != nbytes) {
+    throw ConfigError(std::string(kWhere) + ": shape " + shape_text(shape) + " of " +
+                      std::string(dtype_name(dtype)) + " needs " + std::to_string(needed) +
                       " bytes, given " + std::to_string(nbytes));
   }
-  Tensor t = empty(std::move(shape), dtype);
+  if (data == nullptr && nbytes != 0) {
+    throw ConfigError(std::string(kWhere) + ": null data for shape " + shape_text(shape) + " of " +
+                      std::to_string(nbytes) + " bytes");
+  }
+  Tensor t = make(std::move(shape), dtype, Device::cpu(), false, kWhere);
   if (nbytes != 0) std::memcpy(t.data(), data, nbytes);
   return t;
 }
 
 Tensor Tensor::wrap(void* data, std::vector<int64_t> shape, DType dtype, Device device, bool pinned,
                     std::shared_ptr<void> owner) {
-  const int64_t n = count_of(shape, "Tensor::wrap");
-  const std::size_t nbytes = static_cast<std::size_t>(n) * dtype_size(dtype);
+  constexpr const char* kWhere = "Tensor::wrap";
+  const std::size_t nbytes = nbytes_of(shape, dtype, kWhere);
+  if (data == nullptr && nbytes != 0) {
+    throw ConfigError(std::string(kWhere) + ": null data for shape " + shape_text(shape) + " of " +
+                      std::to_string(nbytes) + " bytes");
+  }
   auto storage = std::make_shared<Storage>(Storage::External{data, nbytes, std::move(owner)},
                                            device, pinned && device.is_cpu());
   return {std::move(storage), 0, std::move(shape), dtype};
@@ -95,6 +123,8 @@ Tensor Tensor::wrap(void* data, std::vector<int64_t> shape, DType dtype, Device 
 Device Tensor::device() const noexcept { return storage_ ? storage_->device() : Device::cpu(); }
 
 int64_t Tensor::numel() const noexcept {
+  // A zero anywhere first: the product of the other dimensions need not fit (checked_numel).
+  if (std::find(shape_.begin(), shape_.end(), 0) != shape_.end()) return 0;
   return std::accumulate(shape_.begin(), shape_.end(), int64_t{1}, std::multiplies<>());
 }
 
@@ -102,6 +132,11 @@ void* Tensor::data() const {
   if (!storage_) return nullptr;
   if (storage_->device().is_cpu()) storage_->pending().synchronize();
   return static_cast<char*>(storage_->data()) + offset_;
+}
+
+void Tensor::throw_bad_dim(std::size_t dim) const {
+  throw ConfigError("Tensor::shape: dim " + std::to_string(dim) + " out of range for shape " +
+                    shape_text(shape_) + " of rank " + std::to_string(shape_.size()));
 }
 
 void Tensor::check_dtype(DType requested) const {
@@ -129,7 +164,7 @@ Tensor Tensor::to(Device device, bool non_blocking) const {
   const bool from_pinned = from.is_cpu() && is_pinned();
   // Asynchronous when the host side is pinned, or both sides are device memory, as in CUDA.
   const bool async = non_blocking && (from.is_cuda() || from_pinned);
-  Tensor out = empty(shape_, dtype_, device, /*pinned=*/device.is_cpu() && async);
+  Tensor out = make(shape_, dtype_, device, /*pinned=*/device.is_cpu() && async, "Tensor::to");
   const void* src = static_cast<const char*>(storage_->data()) + offset_;
 
   CopyKind kind = CopyKind::device_to_device;
@@ -149,7 +184,7 @@ Tensor Tensor::to(DType dtype) const {
   if (!storage_) throw ConfigError("Tensor::to: the tensor is undefined");
   if (dtype == dtype_) return *this;
   const Device device = this->device();
-  Tensor out = empty(shape_, dtype, device);
+  Tensor out = make(shape_, dtype, device, false, "Tensor::to");
   const auto count = static_cast<std::size_t>(numel());
   if (device.is_cpu()) {
     convert(data(), dtype_, out.storage_->data(), dtype, count);
@@ -177,7 +212,7 @@ Tensor Tensor::pin_memory() const {
                       device().str());
   }
   if (is_pinned()) return *this;
-  Tensor out = empty(shape_, dtype_, Device::cpu(), /*pinned=*/true);
+  Tensor out = make(shape_, dtype_, Device::cpu(), /*pinned=*/true, "Tensor::pin_memory");
   if (nbytes() != 0) std::memcpy(out.data(), data(), nbytes());
   return out;
 }
@@ -186,11 +221,11 @@ Tensor Tensor::clone() const {
   if (!storage_) return {};
   const Device device = this->device();
   if (device.is_cpu()) {
-    Tensor out = empty(shape_, dtype_, device, is_pinned());
+    Tensor out = make(shape_, dtype_, device, is_pinned(), "Tensor::clone");
     if (nbytes() != 0) std::memcpy(out.data(), data(), nbytes());
     return out;
   }
-  Tensor out = empty(shape_, dtype_, device);
+  Tensor out = make(shape_, dtype_, device, false, "Tensor::clone");
   detail::CopyEngine& engine = engine_of(device);
   engine.wait(storage_->pending());
   engine.copy_async(out.storage_->data(), static_cast<const char*>(storage_->data()) + offset_,
@@ -200,11 +235,13 @@ Tensor Tensor::clone() const {
 }
 
 Tensor Tensor::slice(int64_t start, int64_t length) const {
+  if (!storage_) throw ConfigError("Tensor::slice: the tensor is undefined");
   if (shape_.empty()) throw ConfigError("Tensor::slice: a scalar has no dimension 0");
-  if (start < 0 || length < 0 || start + length > shape_[0]) {
-    throw ConfigError("Tensor::slice: rows [" + std::to_string(start) + ", " +
-                      std::to_string(start + length) + ") outside [0, " +
-                      std::to_string(shape_[0]) + ")");
+  const auto end = detail::try_add<int64_t>(start, length);
+  if (start < 0 || length < 0 || !end || *end > shape_[0]) {
+    throw ConfigError("Tensor::slice: " + std::to_string(length) + " rows from row " +
+                      std::to_string(start) + " are not within dimension 0 of shape " +
+                      shape_text(shape_));
   }
   std::vector<int64_t> shape = shape_;
   shape[0] = length;
@@ -215,7 +252,8 @@ Tensor Tensor::slice(int64_t start, int64_t length) const {
 }
 
 Tensor Tensor::reshape(std::vector<int64_t> shape) const {
-  if (count_of(shape, "Tensor::reshape") != numel()) {
+  if (!storage_) throw ConfigError("Tensor::reshape: the tensor is undefined");
+  if (detail::checked_numel(shape, "Tensor::reshape") != numel()) {
     throw ConfigError("Tensor::reshape: cannot view " + shape_text(shape_) + " as " +
                       shape_text(shape));
   }

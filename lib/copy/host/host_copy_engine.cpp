@@ -6,7 +6,11 @@
 #include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <string>
 #include <utility>
+
+#include "core/checked.hpp"
+#include "ferry/error.hpp"
 
 namespace ferry::detail {
 
@@ -81,11 +85,24 @@ void HostCopyEngine::convert_image_async(const ImageConvert& args) {
 
 void HostCopyEngine::convert_async(const void* src, DType from, void* dst, DType to,
                                    std::size_t count) {
+  // Checked here, on the caller's thread: convert() throwing on the copy thread would end the
+  // process. The checks are convert()'s own.
+  constexpr const char* kWhere = "HostCopyEngine::convert_async";
+  if (dtype_size(from) == 0 || dtype_size(to) == 0) {
+    throw ConfigError(std::string(kWhere) + ": unknown dtype");
+  }
+  (void)checked_mul<std::int64_t>(count, std::max(dtype_size(from), dtype_size(to)),
+                                  "HostCopyEngine::convert_async: count");
+  if (count != 0 && (src == nullptr || dst == nullptr)) {
+    throw ConfigError(std::string(kWhere) + ": null source or destination for " +
+                      std::to_string(count) + " elements");
+  }
   enqueue([=] { convert(src, from, dst, to, count); });
 }
 
 void HostCopyEngine::gather_async(const void* src, void* dst, const std::uint64_t* indices,
                                   std::size_t count, std::size_t row_bytes) {
+  (void)checked_mul<std::int64_t>(count, row_bytes, "HostCopyEngine::gather_async: rows");
   enqueue([=] {
     const auto* from = static_cast<const std::byte*>(src);
     auto* to = static_cast<std::byte*>(dst);
