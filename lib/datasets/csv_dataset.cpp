@@ -145,23 +145,6 @@ std::string gunzip(std::string_view in, const std::string& name, std::uint64_t l
 
 }  // namespace
 
-std::string Column::str() const {
-  switch (kind_) {
-    case Kind::name:
-      return header_;
-    case Kind::index: {
-      std::string out = "#";  // (not "#" + ...: GCC 12 warns wrongly of an overlap there)
-      out += std::to_string(index_);
-      return out;
-    }
-    case Kind::last:
-      return "last";
-    case Kind::none:
-      break;
-  }
-  return "none";
-}
-
 /// Fills a CsvDataset from a parsed table.
 struct CsvBuilder {
   static std::shared_ptr<CsvDataset> build(detail::CsvTable t) {
