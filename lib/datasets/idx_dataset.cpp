@@ -1,13 +1,7 @@
 #include "ferry/idx_dataset.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include <zlib.h>
-
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -15,14 +9,11 @@
 #include <string>
 
 #include "core/checked.hpp"
+#include "datasets/file_io.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry {
 namespace {
-
-std::string errno_text(int code) {
-  return std::strerror(code);  // NOLINT(concurrency-mt-unsafe): messages only
-}
 
 std::uint32_t big_endian(const std::uint8_t* p) {
   return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
@@ -38,34 +29,23 @@ std::string hex(std::uint32_t v) {
   return os.str();
 }
 
-// Closes a gzFile (whose constructor may have thrown: a member, not the destructor, closes it).
-struct GzClose {
-  void operator()(gzFile f) const noexcept { gzclose(f); }
-};
-
-// One IDX file of unsigned bytes, read through zlib (which reads a plain file as it is): the
-// constructor reads and checks the header, so that nothing is inflated or allocated for data
-// whose size the header gets wrong; read_data() then reads exactly the size it gives.
+// One IDX file of unsigned bytes, plain or gzipped: the constructor reads and checks the
+// header, so that nothing is inflated or allocated for data whose size the header gets wrong;
+// read_data() then reads exactly the size it gives.
 class IdxFile {
  public:
   IdxFile(const std::filesystem::path& path, std::uint8_t ndims, const char* what,
-          std::uint64_t limit)
-      : name_(path.string()), limit_(limit) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw DataError("IdxDataset: " + name_ + ": cannot open: " + errno_text(errno));
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-      const int code = errno;
-      ::close(fd);
-      throw DataError("IdxDataset: " + name_ + ": cannot read: " + errno_text(code));
+          const detail::DecompressedLimit& limit)
+      : name_(path.string()),
+        label_{"IdxDataset", name_},
+        file_(path, label_, /*populate=*/false),
+        limit_(limit.bytes) {
+    const std::span<const std::byte> bytes = file_.bytes();
+    if (detail::is_gzip(bytes)) {
+      gz_.emplace(bytes, label_, limit);
+    } else {
+      plain_size_ = bytes.size();
     }
-    file_.reset(gzdopen(fd, "rb"));
-    if (file_ == nullptr) {
-      ::close(fd);
-      throw DataError("IdxDataset: " + name_ + ": cannot open: out of memory");
-    }
-    gzbuffer(file_.get(), 1U << 17);
-
     const std::uint32_t expected_magic = 0x00000800U | ndims;
     std::array<std::uint8_t, 4> word{};
     const std::size_t got = read(word.data(), word.size());
@@ -73,8 +53,6 @@ class IdxFile {
       throw DataError(at(0) + "the file has " + std::to_string(got) +
                       " bytes, not even an IDX header");
     }
-    gzip_ = gzdirect(file_.get()) == 0;
-    if (!gzip_ && S_ISREG(st.st_mode)) plain_size_ = static_cast<std::uint64_t>(st.st_size);
     const std::uint32_t magic = big_endian(word.data());
     if (magic != expected_magic) {
       throw DataError(at(0) + "magic number " + hex(magic) + ", expected " + hex(expected_magic) +
@@ -106,7 +84,7 @@ class IdxFile {
       }
     }
     const auto total = detail::checked_add<std::uint64_t, DataError>(offset_, bytes_, header);
-    if (gzip_ && total > limit_) {
+    if (gz_ && total > limit_) {
       throw DataError(at(4) + "the header says " + shape_ + " = " + std::to_string(bytes_) +
                       " bytes of data, more than a gzipped file may decompress to: the limit is " +
                       std::to_string(limit_) + " bytes (IdxOptions::max_decompressed_bytes)");
@@ -142,9 +120,7 @@ class IdxFile {
 
  private:
   // "IdxDataset: <file>: byte <offset>: ".
-  std::string at(std::uint64_t byte) const {
-    return "IdxDataset: " + name_ + ": byte " + std::to_string(byte) + ": ";
-  }
+  std::string at(std::uint64_t byte) const { return label_.at(byte); }
 
   [[noreturn]] void wrong_size(std::uint64_t found, bool more) const {
     throw DataError(at(offset_) + "the header says " + shape_ + " = " + std::to_string(bytes_) +
@@ -152,32 +128,26 @@ class IdxFile {
   }
 
   // Reads up to n bytes (fewer at the end of the file) and counts them in done_.
-  // \throws DataError for a corrupt or cut gzip stream, or a failed read.
+  // \throws DataError for a corrupt or cut gzip stream.
   std::size_t read(std::uint8_t* to, std::size_t n) {
-    constexpr std::size_t kMaxRead = std::size_t{1} << 30;  // gzread counts in int
     std::size_t got = 0;
-    while (got < n) {
-      const int r =
-          gzread(file_.get(), to + got, static_cast<unsigned>(std::min(n - got, kMaxRead)));
-      int code = Z_OK;
-      const char* why = gzerror(file_.get(), &code);
-      if (r < 0 || (r == 0 && code == Z_BUF_ERROR)) {
-        // A cut stream reads as its end, with Z_BUF_ERROR ("unexpected end of file").
-        throw DataError(at(done_) + "cannot read: " +
-                        (code == Z_BUF_ERROR ? "the gzip stream ends early" : std::string(why)));
-      }
-      if (r == 0) break;
-      got += static_cast<std::size_t>(r);
-      done_ += static_cast<std::size_t>(r);
+    if (gz_) {
+      got = gz_->read(to, n);
+    } else {
+      const std::span<const std::byte> bytes = file_.bytes();
+      got = std::min<std::size_t>(n, bytes.size() - static_cast<std::size_t>(done_));
+      if (got != 0) std::memcpy(to, bytes.data() + done_, got);
     }
+    done_ += got;
     return got;
   }
 
-  std::unique_ptr<gzFile_s, GzClose> file_;
   std::string name_;
+  detail::FileLabel label_;
+  detail::MappedFile file_;
+  std::optional<detail::GzipReader> gz_;  // for a gzipped file
   std::uint64_t limit_;
-  bool gzip_ = false;
-  std::optional<std::uint64_t> plain_size_;  // a plain regular file's size
+  std::optional<std::uint64_t> plain_size_;  // a plain file's size
   std::uint64_t done_ = 0;                   // bytes read (decompressed)
   std::string shape_;                        // "5 x 28 x 28"
   std::vector<std::int64_t> dims_;
@@ -190,7 +160,8 @@ class IdxFile {
 std::shared_ptr<IdxDataset> IdxDataset::open(const std::filesystem::path& images,
                                              const std::filesystem::path& labels,
                                              const IdxOptions& options) {
-  const std::uint64_t limit = detail::decompressed_limit(options.max_decompressed_bytes);
+  const detail::DecompressedLimit limit(options.max_decompressed_bytes,
+                                        "IdxOptions::max_decompressed_bytes");
   IdxFile im(images, 3, "images", limit);
   IdxFile lb(labels, 1, "labels", limit);
   if (im.dims()[0] != lb.dims()[0]) {
