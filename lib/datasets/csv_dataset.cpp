@@ -6,28 +6,38 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "datasets/csv_parse.hpp"
 #include "datasets/file_io.hpp"
+#include "datasets/host_rows.hpp"
+#include "ferry/error.hpp"
 
 namespace ferry {
 
-/// Fills a CsvDataset from a parsed table.
-struct CsvBuilder {
-  static std::shared_ptr<CsvDataset> build(detail::CsvTable t) {
-    std::shared_ptr<CsvDataset> ds(new CsvDataset());
-    ds->rows_ = t.rows;
-    ds->num_features_ = t.num_features;
-    ds->has_label_ = t.has_label;
-    ds->classes_mode_ = t.classes_mode;
-    ds->feature_names_ = std::move(t.feature_names);
-    ds->classes_ = std::move(t.classes);
-    ds->features_ = std::move(t.features);
-    ds->labels_ = std::move(t.labels);
-    ds->targets_ = std::move(t.targets);
-    return ds;
+/// Makes a CsvDataset of a parsed table: its values become the tensors' rows, without a copy.
+std::shared_ptr<CsvDataset> CsvDataset::from_table(detail::CsvTable t) {
+  std::shared_ptr<CsvDataset> ds(new CsvDataset());
+  const auto rows = static_cast<std::int64_t>(t.rows);
+  ds->num_features_ = t.num_features;
+  ds->feature_names_ = std::make_shared<std::vector<std::string>>(std::move(t.feature_names));
+  ds->classes_ = std::make_shared<std::vector<std::string>>(std::move(t.classes));
+  auto features = std::make_shared<std::vector<float>>(std::move(t.features));
+  auto labels = std::make_shared<std::vector<std::int64_t>>(std::move(t.labels));
+  auto targets = std::make_shared<std::vector<float>>(std::move(t.targets));
+  std::vector<std::pair<std::string, Tensor>> columns{
+      {"features", detail::view_rows(features, {rows, static_cast<std::int64_t>(t.num_features)})}};
+  if (t.has_label && t.classes_mode) {
+    columns.emplace_back("label", detail::view_rows(labels, {rows}));
+  } else if (t.has_label) {
+    columns.emplace_back("label", detail::view_rows(targets, {rows}));
   }
-};
+  ds->table_ = std::make_shared<TensorDataset>(std::move(columns));
+  ds->features_ = std::move(features);
+  ds->labels_ = std::move(labels);
+  ds->targets_ = std::move(targets);
+  return ds;
+}
 
 std::shared_ptr<CsvDataset> CsvDataset::open(const std::filesystem::path& path,
                                              const CsvOptions& options) {
@@ -39,42 +49,72 @@ std::shared_ptr<CsvDataset> CsvDataset::open(const std::filesystem::path& path,
     const std::string text =
         detail::gunzip(file.bytes(), label,
                        {options.max_decompressed_bytes, "CsvOptions::max_decompressed_bytes"});
-    return CsvBuilder::build(detail::parse_csv(text, options, name));
+    return from_table(detail::parse_csv(text, options, name));
   }
   const std::span<const std::byte> bytes = file.bytes();
-  return CsvBuilder::build(detail::parse_csv(
-      {reinterpret_cast<const char*>(bytes.data()), bytes.size()}, options, name));
+  return from_table(detail::parse_csv({reinterpret_cast<const char*>(bytes.data()), bytes.size()},
+                                      options, name));
 }
 
-std::vector<FieldSpec> CsvDataset::fields() const {
-  std::vector<FieldSpec> out = {
-      {"features", DType::f32, {static_cast<std::int64_t>(num_features_)}, {}}};
-  if (has_label_) out.push_back({"label", classes_mode_ ? DType::i64 : DType::f32, {}, {}});
-  return out;
-}
-
-void CsvDataset::read(std::size_t index, SampleRef out) const {
-  std::memcpy(out.data(0), features_.data() + index * num_features_, num_features_ * sizeof(float));
-  if (!has_label_) return;
-  if (classes_mode_) {
-    *out.as<std::int64_t>(1) = labels_[index];
-  } else {
-    *out.as<float>(1) = targets_[index];
-  }
-}
-
-void CsvDataset::prefetch(std::size_t index) const noexcept {
-  if (index >= rows_) return;
-  const auto* row = reinterpret_cast<const char*>(features_.data() + index * num_features_);
-  const std::size_t bytes = num_features_ * sizeof(float);
-  for (std::size_t at = 0; at < bytes && at < 1024; at += 64) __builtin_prefetch(row + at);
-  if (has_label_) {
-    if (classes_mode_) {
-      __builtin_prefetch(labels_.data() + index);
-    } else {
-      __builtin_prefetch(targets_.data() + index);
+std::shared_ptr<CsvDataset> CsvDataset::to(Device device) const {
+  std::shared_ptr<CsvDataset> ds(new CsvDataset());
+  ds->num_features_ = num_features_;
+  ds->feature_names_ = feature_names_;
+  ds->classes_ = classes_;
+  if (device == this->device()) {
+    ds->table_ = table_;
+    ds->features_ = features_;
+    ds->labels_ = labels_;
+    ds->targets_ = targets_;
+  } else if (device.is_cpu()) {
+    // Back from a GPU: into host vectors again, which the tensors view.
+    const std::vector<Tensor>& t = table_->tensors();
+    auto features = detail::host_values<float>(t[0]);
+    std::vector<std::pair<std::string, Tensor>> columns{
+        {"features", detail::view_rows(features, t[0].shape())}};
+    auto labels = std::make_shared<std::vector<std::int64_t>>();
+    auto targets = std::make_shared<std::vector<float>>();
+    if (t.size() > 1 && t[1].dtype() == DType::i64) {
+      labels = detail::host_values<std::int64_t>(t[1]);
+      columns.emplace_back("label", detail::view_rows(labels, t[1].shape()));
+    } else if (t.size() > 1) {
+      targets = detail::host_values<float>(t[1]);
+      columns.emplace_back("label", detail::view_rows(targets, t[1].shape()));
     }
+    ds->table_ = std::make_shared<TensorDataset>(std::move(columns));
+    ds->features_ = std::move(features);
+    ds->labels_ = std::move(labels);
+    ds->targets_ = std::move(targets);
+  } else {
+    ds->table_ = table_->to(device);
   }
+  return ds;
+}
+
+namespace {
+
+template <class T>
+const T& on_host(const std::shared_ptr<const T>& values, const char* what, Device device) {
+  if (!values) {
+    throw ConfigError(std::string("CsvDataset: ") + what +
+                      " are host memory, and the rows are on " + device.str() +
+                      " (to(Device::cpu()) brings them back)");
+  }
+  return *values;
+}
+
+}  // namespace
+
+const std::vector<float>& CsvDataset::features() const {
+  return on_host(features_, "features()", device());
+}
+
+const std::vector<std::int64_t>& CsvDataset::labels() const {
+  return on_host(labels_, "labels()", device());
+}
+
+const std::vector<float>& CsvDataset::targets() const {
+  return on_host(targets_, "targets()", device());
 }
 
 }  // namespace ferry

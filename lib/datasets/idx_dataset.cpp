@@ -7,9 +7,12 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/checked.hpp"
 #include "datasets/file_io.hpp"
+#include "datasets/host_rows.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry {
@@ -168,29 +171,51 @@ std::shared_ptr<IdxDataset> IdxDataset::open(const std::filesystem::path& images
     throw DataError("IdxDataset: " + std::to_string(im.dims()[0]) + " images in " + im.name() +
                     " but " + std::to_string(lb.dims()[0]) + " labels in " + lb.name());
   }
+  const std::int64_t count = im.dims()[0];
   std::shared_ptr<IdxDataset> ds(new IdxDataset());
-  ds->count_ = static_cast<std::size_t>(im.dims()[0]);
   ds->rows_ = im.dims()[1];
   ds->cols_ = im.dims()[2];
-  im.read_data(ds->pixels_);
-  lb.read_data(ds->labels_);
+  auto pixels = std::make_shared<std::vector<std::uint8_t>>();
+  im.read_data(*pixels);
+  auto read_labels = std::make_shared<std::vector<std::uint8_t>>();
+  lb.read_data(*read_labels);
+  auto ids = std::make_shared<std::vector<std::int64_t>>(read_labels->begin(), read_labels->end());
+  ds->table_ = std::make_shared<TensorDataset>(std::vector<std::pair<std::string, Tensor>>{
+      {"image", detail::view_rows(pixels, {count, ds->rows_, ds->cols_})},
+      {"label", detail::view_rows(std::move(ids), {count})}});
+  ds->pixels_ = std::move(pixels);
+  ds->labels_ = std::move(read_labels);
   return ds;
 }
 
-std::vector<FieldSpec> IdxDataset::fields() const {
-  return {{"image", DType::u8, {rows_, cols_}}, {"label", DType::i64, {}}};
+std::shared_ptr<IdxDataset> IdxDataset::to(Device device) const {
+  std::shared_ptr<IdxDataset> ds(new IdxDataset());
+  ds->rows_ = rows_;
+  ds->cols_ = cols_;
+  ds->labels_ = labels_;
+  if (device == this->device()) {
+    ds->table_ = table_;
+    ds->pixels_ = pixels_;
+  } else if (device.is_cpu()) {
+    // Back from a GPU: into host vectors again, which the tensors view.
+    const std::vector<Tensor>& t = table_->tensors();
+    auto pixels = detail::host_values<std::uint8_t>(t[0]);
+    ds->table_ = std::make_shared<TensorDataset>(std::vector<std::pair<std::string, Tensor>>{
+        {"image", detail::view_rows(pixels, t[0].shape())},
+        {"label", detail::view_rows(detail::host_values<std::int64_t>(t[1]), t[1].shape())}});
+    ds->pixels_ = std::move(pixels);
+  } else {
+    ds->table_ = table_->to(device);
+  }
+  return ds;
 }
 
-void IdxDataset::read(std::size_t index, SampleRef out) const {
-  const auto n = static_cast<std::size_t>(rows_ * cols_);
-  if (n != 0) std::memcpy(out.data(0), pixels_.data() + index * n, n);  // (no pixels: no data())
-  *out.as<std::int64_t>(1) = labels_[index];
-}
-
-void IdxDataset::prefetch(std::size_t index) const noexcept {
-  const auto n = static_cast<std::size_t>(rows_ * cols_);
-  for (std::size_t at = 0; at < n && at < 1024; at += 64)
-    __builtin_prefetch(pixels_.data() + index * n + at);
+const std::vector<std::uint8_t>& IdxDataset::pixels() const {
+  if (!pixels_) {
+    throw ConfigError("IdxDataset: pixels() are host memory, and the images are on " +
+                      device().str() + " (to(Device::cpu()) brings them back)");
+  }
+  return *pixels_;
 }
 
 }  // namespace ferry
