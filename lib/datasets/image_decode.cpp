@@ -22,7 +22,7 @@ namespace ferry::detail {
 namespace {
 
 [[noreturn]] void fail(std::string_view name, const std::string& why) {
-  throw DataError("ImageFolder: " + std::string(name) + ": " + why);
+  throw DataError(std::string(name) + ": " + why);
 }
 
 // A buffer that is never zeroed: one per thread and purpose, so decoding reuses the same memory
@@ -257,7 +257,7 @@ void check_size(std::int64_t width, std::int64_t height, std::int64_t max_pixels
 
 // Bytes of `pixels` pixels (width × height) of `channels` bytes each, in this thread's scratch.
 std::uint8_t* pixel_buffer(int width, int height, int channels, std::string_view name) {
-  const std::string what = "ImageFolder: " + std::string(name) + ": decoded image";
+  const std::string what = std::string(name) + ": decoded image";
   return pixel_scratch().get(checked_mul<std::size_t, DataError>(
       checked_mul<std::size_t, DataError>(width, height, what), channels, what));
 }
@@ -730,7 +730,7 @@ std::span<const std::uint8_t> read_file_bytes(const std::filesystem::path& path,
                                        std::to_string(kPngChunkCacheBytes) + " of chunks)";
   try {
     const std::span<const std::byte> bytes = read_file(
-        path, FileLabel{"ImageFolder", name}, max_bytes, what_fits,
+        path, FileLabel{{}, name}, max_bytes, what_fits,
         [](std::size_t n) { return reinterpret_cast<std::byte*>(file_scratch().get(n)); });
     return {reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()};
   } catch (...) {
