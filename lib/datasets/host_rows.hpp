@@ -16,9 +16,9 @@ namespace ferry::detail {
 /// A CPU tensor of `shape` viewing `values` (no copy), which it keeps alive.
 /// \pre shape holds values->size() elements.
 template <class T>
-Tensor view_rows(std::shared_ptr<std::vector<T>> values, std::vector<std::int64_t> shape) {
+Tensor view_rows(std::shared_ptr<std::vector<T>> values, const std::vector<std::int64_t>& shape) {
   void* const data = values->data();
-  return Tensor::wrap(data, std::move(shape), dtype_of<T>(), Device::cpu(), /*pinned=*/false,
+  return Tensor::wrap(data, shape, dtype_of<T>(), Device::cpu(), /*pinned=*/false,
                       std::move(values));
 }
 
