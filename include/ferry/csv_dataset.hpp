@@ -68,9 +68,8 @@ struct CsvOptions {
 /// (a gzip file is known by its first bytes, whatever its name; at most
 /// CsvOptions::max_decompressed_bytes of it). The values are held as a TensorDataset (read()
 /// copies a row); to(Device::cuda()) puts them on the GPU, where a loader on that GPU gathers its
-/// batches. open() takes memory
-/// for the text (when decompressed), the parsed values, and a small multiple of the parsed
-/// values while parsing, whatever the first rows look like.
+/// batches. open() takes memory for the text (when decompressed), the parsed values, and a small
+/// multiple of the parsed values while parsing, whatever the first rows look like.
 ///
 /// What the parser accepts, precisely:
 /// - Fields are separated by the delimiter; records end with "\n", "\r\n" or the end of the

@@ -32,6 +32,7 @@ enum class Geometry {
   resize,
 };
 
+/// How a photo becomes a sample (ImageFolder, decode_image()).
 struct ImageOptions {
   int height = 224, width = 224, channels = 3;  ///< channels 1 (gray), 3 (RGB) or 4 (RGBA)
   Geometry geometry = Geometry::resize_then_center_crop;
