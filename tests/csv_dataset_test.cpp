@@ -9,9 +9,12 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
+#include <span>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "datasets/csv_parse.hpp"
@@ -709,6 +712,106 @@ TEST_F(CsvFiles, BatchesThroughTheLoaderCarryTheirRows) {
   std::sort(seen.begin(), seen.end());
   ASSERT_EQ(seen.size(), 103U);
   for (std::size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], i);
+}
+
+// Every batch of a shuffled epoch: its indices, then each field's bytes. `gathered`: through the
+// stand-in for rows on the device, where the loader gathers rows instead of reading samples.
+std::vector<std::vector<std::uint8_t>> batches_of(const std::shared_ptr<const ferry::Dataset>& ds,
+                                                  bool gathered) {
+  ferry::LoaderOptions o;
+  o.batch_size = 8;
+  o.shuffle = true;
+  o.seed = 5;
+  o.device = ferry::Device::cpu();
+  o.workers = 2;
+  ferry::detail::SimulatedCopy simulated;
+  simulated.enabled = gathered;
+  simulated.dataset_on_device = gathered;
+  ferry::Loader loader = ferry::detail::make_loader(ds, o, simulated);
+  std::vector<std::vector<std::uint8_t>> out;
+  for (const ferry::Batch& b : loader.epoch(2)) {
+    std::vector<std::uint8_t>& bytes = out.emplace_back();
+    for (const std::uint64_t i : b.indices()) bytes.push_back(static_cast<std::uint8_t>(i));
+    for (const ferry::FieldSpec& f : ds->fields()) {
+      const ferry::Tensor t = b[f.name].cpu();
+      const auto* p = static_cast<const std::uint8_t*>(t.data());
+      bytes.insert(bytes.end(), p, p + t.nbytes());
+    }
+  }
+  EXPECT_EQ(loader.stats().samples, ds->size());
+  EXPECT_EQ(loader.stats().read_seconds == 0.0, gathered);  // gathered: no sample was read
+  return out;
+}
+
+// 45 rows "i,-i/4,label" with label i % 3 as a class name, an integer or a target, or none.
+std::string rows_text(const std::string& header) {
+  std::string text = header;
+  for (int i = 0; i < 45; ++i) {
+    text += std::to_string(i);
+    text += ',';
+    text += std::to_string(-i / 4.0);
+    if (header.find("label") != std::string::npos) {
+      text += ",c";
+      text += std::to_string(i % 3);
+    }
+    text += '\n';
+  }
+  return text;
+}
+
+TEST_F(CsvFiles, StandsOnATensorDatasetThatMovesBetweenDevices) {
+  const auto ds = open(rows_text("a,b,label\n"));
+  EXPECT_EQ(ds->device(), ferry::Device::cpu());
+  const std::span<const ferry::Tensor> rows = ds->rows_in_memory();
+  ASSERT_EQ(rows.size(), 2U);
+  EXPECT_EQ(rows[0].shape(), (std::vector<std::int64_t>{45, 2}));
+  EXPECT_EQ(rows[0].data(), ds->features().data());  // the tensors view the values: no copy
+  EXPECT_EQ(rows[1].shape(), (std::vector<std::int64_t>{45}));
+  EXPECT_EQ(rows[1].data(), ds->labels().data());
+
+  const auto same = ds->to(ferry::Device::cpu());
+  EXPECT_EQ(same->fields(), ds->fields());
+  EXPECT_EQ(same->feature_names(), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(same->classes(), (std::vector<std::string>{"c0", "c1", "c2"}));
+  EXPECT_EQ(same->num_features(), 2U);
+  EXPECT_EQ(same->features().data(), ds->features().data());
+  for (std::size_t f = 0; f < 2; ++f) {
+    EXPECT_TRUE(same->rows_in_memory()[f].shares_storage_with(rows[f])) << f;
+  }
+  EXPECT_EQ(batches_of(same, false), batches_of(ds, false));
+
+  if (!ferry::cuda_is_available()) {
+    EXPECT_THROW((void)ds->to(ferry::Device::cuda()), ferry::DeviceError);
+    return;
+  }
+  const auto gpu = ds->to(ferry::Device::cuda());
+  EXPECT_EQ(gpu->device(), ferry::Device::cuda());
+  EXPECT_EQ(gpu->classes(), ds->classes());
+  EXPECT_THROW((void)gpu->features(), ConfigError);
+  EXPECT_THROW((void)gpu->labels(), ConfigError);
+  const auto back = gpu->to(ferry::Device::cpu());
+  EXPECT_EQ(back->features(), ds->features());
+  EXPECT_EQ(back->labels(), ds->labels());
+  EXPECT_EQ(batches_of(back, false), batches_of(ds, false));
+}
+
+TEST_F(CsvFiles, GatheredRowsGiveTheSameBatchesAsReadSamples) {
+  CsvOptions regression;
+  regression.header = false;
+  regression.label = Column::index(0);
+  regression.classes = false;
+  CsvOptions unlabelled;
+  unlabelled.label = Column::none();
+  for (const auto& [text, options] :
+       std::vector<std::pair<std::string, CsvOptions>>{{rows_text("a,b,label\n"), {}},
+                                                       {rows_text(""), regression},
+                                                       {rows_text("a,b\n"), unlabelled}}) {
+    const auto ds = open(text, options);
+    ASSERT_EQ(ds->size(), 45U);
+    const auto read = batches_of(ds, false);
+    EXPECT_EQ(read.size(), 6U);
+    EXPECT_EQ(batches_of(ds, true), read);
+  }
 }
 
 // Debian's python3-sklearn ships its small data sets as CSV files.

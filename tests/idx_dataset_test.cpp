@@ -5,12 +5,15 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "ferry/ferry.hpp"
 #include "pipeline/staging.hpp"
+#include "pipeline/testing.hpp"
 
 namespace {
 
@@ -298,6 +301,83 @@ TEST_F(IdxFiles, DataThatDisagreesWithTheHeaderIsRefusedWithoutReadingOn) {
     const std::string m = message_of(cut, labels);
     EXPECT_NE(m.find("cut.gz: byte "), std::string::npos) << m;
     EXPECT_NE(m.find("the gzip stream ends early"), std::string::npos) << m;
+  }
+}
+
+// Every batch of a shuffled epoch: its indices, then each field's bytes. `gathered`: through the
+// stand-in for rows on the device, where the loader gathers rows instead of reading samples.
+std::vector<std::vector<std::uint8_t>> batches_of(const std::shared_ptr<const ferry::Dataset>& ds,
+                                                  bool gathered) {
+  ferry::LoaderOptions o;
+  o.batch_size = 2;
+  o.shuffle = true;
+  o.seed = 3;
+  o.device = ferry::Device::cpu();
+  o.workers = 2;
+  ferry::detail::SimulatedCopy simulated;
+  simulated.enabled = gathered;
+  simulated.dataset_on_device = gathered;
+  ferry::Loader loader = ferry::detail::make_loader(ds, o, simulated);
+  std::vector<std::vector<std::uint8_t>> out;
+  for (const ferry::Batch& b : loader.epoch(1)) {
+    std::vector<std::uint8_t>& bytes = out.emplace_back();
+    for (const std::uint64_t i : b.indices()) bytes.push_back(static_cast<std::uint8_t>(i));
+    for (const ferry::FieldSpec& f : ds->fields()) {
+      const ferry::Tensor t = b[f.name].cpu();
+      const auto* p = static_cast<const std::uint8_t*>(t.data());
+      bytes.insert(bytes.end(), p, p + t.nbytes());
+    }
+  }
+  EXPECT_EQ(loader.stats().samples, ds->size());
+  EXPECT_EQ(loader.stats().read_seconds == 0.0, gathered);  // gathered: no sample was read
+  return out;
+}
+
+TEST_F(IdxFiles, StandsOnATensorDatasetThatMovesBetweenDevices) {
+  const auto [images, labels] = good(true);
+  const auto ds = IdxDataset::open(images, labels);
+  EXPECT_EQ(ds->device(), ferry::Device::cpu());
+  // The rows in memory: the loader may gather from them.
+  const std::span<const ferry::Tensor> rows = ds->rows_in_memory();
+  ASSERT_EQ(rows.size(), 2U);
+  EXPECT_EQ(rows[0].shape(), (std::vector<std::int64_t>{5, 3, 4}));
+  EXPECT_EQ(rows[0].dtype(), ferry::DType::u8);
+  EXPECT_EQ(rows[1].shape(), (std::vector<std::int64_t>{5}));
+  EXPECT_EQ(rows[1].dtype(), ferry::DType::i64);
+  EXPECT_EQ(rows[0].data(), ds->pixels().data());  // the tensor views the pixels: no copy
+  EXPECT_EQ(rows[1].data<std::int64_t>()[4], 5);
+
+  // On the CPU already: the same storage, the same samples.
+  const auto same = ds->to(ferry::Device::cpu());
+  EXPECT_EQ(same->rows(), 3);
+  EXPECT_EQ(same->cols(), 4);
+  EXPECT_EQ(same->labels(), ds->labels());
+  EXPECT_EQ(same->fields(), ds->fields());
+  for (std::size_t f = 0; f < 2; ++f) {
+    EXPECT_TRUE(same->rows_in_memory()[f].shares_storage_with(rows[f])) << f;
+  }
+  EXPECT_EQ(batches_of(same, false), batches_of(ds, false));
+
+  if (!ferry::cuda_is_available()) {
+    EXPECT_THROW((void)ds->to(ferry::Device::cuda()), ferry::DeviceError);
+    return;
+  }
+  const auto gpu = ds->to(ferry::Device::cuda());
+  EXPECT_EQ(gpu->device(), ferry::Device::cuda());
+  EXPECT_THROW((void)gpu->pixels(), ferry::ConfigError);
+  EXPECT_EQ(gpu->labels(), ds->labels());
+  const auto back = gpu->to(ferry::Device::cpu());
+  EXPECT_EQ(back->pixels(), ds->pixels());
+  EXPECT_EQ(batches_of(back, false), batches_of(ds, false));
+}
+
+TEST_F(IdxFiles, GatheredRowsGiveTheSameBatchesAsReadSamples) {
+  for (const bool gzip : {false, true}) {
+    const auto [images, labels] = good(gzip);
+    const auto ds = IdxDataset::open(images, labels);
+    const auto read = batches_of(ds, false);
+    EXPECT_EQ(read.size(), 3U);
+    EXPECT_EQ(batches_of(ds, true), read);
   }
 }
 

@@ -14,8 +14,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
+#include <memory>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -1250,6 +1253,156 @@ TEST_F(ImageFolderTest, ASampleIndexOutOfRangeIsAConfigError) {
   EXPECT_THROW((void)ds->path(1), ferry::ConfigError);
   EXPECT_THROW((void)ds->label(SIZE_MAX), ferry::ConfigError);
   EXPECT_EQ(ds->path(0), dir_ / "c" / "a.png");
+}
+
+// ---- decoding for a dataset of one's own (image.hpp) --------------------------------
+
+// Photos given as a list of files, each decoded in read() by image.hpp's functions: from bytes
+// the dataset read itself, or from the file.
+class ListedPhotos final : public ferry::Dataset {
+ public:
+  ListedPhotos(std::vector<fs::path> files, std::vector<std::int64_t> labels, ImageOptions o,
+               bool from_memory)
+      : files_(std::move(files)),
+        labels_(std::move(labels)),
+        options_(std::move(o)),
+        from_memory_(from_memory) {}
+  std::size_t size() const override { return files_.size(); }
+  std::vector<ferry::FieldSpec> fields() const override {
+    return {ferry::image_field(options_), {"label", ferry::DType::i64, {}}};
+  }
+  void read(std::size_t index, ferry::SampleRef out) const override {
+    const std::span<std::uint8_t> image(out.as<std::uint8_t>(0), out.nbytes(0));
+    if (from_memory_) {
+      std::ifstream in(files_[index], std::ios::binary);
+      const std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
+                                    std::istreambuf_iterator<char>());
+      ferry::decode_image(std::as_bytes(std::span(bytes)), options_, out.seed(), image,
+                          files_[index].native());
+    } else {
+      ferry::decode_image_file(files_[index], options_, out.seed(), image);
+    }
+    *out.as<std::int64_t>(1) = labels_[index];
+  }
+
+ private:
+  std::vector<fs::path> files_;
+  std::vector<std::int64_t> labels_;
+  ImageOptions options_;
+  bool from_memory_;
+};
+
+// Every batch of an epoch, each field's bytes one after another.
+Bytes epoch_bytes(const std::shared_ptr<const ferry::Dataset>& ds, std::uint64_t seed) {
+  ferry::LoaderOptions lo;
+  lo.batch_size = 3;
+  lo.shuffle = true;
+  lo.seed = seed;
+  lo.device = ferry::Device::cpu();
+  lo.workers = 2;
+  ferry::Loader loader(ds, lo);
+  Bytes all;
+  for (const ferry::Batch& b : loader.epoch(1)) {
+    for (const ferry::FieldSpec& f : ds->fields()) {
+      const ferry::Tensor& t = b[f.name];
+      const auto* p = static_cast<const std::uint8_t*>(t.data());
+      all.insert(all.end(), p, p + t.nbytes());
+    }
+  }
+  return all;
+}
+
+TEST_F(ImageFolderTest, ADatasetOfOnesOwnDecodesAsImageFolderDoes) {
+  for (int i = 0; i < 7; ++i) {
+    std::string name = i % 3 == 0 ? "a/" : "b/";
+    name += std::to_string(i);
+    if (i % 2 == 0) {
+      name += ".jpg";
+      write(name, encode_jpeg(pattern(64 + 8 * i, 48, 3, i), 64 + 8 * i, 48, TJPF_RGB));
+    } else {
+      name += ".png";
+      write(name, png8(pattern(40, 52 + 4 * i, 4, i), 40, 52 + 4 * i, 4));
+    }
+  }
+  ImageOptions random = identity(24, 20, 3);
+  random.geometry = Geometry::random_resized_crop;
+  random.random_flip = true;
+  ImageOptions center;
+  center.height = 28;
+  center.width = 28;
+  center.channels = 1;
+  center.normalize = ferry::Normalize{{0.5f}, {0.25f}};
+  for (const ImageOptions& o : {random, center, identity(16, 16, 4)}) {
+    const auto folder = ImageFolder::open(dir_, o);
+    std::vector<fs::path> files;
+    std::vector<std::int64_t> labels;
+    for (std::size_t i = 0; i < folder->size(); ++i) {
+      files.push_back(folder->path(i));
+      labels.push_back(folder->label(i));
+    }
+    EXPECT_EQ(ferry::image_shape(o), (std::vector<std::int64_t>{o.height, o.width, o.channels}));
+    for (const bool from_memory : {false, true}) {
+      const auto own = std::make_shared<ListedPhotos>(files, labels, o, from_memory);
+      EXPECT_EQ(own->fields(), folder->fields());
+      for (std::size_t i = 0; i < folder->size(); ++i) {
+        for (const std::uint64_t seed : {0U, 1U, 99U}) {
+          const ferry::detail::SlotLayout layout(own->fields(), 1);
+          std::vector<std::byte> slot(layout.bytes);
+          own->read(i, ferry::SampleRef(&layout, slot.data(), 0, seed));
+          const auto* p = reinterpret_cast<const std::uint8_t*>(slot.data());
+          EXPECT_EQ(Bytes(p, p + layout.sample_bytes[0]), read_image(*folder, i, seed))
+              << files[i] << " seed " << seed;
+        }
+      }
+      // Under a loader too (normalized on its device where `o` says so), for its sample seeds.
+      const Bytes expected = epoch_bytes(folder, 5);
+      const auto pixels = static_cast<std::size_t>(o.height * o.width * o.channels);
+      EXPECT_EQ(expected.size(), 7 * (pixels * (o.normalize ? sizeof(float) : 1) + 8));
+      EXPECT_EQ(epoch_bytes(own, 5), expected);
+    }
+  }
+}
+
+TEST_F(ImageFolderTest, DecodingForOnesOwnNamesWhatWasGivenInItsErrors) {
+  const ImageOptions o = identity(8, 8, 3);
+  Bytes out(8 * 8 * 3);
+  auto message = [&](auto decode) -> std::string {
+    try {
+      decode();
+    } catch (const DataError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  const Bytes html = {'<', 'h', 't', 'm', 'l', '>'};
+  EXPECT_EQ(message([&] {
+              ferry::decode_image(std::as_bytes(std::span(html)), o, 0, out, "shard 3, member 12");
+            }),
+            "shard 3, member 12: not a JPEG or PNG (starts with 3c 68 74 6d)");
+  const Bytes png = png8(pattern(8, 8, 3), 8, 8, 3);
+  const Bytes cut(png.begin(), png.end() - 20);
+  EXPECT_EQ(message([&] {
+              ferry::decode_image(std::as_bytes(std::span(cut)), o, 0, out, "cut");
+            }).rfind("cut: truncated PNG", 0),
+            0U);
+  const fs::path missing = dir_ / "missing.png";
+  EXPECT_EQ(message([&] {
+              ferry::decode_image_file(missing, o, 0, out);
+            }).rfind(missing.string() + ": cannot open: No such file", 0),
+            0U);
+  EXPECT_EQ(message([&] { ferry::decode_image_file(dir_, o, 0, out, "the folder"); }),
+            "the folder: cannot read: it is a folder");
+  // A good image decodes; what does not fit the options is a ConfigError.
+  ferry::decode_image(std::as_bytes(std::span(png)), o, 0, out, "good");
+  EXPECT_EQ(out, pattern(8, 8, 3));
+  Bytes small(8 * 8 * 3 - 1);
+  EXPECT_THROW(ferry::decode_image(std::as_bytes(std::span(png)), o, 0, small, "good"),
+               ferry::ConfigError);
+  ImageOptions bad = o;
+  bad.channels = 2;
+  EXPECT_THROW((void)ferry::image_shape(bad), ferry::ConfigError);
+  EXPECT_THROW(ferry::decode_image(std::as_bytes(std::span(png)), bad, 0, out, "good"),
+               ferry::ConfigError);
 }
 
 }  // namespace

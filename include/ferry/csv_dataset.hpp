@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,9 @@
 #include "ferry/limits.hpp"
 
 namespace ferry {
+namespace detail {
+struct CsvTable;
+}
 
 /// A column of a CSV file: by header name, by 0-based position, the last one, or none.
 class Column {
@@ -62,9 +66,10 @@ struct CsvOptions {
 /// The file is mapped and its rows indexed and parsed in parallel; RFC 4180 quotes, CRLF, a
 /// UTF-8 BOM and blank lines at the end are accepted, and a ".gz" file is decompressed once
 /// (a gzip file is known by its first bytes, whatever its name; at most
-/// CsvOptions::max_decompressed_bytes of it). read() then copies a row. open() takes memory
-/// for the text (when decompressed), the parsed values, and a small multiple of the parsed
-/// values while parsing, whatever the first rows look like.
+/// CsvOptions::max_decompressed_bytes of it). The values are held as a TensorDataset (read()
+/// copies a row); to(Device::cuda()) puts them on the GPU, where a loader on that GPU gathers its
+/// batches. open() takes memory for the text (when decompressed), the parsed values, and a small
+/// multiple of the parsed values while parsing, whatever the first rows look like.
 ///
 /// What the parser accepts, precisely:
 /// - Fields are separated by the delimiter; records end with "\n", "\r\n" or the end of the
@@ -88,9 +93,9 @@ struct CsvOptions {
 class CsvDataset final : public Dataset {
  public:
   /// \throws DataError naming the file, the line (1-based, as an editor shows it), the column
-  /// and what was expected: a missing or empty file, a header and no rows, a ragged row, a
-  /// non-numeric field, a label or feature column that does not exist, a broken quote, a
-  /// corrupt gzip stream, one that decompresses to more than
+  /// and what was expected: a missing or empty file (or one that is not a regular file), a
+  /// header and no rows, a ragged row, a non-numeric field, a label or feature column that does
+  /// not exist, a broken quote, a corrupt gzip stream, one that decompresses to more than
   /// CsvOptions::max_decompressed_bytes, an integer label outside the class ids. ConfigError for
   /// options that do not fit (a delimiter that is '"', a line break or part of numbers, a feature
   /// column listed twice, the label among the features, a named column without a header); those not
@@ -98,37 +103,50 @@ class CsvDataset final : public Dataset {
   static std::shared_ptr<CsvDataset> open(const std::filesystem::path& path,
                                           const CsvOptions& options = {});
 
-  std::size_t size() const override { return rows_; }
-  std::vector<FieldSpec> fields() const override;
-  void read(std::size_t index, SampleRef out) const override;
-  void prefetch(std::size_t index) const noexcept override;
+  std::size_t size() const override { return table_->size(); }
+  std::vector<FieldSpec> fields() const override { return table_->fields(); }
+  /// Copies a row. \throws ConfigError when the rows are on a GPU (see TensorDataset::read()).
+  void read(std::size_t index, SampleRef out) const override { table_->read(index, out); }
+  void prefetch(std::size_t index) const noexcept override { table_->prefetch(index); }
+  std::span<const Tensor> rows_in_memory() const noexcept override {
+    return table_->rows_in_memory();
+  }
+
+  /// The same samples on `device`, with the same feature names and classes: the tensors' storage
+  /// is shared when they are there already, copied otherwise (this one is unchanged). Blocking.
+  /// \throws DeviceError when `device` is not usable.
+  std::shared_ptr<CsvDataset> to(Device device) const;
+  /// Where the samples live.
+  Device device() const noexcept { return table_->device(); }
 
   /// Features per row.
   std::size_t num_features() const noexcept { return num_features_; }
   /// The feature columns' names (header text, or "column N" without a header).
-  const std::vector<std::string>& feature_names() const noexcept { return feature_names_; }
+  const std::vector<std::string>& feature_names() const noexcept { return *feature_names_; }
   /// With classes = true: class id i's label text ("0", "1", … for integer labels that are
   /// their own ids; the sorted texts otherwise). Empty for a regression target or no label.
-  const std::vector<std::string>& classes() const noexcept { return classes_; }
-  /// All features, [rows, num_features()] row-major.
-  const std::vector<float>& features() const noexcept { return features_; }
+  const std::vector<std::string>& classes() const noexcept { return *classes_; }
+  /// All features, [rows, num_features()] row-major: the "features" tensor's values.
+  /// \throws ConfigError, as labels() and targets() do, when the rows are not in host memory
+  /// (device() is a GPU).
+  const std::vector<float>& features() const;
   /// Class ids (classes = true), else empty.
-  const std::vector<std::int64_t>& labels() const noexcept { return labels_; }
+  const std::vector<std::int64_t>& labels() const;
   /// Regression targets (classes = false), else empty.
-  const std::vector<float>& targets() const noexcept { return targets_; }
+  const std::vector<float>& targets() const;
 
  private:
   CsvDataset() = default;
-  friend struct CsvBuilder;
-  std::size_t rows_ = 0;
+  static std::shared_ptr<CsvDataset> from_table(detail::CsvTable table);
+  std::shared_ptr<const TensorDataset> table_;
   std::size_t num_features_ = 0;
-  bool has_label_ = true;
-  bool classes_mode_ = true;
-  std::vector<std::string> feature_names_;
-  std::vector<std::string> classes_;
-  std::vector<float> features_;
-  std::vector<std::int64_t> labels_;
-  std::vector<float> targets_;
+  std::shared_ptr<const std::vector<std::string>> feature_names_;
+  std::shared_ptr<const std::vector<std::string>> classes_;
+  // What table_ views, in host memory (labels and targets empty where they are not the label);
+  // null when the rows are on a GPU.
+  std::shared_ptr<const std::vector<float>> features_;
+  std::shared_ptr<const std::vector<std::int64_t>> labels_;
+  std::shared_ptr<const std::vector<float>> targets_;
 };
 
 }  // namespace ferry

@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -100,6 +101,8 @@ class TensorDataset final : public Dataset {
 
   std::size_t size() const override { return size_; }
   std::vector<FieldSpec> fields() const override { return fields_; }
+  /// Copies row `index` of each tensor. \throws ConfigError for rows on a GPU (a loader on that
+  /// GPU gathers them instead of reading).
   void read(std::size_t index, SampleRef out) const override;
   void prefetch(std::size_t index) const noexcept override;
   std::span<const Tensor> rows_in_memory() const noexcept override { return tensors_; }
@@ -108,6 +111,11 @@ class TensorDataset final : public Dataset {
   const std::vector<Tensor>& tensors() const noexcept { return tensors_; }
   /// Where the tensors live.
   Device device() const noexcept;
+  /// The same samples (fields, names, values) on `device`: put a dataset on the GPU once, and
+  /// a loader on that GPU gathers every batch there. Tensors already on `device` keep their
+  /// storage (no copy), so to(device()) shares everything with this one; others are copied,
+  /// and this dataset is unchanged. Blocking. \throws DeviceError when `device` is not usable.
+  std::shared_ptr<TensorDataset> to(Device device) const;
 
  private:
   std::vector<Tensor> tensors_;

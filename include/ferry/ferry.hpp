@@ -9,6 +9,7 @@
 #include "ferry/error.hpp"         // IWYU pragma: export
 #include "ferry/event.hpp"         // IWYU pragma: export
 #include "ferry/idx_dataset.hpp"   // IWYU pragma: export
+#include "ferry/image.hpp"         // IWYU pragma: export
 #include "ferry/image_folder.hpp"  // IWYU pragma: export
 #include "ferry/limits.hpp"        // IWYU pragma: export
 #include "ferry/loader.hpp"        // IWYU pragma: export

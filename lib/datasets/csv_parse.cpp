@@ -36,6 +36,29 @@
 #include <sanitizer/tsan_interface.h>
 #endif
 
+// Column is the parser's vocabulary (with CsvOptions): defined here, so that the parser depends
+// on nothing of CsvDataset's, and CsvDataset on the parser.
+namespace ferry {
+
+std::string Column::str() const {
+  switch (kind_) {
+    case Kind::name:
+      return header_;
+    case Kind::index: {
+      std::string out = "#";  // (not "#" + ...: GCC 12 warns wrongly of an overlap there)
+      out += std::to_string(index_);
+      return out;
+    }
+    case Kind::last:
+      return "last";
+    case Kind::none:
+      break;
+  }
+  return "none";
+}
+
+}  // namespace ferry
+
 namespace ferry::detail {
 namespace {
 

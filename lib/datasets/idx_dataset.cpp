@@ -1,28 +1,22 @@
 #include "ferry/idx_dataset.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include <zlib.h>
-
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/checked.hpp"
+#include "datasets/file_io.hpp"
+#include "datasets/host_rows.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry {
 namespace {
-
-std::string errno_text(int code) {
-  return std::strerror(code);  // NOLINT(concurrency-mt-unsafe): messages only
-}
 
 std::uint32_t big_endian(const std::uint8_t* p) {
   return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
@@ -38,34 +32,23 @@ std::string hex(std::uint32_t v) {
   return os.str();
 }
 
-// Closes a gzFile (whose constructor may have thrown: a member, not the destructor, closes it).
-struct GzClose {
-  void operator()(gzFile f) const noexcept { gzclose(f); }
-};
-
-// One IDX file of unsigned bytes, read through zlib (which reads a plain file as it is): the
-// constructor reads and checks the header, so that nothing is inflated or allocated for data
-// whose size the header gets wrong; read_data() then reads exactly the size it gives.
+// One IDX file of unsigned bytes, plain or gzipped: the constructor reads and checks the
+// header, so that nothing is inflated or allocated for data whose size the header gets wrong;
+// read_data() then reads exactly the size it gives.
 class IdxFile {
  public:
   IdxFile(const std::filesystem::path& path, std::uint8_t ndims, const char* what,
-          std::uint64_t limit)
-      : name_(path.string()), limit_(limit) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw DataError("IdxDataset: " + name_ + ": cannot open: " + errno_text(errno));
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-      const int code = errno;
-      ::close(fd);
-      throw DataError("IdxDataset: " + name_ + ": cannot read: " + errno_text(code));
+          const detail::DecompressedLimit& limit)
+      : name_(path.string()),
+        label_{"IdxDataset", name_},
+        file_(path, label_, /*populate=*/false),
+        limit_(limit.bytes) {
+    const std::span<const std::byte> bytes = file_.bytes();
+    if (detail::is_gzip(bytes)) {
+      gz_.emplace(bytes, label_, limit);
+    } else {
+      plain_size_ = bytes.size();
     }
-    file_.reset(gzdopen(fd, "rb"));
-    if (file_ == nullptr) {
-      ::close(fd);
-      throw DataError("IdxDataset: " + name_ + ": cannot open: out of memory");
-    }
-    gzbuffer(file_.get(), 1U << 17);
-
     const std::uint32_t expected_magic = 0x00000800U | ndims;
     std::array<std::uint8_t, 4> word{};
     const std::size_t got = read(word.data(), word.size());
@@ -73,8 +56,6 @@ class IdxFile {
       throw DataError(at(0) + "the file has " + std::to_string(got) +
                       " bytes, not even an IDX header");
     }
-    gzip_ = gzdirect(file_.get()) == 0;
-    if (!gzip_ && S_ISREG(st.st_mode)) plain_size_ = static_cast<std::uint64_t>(st.st_size);
     const std::uint32_t magic = big_endian(word.data());
     if (magic != expected_magic) {
       throw DataError(at(0) + "magic number " + hex(magic) + ", expected " + hex(expected_magic) +
@@ -106,7 +87,7 @@ class IdxFile {
       }
     }
     const auto total = detail::checked_add<std::uint64_t, DataError>(offset_, bytes_, header);
-    if (gzip_ && total > limit_) {
+    if (gz_ && total > limit_) {
       throw DataError(at(4) + "the header says " + shape_ + " = " + std::to_string(bytes_) +
                       " bytes of data, more than a gzipped file may decompress to: the limit is " +
                       std::to_string(limit_) + " bytes (IdxOptions::max_decompressed_bytes)");
@@ -142,9 +123,7 @@ class IdxFile {
 
  private:
   // "IdxDataset: <file>: byte <offset>: ".
-  std::string at(std::uint64_t byte) const {
-    return "IdxDataset: " + name_ + ": byte " + std::to_string(byte) + ": ";
-  }
+  std::string at(std::uint64_t byte) const { return label_.at(byte); }
 
   [[noreturn]] void wrong_size(std::uint64_t found, bool more) const {
     throw DataError(at(offset_) + "the header says " + shape_ + " = " + std::to_string(bytes_) +
@@ -152,32 +131,26 @@ class IdxFile {
   }
 
   // Reads up to n bytes (fewer at the end of the file) and counts them in done_.
-  // \throws DataError for a corrupt or cut gzip stream, or a failed read.
+  // \throws DataError for a corrupt or cut gzip stream.
   std::size_t read(std::uint8_t* to, std::size_t n) {
-    constexpr std::size_t kMaxRead = std::size_t{1} << 30;  // gzread counts in int
     std::size_t got = 0;
-    while (got < n) {
-      const int r =
-          gzread(file_.get(), to + got, static_cast<unsigned>(std::min(n - got, kMaxRead)));
-      int code = Z_OK;
-      const char* why = gzerror(file_.get(), &code);
-      if (r < 0 || (r == 0 && code == Z_BUF_ERROR)) {
-        // A cut stream reads as its end, with Z_BUF_ERROR ("unexpected end of file").
-        throw DataError(at(done_) + "cannot read: " +
-                        (code == Z_BUF_ERROR ? "the gzip stream ends early" : std::string(why)));
-      }
-      if (r == 0) break;
-      got += static_cast<std::size_t>(r);
-      done_ += static_cast<std::size_t>(r);
+    if (gz_) {
+      got = gz_->read(to, n);
+    } else {
+      const std::span<const std::byte> bytes = file_.bytes();
+      got = std::min<std::size_t>(n, bytes.size() - static_cast<std::size_t>(done_));
+      if (got != 0) std::memcpy(to, bytes.data() + done_, got);
     }
+    done_ += got;
     return got;
   }
 
-  std::unique_ptr<gzFile_s, GzClose> file_;
   std::string name_;
+  detail::FileLabel label_;
+  detail::MappedFile file_;
+  std::optional<detail::GzipReader> gz_;  // for a gzipped file
   std::uint64_t limit_;
-  bool gzip_ = false;
-  std::optional<std::uint64_t> plain_size_;  // a plain regular file's size
+  std::optional<std::uint64_t> plain_size_;  // a plain file's size
   std::uint64_t done_ = 0;                   // bytes read (decompressed)
   std::string shape_;                        // "5 x 28 x 28"
   std::vector<std::int64_t> dims_;
@@ -190,36 +163,59 @@ class IdxFile {
 std::shared_ptr<IdxDataset> IdxDataset::open(const std::filesystem::path& images,
                                              const std::filesystem::path& labels,
                                              const IdxOptions& options) {
-  const std::uint64_t limit = detail::decompressed_limit(options.max_decompressed_bytes);
+  const detail::DecompressedLimit limit(options.max_decompressed_bytes,
+                                        "IdxOptions::max_decompressed_bytes");
   IdxFile im(images, 3, "images", limit);
   IdxFile lb(labels, 1, "labels", limit);
   if (im.dims()[0] != lb.dims()[0]) {
     throw DataError("IdxDataset: " + std::to_string(im.dims()[0]) + " images in " + im.name() +
                     " but " + std::to_string(lb.dims()[0]) + " labels in " + lb.name());
   }
+  const std::int64_t count = im.dims()[0];
   std::shared_ptr<IdxDataset> ds(new IdxDataset());
-  ds->count_ = static_cast<std::size_t>(im.dims()[0]);
   ds->rows_ = im.dims()[1];
   ds->cols_ = im.dims()[2];
-  im.read_data(ds->pixels_);
-  lb.read_data(ds->labels_);
+  auto pixels = std::make_shared<std::vector<std::uint8_t>>();
+  im.read_data(*pixels);
+  auto read_labels = std::make_shared<std::vector<std::uint8_t>>();
+  lb.read_data(*read_labels);
+  auto ids = std::make_shared<std::vector<std::int64_t>>(read_labels->begin(), read_labels->end());
+  ds->table_ = std::make_shared<TensorDataset>(std::vector<std::pair<std::string, Tensor>>{
+      {"image", detail::view_rows(pixels, {count, ds->rows_, ds->cols_})},
+      {"label", detail::view_rows(std::move(ids), {count})}});
+  ds->pixels_ = std::move(pixels);
+  ds->labels_ = std::move(read_labels);
   return ds;
 }
 
-std::vector<FieldSpec> IdxDataset::fields() const {
-  return {{"image", DType::u8, {rows_, cols_}}, {"label", DType::i64, {}}};
+std::shared_ptr<IdxDataset> IdxDataset::to(Device device) const {
+  std::shared_ptr<IdxDataset> ds(new IdxDataset());
+  ds->rows_ = rows_;
+  ds->cols_ = cols_;
+  ds->labels_ = labels_;
+  if (device == this->device()) {
+    ds->table_ = table_;
+    ds->pixels_ = pixels_;
+  } else if (device.is_cpu()) {
+    // Back from a GPU: into host vectors again, which the tensors view.
+    const std::vector<Tensor>& t = table_->tensors();
+    auto pixels = detail::host_values<std::uint8_t>(t[0]);
+    ds->table_ = std::make_shared<TensorDataset>(std::vector<std::pair<std::string, Tensor>>{
+        {"image", detail::view_rows(pixels, t[0].shape())},
+        {"label", detail::view_rows(detail::host_values<std::int64_t>(t[1]), t[1].shape())}});
+    ds->pixels_ = std::move(pixels);
+  } else {
+    ds->table_ = table_->to(device);
+  }
+  return ds;
 }
 
-void IdxDataset::read(std::size_t index, SampleRef out) const {
-  const auto n = static_cast<std::size_t>(rows_ * cols_);
-  if (n != 0) std::memcpy(out.data(0), pixels_.data() + index * n, n);  // (no pixels: no data())
-  *out.as<std::int64_t>(1) = labels_[index];
-}
-
-void IdxDataset::prefetch(std::size_t index) const noexcept {
-  const auto n = static_cast<std::size_t>(rows_ * cols_);
-  for (std::size_t at = 0; at < n && at < 1024; at += 64)
-    __builtin_prefetch(pixels_.data() + index * n + at);
+const std::vector<std::uint8_t>& IdxDataset::pixels() const {
+  if (!pixels_) {
+    throw ConfigError("IdxDataset: pixels() are host memory, and the images are on " +
+                      device().str() + " (to(Device::cpu()) brings them back)");
+  }
+  return *pixels_;
 }
 
 }  // namespace ferry

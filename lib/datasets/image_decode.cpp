@@ -1,13 +1,9 @@
 #include "datasets/image_decode.hpp"
 
-#include <fcntl.h>
 #include <spng.h>
-#include <sys/stat.h>
 #include <turbojpeg.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -17,16 +13,16 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
-#include <system_error>
 
 #include "core/checked.hpp"
+#include "datasets/file_io.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry::detail {
 namespace {
 
 [[noreturn]] void fail(std::string_view name, const std::string& why) {
-  throw DataError("ImageFolder: " + std::string(name) + ": " + why);
+  throw DataError(std::string(name) + ": " + why);
 }
 
 // A buffer that is never zeroed: one per thread and purpose, so decoding reuses the same memory
@@ -261,7 +257,7 @@ void check_size(std::int64_t width, std::int64_t height, std::int64_t max_pixels
 
 // Bytes of `pixels` pixels (width × height) of `channels` bytes each, in this thread's scratch.
 std::uint8_t* pixel_buffer(int width, int height, int channels, std::string_view name) {
-  const std::string what = "ImageFolder: " + std::string(name) + ": decoded image";
+  const std::string what = std::string(name) + ": decoded image";
   return pixel_scratch().get(checked_mul<std::size_t, DataError>(
       checked_mul<std::size_t, DataError>(width, height, what), channels, what));
 }
@@ -730,39 +726,17 @@ void decode_image(std::span<const std::uint8_t> bytes, const ImageOptions& optio
 
 std::span<const std::uint8_t> read_file_bytes(const std::filesystem::path& path,
                                               std::string_view name, std::size_t max_bytes) {
-  // O_NONBLOCK: a FIFO put in an image's place after listing must not block the open (it is
-  // refused below); it changes nothing for a regular file.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) fail(name, "cannot open: " + std::system_category().message(errno));
-  struct Close {
-    int fd;
-    ~Close() { ::close(fd); }
-  } const closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) fail(name, "cannot read: " + std::system_category().message(errno));
-  if (S_ISDIR(st.st_mode)) fail(name, "cannot read: it is a folder");
-  if (!S_ISREG(st.st_mode)) fail(name, "cannot read: not a regular file");
-  const auto size = static_cast<std::size_t>(std::max<off_t>(st.st_size, 0));
-  if (size > max_bytes) {
-    fail(name, "file of " + std::to_string(size) + " bytes, more than the " +
-                   std::to_string(max_bytes) +
-                   " an image within max_pixels takes (8 bytes a pixel, plus " +
-                   std::to_string(kPngChunkCacheBytes) + " of chunks)");
+  static const std::string what_fits = "an image within max_pixels takes (8 bytes a pixel, plus " +
+                                       std::to_string(kPngChunkCacheBytes) + " of chunks)";
+  try {
+    const std::span<const std::byte> bytes = read_file(
+        path, FileLabel{{}, name}, max_bytes, what_fits,
+        [](std::size_t n) { return reinterpret_cast<std::byte*>(file_scratch().get(n)); });
+    return {reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()};
+  } catch (...) {
+    file_scratch().trim(kScratchKeepBytes);  // a failed read keeps no large buffer either
+    throw;
   }
-  std::uint8_t* data = file_scratch().get(std::max<std::size_t>(size, 1));
-  std::size_t got = 0;
-  while (got < size) {
-    const ssize_t n = ::read(fd, data + got, size - got);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int error = errno;
-      file_scratch().trim(kScratchKeepBytes);
-      fail(name, "cannot read: " + std::system_category().message(error));
-    }
-    if (n == 0) break;  // shorter than it was: decoding tells whether what came is whole
-    got += static_cast<std::size_t>(n);
-  }
-  return {data, got};
 }
 
 }  // namespace ferry::detail

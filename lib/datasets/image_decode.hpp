@@ -1,9 +1,10 @@
 #pragma once
 
-// ImageFolder's decoding stage, usable on bytes in memory (the fuzzer and the benchmark call it
-// directly): JPEG through TurboJPEG (scaled in the DCT domain when the output needs at most
-// half the source's resolution), PNG through libspng, then the geometry (resize, crop, flip)
-// with stb_image_resize, written as u8 [height, width, channels] into the caller's buffer.
+// The decoding behind image.hpp's decode_image() (and so ImageFolder's), on bytes in memory (the
+// fuzzer and the benchmark call it directly): JPEG through TurboJPEG (scaled in the DCT domain when
+// the output needs at most half the source's resolution), PNG through libspng, then the geometry
+// (resize, crop, flip) with stb_image_resize, written as u8 [height, width, channels] into the
+// caller's buffer.
 //
 // Every function here may be called from many threads at once. Each thread keeps its own
 // TurboJPEG handle and scratch buffers (file bytes, decoded pixels, the resizer's working
@@ -18,7 +19,7 @@
 #include <span>
 #include <string_view>
 
-#include "ferry/image_folder.hpp"
+#include "ferry/image.hpp"
 
 namespace ferry::detail {
 
@@ -92,16 +93,16 @@ JpegScale pick_jpeg_scale(double need_x, double need_y);
 /// Decodes a JPEG or PNG held in memory and writes options.height × options.width ×
 /// options.channels bytes (HWC) to `out`. `seed` drives random_resized_crop and random_flip.
 /// `options` must pass check_image_options().
-/// \throws DataError "ImageFolder: <name>: <reason>" for bytes that are not a whole, valid JPEG
-/// or PNG (TurboJPEG's warnings count as errors), an image over options.max_pixels, a JPEG of
-/// more than options.max_jpeg_scans scans, PNG ancillary chunks over kPngChunkCacheBytes, or a
-/// resize needing over kMaxResizeBytes.
+/// \throws DataError "<name>: <reason>" (name is the whole prefix: "ImageFolder: <file>") for bytes
+/// that are not a whole, valid JPEG or PNG (TurboJPEG's warnings count as errors), an image over
+/// options.max_pixels, a JPEG of more than options.max_jpeg_scans scans, PNG ancillary chunks over
+/// kPngChunkCacheBytes, or a resize needing over kMaxResizeBytes.
 void decode_image(std::span<const std::uint8_t> bytes, const ImageOptions& options,
                   std::uint64_t seed, std::uint8_t* out, std::string_view name);
 
 /// The whole file, in this thread's buffer: valid until this thread's next call (of this
 /// function or decode_image()).
-/// \throws DataError "ImageFolder: <name>: cannot open: <why>" (or cannot read, or not a
+/// \throws DataError "<name>: cannot open: <why>" (or cannot read, or not a
 /// regular file), or for a file larger than `max_bytes`, before reading it.
 std::span<const std::uint8_t> read_file_bytes(const std::filesystem::path& path,
                                               std::string_view name,

@@ -91,16 +91,14 @@ std::shared_ptr<ImageFolder> ImageFolder::open(const fs::path& root, const Image
 }
 
 std::vector<FieldSpec> ImageFolder::fields() const {
-  FieldSpec image{"image", DType::u8, {options_.height, options_.width, options_.channels}};
-  image.normalize = options_.normalize;
-  return {std::move(image), {"label", DType::i64, {}}};
+  return {image_field(options_), {"label", DType::i64, {}}};
 }
 
 void ImageFolder::read(std::size_t index, SampleRef out) const {
   const fs::path& file = files_[sample_index(index, files_.size())];
-  const std::string_view name = file.native();
-  detail::decode_image(detail::read_file_bytes(file, name, detail::max_file_bytes(options_)),
-                       options_, out.seed(), out.as<std::uint8_t>(0), name);
+  std::string name = "ImageFolder: ";
+  name += file.native();
+  decode_image_file(file, options_, out.seed(), {out.as<std::uint8_t>(0), out.nbytes(0)}, name);
   *out.as<std::int64_t>(1) = labels_[index];
 }
 

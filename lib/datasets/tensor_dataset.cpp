@@ -1,11 +1,24 @@
 #include <cstring>
+#include <memory>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "ferry/dataset.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry {
+namespace {
+
+[[noreturn, gnu::cold, gnu::noinline]] void off_host(const std::string& field, Device device) {
+  throw ConfigError(
+      "TensorDataset: read() copies rows in host memory, and field \"" + field + "\" lives on " +
+      device.str() +
+      ": a loader on that device gathers its batches there (or use to(Device::cpu()))");
+}
+
+}  // namespace
 
 TensorDataset::TensorDataset(std::vector<std::pair<std::string, Tensor>> tensors) {
   constexpr const char* kWhere = "TensorDataset: ";
@@ -42,10 +55,20 @@ TensorDataset::TensorDataset(std::vector<std::pair<std::string, Tensor>> tensors
 
 Device TensorDataset::device() const noexcept { return tensors_.front().device(); }
 
+std::shared_ptr<TensorDataset> TensorDataset::to(Device device) const {
+  std::vector<std::pair<std::string, Tensor>> moved;
+  moved.reserve(tensors_.size());
+  for (std::size_t f = 0; f < tensors_.size(); ++f) {
+    moved.emplace_back(fields_[f].name, tensors_[f].to(device));
+  }
+  return std::make_shared<TensorDataset>(std::move(moved));
+}
+
 void TensorDataset::prefetch(std::size_t index) const noexcept {
   // The first lines of each row: the hardware prefetcher follows on from there.
   constexpr std::size_t kLine = 64;
   constexpr std::size_t kLines = 16;
+  if (index >= size_) return;
   for (std::size_t f = 0; f < bases_.size(); ++f) {
     if (bases_[f] == nullptr) continue;
     const std::size_t n = fields_[f].sample_bytes();
@@ -58,6 +81,10 @@ void TensorDataset::prefetch(std::size_t index) const noexcept {
 void TensorDataset::read(std::size_t index, SampleRef out) const {
   for (std::size_t f = 0; f < bases_.size(); ++f) {
     const std::size_t n = out.nbytes(f);
+    if (n == 0) continue;  // (no bytes: maybe no data pointer either)
+    if (bases_[f] == nullptr) [[unlikely]] {
+      off_host(fields_[f].name, tensors_[f].device());
+    }
     std::memcpy(out.data(f), bases_[f] + index * n, n);
   }
 }
