@@ -55,7 +55,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const ferry::detail::SlotLayout layout(fields, n);
     std::vector<std::byte> batch(layout.bytes);
     for (std::size_t i = 0; i < n; ++i) {
-      ds->read(ds->size() - 1 - i, ferry::SampleRef(&layout, batch.data(), i, 0));
+      ds->read(ds->size() - 1 - i, ferry::detail::SampleRefs::make(&layout, batch.data(), i, 0));
     }
   } catch (const ferry::DataError&) {
   }

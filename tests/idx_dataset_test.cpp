@@ -260,7 +260,8 @@ TEST_F(IdxFiles, ImagesOfNoPixelsReadAsTheirLabels) {
   ASSERT_EQ(ds->size(), 3U);
   const ferry::detail::SlotLayout layout(ds->fields(), 3);
   std::vector<std::byte> batch(layout.bytes);
-  for (std::size_t i = 0; i < 3; ++i) ds->read(i, ferry::SampleRef(&layout, batch.data(), i, 0));
+  for (std::size_t i = 0; i < 3; ++i)
+    ds->read(i, ferry::detail::SampleRefs::make(&layout, batch.data(), i, 0));
   const auto* labels = reinterpret_cast<const std::int64_t*>(batch.data() + layout.offsets[1]);
   EXPECT_EQ(std::vector<std::int64_t>(labels, labels + 3), (std::vector<std::int64_t>{4, 5, 6}));
 }

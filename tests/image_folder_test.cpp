@@ -288,7 +288,7 @@ class ImageFolderTest : public ::testing::Test {
     const std::vector<ferry::FieldSpec> fields = ds.fields();
     const ferry::detail::SlotLayout layout(fields, 1);
     std::vector<std::byte> slot(layout.bytes);
-    ds.read(i, ferry::SampleRef(&layout, slot.data(), 0, seed));
+    ds.read(i, ferry::detail::SampleRefs::make(&layout, slot.data(), 0, seed));
     const auto* p = reinterpret_cast<const std::uint8_t*>(slot.data() + layout.offsets[0]);
     if (label != nullptr) std::memcpy(label, slot.data() + layout.offsets[1], sizeof *label);
     return {p, p + layout.sample_bytes[0]};
@@ -1245,7 +1245,7 @@ TEST_F(ImageFolderTest, ASampleIndexOutOfRangeIsAConfigError) {
   const ferry::detail::SlotLayout layout(fields, 1);
   std::vector<std::byte> slot(layout.bytes);
   try {
-    ds->read(1, ferry::SampleRef(&layout, slot.data(), 0, 0));
+    ds->read(1, ferry::detail::SampleRefs::make(&layout, slot.data(), 0, 0));
     ADD_FAILURE() << "no error";
   } catch (const ferry::ConfigError& e) {
     EXPECT_STREQ(e.what(), "ImageFolder: sample index 1 out of range (1 images)");
@@ -1348,7 +1348,7 @@ TEST_F(ImageFolderTest, ADatasetOfOnesOwnDecodesAsImageFolderDoes) {
         for (const std::uint64_t seed : {0U, 1U, 99U}) {
           const ferry::detail::SlotLayout layout(own->fields(), 1);
           std::vector<std::byte> slot(layout.bytes);
-          own->read(i, ferry::SampleRef(&layout, slot.data(), 0, seed));
+          own->read(i, ferry::detail::SampleRefs::make(&layout, slot.data(), 0, seed));
           const auto* p = reinterpret_cast<const std::uint8_t*>(slot.data());
           EXPECT_EQ(Bytes(p, p + layout.sample_bytes[0]), read_image(*folder, i, seed))
               << files[i] << " seed " << seed;

@@ -25,7 +25,7 @@ using Bytes = std::vector<std::uint8_t>;
 Bytes sample(const ferry::Dataset& ds, std::size_t i) {
   const ferry::detail::SlotLayout layout(ds.fields(), 1);
   std::vector<std::byte> slot(layout.bytes);
-  ds.read(i, ferry::SampleRef(&layout, slot.data(), 0, 0));
+  ds.read(i, ferry::detail::SampleRefs::make(&layout, slot.data(), 0, 0));
   Bytes out;
   for (std::size_t f = 0; f < layout.offsets.size(); ++f) {
     const auto* p = reinterpret_cast<const std::uint8_t*>(slot.data() + layout.offsets[f]);

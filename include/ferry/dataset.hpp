@@ -32,16 +32,13 @@ struct FieldSpec {
 
 namespace detail {
 struct SlotLayout;
-}
+struct SampleRefs;
+}  // namespace detail
 
 /// Where Dataset::read() writes one sample: its place inside the batch being filled, one
 /// region per field, in the order of Dataset::fields(). A plain view, valid during read().
 class SampleRef {
  public:
-  SampleRef(const detail::SlotLayout* layout, std::byte* batch, std::size_t position,
-            std::uint64_t seed) noexcept
-      : layout_(layout), batch_(batch), position_(position), seed_(seed) {}
-
   /// The bytes of field `field` for this sample. \pre field < fields().size().
   void* data(std::size_t field) const;
   /// Their size: FieldSpec::sample_bytes() of that field.
@@ -56,6 +53,10 @@ class SampleRef {
   std::uint64_t seed() const noexcept { return seed_; }
 
  private:
+  friend struct detail::SampleRefs;  // the loader, and tests, make them
+  SampleRef(const detail::SlotLayout* layout, std::byte* batch, std::size_t position,
+            std::uint64_t seed) noexcept
+      : layout_(layout), batch_(batch), position_(position), seed_(seed) {}
   const detail::SlotLayout* layout_;
   std::byte* batch_;
   std::size_t position_;

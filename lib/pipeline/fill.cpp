@@ -61,8 +61,8 @@ void fill_range(RunState& run, Slot& slot, std::size_t begin, std::size_t end,
     if (i + kAhead < end) dataset.prefetch(slot.indices[i + kAhead]);
     const std::uint64_t index = slot.indices[i];
     try {
-      dataset.read(index, SampleRef(&layout.written, slot.data, i,
-                                    sample_seed(impl.options.seed, run.epoch, index)));
+      dataset.read(index, SampleRefs::make(&layout.written, slot.data, i,
+                                           sample_seed(impl.options.seed, run.epoch, index)));
       if (ops_here) {
         for (const FieldPlan& plan : layout.plans) plan.run(host, OpSpan{slot.data, nullptr, i, 1});
       }

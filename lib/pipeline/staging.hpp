@@ -23,4 +23,12 @@ struct SlotLayout {
   std::size_t used_bytes(std::size_t count) const noexcept;
 };
 
+/// Makes the SampleRef of sample `position` of the batch at `batch` laid out by `layout`.
+struct SampleRefs {
+  static SampleRef make(const SlotLayout* layout, std::byte* batch, std::size_t position,
+                        std::uint64_t seed) noexcept {
+    return {layout, batch, position, seed};
+  }
+};
+
 }  // namespace ferry::detail
