@@ -106,7 +106,7 @@ TEST(LoaderMisuse, FieldsWhoseSizeOverflowsAreRefusedByName) {
   const std::vector<std::vector<int64_t>> shapes = {
       {int64_t{1} << 32, int64_t{1} << 32},    // 2^64 elements
       {int64_t{1} << 62},                      // 2^64 bytes of f32
-      {-1, 3},                                 // negative
+      {-2, 3},                                 // negative (-1 would be ragged)
       {int64_t{1} << 40, int64_t{1} << 30, 0}  // empty after all, but 2^70 on the way
   };
   for (std::size_t i = 0; i < 3; ++i) {

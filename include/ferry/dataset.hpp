@@ -15,7 +15,12 @@
 
 namespace ferry {
 
-/// One field of a sample: its name, element type and per-sample shape ({} for a scalar).
+/// FieldSpec::shape[0] of a variable-length field: each sample has its own number of rows
+/// (Dataset::length), and the loader pads or packs them into a batch (LoaderOptions::ragged).
+inline constexpr std::int64_t ragged = -1;
+
+/// One field of a sample: its name, element type and per-sample shape ({} for a scalar). A
+/// shape whose first dimension is `ragged` is variable-length in that dimension.
 struct FieldSpec {
   std::string name;
   DType dtype = DType::f32;
@@ -25,14 +30,18 @@ struct FieldSpec {
   /// converted after the copy (on the CPU, by the worker right after read()).
   std::optional<Normalize> normalize = std::nullopt;
 
-  /// Bytes of one sample of this field, as the dataset writes it.
+  /// Bytes of one sample of this field, as the dataset writes it (for a ragged field: of one
+  /// row, shape[1:]).
   std::size_t sample_bytes() const noexcept;
+  /// Whether the first dimension is `ragged`.
+  bool is_ragged() const noexcept { return !shape.empty() && shape[0] == ragged; }
   friend bool operator==(const FieldSpec&, const FieldSpec&) = default;
 };
 
 namespace detail {
 struct SlotLayout;
 struct SampleRefs;
+struct BatchRows;
 }  // namespace detail
 
 /// Where Dataset::read() writes one sample: its place inside the batch being filled, one
@@ -41,7 +50,8 @@ class SampleRef {
  public:
   /// The bytes of field `field` for this sample. \pre field < fields().size().
   void* data(std::size_t field) const;
-  /// Their size: FieldSpec::sample_bytes() of that field.
+  /// Their size: FieldSpec::sample_bytes() of that field; for a ragged field, exactly
+  /// Dataset::length(index, field) rows of it.
   std::size_t nbytes(std::size_t field) const;
   /// Typed data(); the caller knows the field's dtype.
   template <class T>
@@ -55,12 +65,13 @@ class SampleRef {
  private:
   friend struct detail::SampleRefs;  // the loader, and tests, make them
   SampleRef(const detail::SlotLayout* layout, std::byte* batch, std::size_t position,
-            std::uint64_t seed) noexcept
-      : layout_(layout), batch_(batch), position_(position), seed_(seed) {}
+            std::uint64_t seed, const detail::BatchRows* rows = nullptr) noexcept
+      : layout_(layout), batch_(batch), position_(position), seed_(seed), rows_(rows) {}
   const detail::SlotLayout* layout_;
   std::byte* batch_;
   std::size_t position_;
   std::uint64_t seed_;
+  const detail::BatchRows* rows_;  // where ragged fields' samples lie in this batch
 };
 
 /// Random-access samples. read() is called from many threads at once, for different indices.
@@ -78,6 +89,10 @@ class Dataset {
   /// Writes sample `index` into `out`'s fields. Throws (preferably DataError naming the file
   /// and place) when the sample cannot be read; the loader adds the sample index.
   virtual void read(std::size_t index, SampleRef out) const = 0;
+  /// Rows (shape[0]) of sample `index`'s ragged field `field`; asked before read(), and of
+  /// every sample when a loader is made, so it must be cheap and always give the same answer.
+  /// The default throws ConfigError: a dataset with ragged fields overrides it.
+  virtual std::int64_t length(std::size_t index, std::size_t field) const;
   /// A hint that read(index) follows soon on this thread (the loader gives it a few samples
   /// ahead). The default does nothing; a dataset in memory can start loading the sample's cache
   /// lines, so that reads in shuffled order do not wait on each miss in turn.

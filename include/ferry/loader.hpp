@@ -22,6 +22,12 @@ enum class ErrorPolicy {
   skip,   ///< the sample is left out of its batch, counted and its reason kept (stats())
 };
 
+/// How samples of a ragged field (FieldSpec::shape[0] == ragged) form a batch.
+enum class RaggedBatch {
+  pad,   ///< [N, Lmax, ...]: each sample's rows, then pad_value up to the batch's longest
+  pack,  ///< [sum L, ...]: the samples' rows one after another; Batch::offsets gives the starts
+};
+
 struct LoaderOptions {
   std::size_t batch_size = 32;
   bool shuffle = false;
@@ -34,6 +40,9 @@ struct LoaderOptions {
   bool pin_memory = true;  ///< page-locked staging when copying to a GPU
   int rank = 0, world_size = 1;
   ErrorPolicy on_error = ErrorPolicy::raise;
+  RaggedBatch ragged = RaggedBatch::pad;  ///< ragged fields: padded or packed
+  double pad_value = 0;                   ///< pad: the value of padding rows (as the field's dtype)
+  std::int64_t pad_multiple = 1;          ///< pad: Lmax rounded up to a multiple of this, >= 1
   void* stream = nullptr;  ///< CUDA stream the consumer computes on (nullptr: default)
 
   /// Options for this process of a distributed job, from its launcher's environment:
@@ -114,6 +123,13 @@ class Batch {
   const Tensor& operator[](std::string_view field) const;
   /// The field's tensor by position in Dataset::fields(). \throws ConfigError out of range.
   const Tensor& at(std::size_t field) const;
+  /// A ragged field's rows per sample: i64 [N], on the batch's device.
+  /// \throws ConfigError for an unknown or fixed-shape field.
+  const Tensor& lengths(std::string_view field) const;
+  /// A packed ragged field's sample starts: i32 [N + 1] (FlashAttention's cu_seqlens), sample i
+  /// being rows [offsets[i], offsets[i + 1]), on the batch's device.
+  /// \throws ConfigError for an unknown or fixed-shape field, or under RaggedBatch::pad.
+  const Tensor& offsets(std::string_view field) const;
   /// Samples in this batch.
   std::size_t size() const noexcept { return indices_.size(); }
   /// Dataset indices, in batch order.
@@ -125,7 +141,10 @@ class Batch {
 
  private:
   friend class detail::EpochRun;
+  std::size_t field_index(std::string_view field) const;
   std::vector<Tensor> tensors_;
+  std::vector<Tensor> lengths_;  // per field; undefined for fixed-shape fields
+  std::vector<Tensor> offsets_;  // per field; packed ragged fields only
   std::shared_ptr<const std::vector<std::string>> names_;
   std::vector<std::uint64_t> indices_;
   std::size_t number_ = 0;

@@ -17,8 +17,9 @@ std::size_t align(std::size_t n, const std::string& what) {
 }  // namespace
 
 BatchLayout::BatchLayout(const std::vector<FieldSpec>& fields, std::size_t capacity_,
-                         std::vector<std::vector<std::unique_ptr<FieldOp>>> ops)
-    : capacity(capacity_), written(fields, capacity_) {
+                         std::vector<std::vector<std::unique_ptr<FieldOp>>> ops,
+                         const std::vector<std::uint64_t>& rows)
+    : capacity(capacity_), written(fields, capacity_, rows) {
   const std::string what = "Loader: batch of " + std::to_string(capacity);
   std::size_t at = align(written.bytes, what);
   plans.resize(fields.size());

@@ -15,9 +15,11 @@
 namespace ferry::detail {
 
 struct BatchLayout {
-  /// `ops[f]`: field f's operations, in order. \throws ConfigError when a size overflows.
+  /// `ops[f]`: field f's operations, in order; `rows[f]`: the rows a ragged field f's region
+  /// holds. \throws ConfigError when a size overflows.
   BatchLayout(const std::vector<FieldSpec>& fields, std::size_t capacity,
-              std::vector<std::vector<std::unique_ptr<FieldOp>>> ops);
+              std::vector<std::vector<std::unique_ptr<FieldOp>>> ops,
+              const std::vector<std::uint64_t>& rows = {});
 
   std::size_t capacity;          ///< samples per batch
   SlotLayout written;            ///< the fields as the dataset writes them

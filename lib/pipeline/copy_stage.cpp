@@ -37,6 +37,7 @@ class IdentityStage final : public CopyStage {
     b.base = slot.data;
     b.pinned = slot.pinned;
     b.indices = &slot.indices;
+    b.rows = &slot.rows;
     b.error = slot.error;
     return b;
   }
@@ -82,6 +83,7 @@ class DeviceStage final : public CopyStage {
     b.where = impl.engine->device();
     b.ready = dev.ready;
     b.indices = &dev.indices;
+    b.rows = &dev.rows;
     b.error = dev.error;
     return b;
   }
@@ -128,6 +130,7 @@ class DeviceStage final : public CopyStage {
     }
     DeviceSlot& dev = ring.device(*d);
     dev.indices.assign(slot.indices.begin(), slot.indices.end());
+    dev.rows.copy_from(slot.rows);
     dev.error = slot.error;
     if (!dev.error) {
       try {
@@ -142,8 +145,9 @@ class DeviceStage final : public CopyStage {
         }
         // What the dataset wrote crosses the bus (fields not gathered from rows there).
         if (!layout.gather) {
-          engine.copy_async(target, slot.data, layout.written.used_bytes(count),
-                            CopyKind::host_to_device);
+          layout.written.for_each_used(count, slot.rows, [&](std::size_t at, std::size_t n) {
+            engine.copy_async(target + at, slot.data + at, n, CopyKind::host_to_device);
+          });
         }
         EngineOps ops(engine);
         for (const FieldPlan& plan : layout.plans) {

@@ -25,7 +25,8 @@ struct ReadyBatch {
   bool pinned = false;
   Event ready;  ///< the work that writes the buffer (copy stage)
   const std::vector<std::uint64_t>* indices = nullptr;
-  std::exception_ptr error;  ///< the batch failed
+  const BatchRows* rows = nullptr;  ///< where ragged fields' samples lie
+  std::exception_ptr error;         ///< the batch failed
 };
 
 class CopyStage {

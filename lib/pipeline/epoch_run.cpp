@@ -132,6 +132,8 @@ void EpochRun::fail_epoch(std::exception_ptr error) {
 void EpochRun::release_current() {
   if (current_.lease_) {
     current_.tensors_.clear();  // their storages hold the lease too
+    current_.lengths_.clear();
+    current_.offsets_.clear();
     if (current_.lease_.use_count() > 1) current_.lease_->mark_kept();
     current_.lease_.reset();
   }
@@ -182,22 +184,45 @@ const Batch* EpochRun::next() {
   current_.ready_ = b.ready;
   current_.lease_ = lease;
   const BatchLayout& layout = *impl.layout;
+  const SlotLayout& written = layout.written;
+  const auto wrap = [&](std::size_t at, std::vector<int64_t> shape, DType dtype) {
+    Tensor t = Tensor::wrap(b.base + at, std::move(shape), dtype, b.where, b.pinned, lease);
+    if (b.device) t.storage()->set_pending(b.ready, {});
+    return t;
+  };
+  const auto n = static_cast<int64_t>(count);
   for (std::size_t f = 0; f < layout.plans.size(); ++f) {
     const FieldSpec& spec = layout.plans[f].delivered;
-    std::vector<int64_t> shape;
-    shape.reserve(spec.shape.size() + 1);
-    shape.push_back(static_cast<int64_t>(count));
-    shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
-    Tensor t = Tensor::wrap(b.base + layout.delivered_offset(f), std::move(shape), spec.dtype,
-                            b.where, b.pinned, lease);
-    if (b.device) t.storage()->set_pending(b.ready, {});
-    current_.tensors_.push_back(std::move(t));
+    std::vector<int64_t> shape{n};
+    const int r = written.ragged[f];
+    if (r < 0) {
+      shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
+      current_.tensors_.push_back(wrap(layout.delivered_offset(f), std::move(shape), spec.dtype));
+      current_.lengths_.emplace_back();
+      current_.offsets_.emplace_back();
+      continue;
+    }
+    // pad: [N, Lmax, ...]; pack: [sum L, ...]; with the lengths, and the starts when packed.
+    const auto ri = static_cast<std::size_t>(r);
+    if (impl.options.ragged == RaggedBatch::pad) {
+      shape.push_back(b.rows->padded[ri]);
+    } else {
+      shape[0] = static_cast<int64_t>(b.rows->rows[ri]);
+    }
+    shape.insert(shape.end(), spec.shape.begin() + 1, spec.shape.end());
+    current_.tensors_.push_back(wrap(layout.delivered_offset(f), std::move(shape), spec.dtype));
+    current_.lengths_.push_back(wrap(written.lengths_offsets[ri], {n}, DType::i64));
+    current_.offsets_.push_back(impl.options.ragged == RaggedBatch::pack
+                                    ? wrap(written.starts_offsets[ri], {n + 1}, DType::i32)
+                                    : Tensor());
   }
   ++next_;
   impl.state_next.store(next_);
   impl.batches.fetch_add(1);
   impl.samples.fetch_add(count);
-  impl.bytes.fetch_add(layout.written.used_bytes(count));
+  std::size_t bytes = 0;
+  written.for_each_used(count, *b.rows, [&](std::size_t, std::size_t used) { bytes += used; });
+  impl.bytes.fetch_add(bytes);
   if (first_) {
     first_ = false;
     impl.first_batch_ns.store(nanos_since(started_));

@@ -61,8 +61,10 @@ void fill_range(RunState& run, Slot& slot, std::size_t begin, std::size_t end,
     if (i + kAhead < end) dataset.prefetch(slot.indices[i + kAhead]);
     const std::uint64_t index = slot.indices[i];
     try {
-      dataset.read(index, SampleRefs::make(&layout.written, slot.data, i,
-                                           sample_seed(impl.options.seed, run.epoch, index)));
+      dataset.read(index,
+                   SampleRefs::make(&layout.written, slot.data, i,
+                                    sample_seed(impl.options.seed, run.epoch, index), &slot.rows));
+      if (impl.ragged->any) impl.ragged->pad_sample(layout.written, slot.rows, i, slot.data);
       if (ops_here) {
         for (const FieldPlan& plan : layout.plans) plan.run(host, OpSpan{slot.data, nullptr, i, 1});
       }
@@ -108,15 +110,19 @@ void settle_failures(RunState& run, Slot& slot) {
   const std::size_t regions = impl.device_path ? 1 : std::numeric_limits<std::size_t>::max();
   std::size_t kept = 0;
   std::vector<std::string> reasons;
+  std::vector<bool> keep(count, true);
   for (std::size_t i = 0; i < count; ++i) {
     if (slot.failures[i]) {
+      keep[i] = false;
       reasons.push_back("sample " + std::to_string(slot.indices[i]) + ": " +
                         describe(slot.failures[i]));
       slot.failures[i] = nullptr;
       continue;
     }
     if (kept != i) {
-      for (const FieldPlan& plan : layout.plans) {
+      for (std::size_t f = 0; f < layout.plans.size(); ++f) {
+        if (layout.written.ragged[f] >= 0) continue;  // below
+        const FieldPlan& plan = layout.plans[f];
         for (std::size_t r = 0; r < plan.regions.size() && r < regions; ++r) {
           const std::size_t n = plan.region_sample_bytes[r];
           std::byte* field = slot.data + plan.regions[r];
@@ -127,6 +133,7 @@ void settle_failures(RunState& run, Slot& slot) {
     }
     ++kept;
   }
+  if (impl.ragged->any) impl.ragged->compact(layout.written, slot.rows, keep, count, slot.data);
   slot.indices.resize(kept);
   impl.skipped.fetch_add(reasons.size());
   std::lock_guard lock(impl.reasons_mutex);

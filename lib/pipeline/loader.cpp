@@ -88,8 +88,14 @@ void validate(const Dataset* dataset, const LoaderOptions& o, const detail::Simu
   // The sampler pads a rank's share by wrapping: size + world_size must not overflow.
   static_cast<void>(detail::checked_add(size, o.world_size, "Loader: dataset size + world_size"));
   for (const FieldSpec& f : fields) {
-    static_cast<void>(
-        detail::checked_nbytes(f.shape, dtype_size(f.dtype), "Loader: field \"" + f.name + "\""));
+    const std::string what = "Loader: field \"" + f.name + "\"";
+    // A ragged field's size is its row's (shape[1:]); the rows come from Dataset::length.
+    const std::span<const std::int64_t> shape(f.shape.data() + (f.is_ragged() ? 1 : 0),
+                                              f.shape.size() - (f.is_ragged() ? 1 : 0));
+    static_cast<void>(detail::checked_nbytes(shape, dtype_size(f.dtype), what));
+    if (f.is_ragged() && f.normalize) {
+      throw ConfigError(what + ": a ragged field cannot be normalized as an image");
+    }
   }
 }
 
@@ -167,7 +173,9 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, const LoaderOpt
       rows.push_back(static_cast<const std::byte*>(t.storage()->data()) + t.storage_offset());
     }
   }
-  layout = std::make_unique<BatchLayout>(fields, capacity, field_ops(fields, rows));
+  ragged = std::make_unique<RaggedFields>(*dataset, fields, options, capacity);
+  layout =
+      std::make_unique<BatchLayout>(fields, capacity, field_ops(fields, rows), ragged->region_rows);
   // Without a copy stage the slot is the delivered buffer, operations' results included; with
   // one, the slot holds what crosses the bus (the batch's indices when rows are gathered).
   BufferRing::Sizes sizes;
@@ -179,6 +187,7 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, const LoaderOpt
   sizes.pinned = options.pin_memory && options.device.is_cuda();
   sizes.device_buffers = device_path ? options.device_buffers : 0;
   sizes.device_bytes = layout->bytes;
+  sizes.ragged_fields = layout->written.ragged_count();
   ring = std::make_unique<BufferRing>(sizes, engine.get());
   staging_allocations = ring->slot_count();
   device_allocations = ring->device_count();
@@ -282,6 +291,33 @@ const Tensor& Batch::operator[](std::string_view field) const {
     }
   }
   throw ConfigError("Batch: no field \"" + std::string(field) + "\"");
+}
+
+std::size_t Batch::field_index(std::string_view field) const {
+  if (names_) {
+    for (std::size_t i = 0; i < names_->size() && i < tensors_.size(); ++i) {
+      if ((*names_)[i] == field) return i;
+    }
+  }
+  throw ConfigError("Batch: no field \"" + std::string(field) + "\"");
+}
+
+const Tensor& Batch::lengths(std::string_view field) const {
+  const std::size_t i = field_index(field);
+  if (i >= lengths_.size() || !lengths_[i].defined()) {
+    throw ConfigError("Batch: field \"" + std::string(field) + "\" is not ragged");
+  }
+  return lengths_[i];
+}
+
+const Tensor& Batch::offsets(std::string_view field) const {
+  const std::size_t i = field_index(field);
+  if (i >= offsets_.size() || !offsets_[i].defined()) {
+    throw ConfigError("Batch: field \"" + std::string(field) +
+                      "\" has no offsets: it is not ragged, or the loader pads it "
+                      "(RaggedBatch::pack gives offsets)");
+  }
+  return offsets_[i];
 }
 
 const Tensor& Batch::at(std::size_t field) const {

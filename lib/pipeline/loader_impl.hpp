@@ -25,6 +25,7 @@
 #include "copy/copy_engine.hpp"
 #include "ferry/loader.hpp"
 #include "pipeline/batch_layout.hpp"
+#include "pipeline/ragged.hpp"
 #include "pipeline/ring.hpp"
 #include "pipeline/sampler.hpp"
 #include "pipeline/testing.hpp"
@@ -46,9 +47,10 @@ struct LoaderImpl {
   std::size_t capacity;
   Sampler sampler;
   int workers;
-  bool device_path;                    // a copy stage exists (a GPU, or the simulated copy)
-  std::unique_ptr<CopyEngine> engine;  // with a copy stage
-  bool host_engine = false;            // the engine is the simulated one
+  bool device_path;                      // a copy stage exists (a GPU, or the simulated copy)
+  std::unique_ptr<CopyEngine> engine;    // with a copy stage
+  bool host_engine = false;              // the engine is the simulated one
+  std::unique_ptr<RaggedFields> ragged;  // the ragged fields' bounds and padding
   std::unique_ptr<BatchLayout> layout;
   std::unique_ptr<BufferRing> ring;
 

@@ -41,6 +41,10 @@ void run_planner(RunState& run) {
         run.filled.notify();
         continue;
       }
+      // Ragged fields: where each sample's rows go, and the lengths and starts tables.
+      if (impl.ragged->any) {
+        impl.ragged->plan(*impl.dataset, impl.layout->written, slot.indices, slot.rows, slot.data);
+      }
       run.planned.push(Planned{*id, k});
       planned = true;
       run.planned_signal.notify();

@@ -19,6 +19,7 @@ BufferRing::BufferRing(const Sizes& sizes, CopyEngine* engine)
     }
     slot->indices.reserve(sizes.capacity);
     slot->failures.resize(sizes.capacity);
+    slot->rows.reset(sizes.ragged_fields, sizes.capacity);
     slots_.push_back(std::move(slot));
     release_slot(static_cast<std::uint32_t>(i));
   }
@@ -26,6 +27,7 @@ BufferRing::BufferRing(const Sizes& sizes, CopyEngine* engine)
     auto dev = std::make_unique<DeviceSlot>();
     dev->buffer = engine->allocate(sizes.device_bytes);
     dev->indices.reserve(sizes.capacity);
+    dev->rows.reset(sizes.ragged_fields, sizes.capacity);
     device_slots_.push_back(std::move(dev));
     release_device(static_cast<std::uint32_t>(i));
   }

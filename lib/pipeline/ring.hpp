@@ -19,6 +19,7 @@
 #include "copy/copy_engine.hpp"
 #include "ferry/event.hpp"
 #include "ferry/memory.hpp"
+#include "pipeline/staging.hpp"
 
 namespace ferry::detail {
 
@@ -66,6 +67,7 @@ struct Slot {
   std::vector<std::exception_ptr> failures;  ///< per position, set by workers
   std::size_t number = 0;                    ///< the batch's number in its epoch
   std::exception_ptr error;                  ///< the batch failed
+  BatchRows rows;                            ///< where ragged fields' samples lie
   std::atomic<std::uint64_t> filled{0};      ///< number + 1 once the workers are done
   Event copied;                              ///< the copy out of this slot (device path)
 };
@@ -75,6 +77,7 @@ struct DeviceSlot {
   DeviceBuffer buffer;
   std::vector<std::uint64_t> indices;
   std::exception_ptr error;
+  BatchRows rows;  ///< the batch's, copied from its slot
   Event ready;     ///< the copy into it has finished
   Event released;  ///< the consumer is done with it (recorded on the consumer's stream)
 };
@@ -88,6 +91,7 @@ class BufferRing {
     bool pinned = false;            ///< page-locked staging
     int device_buffers = 0;         ///< 0: no copy stage
     std::size_t device_bytes = 0;   ///< each
+    std::size_t ragged_fields = 0;  ///< fields whose rows vary per sample
   };
   /// Allocates every buffer (device buffers through `engine`, which outlives the ring).
   /// \throws what the allocations throw.

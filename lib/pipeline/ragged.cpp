@@ -1,0 +1,179 @@
+#include "pipeline/ragged.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "core/checked.hpp"
+#include "ferry/dtype.hpp"
+
+namespace ferry::detail {
+
+namespace {
+
+std::int64_t round_up(std::int64_t n, std::int64_t multiple) {
+  const std::int64_t r = n % multiple;
+  return r == 0 ? n : checked_add<std::int64_t>(n, multiple - r, "Loader: pad_multiple");
+}
+
+}  // namespace
+
+RaggedFields::RaggedFields(const Dataset& dataset, const std::vector<FieldSpec>& fields,
+                           const LoaderOptions& options, std::size_t capacity)
+    : longest(fields.size(), 0),
+      region_rows(fields.size(), 0),
+      pad(fields.size()),
+      mode(options.ragged),
+      pad_multiple(options.pad_multiple) {
+  if (options.pad_multiple < 1) {
+    throw ConfigError("Loader: pad_multiple must be at least 1, got " +
+                      std::to_string(options.pad_multiple));
+  }
+  const std::size_t n = dataset.size();
+  for (std::size_t f = 0; f < fields.size(); ++f) {
+    if (!fields[f].is_ragged()) continue;
+    any = true;
+    const std::string what = "Loader: field \"" + fields[f].name + "\"";
+    std::int64_t most = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      std::int64_t l = 0;
+      try {
+        l = dataset.length(i, f);
+      } catch (const ConfigError& e) {
+        throw ConfigError(what + " is ragged: " + e.what());
+      }
+      if (l < 0) {
+        throw DataError(what + ": sample " + std::to_string(i) + " has " + std::to_string(l) +
+                        " rows");
+      }
+      most = std::max(most, l);
+    }
+    longest[f] = most;
+    const std::int64_t per_sample = mode == RaggedBatch::pad ? round_up(most, pad_multiple) : most;
+    region_rows[f] = checked_mul<std::uint64_t>(per_sample, capacity, what);
+    if (mode == RaggedBatch::pack && region_rows[f] > std::numeric_limits<std::int32_t>::max()) {
+      throw ConfigError(what + ": a packed batch may hold " + std::to_string(region_rows[f]) +
+                        " rows, beyond the i32 offsets; use a smaller batch_size");
+    }
+    // pad_value as one element of the field's dtype (ferry::convert's rules).
+    pad[f].resize(dtype_size(fields[f].dtype));
+    ferry::convert(&options.pad_value, DType::f64, pad[f].data(), fields[f].dtype, 1);
+  }
+}
+
+void RaggedFields::plan(const Dataset& dataset, const SlotLayout& layout,
+                        std::span<const std::uint64_t> indices, BatchRows& rows,
+                        std::byte* slot) const {
+  const std::size_t count = indices.size();
+  for (std::size_t f = 0; f < layout.ragged.size(); ++f) {
+    const int r = layout.ragged[f];
+    if (r < 0) continue;
+    const auto base = static_cast<std::size_t>(r) * rows.capacity;
+    std::int64_t most = 0;
+    std::uint64_t at = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::int64_t l = dataset.length(indices[i], f);
+      if (l < 0 || l > longest[f]) {
+        throw DataError("Loader: sample " + std::to_string(indices[i]) + " has " +
+                        std::to_string(l) + " rows of field " + std::to_string(f) +
+                        "; when the loader was made its samples had 0 to " +
+                        std::to_string(longest[f]));
+      }
+      rows.lengths[base + i] = l;
+      rows.starts[base + i] = at;  // pack; pad is set below
+      at += static_cast<std::uint64_t>(l);
+      most = std::max(most, l);
+    }
+    const auto ri = static_cast<std::size_t>(r);
+    if (mode == RaggedBatch::pad) {
+      const std::int64_t lmax = round_up(most, pad_multiple);
+      for (std::size_t i = 0; i < count; ++i) {
+        rows.starts[base + i] = i * static_cast<std::uint64_t>(lmax);
+      }
+      rows.padded[ri] = lmax;
+      rows.rows[ri] = count * static_cast<std::uint64_t>(lmax);
+    } else {
+      rows.padded[ri] = 0;
+      rows.rows[ri] = at;
+    }
+  }
+  write_tables(layout, rows, count, slot);
+}
+
+void RaggedFields::write_tables(const SlotLayout& layout, const BatchRows& rows, std::size_t count,
+                                std::byte* slot) const noexcept {
+  for (std::size_t r = 0; r < layout.ragged_count(); ++r) {
+    const std::size_t base = r * rows.capacity;
+    auto* lengths = reinterpret_cast<std::int64_t*>(slot + layout.lengths_offsets[r]);
+    auto* starts = reinterpret_cast<std::int32_t*>(slot + layout.starts_offsets[r]);
+    std::int64_t at = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      lengths[i] = rows.lengths[base + i];
+      starts[i] = static_cast<std::int32_t>(at);  // packed starts (the pad tensor has none)
+      at += rows.lengths[base + i];
+    }
+    starts[count] = static_cast<std::int32_t>(at);
+  }
+}
+
+void RaggedFields::pad_sample(const SlotLayout& layout, const BatchRows& rows, std::size_t position,
+                              std::byte* slot) const noexcept {
+  if (mode != RaggedBatch::pad) return;
+  for (std::size_t f = 0; f < layout.ragged.size(); ++f) {
+    const int r = layout.ragged[f];
+    if (r < 0) continue;
+    const std::size_t k = static_cast<std::size_t>(r) * rows.capacity + position;
+    const std::size_t row = layout.sample_bytes[f];
+    const std::size_t element = pad[f].size();
+    std::byte* from = slot + layout.offsets[f] +
+                      (rows.starts[k] + static_cast<std::uint64_t>(rows.lengths[k])) * row;
+    const auto pad_rows =
+        static_cast<std::size_t>(rows.padded[static_cast<std::size_t>(r)] - rows.lengths[k]);
+    const std::size_t bytes = pad_rows * row;
+    if (bytes == 0) continue;
+    bool zero = true;
+    for (const std::byte b : pad[f]) zero = zero && b == std::byte{0};
+    if (zero) {
+      std::memset(from, 0, bytes);
+      continue;
+    }
+    for (std::size_t at = 0; at < bytes; at += element)
+      std::memcpy(from + at, pad[f].data(), element);
+  }
+}
+
+void RaggedFields::compact(const SlotLayout& layout, BatchRows& rows, const std::vector<bool>& keep,
+                           std::size_t count, std::byte* slot) const noexcept {
+  std::size_t kept = 0;
+  for (std::size_t f = 0; f < layout.ragged.size(); ++f) {
+    const int r = layout.ragged[f];
+    if (r < 0) continue;
+    const auto ri = static_cast<std::size_t>(r);
+    const std::size_t base = ri * rows.capacity;
+    const std::size_t row = layout.sample_bytes[f];
+    std::byte* region = slot + layout.offsets[f];
+    std::uint64_t at = 0;
+    kept = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      if (!keep[i]) continue;
+      const std::int64_t l = rows.lengths[base + i];
+      // pad: whole padded blocks move down; pack: the rows close up, in order.
+      const std::uint64_t to =
+          mode == RaggedBatch::pad ? kept * static_cast<std::uint64_t>(rows.padded[ri]) : at;
+      const std::uint64_t n = mode == RaggedBatch::pad ? static_cast<std::uint64_t>(rows.padded[ri])
+                                                       : static_cast<std::uint64_t>(l);
+      if (to != rows.starts[base + i] && n > 0) {
+        std::memmove(region + to * row, region + rows.starts[base + i] * row, n * row);
+      }
+      rows.starts[base + kept] = to;
+      rows.lengths[base + kept] = l;
+      at += n;
+      ++kept;
+    }
+    rows.rows[ri] = at;
+  }
+  write_tables(layout, rows, kept, slot);
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,53 @@
+#pragma once
+
+// Ragged fields (FieldSpec::shape[0] == ragged): each sample has its own number of rows
+// (Dataset::length). A slot's region for such a field is sized once, from the longest sample
+// seen when the loader was made; per batch the planner places the samples (padded: sample i at
+// i x Lmax; packed: one after another), the workers write their rows there and pad the rest,
+// and the lengths (i64 [N]) and starts (i32 [N + 1]) travel with the batch.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "ferry/dataset.hpp"
+#include "ferry/loader.hpp"
+#include "pipeline/staging.hpp"
+
+namespace ferry::detail {
+
+/// What the loader knows of its ragged fields, from the dataset at construction.
+struct RaggedFields {
+  /// Asks every sample's length of every ragged field.
+  /// \throws ConfigError for options that do not fit (pad_multiple < 1, packed rows beyond i32),
+  /// DataError for a negative length naming the sample.
+  RaggedFields(const Dataset& dataset, const std::vector<FieldSpec>& fields,
+               const LoaderOptions& options, std::size_t capacity);
+
+  std::vector<std::int64_t> longest;        ///< per field: the longest sample (0: fixed)
+  std::vector<std::uint64_t> region_rows;   ///< per field: rows a slot's region holds
+  std::vector<std::vector<std::byte>> pad;  ///< per field: pad_value as one element
+  RaggedBatch mode = RaggedBatch::pad;
+  std::int64_t pad_multiple = 1;
+  bool any = false;
+
+  /// Places batch `indices`' samples: asks their lengths, fills `rows`, and writes the lengths
+  /// and starts tables into the slot. \throws DataError for a length beyond what the loader
+  /// was made for.
+  void plan(const Dataset& dataset, const SlotLayout& layout,
+            std::span<const std::uint64_t> indices, BatchRows& rows, std::byte* slot) const;
+  /// Writes pad_value over sample `position`'s rows after its own (pad only).
+  void pad_sample(const SlotLayout& layout, const BatchRows& rows, std::size_t position,
+                  std::byte* slot) const noexcept;
+  /// After samples were left out (skip): `keep[i]` says which of the `count` stay. Moves the
+  /// kept samples' rows down, in order, and rewrites rows and the tables for `kept` samples.
+  void compact(const SlotLayout& layout, BatchRows& rows, const std::vector<bool>& keep,
+               std::size_t count, std::byte* slot) const noexcept;
+
+ private:
+  void write_tables(const SlotLayout& layout, const BatchRows& rows, std::size_t count,
+                    std::byte* slot) const noexcept;
+};
+
+}  // namespace ferry::detail
