@@ -153,16 +153,23 @@ void RaggedFields::compact(const SlotLayout& layout, BatchRows& rows, const std:
     const std::size_t base = ri * rows.capacity;
     const std::size_t row = layout.sample_bytes[f];
     std::byte* region = slot + layout.offsets[f];
+    // pad: Lmax becomes the longest kept sample's, and each kept block moves down to the new
+    // stride with its first Lmax rows (its rows, then padding already written); pack: the rows
+    // close up, in order. Either way every row moves down, so ascending order is safe.
+    std::int64_t lmax = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      if (keep[i]) lmax = std::max(lmax, rows.lengths[base + i]);
+    }
+    if (lmax % pad_multiple != 0) lmax += pad_multiple - lmax % pad_multiple;
+    if (mode == RaggedBatch::pad) rows.padded[ri] = lmax;
     std::uint64_t at = 0;
     kept = 0;
     for (std::size_t i = 0; i < count; ++i) {
       if (!keep[i]) continue;
       const std::int64_t l = rows.lengths[base + i];
-      // pad: whole padded blocks move down; pack: the rows close up, in order.
       const std::uint64_t to =
-          mode == RaggedBatch::pad ? kept * static_cast<std::uint64_t>(rows.padded[ri]) : at;
-      const std::uint64_t n = mode == RaggedBatch::pad ? static_cast<std::uint64_t>(rows.padded[ri])
-                                                       : static_cast<std::uint64_t>(l);
+          mode == RaggedBatch::pad ? kept * static_cast<std::uint64_t>(lmax) : at;
+      const auto n = static_cast<std::uint64_t>(mode == RaggedBatch::pad ? lmax : l);
       if (to != rows.starts[base + i] && n > 0) {
         std::memmove(region + to * row, region + rows.starts[base + i] * row, n * row);
       }
