@@ -43,6 +43,16 @@ struct LoaderOptions {
   RaggedBatch ragged = RaggedBatch::pad;  ///< ragged fields: padded or packed
   double pad_value = 0;                   ///< pad: the value of padding rows (as the field's dtype)
   std::int64_t pad_multiple = 1;          ///< pad: Lmax rounded up to a multiple of this, >= 1
+  /// > 0: dynamic batches. Consecutive samples of the epoch's order form a batch while its
+  /// tokens stay <= max_tokens (pack: the sum of the lengths of the first ragged field; pad:
+  /// N x Lmax after pad_multiple), at most batch_size of them; a sample over the budget alone is
+  /// a batch of one. Batches are then dealt to the ranks in turn (wrapping, or dropping the
+  /// remainder with drop_last). Deterministic from (seed, epoch); resumable at any batch.
+  std::size_t max_tokens = 0;
+  /// > 0: length bucketing. Each window of this many samples of the shuffled order is sorted by
+  /// the first ragged field's length before it is cut into batches, and the window's batches
+  /// are then shuffled (from seed and epoch): similar lengths share a batch, so padding falls.
+  std::size_t bucket_window = 0;
   void* stream = nullptr;  ///< CUDA stream the consumer computes on (nullptr: default)
 
   /// Options for this process of a distributed job, from its launcher's environment:

@@ -16,9 +16,14 @@ namespace ferry::detail {
 RunState::RunState(std::shared_ptr<LoaderImpl> i, std::uint64_t e, std::size_t first)
     : impl(std::move(i)),
       epoch(e),
-      start(std::min(first, impl->sampler.batches())),
-      end(impl->sampler.batches()),
-      planned(impl->ring->slot_count()) {}
+      plan(impl->planned
+               ? std::make_unique<EpochPlan>(*impl->dataset, impl->budget_field, impl->options, e)
+               : nullptr),
+      start(std::min(first, plan ? plan->batches() : impl->sampler.batches())),
+      end(plan ? plan->batches() : impl->sampler.batches()),
+      planned(impl->ring->slot_count()) {
+  if (plan) impl->planned_batches.store(end);
+}
 
 void RunState::stop() noexcept {
   stopping.store(true);

@@ -141,7 +141,9 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, const LoaderOpt
       options(o),
       simulated(sim),
       fields(dataset->fields()),
-      capacity(staging_capacity(dataset->size(), options)),
+      capacity(options.max_tokens > 0 || options.bucket_window > 0
+                   ? std::max<std::size_t>(1, std::min(options.batch_size, dataset->size()))
+                   : staging_capacity(dataset->size(), options)),
       sampler(dataset->size(), sampler_options(options)),
       workers(worker_count(options.workers)),
       device_path(options.device.is_cuda() || simulated.enabled),
@@ -174,6 +176,18 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, const LoaderOpt
     }
   }
   ragged = std::make_unique<RaggedFields>(*dataset, fields, options, capacity);
+  planned = options.max_tokens > 0 || options.bucket_window > 0;
+  if (planned) {
+    const auto first = std::find_if(fields.begin(), fields.end(),
+                                    [](const FieldSpec& f) { return f.is_ragged(); });
+    if (first == fields.end()) {
+      throw ConfigError(
+          "Loader: max_tokens and bucket_window count the tokens of a ragged field; the dataset "
+          "has none");
+    }
+    budget_field = static_cast<std::size_t>(first - fields.begin());
+    planned_batches.store(EpochPlan(*dataset, budget_field, options, 0).batches());
+  }
   layout =
       std::make_unique<BatchLayout>(fields, capacity, field_ops(fields, rows), ragged->region_rows);
   // Without a copy stage the slot is the delivered buffer, operations' results included; with
@@ -228,7 +242,9 @@ Epoch Loader::resume(const LoaderState& state) {
   return epoch(state.epoch, state.next_batch);
 }
 
-std::size_t Loader::batches_per_epoch() const { return impl_->sampler.batches(); }
+std::size_t Loader::batches_per_epoch() const {
+  return impl_->planned ? impl_->planned_batches.load() : impl_->sampler.batches();
+}
 
 LoaderState Loader::state() const {
   return {impl_->options.seed, impl_->state_epoch.load(), impl_->state_next.load()};

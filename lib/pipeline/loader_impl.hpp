@@ -25,6 +25,7 @@
 #include "copy/copy_engine.hpp"
 #include "ferry/loader.hpp"
 #include "pipeline/batch_layout.hpp"
+#include "pipeline/epoch_plan.hpp"
 #include "pipeline/ragged.hpp"
 #include "pipeline/ring.hpp"
 #include "pipeline/sampler.hpp"
@@ -51,6 +52,11 @@ struct LoaderImpl {
   std::unique_ptr<CopyEngine> engine;    // with a copy stage
   bool host_engine = false;              // the engine is the simulated one
   std::unique_ptr<RaggedFields> ragged;  // the ragged fields' bounds and padding
+  // max_tokens or bucket_window: each epoch's batches are planned whole (EpochPlan), counting
+  // the tokens of this field (the first ragged one).
+  bool planned = false;
+  std::size_t budget_field = 0;
+  std::atomic<std::size_t> planned_batches{0};  // of the epoch last started
   std::unique_ptr<BatchLayout> layout;
   std::unique_ptr<BufferRing> ring;
 
@@ -85,7 +91,8 @@ struct RunState {
 
   std::shared_ptr<LoaderImpl> impl;
   std::uint64_t epoch;
-  std::size_t start, end;  // batches [start, end)
+  std::unique_ptr<EpochPlan> plan;  // when the loader plans epochs whole; else the sampler's
+  std::size_t start, end;           // batches [start, end)
 
   std::atomic<bool> stopping{false};
   // A stage failed outside any one batch (the copy thread's own failure): the consumer gets

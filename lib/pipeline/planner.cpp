@@ -31,7 +31,11 @@ void run_planner(RunState& run) {
       }
       slot.copied = Event();
       fault(FaultPoint::planner, k);
-      impl.sampler.batch(run.epoch, k, slot.indices);
+      if (run.plan) {
+        run.plan->batch(k, slot.indices);
+      } else {
+        impl.sampler.batch(run.epoch, k, slot.indices);
+      }
       if (impl.layout->gather) {
         // Nothing to read: the slot carries the indices, the copy stage gathers the rows.
         std::memcpy(slot.data, slot.indices.data(), slot.indices.size() * sizeof(std::uint64_t));

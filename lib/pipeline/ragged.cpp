@@ -31,6 +31,7 @@ RaggedFields::RaggedFields(const Dataset& dataset, const std::vector<FieldSpec>&
                       std::to_string(options.pad_multiple));
   }
   const std::size_t n = dataset.size();
+  bool budgeted = false;
   for (std::size_t f = 0; f < fields.size(); ++f) {
     if (!fields[f].is_ragged()) continue;
     any = true;
@@ -52,6 +53,13 @@ RaggedFields::RaggedFields(const Dataset& dataset, const std::vector<FieldSpec>&
     longest[f] = most;
     const std::int64_t per_sample = mode == RaggedBatch::pad ? round_up(most, pad_multiple) : most;
     region_rows[f] = checked_mul<std::uint64_t>(per_sample, capacity, what);
+    if (options.max_tokens > 0 && !budgeted) {
+      // The budget bounds the first ragged field's batch, but for a sample over it alone.
+      region_rows[f] = std::min<std::uint64_t>(
+          region_rows[f],
+          std::max<std::uint64_t>(options.max_tokens, static_cast<std::uint64_t>(per_sample)));
+      budgeted = true;
+    }
     if (mode == RaggedBatch::pack && region_rows[f] > std::numeric_limits<std::int32_t>::max()) {
       throw ConfigError(what + ": a packed batch may hold " + std::to_string(region_rows[f]) +
                         " rows, beyond the i32 offsets; use a smaller batch_size");
