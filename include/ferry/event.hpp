@@ -36,8 +36,6 @@ class Event {
   /// The underlying cudaEvent_t, for cudaStreamWaitEvent on your own stream; nullptr when the
   /// event is complete already or is not a CUDA event.
   void* native_handle() const noexcept { return impl_ ? impl_->native_handle() : nullptr; }
-  /// The shared state; null for an already-complete event.
-  const std::shared_ptr<detail::EventImpl>& impl() const noexcept { return impl_; }
 
  private:
   std::shared_ptr<detail::EventImpl> impl_;

@@ -17,7 +17,8 @@ namespace ferry {
 
 namespace detail {
 class Storage;
-}
+struct TensorAccess;
+}  // namespace detail
 
 /// A contiguous n-dimensional array on a device, with shared storage: copying a Tensor shares
 /// its bytes, as in PyTorch. A default-constructed Tensor is undefined (defined() is false).
@@ -137,14 +138,13 @@ class Tensor {
   /// byte_offset); the deleter runs then too.
   static Tensor from_dlpack(DLManagedTensor* managed);
 
-  /// The shared storage (ferry internals).
-  const std::shared_ptr<detail::Storage>& storage() const noexcept { return storage_; }
   /// Byte offset of data() within the storage.
   std::size_t storage_offset() const noexcept { return offset_; }
-  Tensor(std::shared_ptr<detail::Storage> storage, std::size_t offset, std::vector<int64_t> shape,
-         DType dtype) noexcept;
 
  private:
+  friend struct detail::TensorAccess;  // ferry's own code: lib/core/tensor_access.hpp
+  Tensor(std::shared_ptr<detail::Storage> storage, std::size_t offset, std::vector<int64_t> shape,
+         DType dtype) noexcept;
   void check_dtype(DType requested) const;
   [[noreturn]] void throw_bad_dim(std::size_t dim) const;
   std::shared_ptr<detail::Storage> storage_;

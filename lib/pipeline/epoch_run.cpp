@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/storage.hpp"
+#include "core/tensor_access.hpp"
 #include "pipeline/planner.hpp"
 
 namespace ferry::detail {
@@ -190,7 +191,7 @@ const Batch* EpochRun::next() {
     shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
     Tensor t = Tensor::wrap(b.base + layout.delivered_offset(f), std::move(shape), spec.dtype,
                             b.where, b.pinned, lease);
-    if (b.device) t.storage()->set_pending(b.ready, {});
+    if (b.device) TensorAccess::storage(t)->set_pending(b.ready, {});
     current_.tensors_.push_back(std::move(t));
   }
   ++next_;
