@@ -10,6 +10,7 @@
 #include "ferry/dtype.hpp"
 #include "ferry/error.hpp"
 #include "ferry/event.hpp"
+#include "ferry/export.hpp"
 
 struct DLManagedTensor;  // <dlpack/dlpack.h>; include it to use to_dlpack()
 
@@ -32,7 +33,7 @@ struct TensorAccess;
 /// batch does not hold the batch's buffer. Work done synchronously keeps nothing. Tensors may be
 /// used from several threads for reading; writing the same bytes concurrently is the caller's
 /// business.
-class Tensor {
+class FERRY_API Tensor {
  public:
   Tensor() noexcept;
   ~Tensor();
@@ -143,8 +144,8 @@ class Tensor {
 
  private:
   friend struct detail::TensorAccess;  // ferry's own code: lib/core/tensor_access.hpp
-  Tensor(std::shared_ptr<detail::Storage> storage, std::size_t offset, std::vector<int64_t> shape,
-         DType dtype) noexcept;
+  FERRY_HIDDEN Tensor(std::shared_ptr<detail::Storage> storage, std::size_t offset,
+                      std::vector<int64_t> shape, DType dtype) noexcept;
   void check_dtype(DType requested) const;
   [[noreturn]] void throw_bad_dim(std::size_t dim) const;
   std::shared_ptr<detail::Storage> storage_;
