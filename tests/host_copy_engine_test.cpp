@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/storage.hpp"
+#include "core/tensor_access.hpp"
 #include "expect_error.hpp"
 #include "ferry/ferry.hpp"
 
@@ -22,6 +23,7 @@ using ferry::Event;
 using ferry::detail::CopyKind;
 using ferry::detail::HostCopyEngine;
 using ferry::detail::HostEvent;
+using ferry::detail::TensorAccess;
 using namespace std::chrono_literals;
 
 std::vector<std::uint8_t> pattern(std::size_t n, std::uint8_t seed) {
@@ -193,9 +195,9 @@ struct Batch {
 ferry::Tensor copy_behind(HostCopyEngine& engine, const Event& gate, const ferry::Tensor& from) {
   ferry::Tensor to = ferry::Tensor::empty(from.shape(), from.dtype());
   engine.wait(gate);
-  engine.copy_async(to.storage()->data(), from.storage()->data(), from.nbytes(),
+  engine.copy_async(TensorAccess::address(to), TensorAccess::address(from), from.nbytes(),
                     CopyKind::device_to_device);
-  to.storage()->set_pending(engine.record(), {from.storage()});
+  TensorAccess::storage(to)->set_pending(engine.record(), {TensorAccess::storage(from)});
   return to;
 }
 
@@ -247,7 +249,7 @@ TEST(HostCopyEngine, WorkDoneAlreadyKeepsNoSources) {
   Batch batch;
   const ferry::Tensor copy = ferry::Tensor::empty({4096}, ferry::DType::u8);
   std::memcpy(copy.data(), batch.tensor.data(), 4096);
-  copy.storage()->set_pending(Event(done), {batch.tensor.storage()});
+  TensorAccess::storage(copy)->set_pending(Event(done), {TensorAccess::storage(batch.tensor)});
   batch.tensor = ferry::Tensor();
   EXPECT_TRUE(batch.watch.expired()) << "finished work recorded its sources";
   EXPECT_EQ(static_cast<const std::uint8_t*>(copy.data())[4095], batch.memory[4095]);

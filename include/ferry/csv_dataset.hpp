@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ferry/dataset.hpp"
+#include "ferry/export.hpp"
 #include "ferry/limits.hpp"
 
 namespace ferry {
@@ -17,7 +18,7 @@ struct CsvTable;
 }
 
 /// A column of a CSV file: by header name, by 0-based position, the last one, or none.
-class Column {
+class FERRY_API Column {
  public:
   enum class Kind { name, index, last, none };
   static Column name(std::string header) { return Column(Kind::name, std::move(header), 0); }
@@ -90,7 +91,7 @@ struct CsvOptions {
 ///   column. A single label that is not an integer makes all of them texts.
 /// - Error messages give lines and columns from 1, as an editor and a spreadsheet show them
 ///   (a quoted field over several lines counts them all); Column::index() counts from 0.
-class CsvDataset final : public Dataset {
+class FERRY_API CsvDataset final : public Dataset {
  public:
   /// \throws DataError naming the file, the line (1-based, as an editor shows it), the column
   /// and what was expected: a missing or empty file (or one that is not a regular file), a
@@ -137,7 +138,7 @@ class CsvDataset final : public Dataset {
 
  private:
   CsvDataset() = default;
-  static std::shared_ptr<CsvDataset> from_table(detail::CsvTable table);
+  FERRY_HIDDEN static std::shared_ptr<CsvDataset> from_table(detail::CsvTable table);
   std::shared_ptr<const TensorDataset> table_;
   std::size_t num_features_ = 0;
   std::shared_ptr<const std::vector<std::string>> feature_names_;

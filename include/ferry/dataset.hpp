@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ferry/dtype.hpp"
+#include "ferry/export.hpp"
 #include "ferry/ops.hpp"
 #include "ferry/tensor.hpp"
 
@@ -21,7 +22,7 @@ inline constexpr std::int64_t ragged = -1;
 
 /// One field of a sample: its name, element type and per-sample shape ({} for a scalar). A
 /// shape whose first dimension is `ragged` is variable-length in that dimension.
-struct FieldSpec {
+struct FERRY_API FieldSpec {
   std::string name;
   DType dtype = DType::f32;
   std::vector<int64_t> shape;
@@ -46,7 +47,7 @@ struct BatchRows;
 
 /// Where Dataset::read() writes one sample: its place inside the batch being filled, one
 /// region per field, in the order of Dataset::fields(). A plain view, valid during read().
-class SampleRef {
+class FERRY_API SampleRef {
  public:
   /// The bytes of field `field` for this sample. \pre field < fields().size().
   void* data(std::size_t field) const;
@@ -75,7 +76,7 @@ class SampleRef {
 };
 
 /// Random-access samples. read() is called from many threads at once, for different indices.
-class Dataset {
+class FERRY_API Dataset {
  public:
   Dataset() = default;
   Dataset(const Dataset&) = delete;
@@ -109,7 +110,7 @@ class Dataset {
 /// named as given, with the tensor's dtype and its shape without dimension 0. When the tensors
 /// live on a GPU and the loader runs on that GPU, batches are gathered there and nothing
 /// crosses the bus.
-class TensorDataset final : public Dataset {
+class FERRY_API TensorDataset final : public Dataset {
  public:
   /// \throws ConfigError when there are no tensors, a name repeats, a tensor is a scalar,
   /// the tensors disagree on dimension 0 or live on different devices.

@@ -5,6 +5,8 @@
 #include <string>
 #include <string_view>
 
+#include "ferry/export.hpp"
+
 namespace ferry {
 
 /// What kind of memory a device computes on.
@@ -15,7 +17,7 @@ enum class DeviceKind { cpu, cuda };
 /// A Device is a plain value; naming a device does not check that it exists. Using a CUDA
 /// device that is not usable (no driver, no GPU, index out of range) throws
 /// ferry::DeviceError with the CUDA error text. Every method may be called from any thread.
-class Device {
+class FERRY_API Device {
  public:
   /// The CPU.
   constexpr Device() noexcept = default;
@@ -46,21 +48,21 @@ class Device {
   int index_ = 0;
 };
 
-std::ostream& operator<<(std::ostream& os, const Device& device);
+FERRY_API std::ostream& operator<<(std::ostream& os, const Device& device);
 
 /// Number of usable CUDA devices: 0 when ferry was built without CUDA, when there is no
 /// driver or no GPU. Never throws; the answer is computed once per process.
-int cuda_device_count() noexcept;
+FERRY_API int cuda_device_count() noexcept;
 
 /// True when cuda_device_count() > 0.
 inline bool cuda_is_available() noexcept { return cuda_device_count() > 0; }
 
 /// Why CUDA is unavailable, in CUDA's words ("CUDA driver version is insufficient for CUDA
 /// runtime version"), or "ferry was built without CUDA"; empty when a GPU is usable.
-std::string cuda_unavailable_reason();
+FERRY_API std::string cuda_unavailable_reason();
 
 /// \throws DeviceError "cuda:N is not usable: <CUDA error text>" unless `device` is the CPU
 /// or a usable CUDA device.
-void check_usable(Device device);
+FERRY_API void check_usable(Device device);
 
 }  // namespace ferry

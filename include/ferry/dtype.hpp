@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "ferry/export.hpp"
+
 namespace ferry {
 
 /// Element types of a tensor.
@@ -28,10 +30,10 @@ constexpr std::size_t dtype_size(DType t) noexcept {
 }
 
 /// "u8", "i32", "i64", "f16", "bf16", "f32", "f64".
-std::string_view dtype_name(DType t) noexcept;
+FERRY_API std::string_view dtype_name(DType t) noexcept;
 /// The inverse of dtype_name; also accepts PyTorch's names ("uint8", "float32", "half", ...).
 /// \throws ConfigError quoting the text.
-DType parse_dtype(std::string_view text);
+FERRY_API DType parse_dtype(std::string_view text);
 /// True for f16, bf16, f32, f64.
 constexpr bool is_floating(DType t) noexcept {
   return t == DType::f16 || t == DType::bf16 || t == DType::f32 || t == DType::f64;
@@ -50,13 +52,13 @@ struct BFloat16 {
 
 /// Rounds to the nearest binary16, ties to even; overflow gives infinity, NaN stays NaN
 /// (quiet, sign kept). Rounds once from the double, so no double rounding.
-Half to_half(double value) noexcept;
+FERRY_API Half to_half(double value) noexcept;
 /// Rounds to the nearest bfloat16, ties to even; overflow gives infinity, NaN stays NaN.
-BFloat16 to_bfloat16(double value) noexcept;
+FERRY_API BFloat16 to_bfloat16(double value) noexcept;
 /// Exact.
-float to_float(Half value) noexcept;
+FERRY_API float to_float(Half value) noexcept;
 /// Exact.
-float to_float(BFloat16 value) noexcept;
+FERRY_API float to_float(BFloat16 value) noexcept;
 
 /// The DType of a C++ element type: dtype_of<float>() == DType::f32.
 template <class T>
@@ -101,6 +103,6 @@ constexpr DType dtype_of<double>() noexcept {
 /// `src` and `dst` must not overlap unless from == to.
 /// \throws ConfigError, its message starting "convert", for a dtype that is none of the above,
 /// a count whose bytes do not fit in memory sizes, or null pointers with a count.
-void convert(const void* src, DType from, void* dst, DType to, std::size_t count);
+FERRY_API void convert(const void* src, DType from, void* dst, DType to, std::size_t count);
 
 }  // namespace ferry

@@ -3,30 +3,32 @@
 #include <stdexcept>
 #include <string>
 
+#include "ferry/export.hpp"
+
 namespace ferry {
 
 /// Base of every error ferry throws.
-class Error : public std::runtime_error {
+class FERRY_API Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
 /// Bad input: a missing file, a corrupt sample, a ragged row. The message names the file and
 /// the place (line, byte, sample index) where it applies.
-class DataError : public Error {
+class FERRY_API DataError : public Error {
  public:
   using Error::Error;
 };
 
 /// A device that cannot be used, or a failed CUDA call. The message carries the CUDA error text.
-class DeviceError : public Error {
+class FERRY_API DeviceError : public Error {
  public:
   using Error::Error;
 };
 
 /// Options or arguments that do not fit together: a bad shape, an unsupported dtype, a
 /// negative count.
-class ConfigError : public Error {
+class FERRY_API ConfigError : public Error {
  public:
   using Error::Error;
 };

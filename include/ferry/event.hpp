@@ -3,6 +3,8 @@
 #include <memory>
 #include <utility>
 
+#include "ferry/export.hpp"
+
 namespace ferry {
 
 namespace detail {
@@ -22,7 +24,7 @@ class EventImpl {
 
 /// Marks the completion of asynchronous work (a non-blocking copy, a kernel). Copies share the
 /// same event. A default-constructed Event is already complete. Any thread may call any method.
-class Event {
+class FERRY_API Event {
  public:
   Event() noexcept = default;
   explicit Event(std::shared_ptr<detail::EventImpl> impl) noexcept : impl_(std::move(impl)) {}
@@ -36,8 +38,6 @@ class Event {
   /// The underlying cudaEvent_t, for cudaStreamWaitEvent on your own stream; nullptr when the
   /// event is complete already or is not a CUDA event.
   void* native_handle() const noexcept { return impl_ ? impl_->native_handle() : nullptr; }
-  /// The shared state; null for an already-complete event.
-  const std::shared_ptr<detail::EventImpl>& impl() const noexcept { return impl_; }
 
  private:
   std::shared_ptr<detail::EventImpl> impl_;

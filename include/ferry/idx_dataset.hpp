@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ferry/dataset.hpp"
+#include "ferry/export.hpp"
 #include "ferry/limits.hpp"
 
 namespace ferry {
@@ -24,7 +25,7 @@ struct IdxOptions {
 /// Both are read into memory once, as a TensorDataset of "image" u8 [N, rows, cols] and "label"
 /// i64 [N]: fields "image" u8 [rows, cols] and "label" i64 []. to(Device::cuda()) puts them on
 /// the GPU, where a loader on that GPU gathers its batches.
-class IdxDataset final : public Dataset {
+class FERRY_API IdxDataset final : public Dataset {
  public:
   /// Reads both headers first, then the data. Any thread may call it.
   /// \throws DataError naming the file and the byte offset for a missing or unreadable file (or

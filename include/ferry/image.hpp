@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ferry/dataset.hpp"
+#include "ferry/export.hpp"
 #include "ferry/ops.hpp"
 
 namespace ferry {
@@ -62,12 +63,12 @@ struct ImageOptions {
 /// \throws ConfigError naming the member for options decoding refuses (see ImageOptions: a size
 /// below 1, channels not 1, 3 or 4, resize set for a geometry that does not use it, limits out of
 /// range, a normalize that does not fit the channels).
-std::vector<std::int64_t> image_shape(const ImageOptions& options);
+FERRY_API std::vector<std::int64_t> image_shape(const ImageOptions& options);
 
 /// The field a dataset declares for images decoded under `options`, as ImageFolder's "image":
 /// `name`, u8 image_shape(options), and options.normalize (so the loader converts the field on
 /// its device). \throws ConfigError as image_shape() does.
-FieldSpec image_field(const ImageOptions& options, std::string name = "image");
+FERRY_API FieldSpec image_field(const ImageOptions& options, std::string name = "image");
 
 /// Decodes one JPEG or PNG held in memory (the format from its first bytes), fits it to
 /// height × width by options.geometry, and writes it as u8 [height, width, channels] into `out`.
@@ -79,15 +80,16 @@ FieldSpec image_field(const ImageOptions& options, std::string name = "image");
 /// height × width × channels bytes; DataError "<name>: <reason>" for bytes that are not a
 /// whole, valid JPEG or PNG, an image over options.max_pixels, a JPEG of more scans than
 /// options.max_jpeg_scans, or one whose resize would need unreasonable memory.
-void decode_image(std::span<const std::byte> encoded, const ImageOptions& options,
-                  std::uint64_t seed, std::span<std::uint8_t> out, std::string_view name);
+FERRY_API void decode_image(std::span<const std::byte> encoded, const ImageOptions& options,
+                            std::uint64_t seed, std::span<std::uint8_t> out, std::string_view name);
 
 /// decode_image() of a file's bytes, read with one open and one read. A file larger than an
 /// image within options.max_pixels can take (8 bytes a pixel, plus 64 MiB of PNG chunks) is
 /// refused unread. `name` starts the messages; empty: the file's path.
 /// \throws as decode_image() does, and DataError "<name>: cannot open: <why>" (or "cannot read:
 /// ...", for a folder, a FIFO or a failed read) or "<name>: file of <n> bytes, more than ...".
-void decode_image_file(const std::filesystem::path& file, const ImageOptions& options,
-                       std::uint64_t seed, std::span<std::uint8_t> out, std::string_view name = {});
+FERRY_API void decode_image_file(const std::filesystem::path& file, const ImageOptions& options,
+                                 std::uint64_t seed, std::span<std::uint8_t> out,
+                                 std::string_view name = {});
 
 }  // namespace ferry

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ferry/dataset.hpp"
+#include "ferry/export.hpp"
 #include "ferry/image.hpp"
 
 namespace ferry {
@@ -16,7 +17,7 @@ namespace ferry {
 /// .jpg, .jpeg or .png in any case (others are ignored). Fields: "image" u8 [H, W, C] (see
 /// ImageOptions::normalize) and "label" i64 []. Each read() is decode_image_file() of the sample's
 /// file with the sample's seed (see image.hpp, for a dataset of one's own that decodes photos).
-class ImageFolder final : public Dataset {
+class FERRY_API ImageFolder final : public Dataset {
  public:
   /// Lists the folder (no image is opened yet). \throws DataError when root is missing, not a
   /// folder, or holds no images; ConfigError naming the member for bad options (see

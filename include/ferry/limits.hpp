@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "ferry/export.hpp"
+
 namespace ferry {
 
 /// The most bytes one compressed input file may decompress to when its dataset's option
@@ -11,7 +13,7 @@ namespace ferry {
 /// machine's physical memory (sysconf's _SC_PHYS_PAGES x _SC_PAGESIZE / 2), or 4 GiB where
 /// that cannot be read. A file that would decompress to more raises DataError naming the file
 /// and the limit, before it takes more memory than that. Any thread may call it.
-std::uint64_t default_decompressed_limit() noexcept;
+FERRY_API std::uint64_t default_decompressed_limit() noexcept;
 
 namespace detail {
 

@@ -12,6 +12,7 @@
 
 #include "ferry/dataset.hpp"
 #include "ferry/device.hpp"
+#include "ferry/export.hpp"
 #include "ferry/tensor.hpp"
 
 namespace ferry {
@@ -28,7 +29,7 @@ enum class RaggedBatch {
   pack,  ///< [sum L, ...]: the samples' rows one after another; Batch::offsets gives the starts
 };
 
-struct LoaderOptions {
+struct FERRY_API LoaderOptions {
   std::size_t batch_size = 32;
   bool shuffle = false;
   std::uint64_t seed = 0;
@@ -69,7 +70,7 @@ struct LoaderOptions {
 };
 
 /// Where a run stands, to resume it exactly: "ferry-state v1 seed=S epoch=E next_batch=K".
-struct LoaderState {
+struct FERRY_API LoaderState {
   std::uint64_t seed = 0;
   std::uint64_t epoch = 0;
   std::size_t next_batch = 0;
@@ -85,7 +86,7 @@ struct LoaderState {
 };
 
 /// Time and volume per stage, summed since the loader was made.
-struct LoaderStats {
+struct FERRY_API LoaderStats {
   std::uint64_t batches = 0;              ///< delivered to the consumer
   std::uint64_t samples = 0;              ///< delivered
   std::uint64_t bytes = 0;                ///< delivered batch bytes (staging layout)
@@ -126,7 +127,7 @@ Loader make_loader(std::shared_ptr<const Dataset> dataset, const LoaderOptions& 
 /// one longer, copy it (or keep any of its tensors): the copy takes its buffer out of the ring
 /// until the last copy goes. Keeping as many batches as there are buffers stalls the ring;
 /// next() then throws ConfigError instead of waiting for ever.
-class Batch {
+class FERRY_API Batch {
  public:
   Batch() = default;
   /// The field's tensor. \throws ConfigError for an unknown name.
@@ -165,7 +166,7 @@ class Batch {
 /// One epoch being iterated: `for (const Batch& b : loader.epoch(e))`. Move-only. Destroying
 /// it early stops the pipeline promptly and frees everything in flight. Iterate it from one
 /// thread.
-class Epoch {
+class FERRY_API Epoch {
  public:
   class iterator {
    public:
@@ -208,14 +209,14 @@ class Epoch {
 
  private:
   friend class Loader;
-  explicit Epoch(std::unique_ptr<detail::EpochRun> run) noexcept;
+  FERRY_HIDDEN explicit Epoch(std::unique_ptr<detail::EpochRun> run) noexcept;
   std::unique_ptr<detail::EpochRun> run_;
 };
 
 /// Feeds a training loop: batches of `dataset`, already on `options.device`. One epoch is
 /// iterated at a time; call epoch() again for the next. Staging slots and device buffers are
 /// made once and reused by every epoch.
-class Loader {
+class FERRY_API Loader {
  public:
   /// Staging slots hold min(batch_size, samples per rank): a batch size beyond the data costs
   /// only what the data needs.
@@ -248,7 +249,7 @@ class Loader {
  private:
   friend Loader detail::make_loader(std::shared_ptr<const Dataset>, const LoaderOptions&,
                                     const detail::SimulatedCopy&);
-  explicit Loader(std::shared_ptr<detail::LoaderImpl> impl) noexcept;
+  FERRY_HIDDEN explicit Loader(std::shared_ptr<detail::LoaderImpl> impl) noexcept;
   std::shared_ptr<detail::LoaderImpl> impl_;
 };
 

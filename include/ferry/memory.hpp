@@ -5,11 +5,12 @@
 #include <memory>
 
 #include "ferry/device.hpp"
+#include "ferry/export.hpp"
 
 namespace ferry {
 
 /// Pageable host memory, aligned to 64 bytes. Move-only; the destructor frees it.
-class HostBuffer {
+class FERRY_API HostBuffer {
  public:
   HostBuffer() noexcept = default;
   /// \throws ConfigError naming the size when it is more than the machine's RAM and swap, or
@@ -33,7 +34,7 @@ class HostBuffer {
 /// reads it directly), otherwise page-aligned memory locked with mlock where the system allows.
 /// locked() says truthfully whether the pages are locked. Move-only; the destructor unlocks
 /// and frees.
-class PinnedBuffer {
+class FERRY_API PinnedBuffer {
  public:
   /// How the pages were locked.
   enum class Lock : std::uint8_t { none, mlock, cuda };
@@ -61,7 +62,7 @@ class PinnedBuffer {
 
 /// Memory of a device: cudaMalloc on a GPU, or the host copy engine's stand-in buffers.
 /// Move-only; the destructor frees it (tolerating a CUDA runtime that is shutting down).
-class DeviceBuffer {
+class FERRY_API DeviceBuffer {
  public:
   using Free = void (*)(void* context, void* data) noexcept;
 
@@ -93,7 +94,7 @@ class DeviceBuffer {
 
 /// A cache of pinned buffers by size class (powers of two from 4 KiB), so that pinning the
 /// same sizes again costs no cudaHostAlloc or mlock. Thread-safe.
-class PinnedPool {
+class FERRY_API PinnedPool {
  public:
   struct Stats {
     std::uint64_t hits = 0;        ///< acquire() served from the cache

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "ferry/dtype.hpp"
+#include "ferry/export.hpp"
 #include "ferry/tensor.hpp"
 
 namespace ferry {
@@ -24,10 +25,10 @@ struct Normalize {
 /// images' device: a CUDA kernel on a GPU (queued on the copy stream, after the copy that
 /// brought the images), its CPU twin on the CPU. \throws ConfigError on a bad shape, dtype,
 /// channel count or a zero std.
-Tensor normalize_images(const Tensor& images, const Normalize& norm);
+FERRY_API Tensor normalize_images(const Tensor& images, const Normalize& norm);
 
 /// Images [N, H, W, C] (or [H, W, C]) of any dtype to [N, C, H, W] (or [C, H, W]), same dtype,
 /// on the images' device.
-Tensor hwc_to_chw(const Tensor& images);
+FERRY_API Tensor hwc_to_chw(const Tensor& images);
 
 }  // namespace ferry

@@ -10,6 +10,7 @@
 #include "ferry/dtype.hpp"
 #include "ferry/error.hpp"
 #include "ferry/event.hpp"
+#include "ferry/export.hpp"
 
 struct DLManagedTensor;  // <dlpack/dlpack.h>; include it to use to_dlpack()
 
@@ -17,7 +18,8 @@ namespace ferry {
 
 namespace detail {
 class Storage;
-}
+struct TensorAccess;
+}  // namespace detail
 
 /// A contiguous n-dimensional array on a device, with shared storage: copying a Tensor shares
 /// its bytes, as in PyTorch. A default-constructed Tensor is undefined (defined() is false).
@@ -31,7 +33,7 @@ class Storage;
 /// batch does not hold the batch's buffer. Work done synchronously keeps nothing. Tensors may be
 /// used from several threads for reading; writing the same bytes concurrently is the caller's
 /// business.
-class Tensor {
+class FERRY_API Tensor {
  public:
   Tensor() noexcept;
   ~Tensor();
@@ -137,14 +139,13 @@ class Tensor {
   /// byte_offset); the deleter runs then too.
   static Tensor from_dlpack(DLManagedTensor* managed);
 
-  /// The shared storage (ferry internals).
-  const std::shared_ptr<detail::Storage>& storage() const noexcept { return storage_; }
   /// Byte offset of data() within the storage.
   std::size_t storage_offset() const noexcept { return offset_; }
-  Tensor(std::shared_ptr<detail::Storage> storage, std::size_t offset, std::vector<int64_t> shape,
-         DType dtype) noexcept;
 
  private:
+  friend struct detail::TensorAccess;  // ferry's own code: lib/core/tensor_access.hpp
+  FERRY_HIDDEN Tensor(std::shared_ptr<detail::Storage> storage, std::size_t offset,
+                      std::vector<int64_t> shape, DType dtype) noexcept;
   void check_dtype(DType requested) const;
   [[noreturn]] void throw_bad_dim(std::size_t dim) const;
   std::shared_ptr<detail::Storage> storage_;

@@ -4,9 +4,9 @@
 #include <ostream>
 #include <string>
 
-#include "copy/cuda/cuda_api.hpp"
 #include "ferry/error.hpp"
 #include "ferry/version.hpp"
+#include "runtime/cuda_api.hpp"
 
 namespace ferry {
 

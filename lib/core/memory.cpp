@@ -14,10 +14,9 @@
 #include <utility>
 #include <vector>
 
-#include "copy/copy_engine.hpp"
-#include "copy/cuda/cuda_api.hpp"
 #include "core/checked.hpp"
 #include "ferry/error.hpp"
+#include "runtime/cuda_api.hpp"
 
 namespace ferry {
 namespace {
@@ -151,7 +150,10 @@ DeviceBuffer DeviceBuffer::allocate(Device device, std::size_t nbytes) {
     return {aligned_or_throw<DeviceError>(kHostAlignment, nbytes, "DeviceBuffer::allocate"), nbytes,
             device, free_host, nullptr};
   }
-  return detail::cuda::engine(device.index()).allocate(nbytes);
+  auto free_device = [](void* /*context*/, void* data) noexcept {
+    detail::cuda::device_free(data);
+  };
+  return {detail::cuda::device_alloc(device.index(), nbytes), nbytes, device, free_device, nullptr};
 }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept

@@ -4,8 +4,6 @@
 #include <mutex>
 #include <utility>
 
-#include "copy/cuda/cuda_api.hpp"
-
 namespace ferry::detail {
 namespace {
 

@@ -6,16 +6,15 @@
 #include <string>
 #include <utility>
 
-#include "copy/copy_engine.hpp"
-#include "copy/cuda/cuda_api.hpp"
 #include "core/checked.hpp"
 #include "core/shape_text.hpp"
 #include "core/storage.hpp"
+#include "core/tensor_access.hpp"
 
 namespace ferry {
 namespace {
 
-using detail::CopyKind;
+using detail::new_tensor;
 using detail::shape_text;
 using detail::Storage;
 
@@ -54,19 +53,13 @@ std::shared_ptr<Storage> allocate(const std::vector<int64_t>& shape, DType dtype
   }
 }
 
-// A new tensor of `shape`, failures named after `where`.
-Tensor make(std::vector<int64_t> shape, DType dtype, Device device, bool pinned,
-            const char* where) {
-  auto storage = allocate(shape, dtype, device, pinned, where);
-  return {std::move(storage), 0, std::move(shape), dtype};
-}
-
-detail::CopyEngine& engine_of(Device device) {
-  check_usable(device);
-  return detail::cuda::engine(device.index());
-}
-
 }  // namespace
+
+Tensor detail::new_tensor(std::vector<int64_t> shape, DType dtype, Device device, bool pinned,
+                          const char* where) {
+  auto storage = allocate(shape, dtype, device, pinned, where);
+  return TensorAccess::make(std::move(storage), 0, std::move(shape), dtype);
+}
 
 Tensor::Tensor() noexcept = default;
 Tensor::~Tensor() = default;
@@ -80,13 +73,7 @@ Tensor::Tensor(std::shared_ptr<detail::Storage> storage, std::size_t offset,
     : storage_(std::move(storage)), offset_(offset), shape_(std::move(shape)), dtype_(dtype) {}
 
 Tensor Tensor::empty(std::vector<int64_t> shape, DType dtype, Device device, bool pinned) {
-  return make(std::move(shape), dtype, device, pinned, "Tensor::empty");
-}
-
-Tensor Tensor::zeros(std::vector<int64_t> shape, DType dtype, Device device) {
-  Tensor host = make(std::move(shape), dtype, Device::cpu(), false, "Tensor::zeros");
-  if (host.nbytes() != 0) std::memset(host.data(), 0, host.nbytes());
-  return host.to(device);
+  return new_tensor(std::move(shape), dtype, device, pinned, "Tensor::empty");
 }
 
 Tensor Tensor::from_bytes(const void* data, std::size_t nbytes, std::vector<int64_t> shape,
@@ -102,7 +89,7 @@ Tensor Tensor::from_bytes(const void* data, std::size_t nbytes, std::vector<int6
     throw ConfigError(std::string(kWhere) + ": null data for shape " + shape_text(shape) + " of " +
                       std::to_string(nbytes) + " bytes");
   }
-  Tensor t = make(std::move(shape), dtype, Device::cpu(), false, kWhere);
+  Tensor t = new_tensor(std::move(shape), dtype, Device::cpu(), false, kWhere);
   if (nbytes != 0) std::memcpy(t.data(), data, nbytes);
   return t;
 }
@@ -152,59 +139,6 @@ Event Tensor::ready_event() const { return storage_ ? storage_->pending() : Even
 
 void Tensor::synchronize() const { ready_event().synchronize(); }
 
-Tensor Tensor::to(Device device, bool non_blocking) const {
-  if (!storage_) throw ConfigError("Tensor::to: the tensor is undefined");
-  const Device from = this->device();
-  if (from == device) return *this;
-
-  check_usable(device);
-  const std::size_t n = nbytes();
-  // The engine whose stream carries the copy: the GPU's side of it.
-  detail::CopyEngine& engine = engine_of(device.is_cuda() ? device : from);
-  const bool from_pinned = from.is_cpu() && is_pinned();
-  // Asynchronous when the host side is pinned, or both sides are device memory, as in CUDA.
-  const bool async = non_blocking && (from.is_cuda() || from_pinned);
-  Tensor out = make(shape_, dtype_, device, /*pinned=*/device.is_cpu() && async, "Tensor::to");
-  const void* src = static_cast<const char*>(storage_->data()) + offset_;
-
-  CopyKind kind = CopyKind::device_to_device;
-  if (from.is_cpu()) kind = CopyKind::host_to_device;
-  if (device.is_cpu()) kind = CopyKind::device_to_host;
-  engine.wait(storage_->pending());
-  engine.copy_async(out.storage_->data(), src, n, kind);
-  if (async) {
-    out.storage_->set_pending(engine.record(), {storage_});
-  } else {
-    engine.synchronize();
-  }
-  return out;
-}
-
-Tensor Tensor::to(DType dtype) const {
-  if (!storage_) throw ConfigError("Tensor::to: the tensor is undefined");
-  if (dtype == dtype_) return *this;
-  const Device device = this->device();
-  Tensor out = make(shape_, dtype, device, false, "Tensor::to");
-  const auto count = static_cast<std::size_t>(numel());
-  if (device.is_cpu()) {
-    convert(data(), dtype_, out.storage_->data(), dtype, count);
-    return out;
-  }
-  detail::CopyEngine& engine = engine_of(device);
-  engine.wait(storage_->pending());
-  engine.convert_async(static_cast<const char*>(storage_->data()) + offset_, dtype_,
-                       out.storage_->data(), dtype, count);
-  out.storage_->set_pending(engine.record(), {storage_});
-  return out;
-}
-
-Tensor Tensor::to(Device device, DType dtype, bool non_blocking) const {
-  // Copy first, then convert on the destination: uint8 crosses the bus, floats are made there.
-  return to(device, non_blocking).to(dtype);
-}
-
-Tensor Tensor::cpu() const { return to(Device::cpu()); }
-
 Tensor Tensor::pin_memory() const {
   if (!storage_) throw ConfigError("Tensor::pin_memory: the tensor is undefined");
   if (!device().is_cpu()) {
@@ -212,25 +146,8 @@ Tensor Tensor::pin_memory() const {
                       device().str());
   }
   if (is_pinned()) return *this;
-  Tensor out = make(shape_, dtype_, Device::cpu(), /*pinned=*/true, "Tensor::pin_memory");
+  Tensor out = new_tensor(shape_, dtype_, Device::cpu(), /*pinned=*/true, "Tensor::pin_memory");
   if (nbytes() != 0) std::memcpy(out.data(), data(), nbytes());
-  return out;
-}
-
-Tensor Tensor::clone() const {
-  if (!storage_) return {};
-  const Device device = this->device();
-  if (device.is_cpu()) {
-    Tensor out = make(shape_, dtype_, device, is_pinned(), "Tensor::clone");
-    if (nbytes() != 0) std::memcpy(out.data(), data(), nbytes());
-    return out;
-  }
-  Tensor out = make(shape_, dtype_, device, false, "Tensor::clone");
-  detail::CopyEngine& engine = engine_of(device);
-  engine.wait(storage_->pending());
-  engine.copy_async(out.storage_->data(), static_cast<const char*>(storage_->data()) + offset_,
-                    nbytes(), CopyKind::device_to_device);
-  out.storage_->set_pending(engine.record(), {storage_});
   return out;
 }
 

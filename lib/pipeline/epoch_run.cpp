@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/storage.hpp"
+#include "core/tensor_access.hpp"
 #include "pipeline/planner.hpp"
 
 namespace ferry::detail {
@@ -192,7 +193,7 @@ const Batch* EpochRun::next() {
   const SlotLayout& written = layout.written;
   const auto wrap = [&](std::size_t at, std::vector<int64_t> shape, DType dtype) {
     Tensor t = Tensor::wrap(b.base + at, std::move(shape), dtype, b.where, b.pinned, lease);
-    if (b.device) t.storage()->set_pending(b.ready, {});
+    if (b.device) TensorAccess::storage(t)->set_pending(b.ready, {});
     return t;
   };
   const auto n = static_cast<int64_t>(count);

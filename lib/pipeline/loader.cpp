@@ -10,10 +10,10 @@
 #include <utility>
 #include <vector>
 
-#include "copy/cuda/cuda_api.hpp"
+#include "copy/cuda_engines.hpp"
 #include "copy/host/host_copy_engine.hpp"
 #include "core/checked.hpp"
-#include "core/storage.hpp"
+#include "core/tensor_access.hpp"
 #include "pipeline/epoch_run.hpp"
 #include "pipeline/field_ops.hpp"
 #include "pipeline/loader_impl.hpp"
@@ -172,7 +172,7 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, const LoaderOpt
       (in_memory[0].device().is_cuda() || simulated.dataset_on_device)) {
     for (const Tensor& t : in_memory) {
       engine->wait(t.ready_event());  // tensors still being copied there
-      rows.push_back(static_cast<const std::byte*>(t.storage()->data()) + t.storage_offset());
+      rows.push_back(static_cast<const std::byte*>(TensorAccess::address(t)));
     }
   }
   ragged = std::make_unique<RaggedFields>(*dataset, fields, options, capacity);

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "copy/cuda/cuda_api.hpp"
+#include "copy/cuda_engines.hpp"
 #include "cuda_test_util.hpp"
 #include "ferry/ferry.hpp"
 

@@ -16,11 +16,13 @@
 #include <utility>
 #include <vector>
 
+#include "core/tensor_access.hpp"
 #include "ferry/ferry.hpp"
 
 namespace {
 
 using ferry::DType;
+using ferry::detail::TensorAccess;
 
 /// One case: a dtype, by ferry's and ATen's names, and a shape.
 struct Case {
@@ -111,7 +113,7 @@ TEST_P(TorchDLPack, FerryToTorchIsZeroCopyAndFreesOnce) {
   const Case& c = GetParam();
   const std::vector<double> values = values_for(c.dtype, numel_of(c.shape));
   const ferry::Tensor tensor = ferry::Tensor::from(values, c.shape).to(c.dtype);
-  ASSERT_EQ(tensor.storage().use_count(), 1);
+  ASSERT_EQ(TensorAccess::storage(tensor).use_count(), 1);
 
   int deleter_calls = 0;
   {
@@ -123,7 +125,7 @@ TEST_P(TorchDLPack, FerryToTorchIsZeroCopyAndFreesOnce) {
     EXPECT_TRUE(a.device().is_cpu());
     EXPECT_EQ(values_of(a), values);
     // The export holds a reference to ferry's storage for as long as ATen needs it.
-    EXPECT_EQ(tensor.storage().use_count(), 2);
+    EXPECT_EQ(TensorAccess::storage(tensor).use_count(), 2);
     EXPECT_EQ(deleter_calls, 0);
 
     // A write through ATen shows through ferry: one buffer, two views.
@@ -131,7 +133,7 @@ TEST_P(TorchDLPack, FerryToTorchIsZeroCopyAndFreesOnce) {
     EXPECT_EQ(values_of(tensor), std::vector<double>(values.size(), 1.0));
   }
   EXPECT_EQ(deleter_calls, 1);
-  EXPECT_EQ(tensor.storage().use_count(), 1);
+  EXPECT_EQ(TensorAccess::storage(tensor).use_count(), 1);
 }
 
 TEST_P(TorchDLPack, TorchToFerryIsZeroCopyAndKeepsTheMemoryAlive) {
@@ -193,7 +195,7 @@ TEST(TorchDLPackLifetime, FerryDeleterRunsOnceWhenTheLastTorchViewGoes) {
   at::Tensor survivor;
   {
     const ferry::Tensor tensor = ferry::Tensor::from(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
-    ferry_storage = tensor.storage();
+    ferry_storage = TensorAccess::storage(tensor);
     const at::Tensor a = at::fromDLPack(count_deleter_calls(tensor.to_dlpack(), &deleter_calls));
     survivor = a[1];  // an ATen view of row 1 shares ATen's storage, and so the DLPack owner
   }

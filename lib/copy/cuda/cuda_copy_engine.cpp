@@ -49,11 +49,7 @@ CudaCopyEngine::CudaCopyEngine(int index)
       }()) {}
 
 DeviceBuffer CudaCopyEngine::allocate(std::size_t nbytes) {
-  DeviceGuard guard(index_);
-  void* p = nullptr;
-  FERRY_CUDA_CHECK(cudaMalloc(&p, nbytes == 0 ? 1 : nbytes));
-  auto free_device = [](void* /*context*/, void* data) noexcept { (void)cudaFree(data); };
-  return {p, nbytes, device(), free_device, nullptr};
+  return DeviceBuffer::allocate(device(), nbytes);
 }
 
 void CudaCopyEngine::copy_async(void* dst, const void* src, std::size_t nbytes, CopyKind /*kind*/) {

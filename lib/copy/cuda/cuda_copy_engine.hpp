@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "copy/copy_engine.hpp"
-#include "copy/cuda/cuda_handles.hpp"
+#include "runtime/cuda/cuda_handles.hpp"
 
 namespace ferry::detail::cuda {
 

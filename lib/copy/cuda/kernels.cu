@@ -7,9 +7,9 @@
 
 #include <cstdint>
 
-#include "copy/cuda/cuda_handles.hpp"
 #include "copy/cuda/kernels.hpp"
 #include "core/convert_rules.hpp"
+#include "runtime/cuda/cuda_handles.hpp"
 
 namespace ferry::detail::cuda {
 namespace {

@@ -1,15 +1,11 @@
 #pragma once
 
-// The CUDA runtime as the rest of ferry sees it: no CUDA headers here. Implemented by
-// cuda_api.cpp when ferry is built with CUDA, by no_cuda/cuda_absent.cpp otherwise.
+// The CUDA runtime as the rest of ferry sees it, the bottom rung of the library: devices,
+// pinned host memory and device memory, with no CUDA types here. Implemented by
+// runtime/cuda/cuda_api.cpp when ferry is built with CUDA, by runtime/no_cuda/ otherwise.
 
 #include <cstddef>
-#include <memory>
 #include <string>
-
-namespace ferry::detail {
-class CopyEngine;
-}
 
 namespace ferry::detail::cuda {
 
@@ -25,11 +21,10 @@ std::string device_problem(int index);
 void* host_alloc(std::size_t nbytes);
 /// Frees host_alloc memory; tolerates a runtime that is shutting down.
 void host_free(void* ptr) noexcept;
-/// The process-wide copy engine of cuda:index, made on first use.
-/// \throws DeviceError when the device is not usable.
-CopyEngine& engine(int index);
-/// A copy engine of its own for cuda:index (its own stream), as a loader's copy stage uses.
-/// \throws DeviceError when the device is not usable.
-std::unique_ptr<CopyEngine> make_engine(int index);
+/// `nbytes` (at least 1) of memory on cuda:index, from cudaMalloc.
+/// \pre cuda:index is usable (device_problem(index) is ""). \throws DeviceError.
+void* device_alloc(int index, std::size_t nbytes);
+/// Frees device_alloc memory; tolerates a runtime that is shutting down.
+void device_free(void* ptr) noexcept;
 
 }  // namespace ferry::detail::cuda

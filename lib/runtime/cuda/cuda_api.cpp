@@ -1,14 +1,10 @@
-#include "copy/cuda/cuda_api.hpp"
+#include "runtime/cuda_api.hpp"
 
 #include <cuda_runtime_api.h>
 
-#include <array>
-#include <memory>
-#include <mutex>
 #include <string>
 
-#include "copy/cuda/cuda_copy_engine.hpp"
-#include "copy/cuda/cuda_handles.hpp"
+#include "runtime/cuda/cuda_handles.hpp"
 
 namespace ferry::detail::cuda {
 namespace {
@@ -34,8 +30,6 @@ const Probe& probe() noexcept {
   }();
   return result;
 }
-
-constexpr int kMaxDevices = 64;
 
 }  // namespace
 
@@ -68,35 +62,13 @@ void* host_alloc(std::size_t nbytes) {
 
 void host_free(void* ptr) noexcept { (void)cudaFreeHost(ptr); }
 
-CopyEngine& engine(int index) {
-  const std::string problem = device_problem(index);
-  if (!problem.empty()) {
-    throw DeviceError("cuda:" + std::to_string(index) + " is not usable: " + problem);
-  }
-  // Engines live as long as the process: their streams must outlive every tensor, and the
-  // runtime reclaims them at exit.
-  static std::mutex mutex;
-  static std::array<CudaCopyEngine*, kMaxDevices> engines{};
-  std::lock_guard lock(mutex);
-  if (index >= kMaxDevices)
-    throw DeviceError("cuda:" + std::to_string(index) + ": too many devices");
-  auto& slot = engines[static_cast<std::size_t>(index)];
-  if (slot == nullptr) {
-    try {
-      slot = new CudaCopyEngine(index);
-    } catch (const DeviceError& e) {
-      throw DeviceError("cuda:" + std::to_string(index) + " is not usable: " + e.what());
-    }
-  }
-  return *slot;
+void* device_alloc(int index, std::size_t nbytes) {
+  DeviceGuard guard(index);
+  void* p = nullptr;
+  FERRY_CUDA_CHECK(cudaMalloc(&p, nbytes == 0 ? 1 : nbytes));
+  return p;
 }
 
-std::unique_ptr<CopyEngine> make_engine(int index) {
-  const std::string problem = device_problem(index);
-  if (!problem.empty()) {
-    throw DeviceError("cuda:" + std::to_string(index) + " is not usable: " + problem);
-  }
-  return std::make_unique<CudaCopyEngine>(index);
-}
+void device_free(void* ptr) noexcept { (void)cudaFree(ptr); }
 
 }  // namespace ferry::detail::cuda

@@ -1,12 +1,9 @@
 // The CUDA runtime of a build without the CUDA toolkit: no device is ever usable.
 
-#include <memory>
-#include <new>
 #include <string>
 
-#include "copy/copy_engine.hpp"
-#include "copy/cuda/cuda_api.hpp"
 #include "ferry/error.hpp"
+#include "runtime/cuda_api.hpp"
 
 namespace ferry::detail::cuda {
 
@@ -22,12 +19,9 @@ void* host_alloc(std::size_t /*nbytes*/) {
   throw DeviceError(std::string("cudaHostAlloc: ") + kReason);
 }
 void host_free(void* /*ptr*/) noexcept {}
-std::unique_ptr<CopyEngine> make_engine(int index) {
+void* device_alloc(int index, std::size_t /*nbytes*/) {
   throw DeviceError("cuda:" + std::to_string(index) + " is not usable: " + kReason);
 }
-
-CopyEngine& engine(int index) {
-  throw DeviceError("cuda:" + std::to_string(index) + " is not usable: " + kReason);
-}
+void device_free(void* /*ptr*/) noexcept {}
 
 }  // namespace ferry::detail::cuda

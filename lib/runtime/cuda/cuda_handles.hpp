@@ -1,6 +1,7 @@
 #pragma once
 
-// RAII handles for the CUDA runtime. Only lib/copy/cuda/ includes this (and CUDA's headers).
+// RAII handles for the CUDA runtime. Only lib/runtime/cuda/ and lib/copy/cuda/ include this
+// (and CUDA's headers).
 
 #include <cuda_runtime_api.h>
 
