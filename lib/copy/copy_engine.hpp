@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "core/image_ops.hpp"
+#include "core/pad_rows.hpp"
 #include "ferry/device.hpp"
 #include "ferry/dtype.hpp"
 #include "ferry/event.hpp"
@@ -43,6 +44,8 @@ class CopyEngine {
   /// `row_bytes`. `indices` lies in device memory (written by an earlier queued copy).
   virtual void gather_async(const void* src, void* dst, const std::uint64_t* indices,
                             std::size_t count, std::size_t row_bytes) = 0;
+  /// Queues the padding of packed rows on device memory (see PadRows).
+  virtual void pad_rows_async(const PadRows& args) = 0;
   /// An event that is ready once everything queued so far has finished.
   virtual Event record() = 0;
   /// Work queued after this call waits for `event`; the calling thread does not.

@@ -35,6 +35,12 @@ BatchLayout::BatchLayout(const std::vector<FieldSpec>& fields, std::size_t capac
         gather = true;
         continue;
       }
+      if (const std::size_t whole = op->region_bytes(); whole > 0) {
+        plan.regions.push_back(at);
+        plan.region_sample_bytes.push_back(0);  // ragged: no per-sample size
+        at = align(checked_add(at, whole, what), what);
+        continue;
+      }
       const std::size_t n = checked_nbytes(plan.delivered.shape, dtype_size(plan.delivered.dtype),
                                            "Loader: field \"" + fields[f].name + "\"");
       plan.regions.push_back(at);

@@ -151,7 +151,7 @@ class DeviceStage final : public CopyStage {
         }
         EngineOps ops(engine);
         for (const FieldPlan& plan : layout.plans) {
-          plan.run(ops, OpSpan{target, indices, 0, count});
+          plan.run(ops, OpSpan{target, indices, 0, count, &layout.written, &dev.rows});
         }
         dev.ready = engine.record();
         slot.copied = dev.ready;

@@ -27,6 +27,10 @@ void HostOps::gather(const void* src, void* dst, const std::uint64_t* indices, s
   }
 }
 
+void HostOps::pad_rows(const PadRows& args) { pad_rows_cpu(args); }
+
+void EngineOps::pad_rows(const PadRows& args) { engine_.pad_rows_async(args); }
+
 void EngineOps::convert_image(const ImageConvert& args) { engine_.convert_image_async(args); }
 
 void EngineOps::convert(const void* src, DType from, void* dst, DType to, std::size_t count) {
@@ -101,6 +105,40 @@ class ConvertDType final : public FieldOp {
   std::size_t elements_;
 };
 
+class PadRagged final : public FieldOp {
+ public:
+  PadRagged(const FieldSpec& field, int ragged_index, std::uint64_t region_rows, std::uint64_t pad)
+      : out_(field),
+        r_(static_cast<std::size_t>(ragged_index)),
+        pad_(pad),
+        row_bytes_(field.sample_bytes()),  // of one row
+        region_bytes_(static_cast<std::size_t>(region_rows) * row_bytes_) {}
+  const FieldSpec& output() const noexcept override { return out_; }
+  std::size_t region_bytes() const noexcept override { return region_bytes_; }
+  void run(OpRunner& runner, const OpSpan& span, std::size_t in, std::size_t out) const override {
+    if (span.count == 0) return;
+    PadRows a;
+    a.src = span.buffer + in;
+    a.dst = span.buffer + out;
+    a.starts = reinterpret_cast<const std::int32_t*>(span.buffer + span.layout->starts_offsets[r_]);
+    a.lengths =
+        reinterpret_cast<const std::int64_t*>(span.buffer + span.layout->lengths_offsets[r_]);
+    a.count = static_cast<std::int64_t>(span.count);
+    a.lmax = span.rows->padded[r_];
+    a.row_bytes = row_bytes_;
+    a.element = dtype_size(out_.dtype);
+    a.pad = pad_;
+    runner.pad_rows(a);
+  }
+
+ private:
+  FieldSpec out_;
+  std::size_t r_;
+  std::uint64_t pad_;
+  std::size_t row_bytes_ = 0;
+  std::size_t region_bytes_ = 0;
+};
+
 std::string where(const FieldSpec& field, const char* op) {
   return "Loader: field \"" + field.name + "\" (" + op + ")";
 }
@@ -137,6 +175,11 @@ std::unique_ptr<FieldOp> normalize_image(const FieldSpec& field) {
 
 std::unique_ptr<FieldOp> convert_dtype(const FieldSpec& field, DType dtype) {
   return std::make_unique<ConvertDType>(field, dtype);
+}
+
+std::unique_ptr<FieldOp> pad_ragged(const FieldSpec& field, int ragged_index,
+                                    std::uint64_t region_rows, std::uint64_t pad) {
+  return std::make_unique<PadRagged>(field, ragged_index, region_rows, pad);
 }
 
 std::unique_ptr<FieldOp> hwc_to_chw(const FieldSpec& field) {

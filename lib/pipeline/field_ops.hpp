@@ -15,7 +15,9 @@
 
 #include "copy/copy_engine.hpp"
 #include "core/image_ops.hpp"
+#include "core/pad_rows.hpp"
 #include "ferry/dataset.hpp"
+#include "pipeline/staging.hpp"
 
 namespace ferry::detail {
 
@@ -31,6 +33,7 @@ class OpRunner {
   /// dst row i = src row indices[i], for `count` rows of `row_bytes`.
   virtual void gather(const void* src, void* dst, const std::uint64_t* indices, std::size_t count,
                       std::size_t row_bytes) = 0;
+  virtual void pad_rows(const PadRows& args) = 0;
 };
 
 /// The CPU implementation: the work runs at once on the calling thread.
@@ -40,6 +43,7 @@ class HostOps final : public OpRunner {
   void convert(const void* src, DType from, void* dst, DType to, std::size_t count) override;
   void gather(const void* src, void* dst, const std::uint64_t* indices, std::size_t count,
               std::size_t row_bytes) override;
+  void pad_rows(const PadRows& args) override;
 };
 
 /// The device implementation: the work is queued on a copy engine's stream, in order.
@@ -50,6 +54,7 @@ class EngineOps final : public OpRunner {
   void convert(const void* src, DType from, void* dst, DType to, std::size_t count) override;
   void gather(const void* src, void* dst, const std::uint64_t* indices, std::size_t count,
               std::size_t row_bytes) override;
+  void pad_rows(const PadRows& args) override;
 
  private:
   CopyEngine& engine_;
@@ -61,6 +66,8 @@ struct OpSpan {
   const std::uint64_t* indices = nullptr;  ///< the batch's dataset indices, in the runner's memory
   std::size_t first = 0;
   std::size_t count = 0;
+  const SlotLayout* layout = nullptr;  ///< for batch operations on ragged fields
+  const BatchRows* rows = nullptr;     ///< (host memory) where their samples lie
 };
 
 /// One operation on one field. It reads the field's samples at `in` (byte offset of sample 0's
@@ -77,6 +84,9 @@ class FieldOp {
   virtual void run(OpRunner& runner, const OpSpan& span, std::size_t in, std::size_t out) const = 0;
   /// Writes the field from elsewhere instead of transforming it.
   virtual bool source() const noexcept { return false; }
+  /// The bytes of the result's region for a whole batch, when output() cannot say (a ragged
+  /// result); 0: output().sample_bytes() x the batch's capacity.
+  virtual std::size_t region_bytes() const noexcept { return 0; }
 };
 
 /// Rows in memory (a dataset's rows_in_memory()) gathered by the batch's indices.
@@ -86,6 +96,11 @@ std::unique_ptr<FieldOp> gather_rows(const FieldSpec& field, const std::byte* ro
 std::unique_ptr<FieldOp> normalize_image(const FieldSpec& field);
 /// The same values as `dtype` (ferry::convert's rules).
 std::unique_ptr<FieldOp> convert_dtype(const FieldSpec& field, DType dtype);
+/// A ragged field written packed (the samples' rows one after another) to padded
+/// [N, Lmax, ...] rows with `pad` (one element of the dtype), for a whole batch: the batch's
+/// Lmax and tables come from the OpSpan. `region_rows`: rows the padded region holds.
+std::unique_ptr<FieldOp> pad_ragged(const FieldSpec& field, int ragged_index,
+                                    std::uint64_t region_rows, std::uint64_t pad);
 /// [H, W, C] -> [C, H, W], the same dtype.
 /// \throws ConfigError naming the field unless it has three dimensions.
 std::unique_ptr<FieldOp> hwc_to_chw(const FieldSpec& field);

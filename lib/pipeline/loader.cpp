@@ -121,13 +121,22 @@ detail::Sampler::Options sampler_options(const LoaderOptions& o) {
           static_cast<std::size_t>(o.world_size)};
 }
 
-// Each field's operations after the copy: rows gathered where they live on the device, then
-// normalization (FieldSpec::normalize).
+// Each field's operations after the copy: rows gathered where they live on the device, a
+// ragged field that travelled packed padded there, then normalization (FieldSpec::normalize).
 std::vector<std::vector<std::unique_ptr<detail::FieldOp>>> field_ops(
-    const std::vector<FieldSpec>& fields, const std::vector<const std::byte*>& rows) {
+    const std::vector<FieldSpec>& fields, const std::vector<const std::byte*>& rows,
+    const detail::RaggedFields& ragged) {
   std::vector<std::vector<std::unique_ptr<detail::FieldOp>>> ops(fields.size());
+  int ragged_index = 0;
   for (std::size_t f = 0; f < fields.size(); ++f) {
     if (!rows.empty()) ops[f].push_back(detail::gather_rows(fields[f], rows[f]));
+    if (fields[f].is_ragged()) {
+      if (ragged.mode == RaggedBatch::pad && ragged.slot_mode == RaggedBatch::pack) {
+        ops[f].push_back(
+            detail::pad_ragged(fields[f], ragged_index, ragged.padded_rows[f], ragged.pad_bits[f]));
+      }
+      ++ragged_index;
+    }
     if (fields[f].normalize) ops[f].push_back(detail::normalize_image(fields[f]));
   }
   return ops;
@@ -175,7 +184,7 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, const LoaderOpt
       rows.push_back(static_cast<const std::byte*>(TensorAccess::address(t)));
     }
   }
-  ragged = std::make_unique<RaggedFields>(*dataset, fields, options, capacity);
+  ragged = std::make_unique<RaggedFields>(*dataset, fields, options, capacity, device_path);
   planned = options.max_tokens > 0 || options.bucket_window > 0;
   if (planned) {
     const auto first = std::find_if(fields.begin(), fields.end(),
@@ -188,8 +197,8 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, const LoaderOpt
     budget_field = static_cast<std::size_t>(first - fields.begin());
     planned_batches.store(EpochPlan(*dataset, budget_field, options, 0).batches());
   }
-  layout =
-      std::make_unique<BatchLayout>(fields, capacity, field_ops(fields, rows), ragged->region_rows);
+  layout = std::make_unique<BatchLayout>(fields, capacity, field_ops(fields, rows, *ragged),
+                                         ragged->region_rows);
   // Without a copy stage the slot is the delivered buffer, operations' results included; with
   // one, the slot holds what crosses the bus (the batch's indices when rows are gathered).
   BufferRing::Sizes sizes;

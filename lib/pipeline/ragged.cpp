@@ -20,11 +20,14 @@ std::int64_t round_up(std::int64_t n, std::int64_t multiple) {
 }  // namespace
 
 RaggedFields::RaggedFields(const Dataset& dataset, const std::vector<FieldSpec>& fields,
-                           const LoaderOptions& options, std::size_t capacity)
+                           const LoaderOptions& options, std::size_t capacity, bool device_path)
     : longest(fields.size(), 0),
       region_rows(fields.size(), 0),
+      padded_rows(fields.size(), 0),
       pad(fields.size()),
+      pad_bits(fields.size(), 0),
       mode(options.ragged),
+      slot_mode(device_path ? RaggedBatch::pack : options.ragged),
       pad_multiple(options.pad_multiple) {
   if (options.pad_multiple < 1) {
     throw ConfigError("Loader: pad_multiple must be at least 1, got " +
@@ -51,22 +54,29 @@ RaggedFields::RaggedFields(const Dataset& dataset, const std::vector<FieldSpec>&
       most = std::max(most, l);
     }
     longest[f] = most;
-    const std::int64_t per_sample = mode == RaggedBatch::pad ? round_up(most, pad_multiple) : most;
-    region_rows[f] = checked_mul<std::uint64_t>(per_sample, capacity, what);
-    if (options.max_tokens > 0 && !budgeted) {
-      // The budget bounds the first ragged field's batch, but for a sample over it alone.
-      region_rows[f] = std::min<std::uint64_t>(
-          region_rows[f],
-          std::max<std::uint64_t>(options.max_tokens, static_cast<std::uint64_t>(per_sample)));
-      budgeted = true;
-    }
-    if (mode == RaggedBatch::pack && region_rows[f] > std::numeric_limits<std::int32_t>::max()) {
+    // Rows a batch may take, padded and packed; the budget bounds the first ragged field's
+    // batch, but for a sample over it alone.
+    const auto bound = [&](std::int64_t per_sample) {
+      std::uint64_t rows = checked_mul<std::uint64_t>(per_sample, capacity, what);
+      if (options.max_tokens > 0 && !budgeted) {
+        rows = std::min<std::uint64_t>(
+            rows,
+            std::max<std::uint64_t>(options.max_tokens, static_cast<std::uint64_t>(per_sample)));
+      }
+      return rows;
+    };
+    padded_rows[f] = bound(round_up(most, pad_multiple));
+    region_rows[f] = slot_mode == RaggedBatch::pad ? padded_rows[f] : bound(most);
+    budgeted = true;
+    if (slot_mode == RaggedBatch::pack &&
+        region_rows[f] > std::numeric_limits<std::int32_t>::max()) {
       throw ConfigError(what + ": a packed batch may hold " + std::to_string(region_rows[f]) +
                         " rows, beyond the i32 offsets; use a smaller batch_size");
     }
     // pad_value as one element of the field's dtype (ferry::convert's rules).
     pad[f].resize(dtype_size(fields[f].dtype));
     ferry::convert(&options.pad_value, DType::f64, pad[f].data(), fields[f].dtype, 1);
+    std::memcpy(&pad_bits[f], pad[f].data(), std::min(pad[f].size(), sizeof(std::uint64_t)));
   }
 }
 
@@ -94,15 +104,14 @@ void RaggedFields::plan(const Dataset& dataset, const SlotLayout& layout,
       most = std::max(most, l);
     }
     const auto ri = static_cast<std::size_t>(r);
-    if (mode == RaggedBatch::pad) {
-      const std::int64_t lmax = round_up(most, pad_multiple);
+    const std::int64_t lmax = round_up(most, pad_multiple);
+    rows.padded[ri] = lmax;  // the delivered Lmax under pad, wherever the padding happens
+    if (slot_mode == RaggedBatch::pad) {
       for (std::size_t i = 0; i < count; ++i) {
         rows.starts[base + i] = i * static_cast<std::uint64_t>(lmax);
       }
-      rows.padded[ri] = lmax;
       rows.rows[ri] = count * static_cast<std::uint64_t>(lmax);
     } else {
-      rows.padded[ri] = 0;
       rows.rows[ri] = at;
     }
   }
@@ -127,7 +136,7 @@ void RaggedFields::write_tables(const SlotLayout& layout, const BatchRows& rows,
 
 void RaggedFields::pad_sample(const SlotLayout& layout, const BatchRows& rows, std::size_t position,
                               std::byte* slot) const noexcept {
-  if (mode != RaggedBatch::pad) return;
+  if (slot_mode != RaggedBatch::pad) return;
   for (std::size_t f = 0; f < layout.ragged.size(); ++f) {
     const int r = layout.ragged[f];
     if (r < 0) continue;
@@ -169,15 +178,15 @@ void RaggedFields::compact(const SlotLayout& layout, BatchRows& rows, const std:
       if (keep[i]) lmax = std::max(lmax, rows.lengths[base + i]);
     }
     if (lmax % pad_multiple != 0) lmax += pad_multiple - lmax % pad_multiple;
-    if (mode == RaggedBatch::pad) rows.padded[ri] = lmax;
+    rows.padded[ri] = lmax;
     std::uint64_t at = 0;
     kept = 0;
     for (std::size_t i = 0; i < count; ++i) {
       if (!keep[i]) continue;
       const std::int64_t l = rows.lengths[base + i];
       const std::uint64_t to =
-          mode == RaggedBatch::pad ? kept * static_cast<std::uint64_t>(lmax) : at;
-      const auto n = static_cast<std::uint64_t>(mode == RaggedBatch::pad ? lmax : l);
+          slot_mode == RaggedBatch::pad ? kept * static_cast<std::uint64_t>(lmax) : at;
+      const auto n = static_cast<std::uint64_t>(slot_mode == RaggedBatch::pad ? lmax : l);
       if (to != rows.starts[base + i] && n > 0) {
         std::memmove(region + to * row, region + rows.starts[base + i] * row, n * row);
       }

@@ -22,13 +22,18 @@ struct RaggedFields {
   /// Asks every sample's length of every ragged field.
   /// \throws ConfigError for options that do not fit (pad_multiple < 1, packed rows beyond i32),
   /// DataError for a negative length naming the sample.
+  /// With a copy stage (`device_path`), padded fields travel packed and are padded on the
+  /// device after the copy (pad_ragged), so only the samples' rows cross the bus.
   RaggedFields(const Dataset& dataset, const std::vector<FieldSpec>& fields,
-               const LoaderOptions& options, std::size_t capacity);
+               const LoaderOptions& options, std::size_t capacity, bool device_path);
 
-  std::vector<std::int64_t> longest;        ///< per field: the longest sample (0: fixed)
-  std::vector<std::uint64_t> region_rows;   ///< per field: rows a slot's region holds
-  std::vector<std::vector<std::byte>> pad;  ///< per field: pad_value as one element
-  RaggedBatch mode = RaggedBatch::pad;
+  std::vector<std::int64_t> longest;         ///< per field: the longest sample (0: fixed)
+  std::vector<std::uint64_t> region_rows;    ///< per field: rows a slot's region holds
+  std::vector<std::uint64_t> padded_rows;    ///< per field: rows a padded batch may take
+  std::vector<std::vector<std::byte>> pad;   ///< per field: pad_value as one element
+  std::vector<std::uint64_t> pad_bits;       ///< the same, as the low bytes of a word
+  RaggedBatch mode = RaggedBatch::pad;       ///< what the consumer gets
+  RaggedBatch slot_mode = RaggedBatch::pad;  ///< how a slot holds it (pack with a copy stage)
   std::int64_t pad_multiple = 1;
   bool any = false;
 

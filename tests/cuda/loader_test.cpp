@@ -582,3 +582,64 @@ TEST_F(GpuLoader, PinnedAndPageableStagingDeliverTheSameBytes) {
 }
 
 }  // namespace
+
+// ---- ragged fields: packed over the bus, padded on the GPU ------------------------------------
+
+namespace {
+
+// Sample i: "seq" u8 rows of 3 bytes, L_i = (i * 5) % 17, byte k of row j = i + j + k.
+class RaggedRows : public ferry::Dataset {
+ public:
+  std::size_t size() const override { return 90; }
+  std::vector<ferry::FieldSpec> fields() const override {
+    return {{"seq", DType::u8, {ferry::ragged, 3}}, {"id", DType::i64, {}}};
+  }
+  std::int64_t length(std::size_t index, std::size_t /*field*/) const override {
+    return static_cast<std::int64_t>((index * 5) % 17);
+  }
+  void read(std::size_t index, ferry::SampleRef out) const override {
+    auto* p = out.as<std::uint8_t>(0);
+    for (std::int64_t j = 0; j < length(index, 0); ++j) {
+      for (std::int64_t k = 0; k < 3; ++k) {
+        p[j * 3 + k] = static_cast<std::uint8_t>(static_cast<std::int64_t>(index) + j + k);
+      }
+    }
+    *out.as<std::int64_t>(1) = static_cast<std::int64_t>(index);
+  }
+};
+
+}  // namespace
+
+TEST_F(GpuLoader, RaggedFieldsArriveAsTheCpuLoaderGivesThemPaddedAndPacked) {
+  within(kLimit, [&] {
+    auto ds = std::make_shared<RaggedRows>();
+    for (const ferry::RaggedBatch mode : {ferry::RaggedBatch::pad, ferry::RaggedBatch::pack}) {
+      LoaderOptions o = gpu_options(8, true, 3);
+      o.ragged = mode;
+      o.pad_value = 200;
+      o.pad_multiple = 4;
+      LoaderOptions c = o;
+      c.device = Device::cpu();
+      Loader gpu(ds, o);
+      Loader cpu(ds, c);
+      ferry::Epoch ge = gpu.epoch(2);
+      ferry::Epoch ce = cpu.epoch(2);
+      for (const Batch* g = ge.next(); g != nullptr; g = ge.next()) {
+        const Batch* h = ce.next();
+        ASSERT_NE(h, nullptr);
+        EXPECT_TRUE(on_the_gpu(*g));
+        const Tensor gs = (*g)["seq"].cpu();
+        const Tensor hs = (*h)["seq"];
+        ASSERT_EQ(gs.shape(), hs.shape());
+        EXPECT_EQ(std::memcmp(gs.data(), hs.data(), gs.nbytes()), 0) << "batch " << g->number();
+        const Tensor gl = g->lengths("seq").cpu();
+        EXPECT_EQ(std::memcmp(gl.data(), h->lengths("seq").data(), gl.nbytes()), 0);
+        if (mode == ferry::RaggedBatch::pack) {
+          const Tensor go = g->offsets("seq").cpu();
+          EXPECT_EQ(std::memcmp(go.data(), h->offsets("seq").data(), go.nbytes()), 0);
+        }
+      }
+      EXPECT_EQ(ce.next(), nullptr);
+    }
+  });
+}

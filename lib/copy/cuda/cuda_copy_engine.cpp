@@ -95,6 +95,11 @@ void CudaCopyEngine::convert_async(const void* src, DType from, void* dst, DType
   launch_convert(src, from, dst, to, count, stream_.view().get());
 }
 
+void CudaCopyEngine::pad_rows_async(const PadRows& args) {
+  DeviceGuard guard(index_);
+  launch_pad_rows(args, stream_.view().get());
+}
+
 void CudaCopyEngine::gather_async(const void* src, void* dst, const std::uint64_t* indices,
                                   std::size_t count, std::size_t row_bytes) {
   DeviceGuard guard(index_);

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "copy/cuda/kernels.hpp"
 #include "core/convert_rules.hpp"
@@ -95,6 +96,31 @@ void launch_gather(const void* src, void* dst, const std::uint64_t* indices, std
   const auto words = static_cast<std::int64_t>(row_bytes / sizeof(W));
   gather_kernel<W><<<blocks_for(count * words), kThreads, 0, stream>>>(
       static_cast<const W*>(src), static_cast<W*>(dst), indices, count, words);
+}
+
+// One thread per element of the padded output: sample s, row r, element k of the row.
+template <class T>
+__global__ void pad_rows_kernel(const T* src, T* dst, const std::int32_t* starts,
+                                const std::int64_t* lengths, std::int64_t count, std::int64_t lmax,
+                                std::int64_t per_row, T pad) {
+  const std::int64_t total = count * lmax * per_row;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t s = i / (lmax * per_row);
+    const std::int64_t r = (i / per_row) % lmax;
+    const std::int64_t k = i % per_row;
+    dst[i] = r < lengths[s] ? src[(static_cast<std::int64_t>(starts[s]) + r) * per_row + k] : pad;
+  }
+}
+
+template <class T>
+void launch_pad(const PadRows& a, cudaStream_t stream) {
+  const auto per_row = static_cast<std::int64_t>(a.row_bytes / sizeof(T));
+  T pad{};
+  std::memcpy(&pad, &a.pad, sizeof(T));
+  pad_rows_kernel<T><<<blocks_for(a.count * a.lmax * per_row), kThreads, 0, stream>>>(
+      static_cast<const T*>(a.src), static_cast<T*>(a.dst), a.starts, a.lengths, a.count, a.lmax,
+      per_row, pad);
 }
 
 template <class S, class D>
@@ -198,6 +224,26 @@ void launch_gather_rows(const void* src, void* dst, const std::uint64_t* indices
     launch_gather<std::uint32_t>(src, dst, indices, n, row_bytes, s);
   } else {
     launch_gather<std::uint8_t>(src, dst, indices, n, row_bytes, s);
+  }
+  FERRY_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_pad_rows(const PadRows& args, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (args.count == 0 || args.lmax == 0 || args.row_bytes == 0) return;
+  switch (args.element) {
+    case 8:
+      launch_pad<std::uint64_t>(args, s);
+      break;
+    case 4:
+      launch_pad<std::uint32_t>(args, s);
+      break;
+    case 2:
+      launch_pad<std::uint16_t>(args, s);
+      break;
+    default:
+      launch_pad<std::uint8_t>(args, s);
+      break;
   }
   FERRY_CUDA_CHECK(cudaGetLastError());
 }

@@ -112,6 +112,10 @@ void HostCopyEngine::gather_async(const void* src, void* dst, const std::uint64_
   });
 }
 
+void HostCopyEngine::pad_rows_async(const PadRows& args) {
+  enqueue([args] { pad_rows_cpu(args); });
+}
+
 Event HostCopyEngine::record() {
   auto event = std::make_shared<HostEvent>();
   enqueue([this, event] { event->signal(link_free_); });

@@ -62,6 +62,7 @@ class HostCopyEngine final : public CopyEngine {
   DeviceBuffer allocate(std::size_t nbytes) override;
   void copy_async(void* dst, const void* src, std::size_t nbytes, CopyKind kind) override;
   void convert_image_async(const ImageConvert& args) override;
+  void pad_rows_async(const PadRows& args) override;
   void convert_async(const void* src, DType from, void* dst, DType to, std::size_t count) override;
   void gather_async(const void* src, void* dst, const std::uint64_t* indices, std::size_t count,
                     std::size_t row_bytes) override;

@@ -14,6 +14,10 @@ void launch_gather_rows(const void* /*src*/, void* /*dst*/, const std::uint64_t*
   throw DeviceError("ferry was built without CUDA kernels (no CUDA compiler was found)");
 }
 
+void launch_pad_rows(const PadRows& /*args*/, void* /*stream*/) {
+  throw DeviceError("ferry was built without CUDA kernels (no CUDA compiler was found)");
+}
+
 void launch_convert(const void* /*src*/, DType /*from*/, void* /*dst*/, DType /*to*/,
                     std::size_t /*count*/, void* /*stream*/) {
   throw DeviceError("ferry was built without CUDA kernels (no CUDA compiler was found)");
