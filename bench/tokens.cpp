@@ -259,6 +259,7 @@ int run(const Options& o) {
   to.dtype = o.dtype;
   const auto ds = ferry::TokenDataset::open(paths, to);
   std::vector<Mapped> shards;
+  shards.reserve(paths.size());
   for (const fs::path& p : paths) shards.emplace_back(p);
 
   ferry::LoaderOptions lo;
