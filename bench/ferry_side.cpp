@@ -266,6 +266,10 @@ const char* numpy_dtype(ferry::DType t) {
   switch (t) {
     case ferry::DType::u8:
       return "uint8";
+    case ferry::DType::u16:
+      return "uint16";
+    case ferry::DType::u32:
+      return "uint32";
     case ferry::DType::i32:
       return "int32";
     case ferry::DType::i64:
@@ -304,6 +308,12 @@ double sum(const ferry::Tensor& t) {
   switch (t.dtype()) {
     case ferry::DType::u8:
       add_all(t.data<std::uint8_t>());
+      break;
+    case ferry::DType::u16:
+      add_all(t.data<std::uint16_t>());
+      break;
+    case ferry::DType::u32:
+      add_all(t.data<std::uint32_t>());
       break;
     case ferry::DType::i32:
       add_all(t.data<std::int32_t>());

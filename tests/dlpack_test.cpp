@@ -5,6 +5,7 @@
 #include <functional>
 #include <initializer_list>
 #include <limits>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -51,8 +52,8 @@ TEST(DLPack, ExportKeepsStorageAliveAfterTheTensorGoes) {
 }
 
 TEST(DLPack, RoundTripViewsTheSameMemoryForEveryDtype) {
-  for (const DType dtype :
-       {DType::u8, DType::i32, DType::i64, DType::f16, DType::bf16, DType::f32, DType::f64}) {
+  for (const DType dtype : {DType::u8, DType::u16, DType::u32, DType::i32, DType::i64, DType::f16,
+                            DType::bf16, DType::f32, DType::f64}) {
     const Tensor t = Tensor::from(std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8}, {2, 2, 2}).to(dtype);
     const Tensor back = Tensor::from_dlpack(t.to_dlpack());
     EXPECT_EQ(back.data(), t.data()) << ferry::dtype_name(dtype);
@@ -63,6 +64,28 @@ TEST(DLPack, RoundTripViewsTheSameMemoryForEveryDtype) {
   }
   const Tensor scalar = Tensor::from(std::vector<float>{3.5f}, {});
   EXPECT_EQ(Tensor::from_dlpack(scalar.to_dlpack()).data<float>()[0], 3.5f);
+}
+
+TEST(DLPack, UnsignedSixteenAndThirtyTwoBitsExportAsUIntAndImportBack) {
+  const Tensor u16 = Tensor::from(std::vector<std::uint16_t>{0, 1, 65535}, {3});
+  DLManagedTensor* m = u16.to_dlpack();
+  EXPECT_EQ(m->dl_tensor.dtype.code, kDLUInt);
+  EXPECT_EQ(m->dl_tensor.dtype.bits, 16);
+  EXPECT_EQ(m->dl_tensor.dtype.lanes, 1);
+  const Tensor back16 = Tensor::from_dlpack(m);
+  EXPECT_EQ(back16.dtype(), DType::u16);
+  EXPECT_EQ(back16.data<std::uint16_t>()[2], 65535);
+
+  const Tensor u32 = Tensor::from(std::vector<std::uint32_t>{0, 0x80000000u, 0xffffffffu}, {3});
+  m = u32.to_dlpack();
+  EXPECT_EQ(m->dl_tensor.dtype.code, kDLUInt);
+  EXPECT_EQ(m->dl_tensor.dtype.bits, 32);
+  const Tensor back32 = Tensor::from_dlpack(m);
+  EXPECT_EQ(back32.dtype(), DType::u32);
+  EXPECT_EQ(back32.data(), u32.data());
+  EXPECT_EQ(back32.data<std::uint32_t>()[2], 0xffffffffu);
+  // Widening after the round trip keeps every value.
+  EXPECT_EQ(back32.to(DType::i64).data<std::int64_t>()[2], std::int64_t{0xffffffff});
 }
 
 struct Foreign {
@@ -113,7 +136,28 @@ TEST(DLPack, ImportRefusesWhatItCannotViewAndStillFreesIt) {
   EXPECT_THROW((void)Tensor::from_dlpack(foreign(&deleted, {3, 1}, {kDLFloat, 32, 2})),
                ferry::ConfigError);  // two lanes
   EXPECT_TRUE(deleted);
+  // Unsigned and signed widths ferry has no dtype for.
+  for (const DLDataType unsupported :
+       {DLDataType{kDLUInt, 64, 1}, DLDataType{kDLInt, 16, 1}, DLDataType{kDLUInt, 1, 1}}) {
+    deleted = false;
+    ferry::testing::expect_error<ferry::ConfigError>(
+        [&] { (void)Tensor::from_dlpack(foreign(&deleted, {}, unsupported)); },
+        {"unsupported DLPack dtype", "bits " + std::to_string(unsupported.bits)});
+    EXPECT_TRUE(deleted);
+  }
   EXPECT_THROW((void)Tensor::from_dlpack(nullptr), ferry::ConfigError);
+}
+
+TEST(DLPack, ImportOfForeignUnsignedSixteenAndThirtyTwoBits) {
+  // The six floats' bytes, seen as u16 [2, 3] and u32 [2, 3] (the latter is the floats' bits).
+  bool deleted = false;
+  const Tensor u16 = Tensor::from_dlpack(foreign(&deleted, {}, {kDLUInt, 16, 1}));
+  EXPECT_EQ(u16.dtype(), DType::u16);
+  EXPECT_EQ(u16.shape(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(u16.data<std::uint16_t>()[1], 0x3f80);  // the high half of 1.0f
+  const Tensor u32 = Tensor::from_dlpack(foreign(&deleted, {3, 1}, {kDLUInt, 32, 1}));
+  EXPECT_EQ(u32.dtype(), DType::u32);
+  EXPECT_EQ(u32.data<std::uint32_t>()[5], 0x40c00000u);  // 6.0f
 }
 
 // Hands from_dlpack a foreign tensor that `edit` made hostile: a ConfigError naming the call and

@@ -28,8 +28,8 @@ D convert_one(S value) {
 
 TEST(DType, SizesAndNames) {
   const std::vector<std::pair<DType, std::size_t>> sizes = {
-      {DType::u8, 1},   {DType::i32, 4}, {DType::i64, 8}, {DType::f16, 2},
-      {DType::bf16, 2}, {DType::f32, 4}, {DType::f64, 8}};
+      {DType::u8, 1},  {DType::u16, 2},  {DType::u32, 4}, {DType::i32, 4}, {DType::i64, 8},
+      {DType::f16, 2}, {DType::bf16, 2}, {DType::f32, 4}, {DType::f64, 8}};
   for (const auto& [t, size] : sizes) {
     EXPECT_EQ(ferry::dtype_size(t), size);
     EXPECT_EQ(ferry::parse_dtype(ferry::dtype_name(t)), t);
@@ -38,6 +38,14 @@ TEST(DType, SizesAndNames) {
   EXPECT_EQ(ferry::parse_dtype("float32"), DType::f32);
   EXPECT_EQ(ferry::parse_dtype("half"), DType::f16);
   EXPECT_EQ(ferry::parse_dtype("uint8"), DType::u8);
+  EXPECT_EQ(ferry::parse_dtype("uint16"), DType::u16);
+  EXPECT_EQ(ferry::parse_dtype("uint32"), DType::u32);
+  EXPECT_EQ(ferry::dtype_name(DType::u16), "u16");
+  EXPECT_EQ(ferry::dtype_name(DType::u32), "u32");
+  EXPECT_EQ(ferry::dtype_of<std::uint16_t>(), DType::u16);
+  EXPECT_EQ(ferry::dtype_of<std::uint32_t>(), DType::u32);
+  EXPECT_FALSE(ferry::is_floating(DType::u16));
+  EXPECT_FALSE(ferry::is_floating(DType::u32));
   EXPECT_THROW((void)ferry::parse_dtype("f8"), ferry::ConfigError);
   EXPECT_TRUE(ferry::is_floating(DType::bf16));
   EXPECT_FALSE(ferry::is_floating(DType::i64));
@@ -252,8 +260,8 @@ TEST(DType, FastFloatPathsAgreeWithTheExactRoundingAcrossAllExponents) {
 
 TEST(DType, BulkConvertMatchesElementRulesForEveryPair) {
   const std::vector<double> values = {0.0, -0.0, 1.5, -1.5, 2.5, 255.0, 65504.0, -70000.0, 1e-8};
-  const DType all[] = {DType::u8,   DType::i32, DType::i64, DType::f16,
-                       DType::bf16, DType::f32, DType::f64};
+  const DType all[] = {DType::u8,  DType::u16,  DType::u32, DType::i32, DType::i64,
+                       DType::f16, DType::bf16, DType::f32, DType::f64};
   for (const DType from : all) {
     std::vector<unsigned char> src(values.size() * ferry::dtype_size(from));
     ferry::convert(values.data(), DType::f64, src.data(), from, values.size());
@@ -271,6 +279,129 @@ TEST(DType, BulkConvertMatchesElementRulesForEveryPair) {
       }
     }
   }
+}
+
+// u16 and u32 to every dtype on the edges of each destination, against values worked out by
+// hand: modulo 2^bits into integers, one rounding into floating types.
+TEST(DType, UnsignedSixteenAndThirtyTwoBitsConvertToEveryDtype) {
+  constexpr std::uint16_t u16_max = 0xffff;
+  EXPECT_EQ(convert_one<std::uint8_t>(std::uint16_t{255}), 255);
+  EXPECT_EQ(convert_one<std::uint8_t>(std::uint16_t{256}), 0);
+  EXPECT_EQ(convert_one<std::uint8_t>(u16_max), 255);
+  EXPECT_EQ(convert_one<std::uint32_t>(u16_max), 65535u);
+  EXPECT_EQ(convert_one<std::int32_t>(u16_max), 65535);
+  EXPECT_EQ(convert_one<std::int64_t>(std::uint16_t{32768}), 32768);
+  EXPECT_EQ(convert_one<float>(u16_max), 65535.0f);
+  EXPECT_EQ(convert_one<double>(u16_max), 65535.0);
+  EXPECT_EQ(convert_one<Half>(std::uint16_t{2049}).bits, 0x6800);   // 2048: tie to even
+  EXPECT_EQ(convert_one<Half>(std::uint16_t{65504}).bits, 0x7bff);  // largest finite
+  EXPECT_EQ(convert_one<Half>(std::uint16_t{65519}).bits, 0x7bff);
+  EXPECT_EQ(convert_one<Half>(std::uint16_t{65520}).bits, 0x7c00);    // the tie goes to infinity
+  EXPECT_EQ(convert_one<BFloat16>(std::uint16_t{257}).bits, 0x4380);  // 256: tie to even
+  EXPECT_EQ(convert_one<BFloat16>(u16_max).bits, 0x4780);             // 65536
+
+  constexpr std::uint32_t u32_max = 0xffffffffu;
+  EXPECT_EQ(convert_one<std::uint8_t>(u32_max), 255);
+  EXPECT_EQ(convert_one<std::uint16_t>(std::uint32_t{65536}), 0);
+  EXPECT_EQ(convert_one<std::uint16_t>(std::uint32_t{65537}), 1);
+  EXPECT_EQ(convert_one<std::int32_t>(std::uint32_t{0x7fffffffu}), 0x7fffffff);
+  EXPECT_EQ(convert_one<std::int32_t>(std::uint32_t{0x80000000u}),
+            std::numeric_limits<std::int32_t>::min());
+  EXPECT_EQ(convert_one<std::int32_t>(u32_max), -1);
+  EXPECT_EQ(convert_one<std::int64_t>(u32_max), std::int64_t{0xffffffff});
+  EXPECT_EQ(convert_one<double>(u32_max), 4294967295.0);
+  EXPECT_EQ(convert_one<float>(u32_max), 4294967296.0f);
+  EXPECT_EQ(convert_one<float>(std::uint32_t{16777217}), 16777216.0f);  // tie to even
+  EXPECT_EQ(convert_one<float>(std::uint32_t{16777219}), 16777220.0f);
+  EXPECT_EQ(convert_one<Half>(std::uint32_t{65536}).bits, 0x7c00);
+  EXPECT_EQ(convert_one<Half>(u32_max).bits, 0x7c00);
+  EXPECT_EQ(convert_one<BFloat16>(u32_max).bits, 0x4f80);                     // 2^32
+  EXPECT_EQ(convert_one<BFloat16>(std::uint32_t{0x80800000u}).bits, 0x4f00);  // tie: to even
+  EXPECT_EQ(convert_one<BFloat16>(std::uint32_t{0x80800001u}).bits, 0x4f01);
+  EXPECT_EQ(convert_one<std::uint32_t>(std::uint16_t{0}), 0u);
+  EXPECT_EQ(convert_one<std::uint16_t>(std::uint32_t{0}), 0);
+}
+
+// Every dtype to u16 and u32 on the edges: integers wrap modulo 2^bits, floating values
+// truncate toward zero and saturate at 0 and the maximum, NaN gives 0.
+TEST(DType, EveryDtypeConvertsToUnsignedSixteenAndThirtyTwoBits) {
+  EXPECT_EQ(convert_one<std::uint16_t>(std::uint8_t{255}), 255);
+  EXPECT_EQ(convert_one<std::uint32_t>(std::uint8_t{255}), 255u);
+  EXPECT_EQ(convert_one<std::uint16_t>(std::int32_t{-1}), 65535);
+  EXPECT_EQ(convert_one<std::uint16_t>(std::int32_t{65536 + 7}), 7);
+  EXPECT_EQ(convert_one<std::uint16_t>(std::numeric_limits<std::int32_t>::min()), 0);
+  EXPECT_EQ(convert_one<std::uint32_t>(std::int32_t{-1}), 0xffffffffu);
+  EXPECT_EQ(convert_one<std::uint32_t>(std::numeric_limits<std::int32_t>::min()), 0x80000000u);
+  EXPECT_EQ(convert_one<std::uint32_t>(std::int64_t{(std::int64_t{1} << 32) + 5}), 5u);
+  EXPECT_EQ(convert_one<std::uint32_t>(std::numeric_limits<std::int64_t>::min()), 0u);
+  EXPECT_EQ(convert_one<std::uint32_t>(std::numeric_limits<std::int64_t>::max()), 0xffffffffu);
+  EXPECT_EQ(convert_one<std::uint16_t>(std::int64_t{-2}), 65534);
+
+  EXPECT_EQ(convert_one<std::uint16_t>(65535.9), 65535);
+  EXPECT_EQ(convert_one<std::uint16_t>(65536.0), 65535);
+  EXPECT_EQ(convert_one<std::uint16_t>(1e10), 65535);
+  EXPECT_EQ(convert_one<std::uint16_t>(-0.9), 0);
+  EXPECT_EQ(convert_one<std::uint16_t>(-1.0), 0);
+  EXPECT_EQ(convert_one<std::uint16_t>(kNaN), 0);
+  EXPECT_EQ(convert_one<std::uint16_t>(kInf), 65535);
+  EXPECT_EQ(convert_one<std::uint16_t>(-kInf), 0);
+  EXPECT_EQ(convert_one<std::uint16_t>(2.9f), 2);
+  EXPECT_EQ(convert_one<std::uint32_t>(4294967295.0), 0xffffffffu);
+  EXPECT_EQ(convert_one<std::uint32_t>(4294967295.75), 0xffffffffu);
+  EXPECT_EQ(convert_one<std::uint32_t>(4294967296.0), 0xffffffffu);
+  EXPECT_EQ(convert_one<std::uint32_t>(2147483648.5), 2147483648u);
+  EXPECT_EQ(convert_one<std::uint32_t>(-1e30), 0u);
+  EXPECT_EQ(convert_one<std::uint32_t>(kNaN), 0u);
+  EXPECT_EQ(convert_one<std::uint32_t>(4294967296.0f), 0xffffffffu);  // f32 rounds 2^32 - 1 up
+  EXPECT_EQ(convert_one<std::uint32_t>(4294967040.0f), 4294967040u);  // largest f32 below 2^32
+  EXPECT_EQ(convert_one<std::uint32_t>(std::numeric_limits<float>::quiet_NaN()), 0u);
+  EXPECT_EQ(convert_one<std::uint16_t>(ferry::to_half(65504.0)), 65504);
+  EXPECT_EQ(convert_one<std::uint16_t>(ferry::to_half(kInf)), 65535);
+  EXPECT_EQ(convert_one<std::uint16_t>(ferry::to_half(-3.75)), 0);
+  EXPECT_EQ(convert_one<std::uint32_t>(ferry::to_half(kInf)), 0xffffffffu);
+  EXPECT_EQ(convert_one<std::uint32_t>(ferry::to_half(kNaN)), 0u);
+  EXPECT_EQ(convert_one<std::uint16_t>(ferry::to_bfloat16(1e6)), 65535);
+  EXPECT_EQ(convert_one<std::uint32_t>(ferry::to_bfloat16(1e6)), 999424u);  // bf16 of 1e6
+  EXPECT_EQ(convert_one<std::uint32_t>(ferry::to_bfloat16(1e20)), 0xffffffffu);
+  EXPECT_EQ(convert_one<std::uint32_t>(ferry::to_bfloat16(-kInf)), 0u);
+}
+
+// Every u16 survives a trip through every dtype that holds it (all but u8, f16 and bf16), and
+// u32 values at the edges through i64 and f64; the wider types give them back unchanged too.
+TEST(DType, UnsignedValuesRoundTripThroughWiderDtypes) {
+  std::vector<std::uint16_t> all16(65536);
+  for (std::size_t i = 0; i < all16.size(); ++i) all16[i] = static_cast<std::uint16_t>(i);
+  for (const DType via : {DType::u32, DType::i32, DType::i64, DType::f32, DType::f64}) {
+    std::vector<unsigned char> wide(all16.size() * ferry::dtype_size(via));
+    ferry::convert(all16.data(), DType::u16, wide.data(), via, all16.size());
+    std::vector<std::uint16_t> back(all16.size());
+    ferry::convert(wide.data(), via, back.data(), DType::u16, back.size());
+    EXPECT_EQ(back, all16) << ferry::dtype_name(via);
+  }
+  std::vector<std::uint32_t> edges32 = {0,          1,          255,         256,
+                                        65535,      65536,      16777217,    0x7fffffffu,
+                                        0x80000000, 0x80000001, 0xfffffffeu, 0xffffffffu};
+  for (std::uint64_t v = 0; v <= 0xffffffffu; v += 0x01000193u)
+    edges32.push_back(static_cast<std::uint32_t>(v));
+  for (const DType via : {DType::i64, DType::f64}) {
+    std::vector<unsigned char> wide(edges32.size() * ferry::dtype_size(via));
+    ferry::convert(edges32.data(), DType::u32, wide.data(), via, edges32.size());
+    std::vector<std::uint32_t> back(edges32.size());
+    ferry::convert(wide.data(), via, back.data(), DType::u32, back.size());
+    EXPECT_EQ(back, edges32) << ferry::dtype_name(via);
+  }
+  // Through i32 the bits survive (modulo 2^32 both ways).
+  std::vector<std::int32_t> as_i32(edges32.size());
+  ferry::convert(edges32.data(), DType::u32, as_i32.data(), DType::i32, edges32.size());
+  std::vector<std::uint32_t> back(edges32.size());
+  ferry::convert(as_i32.data(), DType::i32, back.data(), DType::u32, back.size());
+  EXPECT_EQ(back, edges32);
+  // u16 through u8 keeps the low byte only.
+  const std::uint16_t wide16[] = {0x1234, 0x00ff};
+  std::uint8_t narrow[2] = {};
+  ferry::convert(wide16, DType::u16, narrow, DType::u8, 2);
+  EXPECT_EQ(narrow[0], 0x34);
+  EXPECT_EQ(narrow[1], 0xff);
 }
 
 TEST(Convert, CountsWhoseBytesOverflowAndUnknownDtypesAreConfigErrors) {

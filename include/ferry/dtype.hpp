@@ -9,16 +9,18 @@
 namespace ferry {
 
 /// Element types of a tensor.
-enum class DType { u8, i32, i64, f16, bf16, f32, f64 };
+enum class DType { u8, u16, u32, i32, i64, f16, bf16, f32, f64 };
 
 /// Bytes per element.
 constexpr std::size_t dtype_size(DType t) noexcept {
   switch (t) {
     case DType::u8:
       return 1;
+    case DType::u16:
     case DType::f16:
     case DType::bf16:
       return 2;
+    case DType::u32:
     case DType::i32:
     case DType::f32:
       return 4;
@@ -29,9 +31,10 @@ constexpr std::size_t dtype_size(DType t) noexcept {
   return 0;
 }
 
-/// "u8", "i32", "i64", "f16", "bf16", "f32", "f64".
+/// "u8", "u16", "u32", "i32", "i64", "f16", "bf16", "f32", "f64".
 FERRY_API std::string_view dtype_name(DType t) noexcept;
-/// The inverse of dtype_name; also accepts PyTorch's names ("uint8", "float32", "half", ...).
+/// The inverse of dtype_name; also accepts PyTorch's and NumPy's names ("uint8", "uint16",
+/// "float32", "half", ...).
 /// \throws ConfigError quoting the text.
 FERRY_API DType parse_dtype(std::string_view text);
 /// True for f16, bf16, f32, f64.
@@ -68,6 +71,14 @@ constexpr DType dtype_of<std::uint8_t>() noexcept {
   return DType::u8;
 }
 template <>
+constexpr DType dtype_of<std::uint16_t>() noexcept {
+  return DType::u16;
+}
+template <>
+constexpr DType dtype_of<std::uint32_t>() noexcept {
+  return DType::u32;
+}
+template <>
 constexpr DType dtype_of<std::int32_t>() noexcept {
   return DType::i32;
 }
@@ -99,7 +110,7 @@ constexpr DType dtype_of<double>() noexcept {
 ///   kept, so every device gives the same bits).
 /// * floating to integer: truncate toward zero, saturate at the integer's limits; NaN gives 0.
 /// * integer to integer: modulo 2^bits (two's complement), as C++20 and PyTorch.
-/// * u8/i32/i64 to floating: round to nearest, ties to even.
+/// * integers (u8, u16, u32, i32, i64) to floating: round to nearest, ties to even.
 /// `src` and `dst` must not overlap unless from == to.
 /// \throws ConfigError, its message starting "convert", for a dtype that is none of the above,
 /// a count whose bytes do not fit in memory sizes, or null pointers with a count.

@@ -2,18 +2,19 @@
 
 /// \file Everything a ferry user includes.
 
-#include "ferry/csv_dataset.hpp"   // IWYU pragma: export
-#include "ferry/dataset.hpp"       // IWYU pragma: export
-#include "ferry/device.hpp"        // IWYU pragma: export
-#include "ferry/dtype.hpp"         // IWYU pragma: export
-#include "ferry/error.hpp"         // IWYU pragma: export
-#include "ferry/event.hpp"         // IWYU pragma: export
-#include "ferry/idx_dataset.hpp"   // IWYU pragma: export
-#include "ferry/image.hpp"         // IWYU pragma: export
-#include "ferry/image_folder.hpp"  // IWYU pragma: export
-#include "ferry/limits.hpp"        // IWYU pragma: export
-#include "ferry/loader.hpp"        // IWYU pragma: export
-#include "ferry/memory.hpp"        // IWYU pragma: export
-#include "ferry/ops.hpp"           // IWYU pragma: export
-#include "ferry/tensor.hpp"        // IWYU pragma: export
-#include "ferry/version.hpp"       // IWYU pragma: export
+#include "ferry/csv_dataset.hpp"    // IWYU pragma: export
+#include "ferry/dataset.hpp"        // IWYU pragma: export
+#include "ferry/device.hpp"         // IWYU pragma: export
+#include "ferry/dtype.hpp"          // IWYU pragma: export
+#include "ferry/error.hpp"          // IWYU pragma: export
+#include "ferry/event.hpp"          // IWYU pragma: export
+#include "ferry/idx_dataset.hpp"    // IWYU pragma: export
+#include "ferry/image.hpp"          // IWYU pragma: export
+#include "ferry/image_folder.hpp"   // IWYU pragma: export
+#include "ferry/limits.hpp"         // IWYU pragma: export
+#include "ferry/loader.hpp"         // IWYU pragma: export
+#include "ferry/memory.hpp"         // IWYU pragma: export
+#include "ferry/ops.hpp"            // IWYU pragma: export
+#include "ferry/tensor.hpp"         // IWYU pragma: export
+#include "ferry/token_dataset.hpp"  // IWYU pragma: export
+#include "ferry/version.hpp"        // IWYU pragma: export

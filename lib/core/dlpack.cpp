@@ -21,6 +21,8 @@ DLDataType to_dl(DType t) noexcept {
   const auto bits = static_cast<std::uint8_t>(dtype_size(t) * 8);
   switch (t) {
     case DType::u8:
+    case DType::u16:
+    case DType::u32:
       return {kDLUInt, bits, 1};
     case DType::i32:
     case DType::i64:
@@ -38,6 +40,8 @@ DLDataType to_dl(DType t) noexcept {
 DType from_dl(DLDataType t) {
   if (t.lanes == 1) {
     if (t.code == kDLUInt && t.bits == 8) return DType::u8;
+    if (t.code == kDLUInt && t.bits == 16) return DType::u16;
+    if (t.code == kDLUInt && t.bits == 32) return DType::u32;
     if (t.code == kDLInt && t.bits == 32) return DType::i32;
     if (t.code == kDLInt && t.bits == 64) return DType::i64;
     if (t.code == kDLFloat && t.bits == 16) return DType::f16;

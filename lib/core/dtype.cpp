@@ -26,6 +26,10 @@ void convert_from(const void* src, void* dst, DType to, std::size_t n) noexcept 
   switch (to) {
     case DType::u8:
       return convert_span<S, std::uint8_t>(src, dst, n);
+    case DType::u16:
+      return convert_span<S, std::uint16_t>(src, dst, n);
+    case DType::u32:
+      return convert_span<S, std::uint32_t>(src, dst, n);
     case DType::i32:
       return convert_span<S, std::int32_t>(src, dst, n);
     case DType::i64:
@@ -47,6 +51,10 @@ std::string_view dtype_name(DType t) noexcept {
   switch (t) {
     case DType::u8:
       return "u8";
+    case DType::u16:
+      return "u16";
+    case DType::u32:
+      return "u32";
     case DType::i32:
       return "i32";
     case DType::i64:
@@ -69,19 +77,20 @@ DType parse_dtype(std::string_view text) {
     DType dtype;
   };
   static constexpr Name kNames[] = {
-      {"u8", DType::u8},         {"uint8", DType::u8}, {"i32", DType::i32},
-      {"int32", DType::i32},     {"int", DType::i32},  {"i64", DType::i64},
-      {"int64", DType::i64},     {"long", DType::i64}, {"f16", DType::f16},
-      {"float16", DType::f16},   {"half", DType::f16}, {"bf16", DType::bf16},
-      {"bfloat16", DType::bf16}, {"f32", DType::f32},  {"float32", DType::f32},
-      {"float", DType::f32},     {"f64", DType::f64},  {"float64", DType::f64},
-      {"double", DType::f64},
+      {"u8", DType::u8},       {"uint8", DType::u8},      {"u16", DType::u16},
+      {"uint16", DType::u16},  {"u32", DType::u32},       {"uint32", DType::u32},
+      {"i32", DType::i32},     {"int32", DType::i32},     {"int", DType::i32},
+      {"i64", DType::i64},     {"int64", DType::i64},     {"long", DType::i64},
+      {"f16", DType::f16},     {"float16", DType::f16},   {"half", DType::f16},
+      {"bf16", DType::bf16},   {"bfloat16", DType::bf16}, {"f32", DType::f32},
+      {"float32", DType::f32}, {"float", DType::f32},     {"f64", DType::f64},
+      {"float64", DType::f64}, {"double", DType::f64},
   };
   for (const auto& n : kNames) {
     if (n.name == text) return n.dtype;
   }
   throw ConfigError("DType: unknown dtype \"" + std::string(text) +
-                    "\"; expected one of u8, i32, i64, f16, bf16, f32, f64");
+                    "\"; expected one of u8, u16, u32, i32, i64, f16, bf16, f32, f64");
 }
 
 Half to_half(double value) noexcept { return Half{detail::rules::half_bits(value)}; }
@@ -116,6 +125,10 @@ void convert(const void* src, DType from, void* dst, DType to, std::size_t count
   switch (from) {
     case DType::u8:
       return convert_from<std::uint8_t>(src, dst, to, count);
+    case DType::u16:
+      return convert_from<std::uint16_t>(src, dst, to, count);
+    case DType::u32:
+      return convert_from<std::uint32_t>(src, dst, to, count);
     case DType::i32:
       return convert_from<std::int32_t>(src, dst, to, count);
     case DType::i64:

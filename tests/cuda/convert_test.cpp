@@ -1,4 +1,4 @@
-// Tensor::to(DType) on the GPU gives the same bits as ferry::convert on the CPU, for all 49
+// Tensor::to(DType) on the GPU gives the same bits as ferry::convert on the CPU, for all 81
 // (from, to) pairs, on the values where conversions go wrong: signed zeros, ties, the edges of
 // f16's range, denormals, NaN, infinities, integer limits and 2^53 + 1.
 
@@ -24,8 +24,8 @@ using ferry::DType;
 using ferry::Tensor;
 using ferry::cuda_testing::CudaParamTest;
 
-constexpr DType kTypes[] = {DType::u8,   DType::i32, DType::i64, DType::f16,
-                            DType::bf16, DType::f32, DType::f64};
+constexpr DType kTypes[] = {DType::u8,  DType::u16,  DType::u32, DType::i32, DType::i64,
+                            DType::f16, DType::bf16, DType::f32, DType::f64};
 
 // Doubles for the floating sources; f32 gets them through ferry::convert (overflow to infinity
 // is defined there, unlike a C++ cast).
@@ -91,6 +91,12 @@ std::vector<std::uint8_t> source_bytes(DType from) {
   switch (from) {
     case DType::u8:
       for (int i = 0; i < 256; ++i) out.push_back(static_cast<std::uint8_t>(i));
+      break;
+    case DType::u16:
+      for (std::uint32_t v = 0; v < 0x10000U; ++v) append(out, static_cast<std::uint16_t>(v));
+      break;
+    case DType::u32:
+      for (const std::int64_t v : ints) append(out, static_cast<std::uint32_t>(v));  // modulo 2^32
       break;
     case DType::i32:
       for (const std::int64_t v : ints) append(out, static_cast<std::int32_t>(v));  // modulo 2^32

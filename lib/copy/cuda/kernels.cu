@@ -142,6 +142,10 @@ void launch_from(const void* src, DType to, void* dst, std::int64_t n, cudaStrea
   switch (to) {
     case DType::u8:
       return launch_pair<S, std::uint8_t>(src, dst, n, stream);
+    case DType::u16:
+      return launch_pair<S, std::uint16_t>(src, dst, n, stream);
+    case DType::u32:
+      return launch_pair<S, std::uint32_t>(src, dst, n, stream);
     case DType::i32:
       return launch_pair<S, std::int32_t>(src, dst, n, stream);
     case DType::i64:
@@ -261,6 +265,12 @@ void launch_convert(const void* src, DType from, void* dst, DType to, std::size_
   switch (from) {
     case DType::u8:
       launch_from<std::uint8_t>(src, to, dst, n, s);
+      break;
+    case DType::u16:
+      launch_from<std::uint16_t>(src, to, dst, n, s);
+      break;
+    case DType::u32:
+      launch_from<std::uint32_t>(src, to, dst, n, s);
       break;
     case DType::i32:
       launch_from<std::int32_t>(src, to, dst, n, s);
