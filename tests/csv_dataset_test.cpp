@@ -714,33 +714,10 @@ TEST_F(CsvFiles, BatchesThroughTheLoaderCarryTheirRows) {
   for (std::size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], i);
 }
 
-// Every batch of a shuffled epoch: its indices, then each field's bytes. `gathered`: through the
-// stand-in for rows on the device, where the loader gathers rows instead of reading samples.
+// Every batch of a shuffled epoch of batches of 8, directly or gathered from rows.
 std::vector<std::vector<std::uint8_t>> batches_of(const std::shared_ptr<const ferry::Dataset>& ds,
                                                   bool gathered) {
-  ferry::LoaderOptions o;
-  o.batch_size = 8;
-  o.shuffle = true;
-  o.seed = 5;
-  o.device = ferry::Device::cpu();
-  o.workers = 2;
-  ferry::detail::SimulatedCopy simulated;
-  simulated.enabled = gathered;
-  simulated.dataset_on_device = gathered;
-  ferry::Loader loader = ferry::detail::make_loader(ds, o, simulated);
-  std::vector<std::vector<std::uint8_t>> out;
-  for (const ferry::Batch& b : loader.epoch(2)) {
-    std::vector<std::uint8_t>& bytes = out.emplace_back();
-    for (const std::uint64_t i : b.indices()) bytes.push_back(static_cast<std::uint8_t>(i));
-    for (const ferry::FieldSpec& f : ds->fields()) {
-      const ferry::Tensor t = b[f.name].cpu();
-      const auto* p = static_cast<const std::uint8_t*>(t.data());
-      bytes.insert(bytes.end(), p, p + t.nbytes());
-    }
-  }
-  EXPECT_EQ(loader.stats().samples, ds->size());
-  EXPECT_EQ(loader.stats().read_seconds == 0.0, gathered);  // gathered: no sample was read
-  return out;
+  return ferry::testing::epoch_bytes(ds, 8, 5, 2, gathered);
 }
 
 // 45 rows "i,-i/4,label" with label i % 3 as a class name, an integer or a target, or none.

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "ferry/ferry.hpp"
+#include "loader_test_util.hpp"
 #include "pipeline/staging.hpp"
-#include "pipeline/testing.hpp"
 
 namespace {
 
@@ -305,33 +305,10 @@ TEST_F(IdxFiles, DataThatDisagreesWithTheHeaderIsRefusedWithoutReadingOn) {
   }
 }
 
-// Every batch of a shuffled epoch: its indices, then each field's bytes. `gathered`: through the
-// stand-in for rows on the device, where the loader gathers rows instead of reading samples.
+// Every batch of a shuffled epoch of batches of 2, directly or gathered from rows.
 std::vector<std::vector<std::uint8_t>> batches_of(const std::shared_ptr<const ferry::Dataset>& ds,
                                                   bool gathered) {
-  ferry::LoaderOptions o;
-  o.batch_size = 2;
-  o.shuffle = true;
-  o.seed = 3;
-  o.device = ferry::Device::cpu();
-  o.workers = 2;
-  ferry::detail::SimulatedCopy simulated;
-  simulated.enabled = gathered;
-  simulated.dataset_on_device = gathered;
-  ferry::Loader loader = ferry::detail::make_loader(ds, o, simulated);
-  std::vector<std::vector<std::uint8_t>> out;
-  for (const ferry::Batch& b : loader.epoch(1)) {
-    std::vector<std::uint8_t>& bytes = out.emplace_back();
-    for (const std::uint64_t i : b.indices()) bytes.push_back(static_cast<std::uint8_t>(i));
-    for (const ferry::FieldSpec& f : ds->fields()) {
-      const ferry::Tensor t = b[f.name].cpu();
-      const auto* p = static_cast<const std::uint8_t*>(t.data());
-      bytes.insert(bytes.end(), p, p + t.nbytes());
-    }
-  }
-  EXPECT_EQ(loader.stats().samples, ds->size());
-  EXPECT_EQ(loader.stats().read_seconds == 0.0, gathered);  // gathered: no sample was read
-  return out;
+  return ferry::testing::epoch_bytes(ds, 2, 3, 1, gathered);
 }
 
 TEST_F(IdxFiles, StandsOnATensorDatasetThatMovesBetweenDevices) {

@@ -115,6 +115,34 @@ inline Loader make_loader(std::shared_ptr<const Dataset> dataset, const LoaderOp
   return detail::make_loader(std::move(dataset), options, simulated);
 }
 
+/// Every batch of a shuffled epoch of `dataset` (batches of `batch`, `seed`, epoch `epoch`, two
+/// workers, cpu): its indices (as bytes), then each field's bytes. `gathered`: through the
+/// stand-in for rows on the device, where the loader gathers rows instead of reading samples.
+inline std::vector<std::vector<std::uint8_t>> epoch_bytes(
+    const std::shared_ptr<const Dataset>& dataset, std::size_t batch, std::uint64_t seed,
+    std::uint64_t epoch, bool gathered) {
+  LoaderOptions o;
+  o.batch_size = batch;
+  o.shuffle = true;
+  o.seed = seed;
+  o.device = Device::cpu();
+  o.workers = 2;
+  Loader loader = make_loader(dataset, o, gathered, gathered);
+  std::vector<std::vector<std::uint8_t>> out;
+  for (const Batch& b : loader.epoch(epoch)) {
+    std::vector<std::uint8_t>& bytes = out.emplace_back();
+    for (const std::uint64_t i : b.indices()) bytes.push_back(static_cast<std::uint8_t>(i));
+    for (const FieldSpec& f : dataset->fields()) {
+      const Tensor t = b[f.name].cpu();
+      const auto* p = static_cast<const std::uint8_t*>(t.data());
+      bytes.insert(bytes.end(), p, p + t.nbytes());
+    }
+  }
+  EXPECT_EQ(loader.stats().samples, dataset->size());
+  EXPECT_EQ(loader.stats().read_seconds == 0.0, gathered);  // gathered: no sample was read
+  return out;
+}
+
 inline LoaderOptions cpu_options(std::size_t batch, bool shuffle = false, std::uint64_t seed = 0) {
   LoaderOptions o;
   o.batch_size = batch;

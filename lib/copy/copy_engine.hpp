@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "core/image_ops.hpp"
-#include "core/pad_rows.hpp"
+#include "core/row_ops.hpp"
 #include "ferry/device.hpp"
 #include "ferry/dtype.hpp"
 #include "ferry/event.hpp"

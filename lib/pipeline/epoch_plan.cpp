@@ -1,25 +1,16 @@
 #include "pipeline/epoch_plan.hpp"
 
 #include <algorithm>
-#include <numeric>
 
+#include "pipeline/ragged.hpp"
 #include "pipeline/sampler.hpp"
 
 namespace ferry::detail {
 
-namespace {
-
-std::int64_t round_up(std::int64_t n, std::int64_t multiple) {
-  const std::int64_t r = n % multiple;
-  return r == 0 ? n : n + (multiple - r);
-}
-
-}  // namespace
-
 std::uint64_t EpochPlan::tokens(std::size_t samples, std::int64_t longest, std::uint64_t sum,
                                 const LoaderOptions& options) noexcept {
   if (options.ragged == RaggedBatch::pack) return sum;
-  return samples * static_cast<std::uint64_t>(round_up(longest, options.pad_multiple));
+  return samples * static_cast<std::uint64_t>(round_up_rows(longest, options.pad_multiple));
 }
 
 EpochPlan::EpochPlan(const Dataset& dataset, std::size_t field, const LoaderOptions& options,
@@ -27,33 +18,28 @@ EpochPlan::EpochPlan(const Dataset& dataset, std::size_t field, const LoaderOpti
     : rank_(static_cast<std::size_t>(options.rank)),
       world_(static_cast<std::size_t>(options.world_size)) {
   const std::size_t n = dataset.size();
-  // The same permutation as the sampler's: the order of the whole dataset for this epoch.
-  order_.resize(n);
-  const Permutation perm(n, mix64(options.seed) ^ mix64(epoch + 1));
-  for (std::size_t i = 0; i < n; ++i) order_[i] = options.shuffle ? perm(i) : i;
-  std::vector<std::int64_t> length(n);
-  for (std::size_t i = 0; i < n; ++i) length[i] = dataset.length(order_[i], field);
+  // The same permutation as the sampler's: the order of the whole dataset for this epoch,
+  // with each sample's length.
+  struct Item {
+    std::uint64_t index;
+    std::int64_t length;
+  };
+  std::vector<Item> items(n);
+  const Permutation perm = epoch_permutation(n, options.seed, epoch);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint64_t index = options.shuffle ? perm(i) : i;
+    items[i] = {index, dataset.length(index, field)};
+  }
 
   const std::size_t window =
       options.bucket_window == 0 ? std::max<std::size_t>(n, 1) : options.bucket_window;
   const std::size_t cap = std::max<std::size_t>(options.batch_size, 1);
-  std::vector<std::size_t> by_length;  // positions of one window, sorted by length
   for (std::size_t w0 = 0; w0 < n; w0 += window) {
     const std::size_t w1 = std::min(n, w0 + window);
-    by_length.resize(w1 - w0);
-    std::iota(by_length.begin(), by_length.end(), w0);
     if (options.bucket_window != 0) {
-      std::stable_sort(by_length.begin(), by_length.end(),
-                       [&](std::size_t a, std::size_t b) { return length[a] < length[b]; });
-      std::vector<std::uint64_t> sorted(by_length.size());
-      std::vector<std::int64_t> sorted_length(by_length.size());
-      for (std::size_t i = 0; i < by_length.size(); ++i) {
-        sorted[i] = order_[by_length[i]];
-        sorted_length[i] = length[by_length[i]];
-      }
-      std::copy(sorted.begin(), sorted.end(), order_.begin() + static_cast<std::ptrdiff_t>(w0));
-      std::copy(sorted_length.begin(), sorted_length.end(),
-                length.begin() + static_cast<std::ptrdiff_t>(w0));
+      std::stable_sort(items.begin() + static_cast<std::ptrdiff_t>(w0),
+                       items.begin() + static_cast<std::ptrdiff_t>(w1),
+                       [](const Item& a, const Item& b) { return a.length < b.length; });
     }
     // Cut the window into batches, greedily.
     const std::size_t first_batch = global_.size();
@@ -62,7 +48,7 @@ EpochPlan::EpochPlan(const Dataset& dataset, std::size_t field, const LoaderOpti
     std::uint64_t sum = 0;
     for (std::size_t i = w0; i < w1; ++i) {
       const std::size_t in = i - begin;
-      const std::int64_t l = length[i];
+      const std::int64_t l = items[i].length;
       const bool fits =
           in < cap && (options.max_tokens == 0 ||
                        tokens(in + 1, std::max(longest, l), sum + static_cast<std::uint64_t>(l),
@@ -88,6 +74,8 @@ EpochPlan::EpochPlan(const Dataset& dataset, std::size_t field, const LoaderOpti
       }
     }
   }
+  order_.resize(n);
+  for (std::size_t i = 0; i < n; ++i) order_[i] = items[i].index;
   const std::size_t g = global_.size();
   count_ = options.drop_last ? g / world_ : g / world_ + static_cast<std::size_t>(g % world_ != 0);
 }

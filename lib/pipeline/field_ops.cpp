@@ -20,11 +20,7 @@ void HostOps::convert(const void* src, DType from, void* dst, DType to, std::siz
 
 void HostOps::gather(const void* src, void* dst, const std::uint64_t* indices, std::size_t count,
                      std::size_t row_bytes) {
-  const auto* from = static_cast<const std::byte*>(src);
-  auto* to = static_cast<std::byte*>(dst);
-  for (std::size_t i = 0; i < count; ++i) {
-    std::memcpy(to + i * row_bytes, from + indices[i] * row_bytes, row_bytes);
-  }
+  gather_rows_cpu(src, dst, indices, count, row_bytes);
 }
 
 void HostOps::pad_rows(const PadRows& args) { pad_rows_cpu(args); }

@@ -15,7 +15,7 @@
 
 #include "copy/copy_engine.hpp"
 #include "core/image_ops.hpp"
-#include "core/pad_rows.hpp"
+#include "core/row_ops.hpp"
 #include "ferry/dataset.hpp"
 #include "pipeline/staging.hpp"
 

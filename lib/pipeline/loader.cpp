@@ -310,12 +310,7 @@ Epoch::iterator& Epoch::iterator::operator++() {
 // ---- Batch ------------------------------------------------------------------------------
 
 const Tensor& Batch::operator[](std::string_view field) const {
-  if (names_) {
-    for (std::size_t i = 0; i < names_->size(); ++i) {
-      if ((*names_)[i] == field && i < tensors_.size()) return tensors_[i];
-    }
-  }
-  throw ConfigError("Batch: no field \"" + std::string(field) + "\"");
+  return tensors_[field_index(field)];
 }
 
 std::size_t Batch::field_index(std::string_view field) const {

@@ -6,26 +6,23 @@
 #include <string>
 
 #include "core/checked.hpp"
+#include "core/row_ops.hpp"
 #include "ferry/dtype.hpp"
 
 namespace ferry::detail {
 
-namespace {
-
-std::int64_t round_up(std::int64_t n, std::int64_t multiple) {
+std::int64_t round_up_rows(std::int64_t n, std::int64_t multiple) {
   const std::int64_t r = n % multiple;
   return r == 0 ? n : checked_add<std::int64_t>(n, multiple - r, "Loader: pad_multiple");
 }
-
-}  // namespace
 
 RaggedFields::RaggedFields(const Dataset& dataset, const std::vector<FieldSpec>& fields,
                            const LoaderOptions& options, std::size_t capacity, bool device_path)
     : longest(fields.size(), 0),
       region_rows(fields.size(), 0),
       padded_rows(fields.size(), 0),
-      pad(fields.size()),
       pad_bits(fields.size(), 0),
+      pad_element(fields.size(), 1),
       mode(options.ragged),
       slot_mode(device_path ? RaggedBatch::pack : options.ragged),
       pad_multiple(options.pad_multiple) {
@@ -65,7 +62,7 @@ RaggedFields::RaggedFields(const Dataset& dataset, const std::vector<FieldSpec>&
       }
       return rows;
     };
-    padded_rows[f] = bound(round_up(most, pad_multiple));
+    padded_rows[f] = bound(round_up_rows(most, pad_multiple));
     region_rows[f] = slot_mode == RaggedBatch::pad ? padded_rows[f] : bound(most);
     budgeted = true;
     if (slot_mode == RaggedBatch::pack &&
@@ -74,9 +71,8 @@ RaggedFields::RaggedFields(const Dataset& dataset, const std::vector<FieldSpec>&
                         " rows, beyond the i32 offsets; use a smaller batch_size");
     }
     // pad_value as one element of the field's dtype (ferry::convert's rules).
-    pad[f].resize(dtype_size(fields[f].dtype));
-    ferry::convert(&options.pad_value, DType::f64, pad[f].data(), fields[f].dtype, 1);
-    std::memcpy(&pad_bits[f], pad[f].data(), std::min(pad[f].size(), sizeof(std::uint64_t)));
+    pad_element[f] = dtype_size(fields[f].dtype);  // at most 8
+    ferry::convert(&options.pad_value, DType::f64, &pad_bits[f], fields[f].dtype, 1);
   }
 }
 
@@ -104,7 +100,7 @@ void RaggedFields::plan(const Dataset& dataset, const SlotLayout& layout,
       most = std::max(most, l);
     }
     const auto ri = static_cast<std::size_t>(r);
-    const std::int64_t lmax = round_up(most, pad_multiple);
+    const std::int64_t lmax = round_up_rows(most, pad_multiple);
     rows.padded[ri] = lmax;  // the delivered Lmax under pad, wherever the padding happens
     if (slot_mode == RaggedBatch::pad) {
       for (std::size_t i = 0; i < count; ++i) {
@@ -142,21 +138,11 @@ void RaggedFields::pad_sample(const SlotLayout& layout, const BatchRows& rows, s
     if (r < 0) continue;
     const std::size_t k = static_cast<std::size_t>(r) * rows.capacity + position;
     const std::size_t row = layout.sample_bytes[f];
-    const std::size_t element = pad[f].size();
     std::byte* from = slot + layout.offsets[f] +
                       (rows.starts[k] + static_cast<std::uint64_t>(rows.lengths[k])) * row;
     const auto pad_rows =
         static_cast<std::size_t>(rows.padded[static_cast<std::size_t>(r)] - rows.lengths[k]);
-    const std::size_t bytes = pad_rows * row;
-    if (bytes == 0) continue;
-    bool zero = true;
-    for (const std::byte b : pad[f]) zero = zero && b == std::byte{0};
-    if (zero) {
-      std::memset(from, 0, bytes);
-      continue;
-    }
-    for (std::size_t at = 0; at < bytes; at += element)
-      std::memcpy(from + at, pad[f].data(), element);
+    fill_pattern(from, pad_rows * row, pad_bits[f], pad_element[f]);
   }
 }
 
@@ -177,7 +163,7 @@ void RaggedFields::compact(const SlotLayout& layout, BatchRows& rows, const std:
     for (std::size_t i = 0; i < count; ++i) {
       if (keep[i]) lmax = std::max(lmax, rows.lengths[base + i]);
     }
-    if (lmax % pad_multiple != 0) lmax += pad_multiple - lmax % pad_multiple;
+    lmax = round_up_rows(lmax, pad_multiple);
     rows.padded[ri] = lmax;
     std::uint64_t at = 0;
     kept = 0;

@@ -17,6 +17,10 @@
 
 namespace ferry::detail {
 
+/// `n` rounded up to a multiple of `multiple` (>= 1): a padded batch's Lmax.
+/// \throws ConfigError when that overflows.
+std::int64_t round_up_rows(std::int64_t n, std::int64_t multiple);
+
 /// What the loader knows of its ragged fields, from the dataset at construction.
 struct RaggedFields {
   /// Asks every sample's length of every ragged field.
@@ -30,8 +34,8 @@ struct RaggedFields {
   std::vector<std::int64_t> longest;         ///< per field: the longest sample (0: fixed)
   std::vector<std::uint64_t> region_rows;    ///< per field: rows a slot's region holds
   std::vector<std::uint64_t> padded_rows;    ///< per field: rows a padded batch may take
-  std::vector<std::vector<std::byte>> pad;   ///< per field: pad_value as one element
-  std::vector<std::uint64_t> pad_bits;       ///< the same, as the low bytes of a word
+  std::vector<std::uint64_t> pad_bits;       ///< per field: pad_value as one element, low bytes
+  std::vector<std::size_t> pad_element;      ///< per field: that element's bytes
   RaggedBatch mode = RaggedBatch::pad;       ///< what the consumer gets
   RaggedBatch slot_mode = RaggedBatch::pad;  ///< how a slot holds it (pack with a copy stage)
   std::int64_t pad_multiple = 1;

@@ -54,7 +54,7 @@ void Sampler::batch(std::uint64_t epoch, std::size_t k, std::vector<std::uint64_
   const std::size_t count = batch_size(k);
   out.resize(count);
   const std::size_t w = std::max<std::size_t>(options_.world_size, 1);
-  const Permutation perm(n_, mix64(options_.seed) ^ mix64(epoch + 1));
+  const Permutation perm = epoch_permutation(n_, options_.seed, epoch);
   for (std::size_t i = 0; i < count; ++i) {
     const std::size_t j = k * options_.batch_size + i;          // this rank's j-th sample
     const std::uint64_t global = (options_.rank + j * w) % n_;  // padding wraps around

@@ -41,6 +41,13 @@ class Permutation {
   std::uint64_t keys_[kRounds];
 };
 
+/// The permutation of an epoch of n samples: a function of (seed, epoch) only. The sampler and
+/// the epoch plans (epoch_plan.hpp) both order an epoch with it.
+inline Permutation epoch_permutation(std::uint64_t n, std::uint64_t seed,
+                                     std::uint64_t epoch) noexcept {
+  return Permutation(n, mix64(seed) ^ mix64(epoch + 1));
+}
+
 /// The order of one epoch for one rank, from (seed, epoch) only: the dataset's positions are
 /// permuted (or not), this rank takes every world_size-th of them starting at rank (padding by
 /// wrapping around, or dropping the remainder with drop_last, so every rank gets the same

@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "core/image_ops.hpp"
-#include "core/pad_rows.hpp"
+#include "core/row_ops.hpp"
 #include "ferry/dtype.hpp"
 
 namespace ferry::detail::cuda {

@@ -103,13 +103,7 @@ void HostCopyEngine::convert_async(const void* src, DType from, void* dst, DType
 void HostCopyEngine::gather_async(const void* src, void* dst, const std::uint64_t* indices,
                                   std::size_t count, std::size_t row_bytes) {
   (void)checked_mul<std::int64_t>(count, row_bytes, "HostCopyEngine::gather_async: rows");
-  enqueue([=] {
-    const auto* from = static_cast<const std::byte*>(src);
-    auto* to = static_cast<std::byte*>(dst);
-    for (std::size_t i = 0; i < count; ++i) {
-      std::memcpy(to + i * row_bytes, from + indices[i] * row_bytes, row_bytes);
-    }
-  });
+  enqueue([=] { gather_rows_cpu(src, dst, indices, count, row_bytes); });
 }
 
 void HostCopyEngine::pad_rows_async(const PadRows& args) {

@@ -1,13 +1,21 @@
 #pragma once
 
-// Packed rows to padded ones: the work behind padding a ragged field on the device (so that
-// only the samples' own rows cross the bus). The CPU twin lives here; the CUDA kernel
-// (copy/cuda/kernels.cu) computes the same bytes.
+// Row operations on batch buffers, the CPU twins of CUDA kernels (copy/cuda/kernels.cu): gathering
+// rows by index, and padding packed rows. The host copy engine and the loader's CPU path run these.
 
 #include <cstddef>
 #include <cstdint>
 
 namespace ferry::detail {
+
+/// dst row i = src row indices[i], for `count` rows of `row_bytes`.
+void gather_rows_cpu(const void* src, void* dst, const std::uint64_t* indices, std::size_t count,
+                     std::size_t row_bytes) noexcept;
+
+/// Writes `bytes` bytes at `dst` as copies of one element of `element` bytes (1, 2, 4 or 8): the
+/// little-endian low bytes of `pattern`. `bytes` is a multiple of `element`.
+void fill_pattern(void* dst, std::size_t bytes, std::uint64_t pattern,
+                  std::size_t element) noexcept;
 
 /// Sample i's rows [starts[i], starts[i] + lengths[i]) of `src` become rows
 /// [i * lmax, i * lmax + lengths[i]) of `dst`, and its other rows up to lmax are `pad`: one
@@ -25,7 +33,7 @@ struct PadRows {
   std::uint64_t pad = 0;
 };
 
-/// The CPU twin: runs on the calling thread.
+/// The CPU twin of the padding kernel: runs on the calling thread.
 void pad_rows_cpu(const PadRows& args) noexcept;
 
 }  // namespace ferry::detail
