@@ -9,8 +9,9 @@
 //            counts real tokens only)
 //   budget   ragged, pack, max_tokens = 8192 (dynamic batches)
 //   bucketed ragged, pad, max_tokens = 8192, bucket_window = 1024
-// Target: packed >= 0.5 of fixed. It also reports the padding waste of padded batches with and
-// without bucketing (share of delivered token slots that are padding).
+// Also the machine's memcpy limit: one thread copying every document, packed, in a shuffled
+// order. Target: packed >= 0.5 of fixed. It also reports the padding waste of padded batches with
+// and without bucketing (share of delivered token slots that are padding).
 //
 // Usage: ragged [--reps N]   (default 5: medians of N runs after one warm-up)
 
@@ -62,6 +63,16 @@ class Documents : public ferry::Dataset {
     std::memcpy(out.data(0), tokens_.data() + starts_[index], out.nbytes(0));
   }
   std::uint64_t total_tokens() const { return starts_.back(); }
+  /// The memcpy limit: one thread copies every document, in `order`, packed one after another
+  /// into `out` (batch after batch, as a packed loader's slots would hold them).
+  void copy_packed(const std::vector<std::uint64_t>& order, std::vector<std::int32_t>& out) const {
+    std::size_t at = 0;
+    for (const std::uint64_t i : order) {
+      const std::size_t n = starts_[i + 1] - starts_[i];
+      std::memcpy(out.data() + at, tokens_.data() + starts_[i], n * sizeof(std::int32_t));
+      at += n;
+    }
+  }
 
  private:
   std::vector<std::uint64_t> starts_;
@@ -160,11 +171,20 @@ int main(int argc, char** argv) {
 
   std::printf("== ragged: %zu documents, %llu tokens (mean %lld), i32, batch 64, 2 workers ==\n",
               kDocuments, static_cast<unsigned long long>(total), static_cast<long long>(mean));
+  // The limit's order: a fixed shuffle of the documents.
+  std::vector<std::uint64_t> order(kDocuments);
+  for (std::size_t i = 0; i < kDocuments; ++i) order[i] = (i * 7919) % kDocuments;
+  std::vector<std::int32_t> packed_out(total);
+  std::vector<double> limit;
   for (int r = -1; r < reps; ++r) {  // interleaved; r = -1 warms up
     for (Config& c : configs) {
       const double s = run(c, static_cast<std::uint64_t>(r + 1));
       if (r >= 0) c.seconds.push_back(s);
     }
+    const auto start = Clock::now();
+    docs->copy_packed(order, packed_out);
+    g_sink = g_sink + static_cast<std::uint64_t>(packed_out[total / 2]);
+    if (r >= 0) limit.push_back(std::chrono::duration<double>(Clock::now() - start).count());
   }
   const double fixed_rate =
       static_cast<double>(kDocuments) * static_cast<double>(mean) * 4 / median(configs[0].seconds);
@@ -182,6 +202,10 @@ int main(int argc, char** argv) {
   }
   const double packed_ratio =
       static_cast<double>(total) * 4 / median(configs[1].seconds) / fixed_rate;
+  const double limit_rate = static_cast<double>(total) * 4 / median(limit);
+  std::printf("%-28s %10.1f %14.2f   (packed / limit: %.2f)\n", "memcpy limit, 1 thread",
+              median(limit) * 1e3, limit_rate / 1e9,
+              static_cast<double>(total) * 4 / median(configs[1].seconds) / limit_rate);
   std::printf("\ntarget: packed >= 0.5 of fixed: %s (%.2f, medians of %d runs)\n",
               packed_ratio >= 0.5 ? "MET" : "MISSED", packed_ratio, reps);
   return 0;
