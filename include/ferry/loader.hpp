@@ -13,6 +13,7 @@
 #include "ferry/dataset.hpp"
 #include "ferry/device.hpp"
 #include "ferry/export.hpp"
+#include "ferry/stream.hpp"
 #include "ferry/tensor.hpp"
 
 namespace ferry {
@@ -54,7 +55,10 @@ struct FERRY_API LoaderOptions {
   /// the first ragged field's length before it is cut into batches, and the window's batches
   /// are then shuffled (from seed and epoch): similar lengths share a batch, so padding falls.
   std::size_t bucket_window = 0;
-  void* stream = nullptr;  ///< CUDA stream the consumer computes on (nullptr: default)
+  /// The CUDA stream the consumer computes on (a cudaStream_t; nullptr: the default stream).
+  /// Each batch's tensors are ordered on it (the stream waits for the copy, on the GPU), so
+  /// `to_dlpack(stream)` with this same stream hands a batch over with no wait at all.
+  CUstream_st* stream = nullptr;
 
   /// Options for this process of a distributed job, from its launcher's environment:
   /// RANK / WORLD_SIZE / LOCAL_RANK (torchrun) or OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK
@@ -101,6 +105,13 @@ struct FERRY_API LoaderStats {
   double first_batch_seconds = 0;         ///< epoch start to first batch, last epoch
   std::uint64_t staging_allocations = 0;  ///< staging slots ever allocated (== prefetch)
   std::uint64_t device_allocations = 0;   ///< device buffers ever allocated
+  /// Times the consumer's thread was blocked by the loader until device work finished (inside
+  /// next() and when a batch is let go): 0 per batch once an epoch runs (ferry::host_sync_count
+  /// says what counts).
+  std::uint64_t host_syncs = 0;
+  /// Times the loader's own threads blocked on device work: the planner waiting until a staging
+  /// slot's copy is done before it refills the slot (back-pressure from a slow consumer).
+  std::uint64_t background_syncs = 0;
 
   /// Fraction of wall time the consumer waited for data.
   double consumer_wait_fraction() const noexcept;

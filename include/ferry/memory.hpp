@@ -6,6 +6,7 @@
 
 #include "ferry/device.hpp"
 #include "ferry/export.hpp"
+#include "ferry/stream.hpp"
 
 namespace ferry {
 
@@ -69,7 +70,11 @@ class FERRY_API DeviceBuffer {
   DeviceBuffer() noexcept = default;
   /// \throws DeviceError when the device is not usable or out of memory (for the CPU's
   /// stand-in: more than the machine's RAM and swap, or memory that cannot be had).
+  /// GPU memory comes from the device's caching allocator, for work on the default stream.
   static DeviceBuffer allocate(Device device, std::size_t nbytes);
+  /// The same for work queued on `stream`: the block is given back to the cache, when the
+  /// buffer goes, behind the work queued on `stream` by then (the host does not wait).
+  static DeviceBuffer allocate(Device device, std::size_t nbytes, Stream stream);
   /// Adopts `data`; `free(context, data)` releases it.
   DeviceBuffer(void* data, std::size_t size, Device device, Free free, void* context) noexcept
       : data_(data), size_(size), device_(device), free_(free), context_(context) {}
@@ -91,6 +96,23 @@ class FERRY_API DeviceBuffer {
   Free free_ = nullptr;
   void* context_ = nullptr;
 };
+
+/// The figures of a GPU's caching allocator (device_cache_stats()). Device memory for tensors and
+/// loaders comes from a cache per device, by size class, as in PyTorch's caching allocator:
+/// cudaMalloc only when no cached block fits, cudaFree only on empty_device_cache() or at exit.
+struct DeviceCacheStats {
+  std::uint64_t mallocs = 0;     ///< cudaMalloc calls
+  std::uint64_t hits = 0;        ///< allocations served from the cache
+  std::uint64_t frees = 0;       ///< cudaFree calls (empty_device_cache, out-of-memory retries)
+  std::size_t cached_bytes = 0;  ///< free blocks held for reuse
+  std::size_t in_use_bytes = 0;  ///< blocks handed out and not yet given back
+};
+/// The caching allocator's figures for `device` (zeros for the CPU or a GPU never used).
+/// \throws DeviceError when `device` is a GPU that is not usable.
+FERRY_API DeviceCacheStats device_cache_stats(Device device);
+/// Waits for `device`, then frees every cached block of its caching allocator (nothing for the
+/// CPU). \throws DeviceError when `device` is a GPU that is not usable.
+FERRY_API void empty_device_cache(Device device);
 
 /// A cache of pinned buffers by size class (powers of two from 4 KiB), so that pinning the
 /// same sizes again costs no cudaHostAlloc or mlock. Thread-safe.

@@ -11,6 +11,7 @@
 #include "ferry/error.hpp"
 #include "ferry/event.hpp"
 #include "ferry/export.hpp"
+#include "ferry/stream.hpp"
 
 struct DLManagedTensor;  // <dlpack/dlpack.h>; include it to use to_dlpack()
 
@@ -77,10 +78,18 @@ class FERRY_API Tensor {
   /// returns at once; from pageable memory it is synchronous, as in CUDA.
   /// \throws DeviceError when a device involved is not usable.
   Tensor to(Device device, bool non_blocking = false) const;
+  /// The same, queued on the caller's CUDA `stream` (a cudaStream_t; nullptr: the default
+  /// stream) instead of ferry's copy stream: `stream` first waits, on the GPU, for the work that
+  /// writes this tensor; the result is ordered on `stream`, so work the caller queues there
+  /// after the call reads it without any wait. Without `non_blocking` (or from pageable memory)
+  /// the host then waits for `stream`.
+  Tensor to(Device device, bool non_blocking, CUstream_st* stream) const;
   /// This tensor as `dtype` (rules: ferry::convert). Same storage when it already is `dtype`.
   Tensor to(DType dtype) const;
   /// Both at once: copy, then convert on the destination device.
   Tensor to(Device device, DType dtype, bool non_blocking = false) const;
+  /// Both at once, the copy queued on `stream` (see to(Device, bool, CUstream_st*)).
+  Tensor to(Device device, DType dtype, bool non_blocking, CUstream_st* stream) const;
   /// to(Device::cpu()): the device-to-host path of a training loop. Blocking.
   Tensor cpu() const;
   /// A page-locked copy of this CPU tensor; itself when it is pinned already.
@@ -130,14 +139,27 @@ class FERRY_API Tensor {
   void synchronize() const;
 
   /// Exports as DLPack, sharing storage: the consumer (at::fromDLPack, CuPy, JAX) calls the
-  /// deleter when done. Waits for pending writes first.
+  /// deleter when done. Waits on the host for pending writes first: safe for any consumer.
   DLManagedTensor* to_dlpack() const;
+  /// Exports for a consumer that works on CUDA `stream` (DLPack's stream argument; nullptr: the
+  /// default stream): `stream` waits, on the GPU, for the pending writes, and the host does not.
+  /// A loader batch whose LoaderOptions::stream is `stream` is ordered on it already: nothing is
+  /// queued at all. When the storage goes, ferry's later use of its memory waits for the work
+  /// queued on `stream` by then. Host tensors are waited for on the host, as to_dlpack().
+  DLManagedTensor* to_dlpack(CUstream_st* stream) const;
   /// Takes a DLPack tensor (contiguous, a dtype ferry knows, on cpu or cuda) without a copy;
   /// its deleter runs when the last ferry tensor viewing it goes. \throws ConfigError otherwise,
   /// or when the DLTensor does not describe memory (negative or more than 64 dimensions, a
   /// negative or overflowing shape, null data for a non-empty shape, an overflowing
   /// byte_offset); the deleter runs then too.
+  /// A CUDA tensor is taken as written by work on the default stream: ferry's work on it waits
+  /// for what was queued there by the time of the call (DLPack's convention when no stream is
+  /// named).
   static Tensor from_dlpack(DLManagedTensor* managed);
+  /// The same for a CUDA tensor whose producer writes it on `producer_stream`: ferry's work on
+  /// it waits, on the GPU, for the work queued there by the time of the call.
+  /// \throws DeviceError when the tensor's GPU is not usable, besides the errors above.
+  static Tensor from_dlpack(DLManagedTensor* managed, CUstream_st* producer_stream);
 
   /// Byte offset of data() within the storage.
   std::size_t storage_offset() const noexcept { return offset_; }

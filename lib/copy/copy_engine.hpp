@@ -13,6 +13,7 @@
 #include "ferry/dtype.hpp"
 #include "ferry/event.hpp"
 #include "ferry/memory.hpp"
+#include "ferry/stream.hpp"
 
 namespace ferry::detail {
 
@@ -52,16 +53,30 @@ class CopyEngine {
   virtual void wait(const Event& event) = 0;
   /// Blocks the calling thread until everything queued so far has finished.
   virtual void synchronize() = 0;
-  /// Seconds the copy stream has spent on finished copies so far (the loader's copy stats).
+  /// The copy stream (nullptr for the host engine, which has none).
+  virtual Stream stream() const noexcept = 0;
+  /// Queues a copy on the caller's `stream` instead of the copy stream (host engine: on its
+  /// queue). \pre as copy_async, until an event recorded on `stream` after it is ready.
+  virtual void copy_async_on(Stream stream, void* dst, const void* src, std::size_t nbytes) = 0;
+  /// Marks the start and the end of one batch's work on the copy stream, for busy_seconds().
+  /// The CUDA engine records a pair of timed events, read later, off the copy path.
+  virtual void mark_busy_start() {}
+  virtual void mark_busy_end() {}
+  /// Seconds the copy stream has spent on finished marked work so far (the loader's copy
+  /// stats). Never blocks.
   virtual double busy_seconds() const noexcept = 0;
 
   /// An event on the consumer's stream (a cudaStream_t; nullptr: the default stream), ready when
   /// the work queued there so far has finished. The host engine's consumer is the calling
   /// thread itself, so its event is ready at once.
-  virtual Event record_on(void* stream) = 0;
+  virtual Event record_on(Stream stream) = 0;
   /// The consumer's stream waits for `event` without blocking the host (host engine: the
-  /// calling thread waits).
-  virtual void stream_wait(void* stream, const Event& event) = 0;
+  /// calling thread waits, which stands for a wait on a GPU stream and is not counted as a host
+  /// synchronization).
+  virtual void stream_wait(Stream stream, const Event& event) = 0;
+  /// The host waits for the work queued on the consumer's `stream` so far (host engine: there
+  /// is none). \throws DeviceError.
+  virtual void synchronize_stream(Stream stream) = 0;
 };
 
 }  // namespace ferry::detail

@@ -4,6 +4,7 @@
 // lib/core, which holds the tensor itself, its storage and its host-only operations.
 
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,7 +61,8 @@ std::vector<int64_t> chw_shape(const std::vector<int64_t>& hwc) {
 // behind the work that writes the input.
 Tensor run(const Tensor& images, detail::ImageConvert args, std::vector<int64_t> out_shape) {
   const Device device = images.device();
-  Tensor out = Tensor::empty(std::move(out_shape), args.dst_dtype, device);
+  Tensor out = new_tensor(std::move(out_shape), args.dst_dtype, device, false, "images",
+                          device.is_cuda() ? engine_of(device).stream() : nullptr);
   // No pixels: nothing to do, and the kernels must not loop over N images of none.
   if (out.numel() == 0) return out;
   if (device.is_cpu()) {
@@ -74,7 +76,8 @@ Tensor run(const Tensor& images, detail::ImageConvert args, std::vector<int64_t>
   args.src = TensorAccess::address(images);
   args.dst = TensorAccess::address(out);
   engine.convert_image_async(args);
-  TensorAccess::storage(out)->set_pending(engine.record(), {TensorAccess::storage(images)});
+  TensorAccess::storage(out)->set_pending(engine.record(), {TensorAccess::storage(images)},
+                                          engine.stream());
   return out;
 }
 
@@ -88,56 +91,85 @@ Tensor Tensor::zeros(std::vector<int64_t> shape, DType dtype, Device device) {
   return host.to(device);
 }
 
-Tensor Tensor::to(Device device, bool non_blocking) const {
-  if (!storage_) throw ConfigError("Tensor::to: the tensor is undefined");
-  const Device from = this->device();
-  if (from == device) return *this;
+namespace {
+
+// This tensor on `device`, the copy queued on `on` (the copy engine's own stream when none).
+Tensor transfer(const Tensor& self, Device device, bool non_blocking, std::optional<Stream> on) {
+  if (!self.defined()) throw ConfigError("Tensor::to: the tensor is undefined");
+  const Device from = self.device();
+  if (from == device) return self;
 
   check_usable(device);
-  const std::size_t n = nbytes();
+  const auto& source = TensorAccess::storage(self);
   // The engine whose stream carries the copy: the GPU's side of it.
   detail::CopyEngine& engine = engine_of(device.is_cuda() ? device : from);
-  const bool from_pinned = from.is_cpu() && is_pinned();
+  const Stream stream = on.value_or(engine.stream());
+  const bool from_pinned = from.is_cpu() && self.is_pinned();
   // Asynchronous when the host side is pinned, or both sides are device memory, as in CUDA.
   const bool async = non_blocking && (from.is_cuda() || from_pinned);
-  Tensor out =
-      new_tensor(shape_, dtype_, device, /*pinned=*/device.is_cpu() && async, "Tensor::to");
-  const void* src = static_cast<const char*>(storage_->data()) + offset_;
-
-  CopyKind kind = CopyKind::device_to_device;
-  if (from.is_cpu()) kind = CopyKind::host_to_device;
-  if (device.is_cpu()) kind = CopyKind::device_to_host;
-  engine.wait(storage_->pending());
-  engine.copy_async(out.storage_->data(), src, n, kind);
+  Tensor out = new_tensor(self.shape(), self.dtype(), device, /*pinned=*/device.is_cpu() && async,
+                          "Tensor::to", stream);
+  engine.stream_wait(stream, source->pending());  // on the GPU: the copy reads finished bytes
+  engine.copy_async_on(stream, TensorAccess::address(out), TensorAccess::address(self),
+                       self.nbytes());
   if (async) {
-    out.storage_->set_pending(engine.record(), {storage_});
+    TensorAccess::storage(out)->set_pending(engine.record_on(stream), {source}, stream);
   } else {
-    engine.synchronize();
+    engine.synchronize_stream(stream);
   }
   return out;
 }
 
-Tensor Tensor::to(DType dtype) const {
-  if (!storage_) throw ConfigError("Tensor::to: the tensor is undefined");
-  if (dtype == dtype_) return *this;
-  const Device device = this->device();
-  Tensor out = new_tensor(shape_, dtype, device, false, "Tensor::to");
-  const auto count = static_cast<std::size_t>(numel());
+// This tensor as `dtype`, converted on its device.
+Tensor convert_to(const Tensor& self, DType dtype) {
+  if (!self.defined()) throw ConfigError("Tensor::to: the tensor is undefined");
+  if (dtype == self.dtype()) return self;
+  const Device device = self.device();
+  const auto count = static_cast<std::size_t>(self.numel());
   if (device.is_cpu()) {
-    convert(data(), dtype_, out.storage_->data(), dtype, count);
+    Tensor out = new_tensor(self.shape(), dtype, device, false, "Tensor::to");
+    convert(self.data(), self.dtype(), out.data(), dtype, count);
     return out;
   }
   detail::CopyEngine& engine = engine_of(device);
-  engine.wait(storage_->pending());
-  engine.convert_async(static_cast<const char*>(storage_->data()) + offset_, dtype_,
-                       out.storage_->data(), dtype, count);
-  out.storage_->set_pending(engine.record(), {storage_});
+  Tensor out = new_tensor(self.shape(), dtype, device, false, "Tensor::to", engine.stream());
+  const auto& source = TensorAccess::storage(self);
+  engine.wait(source->pending());
+  engine.convert_async(TensorAccess::address(self), self.dtype(), TensorAccess::address(out), dtype,
+                       count);
+  TensorAccess::storage(out)->set_pending(engine.record(), {source}, engine.stream());
   return out;
 }
+
+}  // namespace
+
+Tensor Tensor::to(Device device, bool non_blocking) const {
+  return transfer(*this, device, non_blocking, std::nullopt);
+}
+
+Tensor Tensor::to(Device device, bool non_blocking, CUstream_st* stream) const {
+  return transfer(*this, device, non_blocking, stream);
+}
+
+Tensor Tensor::to(DType dtype) const { return convert_to(*this, dtype); }
 
 Tensor Tensor::to(Device device, DType dtype, bool non_blocking) const {
   // Copy first, then convert on the destination: uint8 crosses the bus, floats are made there.
   return to(device, non_blocking).to(dtype);
+}
+
+Tensor Tensor::to(Device device, DType dtype, bool non_blocking, CUstream_st* stream) const {
+  const Tensor moved = to(device, non_blocking, stream);
+  if (dtype == moved.dtype()) return moved;
+  if (!moved.device().is_cuda()) return moved.to(dtype);
+  // The conversion runs on ferry's copy stream, behind the copy; `stream` then waits for it.
+  Tensor out = moved.to(dtype);
+  detail::CopyEngine& engine = engine_of(out.device());
+  const auto& storage = TensorAccess::storage(out);
+  engine.stream_wait(stream, storage->pending());
+  storage->add_stream_use(stream);
+  if (!non_blocking) engine.synchronize_stream(stream);
+  return out;
 }
 
 Tensor Tensor::cpu() const { return to(Device::cpu()); }
@@ -150,12 +182,12 @@ Tensor Tensor::clone() const {
     if (nbytes() != 0) std::memcpy(out.data(), data(), nbytes());
     return out;
   }
-  Tensor out = new_tensor(shape_, dtype_, device, false, "Tensor::clone");
   detail::CopyEngine& engine = engine_of(device);
+  Tensor out = new_tensor(shape_, dtype_, device, false, "Tensor::clone", engine.stream());
   engine.wait(storage_->pending());
   engine.copy_async(out.storage_->data(), static_cast<const char*>(storage_->data()) + offset_,
                     nbytes(), CopyKind::device_to_device);
-  out.storage_->set_pending(engine.record(), {storage_});
+  out.storage_->set_pending(engine.record(), {storage_}, engine.stream());
   return out;
 }
 

@@ -10,7 +10,9 @@
 #include "core/checked.hpp"
 #include "core/shape_text.hpp"
 #include "core/storage.hpp"
+#include "core/tensor_access.hpp"
 #include "ferry/tensor.hpp"
+#include "runtime/cuda_api.hpp"
 
 namespace ferry {
 namespace {
@@ -112,43 +114,64 @@ struct Export {
   DLManagedTensor managed{};
 };
 
-}  // namespace
-
-DLManagedTensor* Tensor::to_dlpack() const {
-  if (!storage_) throw ConfigError("Tensor::to_dlpack: the tensor is undefined");
-  if (shape_.size() > static_cast<std::size_t>(std::numeric_limits<int32_t>::max())) {
-    throw ConfigError("Tensor::to_dlpack: " + std::to_string(shape_.size()) +
+// Exports `self` as it is: the caller saw to its pending writes.
+DLManagedTensor* export_dlpack(const Tensor& self) {
+  const auto& shape = self.shape();
+  if (shape.size() > static_cast<std::size_t>(std::numeric_limits<int32_t>::max())) {
+    throw ConfigError("Tensor::to_dlpack: " + std::to_string(shape.size()) +
                       " dimensions do not fit DLPack's int32 ndim");
   }
-  synchronize();  // the consumer knows nothing of ferry's events
   auto holder = std::make_unique<Export>();
-  holder->tensor = *this;
-  holder->shape = shape_;
-  holder->strides.assign(shape_.size(), 1);
-  for (std::size_t i = shape_.size(); i > 1; --i) {
+  holder->tensor = self;
+  holder->shape = shape;
+  holder->strides.assign(shape.size(), 1);
+  for (std::size_t i = shape.size(); i > 1; --i) {
     // Overflows only for an empty tensor (numel() fits otherwise), whose strides say nothing.
-    const auto stride = detail::try_mul<int64_t>(holder->strides[i - 1], shape_[i - 1]);
+    const auto stride = detail::try_mul<int64_t>(holder->strides[i - 1], shape[i - 1]);
     holder->strides[i - 2] = stride.value_or(1);
   }
   DLTensor& t = holder->managed.dl_tensor;
   // The offset goes into the pointer, as PyTorch's own toDLPack does: at::fromDLPack (1.13)
   // ignores byte_offset, and a slice would arrive as the wrong rows.
-  t.data = static_cast<char*>(storage_->data()) + offset_;
+  t.data = detail::TensorAccess::address(self);
   t.byte_offset = 0;
-  const Device d = device();
+  const Device d = self.device();
   t.device = d.is_cpu() ? DLDevice{kDLCPU, 0} : DLDevice{kDLCUDA, d.index()};
-  t.ndim = static_cast<int32_t>(shape_.size());
-  t.dtype = to_dl(dtype_);
+  t.ndim = static_cast<int32_t>(shape.size());
+  t.dtype = to_dl(self.dtype());
   t.shape = holder->shape.data();
   t.strides = holder->strides.data();
   holder->managed.manager_ctx = holder.get();
-  holder->managed.deleter = [](DLManagedTensor* self) {
-    delete static_cast<Export*>(self->manager_ctx);
-  };
+  holder->managed.deleter = [](DLManagedTensor* m) { delete static_cast<Export*>(m->manager_ctx); };
   return &holder.release()->managed;
 }
 
-Tensor Tensor::from_dlpack(DLManagedTensor* managed) {
+}  // namespace
+
+DLManagedTensor* Tensor::to_dlpack() const {
+  if (!storage_) throw ConfigError("Tensor::to_dlpack: the tensor is undefined");
+  synchronize();  // the consumer knows nothing of ferry's events
+  return export_dlpack(*this);
+}
+
+DLManagedTensor* Tensor::to_dlpack(CUstream_st* stream) const {
+  if (!storage_) throw ConfigError("Tensor::to_dlpack: the tensor is undefined");
+  const Device d = device();
+  if (d.is_cpu()) {
+    synchronize();  // host memory: the consumer reads it on the host
+    return export_dlpack(*this);
+  }
+  // The consumer's stream waits on the GPU; nothing at all when it is ordered already.
+  if (!storage_->ordered_on(stream)) {
+    detail::cuda::stream_wait_event(d.index(), stream, storage_->pending());
+  }
+  storage_->add_stream_use(stream);
+  return export_dlpack(*this);
+}
+
+Tensor Tensor::from_dlpack(DLManagedTensor* managed) { return from_dlpack(managed, nullptr); }
+
+Tensor Tensor::from_dlpack(DLManagedTensor* managed, CUstream_st* producer_stream) {
   if (managed == nullptr) throw ConfigError("Tensor::from_dlpack: null DLManagedTensor");
   // Owns `managed` from here on, whatever happens.
   std::shared_ptr<DLManagedTensor> owner(managed, [](DLManagedTensor* m) {
@@ -176,8 +199,17 @@ Tensor Tensor::from_dlpack(DLManagedTensor* managed) {
   std::vector<int64_t> shape = checked_shape(t, dtype);
   // Null data of an empty tensor stays null: no offset is added to it.
   void* data = t.data == nullptr ? nullptr : static_cast<char*>(t.data) + t.byte_offset;
-  return wrap(data, std::move(shape), dtype, device, t.device.device_type == kDLCUDAHost,
-              std::move(owner));
+  Tensor out = wrap(data, std::move(shape), dtype, device, t.device.device_type == kDLCUDAHost,
+                    std::move(owner));
+  if (device.is_cuda()) {
+    // The producer may still be writing it: ferry's work waits for its stream, on the GPU.
+    check_usable(device);
+    detail::Storage& storage = *detail::TensorAccess::storage(out);
+    storage.set_stream(producer_stream);
+    storage.set_pending(detail::cuda::record_event(device.index(), producer_stream), {},
+                        producer_stream);
+  }
+  return out;
 }
 
 }  // namespace ferry

@@ -143,6 +143,10 @@ PinnedBuffer::~PinnedBuffer() {
 // ---- DeviceBuffer ---------------------------------------------------------------------
 
 DeviceBuffer DeviceBuffer::allocate(Device device, std::size_t nbytes) {
+  return allocate(device, nbytes, nullptr);
+}
+
+DeviceBuffer DeviceBuffer::allocate(Device device, std::size_t nbytes, Stream stream) {
   check_usable(device);
   if (device.is_cpu()) {
     // Host memory stands in for a device: used by the host copy engine.
@@ -150,10 +154,24 @@ DeviceBuffer DeviceBuffer::allocate(Device device, std::size_t nbytes) {
     return {aligned_or_throw<DeviceError>(kHostAlignment, nbytes, "DeviceBuffer::allocate"), nbytes,
             device, free_host, nullptr};
   }
-  auto free_device = [](void* /*context*/, void* data) noexcept {
-    detail::cuda::device_free(data);
+  // The context is the stream the block's work is queued on: it goes back to the cache behind it.
+  auto free_device = [](void* context, void* data) noexcept {
+    detail::cuda::device_free(data, static_cast<Stream>(context));
   };
-  return {detail::cuda::device_alloc(device.index(), nbytes), nbytes, device, free_device, nullptr};
+  return {detail::cuda::device_alloc(device.index(), nbytes, stream), nbytes, device, free_device,
+          stream};
+}
+
+DeviceCacheStats device_cache_stats(Device device) {
+  if (device.is_cpu()) return {};
+  check_usable(device);
+  return detail::cuda::device_cache_stats(device.index());
+}
+
+void empty_device_cache(Device device) {
+  if (device.is_cpu()) return;
+  check_usable(device);
+  detail::cuda::device_cache_trim(device.index());
 }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept

@@ -1,8 +1,11 @@
 #include "core/storage.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <utility>
+
+#include "runtime/cuda_api.hpp"
 
 namespace ferry::detail {
 namespace {
@@ -75,29 +78,108 @@ bool known_done(const Event& event) noexcept {
   }
 }
 
+// Memory of storages that went while work still wrote them, with the work's event (which holds
+// the sources it reads): kept until a sweep finds the work done. Never destroyed: what is left
+// at exit goes with the process.
+struct Deferred {
+  std::mutex mutex;
+  std::vector<std::pair<Event, Storage::Memory>> entries;
+};
+
+Deferred& deferred() {
+  static auto* d = new Deferred();
+  return *d;
+}
+
+// Lets go of the memory whose work is done. The entries are destroyed outside the lock: their
+// sources' destructors may defer memory in turn.
+void sweep() noexcept {
+  Deferred& d = deferred();
+  std::vector<std::pair<Event, Storage::Memory>> done;
+  {
+    std::lock_guard lock(d.mutex);
+    if (d.entries.empty()) return;
+    auto keep = d.entries.begin();
+    for (auto it = d.entries.begin(); it != d.entries.end(); ++it) {
+      if (known_done(it->first)) {
+        try {
+          done.push_back(std::move(*it));
+          continue;
+        } catch (...) {  // no memory to move it out: it stays, for a later sweep
+        }
+      }
+      if (keep != it) *keep = std::move(*it);
+      ++keep;
+    }
+    d.entries.erase(keep, d.entries.end());
+  }
+}
+
+void defer(Event event, Storage::Memory memory) noexcept {
+  sweep();
+  Deferred& d = deferred();
+  try {
+    std::lock_guard lock(d.mutex);
+    d.entries.emplace_back(std::move(event), std::move(memory));
+  } catch (...) {
+    // No memory to keep it aside: the host waits for the work instead.
+    try {
+      event.synchronize();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor cannot report a failed copy
+    }
+  }
+}
+
 }  // namespace
 
-Storage::Storage(Memory memory, Device device, bool pinned) noexcept
+Storage::Storage(Memory memory, Device device, bool pinned, Stream stream) noexcept
     : memory_(std::move(memory)),
       data_(data_of(memory_)),
       size_(size_of(memory_)),
       device_(device),
-      pinned_(pinned) {}
+      pinned_(pinned),
+      stream_(stream) {}
 
 Storage::~Storage() {
-  try {
-    pending_.synchronize();
-  } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor cannot report a failed copy
+  if (device_.is_cuda()) {
+    for (Stream use : uses_) {
+      try {
+        cuda::join_streams(device_.index(), stream_, use);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor has no one to tell
+      }
+    }
   }
+  if (known_done(pending_)) return;
+  // Device memory whose pending work is ordered on its own stream goes back behind that work
+  // (the caching allocator gives blocks back in stream order): only the sources the work reads
+  // wait, aside.
+  if (device_.is_cuda() && ordered_on_ && *ordered_on_ == stream_) {
+    if (keeps_sources_) defer(std::move(pending_), HostBuffer());
+    return;
+  }
+  defer(std::move(pending_), std::move(memory_));
 }
 
-void Storage::set_pending(Event event, std::vector<std::shared_ptr<const Storage>> sources) {
+void Storage::set_pending(Event event, std::vector<std::shared_ptr<const Storage>> sources,
+                          std::optional<Stream> ordered_on) {
   pending_ = event;  // first: whatever fails below, the storage waits for the work
   keeps_sources_ = false;
+  ordered_on_ = ordered_on;
   // Work done already (a copy that completed synchronously) has nothing left to read.
   if (sources.empty() || known_done(event)) return;
   pending_ = Event(std::make_shared<PendingWrite>(std::move(event), std::move(sources)));
   keeps_sources_ = true;
+}
+
+bool Storage::ordered_on(Stream stream) const {
+  if (ordered_on_ && *ordered_on_ == stream) return true;
+  return known_done(pending());
+}
+
+void Storage::add_stream_use(Stream stream) {
+  if (stream == stream_) return;
+  std::lock_guard lock(uses_mutex_);
+  if (std::find(uses_.begin(), uses_.end(), stream) == uses_.end()) uses_.push_back(stream);
 }
 
 const Event& Storage::pending() const {
@@ -105,10 +187,12 @@ const Event& Storage::pending() const {
   return pending_;
 }
 
-std::shared_ptr<Storage> allocate_storage(std::size_t nbytes, Device device, bool pinned) {
+std::shared_ptr<Storage> allocate_storage(std::size_t nbytes, Device device, bool pinned,
+                                          Stream stream) {
+  sweep();
   if (device.is_cuda()) {
-    DeviceBuffer buffer = DeviceBuffer::allocate(device, nbytes);
-    return std::make_shared<Storage>(std::move(buffer), device, false);
+    DeviceBuffer buffer = DeviceBuffer::allocate(device, nbytes, stream);
+    return std::make_shared<Storage>(std::move(buffer), device, false, stream);
   }
   if (pinned) {
     PinnedPool::Block block = PinnedPool::global().acquire(nbytes);

@@ -2,12 +2,15 @@
 
 #include <cstddef>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <variant>
 #include <vector>
 
 #include "ferry/device.hpp"
 #include "ferry/event.hpp"
 #include "ferry/memory.hpp"
+#include "ferry/stream.hpp"
 
 namespace ferry::detail {
 
@@ -30,25 +33,41 @@ class Storage {
   };
   using Memory = std::variant<HostBuffer, PinnedPool::Block, DeviceBuffer, External>;
 
-  Storage(Memory memory, Device device, bool pinned) noexcept;
+  /// `stream`: the CUDA stream the storage's device work is ordered on (its memory was allocated
+  /// for it, or, for a loader batch, the consumer's stream); nullptr for host memory.
+  Storage(Memory memory, Device device, bool pinned, Stream stream = nullptr) noexcept;
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
-  /// Waits for the pending write (work may still be reading the sources it keeps alive).
+  /// Never blocks. Streams outside ferry that used the storage (add_stream_use) are joined into
+  /// its stream on the GPU; memory still being written, and the sources the work reads, are
+  /// kept aside until the work is done (released by a later storage's allocation or
+  /// destruction that finds it done).
   ~Storage();
 
   void* data() const noexcept { return data_; }
   std::size_t size() const noexcept { return size_; }
   Device device() const noexcept { return device_; }
   bool pinned() const noexcept { return pinned_; }
+  Stream stream() const noexcept { return stream_; }
+  /// \pre called before the storage is shared with another thread.
+  void set_stream(Stream stream) noexcept { stream_ = stream; }
 
   /// Records that asynchronous work writes this storage, reading `sources`, which stay alive
   /// until the work is known to be done (see above). Work already done keeps no sources.
+  /// `ordered_on`: a stream already ordered after the work (it waits for it, or runs it).
   /// \pre called before the storage is shared with another thread.
   /// \throws DeviceError when CUDA cannot tell whether `event` is done.
-  void set_pending(Event event, std::vector<std::shared_ptr<const Storage>> sources);
+  void set_pending(Event event, std::vector<std::shared_ptr<const Storage>> sources,
+                   std::optional<Stream> ordered_on = std::nullopt);
   /// The event of the pending write (a complete event when there is none). Looking lets the
   /// sources of finished work go. \throws DeviceError when CUDA cannot tell.
   const Event& pending() const;
+  /// True when work queued on `stream` from now on runs after the pending write: there is none,
+  /// it is done, or `stream` is already ordered after it. Never blocks.
+  bool ordered_on(Stream stream) const;
+  /// Work on `stream`, which ferry does not see (a DLPack consumer's), reads the storage: when
+  /// the storage goes, its stream waits for the work queued on `stream` by then.
+  void add_stream_use(Stream stream);
 
  private:
   Memory memory_;
@@ -56,13 +75,19 @@ class Storage {
   std::size_t size_;
   Device device_;
   bool pinned_;
+  Stream stream_;
   Event pending_;               // holds the sources while the work runs
   bool keeps_sources_ = false;  // pending_ is a PendingWrite
+  std::optional<Stream> ordered_on_;
+  mutable std::mutex uses_mutex_;
+  std::vector<Stream> uses_;  // guarded by uses_mutex_
 };
 
 /// New storage of `nbytes` on `device`: pageable or pooled pinned memory on the CPU, device
 /// memory on a GPU. \throws ConfigError when host memory of that size cannot be had;
 /// DeviceError when device memory cannot.
-std::shared_ptr<Storage> allocate_storage(std::size_t nbytes, Device device, bool pinned);
+/// `stream`: the stream the device memory's work will be queued on.
+std::shared_ptr<Storage> allocate_storage(std::size_t nbytes, Device device, bool pinned,
+                                          Stream stream = nullptr);
 
 }  // namespace ferry::detail

@@ -35,7 +35,7 @@ std::size_t nbytes_of(const std::vector<int64_t>& shape, DType dtype, const char
 
 // New storage for `shape`, its failures named after `where` and the shape.
 std::shared_ptr<Storage> allocate(const std::vector<int64_t>& shape, DType dtype, Device device,
-                                  bool pinned, const char* where) {
+                                  bool pinned, const char* where, Stream stream) {
   const std::size_t nbytes = nbytes_of(shape, dtype, where);
   if (pinned && !device.is_cpu()) {
     throw ConfigError(std::string(where) + ": pinned memory is host memory; asked for it on " +
@@ -45,7 +45,7 @@ std::shared_ptr<Storage> allocate(const std::vector<int64_t>& shape, DType dtype
   const std::string context = std::string(where) + ": shape " + shape_text(shape) + " of " +
                               std::string(dtype_name(dtype)) + ": ";
   try {
-    return detail::allocate_storage(nbytes, device, pinned);
+    return detail::allocate_storage(nbytes, device, pinned, stream);
   } catch (const DeviceError& e) {
     throw DeviceError(context + e.what());
   } catch (const Error& e) {
@@ -56,8 +56,8 @@ std::shared_ptr<Storage> allocate(const std::vector<int64_t>& shape, DType dtype
 }  // namespace
 
 Tensor detail::new_tensor(std::vector<int64_t> shape, DType dtype, Device device, bool pinned,
-                          const char* where) {
-  auto storage = allocate(shape, dtype, device, pinned, where);
+                          const char* where, Stream stream) {
+  auto storage = allocate(shape, dtype, device, pinned, where, stream);
   return TensorAccess::make(std::move(storage), 0, std::move(shape), dtype);
 }
 

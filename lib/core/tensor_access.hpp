@@ -29,9 +29,10 @@ struct TensorAccess {
   }
 };
 
-/// A new tensor of `shape`, its bytes uninitialised (pinned: from PinnedPool::global()).
+/// A new tensor of `shape`, its bytes uninitialised (pinned: from PinnedPool::global()); GPU
+/// memory for work queued on `stream`.
 /// \throws as Tensor::empty(), the message starting with `where` and naming the shape.
 Tensor new_tensor(std::vector<int64_t> shape, DType dtype, Device device, bool pinned,
-                  const char* where);
+                  const char* where, Stream stream = nullptr);
 
 }  // namespace ferry::detail

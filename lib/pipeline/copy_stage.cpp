@@ -6,6 +6,7 @@
 
 #include "pipeline/fault.hpp"
 #include "pipeline/field_ops.hpp"
+#include "runtime/host_sync.hpp"
 
 namespace ferry::detail {
 
@@ -60,6 +61,7 @@ class DeviceStage final : public CopyStage {
     fault(FaultPoint::thread_start, run_.start);
     thread_ = std::thread([this] {
       pthread_setname_np(pthread_self(), "ferry-copy");
+      const SyncScope syncs(&run_.impl->background_syncs);
       loop();
     });
   }
@@ -135,6 +137,7 @@ class DeviceStage final : public CopyStage {
     if (!dev.error) {
       try {
         engine.wait(dev.released);  // on the stream: the consumer's work on it is done
+        engine.mark_busy_start();
         auto* target = static_cast<std::byte*>(dev.buffer.data());
         const std::size_t count = slot.indices.size();
         const std::uint64_t* indices = nullptr;
@@ -153,11 +156,20 @@ class DeviceStage final : public CopyStage {
         for (const FieldPlan& plan : layout.plans) {
           plan.run(ops, OpSpan{target, indices, 0, count, &layout.written, &dev.rows});
         }
+        engine.mark_busy_end();
         dev.ready = engine.record();
         slot.copied = dev.ready;
       } catch (...) {
         dev.error = std::current_exception();
         dev.ready = Event();
+        // Copies queued before the failure may still read the slot: it is refilled only once
+        // the copy stream is past them (if even that fails, the stream is broken and the next
+        // copy reports it).
+        try {
+          engine.synchronize();
+        } catch (...) {  // NOLINT(bugprone-empty-catch): the batch's error is reported
+        }
+        slot.copied = Event();
       }
     }
     dev.released = Event();

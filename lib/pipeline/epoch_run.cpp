@@ -9,6 +9,7 @@
 #include "core/storage.hpp"
 #include "core/tensor_access.hpp"
 #include "pipeline/planner.hpp"
+#include "runtime/host_sync.hpp"
 
 namespace ferry::detail {
 
@@ -71,6 +72,7 @@ EpochRun::EpochRun(std::shared_ptr<LoaderImpl> impl, std::uint64_t epoch, std::s
   try {
     planner_ = std::thread([this] {
       pthread_setname_np(pthread_self(), "ferry-planner");  // for top, perf and gdb
+      const SyncScope syncs(&run_.impl->background_syncs);
       run_planner(run_);
     });
     stage_->start();
@@ -148,6 +150,7 @@ void EpochRun::release_current() {
 
 const Batch* EpochRun::next() {
   LoaderImpl& impl = *run_.impl;
+  const SyncScope syncs(&impl.host_syncs);  // what blocks the training loop
   release_current();
   if (over_) return nullptr;
   if (next_ >= run_.end) {
@@ -193,7 +196,13 @@ const Batch* EpochRun::next() {
   const SlotLayout& written = layout.written;
   const auto wrap = [&](std::size_t at, std::vector<int64_t> shape, DType dtype) {
     Tensor t = Tensor::wrap(b.base + at, std::move(shape), dtype, b.where, b.pinned, lease);
-    if (b.device) TensorAccess::storage(t)->set_pending(b.ready, {});
+    if (b.device) {
+      // Ordered on the consumer's stream, which waits for the copy already: handing the batch
+      // over on that stream (to_dlpack(stream)) waits for nothing.
+      Storage& storage = *TensorAccess::storage(t);
+      storage.set_stream(impl.options.stream);
+      storage.set_pending(b.ready, {}, impl.options.stream);
+    }
     return t;
   };
   const auto n = static_cast<int64_t>(count);

@@ -261,6 +261,16 @@ LoaderState Loader::state() const {
 
 const LoaderOptions& Loader::options() const noexcept { return impl_->options; }
 
+detail::LoaderImpl::~LoaderImpl() {
+  if (!engine || !ring) return;
+  for (std::size_t d = 0; d < ring->device_count(); ++d) {
+    try {
+      engine->wait(ring->device(static_cast<std::uint32_t>(d)).released);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor has no one to tell
+    }
+  }
+}
+
 LoaderStats Loader::stats() const {
   const detail::LoaderImpl& i = *impl_;
   auto seconds = [](const std::atomic<std::uint64_t>& ns) {
@@ -284,6 +294,8 @@ LoaderStats Loader::stats() const {
   s.first_batch_seconds = seconds(i.first_batch_ns);
   s.staging_allocations = i.staging_allocations;
   s.device_allocations = i.device_allocations;
+  s.host_syncs = i.host_syncs.load();
+  s.background_syncs = i.background_syncs.load();
   return s;
 }
 

@@ -37,6 +37,11 @@ class EpochRun;
 
 struct LoaderImpl {
   LoaderImpl(std::shared_ptr<const Dataset> d, const LoaderOptions& o, const SimulatedCopy& sim);
+  LoaderImpl(const LoaderImpl&) = delete;
+  LoaderImpl& operator=(const LoaderImpl&) = delete;
+  /// Orders the device buffers' release after the consumer's last work on them (on the copy
+  /// stream, the host does not wait), then frees everything.
+  ~LoaderImpl();
 
   std::shared_ptr<const Dataset> dataset;
   LoaderOptions options;
@@ -70,6 +75,7 @@ struct LoaderImpl {
   std::atomic<std::uint64_t> batches{0}, samples{0}, bytes{0}, skipped{0};
   std::atomic<std::uint64_t> read_ns{0}, slot_wait_ns{0};
   std::atomic<std::uint64_t> consumer_wait_ns{0}, wall_ns{0}, first_batch_ns{0};
+  std::atomic<std::uint64_t> host_syncs{0}, background_syncs{0};
   std::uint64_t staging_allocations = 0, device_allocations = 0;
   std::mutex reasons_mutex;
   std::vector<std::string> skip_reasons;  // guarded by reasons_mutex

@@ -67,10 +67,10 @@ Lease::~Lease() {
     // queued on its stream may still read it.
     d.released = engine_->record_on(stream_);
   } catch (...) {
-    // No event: then nothing may be queued on the consumer's stream any more, or the
-    // buffer could be overwritten under it. Wait for the device instead.
+    // No event: the consumer's stream may still have work reading the buffer, and nothing
+    // could order the copy stream after it. The host waits for that stream instead.
     try {
-      engine_->synchronize();
+      engine_->synchronize_stream(stream_);
     } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor has no one to tell
     }
     d.released = Event();

@@ -156,7 +156,7 @@ class BufferRing {
 class Lease {
  public:
   /// `owner` keeps the ring and the engine alive as long as the lease.
-  Lease(std::shared_ptr<const void> owner, BufferRing& ring, CopyEngine* engine, void* stream,
+  Lease(std::shared_ptr<const void> owner, BufferRing& ring, CopyEngine* engine, Stream stream,
         std::uint32_t id, bool device) noexcept
       : owner_(std::move(owner)),
         ring_(ring),
@@ -174,7 +174,7 @@ class Lease {
   std::shared_ptr<const void> owner_;
   BufferRing& ring_;
   CopyEngine* engine_;
-  void* stream_;
+  Stream stream_;
   std::uint32_t id_;
   bool device_;
   bool kept_ = false;

@@ -1,16 +1,18 @@
 #pragma once
 
-#include <atomic>
-#include <cstdint>
-#include <memory>
+#include <deque>
+#include <mutex>
+#include <utility>
 
 #include "copy/copy_engine.hpp"
 #include "runtime/cuda/cuda_handles.hpp"
+#include "runtime/cuda/events.hpp"
 
 namespace ferry::detail::cuda {
 
 /// The copy engine of one GPU: a non-blocking copy stream; copies are cudaMemcpyAsync, image
-/// conversions are kernels on the same stream, events are CUDA events.
+/// conversions are kernels on the same stream, events come from the device's pool. Nothing on
+/// the copy path calls back to the host: copy time comes from timed events read later.
 class CudaCopyEngine final : public CopyEngine {
  public:
   /// Makes the device's context and the stream. \throws DeviceError.
@@ -19,6 +21,7 @@ class CudaCopyEngine final : public CopyEngine {
   Device device() const noexcept override { return Device::cuda(index_); }
   DeviceBuffer allocate(std::size_t nbytes) override;
   void copy_async(void* dst, const void* src, std::size_t nbytes, CopyKind kind) override;
+  void copy_async_on(Stream stream, void* dst, const void* src, std::size_t nbytes) override;
   void convert_image_async(const ImageConvert& args) override;
   void pad_rows_async(const PadRows& args) override;
   void convert_async(const void* src, DType from, void* dst, DType to, std::size_t count) override;
@@ -27,23 +30,24 @@ class CudaCopyEngine final : public CopyEngine {
   Event record() override;
   void wait(const Event& event) override;
   void synchronize() override;
+  Stream stream() const noexcept override { return stream_.view().get(); }
+  void mark_busy_start() override;
+  void mark_busy_end() override;
   double busy_seconds() const noexcept override;
-  Event record_on(void* stream) override;
-  void stream_wait(void* stream, const Event& event) override;
-
-  StreamView stream() const noexcept { return stream_.view(); }
-
-  /// The copy-time bookkeeping a host callback updates when the stream finishes a copy.
-  struct CopyClock {
-    std::atomic<std::int64_t> busy_ns{0};
-    std::int64_t last_done_ns = 0;  // only the callback thread touches it (callbacks are serial)
-  };
+  Event record_on(Stream stream) override;
+  void stream_wait(Stream stream, const Event& event) override;
+  void synchronize_stream(Stream stream) override;
 
  private:
-  Event record_on_stream(cudaStream_t stream);
+  /// Adds the spans whose end is done to busy_; with `all`, none is left pending unread.
+  void harvest() const noexcept;
+
   int index_;
   CudaStream stream_;
-  std::unique_ptr<CopyClock> clock_ = std::make_unique<CopyClock>();
+  mutable std::mutex timing_mutex_;
+  PooledEvent open_span_;  // the start of the span being marked
+  mutable std::deque<std::pair<PooledEvent, PooledEvent>> spans_;
+  mutable double busy_ = 0;
 };
 
 }  // namespace ferry::detail::cuda

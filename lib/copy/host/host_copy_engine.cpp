@@ -11,6 +11,7 @@
 
 #include "core/checked.hpp"
 #include "ferry/error.hpp"
+#include "runtime/host_sync.hpp"
 
 namespace ferry::detail {
 
@@ -44,6 +45,7 @@ void HostCopyEngine::enqueue(std::function<void()> work) {
 }
 
 void HostCopyEngine::run() {
+  const StreamSideWait stream_side;  // this thread is the copy stream: its waits are the GPU's
   for (;;) {
     std::function<void()> work;
     {
@@ -126,8 +128,18 @@ void HostCopyEngine::wait(const Event& event) {
 
 void HostCopyEngine::synchronize() { record().synchronize(); }
 
-Event HostCopyEngine::record_on(void* /*stream*/) { return {}; }
+void HostCopyEngine::copy_async_on(Stream /*stream*/, void* dst, const void* src,
+                                   std::size_t nbytes) {
+  copy_async(dst, src, nbytes, CopyKind::host_to_host);
+}
 
-void HostCopyEngine::stream_wait(void* /*stream*/, const Event& event) { event.synchronize(); }
+Event HostCopyEngine::record_on(Stream /*stream*/) { return {}; }
+
+void HostCopyEngine::stream_wait(Stream /*stream*/, const Event& event) {
+  const StreamSideWait stream_side;  // stands for cudaStreamWaitEvent on the consumer's stream
+  event.synchronize();
+}
+
+void HostCopyEngine::synchronize_stream(Stream /*stream*/) {}
 
 }  // namespace ferry::detail

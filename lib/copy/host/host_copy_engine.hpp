@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "copy/copy_engine.hpp"
+#include "runtime/host_sync.hpp"
 
 namespace ferry::detail {
 
@@ -25,6 +26,8 @@ class HostEvent final : public EventImpl {
     return done_.load(std::memory_order_acquire) && Clock::now() >= deadline_;
   }
   void wait() override {
+    if (query()) return;
+    note_host_sync();
     done_.wait(false, std::memory_order_acquire);
     std::this_thread::sleep_until(deadline_);
   }
@@ -69,8 +72,11 @@ class HostCopyEngine final : public CopyEngine {
   Event record() override;
   void wait(const Event& event) override;
   void synchronize() override;
-  Event record_on(void* stream) override;
-  void stream_wait(void* stream, const Event& event) override;
+  Stream stream() const noexcept override { return nullptr; }
+  void copy_async_on(Stream stream, void* dst, const void* src, std::size_t nbytes) override;
+  Event record_on(Stream stream) override;
+  void stream_wait(Stream stream, const Event& event) override;
+  void synchronize_stream(Stream stream) override;
 
   /// Bytes copied so far (by finished copies).
   std::uint64_t bytes_copied() const noexcept { return bytes_copied_.load(); }

@@ -34,6 +34,9 @@ const Probe& probe() noexcept {
 }  // namespace
 
 void throw_cuda_error(cudaError_t status, const char* expr, const char* file, int line) {
+  // The error is reported once, here: cleared, the next call on this thread does not report it
+  // again as its own (sticky errors, a lost context, stay whatever is done).
+  (void)cudaGetLastError();
   throw DeviceError(std::string(file) + ":" + std::to_string(line) + ": " + expr + ": " +
                     cudaGetErrorName(status) + ": " + cudaGetErrorString(status));
 }
@@ -54,21 +57,56 @@ std::string device_problem(int index) {
   return {};
 }
 
+namespace {
+// The device whose context pinned-memory calls run in: the thread's current one when it has a
+// context, else the first device that has one, so that pinning never makes a context on cuda:0
+// for a process that uses another GPU.
+int context_device() {
+  int current = 0;
+  FERRY_CUDA_CHECK(cudaGetDevice(&current));
+  if (has_context(current)) return current;
+  for (int i = 0; i < device_count(); ++i) {
+    if (has_context(i)) return i;
+  }
+  return current;
+}
+}  // namespace
+
 void* host_alloc(std::size_t nbytes) {
+  DeviceGuard guard(context_device());
   void* p = nullptr;
   FERRY_CUDA_CHECK(cudaHostAlloc(&p, nbytes, cudaHostAllocPortable));
   return p;
 }
 
-void host_free(void* ptr) noexcept { (void)cudaFreeHost(ptr); }
-
-void* device_alloc(int index, std::size_t nbytes) {
-  DeviceGuard guard(index);
-  void* p = nullptr;
-  FERRY_CUDA_CHECK(cudaMalloc(&p, nbytes == 0 ? 1 : nbytes));
-  return p;
+void host_free(void* ptr) noexcept {
+  try {
+    DeviceGuard guard(context_device());
+    ignore(cudaFreeHost(ptr));
+  } catch (...) {  // the runtime is shutting down: it frees the memory itself
+    (void)cudaGetLastError();
+  }
 }
 
-void device_free(void* ptr) noexcept { (void)cudaFree(ptr); }
+bool has_context(int index) noexcept {
+  // cuDevicePrimaryCtxGetState through the runtime's door to the driver: no link to libcuda.
+  using GetState = int (*)(int device, unsigned* flags, int* active);
+  static const GetState get_state = []() -> GetState {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &f, 12000,
+                                         cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    return reinterpret_cast<GetState>(f);
+  }();
+  if (get_state == nullptr) return true;  // cannot tell: restore, as CUDA itself would
+  unsigned flags = 0;
+  int active = 0;
+  if (get_state(index, &flags, &active) != 0) return true;
+  return active != 0;
+}
 
 }  // namespace ferry::detail::cuda

@@ -25,19 +25,37 @@ namespace ferry::detail::cuda {
     }                                                                                    \
   } while (false)
 
-/// Makes `device` current for the scope, and restores the previous one.
+/// Drops a failed call's error where no one can be told (destructors, cleanup): the error is
+/// cleared, so that the next CUDA call on the thread does not report it as its own.
+inline void ignore(cudaError_t status) noexcept {
+  if (status != cudaSuccess) (void)cudaGetLastError();
+}
+
+/// True when cuda:index's primary context exists already (asking makes none).
+bool has_context(int index) noexcept;
+
+/// Makes `device` current for the scope, and restores the previous one. A thread that never
+/// chose a device reports device 0 without having a context there: then the guard leaves
+/// `device` current rather than make one on device 0 (a process that uses only cuda:1 never
+/// touches cuda:0).
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device) {
     FERRY_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != device) FERRY_CUDA_CHECK(cudaSetDevice(device));
+    if (previous_ != device) {
+      FERRY_CUDA_CHECK(cudaSetDevice(device));
+      restore_ = has_context(previous_);
+    }
   }
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
-  ~DeviceGuard() { (void)cudaSetDevice(previous_); }
+  ~DeviceGuard() {
+    if (restore_) ignore(cudaSetDevice(previous_));
+  }
 
  private:
   int previous_ = 0;
+  bool restore_ = false;
 };
 
 /// A non-owning stream handle.
@@ -64,32 +82,12 @@ class CudaStream {
   CudaStream& operator=(const CudaStream&) = delete;
   ~CudaStream() {
     // cudaErrorCudartUnloading at exit is fine: the runtime frees it anyway.
-    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+    if (stream_ != nullptr) ignore(cudaStreamDestroy(stream_));
   }
   StreamView view() const noexcept { return StreamView(stream_); }
 
  private:
   cudaStream_t stream_ = nullptr;
-};
-
-/// An owned event without timing (the cheap kind).
-class CudaEvent {
- public:
-  CudaEvent() { FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
-  CudaEvent(CudaEvent&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
-  CudaEvent& operator=(CudaEvent&& other) noexcept {
-    std::swap(event_, other.event_);
-    return *this;
-  }
-  CudaEvent(const CudaEvent&) = delete;
-  CudaEvent& operator=(const CudaEvent&) = delete;
-  ~CudaEvent() {
-    if (event_ != nullptr) (void)cudaEventDestroy(event_);
-  }
-  cudaEvent_t get() const noexcept { return event_; }
-
- private:
-  cudaEvent_t event_ = nullptr;
 };
 
 }  // namespace ferry::detail::cuda

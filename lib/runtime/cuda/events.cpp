@@ -1,0 +1,127 @@
+#include "runtime/cuda/events.hpp"
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime/cuda/cuda_handles.hpp"
+#include "runtime/cuda_api.hpp"
+#include "runtime/host_sync.hpp"
+
+namespace ferry::detail::cuda {
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+struct Pool {
+  std::mutex mutex;
+  std::array<std::vector<cudaEvent_t>, 2> free;  // by EventKind
+};
+
+// Never destroyed: events given back during static destruction still find their pool, and the
+// runtime frees the events themselves at exit.
+std::array<Pool, kMaxDevices>& pools() {
+  static auto* p = new std::array<Pool, kMaxDevices>();
+  return *p;
+}
+
+Pool& pool(int index) {
+  if (index < 0 || index >= kMaxDevices) {
+    throw DeviceError("cuda:" + std::to_string(index) + ": too many devices");
+  }
+  return pools()[static_cast<std::size_t>(index)];
+}
+
+// A pooled CUDA event as a ferry::Event.
+class CudaEventImpl final : public EventImpl {
+ public:
+  explicit CudaEventImpl(int index) : event_(index, EventKind::plain) {}
+  bool query() override {
+    if (done_.load(std::memory_order_relaxed)) return true;
+    const bool done = event_done(event_.get());
+    if (done) done_.store(true, std::memory_order_relaxed);
+    return done;
+  }
+  void wait() override {
+    if (done_.load(std::memory_order_relaxed)) return;
+    wait_event(event_.get());
+    done_.store(true, std::memory_order_relaxed);
+  }
+  void* native_handle() noexcept override { return event_.get(); }
+  cudaEvent_t get() const noexcept { return event_.get(); }
+
+ private:
+  PooledEvent event_;
+  std::atomic<bool> done_{false};  // once seen done, stays done: it is not recorded again
+};
+
+}  // namespace
+
+Event record_event(int index, Stream stream) {
+  auto event = std::make_shared<CudaEventImpl>(index);
+  DeviceGuard guard(index);
+  FERRY_CUDA_CHECK(cudaEventRecord(event->get(), stream));
+  return Event(std::move(event));
+}
+
+void stream_wait_event(int index, Stream stream, const Event& event) {
+  if (event.ready()) return;  // done already: nothing to wait for
+  if (void* handle = event.native_handle()) {
+    DeviceGuard guard(index);
+    FERRY_CUDA_CHECK(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(handle), 0));
+    return;
+  }
+  event.synchronize();  // a host event: nothing on the GPU can wait for it
+}
+
+cudaEvent_t acquire_event(int index, EventKind kind) {
+  Pool& p = pool(index);
+  {
+    std::lock_guard lock(p.mutex);
+    auto& list = p.free[static_cast<std::size_t>(kind)];
+    if (!list.empty()) {
+      cudaEvent_t e = list.back();
+      list.pop_back();
+      return e;
+    }
+  }
+  DeviceGuard guard(index);
+  cudaEvent_t e = nullptr;
+  const unsigned flags = kind == EventKind::timed
+                             ? cudaEventBlockingSync
+                             : (cudaEventBlockingSync | cudaEventDisableTiming);
+  FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&e, flags));
+  return e;
+}
+
+void release_event(int index, cudaEvent_t event, EventKind kind) noexcept {
+  if (event == nullptr || index < 0 || index >= kMaxDevices) return;
+  Pool& p = pools()[static_cast<std::size_t>(index)];
+  try {
+    std::lock_guard lock(p.mutex);
+    p.free[static_cast<std::size_t>(kind)].push_back(event);
+  } catch (...) {  // no memory for the list: the event goes instead
+    ignore(cudaEventDestroy(event));
+  }
+}
+
+bool event_done(cudaEvent_t event) {
+  const cudaError_t status = cudaEventQuery(event);
+  if (status == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  FERRY_CUDA_CHECK(status);
+  return true;
+}
+
+void wait_event(cudaEvent_t event) {
+  if (event_done(event)) return;
+  note_host_sync();
+  FERRY_CUDA_CHECK(cudaEventSynchronize(event));
+}
+
+}  // namespace ferry::detail::cuda
