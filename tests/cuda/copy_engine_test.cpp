@@ -245,21 +245,34 @@ TEST_F(GpuCopyEngine, RecordOnTheIdleDefaultStreamBecomesReady) {
   EXPECT_TRUE(e.ready());
 }
 
-TEST_F(GpuCopyEngine, WaitingForACompleteEventReturns) {
+TEST_F(GpuCopyEngine, WaitingForACompleteEventCostsNothing) {
   // A default Event is complete and no CUDA event: nothing to queue, nothing to block on.
+  const Event done = engine().record();
+  done.synchronize();
+  const std::uint64_t before = ferry::host_sync_count();
   engine().stream_wait(nullptr, Event());
   engine().wait(Event());
-  engine().record().synchronize();
-  SUCCEED();
+  engine().wait(done);
+  done.synchronize();
+  EXPECT_TRUE(done.ready());
+  EXPECT_EQ(ferry::host_sync_count(), before);
 }
 
-TEST_F(GpuCopyEngine, ZeroByteCopiesAreAllowed) {
+TEST_F(GpuCopyEngine, ZeroByteCopiesAreAllowedAndTheStreamGoesOn) {
   const DeviceBuffer dev = engine().allocate(0);
   PinnedBuffer host = PinnedBuffer::allocate(0);
   engine().copy_async(dev.data(), host.data(), 0, CopyKind::host_to_device);
   engine().copy_async(host.data(), dev.data(), 0, CopyKind::device_to_host);
+  // The stream still carries real copies after them.
+  const DeviceBuffer more = engine().allocate(64);
+  PinnedBuffer in = PinnedBuffer::allocate(64);
+  PinnedBuffer out = PinnedBuffer::allocate(64);
+  for (int i = 0; i < 64; ++i)
+    static_cast<std::uint8_t*>(in.data())[i] = static_cast<std::uint8_t>(i * 3);
+  engine().copy_async(more.data(), in.data(), 64, CopyKind::host_to_device);
+  engine().copy_async(out.data(), more.data(), 64, CopyKind::device_to_host);
   engine().record().synchronize();
-  SUCCEED();
+  EXPECT_EQ(std::memcmp(in.data(), out.data(), 64), 0);
 }
 
 TEST_F(GpuCopyEngine, OutOfRangeDeviceIsADeviceError) {

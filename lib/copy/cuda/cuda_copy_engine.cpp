@@ -123,8 +123,6 @@ void CudaCopyEngine::stream_wait(Stream stream, const Event& event) {
   stream_wait_event(index_, stream, event);
 }
 
-void CudaCopyEngine::synchronize_stream(Stream stream) {
-  cuda::synchronize_stream(index_, stream);
-}
+void CudaCopyEngine::synchronize_stream(Stream stream) { cuda::synchronize_stream(index_, stream); }
 
 }  // namespace ferry::detail::cuda

@@ -38,28 +38,68 @@ struct Geometry {
   bool to_chw;
 };
 
-// One thread per output element; reads stay coalesced along the plane.
-template <class Out>
-__global__ void normalize_kernel(const std::uint8_t* src, Out* dst, Geometry g, float4 mul,
-                                 float4 add) {
-  const std::int64_t total = g.n * g.plane * g.c;
-  const float m[4] = {mul.x, mul.y, mul.z, mul.w};
-  const float a[4] = {add.x, add.y, add.z, add.w};
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    std::int64_t image = i / (g.plane * g.c);
-    std::int64_t rest = i % (g.plane * g.c);
-    std::int64_t ch = 0;
-    std::int64_t p = 0;
-    if (g.to_chw) {
-      ch = rest / g.plane;
-      p = rest % g.plane;
-    } else {
-      p = rest / g.c;
-      ch = rest % g.c;
+// Per-channel factors by value, in registers: the loops over channels below are unrolled, so
+// every index into them is a constant.
+struct Factors {
+  float mul[4];
+  float add[4];
+};
+
+// One thread per pixel of one image: blockIdx.y picks the image (the grid strides over more),
+// x strides over the plane. No division per element: the image's base is computed once per
+// block row, the channels are an unrolled loop, and CHW writes stay coalesced per channel.
+template <class Out, int C>
+__global__ void normalize_kernel(const std::uint8_t* src, Out* dst, std::int64_t n,
+                                 std::int64_t plane, bool to_chw, Factors f) {
+  for (std::int64_t image = blockIdx.y; image < n; image += gridDim.y) {
+    const std::uint8_t* in = src + image * plane * C;
+    Out* out = dst + image * plane * C;
+    for (std::int64_t p = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+         p < plane; p += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+#pragma unroll
+      for (int ch = 0; ch < C; ++ch) {
+        const float x = static_cast<float>(in[p * C + ch]);
+        const Out v = from_f32<Out>(__fmaf_rn(x, f.mul[ch], f.add[ch]));
+        if (to_chw) {
+          out[ch * plane + p] = v;
+        } else {
+          out[p * C + ch] = v;
+        }
+      }
     }
-    const float x = static_cast<float>(src[image * g.plane * g.c + p * g.c + ch]);
-    dst[i] = from_f32<Out>(__fmaf_rn(x, m[ch], a[ch]));
+  }
+}
+
+// Blocks for one image's plane, and images per launch row (the grid's y).
+dim3 image_grid(std::int64_t n, std::int64_t plane) {
+  const std::int64_t x = (plane + kThreads - 1) / kThreads;
+  const std::int64_t y = n < 65535 ? n : 65535;
+  return {static_cast<unsigned>(x < 65535 ? x : 65535), static_cast<unsigned>(y), 1};
+}
+
+template <class Out, int C>
+void launch_normalize_c(const ImageConvert& a, cudaStream_t stream) {
+  Factors f{};
+  for (int ch = 0; ch < 4; ++ch) {
+    f.mul[ch] = a.mul[static_cast<std::size_t>(ch)];
+    f.add[ch] = a.add[static_cast<std::size_t>(ch)];
+  }
+  const std::int64_t plane = a.h * a.w;
+  normalize_kernel<Out, C><<<image_grid(a.n, plane), kThreads, 0, stream>>>(
+      static_cast<const std::uint8_t*>(a.src), static_cast<Out*>(a.dst), a.n, plane, a.to_chw, f);
+}
+
+template <class Out>
+void launch_normalize(const ImageConvert& a, cudaStream_t stream) {
+  switch (a.c) {
+    case 1:
+      return launch_normalize_c<Out, 1>(a, stream);
+    case 2:
+      return launch_normalize_c<Out, 2>(a, stream);
+    case 3:
+      return launch_normalize_c<Out, 3>(a, stream);
+    default:
+      return launch_normalize_c<Out, 4>(a, stream);
   }
 }
 
@@ -169,21 +209,15 @@ void launch_convert_image(const ImageConvert& args, void* stream) {
   const std::int64_t total = g.n * g.plane * g.c;
   if (total == 0) return;
   if (args.normalize) {
-    const float4 mul{args.mul[0], args.mul[1], args.mul[2], args.mul[3]};
-    const float4 add{args.add[0], args.add[1], args.add[2], args.add[3]};
-    const auto* src = static_cast<const std::uint8_t*>(args.src);
     switch (args.dst_dtype) {
       case DType::f16:
-        normalize_kernel<<<blocks_for(total), kThreads, 0, s>>>(src, static_cast<Half*>(args.dst),
-                                                                g, mul, add);
+        launch_normalize<Half>(args, s);
         break;
       case DType::bf16:
-        normalize_kernel<<<blocks_for(total), kThreads, 0, s>>>(
-            src, static_cast<BFloat16*>(args.dst), g, mul, add);
+        launch_normalize<BFloat16>(args, s);
         break;
       default:
-        normalize_kernel<<<blocks_for(total), kThreads, 0, s>>>(src, static_cast<float*>(args.dst),
-                                                                g, mul, add);
+        launch_normalize<float>(args, s);
         break;
     }
   } else if (!args.to_chw) {
