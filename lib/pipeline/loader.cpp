@@ -18,6 +18,7 @@
 #include "pipeline/field_ops.hpp"
 #include "pipeline/loader_impl.hpp"
 #include "pipeline/testing.hpp"
+#include "runtime/cuda_api.hpp"
 
 namespace ferry {
 
@@ -175,10 +176,18 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, const LoaderOpt
     host_engine = true;
   }
   // Rows that live where the copy stage writes are gathered there: nothing crosses the bus.
+  // Rows in page-locked host memory that the GPU reads directly are gathered there too: the
+  // kernel pulls them over the bus, and no worker copies them into staging first.
   std::vector<const std::byte*> rows;
   const std::span<const Tensor> in_memory = dataset->rows_in_memory();
+  const auto gathered_on_device = [&](const Tensor& t) {
+    if (simulated.dataset_on_device) return true;
+    if (t.device() == options.device) return true;
+    return options.device.is_cuda() && t.device().is_cpu() && t.is_pinned() &&
+           cuda::device_reads_host(options.device.index(), TensorAccess::address(t));
+  };
   if (!in_memory.empty() && device_path &&
-      (in_memory[0].device().is_cuda() || simulated.dataset_on_device)) {
+      std::all_of(in_memory.begin(), in_memory.end(), gathered_on_device)) {
     for (const Tensor& t : in_memory) {
       engine->wait(t.ready_event());  // tensors still being copied there
       rows.push_back(static_cast<const std::byte*>(TensorAccess::address(t)));

@@ -51,6 +51,9 @@ Event record_event(int index, Stream stream);
 /// CUDA event, on the host for another kind; nothing when it is done already.
 /// \throws DeviceError.
 void stream_wait_event(int index, Stream stream, const Event& event);
+/// True when kernels on cuda:index can read host memory at `ptr` directly (page-locked memory
+/// that CUDA knows: cudaHostAlloc'd or registered), at the same address. Never throws.
+bool device_reads_host(int index, const void* ptr) noexcept;
 /// The calling thread waits until the work queued on `stream` so far is done (a counted host
 /// synchronization when it is not done yet). \throws DeviceError.
 void synchronize_stream(int index, Stream stream);

@@ -109,4 +109,14 @@ bool has_context(int index) noexcept {
   return active != 0;
 }
 
+bool device_reads_host(int index, const void* ptr) noexcept {
+  if (ptr == nullptr || !device_problem(index).empty()) return false;
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeHost && attributes.devicePointer == ptr;
+}
+
 }  // namespace ferry::detail::cuda

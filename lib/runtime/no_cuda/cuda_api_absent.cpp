@@ -29,6 +29,7 @@ DeviceCacheStats device_cache_stats(int index) { unusable(index); }
 void device_cache_trim(int index) { unusable(index); }
 void join_streams(int index, Stream /*waiter*/, Stream /*waited*/) { unusable(index); }
 void synchronize_stream(int index, Stream /*stream*/) { unusable(index); }
+bool device_reads_host(int /*index*/, const void* /*ptr*/) noexcept { return false; }
 Event record_event(int index, Stream /*stream*/) { unusable(index); }
 void stream_wait_event(int index, Stream /*stream*/, const Event& /*event*/) { unusable(index); }
 
