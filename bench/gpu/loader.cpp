@@ -326,9 +326,9 @@ int main(int argc, char** argv) {
 
     {
       // The rows in page-locked memory: the GPU gathers them itself, no staging copy.
-      auto pinned_rows = std::make_shared<ferry::TensorDataset>(
-          std::vector<std::pair<std::string, ferry::Tensor>>{{"image", x.pin_memory()},
-                                                             {"label", y.pin_memory()}});
+      auto pinned_rows =
+          std::make_shared<ferry::TensorDataset>(std::vector<std::pair<std::string, ferry::Tensor>>{
+              {"image", x.pin_memory()}, {"label", y.pin_memory()}});
       ferry::Loader loader(pinned_rows, options(batch, cuda.stream, workers));
       const Summary s = run(loader, epochs, 0, cuda.stream);
       const double gbs = static_cast<double>(s.samples * kImageBytes) / s.seconds / 1e9;

@@ -159,7 +159,7 @@ Tensor Tensor::to(Device device, DType dtype, bool non_blocking) const {
 }
 
 Tensor Tensor::to(Device device, DType dtype, bool non_blocking, CUstream_st* stream) const {
-  const Tensor moved = to(device, non_blocking, stream);
+  Tensor moved = to(device, non_blocking, stream);
   if (dtype == moved.dtype()) return moved;
   if (!moved.device().is_cuda()) return moved.to(dtype);
   // The conversion runs on ferry's copy stream, behind the copy; `stream` then waits for it.
