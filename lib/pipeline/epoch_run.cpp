@@ -26,7 +26,10 @@ RunState::RunState(std::shared_ptr<LoaderImpl> i, std::uint64_t e, std::size_t f
       end(plan ? plan->batches() : sampler.batches()),
       number_offset(plan ? plan->number_offset() : sampler.number_offset()),
       planned(impl->ring->slot_count()) {
-  if (plan) impl->planned_batches.store(number_offset + end);
+  // The epoch's whole count, where this run knows it (not a resume between its batches).
+  if (plan && (position == 0 || number_offset != 0)) {
+    impl->planned_batches.store(number_offset + end);
+  }
 }
 
 void RunState::stop() noexcept {

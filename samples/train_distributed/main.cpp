@@ -79,7 +79,7 @@ double accuracy(const common::Mlp& model, ferry::Loader& loader) {
 
 struct Options {
   std::size_t epochs = 3;
-  std::size_t batch = 128;  // per rank
+  std::size_t batch = 64;  // per rank
   std::uint64_t seed = 1;
   bool check_shards = false;
   std::filesystem::path data = "/usr/share/datasets/fashion-mnist";
@@ -89,7 +89,7 @@ constexpr const char* kUsage =
     "usage: mpirun -np W train_distributed [--epochs N] [--batch N] [--seed S] [--data DIR]\n"
     "                                      [--check-shards]\n"
     "  --epochs N      passes over the training set (default 3)\n"
-    "  --batch N       samples per batch on each rank (default 128)\n"
+    "  --batch N       samples per batch on each rank (default 64)\n"
     "  --seed S        seed of the shuffle and the initial weights (default 1)\n"
     "  --data DIR      folder with Fashion-MNIST's four .gz IDX files\n"
     "                  (default /usr/share/datasets/fashion-mnist)\n"
@@ -259,7 +259,8 @@ int check_shards(const Options& options, const std::shared_ptr<ferry::IdxDataset
   const int world = o.world_size;
   const std::size_t n = train_set->size();
   const std::size_t padding = (n + static_cast<std::size_t>(world) - 1) /
-                                  static_cast<std::size_t>(world) * static_cast<std::size_t>(world) -
+                                  static_cast<std::size_t>(world) *
+                                  static_cast<std::size_t>(world) -
                               n;
   bool ok = true;
   ferry::Loader loader(train_set, o);
