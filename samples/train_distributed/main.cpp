@@ -42,7 +42,8 @@ namespace {
 using common::Clock;
 using common::seconds_since;
 
-constexpr std::size_t kInputs = 28 * 28;
+constexpr std::size_t kSide = 28;  // images are kSide x kSide pixels
+constexpr std::size_t kInputs = kSide * kSide;
 constexpr std::size_t kHidden = 128;
 constexpr std::size_t kClasses = 10;
 
