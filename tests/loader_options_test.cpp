@@ -264,11 +264,14 @@ TEST(LoaderOptionsFromEnv, ThePublicFunctionReadsTheProcessEnvironment) {
 constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
 
 TEST(LoaderStateText, IsTheDocumentedLine) {
-  EXPECT_EQ((LoaderState{1, 2, 3}.str()), "ferry-state v1 seed=1 epoch=2 next_batch=3");
-  EXPECT_EQ((LoaderState{0, 0, 0}.str()), "ferry-state v1 seed=0 epoch=0 next_batch=0");
-  EXPECT_EQ((LoaderState{kMax, kMax, kMax}.str()),
-            "ferry-state v1 seed=18446744073709551615 epoch=18446744073709551615 "
-            "next_batch=18446744073709551615");
+  EXPECT_EQ((LoaderState{1, 2, 3, 40, true, 5, 6}.str()),
+            "ferry-state v2 seed=1 epoch=2 next_batch=3 samples=40 shuffle=1 position=5 plan=6");
+  EXPECT_EQ((LoaderState{}.str()),
+            "ferry-state v2 seed=0 epoch=0 next_batch=0 samples=0 shuffle=0 position=0 plan=0");
+  EXPECT_EQ((LoaderState{kMax, kMax, kMax, kMax, true, kMax, kMax}.str()),
+            "ferry-state v2 seed=18446744073709551615 epoch=18446744073709551615 "
+            "next_batch=18446744073709551615 samples=18446744073709551615 shuffle=1 "
+            "position=18446744073709551615 plan=18446744073709551615");
 }
 
 TEST(LoaderStateText, RoundTripsEveryState) {
@@ -276,15 +279,25 @@ TEST(LoaderStateText, RoundTripsEveryState) {
   std::vector<LoaderState> states;
   for (const std::uint64_t a : values) {
     for (const std::uint64_t b : values) {
-      for (const std::uint64_t c : values) states.push_back({a, b, c});
+      for (const std::uint64_t c : values) {
+        states.push_back({a, b, c, b, (a & 1) != 0, c, a});
+        states.push_back({a, b, c, c, (b & 1) != 0, a, b});
+      }
     }
   }
   std::mt19937_64 rng(20240917);
   for (int i = 0; i < 2000; ++i) {
     // Values of every length: a random number shifted right by a random amount.
     auto draw = [&] { return rng() >> (rng() % 64); };
-    const std::uint64_t seed = draw(), epoch = draw();
-    states.push_back({seed, epoch, draw()});
+    LoaderState s;
+    s.seed = draw();
+    s.epoch = draw();
+    s.next_batch = draw();
+    s.samples = draw();
+    s.shuffle = (rng() & 1) != 0;
+    s.position = draw();
+    s.plan = draw();
+    states.push_back(s);
   }
   for (const LoaderState& s : states) {
     const std::string text = s.str();
@@ -295,37 +308,58 @@ TEST(LoaderStateText, RoundTripsEveryState) {
 }
 
 TEST(LoaderStateText, RefusesNearMissesQuotingThem) {
-  const std::string good = "ferry-state v1 seed=1 epoch=2 next_batch=3";
+  const std::string good =
+      "ferry-state v2 seed=1 epoch=2 next_batch=3 samples=40 shuffle=1 position=5 plan=6";
+  // `good` with its text `from` replaced by `to`.
+  const auto edit = [&](const std::string& from, const std::string& to) {
+    std::string t = good;
+    t.replace(t.find(from), from.size(), to);
+    return t;
+  };
   const std::vector<std::string> bad = {
       "",
-      "ferry-state v1",
-      "ferry-state v1 seed=1 epoch=x",
-      "ferry-state v1 seed=1 epoch=2",
-      "ferry-state v1 seed=1 epoch=2 next_batch=",
-      "ferry-state v1 seed=+1 epoch=2 next_batch=3",
-      "ferry-state v1 seed=-1 epoch=2 next_batch=3",
-      "ferry-state v1 seed=1 epoch=-0 next_batch=3",
-      "ferry-state v1 seed= 1 epoch=2 next_batch=3",
-      "ferry-state v1 seed=1  epoch=2 next_batch=3",
-      "ferry-state v1  seed=1 epoch=2 next_batch=3",
-      "ferry-state v1 seed=1epoch=2 next_batch=3",
-      "ferry-state v1 seed=1 epoch=2 next_batch=3 ",
-      " ferry-state v1 seed=1 epoch=2 next_batch=3",
-      "ferry-state v1 seed=1 epoch=2 next_batch=3x",
-      "ferry-state v1 seed=1 epoch=2 next_batch=3.0",
-      "ferry-state v1 seed=01 epoch=2 next_batch=3",
-      "ferry-state v1 seed=1 epoch=00 next_batch=3",
-      "ferry-state v1 seed=1 epoch=2 next_batch=007",
-      "ferry-state v1 seed=0x10 epoch=2 next_batch=3",
-      "ferry-state v1 seed=1e3 epoch=2 next_batch=3",
-      "ferry-state v1 seed=18446744073709551616 epoch=2 next_batch=3",
-      "ferry-state v1 seed=1 epoch=99999999999999999999999 next_batch=3",
-      "ferry-state v1 seed=1 epoch=2 next_batch=18446744073709551616",
+      "ferry-state v2",
+      "ferry-state v2 seed=1 epoch=x",
       "ferry-state v2 seed=1 epoch=2 next_batch=3",
-      "Ferry-state v1 seed=1 epoch=2 next_batch=3",
-      "ferry-state v1 epoch=2 seed=1 next_batch=3",
-      "ferry-state v1 seed=1 next_batch=3 epoch=2",
-      "ferry-state v1 seed=1 epoch=2 next_batch=3 seed=1",
+      "ferry-state v2 seed=1 epoch=2 next_batch=3 samples=40 shuffle=1 position=5",
+      "ferry-state v2 seed=1 epoch=2 next_batch=3 samples=40 shuffle=1 position=5 plan=",
+      edit("seed=1", "seed=+1"),
+      edit("seed=1", "seed=-1"),
+      edit("epoch=2", "epoch=-0"),
+      edit("seed=1", "seed= 1"),
+      edit(" epoch", "  epoch"),
+      edit(" seed", "  seed"),
+      edit(" epoch", "epoch"),
+      good + " ",
+      " " + good,
+      good + "x",
+      good + ".0",
+      edit("seed=1", "seed=01"),
+      edit("epoch=2", "epoch=00"),
+      edit("next_batch=3", "next_batch=007"),
+      edit("samples=40", "samples=040"),
+      edit("shuffle=1", "shuffle=2"),
+      edit("shuffle=1", "shuffle=01"),
+      edit("shuffle=1", "shuffle=true"),
+      edit("shuffle=1", "shuffle="),
+      edit("position=5", "position=-5"),
+      edit("plan=6", "plan=0x6"),
+      edit("seed=1", "seed=0x10"),
+      edit("seed=1", "seed=1e3"),
+      edit("seed=1", "seed=18446744073709551616"),
+      edit("epoch=2", "epoch=99999999999999999999999"),
+      edit("next_batch=3", "next_batch=18446744073709551616"),
+      edit("samples=40", "samples=18446744073709551616"),
+      edit("position=5", "position=18446744073709551616"),
+      edit("plan=6", "plan=18446744073709551616"),
+      edit("v2", "v3"),
+      edit("ferry", "Ferry"),
+      edit("seed=1 epoch=2", "epoch=2 seed=1"),
+      edit("position=5 plan=6", "plan=6 position=5"),
+      edit("samples=40 shuffle=1", "shuffle=1 samples=40"),
+      good + " seed=1",
+      // A v1 state has no global position: refused, saying so.
+      "ferry-state v1 seed=1 epoch=2 next_batch=3",
   };
   for (const std::string& text : bad) {
     try {
@@ -334,6 +368,9 @@ TEST(LoaderStateText, RefusesNearMissesQuotingThem) {
     } catch (const ConfigError& e) {
       const std::string what = e.what();
       EXPECT_TRUE(what.starts_with("LoaderState::parse: \"" + text + "\"")) << what;
+      if (text.starts_with("ferry-state v1")) {
+        EXPECT_NE(what.find("v1 state"), std::string::npos) << what;
+      }
     }
   }
   // Bytes a line read from a file may carry: quoted as escapes.
@@ -342,7 +379,7 @@ TEST(LoaderStateText, RefusesNearMissesQuotingThem) {
       (void)LoaderState::parse(text);
       ADD_FAILURE() << "accepted " << testing::PrintToString(text);
     } catch (const ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find("next_batch=3\\x"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("plan=6\\x"), std::string::npos) << e.what();
     }
   }
   // A long text is cut in the message.
@@ -352,18 +389,20 @@ TEST(LoaderStateText, RefusesNearMissesQuotingThem) {
     ADD_FAILURE() << "accepted a huge number";
   } catch (const ConfigError& e) {
     EXPECT_LT(std::string(e.what()).size(), 400U);
-    EXPECT_NE(std::string(e.what()).find("100042 bytes"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(std::to_string(huge.size()) + " bytes"), std::string::npos)
+        << e.what();
   }
 }
 
 TEST(LoaderStateText, WhatParseAcceptsIsWhatStrWrites) {
   // Mutations of written states: where parse accepts one, str() gives the same text back.
-  const std::string alphabet = "0123456789 =+-xe\nferry-statev1sdopchnxb_";
+  const std::string alphabet = "0123456789 =+-xe\nferry-statev2sdopchnxb_mlufin";
   std::mt19937_64 rng(7);
   int accepted = 0;
   for (int i = 0; i < 20000; ++i) {
     auto draw = [&] { return rng() >> (rng() % 64); };
-    std::string text = LoaderState{draw(), draw(), draw()}.str();
+    std::string text =
+        LoaderState{draw(), draw(), draw(), draw(), (rng() & 1) != 0, draw(), draw()}.str();
     const int edits = 1 + static_cast<int>(rng() % 3);
     for (int k = 0; k < edits; ++k) {
       const std::size_t at = rng() % (text.size() + 1);

@@ -73,17 +73,35 @@ struct FERRY_API LoaderOptions {
   static LoaderOptions from_env();
 };
 
-/// Where a run stands, to resume it exactly: "ferry-state v1 seed=S epoch=E next_batch=K".
+/// Where a run stands, to resume it exactly, on this job or on one of another world size or
+/// batch_size:
+/// "ferry-state v2 seed=S epoch=E next_batch=K samples=N shuffle=0|1 position=P plan=H".
+///
+/// The ranks of a job consume in lockstep: after each rank has received k batches of a run, the
+/// job has consumed a prefix of the epoch's global order (the dataset's positions, permuted from
+/// (seed, epoch) when shuffling), and `position` is its length: k x batch_size x world_size
+/// samples, or with dynamic batches the samples of the first k x world_size global batches,
+/// capped at the dataset size. So a state taken on any rank between steps is the job's state.
+/// Loader::resume continues from `position` with the resuming loader's own world size and
+/// batch_size: each sample of the epoch arrives once over the two runs, except the padding that
+/// makes the ranks' last batches equal (samples of the epoch's start, again).
 struct FERRY_API LoaderState {
   std::uint64_t seed = 0;
   std::uint64_t epoch = 0;
-  std::size_t next_batch = 0;
+  std::size_t next_batch = 0;  ///< the number (Batch::number) of the rank's next batch
+  std::uint64_t samples = 0;   ///< the dataset's size, which the order permutes
+  bool shuffle = false;        ///< whether the order is shuffled
+  std::uint64_t position = 0;  ///< samples of the epoch's global order consumed
+  /// 0 when any batch_size and max_tokens may resume the position; with bucket_window, a key
+  /// of the options that cut the epoch into batches, which the resuming loader must share.
+  std::uint64_t plan = 0;
 
   std::string str() const;
-  /// Reads what str() writes, and only that: "ferry-state v1 seed=S epoch=E next_batch=K" with
-  /// single spaces, S, E, K decimal without sign or leading zero ("0" aside) within their types,
-  /// nothing before or after (no trailing newline). parse(s.str()) == s, and parse(t).str() == t
-  /// for every text t it accepts.
+  /// Reads what str() writes, and only that: the line above with single spaces, S, E, K, N, P,
+  /// H decimal without sign or leading zero ("0" aside) within their types, shuffle 0 or 1,
+  /// nothing before or after (no trailing newline). parse(s.str()) == s, and
+  /// parse(t).str() == t for every text t it accepts. (A v1 state, of ferry before elastic
+  /// resume, lacks the position and is refused.)
   /// \throws ConfigError quoting the text and naming what was expected at which byte.
   static LoaderState parse(std::string_view text);
   friend bool operator==(const LoaderState&, const LoaderState&) = default;
@@ -247,12 +265,19 @@ class FERRY_API Loader {
   /// \throws ConfigError when another epoch of this loader is still being iterated; Error when
   /// the pipeline's threads cannot start.
   Epoch epoch(std::uint64_t e, std::size_t start_batch = 0);
-  /// Continues where `state` (from state(), perhaps of another process) left off.
-  /// \throws ConfigError when the state's seed is not this loader's.
+  /// Continues where `state` (from state(), perhaps of another process, or of a job of
+  /// another world size or batch_size) left off: the rest of the state's epoch, from its global
+  /// position, dealt to this loader's ranks. Where this loader's own batches reach that position
+  /// exactly (same world size and batch_size), the epoch is epoch(state.epoch, k), numbers and
+  /// padding included; otherwise its batches are numbered from 0 and Epoch::size() counts them.
+  /// \throws ConfigError when the state's seed, dataset size, shuffle or plan is not this
+  /// loader's, or a bucketed epoch's position falls inside one of this loader's batches.
   Epoch resume(const LoaderState& state);
   /// Batches per epoch for this rank.
   std::size_t batches_per_epoch() const;
-  /// Where the consumer stands: the epoch last started and the next batch it would receive.
+  /// Where the consumer stands: the epoch last started, the next batch it would receive and
+  /// the job's global position, assuming every rank has received as many batches (take it
+  /// between steps).
   LoaderState state() const;
   LoaderStats stats() const;
   const LoaderOptions& options() const noexcept;

@@ -15,16 +15,22 @@ namespace ferry::detail {
 
 // ---- RunState -----------------------------------------------------------------------------
 
-RunState::RunState(std::shared_ptr<LoaderImpl> i, std::uint64_t e, std::size_t first)
+RunState::RunState(std::shared_ptr<LoaderImpl> i, std::uint64_t e, std::size_t first,
+                   std::uint64_t position)
     : impl(std::move(i)),
       epoch(e),
-      plan(impl->planned
-               ? std::make_unique<EpochPlan>(*impl->dataset, impl->budget_field, impl->options, e)
-               : nullptr),
-      start(std::min(first, plan ? plan->batches() : impl->sampler.batches())),
-      end(plan ? plan->batches() : impl->sampler.batches()),
+      sampler(impl->sampler.from(position)),
+      plan(impl->planned ? std::make_unique<EpochPlan>(*impl->dataset, impl->budget_field,
+                                                       impl->options, e, position)
+                         : nullptr),
+      start(std::min(first, plan ? plan->batches() : sampler.batches())),
+      end(plan ? plan->batches() : sampler.batches()),
+      number_offset(plan ? plan->number_offset() : sampler.number_offset()),
       planned(impl->ring->slot_count()) {
-  if (plan) impl->planned_batches.store(end);
+  // The epoch's whole count, where this run knows it (not a resume between its batches).
+  if (plan && (position == 0 || number_offset != 0)) {
+    impl->planned_batches.store(number_offset + end);
+  }
 }
 
 void RunState::stop() noexcept {
@@ -62,13 +68,15 @@ std::string describe(const std::exception_ptr& e) {
 
 // ---- EpochRun -----------------------------------------------------------------------------
 
-EpochRun::EpochRun(std::shared_ptr<LoaderImpl> impl, std::uint64_t epoch, std::size_t start)
-    : run_(std::move(impl), epoch, start),
+EpochRun::EpochRun(std::shared_ptr<LoaderImpl> impl, std::uint64_t epoch, std::size_t start,
+                   std::uint64_t position)
+    : run_(std::move(impl), epoch, start, position),
       stage_(make_copy_stage(run_)),
       next_(run_.start),
       started_(Clock::now()) {
   run_.impl->state_epoch.store(epoch);
-  run_.impl->state_next.store(run_.start);
+  run_.impl->state_next.store(run_.number_offset + run_.start);
+  run_.impl->state_position.store(run_.position_after(run_.start));
   try {
     planner_ = std::thread([this] {
       pthread_setname_np(pthread_self(), "ferry-planner");  // for top, perf and gdb
@@ -189,7 +197,7 @@ const Batch* EpochRun::next() {
   current_.indices_.assign(b.indices->begin(), b.indices->end());
   const std::size_t count = current_.indices_.size();
   current_.names_ = impl.names;
-  current_.number_ = next_;
+  current_.number_ = run_.number_offset + next_;
   current_.ready_ = b.ready;
   current_.lease_ = lease;
   const BatchLayout& layout = *impl.layout;
@@ -232,7 +240,8 @@ const Batch* EpochRun::next() {
                                     : Tensor());
   }
   ++next_;
-  impl.state_next.store(next_);
+  impl.state_next.store(run_.number_offset + next_);
+  impl.state_position.store(run_.position_after(next_));
   impl.batches.fetch_add(1);
   impl.samples.fetch_add(count);
   std::size_t bytes = 0;

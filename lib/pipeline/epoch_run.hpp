@@ -18,7 +18,8 @@ class EpochRun {
  public:
   /// Starts the planner and the copy stage. \throws Error when a thread cannot start (whatever
   /// did start is stopped again and the ring is whole).
-  EpochRun(std::shared_ptr<LoaderImpl> impl, std::uint64_t epoch, std::size_t start);
+  EpochRun(std::shared_ptr<LoaderImpl> impl, std::uint64_t epoch, std::size_t start,
+           std::uint64_t position = 0);
   EpochRun(const EpochRun&) = delete;
   EpochRun& operator=(const EpochRun&) = delete;
   ~EpochRun();

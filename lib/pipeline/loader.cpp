@@ -241,23 +241,58 @@ Loader detail::make_loader(std::shared_ptr<const Dataset> dataset, const LoaderO
 
 Loader::~Loader() = default;
 
-Epoch Loader::epoch(std::uint64_t e, std::size_t start_batch) {
-  std::lock_guard lock(impl_->run_mutex);
-  if (impl_->active.load() != nullptr) {
+namespace {
+
+// Epoch e's run from batch `start_batch` of a run from global position `position`: the loader's
+// only one. \throws ConfigError while another epoch of the loader is being iterated.
+std::unique_ptr<detail::EpochRun> begin_run(const std::shared_ptr<detail::LoaderImpl>& impl,
+                                            std::uint64_t e, std::size_t start_batch,
+                                            std::uint64_t position) {
+  std::lock_guard lock(impl->run_mutex);
+  if (impl->active.load() != nullptr) {
     throw ConfigError(
         "Loader: an epoch is still being iterated; finish or destroy it before starting another");
   }
-  auto run = std::make_unique<detail::EpochRun>(impl_, e, start_batch);
-  impl_->active.store(run.get());
-  return Epoch(std::move(run));
+  auto run = std::make_unique<detail::EpochRun>(impl, e, start_batch, position);
+  impl->active.store(run.get());
+  return run;
+}
+
+}  // namespace
+
+Epoch Loader::epoch(std::uint64_t e, std::size_t start_batch) {
+  return Epoch(begin_run(impl_, e, start_batch, 0));
 }
 
 Epoch Loader::resume(const LoaderState& state) {
-  if (state.seed != impl_->options.seed) {
-    throw ConfigError("Loader: the state was saved with seed " + std::to_string(state.seed) +
-                      ", this loader has seed " + std::to_string(impl_->options.seed));
+  const LoaderOptions& o = impl_->options;
+  const std::uint64_t n = impl_->dataset->size();
+  const auto refuse = [](const std::string& what, const std::string& saved,
+                         const std::string& here) {
+    throw ConfigError("Loader: the state was saved with " + what + " " + saved +
+                      ", this loader has " + here + ": it orders the epoch differently");
+  };
+  if (state.seed != o.seed) refuse("seed", std::to_string(state.seed), std::to_string(o.seed));
+  if (state.samples != n) {
+    refuse("a dataset of", std::to_string(state.samples) + " samples",
+           "a dataset of " + std::to_string(n));
   }
-  return epoch(state.epoch, state.next_batch);
+  if (state.shuffle != o.shuffle) {
+    refuse("shuffle", state.shuffle ? "on" : "off", o.shuffle ? "shuffle on" : "shuffle off");
+  }
+  const std::uint64_t plan = detail::EpochPlan::plan_key(o);
+  if (state.plan != plan) {
+    throw ConfigError(
+        "Loader: the state's plan " + std::to_string(state.plan) + " is not this loader's (" +
+        std::to_string(plan) +
+        "): a bucketed epoch resumes only with the same bucket_window, batch_size, max_tokens, "
+        "ragged and pad_multiple");
+  }
+  if (state.position > n) {
+    throw ConfigError("Loader: the state's position " + std::to_string(state.position) +
+                      " lies past the dataset's " + std::to_string(n) + " samples");
+  }
+  return Epoch(begin_run(impl_, state.epoch, 0, state.position));
 }
 
 std::size_t Loader::batches_per_epoch() const {
@@ -265,7 +300,16 @@ std::size_t Loader::batches_per_epoch() const {
 }
 
 LoaderState Loader::state() const {
-  return {impl_->options.seed, impl_->state_epoch.load(), impl_->state_next.load()};
+  const LoaderOptions& o = impl_->options;
+  LoaderState s;
+  s.seed = o.seed;
+  s.epoch = impl_->state_epoch.load();
+  s.next_batch = impl_->state_next.load();
+  s.samples = impl_->dataset->size();
+  s.shuffle = o.shuffle;
+  s.position = impl_->state_position.load();
+  s.plan = detail::EpochPlan::plan_key(o);
+  return s;
 }
 
 const LoaderOptions& Loader::options() const noexcept { return impl_->options; }

@@ -82,6 +82,7 @@ struct LoaderImpl {
 
   std::atomic<std::uint64_t> state_epoch{0};
   std::atomic<std::uint64_t> state_next{0};
+  std::atomic<std::uint64_t> state_position{0};  // the epoch's global position (LoaderState)
 };
 
 /// A planned batch on its way: its slot and its number in the epoch.
@@ -93,12 +94,24 @@ struct Planned {
 /// What the stages of one epoch share. Only slot indices travel between them, through
 /// single-producer single-consumer queues, in batch order.
 struct RunState {
-  RunState(std::shared_ptr<LoaderImpl> i, std::uint64_t e, std::size_t first);
+  /// Batches [first, end) of a run that starts at the epoch's global position `position`
+  /// (LoaderState::position; 0: the epoch's start). \throws ConfigError as EpochPlan.
+  RunState(std::shared_ptr<LoaderImpl> i, std::uint64_t e, std::size_t first,
+           std::uint64_t position);
 
   std::shared_ptr<LoaderImpl> impl;
   std::uint64_t epoch;
+  Sampler sampler;                  // the run's, from its position
   std::unique_ptr<EpochPlan> plan;  // when the loader plans epochs whole; else the sampler's
   std::size_t start, end;           // batches [start, end)
+  // Batch k is numbered number_offset + k: a run from a position this loader's batches reach
+  // (k' batches from the epoch's start) continues their numbers; any other starts at 0.
+  std::size_t number_offset = 0;
+
+  /// The epoch's global position once every rank has received the run's first k batches.
+  std::uint64_t position_after(std::size_t k) const noexcept {
+    return plan ? plan->position_after(k) : sampler.position_after(k);
+  }
 
   std::atomic<bool> stopping{false};
   // A stage failed outside any one batch (the copy thread's own failure): the consumer gets

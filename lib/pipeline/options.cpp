@@ -189,8 +189,21 @@ LoaderOptions LoaderOptions::from_env() {
 // ---- LoaderState -----------------------------------------------------------------------
 
 std::string LoaderState::str() const {
-  return "ferry-state v1 seed=" + std::to_string(seed) + " epoch=" + std::to_string(epoch) +
-         " next_batch=" + std::to_string(next_batch);
+  std::string s = "ferry-state v2 seed=";
+  s += std::to_string(seed);
+  s += " epoch=";
+  s += std::to_string(epoch);
+  s += " next_batch=";
+  s += std::to_string(next_batch);
+  s += " samples=";
+  s += std::to_string(samples);
+  s += " shuffle=";
+  s += shuffle ? '1' : '0';
+  s += " position=";
+  s += std::to_string(position);
+  s += " plan=";
+  s += std::to_string(plan);
+  return s;
 }
 
 namespace {
@@ -207,6 +220,16 @@ class StateReader {
     pos_ += expected.size();
   }
 
+  // "ferry-state v2"; a v1 state is named as such.
+  void version() {
+    if (text_.starts_with("ferry-state v1 ")) {
+      fail(
+          "a v1 state (of ferry before elastic resume) has no global position; its run "
+          "cannot be resumed by this version");
+    }
+    literal("ferry-state v2");
+  }
+
   // A decimal number without sign or leading zero ("0" aside), at most `max`.
   std::uint64_t number(const char* field, std::uint64_t max) {
     const std::size_t n = digits_at_front(text_.substr(pos_));
@@ -220,14 +243,15 @@ class StateReader {
   }
 
   void end() const {
-    if (pos_ != text_.size()) fail("unexpected text after next_batch");
+    if (pos_ != text_.size()) fail("unexpected text after plan");
   }
 
  private:
   [[noreturn]] void fail(const std::string& why) const {
     throw ConfigError("LoaderState::parse: " + quoted(text_) +
-                      " is not \"ferry-state v1 seed=S epoch=E next_batch=K\": " + why +
-                      " at byte " + std::to_string(pos_));
+                      " is not \"ferry-state v2 seed=S epoch=E next_batch=K samples=N "
+                      "shuffle=0|1 position=P plan=H\": " +
+                      why + " at byte " + std::to_string(pos_));
   }
 
   std::string_view text_;
@@ -240,13 +264,22 @@ LoaderState LoaderState::parse(std::string_view text) {
   constexpr std::uint64_t kU64 = std::numeric_limits<std::uint64_t>::max();
   StateReader in(text);
   LoaderState s;
-  in.literal("ferry-state v1 seed=");
+  in.version();
+  in.literal(" seed=");
   s.seed = in.number("seed", kU64);
   in.literal(" epoch=");
   s.epoch = in.number("epoch", kU64);
   in.literal(" next_batch=");
   s.next_batch =
       static_cast<std::size_t>(in.number("next_batch", std::numeric_limits<std::size_t>::max()));
+  in.literal(" samples=");
+  s.samples = in.number("samples", kU64);
+  in.literal(" shuffle=");
+  s.shuffle = in.number("shuffle", 1) == 1;
+  in.literal(" position=");
+  s.position = in.number("position", kU64);
+  in.literal(" plan=");
+  s.plan = in.number("plan", kU64);
   in.end();
   return s;
 }

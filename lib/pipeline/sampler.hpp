@@ -48,10 +48,15 @@ inline Permutation epoch_permutation(std::uint64_t n, std::uint64_t seed,
   return Permutation(n, mix64(seed) ^ mix64(epoch + 1));
 }
 
-/// The order of one epoch for one rank, from (seed, epoch) only: the dataset's positions are
-/// permuted (or not), this rank takes every world_size-th of them starting at rank (padding by
-/// wrapping around, or dropping the remainder with drop_last, so every rank gets the same
-/// count), and those are cut into batches.
+/// The order of one epoch for one rank, from (seed, epoch) only. The epoch's global order is
+/// the dataset's positions permuted (or not). A run of the epoch starts at a global position P
+/// (0: its beginning; a resumed run: where the job stood, whatever its world size and batch
+/// size were): rank r takes global positions P + r, P + r + W, P + r + 2W, ..., padding by
+/// wrapping around to the epoch's first positions (or dropping the remainder with drop_last),
+/// so every rank gets the same count, and cuts them into batches. Ranks in lockstep: once every
+/// rank has received k batches, exactly the global positions [P, P + k x batch_size x W) are
+/// consumed (capped at the dataset size), so a run from P = k x batch_size x W is the run from 0
+/// without its first k batches.
 class Sampler {
  public:
   struct Options {
@@ -63,19 +68,31 @@ class Sampler {
     std::size_t world_size = 1;
   };
 
-  Sampler(std::size_t dataset_size, Options options) noexcept;
+  /// \pre start <= dataset_size, and dataset_size + world_size does not overflow.
+  Sampler(std::size_t dataset_size, Options options, std::uint64_t start = 0) noexcept;
 
-  /// Samples this rank sees per epoch (padding included).
+  /// Samples this rank sees in the run (padding included).
   std::size_t samples_per_rank() const noexcept { return per_rank_; }
   std::size_t batches() const noexcept { return batches_; }
+  /// The global position the run starts at.
+  std::uint64_t start() const noexcept { return start_; }
+  /// The run of the same epoch order from global position `position` (<= the dataset size).
+  Sampler from(std::uint64_t position) const noexcept { return {n_, options_, position}; }
+  /// The number of the run's first batch among the batches of a run from 0: the batch reaching
+  /// the run's start (start = k x batch_size x world_size, or the epoch's end), else 0.
+  std::size_t number_offset() const noexcept;
   /// Samples in batch k. \pre k < batches().
   std::size_t batch_size(std::size_t k) const noexcept;
   /// Writes batch k's dataset indices into `out` (resized). \pre k < batches().
   void batch(std::uint64_t epoch, std::size_t k, std::vector<std::uint64_t>& out) const;
+  /// The epoch's global position once every rank has received the run's first k batches:
+  /// start + k x batch_size x world_size, at most the dataset size.
+  std::uint64_t position_after(std::size_t k) const noexcept;
 
  private:
   std::size_t n_;
   Options options_;
+  std::uint64_t start_;
   std::size_t per_rank_;
   std::size_t batches_;
 };

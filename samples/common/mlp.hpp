@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -151,8 +152,10 @@ class Trainer {
         dh_(max_batch * model.hidden()) {}
 
   // One step on n rows x [n, inputs] with labels y [n] (class ids 0..classes-1); n is at most
-  // max_batch. Returns the batch's summed cross-entropy.
-  double step(const float* x, const std::int64_t* y, std::size_t n) {
+  // max_batch. Returns the batch's summed cross-entropy. `reduce`, when given, sees the layers'
+  // gradients before the update: data-parallel training averages them over its processes there.
+  double step(const float* x, const std::int64_t* y, std::size_t n,
+              const std::function<void(std::vector<Dense>&)>& reduce = {}) {
     Mlp& m = model_;
     const std::size_t classes = m.classes();
     m.forward(x, n, h_.data(), p_.data());
@@ -187,6 +190,7 @@ class Trainer {
       layers[0].backward(x, dh_.data(), n, nullptr);
     }
 
+    if (reduce) reduce(layers);
     ++steps_;
     for (Dense& layer : layers) {
       adam(layer.w);
