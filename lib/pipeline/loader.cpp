@@ -316,11 +316,14 @@ const LoaderOptions& Loader::options() const noexcept { return impl_->options; }
 
 detail::LoaderImpl::~LoaderImpl() {
   if (!engine || !ring) return;
-  for (std::size_t d = 0; d < ring->device_count(); ++d) {
-    try {
+  // The device buffers go back to the cache behind the consumer's last work on them; the
+  // staging slots are freed once no copy reads them.
+  try {
+    for (std::size_t d = 0; d < ring->device_count(); ++d) {
       engine->wait(ring->device(static_cast<std::uint32_t>(d)).released);
-    } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor has no one to tell
     }
+    engine->synchronize();
+  } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor has no one to tell
   }
 }
 
