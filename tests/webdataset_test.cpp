@@ -14,6 +14,8 @@
 #include "expect_error.hpp"
 #include "ferry/ferry.hpp"
 #include "webdataset/tar_bytes.hpp"
+// The packer of samples/make_shards, tested here.
+#include "../samples/make_shards/pack.hpp"
 
 namespace fs = std::filesystem;
 using ferry::DataError;
@@ -334,4 +336,64 @@ TEST_F(WebDatasetTest, BadArgumentsAndEmptyShards) {
         for (const ferry::Batch& b : loader.epoch(0)) static_cast<void>(b);
       },
       {"'a.cls'", "\"x1\" is not a decimal integer"});
+}
+
+TEST_F(WebDatasetTest, PackedImageFolderReadsBackAsTheFolderDoes) {
+  if (!python_fixtures()) GTEST_SKIP() << "python3 is not installed";
+  // Two classes of the fixture PNGs.
+  const fs::path root = dir_ / "folder";
+  fs::create_directories(root / "d");
+  for (int i = 6; i < 12; ++i) {
+    char name[16];
+    std::snprintf(name, sizeof name, "%04d.png", i);
+    fs::rename(root / "c" / name, root / "d" / name);
+  }
+  WebDatasetOptions options;
+  options.image.height = 3;
+  options.image.width = 3;
+  options.image.channels = 1;
+  options.image.geometry = ferry::Geometry::resize;
+  const auto folder = ferry::ImageFolder::open(root, options.image);
+  make_shards::PackOptions pack;
+  pack.out = dir_ / "shards";
+  pack.shard_bytes = 6 * 1024;
+  pack.seed = 3;
+  const auto shards = make_shards::pack(
+      folder->size(),
+      [&](std::size_t i) {
+        return std::vector<make_shards::Member>{
+            {make_shards::extension(folder->path(i)), make_shards::file_bytes(folder->path(i))},
+            {"cls", std::to_string(folder->label(i))}};
+      },
+      pack);
+  ASSERT_GT(shards.size(), 1U);
+  const auto ds = WebDataset::open(shards, options);
+  ASSERT_EQ(ds->size(), folder->size());
+  std::vector<std::string> keys;
+  for (std::size_t i = 0; i < ds->size(); ++i) keys.push_back(ds->key(i));
+  EXPECT_FALSE(std::is_sorted(keys.begin(), keys.end()));  // written in a shuffled order
+  ferry::Loader loader(ds, cpu_options());
+  std::vector<std::string> images(folder->size());
+  std::size_t i = 0;
+  for (const ferry::Batch& b : loader.epoch(0)) {
+    const std::size_t original = std::stoul(ds->key(i++));
+    EXPECT_EQ(values<std::int64_t>(b["cls"])[0], folder->label(original));
+    images[original] = bytes_of(b["png"]);
+  }
+  ferry::Loader loose(folder, cpu_options());
+  for (const ferry::Batch& b : loose.epoch(0)) {
+    EXPECT_EQ(images[b.indices()[0]], bytes_of(b["image"])) << b.indices()[0];
+  }
+  // GNU tar and Python's tarfile list the same members.
+  if (have("tar")) {
+    const std::string listed = dir_.string() + "/listed.txt";
+    std::string cmd = "tar tf " + shards[0].string() + " > " + listed;
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+    cmd =
+        "python3 -c \"import sys,tarfile; "
+        "print('\\n'.join(tarfile.open(sys.argv[1]).getnames()))\" " +
+        shards[0].string() + " | diff - " + listed;
+    EXPECT_EQ(std::system(cmd.c_str()), 0);
+    EXPECT_EQ(slurp(listed).substr(0, 13), keys[0] + ".png\n");
+  }
 }
