@@ -54,6 +54,12 @@ struct FERRY_API LoaderOptions {
   /// the first ragged field's length before it is cut into batches, and the window's batches
   /// are then shuffled (from seed and epoch): similar lengths share a batch, so padding falls.
   std::size_t bucket_window = 0;
+  /// > 0, with shuffle, for a dataset stored in shards (Dataset::shard_starts(), e.g.
+  /// WebDataset): the shards are permuted, taken this many at a time, and the samples shuffled
+  /// within each such window, so that an epoch reads a few shards at a time instead of jumping
+  /// across all of them. Deterministic from (seed, epoch); resumable at any batch. Not with
+  /// max_tokens or bucket_window (ConfigError), nor for a dataset without shards.
+  std::size_t shuffle_window = 0;
   void* stream = nullptr;  ///< CUDA stream the consumer computes on (nullptr: default)
 
   /// Options for this process of a distributed job, from its launcher's environment:

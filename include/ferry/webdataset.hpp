@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -80,8 +81,9 @@ class FERRY_API WebDataset final : public Dataset {
   std::size_t shard_of(std::size_t i) const;
   /// The shards, as given to open().
   const std::vector<std::filesystem::path>& shards() const noexcept;
-  /// The first sample of each shard, and size() at the end (shards().size() + 1 entries).
-  const std::vector<std::size_t>& shard_starts() const noexcept;
+  /// The first sample of each shard, and size() at the end (shards().size() + 1 entries): what
+  /// LoaderOptions::shuffle_window orders an epoch by.
+  std::span<const std::size_t> shard_starts() const noexcept override;
   const WebDatasetOptions& options() const noexcept;
 
   struct Impl;

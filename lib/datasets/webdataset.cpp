@@ -250,7 +250,7 @@ WebDataset::~WebDataset() = default;
 std::size_t WebDataset::size() const { return impl_->keys.size(); }
 std::vector<FieldSpec> WebDataset::fields() const { return impl_->fields; }
 const std::vector<fs::path>& WebDataset::shards() const noexcept { return impl_->paths; }
-const std::vector<std::size_t>& WebDataset::shard_starts() const noexcept {
+std::span<const std::size_t> WebDataset::shard_starts() const noexcept {
   return impl_->shard_starts;
 }
 const WebDatasetOptions& WebDataset::options() const noexcept { return impl_->options; }

@@ -48,6 +48,28 @@ inline Permutation epoch_permutation(std::uint64_t n, std::uint64_t seed,
   return Permutation(n, mix64(seed) ^ mix64(epoch + 1));
 }
 
+/// The shard-window order of an epoch (LoaderOptions::shuffle_window): the dataset's shards
+/// (groups of consecutive samples, from their first samples `starts`, size() last) are permuted,
+/// cut into windows of `window` shards, and the samples of each window permuted among
+/// themselves, all from (seed, epoch) only. Reading follows the windows, so a cold dataset is
+/// read a few shards at a time. Position p's sample is computed directly (O(log shards)) once
+/// the epoch's O(shards) table is built.
+class ShardWindows {
+ public:
+  /// \pre starts is non-decreasing, starts.front() == 0, window >= 1; `starts` outlives this.
+  ShardWindows(const std::vector<std::size_t>& starts, std::size_t window, std::uint64_t seed,
+               std::uint64_t epoch);
+  /// \pre position < starts.back().
+  std::uint64_t operator()(std::uint64_t position) const noexcept;
+
+ private:
+  std::vector<std::size_t> order_;     // shards in the epoch's order
+  std::vector<std::uint64_t> before_;  // samples before each of them, then the total
+  std::size_t window_;
+  std::uint64_t key_;
+  const std::vector<std::size_t>* starts_;
+};
+
 /// The order of one epoch for one rank, from (seed, epoch) only: the dataset's positions are
 /// permuted (or not), this rank takes every world_size-th of them starting at rank (padding by
 /// wrapping around, or dropping the remainder with drop_last, so every rank gets the same
@@ -61,6 +83,9 @@ class Sampler {
     bool drop_last = false;
     std::size_t rank = 0;
     std::size_t world_size = 1;
+    /// With shuffle: > 0 orders the epoch by ShardWindows of this many shards of `shard_starts`.
+    std::size_t shuffle_window = 0;
+    std::vector<std::size_t> shard_starts;
   };
 
   Sampler(std::size_t dataset_size, Options options) noexcept;
