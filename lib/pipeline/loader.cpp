@@ -113,31 +113,30 @@ int worker_count(int requested) {
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
-detail::Sampler::Options sampler_options(const Dataset& d, const LoaderOptions& o) {
-  detail::Sampler::Options s;
-  s.batch_size = o.batch_size;
-  s.shuffle = o.shuffle;
-  s.seed = o.seed;
-  s.drop_last = o.drop_last;
-  s.rank = static_cast<std::size_t>(o.rank);
-  s.world_size = static_cast<std::size_t>(o.world_size);
-  if (o.shuffle_window == 0) return s;
+detail::Sampler::Options sampler_options(const LoaderOptions& o) {
+  return {o.batch_size,
+          o.shuffle,
+          o.seed,
+          o.drop_last,
+          static_cast<std::size_t>(o.rank),
+          static_cast<std::size_t>(o.world_size)};
+}
+
+// LoaderOptions::shuffle_window over the dataset's shards.
+detail::SamplerWindows shard_windows(const Dataset& d, const LoaderOptions& o) {
+  if (o.shuffle_window == 0) return {};
   const std::span<const std::size_t> starts = d.shard_starts();
   if (o.max_tokens > 0 || o.bucket_window > 0) {
     throw ConfigError("Loader: shuffle_window does not combine with max_tokens or bucket_window");
   }
   if (starts.size() < 2 || starts.front() != 0 || starts.back() != d.size() ||
       !std::is_sorted(starts.begin(), starts.end())) {
-    throw ConfigError("Loader: shuffle_window needs a dataset stored in shards (" +
-                      std::string(starts.empty() ? "this one has none"
-                                                 : "its shard_starts() are "
-                                                   "not ordered from 0 to "
-                                                   "size()") +
-                      ")");
+    throw ConfigError(
+        std::string("Loader: shuffle_window needs a dataset stored in shards (") +
+        (starts.empty() ? "this one has none" : "its shard_starts() do not run from 0 to size()") +
+        ")");
   }
-  s.shuffle_window = o.shuffle_window;
-  s.shard_starts.assign(starts.begin(), starts.end());
-  return s;
+  return {o.shuffle_window, {starts.begin(), starts.end()}};
 }
 
 // Each field's operations after the copy: rows gathered where they live on the device, a
@@ -172,7 +171,7 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, const LoaderOpt
       capacity(options.max_tokens > 0 || options.bucket_window > 0
                    ? std::max<std::size_t>(1, std::min(options.batch_size, dataset->size()))
                    : staging_capacity(dataset->size(), options)),
-      sampler(dataset->size(), sampler_options(*dataset, options)),
+      sampler(dataset->size(), sampler_options(options), shard_windows(*dataset, options)),
       workers(worker_count(options.workers)),
       device_path(options.device.is_cuda() || simulated.enabled),
       arena(workers, /*reserved_for_masters=*/0) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <optional>
+#include <utility>
 
 namespace ferry::detail {
 
@@ -67,8 +68,8 @@ std::uint64_t ShardWindows::operator()(std::uint64_t position) const noexcept {
   return (*starts_)[order_[u]] + (q - before_[u]);
 }
 
-Sampler::Sampler(std::size_t dataset_size, Options options) noexcept
-    : n_(dataset_size), options_(options) {
+Sampler::Sampler(std::size_t dataset_size, Options options, SamplerWindows windows) noexcept
+    : n_(dataset_size), options_(options), windows_(std::move(windows)) {
   const std::size_t w = std::max<std::size_t>(options_.world_size, 1);
   // Rounding up without n + w - 1, which overflows for sizes near the top of size_t.
   per_rank_ = n_ / w + static_cast<std::size_t>(!options_.drop_last && n_ % w != 0);
@@ -87,8 +88,8 @@ void Sampler::batch(std::uint64_t epoch, std::size_t k, std::vector<std::uint64_
   const std::size_t w = std::max<std::size_t>(options_.world_size, 1);
   const Permutation perm = epoch_permutation(n_, options_.seed, epoch);
   std::optional<ShardWindows> windows;
-  if (options_.shuffle && options_.shuffle_window > 0) {
-    windows.emplace(options_.shard_starts, options_.shuffle_window, options_.seed, epoch);
+  if (options_.shuffle && windows_.window > 0) {
+    windows.emplace(windows_.starts, windows_.window, options_.seed, epoch);
   }
   for (std::size_t i = 0; i < count; ++i) {
     const std::size_t j = k * options_.batch_size + i;          // this rank's j-th sample

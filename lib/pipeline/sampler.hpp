@@ -70,6 +70,13 @@ class ShardWindows {
   const std::vector<std::size_t>* starts_;
 };
 
+/// With Sampler::Options::shuffle and window > 0: the epoch is ordered by ShardWindows of `window`
+/// shards of `starts` instead of one permutation of all samples.
+struct SamplerWindows {
+  std::size_t window = 0;
+  std::vector<std::size_t> starts;
+};
+
 /// The order of one epoch for one rank, from (seed, epoch) only: the dataset's positions are
 /// permuted (or not), this rank takes every world_size-th of them starting at rank (padding by
 /// wrapping around, or dropping the remainder with drop_last, so every rank gets the same
@@ -83,12 +90,9 @@ class Sampler {
     bool drop_last = false;
     std::size_t rank = 0;
     std::size_t world_size = 1;
-    /// With shuffle: > 0 orders the epoch by ShardWindows of this many shards of `shard_starts`.
-    std::size_t shuffle_window = 0;
-    std::vector<std::size_t> shard_starts;
   };
 
-  Sampler(std::size_t dataset_size, Options options) noexcept;
+  Sampler(std::size_t dataset_size, Options options, SamplerWindows windows = {}) noexcept;
 
   /// Samples this rank sees per epoch (padding included).
   std::size_t samples_per_rank() const noexcept { return per_rank_; }
@@ -101,6 +105,7 @@ class Sampler {
  private:
   std::size_t n_;
   Options options_;
+  SamplerWindows windows_;
   std::size_t per_rank_;
   std::size_t batches_;
 };
