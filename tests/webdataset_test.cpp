@@ -38,7 +38,7 @@ class WebDatasetTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
-           ("ferry-wds-" + std::to_string(::getpid()) + "-" +
+           (std::string("ferry-wds-") + std::to_string(::getpid()) + "-" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
@@ -61,7 +61,9 @@ class WebDatasetTest : public ::testing::Test {
 
   static std::string slurp(const fs::path& p) {
     std::ifstream in(p, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    std::string bytes(static_cast<std::size_t>(fs::file_size(p)), '\0');
+    in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    return bytes;
   }
 
   fs::path dir_;
@@ -130,7 +132,10 @@ TEST_F(WebDatasetTest, PythonTarfileShardsInEveryFormatReadAsWritten) {
     for (std::size_t v = i; v < i + 1 + i % 4; ++v) npy.push_back(static_cast<std::int32_t>(v));
     EXPECT_EQ(values<std::int32_t>(b["npy"]), npy) << i;
     std::string txt;
-    for (std::size_t r = 0; r < 1 + i % 3; ++r) txt += "text of sample " + std::to_string(i);
+    for (std::size_t r = 0; r < 1 + i % 3; ++r) {
+      txt += "text of sample ";
+      txt += std::to_string(i);
+    }
     EXPECT_EQ(bytes_of(b["txt"]), txt) << i;
     EXPECT_EQ(bytes_of(b["png"]), bytes_of((*it)["image"])) << i;
     ++it;
@@ -408,9 +413,15 @@ TEST_F(WebDatasetTest, ShuffleWindowReadsAFewShardsAtATimeDeterministically) {
   for (int s = 0; s < 6; ++s) {
     std::string bytes;
     for (int j = 0; j < 3 + s; ++j, ++n) {
-      bytes += tar_member("k" + std::to_string(n) + ".cls", std::to_string(n));
+      std::string name = "k";
+      name += std::to_string(n);
+      name += ".cls";
+      bytes += tar_member(name, std::to_string(n));
     }
-    shards.push_back(write("s" + std::to_string(s) + ".tar", bytes + std::string(1024, 0)));
+    std::string name = "s";
+    name += std::to_string(s);
+    name += ".tar";
+    shards.push_back(write(name, bytes + std::string(1024, 0)));
   }
   const auto ds = WebDataset::open(shards);
   ASSERT_EQ(ds->size(), n);

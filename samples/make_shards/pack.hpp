@@ -123,8 +123,11 @@ inline std::vector<std::filesystem::path> pack(
 /// A file's bytes.
 inline std::string file_bytes(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + path.string());
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  std::string bytes(static_cast<std::size_t>(std::filesystem::file_size(path)), '\0');
+  if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) {
+    throw std::runtime_error("cannot read " + path.string());
+  }
+  return bytes;
 }
 
 /// The extension of a file, lower-cased, without its dot ("JPG" -> "jpg").
@@ -138,8 +141,9 @@ inline std::string extension(const std::filesystem::path& path) {
 
 /// A 1-D little-endian float32 .npy file of `values`.
 inline std::string npy_f32(const float* values, std::size_t n) {
-  std::string header =
-      "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(n) + ",), }";
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (";
+  header += std::to_string(n);
+  header += ",), }";
   header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');
   header += '\n';
   std::string out = "\x93NUMPY\x01";
