@@ -476,3 +476,35 @@ TEST_F(WebDatasetTest, ShuffleWindowReadsAFewShardsAtATimeDeterministically) {
   expect_error<ferry::ConfigError>([&] { ferry::Loader bad(folderless, o); },
                                    {"shuffle_window", "shards"});
 }
+
+TEST_F(WebDatasetTest, ManyShardsAreOpenedPerReadAndAVanishedOneIsADataError) {
+  // More shards than are kept open: each read() opens its shard.
+  std::vector<fs::path> shards;
+  for (int s = 0; s < 130; ++s) {
+    std::string name = "s";
+    name += std::to_string(s);
+    std::string member = name;
+    member += ".cls";
+    name += ".tar";
+    shards.push_back(write(name, tar_member(member, std::to_string(s)) + std::string(1024, 0)));
+  }
+  WebDatasetOptions options;
+  options.index_files = false;
+  const auto ds = WebDataset::open(shards, options);
+  ASSERT_EQ(ds->size(), 130U);
+  fs::remove(shards[129]);
+  ferry::LoaderOptions o = cpu_options();
+  o.batch_size = 10;
+  ferry::Loader loader(ds, o);
+  std::vector<std::int64_t> got;
+  expect_error<DataError>(
+      [&] {
+        for (const ferry::Batch& b : loader.epoch(0)) {
+          for (const std::int64_t v : values<std::int64_t>(b["cls"])) got.push_back(v);
+        }
+      },
+      {"sample 129", shards[129].string(), "cannot open (it vanished since open?)"});
+  std::vector<std::int64_t> expected(120);
+  std::iota(expected.begin(), expected.end(), 0);
+  EXPECT_EQ(got, expected);
+}

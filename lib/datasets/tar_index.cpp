@@ -215,8 +215,8 @@ std::vector<TarMember> index_tar(std::uint64_t file_size, const TarReader& read,
     if (!meta && pending.pax_size) size = *pending.pax_size;
     const std::uint64_t data = pos + kBlock;
     const auto end = try_add<std::uint64_t>(data, size);
-    const std::uint64_t padded_size = size + (kBlock - size % kBlock) % kBlock;
-    const auto next = try_add<std::uint64_t>(data, padded_size);
+    const auto padded_size = try_add<std::uint64_t>(size, (kBlock - size % kBlock) % kBlock);
+    const auto next = padded_size ? try_add<std::uint64_t>(data, *padded_size) : std::nullopt;
     std::string name;
     if (!meta) {
       if (pending.pax_path) {

@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <charconv>
+#include <memory>
+#include <span>
 #include <system_error>
 #include <vector>
 
@@ -23,6 +25,21 @@ namespace {
 constexpr std::size_t kMaxClsBytes = 64;
 // A buffer that grew past this for one large image is released after it.
 constexpr std::size_t kKeepImageBytes = std::size_t{16} << 20;
+
+// This thread's buffer for encoded images: n bytes, never zeroed, reused image after image.
+std::span<std::byte> image_buffer(std::size_t n, bool release = false) {
+  thread_local std::unique_ptr<std::byte[]> data;
+  thread_local std::size_t capacity = 0;
+  if (release || n > capacity) {
+    data.reset();
+    capacity = 0;
+  }
+  if (n > capacity) {
+    data = std::make_unique_for_overwrite<std::byte[]>(n);
+    capacity = n;
+  }
+  return {data.get(), n};
+}
 
 std::size_t checked_index(std::size_t i, std::size_t size) {
   if (i >= size) {
@@ -133,13 +150,12 @@ void WebDataset::read(std::size_t index, SampleRef out) const {
                           std::to_string(loc.size) + " bytes, more than the " +
                           std::to_string(most) + " an image of ImageOptions::max_pixels takes");
         }
-        thread_local std::vector<std::byte> buffer;
-        buffer.resize(static_cast<std::size_t>(loc.size));
-        detail::wds::pread_exact(fd.get(), buffer, loc.offset, label, what);
+        const std::span<std::byte> bytes = image_buffer(static_cast<std::size_t>(loc.size));
+        detail::wds::pread_exact(fd.get(), bytes, loc.offset, label, what);
         std::string name = label.prefix();
         name += what;
-        decode_image(buffer, o, out.seed(), {out.as<std::uint8_t>(f), out.nbytes(f)}, name);
-        if (buffer.capacity() > kKeepImageBytes) std::vector<std::byte>().swap(buffer);
+        decode_image(bytes, o, out.seed(), {out.as<std::uint8_t>(f), out.nbytes(f)}, name);
+        if (bytes.size() > kKeepImageBytes) image_buffer(0, /*release=*/true);
         break;
       }
     }
