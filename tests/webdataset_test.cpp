@@ -54,7 +54,7 @@ class WebDatasetTest : public ::testing::Test {
   }
 
   fs::path write(const std::string& name, const std::string& bytes) const {
-    const fs::path p = dir_ / name;
+    fs::path p = dir_ / name;
     std::ofstream(p, std::ios::binary) << bytes;
     return p;
   }
@@ -364,7 +364,7 @@ TEST_F(WebDatasetTest, PackedImageFolderReadsBackAsTheFolderDoes) {
   const auto folder = ferry::ImageFolder::open(root, options.image);
   make_shards::PackOptions pack;
   pack.out = dir_ / "shards";
-  pack.shard_bytes = 6 * 1024;
+  pack.shard_bytes = std::uint64_t{6} * 1024;
   pack.seed = 3;
   const auto shards = make_shards::pack(
       folder->size(),

@@ -191,7 +191,7 @@ std::shared_ptr<WebDataset> WebDataset::open(std::vector<fs::path> shards,
   std::shared_ptr<WebDataset> ds(new WebDataset());
   ds->impl_ = std::make_unique<Impl>();
   Impl& impl = *ds->impl_;
-  impl.options = options;
+  impl.options = std::move(options);
   impl.paths = std::move(shards);
   std::vector<std::string> exts;  // the fields' extensions, sorted
   std::vector<detail::wds::NpyFirst> npy_first;
@@ -199,7 +199,8 @@ std::shared_ptr<WebDataset> WebDataset::open(std::vector<fs::path> shards,
     impl.shards.push_back(open_shard(path));
     const detail::wds::Shard& shard = impl.shards.back();
     refuse_compressed(shard);
-    const std::vector<detail::TarMember> members = index_shard(path, shard, options.index_files);
+    const std::vector<detail::TarMember> members =
+        index_shard(path, shard, impl.options.index_files);
     const detail::FileLabel label = shard.label();
     const std::vector<Group> groups = group_members(members, label);
     impl.shard_starts.push_back(impl.keys.size());
@@ -209,10 +210,10 @@ std::shared_ptr<WebDataset> WebDataset::open(std::vector<fs::path> shards,
       std::sort(exts.begin(), exts.end());
       for (const std::string& ext : exts) {
         impl.kinds.push_back(kind_of(ext));
-        impl.fields.push_back(impl.kinds.back() == Kind::image ? image_field(options.image, ext)
-                              : impl.kinds.back() == Kind::cls
-                                  ? FieldSpec{ext, DType::i64, {}}
-                                  : FieldSpec{ext, DType::u8, {ragged}});
+        impl.fields.push_back(
+            impl.kinds.back() == Kind::image ? image_field(impl.options.image, ext)
+            : impl.kinds.back() == Kind::cls ? FieldSpec{ext, DType::i64, {}}
+                                             : FieldSpec{ext, DType::u8, {ragged}});
       }
       npy_first.resize(exts.size());
     }
