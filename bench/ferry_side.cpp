@@ -67,9 +67,9 @@ constexpr std::size_t kDumpSamples = 64;         // of each, written to the dump
 constexpr std::size_t kLimitPngImages = 10'000;  // PNG decode limit: at most this many images
 
 constexpr const char* kUsage =
-    "usage: ferry_side inmem|png|jpeg|csv|shards-png|shards-jpeg --data PATH [--size N] [--workers N] [--batch N]\n"
-    "                  [--prefetch N] [--epochs N] [--warmup N] [--seed S] [--rss-epochs]\n"
-    "                  [--check DUMP]\n"
+    "usage: ferry_side inmem|png|jpeg|csv|shards-png|shards-jpeg --data PATH [--size N]\n"
+    "                  [--workers N] [--batch N] [--prefetch N] [--epochs N] [--warmup N]\n"
+    "                  [--seed S] [--rss-epochs] [--check DUMP]\n"
     "       ferry_side limits --fmnist DIR [--png ROOT] [--jpeg ROOT] [--csv FILE] [--reps N]";
 
 struct Args {
