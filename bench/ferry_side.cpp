@@ -9,6 +9,9 @@
 //   ferry_side jpeg   --data ROOT              ImageFolder 224 x 224 x 3, resize 256 then the
 //                                              central crop, Normalize{}: f32 [3, 224, 224]
 //   ferry_side csv    --data FILE              CsvDataset::open (timed) + the epochs
+//   ferry_side shards-png  --data DIR          WebDataset of DIR's *.tar (samples/make_shards),
+//   ferry_side shards-jpeg --data DIR          images decoded as png / jpeg above: "cls" i64,
+//                                              "png" or "jpg" f32 [C, H, W]; open (index) timed
 //   ferry_side limits --fmnist DIR [--png ROOT] [--jpeg ROOT] [--csv FILE]
 //
 // Loader options: --workers N (2) --batch N (256) --prefetch N (4) --seed S (42); device cpu,
@@ -64,9 +67,9 @@ constexpr std::size_t kDumpSamples = 64;         // of each, written to the dump
 constexpr std::size_t kLimitPngImages = 10'000;  // PNG decode limit: at most this many images
 
 constexpr const char* kUsage =
-    "usage: ferry_side inmem|png|jpeg|csv --data PATH [--size N] [--workers N] [--batch N]\n"
-    "                  [--prefetch N] [--epochs N] [--warmup N] [--seed S] [--rss-epochs]\n"
-    "                  [--check DUMP]\n"
+    "usage: ferry_side inmem|png|jpeg|csv|shards-png|shards-jpeg --data PATH [--size N]\n"
+    "                  [--workers N] [--batch N] [--prefetch N] [--epochs N] [--warmup N]\n"
+    "                  [--seed S] [--rss-epochs] [--check DUMP]\n"
     "       ferry_side limits --fmnist DIR [--png ROOT] [--jpeg ROOT] [--csv FILE] [--reps N]";
 
 struct Args {
@@ -523,6 +526,18 @@ ferry::ImageOptions jpeg_options() {
 
 std::uint64_t file_bytes(const fs::path& p) { return fs::file_size(p); }
 
+// The shards of a folder (its *.tar files, by name) as one WebDataset.
+std::shared_ptr<const ferry::Dataset> shards(const fs::path& dir, const ferry::ImageOptions& o) {
+  std::vector<fs::path> tars;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() == ".tar") tars.push_back(e.path());
+  }
+  std::sort(tars.begin(), tars.end());
+  ferry::WebDatasetOptions options;
+  options.image = o;
+  return ferry::WebDataset::open(tars, options);
+}
+
 /// Runs workload `a.workload` (not limits) and prints its JSON line.
 void run_workload(const Args& a) {
   if (a.data.empty()) throw std::invalid_argument("--data is required\n" + std::string(kUsage));
@@ -541,6 +556,8 @@ void run_workload(const Args& a) {
     data = ferry::ImageFolder::open(a.data, png_options());
   } else if (a.workload == "jpeg") {
     data = ferry::ImageFolder::open(a.data, jpeg_options());
+  } else if (a.workload == "shards-png" || a.workload == "shards-jpeg") {
+    data = shards(a.data, a.workload == "shards-png" ? png_options() : jpeg_options());
   } else if (a.workload == "csv") {
     // Parsing is part of the workload: timed, and reported with the file's size.
     data = ferry::CsvDataset::open(a.data);

@@ -104,6 +104,10 @@ class FERRY_API Dataset {
   /// these rows itself: on the device when they live there (nothing crosses the bus), and a loader
   /// on another device than the rows' GPU is refused. Any dataset made of tensors declares it.
   virtual std::span<const Tensor> rows_in_memory() const noexcept { return {}; }
+  /// Where the samples are stored in units read best one after another (the shards of a
+  /// WebDataset): the first sample of each unit, in order, then size(). Empty (the default) for
+  /// a dataset without such units. LoaderOptions::shuffle_window orders an epoch by them.
+  virtual std::span<const std::size_t> shard_starts() const noexcept { return {}; }
 };
 
 /// A dataset of tensors that share dimension 0 (the sample): {{"x", x}, {"y", y}}. Field i is

@@ -55,6 +55,12 @@ struct FERRY_API LoaderOptions {
   /// the first ragged field's length before it is cut into batches, and the window's batches
   /// are then shuffled (from seed and epoch): similar lengths share a batch, so padding falls.
   std::size_t bucket_window = 0;
+  /// > 0, with shuffle, for a dataset stored in shards (Dataset::shard_starts(), e.g.
+  /// WebDataset): the shards are permuted, taken this many at a time, and the samples shuffled
+  /// within each such window, so that an epoch reads a few shards at a time instead of jumping
+  /// across all of them. Deterministic from (seed, epoch); resumable at any batch. Not with
+  /// max_tokens or bucket_window (ConfigError), nor for a dataset without shards.
+  std::size_t shuffle_window = 0;
   /// The CUDA stream the consumer computes on (a cudaStream_t; nullptr: the default stream).
   /// Each batch's tensors are ordered on it (the stream waits for the copy, on the GPU), so
   /// `to_dlpack(stream)` with this same stream hands a batch over with no wait at all.

@@ -16,6 +16,11 @@ std::uint64_t EpochPlan::tokens(std::size_t samples, std::int64_t longest, std::
 }
 
 std::uint64_t EpochPlan::plan_key(const LoaderOptions& options) noexcept {
+  // Shard windows order the epoch differently too (they exclude bucketing).
+  if (options.shuffle && options.shuffle_window > 0) {
+    const std::uint64_t key = mix64(options.shuffle_window ^ 0x7368617264ULL);
+    return key == 0 ? 1 : key;
+  }
   if (options.bucket_window == 0) return 0;
   std::uint64_t key = mix64(options.bucket_window ^ 0x77696e646f77ULL);
   key = mix64(key ^ options.batch_size);

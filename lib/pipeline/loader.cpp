@@ -5,6 +5,7 @@
 #include "ferry/loader.hpp"
 
 #include <algorithm>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -122,6 +123,23 @@ detail::Sampler::Options sampler_options(const LoaderOptions& o) {
           static_cast<std::size_t>(o.world_size)};
 }
 
+// LoaderOptions::shuffle_window over the dataset's shards.
+detail::SamplerWindows shard_windows(const Dataset& d, const LoaderOptions& o) {
+  if (o.shuffle_window == 0) return {};
+  const std::span<const std::size_t> starts = d.shard_starts();
+  if (o.max_tokens > 0 || o.bucket_window > 0) {
+    throw ConfigError("Loader: shuffle_window does not combine with max_tokens or bucket_window");
+  }
+  if (starts.size() < 2 || starts.front() != 0 || starts.back() != d.size() ||
+      !std::is_sorted(starts.begin(), starts.end())) {
+    throw ConfigError(
+        std::string("Loader: shuffle_window needs a dataset stored in shards (") +
+        (starts.empty() ? "this one has none" : "its shard_starts() do not run from 0 to size()") +
+        ")");
+  }
+  return {o.shuffle_window, {starts.begin(), starts.end()}};
+}
+
 // Each field's operations after the copy: rows gathered where they live on the device, a
 // ragged field that travelled packed padded there, then normalization (FieldSpec::normalize).
 std::vector<std::vector<std::unique_ptr<detail::FieldOp>>> field_ops(
@@ -154,7 +172,7 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, const LoaderOpt
       capacity(options.max_tokens > 0 || options.bucket_window > 0
                    ? std::max<std::size_t>(1, std::min(options.batch_size, dataset->size()))
                    : staging_capacity(dataset->size(), options)),
-      sampler(dataset->size(), sampler_options(options)),
+      sampler(dataset->size(), sampler_options(options), shard_windows(*dataset, options)),
       workers(worker_count(options.workers)),
       device_path(options.device.is_cuda() || simulated.enabled),
       arena(workers, /*reserved_for_masters=*/0) {
@@ -286,7 +304,7 @@ Epoch Loader::resume(const LoaderState& state) {
         "Loader: the state's plan " + std::to_string(state.plan) + " is not this loader's (" +
         std::to_string(plan) +
         "): a bucketed epoch resumes only with the same bucket_window, batch_size, max_tokens, "
-        "ragged and pad_multiple");
+        "ragged and pad_multiple, a shard-windowed one with the same shuffle_window");
   }
   if (state.position > n) {
     throw ConfigError("Loader: the state's position " + std::to_string(state.position) +

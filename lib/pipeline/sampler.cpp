@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <optional>
+#include <utility>
 
 #include "core/checked.hpp"
 
@@ -39,8 +40,42 @@ std::uint64_t Permutation::operator()(std::uint64_t position) const noexcept {
   return x;
 }
 
-Sampler::Sampler(std::size_t dataset_size, Options options, std::uint64_t start) noexcept
-    : n_(dataset_size), options_(options), start_(std::min<std::uint64_t>(start, dataset_size)) {
+ShardWindows::ShardWindows(const std::vector<std::size_t>& starts, std::size_t window,
+                           std::uint64_t seed, std::uint64_t epoch)
+    : window_(window), key_(mix64(mix64(seed) ^ mix64(epoch + 0x5bd1e995))), starts_(&starts) {
+  const std::size_t shards = starts.size() - 1;
+  const Permutation perm(shards, key_);
+  order_.resize(shards);
+  before_.resize(shards + 1);
+  for (std::size_t t = 0; t < shards; ++t) {
+    order_[t] = perm(t);
+    before_[t + 1] = before_[t] + (starts[order_[t] + 1] - starts[order_[t]]);
+  }
+}
+
+std::uint64_t ShardWindows::operator()(std::uint64_t position) const noexcept {
+  // The shard (in the epoch's order) whose samples' positions hold `position`, and its window.
+  const auto t = static_cast<std::size_t>(
+      std::upper_bound(before_.begin(), before_.end(), position) - before_.begin() - 1);
+  const std::size_t first = t / window_ * window_;
+  const std::size_t last = std::min(first + window_, order_.size());
+  const std::uint64_t begin = before_[first];
+  // The window's samples, permuted among themselves.
+  const Permutation inside(before_[last] - begin, mix64(key_ ^ (first + 1)));
+  const std::uint64_t q = begin + inside(position - begin);
+  const auto u = static_cast<std::size_t>(
+      std::upper_bound(before_.begin() + static_cast<std::ptrdiff_t>(first),
+                       before_.begin() + static_cast<std::ptrdiff_t>(last), q) -
+      before_.begin() - 1);
+  return (*starts_)[order_[u]] + (q - before_[u]);
+}
+
+Sampler::Sampler(std::size_t dataset_size, Options options, SamplerWindows windows,
+                 std::uint64_t start) noexcept
+    : n_(dataset_size),
+      options_(options),
+      windows_(std::move(windows)),
+      start_(std::min<std::uint64_t>(start, dataset_size)) {
   const std::size_t w = std::max<std::size_t>(options_.world_size, 1);
   const std::size_t left = n_ - static_cast<std::size_t>(start_);
   // Rounding up without left + w - 1, which overflows for sizes near the top of size_t.
@@ -59,18 +94,22 @@ void Sampler::batch(std::uint64_t epoch, std::size_t k, std::vector<std::uint64_
   out.resize(count);
   const std::size_t w = std::max<std::size_t>(options_.world_size, 1);
   const Permutation perm = epoch_permutation(n_, options_.seed, epoch);
+  std::optional<ShardWindows> windows;
+  if (options_.shuffle && windows_.window > 0) {
+    windows.emplace(windows_.starts, windows_.window, options_.seed, epoch);
+  }
   for (std::size_t i = 0; i < count; ++i) {
     const std::size_t j = k * options_.batch_size + i;  // this rank's j-th sample of the run
     // start + j x w + rank < n + w (j < per_rank), which the loader checks does not overflow;
     // past n, padding wraps around to the epoch's first positions.
     const std::uint64_t global = (start_ + j * w + options_.rank) % n_;
-    out[i] = options_.shuffle ? perm(global) : global;
+    out[i] = windows ? (*windows)(global) : options_.shuffle ? perm(global) : global;
   }
 }
 
 std::size_t Sampler::number_offset() const noexcept {
   if (start_ == 0) return 0;
-  if (start_ == n_) return Sampler(n_, options_).batches();
+  if (start_ == n_) return Sampler(n_, options_, windows_).batches();
   const auto per_step =
       try_mul<std::uint64_t>(options_.batch_size, std::max<std::size_t>(options_.world_size, 1));
   if (!per_step || start_ % *per_step != 0) return 0;

@@ -48,6 +48,35 @@ inline Permutation epoch_permutation(std::uint64_t n, std::uint64_t seed,
   return Permutation(n, mix64(seed) ^ mix64(epoch + 1));
 }
 
+/// The shard-window order of an epoch (LoaderOptions::shuffle_window): the dataset's shards
+/// (groups of consecutive samples, from their first samples `starts`, size() last) are permuted,
+/// cut into windows of `window` shards, and the samples of each window permuted among
+/// themselves, all from (seed, epoch) only. Reading follows the windows, so a cold dataset is
+/// read a few shards at a time. Position p's sample is computed directly (O(log shards)) once
+/// the epoch's O(shards) table is built.
+class ShardWindows {
+ public:
+  /// \pre starts is non-decreasing, starts.front() == 0, window >= 1; `starts` outlives this.
+  ShardWindows(const std::vector<std::size_t>& starts, std::size_t window, std::uint64_t seed,
+               std::uint64_t epoch);
+  /// \pre position < starts.back().
+  std::uint64_t operator()(std::uint64_t position) const noexcept;
+
+ private:
+  std::vector<std::size_t> order_;     // shards in the epoch's order
+  std::vector<std::uint64_t> before_;  // samples before each of them, then the total
+  std::size_t window_;
+  std::uint64_t key_;
+  const std::vector<std::size_t>* starts_;
+};
+
+/// With Sampler::Options::shuffle and window > 0: the epoch is ordered by ShardWindows of `window`
+/// shards of `starts` instead of one permutation of all samples.
+struct SamplerWindows {
+  std::size_t window = 0;
+  std::vector<std::size_t> starts;
+};
+
 /// The order of one epoch for one rank, from (seed, epoch) only. The epoch's global order is
 /// the dataset's positions permuted (or not). A run of the epoch starts at a global position P
 /// (0: its beginning; a resumed run: where the job stood, whatever its world size and batch
@@ -56,7 +85,7 @@ inline Permutation epoch_permutation(std::uint64_t n, std::uint64_t seed,
 /// so every rank gets the same count, and cuts them into batches. Ranks in lockstep: once every
 /// rank has received k batches, exactly the global positions [P, P + k x batch_size x W) are
 /// consumed (capped at the dataset size), so a run from P = k x batch_size x W is the run from 0
-/// without its first k batches.
+/// without its first k batches. With shuffle_window, the global order is ShardWindows'.
 class Sampler {
  public:
   struct Options {
@@ -69,7 +98,8 @@ class Sampler {
   };
 
   /// \pre start <= dataset_size, and dataset_size + world_size does not overflow.
-  Sampler(std::size_t dataset_size, Options options, std::uint64_t start = 0) noexcept;
+  Sampler(std::size_t dataset_size, Options options, SamplerWindows windows = {},
+          std::uint64_t start = 0) noexcept;
 
   /// Samples this rank sees in the run (padding included).
   std::size_t samples_per_rank() const noexcept { return per_rank_; }
@@ -77,7 +107,7 @@ class Sampler {
   /// The global position the run starts at.
   std::uint64_t start() const noexcept { return start_; }
   /// The run of the same epoch order from global position `position` (<= the dataset size).
-  Sampler from(std::uint64_t position) const noexcept { return {n_, options_, position}; }
+  Sampler from(std::uint64_t position) const { return {n_, options_, windows_, position}; }
   /// The number of the run's first batch among the batches of a run from 0: the batch reaching
   /// the run's start (start = k x batch_size x world_size, or the epoch's end), else 0.
   std::size_t number_offset() const noexcept;
@@ -92,6 +122,7 @@ class Sampler {
  private:
   std::size_t n_;
   Options options_;
+  SamplerWindows windows_;
   std::uint64_t start_;
   std::size_t per_rank_;
   std::size_t batches_;
