@@ -208,8 +208,11 @@ void synchronize_stream(int index, Stream stream) {
   if (status == cudaSuccess) return;
   if (status != cudaErrorNotReady) FERRY_CUDA_CHECK(status);
   (void)cudaGetLastError();
-  note_host_sync();
-  FERRY_CUDA_CHECK(cudaStreamSynchronize(stream));
+  // Through a blocking-sync event, not cudaStreamSynchronize, which may spin (the context's
+  // default scheduling): wait_event counts the wait.
+  const PooledEvent event(index, EventKind::plain);
+  FERRY_CUDA_CHECK(cudaEventRecord(event.get(), stream));
+  wait_event(event.get());
 }
 
 }  // namespace ferry::detail::cuda

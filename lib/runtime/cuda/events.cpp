@@ -2,9 +2,11 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime/cuda/cuda_handles.hpp"
@@ -15,6 +17,8 @@ namespace ferry::detail::cuda {
 namespace {
 
 constexpr int kMaxDevices = 64;
+// How long a host wait polls before it sleeps.
+constexpr auto kPollFor = std::chrono::microseconds(50);
 
 struct Pool {
   std::mutex mutex;
@@ -121,6 +125,14 @@ bool event_done(cudaEvent_t event) {
 void wait_event(cudaEvent_t event) {
   if (event_done(event)) return;
   note_host_sync();
+  // A short wait (a copy about to end) is caught by polling for a few microseconds, without a
+  // blocking sync's wake-up latency; a long one sleeps in cudaEventSynchronize (the event is
+  // made with cudaEventBlockingSync) instead of spinning a core the workers need.
+  const auto until = std::chrono::steady_clock::now() + kPollFor;
+  while (std::chrono::steady_clock::now() < until) {
+    if (event_done(event)) return;
+    std::this_thread::yield();
+  }
   FERRY_CUDA_CHECK(cudaEventSynchronize(event));
 }
 
