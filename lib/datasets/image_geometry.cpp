@@ -157,8 +157,9 @@ void place(const Decoded& d, const ImagePlan& p, const Fit& f, const ImageOption
   const int x0 = p.flip ? o.width - p.out_x1 : p.out_x0;
   std::uint8_t* dst =
       out + static_cast<std::size_t>(p.out_y0) * out_row + static_cast<std::size_t>(x0) * c;
-  resample(d.pixels, static_cast<std::size_t>(d.width) * c, d.left, d.top, o.channels, f.x, f.y,
-           p.flip, dst, out_row);
+  const int in = d.channels != 0 ? d.channels : o.channels;
+  resample(d.pixels, static_cast<std::size_t>(d.width) * static_cast<std::size_t>(in), d.left,
+           d.top, in, o.channels, f.x, f.y, p.flip, dst, out_row);
 }
 
 }  // namespace ferry::detail::image

@@ -77,6 +77,7 @@ struct Decoded {
   const std::uint8_t* pixels = nullptr;
   int width = 0;
   int left = 0, top = 0;
+  int channels = 0;  ///< 0: the output's; 4 for a 3-channel output where packs_rgbx()
 };
 
 // How the plan's source box maps onto its output window, in the decoded image's pixels (an

@@ -191,8 +191,11 @@ void decode_jpeg(std::span<const std::uint8_t> bytes, const ImageOptions& o, std
   const Fit& fit = fit_image(plan, o, static_cast<double>(scale.num) / scale.denom, w, h, name);
 
   const bool cmyk = c->jpeg_color_space == JCS_CMYK || c->jpeg_color_space == JCS_YCCK;
+  // RGB decoded as RGBX where the resize then runs faster (libjpeg-turbo writes either as fast).
+  const bool rgbx = !cmyk && o.channels == 3 && packs_rgbx(fit.x, fit.y);
   c->out_color_space = cmyk              ? JCS_CMYK
                        : o.channels == 1 ? JCS_GRAYSCALE
+                       : rgbx            ? JCS_EXT_RGBX
                        : o.channels == 3 ? JCS_RGB
                                          : JCS_EXT_RGBA;
   c->scale_num = static_cast<unsigned>(scale.num);
@@ -210,7 +213,7 @@ void decode_jpeg(std::span<const std::uint8_t> bytes, const ImageOptions& o, std
     fail(name, "corrupt JPEG: libjpeg decodes it as " + std::to_string(c->output_width) + " x " +
                    std::to_string(c->output_height) + " pixels");
   }
-  const int channels = cmyk ? 4 : o.channels;
+  const int channels = cmyk || rgbx ? 4 : o.channels;
   // columns × the rows read: within the (scaled) image, so within max_pixels.
   const int rows = fit.y.hi - fit.y.lo;
   std::uint8_t* px = pixel_buffer(static_cast<int>(columns), rows, channels, name);
@@ -222,7 +225,8 @@ void decode_jpeg(std::span<const std::uint8_t> bytes, const ImageOptions& o, std
   if (cmyk) {
     cmyk_to(px, static_cast<std::size_t>(columns) * static_cast<std::size_t>(rows), o.channels);
   }
-  place({px, static_cast<int>(columns), static_cast<int>(x), fit.y.lo}, plan, fit, o, out);
+  place({px, static_cast<int>(columns), static_cast<int>(x), fit.y.lo, rgbx ? 4 : 0}, plan, fit, o,
+        out);
 }
 
 }  // namespace ferry::detail::image

@@ -42,12 +42,18 @@ void plan_axis(double b0, double b1, int size, int out, ResampleAxis& axis);
 double resample_bytes(double box_x, double box_y, int src_w, int src_h, int out_w, int out_h,
                       int channels);
 
-/// Resizes: `src` holds the image's pixels from column `left`, row `top` on (HWC u8 of
-/// `channels`, rows `src_stride` bytes apart), covering at least [ax.lo, ax.hi) × [ay.lo,
-/// ay.hi); writes ax.out × ay.out pixels to `dst` (rows `dst_stride` bytes apart), mirrored
-/// left-right when `flip`. Its working memory comes from this thread's resize scratch.
-void resample(const std::uint8_t* src, std::size_t src_stride, int left, int top, int channels,
-              const ResampleAxis& ax, const ResampleAxis& ay, bool flip, std::uint8_t* dst,
-              std::size_t dst_stride);
+/// Whether resample() takes 4-channel RGBX for a 3-channel output on these axes (the
+/// horizontal pass then computes a pixel's four lanes as one vector and drops the fourth): where
+/// the horizontal pass comes last, so that the image between the passes stays the smaller one.
+bool packs_rgbx(const ResampleAxis& ax, const ResampleAxis& ay);
+
+/// Resizes: `src` holds the image's pixels from column `left`, row `top` on (HWC u8 of `in`
+/// channels, rows `src_stride` bytes apart), covering at least [ax.lo, ax.hi) × [ay.lo,
+/// ay.hi); writes ax.out × ay.out pixels of `channels` to `dst` (rows `dst_stride` bytes
+/// apart), mirrored left-right when `flip`. `in` is `channels`, or 4 for 3 where packs_rgbx().
+/// Its working memory comes from this thread's resize scratch.
+void resample(const std::uint8_t* src, std::size_t src_stride, int left, int top, int in,
+              int channels, const ResampleAxis& ax, const ResampleAxis& ay, bool flip,
+              std::uint8_t* dst, std::size_t dst_stride);
 
 }  // namespace ferry::detail::image
