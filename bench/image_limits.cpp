@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
-#include <ctime>
 #include <stdexcept>
 #include <string>
 
@@ -27,22 +27,17 @@ double median_of(std::vector<double> v) {
 }
 
 // Seconds of `reps` passes of f() (after a warm-up one): their median.
-// This thread's CPU seconds: on a shared machine, time sliced away from the thread does not
-// count against the limit (nor does it against ferry's CPU time; its wall-time rate is what
-// bench/compare divides, so a busy machine makes the fraction look worse, never better).
-double thread_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
+// Seconds of `reps` passes of f() (after a warm-up one), wall time as the loader's rate is
+// timed (a busy machine slows both alike; bench/images profiles in CPU time): their median.
 template <class F>
 double median_seconds(int reps, F f) {
   std::vector<double> s;
   for (int r = 0; r <= reps; ++r) {
-    const double t0 = thread_seconds();
+    const auto t0 = std::chrono::steady_clock::now();
     f();
-    if (r > 0) s.push_back(thread_seconds() - t0);
+    if (r > 0) {
+      s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
   }
   return median_of(s);
 }
