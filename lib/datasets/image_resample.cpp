@@ -54,7 +54,7 @@ FERRY_RESAMPLE_CLONES void horizontal(const std::uint8_t* src, std::size_t src_s
         using V4 = std::int32_t __attribute__((vector_size(16)));
         V4 sum = {kHalf, kHalf, kHalf, kHalf};
         for (int k = 0; k < taps; ++k) {
-          const std::uint8_t* q = p + k * 4;
+          const std::uint8_t* q = p + static_cast<std::ptrdiff_t>(k) * 4;
           const V4 px = {q[0], q[1], q[2], q[3]};
           sum += px * static_cast<std::int32_t>(w[k]);
         }
