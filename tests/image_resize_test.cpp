@@ -229,7 +229,7 @@ TEST(ImageResize, CroppedAndDctScaledDecodesMatchTheWholeImageResized) {
     o.geometry = ferry::Geometry::random_resized_crop;
     o.random_flip = true;
     int scaled = 0;
-    for (std::uint64_t seed = 0; seed < 16; ++seed) {
+    for (std::uint64_t seed = 0; seed < 6; ++seed) {
       const ferry::detail::ImagePlan p =
           ferry::detail::plan_image(full.width, full.height, o, seed);
       const ferry::detail::JpegScale s =
@@ -248,7 +248,7 @@ TEST(ImageResize, CroppedAndDctScaledDecodesMatchTheWholeImageResized) {
     o.height = o.width = 112;
     o.resize = 128;
     EXPECT_LE(mean_abs_diff(decode(jpeg, o), decode(png, o)), 2.0);
-    EXPECT_LT(scaled, 16);
+    EXPECT_LT(scaled, 6);
   }
 }
 
