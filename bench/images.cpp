@@ -16,6 +16,9 @@
 //   twice one core's rate, less the loader's own cost). It needs two idle cores; on a shared
 //   machine the CPU-time ratio (CPU seconds of (a) over those of (b), all threads) tells the
 //   loader's own cost apart from cores taken by other work.
+// Then, per folder, where one thread's time goes (thread CPU µs per image): the file read,
+// ferry's decode from memory, the resize alone, and the machine's limit (bench/image_limits.hpp:
+// libjpeg-turbo's full decode; open + read + libspng).
 // The files are read from the page cache (they were just written, and the warm-up reads them).
 // With --normalize the loader also normalizes, on its workers after each read (u8 HWC to f32
 // CHW: ImageNet's mean/std for the JPEGs, Normalize{} for the PNGs), as a training loop that

@@ -132,7 +132,7 @@ Fit& fit_image(const ImagePlan& p, const ImageOptions& o, double scale, int widt
   const double ry0 = p.y0 * scale;
   const double rx1 = std::min(p.x1 * scale, static_cast<double>(width));
   const double ry1 = std::min(p.y1 * scale, static_cast<double>(height));
-  const double need = resample_bytes(rx1 - rx0, ry1 - ry0, width, height, win_w, win_h, o.channels);
+  const double need = resample_bytes(rx1 - rx0, ry1 - ry0, width, win_w, win_h, o.channels);
   if (!(need <= static_cast<double>(kMaxResizeBytes))) {
     fail(name, "resizing " + std::to_string(width) + " x " + std::to_string(height) +
                    " pixels to " + std::to_string(win_w) + " x " + std::to_string(win_h) +

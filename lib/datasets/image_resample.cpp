@@ -263,17 +263,13 @@ void plan_axis(double b0, double b1, int size, int out, ResampleAxis& a) {
   a.identity = identity;
 }
 
-double resample_bytes(double box_x, double box_y, int src_w, int src_h, int out_w, int out_h,
-                      int channels) {
+double resample_bytes(double box_x, double box_y, int src_w, int out_w, int out_h, int channels) {
   const double tx = taps_bound(box_x, out_w);
   const double ty = taps_bound(box_y, out_h);
   const double span_w = std::min<double>(src_w, box_x + tx);
-  const double span_h = std::min<double>(src_h, box_y + ty);
   const double tables = out_w * (4 + 2 * tx) + out_h * (4 + 2 * ty);
-  // vertical_first() allows twice the smaller image between the passes, of RGBX for RGB.
-  const double between = 2 * std::min(out_h * span_w, span_h * out_w) * std::max(channels, 4);
-  const double sums = std::max(span_w, static_cast<double>(out_w)) * channels * 4;
-  return tables + between + sums;
+  const double sums = std::max(span_w, static_cast<double>(out_w)) * std::max(channels, 4) * 4;
+  return tables + sums;
 }
 
 // Whether the vertical pass goes first: the horizontal pass (a few taps per output pixel, the

@@ -37,10 +37,12 @@ struct ResampleAxis {
 /// come out as identity.
 void plan_axis(double b0, double b1, int size, int out, ResampleAxis& axis);
 
-/// An upper bound of the bytes plan_axis() and resample() need for these sizes (weights,
-/// starts, the intermediate image and a row of accumulators), before anything is allocated.
-double resample_bytes(double box_x, double box_y, int src_w, int src_h, int out_w, int out_h,
-                      int channels);
+/// An upper bound of the bytes plan_axis() and resample() need for these sizes beyond the
+/// images themselves (weights, starts, a row of sums), before anything is allocated: what an
+/// absurd output of a tiny image would blow up. (The image between the passes is at most twice
+/// the smaller of the source region and the output, in RGBX: of the order of what max_pixels
+/// already admits.)
+double resample_bytes(double box_x, double box_y, int src_w, int out_w, int out_h, int channels);
 
 /// Whether resample() takes 4-channel RGBX for a 3-channel output on these axes (the
 /// horizontal pass then computes a pixel's four lanes as one vector and drops the fourth): where
