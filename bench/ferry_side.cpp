@@ -26,9 +26,12 @@
 // limits: what the hardware allows for each workload, measured here and now:
 //   gather  one thread gathers Fashion-MNIST's 784-byte rows (and 8-byte labels) in shuffled
 //           order into a batch buffer laid out as the loader's: bytes/s and samples/s;
-//   png     ImageFolder read() of the PNG workload on one worker (a Loader with workers 1,
-//           shuffle off, normalize included): samples/s per core, times the cores;
-//   jpeg    the same for the JPEG workload (decode, resize, crop, normalize);
+//   png     the PNG files opened and read one by one, plus libspng's decode of their bytes
+//           (bench/image_limits.hpp), on one thread: images/s per core, times the cores; beside
+//           it ferry's own rate with one worker (ImageFolder, normalize included);
+//   jpeg    libjpeg-turbo's decode of the whole of each JPEG (TurboJPEG, RGB, from memory), on
+//           one thread, times the cores; and ferry's one-worker rate (decode, crop, resize,
+//           normalize);
 //   parse   std::from_chars over the CSV file's fields on one thread: MB/s, times the cores.
 
 #include <sys/resource.h>
@@ -56,6 +59,7 @@
 #include <vector>
 
 #include "ferry/ferry.hpp"
+#include "image_limits.hpp"
 
 namespace {
 
@@ -699,16 +703,27 @@ void run_limits(const Args& a) {
                           .num("bytes_per_sample", sample_bytes)
                           .text());
   }
+  // The machine's limit (bench/image_limits.hpp) per core, times the cores; beside it, ferry's
+  // own rate with one worker (decode, resize, normalize, the loader).
   const auto decode = [&](const char* key, const fs::path& root, const ferry::ImageOptions& o,
                           std::size_t limit) {
     if (root.empty()) return;
     auto folder = ferry::ImageFolder::open(root, o);
     auto data = std::make_shared<Spread>(folder, limit);
-    const double per_core = one_worker_rate(data, a.reps);
+    std::vector<fs::path> files;
+    for (std::size_t i = 0; i < data->size(); ++i) {
+      files.push_back(folder->path(i * folder->size() / data->size()));
+    }
+    const bench::ImageLimit lim = std::string_view(key) == "png" ? bench::png_limit(files, a.reps)
+                                                                 : bench::jpeg_limit(files, a.reps);
+    const double one_worker = one_worker_rate(data, a.reps);
     out.raw(key, Json()
                      .integer("images", data->size())
-                     .num("per_core_samples_per_s", per_core)
-                     .num("samples_per_s", per_core * cores)
+                     .num("read_us", lim.read_s * 1e6)
+                     .num("decode_us", lim.decode_s * 1e6)
+                     .num("per_core_samples_per_s", lim.per_core())
+                     .num("samples_per_s", lim.per_core() * cores)
+                     .num("ferry_one_worker_samples_per_s", one_worker)
                      .text());
   };
   decode("png", a.png, png_options(), kLimitPngImages);

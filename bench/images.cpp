@@ -16,6 +16,9 @@
 //   twice one core's rate, less the loader's own cost). It needs two idle cores; on a shared
 //   machine the CPU-time ratio (CPU seconds of (a) over those of (b), all threads) tells the
 //   loader's own cost apart from cores taken by other work.
+// Then, per folder, where one thread's time goes (thread CPU µs per image): the file read,
+// ferry's decode from memory, the resize alone, and the machine's limit (bench/image_limits.hpp:
+// libjpeg-turbo's full decode; open + read + libspng).
 // The files are read from the page cache (they were just written, and the warm-up reads them).
 // With --normalize the loader also normalizes, on its workers after each read (u8 HWC to f32
 // CHW: ImageNet's mean/std for the JPEGs, Normalize{} for the PNGs), as a training loop that
@@ -37,6 +40,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -48,7 +52,9 @@
 #include <vector>
 
 #include "datasets/image_decode.hpp"
+#include "datasets/image_internal.hpp"
 #include "ferry/ferry.hpp"
+#include "image_limits.hpp"
 
 namespace {
 
@@ -373,6 +379,92 @@ Row measure(const std::string& name, const fs::path& root, const ferry::ImageOpt
   return {name, n, median(s), median(a), median(b), median(cpu)};
 }
 
+// Where one thread's time goes, per image (CPU µs of the thread, medians of `reps` passes): the
+// file read alone (open, fstat, read: ImageFolder's read_file_bytes), ferry's decode from memory
+// (the cropped decode and the resize), the resize alone (fit + resample of an image decoded
+// beforehand, over the first 64 files), and the machine's limit (bench/image_limits.hpp): libspng's
+// decode after open + read, or libjpeg-turbo's decode of the whole image.
+void profile(const std::string& name, const fs::path& root, const ferry::ImageOptions& o, int reps,
+             bool jpeg) {
+  const auto ds = ferry::ImageFolder::open(root, o);
+  const std::size_t n = ds->size();
+  std::vector<fs::path> files;
+  std::vector<Bytes> encoded;
+  for (std::size_t i = 0; i < n; ++i) {
+    files.push_back(ds->path(i));
+    const auto bytes = ferry::detail::read_file_bytes(files.back(), "bench");
+    encoded.emplace_back(bytes.begin(), bytes.end());
+  }
+  Bytes out(static_cast<std::size_t>(o.height * o.width * o.channels));
+  // This thread's CPU time, not wall time: on a shared machine, time sliced away from it does not
+  // count (caches shared with other work still do).
+  const auto thread_seconds = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+  };
+  const auto per_image = [&](std::size_t count, auto f) {
+    std::vector<double> s;
+    for (int r = 0; r <= reps; ++r) {
+      const double t0 = thread_seconds();
+      f();
+      if (r > 0) s.push_back(thread_seconds() - t0);
+    }
+    return median(s) / static_cast<double>(count) * 1e6;
+  };
+  const double read = per_image(n, [&] {
+    for (const fs::path& p : files) (void)ferry::detail::read_file_bytes(p, "bench");
+  });
+  const double decode = per_image(n, [&] {
+    for (std::size_t i = 0; i < n; ++i) {
+      ferry::detail::decode_image(encoded[i], o, i, out.data(), "bench");
+    }
+  });
+  // The resize alone, on whole images decoded beforehand (as the PNG path resizes).
+  const std::size_t some = std::min<std::size_t>(n, 64);
+  std::vector<Bytes> decoded;
+  std::vector<std::pair<int, int>> sizes;
+  tjhandle tj = tjInitDecompress();
+  for (std::size_t i = 0; i < some && jpeg; ++i) {
+    int w = 0, h = 0, sub = 0, cs = 0;
+    tjDecompressHeader3(tj, encoded[i].data(), encoded[i].size(), &w, &h, &sub, &cs);
+    Bytes px(static_cast<std::size_t>(w * h * o.channels));
+    tjDecompress2(tj, encoded[i].data(), encoded[i].size(), px.data(), w, 0, h,
+                  o.channels == 1 ? TJPF_GRAY : TJPF_RGB, 0);
+    decoded.push_back(std::move(px));
+    sizes.emplace_back(w, h);
+  }
+  tjDestroy(tj);
+  const double resize = !jpeg ? 0.0 : per_image(some, [&] {
+    namespace im = ferry::detail::image;
+    for (std::size_t i = 0; i < some; ++i) {
+      const auto [w, h] = sizes[i];
+      const ferry::detail::ImagePlan plan = ferry::detail::plan_image(w, h, o, i);
+      const im::Fit& fit = im::fit_image(plan, o, 1.0, w, h, "bench");
+      im::place({decoded[i].data(), w, 0, 0}, plan, fit, o, out.data());
+    }
+  });
+  const bench::ImageLimit lim =
+      jpeg ? bench::jpeg_limit(files, reps) : bench::png_limit(files, reps);
+  std::printf(
+      "\nWhere one thread's time goes, %s (%zu images, thread CPU µs per image, medians of "
+      "%d):\n\n",
+      name.c_str(), n, reps);
+  std::printf("| stage | µs/image |\n|---|---:|\n");
+  std::printf("| file read (open + fstat + read, ImageFolder's) | %.1f |\n", read);
+  std::printf("| ferry decode from memory (%s) | %.1f |\n",
+              jpeg ? "cropped libjpeg decode + resize" : "libspng + copy", decode);
+  if (jpeg) {
+    std::printf("| of which the resize (alone, on whole decoded images) | %.1f |\n", resize);
+    std::printf("| limit: libjpeg-turbo full-image decode (TurboJPEG, RGB) | %.1f |\n",
+                lim.decode_s * 1e6);
+  } else {
+    std::printf("| limit: open + read (%.1f) + libspng decode (%.1f) | %.1f |\n", lim.read_s * 1e6,
+                lim.decode_s * 1e6, (lim.read_s + lim.decode_s) * 1e6);
+  }
+  std::printf("| ferry per file, one thread: read + decode | %.1f |\n", read + decode);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -405,6 +497,8 @@ int main(int argc, char** argv) {
     std::vector<Row> rows;
     rows.push_back(measure("jpeg 500x375 -> 224x224x3", root / "jpeg", imagenet, args.reps));
     rows.push_back(measure("png 28x28 -> 28x28x1", root / "png", mnist, args.reps));
+    profile("jpeg 500x375 -> 224x224x3", root / "jpeg", imagenet, args.reps, true);
+    profile("png 28x28 -> 28x28x1", root / "png", mnist, args.reps, false);
     if (temporary) fs::remove_all(root);
 
     std::printf("Medians of %d runs (JPEG files: %.1f KB on average, quality 90, 4:2:0).\n\n",

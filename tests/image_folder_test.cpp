@@ -23,15 +23,9 @@
 #include <vector>
 
 #include "datasets/image_decode.hpp"
+#include "datasets/image_internal.hpp"
 #include "ferry/ferry.hpp"
 #include "pipeline/staging.hpp"
-
-// The reference resizer: stb_image_resize compiled here, as ImageFolder compiles it (its
-// spurious weight-sum asserts off).
-#define STBIR_ASSERT(x) ((void)0)
-#define STB_IMAGE_RESIZE_STATIC
-#define STB_IMAGE_RESIZE_IMPLEMENTATION
-#include <stb_image_resize.h>
 
 namespace {
 
@@ -605,15 +599,56 @@ TEST_F(ImageFolderTest, CenterCropTakesTorchvisionsOffsets) {
   }
 }
 
-// stb_image_resize's triangle filter over the whole image, as a reference for ImageFolder's
-// resize of only the region it keeps.
+// PIL's antialiased bilinear resize of the whole image, in doubles (rounded once, at the end):
+// the reference that ImageFolder's fixed-point resampler of only the region it keeps rounds.
 Bytes resize_whole(const Bytes& px, int w, int h, int to_w, int to_h, int channels) {
-  Bytes out(static_cast<std::size_t>(to_w * to_h * channels));
-  EXPECT_EQ(stbir_resize_region(px.data(), w, h, 0, out.data(), to_w, to_h, 0, STBIR_TYPE_UINT8,
-                                channels, STBIR_ALPHA_CHANNEL_NONE, 0, STBIR_EDGE_CLAMP,
-                                STBIR_EDGE_CLAMP, STBIR_FILTER_TRIANGLE, STBIR_FILTER_TRIANGLE,
-                                STBIR_COLORSPACE_LINEAR, nullptr, 0, 0, 1, 1),
-            1);
+  using Taps = std::vector<std::vector<std::pair<int, double>>>;
+  const auto axis = [](int size, int out) {
+    Taps taps(static_cast<std::size_t>(out));
+    const double scale = static_cast<double>(size) / out;
+    const double support = std::max(scale, 1.0);
+    for (int i = 0; i < out; ++i) {
+      const double center = (i + 0.5) * scale;
+      const int lo = std::max(0, static_cast<int>(std::floor(center - support + 0.5)));
+      const int hi = std::min(size, static_cast<int>(std::floor(center + support + 0.5)));
+      double sum = 0;
+      auto& t = taps[static_cast<std::size_t>(i)];
+      for (int j = lo; j < hi; ++j) {
+        const double v = std::max(0.0, 1 - std::abs(j + 0.5 - center) / support);
+        t.emplace_back(j, v);
+        sum += v;
+      }
+      for (auto& [j, v] : t) v /= sum;
+    }
+    return taps;
+  };
+  const Taps tx = axis(w, to_w);
+  const Taps ty = axis(h, to_h);
+  const auto c = static_cast<std::size_t>(channels);
+  std::vector<double> mid(static_cast<std::size_t>(h * to_w) * c, 0.0);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < to_w; ++x) {
+      for (const auto& [j, v] : tx[static_cast<std::size_t>(x)]) {
+        for (std::size_t k = 0; k < c; ++k) {
+          mid[(static_cast<std::size_t>(y * to_w + x)) * c + k] +=
+              v * px[static_cast<std::size_t>(y * w + j) * c + k];
+        }
+      }
+    }
+  }
+  Bytes out(static_cast<std::size_t>(to_w * to_h) * c);
+  for (int y = 0; y < to_h; ++y) {
+    for (int x = 0; x < to_w; ++x) {
+      for (std::size_t k = 0; k < c; ++k) {
+        double sum = 0;
+        for (const auto& [j, v] : ty[static_cast<std::size_t>(y)]) {
+          sum += v * mid[static_cast<std::size_t>(j * to_w + x) * c + k];
+        }
+        out[static_cast<std::size_t>(y * to_w + x) * c + k] =
+            static_cast<std::uint8_t>(std::clamp(std::lround(sum), 0L, 255L));
+      }
+    }
+  }
   return out;
 }
 
@@ -635,17 +670,19 @@ TEST_F(ImageFolderTest, ResizingOnlyTheCroppedRegionMatchesResizingAllThenCroppi
   o.height = o.width = 28;
   const Bytes got = decode_one(png, o);
   const Bytes ref = crop(resize_whole(px, kW, kH, 42, 32, 3), 42, 3, 7, 2, 28, 28);
-  EXPECT_LT(mean_abs_diff(got, ref), 0.1);
+  // Within rounding: the fixed-point resampler rounds to u8 between its two passes (as PIL
+  // does), the reference only at the end.
+  EXPECT_LT(mean_abs_diff(got, ref), 0.3);
   // Upscaling: Resize(200) -> 266 × 200, CenterCrop(150 × 100) at (83, 25).
   o.resize = 200;
   o.height = 150;
   o.width = 100;
   const Bytes up = decode_one(png, o);
   const Bytes up_ref = crop(resize_whole(px, kW, kH, 266, 200, 3), 266, 3, 83, 25, 100, 150);
-  EXPECT_LT(mean_abs_diff(up, up_ref), 0.1);
+  EXPECT_LT(mean_abs_diff(up, up_ref), 0.3);
   // Geometry::resize: straight to 50 × 20, aspect not kept.
   const Bytes straight = decode_one(png, identity(50, 20, 3));
-  EXPECT_LT(mean_abs_diff(straight, resize_whole(px, kW, kH, 50, 20, 3)), 0.1);
+  EXPECT_LT(mean_abs_diff(straight, resize_whole(px, kW, kH, 50, 20, 3)), 0.3);
 }
 
 TEST_F(ImageFolderTest, RandomResizedCropFollowsTorchvisionsRules) {
@@ -759,7 +796,7 @@ TEST_F(ImageFolderTest, JpegIsScaledInTheDctDomainWhenTheOutputNeedsHalfOrLess) 
     return s.num * denom == num * s.denom;
   };
   EXPECT_TRUE(is(pick_jpeg_scale(0.25, 0.25), 1, 4));
-  EXPECT_TRUE(is(pick_jpeg_scale(0.3, 0.2), 3, 8));
+  EXPECT_TRUE(is(pick_jpeg_scale(0.3, 0.2), 1, 2));  // 1/2, 1/4 and 1/8 only
   EXPECT_TRUE(is(pick_jpeg_scale(0.5, 0.5), 1, 2));
   EXPECT_TRUE(is(pick_jpeg_scale(0.1, 0.125), 1, 8));
   EXPECT_TRUE(is(pick_jpeg_scale(0.13, 0.1), 1, 4));
@@ -782,7 +819,7 @@ TEST_F(ImageFolderTest, JpegIsScaledInTheDctDomainWhenTheOutputNeedsHalfOrLess) 
   EXPECT_EQ(got, turbo_decode(jpeg, TJPF_RGB, 128, 128));
   const Bytes full = resize_whole(turbo_decode(jpeg, TJPF_RGB), kSide, kSide, 128, 128, 3);
   EXPECT_LT(mean_abs_diff(got, full), 1.0);
-  // 3/8 for 160 × 160 (160 / 512 = 0.3125), then resized 192 -> 160.
+  // 1/2 for 160 × 160 (160 / 512 = 0.3125), then resized 256 -> 160.
   const Bytes mid = decode_one(jpeg, identity(160, 160, 3));
   const Bytes mid_full = resize_whole(turbo_decode(jpeg, TJPF_RGB), kSide, kSide, 160, 160, 3);
   EXPECT_LT(mean_abs_diff(mid, mid_full), 1.0);
@@ -1152,21 +1189,27 @@ TEST_F(ImageFolderTest, ImagesOverMaxPixelsAreRefusedBeforeAllocating) {
   expect(*ImageFolder::open(dir_, o), 3, "PNG of 2000 x 1 pixels, more than max_pixels (1000)");
 }
 
-TEST_F(ImageFolderTest, AResizeNeedingHugeWorkingMemoryIsRefused) {
-  // 8192 rows squeezed into 1: stb_image_resize's ring of output rows would be as tall as its
-  // filter, 16384 rows of 8192 pixels (half a GiB), for a 1 × 8192 gray PNG of a few bytes.
+TEST_F(ImageFolderTest, ExtremeRatiosAreResizedAndAbsurdOnesRefused) {
+  // 8192 rows squeezed into 1 and one column stretched to 8192: a few tens of KB of weights.
   write("c/strip.png", png8(Bytes(8192, 77), 1, 8192, 1));
-  const auto ds = ImageFolder::open(dir_, identity(8192, 1, 1));
-  const std::string message = read_error(*ds, 0);
-  EXPECT_NE(message.find("ImageFolder: " + ds->path(0).string() +
-                         ": resizing 1 x 8192 pixels to 8192 x 1 needs about "),
-            std::string::npos)
-      << message;
-  EXPECT_NE(message.find(" bytes of working memory, more than the 268435456 ImageFolder allows"),
-            std::string::npos)
-      << message;
-  // The same strip to 64 × 1 needs a few MiB, and is delivered.
+  EXPECT_EQ(read_image(*ImageFolder::open(dir_, identity(8192, 1, 1)), 0), Bytes(8192, 77));
   EXPECT_EQ(read_image(*ImageFolder::open(dir_, identity(64, 1, 1)), 0), Bytes(64, 77));
+  // One pixel to 2^26 × 1 would need over a GiB of weights: refused before any is allocated.
+  ImageOptions o = identity(1 << 26, 1, 1);
+  const ferry::detail::ImagePlan plan = ferry::detail::plan_image(1, 1, o, 0);
+  try {
+    (void)ferry::detail::image::fit_image(plan, o, 1.0, 1, 1, "strip.png");
+    ADD_FAILURE() << "no error";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("strip.png: resizing 1 x 1 pixels to 67108864 x 1 "
+                                         "needs about "),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find(" bytes of working memory, more than the 268435456 "
+                                         "ImageFolder allows"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST_F(ImageFolderTest, ScratchGrownByOneLargeImageIsReleased) {

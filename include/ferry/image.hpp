@@ -73,12 +73,15 @@ FERRY_API FieldSpec image_field(const ImageOptions& options, std::string name = 
 /// Decodes one JPEG or PNG held in memory (the format from its first bytes), fits it to
 /// height × width by options.geometry, and writes it as u8 [height, width, channels] into `out`.
 /// `seed` draws random_resized_crop's area and random_flip: pass SampleRef::seed() and the result
-/// is byte for byte ImageFolder's for the same bytes and sample. JPEG is decoded by libjpeg-turbo
-/// (scaled in the DCT domain when the target is at most half the source), PNG by libspng. Any
-/// thread may call it (each thread keeps its own decoder and scratch memory).
+/// is byte for byte ImageFolder's for the same bytes and sample. JPEG is decoded by libjpeg-turbo,
+/// only the rows and columns the output needs (and scaled in the DCT domain by 1/2, 1/4 or 1/8
+/// when the output needs at most that), PNG by libspng; the resize is PIL's antialiased
+/// bilinear in fixed point. Any thread may call it (each thread keeps its own decoder and
+/// scratch memory).
 /// \throws ConfigError for options image_shape() refuses, or an `out` whose size is not
 /// height × width × channels bytes; DataError "<name>: <reason>" for bytes that are not a
-/// whole, valid JPEG or PNG, an image over options.max_pixels, a JPEG of more scans than
+/// whole, valid JPEG or PNG (a JPEG without its end-of-image marker is "truncated", whichever
+/// rows the output reads), an image over options.max_pixels, a JPEG of more scans than
 /// options.max_jpeg_scans, or one whose resize would need unreasonable memory.
 FERRY_API void decode_image(std::span<const std::byte> encoded, const ImageOptions& options,
                             std::uint64_t seed, std::span<std::uint8_t> out, std::string_view name);

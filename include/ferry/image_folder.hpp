@@ -45,6 +45,7 @@ class FERRY_API ImageFolder final : public Dataset {
  private:
   ImageFolder() = default;
   ImageOptions options_;
+  std::size_t max_file_bytes_ = 0;  // the largest file read, from options_
   std::vector<std::string> classes_;
   std::vector<std::filesystem::path> files_;
   std::vector<std::int64_t> labels_;

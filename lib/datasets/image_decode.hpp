@@ -1,13 +1,14 @@
 #pragma once
 
 // The decoding behind image.hpp's decode_image() (and so ImageFolder's), on bytes in memory (the
-// fuzzer and the benchmark call it directly): JPEG through TurboJPEG (scaled in the DCT domain when
-// the output needs at most half the source's resolution), PNG through libspng, then the geometry
-// (resize, crop, flip) with stb_image_resize, written as u8 [height, width, channels] into the
-// caller's buffer.
+// fuzzer and the benchmark call it directly): JPEG through libjpeg-turbo's libjpeg API, which
+// decodes only the rows and columns the output needs (jpeg_crop_scanline, jpeg_skip_scanlines,
+// and DCT scaling at 1/2, 1/4 or 1/8 when the output needs at most that), PNG through libspng,
+// then the geometry (resize, crop, flip) with ferry's fixed-point resampler
+// (image_resample.hpp), written as u8 [height, width, channels] into the caller's buffer.
 //
 // Every function here may be called from many threads at once. Each thread keeps its own
-// TurboJPEG handle and scratch buffers (file bytes, decoded pixels, the resizer's working
+// libjpeg decompressor and scratch buffers (file bytes, decoded pixels, the resizer's working
 // memory), reused from call to call, so steady-state decoding allocates nothing of ferry's own
 // (the codecs still allocate their small working state per image). A buffer that one large
 // image grew beyond kScratchKeepBytes is released when its decode_image() returns, so one huge
@@ -26,16 +27,17 @@ namespace ferry::detail {
 /// ImageOptions::max_pixels' default: the largest image decoded, in source pixels.
 inline constexpr std::int64_t kMaxImagePixels = std::int64_t{1} << 26;
 /// The most ImageOptions::max_pixels may be: 4 bytes a pixel then still fit the int offsets of
-/// TurboJPEG and stb_image_resize.
+/// libjpeg and the resampler.
 inline constexpr std::int64_t kMaxPixelsLimit = std::int64_t{1} << 28;
 /// libspng's limits for a PNG's ancillary chunks (text, ICC profile, EXIF: none of which
 /// ImageFolder uses): a chunk over kPngChunkBytes is skipped unread; those kept may take
 /// kPngChunkCacheBytes in all (and libspng keeps at most 1000), more raise DataError.
 inline constexpr std::size_t kPngChunkBytes = std::size_t{16} << 20;
 inline constexpr std::size_t kPngChunkCacheBytes = std::size_t{64} << 20;
-/// The most working memory stb_image_resize may take for one image. Ordinary resizes take
-/// kilobytes; only extreme ratios (a 16-million-pixel-wide strip to 224 pixels, or 8192 rows
-/// to one) need more, and are refused with DataError rather than asking for gigabytes.
+/// The most working memory the resize may take for one image (weights, the image between its
+/// two passes). Ordinary resizes take a few hundred kilobytes; only absurd outputs (a one-pixel
+/// image stretched to 2^26 pixels) need more, and are refused with DataError rather than
+/// asking for gigabytes.
 inline constexpr std::size_t kMaxResizeBytes = std::size_t{256} << 20;
 /// Each per-thread scratch buffer keeps at most this much between images (16 MiB: a 5-megapixel
 /// RGB image at full size, or any photo a JPEG's DCT scaling shrinks for a training-sized
@@ -63,6 +65,14 @@ std::size_t max_file_bytes(const ImageOptions& options);
 /// one cheap pass. Bytes that are not a JPEG count what markers they happen to have.
 std::size_t jpeg_scan_count(std::span<const std::uint8_t> bytes) noexcept;
 
+/// What one walk over a JPEG's markers finds: its scans (as jpeg_scan_count()), and whether it
+/// reaches the EOI marker (a file cut short does not).
+struct JpegMarkers {
+  std::size_t scans = 0;
+  bool ends = false;
+};
+JpegMarkers jpeg_markers(std::span<const std::uint8_t> bytes) noexcept;
+
 /// This thread's decode scratch, in bytes (all its buffers), for tests of kScratchKeepBytes.
 std::size_t decode_scratch_bytes() noexcept;
 
@@ -80,21 +90,23 @@ struct ImagePlan {
 /// random_flip draw from `seed` only.
 ImagePlan plan_image(int width, int height, const ImageOptions& options, std::uint64_t seed);
 
-/// A TurboJPEG scaling factor num/denom.
+/// A DCT scaling factor num/denom.
 struct JpegScale {
   int num = 1, denom = 1;
 };
 
 /// The DCT-domain scale for an output that needs `need_x` × `need_y` output pixels per source
-/// pixel: 1/1 unless both are at most 1/2, else the smallest factor TurboJPEG offers that is
-/// still at least both.
+/// pixel: 1/1 unless both are at most 1/2, else the smallest of 1/2, 1/4 and 1/8 (the factors
+/// libjpeg-turbo's SIMD code covers) that is still at least both, so that the scaled image
+/// still covers the output.
 JpegScale pick_jpeg_scale(double need_x, double need_y);
 
 /// Decodes a JPEG or PNG held in memory and writes options.height × options.width ×
 /// options.channels bytes (HWC) to `out`. `seed` drives random_resized_crop and random_flip.
 /// `options` must pass check_image_options().
 /// \throws DataError "<name>: <reason>" (name is the whole prefix: "ImageFolder: <file>") for bytes
-/// that are not a whole, valid JPEG or PNG (TurboJPEG's warnings count as errors), an image over
+/// that are not a whole, valid JPEG or PNG (libjpeg's warnings count as errors, and a JPEG
+/// must end with its EOI marker), an image over
 /// options.max_pixels, a JPEG of more than options.max_jpeg_scans scans, PNG ancillary chunks over
 /// kPngChunkCacheBytes, or a resize needing over kMaxResizeBytes.
 void decode_image(std::span<const std::uint8_t> bytes, const ImageOptions& options,

@@ -1,40 +1,17 @@
 // The image decoder's geometry: where the output's pixels come from (torchvision's Resize +
-// CenterCrop, RandomResizedCrop, or a plain resize), and the resize that puts them there.
+// CenterCrop, RandomResizedCrop, or a plain resize), and the resize that puts them there
+// (image_resample.cpp).
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <stdexcept>
 #include <string>
 
 #include "core/checked.hpp"
 #include "datasets/image_internal.hpp"
+#include "datasets/image_resample.hpp"
 #include "ferry/error.hpp"
-
-namespace ferry::detail::image {
-namespace {
-
-// stb_image_resize takes its working memory (one block a call) from the thread's scratch.
-void* resize_memory(std::size_t size, void* scratch) {
-  return static_cast<Scratch*>(scratch)->get(size);
-}
-
-}  // namespace
-}  // namespace ferry::detail::image
-
-// stb_image_resize is compiled here, private to this file (STB_IMAGE_RESIZE_STATIC), rather than
-// called in Debian's libstb: that build keeps assert() on, and v0.97's coefficient sanity checks
-// fail spuriously for the triangle filter at common ratios (437 -> 292, 161 -> 112: sums of
-// weights off by float error, which it then normalizes away; outputs stay within rounding of an
-// exact antialiased triangle filter), which would abort the process. Here they are off, and its
-// memory comes from the scratch above, so resizing allocates nothing in steady state.
-#define STBIR_ASSERT(x) ((void)0)
-#define STBIR_MALLOC(size, context) ::ferry::detail::image::resize_memory(size, context)
-#define STBIR_FREE(ptr, context) ((void)(ptr), (void)(context))
-#define STB_IMAGE_RESIZE_STATIC
-#define STB_IMAGE_RESIZE_IMPLEMENTATION
-#include <stb_image_resize.h>
 
 namespace ferry::detail::image {
 namespace {
@@ -65,8 +42,6 @@ class SplitMix64 {
 
 // Python's round(): to nearest, ties to even (the default rounding mode).
 std::int64_t round_even(double v) { return static_cast<std::int64_t>(std::nearbyint(v)); }
-
-bool near_integer(double v) { return std::abs(v - std::round(v)) < 1e-9; }
 
 // One axis of torchvision's Resize + CenterCrop: a source of `src` pixels resized to `resized`,
 // of which the central `out` are kept (padded with zeros on both sides when out > resized).
@@ -146,96 +121,45 @@ void plan_random_crop(int width, int height, SplitMix64& rng, ImagePlan& p) {
   p.y1 = static_cast<double>(top + h);
 }
 
-// An upper bound of stb_image_resize v0.97's working memory for one resize (its
-// stbir__calculate_memory), in doubles so that nothing wraps: per axis 16 bytes for each
-// contributor (an input pixel when shrinking, plus the filter's margins; an output pixel when
-// enlarging), the decoded input row with those margins, and a ring of output rows as tall as
-// the vertical filter, plus two more rows. Its own sizes are ints, which a bound within
-// kMaxResizeBytes keeps far from overflowing.
-double resize_bytes(int in_w, int in_h, double region_w, double region_h, int out_w, int out_h,
-                    int channels) {
-  // Input pixels that one output pixel's triangle filter reaches.
-  const auto reach = [](double scale) { return scale > 1 ? 2.0 : std::ceil(2 / scale); };
-  const auto contributors = [&](double scale, int in, int out) {
-    return scale > 1 ? out : in + 2 * std::floor(reach(scale) / 2);
-  };
-  const double sx = out_w / region_w;
-  const double sy = out_h / region_h;
-  const double pixel = 4.0 * channels;  // floats
-  return 16 * (contributors(sx, in_w, out_w) + contributors(sy, in_h, out_h)) +
-         (in_w + 2 * std::floor(reach(sx) / 2)) * pixel + out_w * pixel * (reach(sy) + 3);
-}
-
 }  // namespace
 
-void place(const Decoded& d, const ImagePlan& p, const ImageOptions& o, std::uint8_t* out,
-           std::string_view name) {
-  const int c = o.channels;
-  const std::size_t out_row = static_cast<std::size_t>(o.width) * static_cast<std::size_t>(c);
-  const std::size_t src_row = static_cast<std::size_t>(d.width) * static_cast<std::size_t>(c);
+Fit& fit_image(const ImagePlan& p, const ImageOptions& o, double scale, int width, int height,
+               std::string_view name) {
+  thread_local Fit fit;
+  const int win_w = p.out_x1 - p.out_x0;
+  const int win_h = p.out_y1 - p.out_y0;
+  const double rx0 = p.x0 * scale;
+  const double ry0 = p.y0 * scale;
+  const double rx1 = std::min(p.x1 * scale, static_cast<double>(width));
+  const double ry1 = std::min(p.y1 * scale, static_cast<double>(height));
+  const double need = resample_bytes(rx1 - rx0, ry1 - ry0, width, win_w, win_h, o.channels);
+  if (!(need <= static_cast<double>(kMaxResizeBytes))) {
+    fail(name, "resizing " + std::to_string(width) + " x " + std::to_string(height) +
+                   " pixels to " + std::to_string(win_w) + " x " + std::to_string(win_h) +
+                   " needs about " +
+                   std::to_string(static_cast<std::uint64_t>(std::min(need, 1e19))) +
+                   " bytes of working memory, more than the " + std::to_string(kMaxResizeBytes) +
+                   " ImageFolder allows");
+  }
+  plan_axis(rx0, rx1, width, win_w, fit.x);
+  plan_axis(ry0, ry1, height, win_h, fit.y);
+  return fit;
+}
+
+void place(const Decoded& d, const ImagePlan& p, const Fit& f, const ImageOptions& o,
+           std::uint8_t* out) {
+  const auto c = static_cast<std::size_t>(o.channels);
+  const std::size_t out_row = static_cast<std::size_t>(o.width) * c;
   if (p.out_x0 != 0 || p.out_y0 != 0 || p.out_x1 != o.width || p.out_y1 != o.height) {
     std::memset(out, 0, out_row * static_cast<std::size_t>(o.height));
   }
-  const int win_w = p.out_x1 - p.out_x0;
-  const int win_h = p.out_y1 - p.out_y0;
-  std::uint8_t* dst = out + static_cast<std::size_t>(p.out_y0) * out_row +
-                      static_cast<std::size_t>(p.out_x0) * static_cast<std::size_t>(c);
-  const double rx0 = p.x0 * d.scale;
-  const double ry0 = p.y0 * d.scale;
-  const double rx1 = std::min(p.x1 * d.scale, static_cast<double>(d.width));
-  const double ry1 = std::min(p.y1 * d.scale, static_cast<double>(d.height));
-  if (near_integer(rx0) && near_integer(ry0) && std::abs(rx1 - rx0 - win_w) < 1e-9 &&
-      std::abs(ry1 - ry0 - win_h) < 1e-9) {
-    const auto x = static_cast<std::size_t>(std::lround(rx0));
-    const auto y = static_cast<std::size_t>(std::lround(ry0));
-    const std::size_t bytes = static_cast<std::size_t>(win_w) * static_cast<std::size_t>(c);
-    for (std::size_t row = 0; row < static_cast<std::size_t>(win_h); ++row) {
-      std::memcpy(dst + row * out_row,
-                  d.pixels + (y + row) * src_row + x * static_cast<std::size_t>(c), bytes);
-    }
-  } else {
-    // The filter reaches 1 output pixel, i.e. up to in/out source pixels, either side.
-    const int margin_x = static_cast<int>(std::ceil(2 * std::max(1.0, (rx1 - rx0) / win_w))) + 2;
-    const int margin_y = static_cast<int>(std::ceil(2 * std::max(1.0, (ry1 - ry0) / win_h))) + 2;
-    const int bx0 = std::max(0, static_cast<int>(std::floor(rx0)) - margin_x);
-    const int by0 = std::max(0, static_cast<int>(std::floor(ry0)) - margin_y);
-    const int bx1 = std::min(d.width, static_cast<int>(std::ceil(rx1)) + margin_x);
-    const int by1 = std::min(d.height, static_cast<int>(std::ceil(ry1)) + margin_y);
-    const int bw = bx1 - bx0;
-    const int bh = by1 - by0;
-    const double need = resize_bytes(bw, bh, rx1 - rx0, ry1 - ry0, win_w, win_h, c);
-    if (!(need <= static_cast<double>(kMaxResizeBytes))) {
-      fail(name, "resizing " + std::to_string(bw) + " x " + std::to_string(bh) + " pixels to " +
-                     std::to_string(win_w) + " x " + std::to_string(win_h) + " needs about " +
-                     std::to_string(static_cast<std::uint64_t>(std::min(need, 1e19))) +
-                     " bytes of working memory, more than the " + std::to_string(kMaxResizeBytes) +
-                     " ImageFolder allows");
-    }
-    const std::uint8_t* src = d.pixels + static_cast<std::size_t>(by0) * src_row +
-                              static_cast<std::size_t>(bx0) * static_cast<std::size_t>(c);
-    const int ok = stbir_resize_region(
-        src, bw, bh, static_cast<int>(src_row), dst, win_w, win_h, static_cast<int>(out_row),
-        STBIR_TYPE_UINT8, c, c == 4 ? 3 : STBIR_ALPHA_CHANNEL_NONE, 0, STBIR_EDGE_CLAMP,
-        STBIR_EDGE_CLAMP, STBIR_FILTER_TRIANGLE, STBIR_FILTER_TRIANGLE, STBIR_COLORSPACE_LINEAR,
-        &resize_scratch(), static_cast<float>((rx0 - bx0) / bw),
-        static_cast<float>((ry0 - by0) / bh), static_cast<float>((rx1 - bx0) / bw),
-        static_cast<float>((ry1 - by0) / bh));
-    if (ok == 0) {  // only for arguments it cannot take, which the plan never gives
-      throw std::logic_error("ImageFolder: cannot resize " + std::to_string(bw) + " x " +
-                             std::to_string(bh) + " to " + std::to_string(win_w) + " x " +
-                             std::to_string(win_h));
-    }
-  }
-  if (p.flip) {
-    const auto w = static_cast<std::size_t>(o.width);
-    const auto cc = static_cast<std::size_t>(c);
-    for (std::size_t y = 0; y < static_cast<std::size_t>(o.height); ++y) {
-      std::uint8_t* row = out + y * out_row;
-      for (std::size_t x = 0; x < w / 2; ++x) {
-        std::swap_ranges(row + x * cc, row + (x + 1) * cc, row + (w - 1 - x) * cc);
-      }
-    }
-  }
+  // A flip mirrors the whole output: the window lands mirrored too.
+  const int x0 = p.flip ? o.width - p.out_x1 : p.out_x0;
+  std::uint8_t* dst =
+      out + static_cast<std::size_t>(p.out_y0) * out_row + static_cast<std::size_t>(x0) * c;
+  const int in = d.channels != 0 ? d.channels : o.channels;
+  resample(d.pixels, static_cast<std::size_t>(d.width) * static_cast<std::size_t>(in), d.left,
+           d.top, in, o.channels, f.x, f.y, p.flip, dst, out_row);
 }
 
 }  // namespace ferry::detail::image

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "datasets/image_decode.hpp"
+#include "datasets/image_resample.hpp"
 
 namespace ferry::detail::image {
 
@@ -47,7 +48,7 @@ class Scratch {
   std::size_t capacity_ = 0;
 };
 
-// This thread's buffers: the file read, the decoded pixels, stb_image_resize's working memory.
+// This thread's buffers: the file read, the decoded pixels, the resize's working memory.
 Scratch& file_scratch();
 Scratch& pixel_scratch();
 Scratch& resize_scratch();
@@ -69,19 +70,33 @@ inline std::uint8_t luma(unsigned r, unsigned g, unsigned b) {
   return static_cast<std::uint8_t>((299 * r + 587 * g + 114 * b + 500) / 1000);
 }
 
-// A decoded image: `width` × `height` pixels of the requested channels, `scale` of its pixels
-// per source pixel (below 1 when TurboJPEG scaled it down).
+// Decoded pixels of the requested channels: the image (`scale` of its pixels per source pixel,
+// below 1 when libjpeg scaled it down) from column `left` and row `top` on, `width` pixels a
+// row. A JPEG decodes only the part the output needs; a PNG is whole (left = top = 0).
 struct Decoded {
   const std::uint8_t* pixels = nullptr;
-  int width = 0, height = 0;
-  double scale = 1;
+  int width = 0;
+  int left = 0, top = 0;
+  int channels = 0;  ///< 0: the output's; 4 for a 3-channel output where packs_rgbx()
 };
 
-// Applies the plan: copies the window straight when it maps pixel for pixel, else resizes
-// only the source region the window needs (plus the filter's reach) with stb_image_resize's
-// triangle filter, which widens with the downscale factor: torchvision's antialiased bilinear.
-void place(const Decoded& d, const ImagePlan& p, const ImageOptions& o, std::uint8_t* out,
-           std::string_view name);
+// How the plan's source box maps onto its output window, in the decoded image's pixels (an
+// image `width` × `height` at `scale`): the resize on each axis, and so the pixels it reads,
+// [x.lo, x.hi) × [y.lo, y.hi).
+struct Fit {
+  ResampleAxis x, y;
+};
+
+// This thread's Fit for the plan.
+// \throws DataError "<name>: resizing ... needs about <n> bytes of working memory, more than
+// the <kMaxResizeBytes> ImageFolder allows", before anything is allocated.
+Fit& fit_image(const ImagePlan& p, const ImageOptions& o, double scale, int width, int height,
+               std::string_view name);
+
+// Applies the plan: zeros where the window leaves the output bare, the window resized (or
+// copied, pixel for pixel) from `d`, which holds at least the pixels `f` reads, and the flip.
+void place(const Decoded& d, const ImagePlan& p, const Fit& f, const ImageOptions& o,
+           std::uint8_t* out);
 
 // Decodes a JPEG (image_jpeg.cpp) or a PNG (image_png.cpp) into `out`, as decode_image().
 void decode_jpeg(std::span<const std::uint8_t> bytes, const ImageOptions& o, std::uint64_t seed,

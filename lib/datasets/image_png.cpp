@@ -92,7 +92,8 @@ void decode_png(std::span<const std::uint8_t> bytes, const ImageOptions& o, std:
   const std::size_t count = static_cast<std::size_t>(width) * static_cast<std::size_t>(height);
   if (o.channels == 1 && !gray_source) rgb_to_gray(px, count);
   const ImagePlan plan = plan_image(width, height, o, seed);
-  place({px, width, height, 1.0}, plan, o, out, name);
+  const Fit& fit = fit_image(plan, o, 1.0, width, height, name);
+  place({px, width, 0, 0}, plan, fit, o, out);
 }
 
 }  // namespace ferry::detail::image
