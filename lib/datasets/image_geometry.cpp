@@ -141,8 +141,18 @@ Fit& fit_image(const ImagePlan& p, const ImageOptions& o, double scale, int widt
                    " bytes of working memory, more than the " + std::to_string(kMaxResizeBytes) +
                    " ImageFolder allows");
   }
-  plan_axis(rx0, rx1, width, win_w, fit.x);
-  plan_axis(ry0, ry1, height, win_h, fit.y);
+  const Fit::Key x_key{rx0, rx1, width, win_w};
+  const Fit::Key y_key{ry0, ry1, height, win_h};
+  if (!(fit.x_key == x_key)) {
+    fit.x_key = {};  // a plan that fails half-way is no plan
+    plan_axis(rx0, rx1, width, win_w, fit.x);
+    fit.x_key = x_key;
+  }
+  if (!(fit.y_key == y_key)) {
+    fit.y_key = {};
+    plan_axis(ry0, ry1, height, win_h, fit.y);
+    fit.y_key = y_key;
+  }
   return fit;
 }
 

@@ -85,6 +85,14 @@ struct Decoded {
 // [x.lo, x.hi) × [y.lo, y.hi).
 struct Fit {
   ResampleAxis x, y;
+  // What each axis was planned for (box, size, output): a dataset of equal-sized images plans
+  // once per thread, not once per image.
+  struct Key {
+    double b0 = -1, b1 = -1;
+    int size = -1, out = -1;
+    bool operator==(const Key&) const = default;
+  };
+  Key x_key, y_key;
 };
 
 // This thread's Fit for the plan.
