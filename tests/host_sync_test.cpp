@@ -26,9 +26,10 @@ using ferry::detail::CopyKind;
 using ferry::detail::HostCopyEngine;
 using ferry::testing::IndexDataset;
 
-// 64 KiB through a link of 2 MB/s: the copy's event is not ready for about 30 ms.
+// 64 KiB through a link of 200 kB/s: the copy's event is not ready for about 330 ms, long enough
+// that a test thread descheduled under a sanitizer's load still finds it unfinished.
 constexpr std::size_t kBytes = 64 * 1024;
-constexpr double kSlowLink = 2e6;
+constexpr double kSlowLink = 2e5;
 
 TEST(HostSync, AWaitOnUnfinishedWorkCountsOnceAndAWaitOnFinishedWorkNever) {
   HostCopyEngine engine(HostCopyEngine::Options{kSlowLink});
@@ -70,15 +71,15 @@ TEST(HostSync, AStreamWaitIsNoHostSynchronizationAndAScopeBooksItsThreadsWaits) 
   EXPECT_EQ(host_sync_count(), before + 1);
 }
 
-// Batches of 16 samples of 4 KiB through the simulated link: each copy takes about 30 ms, so any
-// wait for one in next() would find it unfinished and be counted.
+// Batches of 16 samples of 4 KiB through a simulated link of 2 MB/s: each copy takes about 30 ms,
+// so any wait for one in next() would find it unfinished and be counted.
 TEST(HostSync, ASteadyStateEpochMakesNoHostSynchronizationOnTheConsumersThread) {
   constexpr std::int64_t kWidth = 4096;
   auto dataset = std::make_shared<IndexDataset>(96, kWidth);
   LoaderOptions o = ferry::testing::cpu_options(16, true, 5);
   ferry::detail::SimulatedCopy simulated;
   simulated.enabled = true;
-  simulated.bytes_per_second = kSlowLink;
+  simulated.bytes_per_second = 2e6;
   ferry::Loader loader = ferry::detail::make_loader(dataset, o, simulated);
   std::size_t samples = 0;
   for (std::uint64_t epoch = 0; epoch < 2; ++epoch) {
