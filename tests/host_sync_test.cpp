@@ -9,10 +9,12 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
 #include "copy/host/host_copy_engine.hpp"
+#include "core/storage.hpp"
 #include "ferry/ferry.hpp"
 #include "loader_test_util.hpp"
 
@@ -92,6 +94,38 @@ TEST(HostSync, ASteadyStateEpochMakesNoHostSynchronizationOnTheConsumersThread) 
   const ferry::LoaderStats s = loader.stats();
   EXPECT_EQ(s.host_syncs, 0U) << "next() or letting a batch go blocked on the copy";
   EXPECT_EQ(s.batches, 12U);
+}
+
+}  // namespace
+
+namespace {
+
+// A storage that goes while work still writes it does not wait for the work: its memory, and the
+// sources the work reads, are kept aside until a later allocation finds the work done.
+TEST(HostSync, AStorageThatGoesDuringItsWriteNeitherWaitsNorFreesTheMemoryUnderIt) {
+  using ferry::detail::Storage;
+  HostCopyEngine engine(HostCopyEngine::Options{kSlowLink});
+  ferry::PinnedPool& pool = ferry::PinnedPool::global();
+  auto source = ferry::detail::allocate_storage(kBytes, Device::cpu(), /*pinned=*/true);
+  auto target = ferry::detail::allocate_storage(kBytes, Device::cpu(), /*pinned=*/true);
+  std::memset(source->data(), 9, kBytes);
+  engine.copy_async(target->data(), source->data(), kBytes, CopyKind::host_to_host);
+  const Event write = engine.record();
+  target->set_pending(write, {source});
+  const std::weak_ptr<Storage> source_alive = source;
+  source.reset();  // the pending write keeps it
+  const std::size_t in_use = pool.stats().in_use_bytes;
+  const std::uint64_t before = host_sync_count();
+  target.reset();  // the write is still running: no wait, and both blocks stay in use
+  EXPECT_EQ(host_sync_count(), before);
+  EXPECT_FALSE(write.ready());
+  EXPECT_FALSE(source_alive.expired()) << "the copy's source went while the copy read it";
+  EXPECT_EQ(pool.stats().in_use_bytes, in_use) << "the target's memory went back under the copy";
+  write.synchronize();
+  // The next allocation finds the work done and lets both go.
+  (void)ferry::detail::allocate_storage(16, Device::cpu(), false);
+  EXPECT_TRUE(source_alive.expired());
+  EXPECT_LT(pool.stats().in_use_bytes, in_use);
 }
 
 }  // namespace
