@@ -24,13 +24,17 @@ std::string errno_text(int code) { return std::system_category().message(code); 
 std::string FileLabel::prefix() const {
   std::string out;
   out.reserve(who.size() + name.size() + 4);
+  append_prefix(out);
+  return out;
+}
+
+void FileLabel::append_prefix(std::string& out) const {
   if (!who.empty()) {
     out += who;
     out += ": ";
   }
   out += name;
   out += ": ";
-  return out;
 }
 
 std::string FileLabel::at(std::uint64_t byte) const {

@@ -29,6 +29,8 @@ struct FileLabel {
 
   /// "<who>: <name>: " (or "<name>: ").
   std::string prefix() const;
+  /// Appends prefix() to `out` (a reused buffer allocates nothing).
+  void append_prefix(std::string& out) const;
   /// "<who>: <name>: byte <byte>: ".
   std::string at(std::uint64_t byte) const;
 };

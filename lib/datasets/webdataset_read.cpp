@@ -100,17 +100,16 @@ void WebDataset::read(std::size_t index, SampleRef out) const {
   const detail::FileLabel label = shard.label();
   const std::string& key = impl.keys[index];
   const ShardFd fd(shard);
+  // What messages name, built in this thread's buffers: they keep their capacity, so a sample
+  // costs no allocation of its own.
+  thread_local std::string what;
+  thread_local std::string name;
   for (std::size_t f = 0; f < impl.fields.size(); ++f) {
     const Loc& loc = impl.loc(index, f);
     const std::string& ext = impl.fields[f].name;
-    std::string what = "sample '";
-    what += key;
-    what += "'";
     if (loc.offset == detail::wds::kMissing) {
-      what += " has no '";
-      what += ext;
-      what += "' member (a field of the first sample)";
-      throw DataError(label.prefix() + what);
+      throw DataError(label.prefix() + "sample '" + key + "' has no '" + ext +
+                      "' member (a field of the first sample)");
     }
     what = "member '";
     what += key;
@@ -152,7 +151,8 @@ void WebDataset::read(std::size_t index, SampleRef out) const {
         }
         const std::span<std::byte> bytes = image_buffer(static_cast<std::size_t>(loc.size));
         detail::wds::pread_exact(fd.get(), bytes, loc.offset, label, what);
-        std::string name = label.prefix();
+        name.clear();
+        label.append_prefix(name);
         name += what;
         decode_image(bytes, o, out.seed(), {out.as<std::uint8_t>(f), out.nbytes(f)}, name);
         if (bytes.size() > kKeepImageBytes) image_buffer(0, /*release=*/true);

@@ -20,6 +20,7 @@ RunState::RunState(std::shared_ptr<LoaderImpl> i, std::uint64_t e, std::size_t f
     : impl(std::move(i)),
       epoch(e),
       sampler(impl->sampler.from(position)),
+      order(sampler.order(e)),
       plan(impl->planned ? std::make_unique<EpochPlan>(*impl->dataset, impl->budget_field,
                                                        impl->options, e, position)
                          : nullptr),

@@ -102,6 +102,7 @@ struct RunState {
   std::shared_ptr<LoaderImpl> impl;
   std::uint64_t epoch;
   Sampler sampler;                  // the run's, from its position
+  Sampler::Order order;             // the epoch's order, built once for the run
   std::unique_ptr<EpochPlan> plan;  // when the loader plans epochs whole; else the sampler's
   std::size_t start, end;           // batches [start, end)
   // Batch k is numbered number_offset + k: a run from a position this loader's batches reach

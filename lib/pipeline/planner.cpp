@@ -34,7 +34,7 @@ void run_planner(RunState& run) {
       if (run.plan) {
         run.plan->batch(k, slot.indices);
       } else {
-        run.sampler.batch(run.epoch, k, slot.indices);
+        run.sampler.batch(run.order, k, slot.indices);
       }
       if (impl.layout->gather) {
         // Nothing to read: the slot carries the indices, the copy stage gathers the rows.

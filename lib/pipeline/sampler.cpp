@@ -89,21 +89,23 @@ std::size_t Sampler::batch_size(std::size_t k) const noexcept {
   return std::min(options_.batch_size, per_rank_ - begin);
 }
 
-void Sampler::batch(std::uint64_t epoch, std::size_t k, std::vector<std::uint64_t>& out) const {
+Sampler::Order Sampler::order(std::uint64_t epoch) const {
+  Order o(epoch_permutation(n_, options_.seed, epoch), options_.shuffle);
+  if (options_.shuffle && windows_.window > 0) {
+    o.windows_.emplace(windows_.starts, windows_.window, options_.seed, epoch);
+  }
+  return o;
+}
+
+void Sampler::batch(const Order& order, std::size_t k, std::vector<std::uint64_t>& out) const {
   const std::size_t count = batch_size(k);
   out.resize(count);
   const std::size_t w = std::max<std::size_t>(options_.world_size, 1);
-  const Permutation perm = epoch_permutation(n_, options_.seed, epoch);
-  std::optional<ShardWindows> windows;
-  if (options_.shuffle && windows_.window > 0) {
-    windows.emplace(windows_.starts, windows_.window, options_.seed, epoch);
-  }
   for (std::size_t i = 0; i < count; ++i) {
     const std::size_t j = k * options_.batch_size + i;  // this rank's j-th sample of the run
     // start + j x w + rank < n + w (j < per_rank), which the loader checks does not overflow;
     // past n, padding wraps around to the epoch's first positions.
-    const std::uint64_t global = (start_ + j * w + options_.rank) % n_;
-    out[i] = windows ? (*windows)(global) : options_.shuffle ? perm(global) : global;
+    out[i] = order((start_ + j * w + options_.rank) % n_);
   }
 }
 

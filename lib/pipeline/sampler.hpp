@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace ferry::detail {
@@ -113,8 +114,32 @@ class Sampler {
   std::size_t number_offset() const noexcept;
   /// Samples in batch k. \pre k < batches().
   std::size_t batch_size(std::size_t k) const noexcept;
-  /// Writes batch k's dataset indices into `out` (resized). \pre k < batches().
-  void batch(std::uint64_t epoch, std::size_t k, std::vector<std::uint64_t>& out) const;
+  /// The global order of `epoch`: a permutation of the positions, or its shard windows. Built
+  /// once per epoch (the windows cost O(shards)); it refers to this sampler, which must outlive it.
+  class Order {
+   public:
+    /// The dataset index at global position `position` (< the dataset size).
+    std::uint64_t operator()(std::uint64_t position) const noexcept {
+      if (windows_) return (*windows_)(position);
+      return shuffle_ ? permutation_(position) : position;
+    }
+
+   private:
+    friend class Sampler;
+    Order(Permutation permutation, bool shuffle) noexcept
+        : permutation_(permutation), shuffle_(shuffle) {}
+    Permutation permutation_;
+    bool shuffle_;
+    std::optional<ShardWindows> windows_;
+  };
+  Order order(std::uint64_t epoch) const;
+  /// Writes batch k's dataset indices, in the epoch `order`, into `out` (resized).
+  /// \pre k < batches(); `order` is this sampler's.
+  void batch(const Order& order, std::size_t k, std::vector<std::uint64_t>& out) const;
+  /// The same with the order of `epoch` built for this one batch.
+  void batch(std::uint64_t epoch, std::size_t k, std::vector<std::uint64_t>& out) const {
+    batch(order(epoch), k, out);
+  }
   /// The epoch's global position once every rank has received the run's first k batches:
   /// start + k x batch_size x world_size, at most the dataset size.
   std::uint64_t position_after(std::size_t k) const noexcept;
