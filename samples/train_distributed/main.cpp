@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "common/cli.hpp"
+#include "common/fashion_mnist.hpp"
 #include "common/mlp.hpp"
 #include "ferry/ferry.hpp"
 
@@ -57,23 +58,6 @@ int mpi_size() {
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   return size;
-}
-
-// u8 images [n, 28, 28] to f32 pixels in [0, 1] on the host, [n, 784] (as train_fashion_mnist).
-ferry::Tensor to_host_pixels(const ferry::Tensor& images) {
-  const ferry::Tensor nhwc = images.reshape({images.shape(0), images.shape(1), images.shape(2), 1});
-  return ferry::normalize_images(nhwc, {.mean = {0.0f}, .std = {1.0f}}).cpu();
-}
-
-double accuracy(const common::Mlp& model, ferry::Loader& loader) {
-  std::size_t correct = 0, total = 0;
-  for (const ferry::Batch& batch : loader.epoch(0)) {
-    const ferry::Tensor x = to_host_pixels(batch["image"]);
-    const ferry::Tensor y = batch["label"].cpu();
-    correct += model.count_correct(x.data<float>(), y.data<std::int64_t>(), batch.size());
-    total += batch.size();
-  }
-  return static_cast<double>(correct) / static_cast<double>(total);
 }
 
 // ---- command line ---------------------------------------------------------------------------
@@ -185,7 +169,7 @@ int train(const Options& options, const std::shared_ptr<ferry::IdxDataset>& trai
     double loss_sum = 0;
     std::size_t samples = 0;
     for (const ferry::Batch& batch : train_loader.epoch(epoch)) {
-      const ferry::Tensor x = to_host_pixels(batch["image"]);
+      const ferry::Tensor x = common::to_host_pixels(batch["image"]);
       const ferry::Tensor y = batch["label"].cpu();
       loss_sum += trainer.step(x.data<float>(), y.data<std::int64_t>(), batch.size(), reduce);
       samples += batch.size();
@@ -195,7 +179,7 @@ int train(const Options& options, const std::shared_ptr<ferry::IdxDataset>& trai
     MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     const double seconds = seconds_since(start);
     if (rank == 0) {
-      const double test_accuracy = accuracy(model, *test_loader);
+      const double test_accuracy = common::accuracy(model, *test_loader);
       std::printf("epoch %zu/%zu: mean training loss %.4f, %.0f samples/s over %d ranks (%.1f s)\n",
                   epoch + 1, options.epochs, sums[0] / sums[1], sums[1] / seconds, world, seconds);
       std::printf("test accuracy: %.4f\n", test_accuracy);

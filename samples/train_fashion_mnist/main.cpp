@@ -30,6 +30,7 @@
 #include <string>
 
 #include "common/cli.hpp"
+#include "common/fashion_mnist.hpp"
 #include "common/mlp.hpp"
 #include "ferry/ferry.hpp"
 
@@ -46,27 +47,6 @@ constexpr std::size_t kHidden = 128;
 constexpr std::size_t kClasses = 10;
 
 // ---- from a ferry batch to the model's input ------------------------------------------------
-
-// u8 images [n, 28, 28] on the loader's device to f32 pixels in [0, 1] on the host, [n, 784].
-// normalize_images() converts on the images' device (a kernel on a GPU); with mean 0 and std 1
-// it only scales by 1/255. It wants [N, H, W, C] images, so the single channel is made explicit
-// first. On the CPU, cpu() returns the same tensor; on a GPU it copies the batch to the host.
-ferry::Tensor to_host_pixels(const ferry::Tensor& images) {
-  const ferry::Tensor nhwc = images.reshape({images.shape(0), images.shape(1), images.shape(2), 1});
-  return ferry::normalize_images(nhwc, {.mean = {0.0f}, .std = {1.0f}}).cpu();
-}
-
-// Fraction of `loader`'s samples (one epoch) that the model classifies correctly.
-double accuracy(const common::Mlp& model, ferry::Loader& loader) {
-  std::size_t correct = 0, total = 0;
-  for (const ferry::Batch& batch : loader.epoch(0)) {
-    const ferry::Tensor x = to_host_pixels(batch["image"]);
-    const ferry::Tensor y = batch["label"].cpu();
-    correct += model.count_correct(x.data<float>(), y.data<std::int64_t>(), batch.size());
-    total += batch.size();
-  }
-  return static_cast<double>(correct) / static_cast<double>(total);
-}
 
 // ---- command line ---------------------------------------------------------------------------
 
@@ -176,8 +156,8 @@ int train(const Options& options) {
     // 4. The training loop. Each batch is valid until the loop advances; its tensors are on
     //    `device` already.
     for (const ferry::Batch& batch : train_loader.epoch(epoch)) {
-      const ferry::Tensor x = to_host_pixels(batch["image"]);  // f32 [n, 1, 28, 28]
-      const ferry::Tensor y = batch["label"].cpu();            // i64 [n]
+      const ferry::Tensor x = common::to_host_pixels(batch["image"]);  // f32 [n, 1, 28, 28]
+      const ferry::Tensor y = batch["label"].cpu();                    // i64 [n]
       loss_sum += trainer.step(x.data<float>(), y.data<std::int64_t>(), batch.size());
       samples += batch.size();
       ++done;
@@ -190,7 +170,7 @@ int train(const Options& options) {
     std::fputc('\n', stderr);
 
     // 5. Accuracy on the 10,000 test images, which the model never trains on.
-    const double test_accuracy = accuracy(model, test_loader);
+    const double test_accuracy = common::accuracy(model, test_loader);
     std::printf("epoch %zu/%zu: mean training loss %.4f, %.0f samples/s (%.1f s)\n", epoch + 1,
                 options.epochs, loss_sum / static_cast<double>(samples),
                 static_cast<double>(samples) / train_seconds, train_seconds);

@@ -17,8 +17,6 @@ int make_context(int index) {
   return index;
 }
 
-cudaStream_t native(Stream stream) noexcept { return stream; }
-
 }  // namespace
 
 CudaCopyEngine::CudaCopyEngine(int index)
@@ -39,7 +37,7 @@ void CudaCopyEngine::copy_async_on(Stream stream, void* dst, const void* src, st
   if (nbytes == 0) return;
   DeviceGuard guard(index_);
   // cudaMemcpyDefault: unified addressing tells the direction, including peer copies.
-  FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, native(stream)));
+  FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream));
 }
 
 void CudaCopyEngine::mark_busy_start() {

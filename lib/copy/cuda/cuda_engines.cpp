@@ -1,6 +1,5 @@
 #include "copy/cuda_engines.hpp"
 
-#include <array>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -10,9 +9,6 @@
 #include "runtime/cuda_api.hpp"
 
 namespace ferry::detail::cuda {
-namespace {
-constexpr int kMaxDevices = 64;
-}  // namespace
 
 CopyEngine& engine(int index) {
   const std::string problem = device_problem(index);
@@ -22,11 +18,8 @@ CopyEngine& engine(int index) {
   // Engines live as long as the process: their streams must outlive every tensor, and the
   // runtime reclaims them at exit.
   static std::mutex mutex;
-  static std::array<CudaCopyEngine*, kMaxDevices> engines{};
   std::lock_guard lock(mutex);
-  if (index >= kMaxDevices)
-    throw DeviceError("cuda:" + std::to_string(index) + ": too many devices");
-  auto& slot = engines[static_cast<std::size_t>(index)];
+  CudaCopyEngine*& slot = per_device<CudaCopyEngine*>(index);
   if (slot == nullptr) {
     try {
       slot = new CudaCopyEngine(index);

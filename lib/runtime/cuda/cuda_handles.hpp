@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <string>
 #include <utility>
 
@@ -24,6 +25,23 @@ namespace ferry::detail::cuda {
       ::ferry::detail::cuda::throw_cuda_error(ferry_status_, #expr, __FILE__, __LINE__); \
     }                                                                                    \
   } while (false)
+
+/// The most GPUs ferry keeps per-device state for.
+inline constexpr int kMaxDevices = 64;
+
+/// The `T` of cuda:index (a pool, a cache), one per device, made on first use and never
+/// destroyed: what is given back during static destruction still finds it, and the runtime
+/// frees the CUDA resources themselves at exit. \throws DeviceError for an index beyond
+/// kMaxDevices.
+template <class T>
+T& per_device(int index) {
+  static auto* all = new std::array<T, kMaxDevices>();
+  if (index < 0 || index >= kMaxDevices) {
+    throw DeviceError("cuda:" + std::to_string(index) + ": more devices than ferry serves (" +
+                      std::to_string(kMaxDevices) + ")");
+  }
+  return (*all)[static_cast<std::size_t>(index)];
+}
 
 /// Drops a failed call's error where no one can be told (destructors, cleanup): the error is
 /// cleared, so that the next CUDA call on the thread does not report it as its own.

@@ -19,7 +19,6 @@
 namespace ferry::detail::cuda {
 namespace {
 
-constexpr int kMaxDevices = 64;
 constexpr std::size_t kSmallest = 512;
 // Larger requests are no memory a device has: refused before any rounding can overflow.
 constexpr std::size_t kLargest = std::size_t{1} << 56;
@@ -36,18 +35,7 @@ struct Cache {
   DeviceCacheStats stats;
 };
 
-// Never destroyed: blocks given back during static destruction still find their cache.
-std::array<Cache, kMaxDevices>& caches() {
-  static auto* c = new std::array<Cache, kMaxDevices>();
-  return *c;
-}
-
-Cache& cache(int index) {
-  if (index < 0 || index >= kMaxDevices) {
-    throw DeviceError("cuda:" + std::to_string(index) + ": too many devices");
-  }
-  return caches()[static_cast<std::size_t>(index)];
-}
+Cache& cache(int index) { return per_device<Cache>(index); }
 
 // Four classes per power of two: at most a quarter of a block is slack.
 std::size_t size_class(std::size_t nbytes) noexcept {
@@ -154,7 +142,7 @@ void* device_alloc(int index, std::size_t nbytes, Stream stream) {
 void device_free(void* ptr, Stream stream) noexcept {
   if (ptr == nullptr) return;
   for (int index = 0; index < kMaxDevices; ++index) {
-    Cache& c = caches()[static_cast<std::size_t>(index)];
+    Cache& c = cache(index);
     std::size_t bytes = 0;
     {
       std::lock_guard lock(c.mutex);

@@ -16,7 +16,6 @@
 namespace ferry::detail::cuda {
 namespace {
 
-constexpr int kMaxDevices = 64;
 // How long a host wait polls before it sleeps.
 constexpr auto kPollFor = std::chrono::microseconds(50);
 
@@ -25,19 +24,7 @@ struct Pool {
   std::array<std::vector<cudaEvent_t>, 2> free;  // by EventKind
 };
 
-// Never destroyed: events given back during static destruction still find their pool, and the
-// runtime frees the events themselves at exit.
-std::array<Pool, kMaxDevices>& pools() {
-  static auto* p = new std::array<Pool, kMaxDevices>();
-  return *p;
-}
-
-Pool& pool(int index) {
-  if (index < 0 || index >= kMaxDevices) {
-    throw DeviceError("cuda:" + std::to_string(index) + ": too many devices");
-  }
-  return pools()[static_cast<std::size_t>(index)];
-}
+Pool& pool(int index) { return per_device<Pool>(index); }
 
 // A pooled CUDA event as a ferry::Event.
 class CudaEventImpl final : public EventImpl {
@@ -103,7 +90,7 @@ cudaEvent_t acquire_event(int index, EventKind kind) {
 
 void release_event(int index, cudaEvent_t event, EventKind kind) noexcept {
   if (event == nullptr || index < 0 || index >= kMaxDevices) return;
-  Pool& p = pools()[static_cast<std::size_t>(index)];
+  Pool& p = pool(index);
   try {
     std::lock_guard lock(p.mutex);
     p.free[static_cast<std::size_t>(kind)].push_back(event);
