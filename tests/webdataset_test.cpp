@@ -323,6 +323,19 @@ TEST_F(WebDatasetTest, ReadOnlyFolderBuildsTheIndexInMemorySilently) {
   EXPECT_FALSE(fs::exists(idx));
 }
 
+// The same fallback where even root cannot write the sidecar: its name is taken by a folder.
+TEST_F(WebDatasetTest, AnUnwritableSidecarLeavesTheIndexInMemory) {
+  const fs::path shard = write("s.tar", tar_member("c.cls", "3") + std::string(1024, 0));
+  const fs::path idx = dir_ / "s.tar.idx";
+  fs::create_directories(idx / "taken");
+  const auto dataset = WebDataset::open({shard});
+  EXPECT_EQ(dataset->key(0), "c");
+  EXPECT_TRUE(fs::is_directory(idx / "taken"));
+  std::size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir_)) ++entries;
+  EXPECT_EQ(entries, 2U) << "a temporary sidecar was left behind";
+}
+
 TEST_F(WebDatasetTest, CompressedShardsAreRefusedWithAdvice) {
   const fs::path gz = write("s.tar.gz", std::string("\x1f\x8b\x08\x00", 4) + std::string(600, 0));
   expect_error<DataError>([&] { WebDataset::open({gz}); },
