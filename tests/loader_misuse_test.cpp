@@ -13,6 +13,7 @@
 #include <new>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include "ferry/ferry.hpp"
@@ -262,6 +263,70 @@ TEST_F(FaultTest, ABackgroundFailureReachesNextInOrderAndTheLoaderRecovers) {
       });
     }
   }
+}
+
+/// IndexDataset whose samples [slow_begin, slow_end) take a while to read; it records how many
+/// times each index is read.
+class SlowReadsDataset : public IndexDataset {
+ public:
+  SlowReadsDataset(std::size_t n, std::size_t slow_begin, std::size_t slow_end)
+      : IndexDataset(n), reads_(n), slow_begin_(slow_begin), slow_end_(slow_end) {}
+  void read(std::size_t index, ferry::SampleRef out) const override {
+    if (index >= slow_begin_ && index < slow_end_) std::this_thread::sleep_for(20ms);
+    IndexDataset::read(index, out);
+    reads_[index].fetch_add(1);
+  }
+  int reads(std::size_t index) const { return reads_[index].load(); }
+
+ private:
+  mutable std::vector<std::atomic<int>> reads_;
+  std::size_t slow_begin_;
+  std::size_t slow_end_;
+};
+
+// The copy thread fails at a batch whose samples are still being read: the slot must not go
+// back to the planner (which goes on planning) under those reads, or the next batch planned
+// into it would change the indices the workers read. Each sample of the failed batch is read
+// once, and nothing else twice.
+TEST_F(FaultTest, ACopyFailureLeavesTheSlotToItsFillUntilTheFillEnds) {
+  auto ds = std::make_shared<SlowReadsDataset>(100, 60, 70);
+  LoaderOptions o = cpu_options(10);
+  o.prefetch = 3;
+  Loader loader = make_loader(ds, o, true);
+  within(60s, [&] {
+    arm(FaultPoint::copy, 6, 2);
+    std::size_t batches = 0;
+    try {
+      for (const Batch& b : loader.epoch(0)) {
+        EXPECT_TRUE(holds_its_samples(b));
+        ++batches;
+        if (b.number() != 5) continue;
+        // Batch 6's reads (200 ms on two workers) end before the epoch stops them.
+        const auto deadline = std::chrono::steady_clock::now() + 10s;
+        const auto read_all = [&] {
+          for (std::size_t i = 60; i < 70; ++i) {
+            if (ds->reads(i) == 0) return false;
+          }
+          return true;
+        };
+        while (!read_all() && std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(5ms);
+        }
+      }
+      ADD_FAILURE() << "the epoch did not fail";
+    } catch (const ferry::DataError& e) {
+      EXPECT_STREQ(e.what(), "injected at batch 6");
+    }
+    disarm();
+    EXPECT_EQ(batches, 6U);
+    for (std::size_t i = 0; i < 100; ++i) {
+      EXPECT_LE(ds->reads(i), 1) << "sample " << i;
+      if (i >= 60 && i < 70) {
+        EXPECT_EQ(ds->reads(i), 1) << "sample " << i;
+      }
+    }
+    EXPECT_EQ(collect(loader, 1).size(), 10U);
+  });
 }
 
 TEST_F(FaultTest, AThreadThatCannotStartIsAFerryErrorAndLeavesTheLoaderUsable) {

@@ -107,7 +107,10 @@ class DeviceStage final : public CopyStage {
         if (!copy(*p)) return;  // stopping
       } catch (...) {
         // The stage itself failed (a batch's own failure travels in its device buffer): the
-        // consumer gets the batches copied before, then this error.
+        // consumer gets the batches copied before, then this error. The slot goes back to the
+        // ring only once its fill is over: the planner, which goes on, would refill it under
+        // the workers still reading its indices.
+        run_.wait_filled(run_.impl->ring->slot(p->slot), p->number);
         run_.impl->ring->release_slot(p->slot);
         run_.fail(std::current_exception());
         return;
