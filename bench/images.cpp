@@ -53,6 +53,7 @@
 
 #include "datasets/image_decode.hpp"
 #include "datasets/image_internal.hpp"
+#include "datasets/image_resample_avx2.hpp"
 #include "ferry/ferry.hpp"
 #include "image_limits.hpp"
 
@@ -415,11 +416,12 @@ void profile(const std::string& name, const fs::path& root, const ferry::ImageOp
   const double read = per_image(n, [&] {
     for (const fs::path& p : files) (void)ferry::detail::read_file_bytes(p, "bench");
   });
-  const double decode = per_image(n, [&] {
+  const auto decode_all = [&] {
     for (std::size_t i = 0; i < n; ++i) {
       ferry::detail::decode_image(encoded[i], o, i, out.data(), "bench");
     }
-  });
+  };
+  const double decode = per_image(n, decode_all);
   // The resize alone, on whole images decoded beforehand (as the PNG path resizes).
   const std::size_t some = std::min<std::size_t>(n, 64);
   std::vector<Bytes> decoded;
@@ -435,7 +437,7 @@ void profile(const std::string& name, const fs::path& root, const ferry::ImageOp
     sizes.emplace_back(w, h);
   }
   tjDestroy(tj);
-  const double resize = !jpeg ? 0.0 : per_image(some, [&] {
+  const auto resize_some = [&] {
     namespace im = ferry::detail::image;
     for (std::size_t i = 0; i < some; ++i) {
       const auto [w, h] = sizes[i];
@@ -443,7 +445,17 @@ void profile(const std::string& name, const fs::path& root, const ferry::ImageOp
       const im::Fit& fit = im::fit_image(plan, o, 1.0, w, h, "bench");
       im::place({decoded[i].data(), w, 0, 0}, plan, fit, o, out.data());
     }
-  });
+  };
+  const double resize = !jpeg ? 0.0 : per_image(some, resize_some);
+  // The same two without the resampler's AVX2 kernels (its portable loops), where it has them.
+  double decode_portable = 0;
+  double resize_portable = 0;
+  const bool avx2 = ferry::detail::image::set_resample_avx2(false);
+  if (avx2 && jpeg) {
+    decode_portable = per_image(n, decode_all);
+    resize_portable = per_image(some, resize_some);
+  }
+  ferry::detail::image::set_resample_avx2(avx2);
   const bench::ImageLimit lim =
       jpeg ? bench::jpeg_limit(files, reps) : bench::png_limit(files, reps);
   std::printf(
@@ -456,6 +468,11 @@ void profile(const std::string& name, const fs::path& root, const ferry::ImageOp
               jpeg ? "cropped libjpeg decode + resize" : "libspng + copy", decode);
   if (jpeg) {
     std::printf("| of which the resize (alone, on whole decoded images) | %.1f |\n", resize);
+    if (avx2) {
+      std::printf("| the same decode, resize without AVX2 (portable loops) | %.1f |\n",
+                  decode_portable);
+      std::printf("| the resize alone without AVX2 | %.1f |\n", resize_portable);
+    }
     std::printf("| limit: libjpeg-turbo full-image decode (TurboJPEG, RGB) | %.1f |\n",
                 lim.decode_s * 1e6);
   } else {

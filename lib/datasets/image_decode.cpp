@@ -33,6 +33,11 @@ Scratch& resize_scratch() {
   return scratch;
 }
 
+Scratch& transpose_scratch() {
+  thread_local Scratch scratch;
+  return scratch;
+}
+
 [[noreturn]] void fail_too_large(std::string_view name, const char* format, std::int64_t width,
                                  std::int64_t height, std::int64_t max_pixels) {
   fail(name, std::string(format) + " of " + std::to_string(width) + " x " + std::to_string(height) +
@@ -64,6 +69,7 @@ void trim_scratch() noexcept {
   file_scratch().trim(kScratchKeepBytes);
   pixel_scratch().trim(kScratchKeepBytes);
   resize_scratch().trim(kScratchKeepBytes);
+  transpose_scratch().trim(kScratchKeepBytes);
 }
 
 std::string hex_start(std::span<const std::uint8_t> bytes) {
@@ -161,7 +167,8 @@ std::size_t max_file_bytes(const ImageOptions& options) {
 }
 
 std::size_t decode_scratch_bytes() noexcept {
-  return file_scratch().capacity() + pixel_scratch().capacity() + resize_scratch().capacity();
+  return file_scratch().capacity() + pixel_scratch().capacity() + resize_scratch().capacity() +
+         transpose_scratch().capacity();
 }
 
 void decode_image(std::span<const std::uint8_t> bytes, const ImageOptions& options,

@@ -48,10 +48,12 @@ class Scratch {
   std::size_t capacity_ = 0;
 };
 
-// This thread's buffers: the file read, the decoded pixels, the resize's working memory.
+// This thread's buffers: the file read, the decoded pixels, the resize's working memory (and
+// the AVX2 horizontal pass's transposed rows).
 Scratch& file_scratch();
 Scratch& pixel_scratch();
 Scratch& resize_scratch();
+Scratch& transpose_scratch();
 
 // Raises DataError for an image of width × height pixels, more than max_pixels.
 [[noreturn]] void fail_too_large(std::string_view name, const char* format, std::int64_t width,

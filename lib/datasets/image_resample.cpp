@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "datasets/image_internal.hpp"
+#include "datasets/image_resample_avx2.hpp"
 
 // The passes are compiled twice, for x86-64's baseline (SSE2) and for AVX2, and the loader
 // picks one by the CPU (GCC's function multiversioning); elsewhere once.
@@ -92,6 +93,11 @@ void horizontal_taps(const std::uint8_t* src, std::size_t src_stride, int left, 
 void horizontal_pass(const std::uint8_t* src, std::size_t src_stride, int left, int rows, int in,
                      int channels, const ResampleAxis& ax, bool flip, std::uint8_t* dst,
                      std::size_t dst_stride) {
+  if (in == 4 && (channels == 3 || channels == 4) && ax.taps <= kResampleAvx2MaxTaps &&
+      resample_avx2_usable()) {
+    horizontal_rgbx_avx2(src, src_stride, left, rows, ax, flip, channels, dst, dst_stride);
+    return;
+  }
   if (in == 4 && channels == 3) {
     horizontal_taps<4, 3>(src, src_stride, left, rows, ax, flip, dst, dst_stride);
     return;
@@ -170,6 +176,9 @@ FERRY_RESAMPLE_CLONES void vertical_any(const std::uint8_t* src, std::size_t src
 void vertical_pass(const std::uint8_t* src, std::size_t src_stride, int top, std::size_t n,
                    const ResampleAxis& ay, std::uint8_t* dst, std::size_t dst_stride,
                    std::int32_t* acc) {
+  if (ay.taps <= kResampleAvx2MaxTaps && resample_avx2_usable()) {
+    return vertical_avx2(src, src_stride, top, n, ay, dst, dst_stride);
+  }
   switch (ay.taps) {
     case 2:
       return vertical_fixed<2>(src, src_stride, top, n, ay, dst, dst_stride);

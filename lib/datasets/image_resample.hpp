@@ -5,8 +5,9 @@
 // center + support) with the support widened by the downscale factor, weights by distance,
 // truncated at the image's edges and normalized), so that Resize + CenterCrop stays within
 // rounding of torchvision's. Weights are i16 with kWeightBits of fraction, accumulated in i32
-// over u8 pixels: the vertical pass runs over whole rows (GCC vectorizes it), the horizontal
-// one over each output pixel's few taps. Internal to lib/datasets.
+// over u8 pixels: the vertical pass runs over whole rows, the horizontal one over each output
+// pixel's few taps (both with AVX2 multiply-adds where the CPU has them:
+// image_resample_avx2.hpp). Internal to lib/datasets.
 
 #include <cstddef>
 #include <cstdint>
