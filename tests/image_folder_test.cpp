@@ -790,21 +790,23 @@ TEST_F(ImageFolderTest, AugmentationRepeatsUnderTheLoaderForTheSameSeed) {
   EXPECT_NE(run(7, 1, 2), first);
 }
 
-TEST_F(ImageFolderTest, JpegIsScaledInTheDctDomainWhenTheOutputNeedsHalfOrLess) {
+TEST_F(ImageFolderTest, JpegIsScaledInTheDctDomainWhenTheOutputNeedsAQuarterOrLess) {
   using ferry::detail::pick_jpeg_scale;
   auto is = [](ferry::detail::JpegScale s, int num, int denom) {
     return s.num * denom == num * s.denom;
   };
-  EXPECT_TRUE(is(pick_jpeg_scale(0.25, 0.25), 1, 4));
-  EXPECT_TRUE(is(pick_jpeg_scale(0.3, 0.2), 1, 2));  // 1/2, 1/4 and 1/8 only
-  EXPECT_TRUE(is(pick_jpeg_scale(0.5, 0.5), 1, 2));
-  EXPECT_TRUE(is(pick_jpeg_scale(0.1, 0.125), 1, 8));
-  EXPECT_TRUE(is(pick_jpeg_scale(0.13, 0.1), 1, 4));
-  EXPECT_TRUE(is(pick_jpeg_scale(0.51, 0.1), 1, 1));
+  // The scaled image must cover the output twice over.
+  EXPECT_TRUE(is(pick_jpeg_scale(0.25, 0.25), 1, 2));
+  EXPECT_TRUE(is(pick_jpeg_scale(0.3, 0.2), 1, 1));
+  EXPECT_TRUE(is(pick_jpeg_scale(0.5, 0.5), 1, 1));
+  EXPECT_TRUE(is(pick_jpeg_scale(0.1, 0.125), 1, 4));
+  EXPECT_TRUE(is(pick_jpeg_scale(0.13, 0.1), 1, 2));  // 1/2, 1/4 and 1/8 only
+  EXPECT_TRUE(is(pick_jpeg_scale(0.0625, 0.05), 1, 8));
+  EXPECT_TRUE(is(pick_jpeg_scale(0.26, 0.1), 1, 1));
   EXPECT_TRUE(is(pick_jpeg_scale(2.0, 2.0), 1, 1));
 
-  // 512 × 512 to 128 × 128: decoded at 1/4, exactly TurboJPEG's own scaled decode, and close
-  // to the full decode resized.
+  // 512 × 512 to 64 × 64: decoded at 1/4, TurboJPEG's own scaled decode then resized 128 -> 64
+  // (within the fixed point's rounding), and close to the full decode resized.
   constexpr int kSide = 512;
   Bytes px;
   for (int y = 0; y < kSide; ++y) {
@@ -815,14 +817,19 @@ TEST_F(ImageFolderTest, JpegIsScaledInTheDctDomainWhenTheOutputNeedsHalfOrLess) 
     }
   }
   const Bytes jpeg = encode_jpeg(px, kSide, kSide, TJPF_RGB);
-  const Bytes got = decode_one(jpeg, identity(128, 128, 3));
-  EXPECT_EQ(got, turbo_decode(jpeg, TJPF_RGB, 128, 128));
-  const Bytes full = resize_whole(turbo_decode(jpeg, TJPF_RGB), kSide, kSide, 128, 128, 3);
+  const Bytes got = decode_one(jpeg, identity(64, 64, 3));
+  const Bytes quarter = resize_whole(turbo_decode(jpeg, TJPF_RGB, 128, 128), 128, 128, 64, 64, 3);
+  EXPECT_LT(mean_abs_diff(got, quarter), 0.5);
+  const Bytes full = resize_whole(turbo_decode(jpeg, TJPF_RGB), kSide, kSide, 64, 64, 3);
   EXPECT_LT(mean_abs_diff(got, full), 1.0);
-  // 1/2 for 160 × 160 (160 / 512 = 0.3125), then resized 256 -> 160.
-  const Bytes mid = decode_one(jpeg, identity(160, 160, 3));
-  const Bytes mid_full = resize_whole(turbo_decode(jpeg, TJPF_RGB), kSide, kSide, 160, 160, 3);
+  // 1/2 for 128 × 128 (128 / 512 = 0.25), then resized 256 -> 128.
+  const Bytes mid = decode_one(jpeg, identity(128, 128, 3));
+  const Bytes mid_full = resize_whole(turbo_decode(jpeg, TJPF_RGB), kSide, kSide, 128, 128, 3);
   EXPECT_LT(mean_abs_diff(mid, mid_full), 1.0);
+  // 160 × 160 (0.3125): not scaled, the full decode resized exactly as a PNG of it would be.
+  const Bytes whole = decode_one(jpeg, identity(160, 160, 3));
+  const Bytes whole_ref = resize_whole(turbo_decode(jpeg, TJPF_RGB), kSide, kSide, 160, 160, 3);
+  EXPECT_LT(mean_abs_diff(whole, whole_ref), 0.5);
 }
 
 TEST_F(ImageFolderTest, NormalizedImagesArriveAsFloatChannelsFirst) {

@@ -96,9 +96,9 @@ struct JpegScale {
 };
 
 /// The DCT-domain scale for an output that needs `need_x` × `need_y` output pixels per source
-/// pixel: 1/1 unless both are at most 1/2, else the smallest of 1/2, 1/4 and 1/8 (the factors
-/// libjpeg-turbo's SIMD code covers) that is still at least both, so that the scaled image
-/// still covers the output.
+/// pixel: 1/1 unless both are at most 1/4, else the smallest of 1/2, 1/4 and 1/8 (the factors
+/// libjpeg-turbo's SIMD code covers) that is still at least twice both, so that the scaled
+/// image covers the output twice over and the resize after it does the filtering.
 JpegScale pick_jpeg_scale(double need_x, double need_y);
 
 /// Decodes a JPEG or PNG held in memory and writes options.height × options.width ×
