@@ -9,12 +9,17 @@
 //       side to --resize, and the centre 28x28 is cut out, as torchvision's Resize + CenterCrop.
 //       Those pixels are held in a TensorDataset and go through the same Loader settings.
 //
-//   train_images [--data DIR] [--epochs N] [--batch N] [--seed S] [--resize N]
+//   train_images [--data DIR] [--epochs N] [--batch N] [--seed S] [--seeds K] [--resize N]
 //                [--max-diff POINTS] [--max-mad LEVELS]
 //
 // It prints both test accuracies and their difference, and the mean absolute difference between
 // the two paths' test pixels (in u8 levels), and exits with 1 when the accuracies differ by more
 // than --max-diff points or the pixels by more than --max-mad levels on average.
+//
+// One training run's accuracy moves by itself: any change to its input (another seed, a pixel
+// off by one) sends SGD down another path, and on 2000 test images two such runs land about
+// +-0.6 points apart. --seeds K trains K pairs (seeds S, S+1, ...) and compares the means, whose
+// difference has a spread about sqrt(K) times smaller.
 //
 // The data: make_image_folder writes Fashion-MNIST as JPEGs scaled up from 28x28, e.g.
 //   make_image_folder --out fashion-mnist-jpeg --png-only --jpeg 72x56 --limit 2000
@@ -57,19 +62,23 @@ struct Options {
   std::size_t epochs = 5;
   std::size_t batch = 64;
   std::uint64_t seed = 1;
+  std::size_t seeds = 1;
   std::size_t resize = 32;
   double max_diff = 1.0;  // accuracy points
   double max_mad = 1.0;   // u8 levels
 };
 
 constexpr const char* kUsage =
-    "usage: train_images [--data DIR] [--epochs N] [--batch N] [--seed S] [--resize N]\n"
+    "usage: train_images [--data DIR] [--epochs N] [--batch N] [--seed S] [--seeds K]\n"
+    "                    [--resize N]\n"
     "                    [--max-diff POINTS] [--max-mad LEVELS]\n"
     "  --data DIR         DIR/train and DIR/test, JPEGs in class folders, as\n"
     "                     make_image_folder --jpeg writes them (default ./fashion-mnist-jpeg)\n"
     "  --epochs N         passes over the training set (default 5)\n"
     "  --batch N          samples per batch (default 64)\n"
     "  --seed S           seed of the shuffle and the initial weights (default 1)\n"
+    "  --seeds K          train K pairs, seeds S to S+K-1, and compare the mean\n"
+    "                     accuracies (default 1)\n"
     "  --resize N         the shorter side before the central 28x28 crop (default 32)\n"
     "  --max-diff POINTS  the largest accepted test accuracy difference, in percentage\n"
     "                     points (default 1.0)\n"
@@ -93,6 +102,8 @@ Options parse_options(int argc, char** argv) {
       options.batch = common::parse_number(flag, value);
     } else if (flag == "--seed") {
       options.seed = common::parse_number(flag, value);
+    } else if (flag == "--seeds") {
+      options.seeds = common::parse_number(flag, value);
     } else if (flag == "--resize") {
       options.resize = common::parse_number(flag, value);
     } else if (flag == "--max-diff") {
@@ -104,6 +115,10 @@ Options parse_options(int argc, char** argv) {
     }
   }
   if (options.batch == 0) throw std::invalid_argument("--batch must be at least 1");
+  if (options.epochs == 0) throw std::invalid_argument("--epochs must be at least 1");
+  if (options.seeds == 0 || options.seeds > 1000) {
+    throw std::invalid_argument("--seeds wants 1 to 1000");
+  }
   if (options.resize < kSide || options.resize > 4096) {
     throw std::invalid_argument("--resize wants 28 to 4096, the crop being 28x28");
   }
@@ -150,11 +165,11 @@ std::shared_ptr<ferry::TensorDataset> reference_dataset(const ferry::ImageFolder
 }
 
 // The same Loader settings for both paths.
-ferry::LoaderOptions loader_options(const Options& options, bool shuffle) {
+ferry::LoaderOptions loader_options(const Options& options, bool shuffle, std::uint64_t seed) {
   ferry::LoaderOptions o;
   o.batch_size = options.batch;
   o.shuffle = shuffle;
-  o.seed = options.seed;
+  o.seed = seed;
   o.workers = 0;  // one per core
   o.device = ferry::Device::best();
   return o;
@@ -164,18 +179,20 @@ ferry::LoaderOptions loader_options(const Options& options, bool shuffle) {
 
 struct Result {
   double accuracy = 0;      // on the test set after the last epoch
+  double loss = 0;          // the mean training loss of the last epoch
   std::uint64_t order = 0;  // a hash of the labels in the order training saw them
 };
 
+// Trains a fresh model on `train_set` for options.epochs epochs with `seed` (the shuffle's and
+// the initial weights'), then measures it on `test_set`.
 Result train_and_test(const std::shared_ptr<ferry::Dataset>& train_set,
                       const std::shared_ptr<ferry::Dataset>& test_set, const Options& options,
-                      const char* name) {
-  ferry::Loader train_loader(train_set, loader_options(options, true));
-  ferry::Loader test_loader(test_set, loader_options(options, false));
-  common::Mlp model(kInputs, kHidden, kClasses, options.seed);
+                      std::uint64_t seed) {
+  ferry::Loader train_loader(train_set, loader_options(options, true, seed));
+  ferry::Loader test_loader(test_set, loader_options(options, false, seed));
+  common::Mlp model(kInputs, kHidden, kClasses, seed);
   common::Trainer trainer(model, options.batch, /*learning_rate=*/1e-3f);
   Result result;
-  const auto start = Clock::now();
   for (std::size_t epoch = 0; epoch < options.epochs; ++epoch) {
     double loss_sum = 0;
     std::size_t samples = 0;
@@ -189,13 +206,9 @@ Result train_and_test(const std::shared_ptr<ferry::Dataset>& train_set,
       loss_sum += trainer.step(x.data<float>(), labels, batch.size());
       samples += batch.size();
     }
-    result.accuracy = common::accuracy(model, test_loader);
-    std::printf("  %s, epoch %zu/%zu: mean training loss %.4f, test accuracy %.4f\n", name,
-                epoch + 1, options.epochs, loss_sum / static_cast<double>(samples),
-                result.accuracy);
-    std::fflush(stdout);
+    result.loss = loss_sum / static_cast<double>(samples);
   }
-  std::printf("  %s: %zu epochs in %.1f s\n", name, options.epochs, seconds_since(start));
+  result.accuracy = common::accuracy(model, test_loader);
   return result;
 }
 
@@ -209,7 +222,7 @@ struct PixelDiff {
 PixelDiff compare_pixels(const std::shared_ptr<ferry::ImageFolder>& test_folder,
                          const ferry::TensorDataset& reference, const Options& options) {
   const auto* expected = reference.tensors().front().data<std::uint8_t>();
-  ferry::Loader loader(test_folder, loader_options(options, false));
+  ferry::Loader loader(test_folder, loader_options(options, false, options.seed));
   std::uint64_t sum = 0, count = 0;
   PixelDiff diff;
   for (const ferry::Batch& batch : loader.epoch(0)) {
@@ -243,19 +256,42 @@ int run(const Options& options) {
   std::fflush(stdout);
 
   const PixelDiff pixels = compare_pixels(test_folder, *test_reference, options);
-  const Result fast = train_and_test(train_folder, test_folder, options, "ImageFolder");
-  const Result slow = train_and_test(train_reference, test_reference, options, "reference");
-  if (fast.order != slow.order) {
-    std::printf("the two runs did not see their samples in the same order\n");
-    return 1;
-  }
+  std::printf("test pixels: mean absolute difference %.3f u8 levels, largest %u\n", pixels.mean,
+              pixels.max);
+  std::fflush(stdout);
 
-  const double diff = (fast.accuracy - slow.accuracy) * 100.0;
-  std::printf("ImageFolder (fast path): test accuracy: %.4f\n", fast.accuracy);
-  std::printf("reference (whole decode, double resize): test accuracy: %.4f\n", slow.accuracy);
+  // The same seed, order and hyper-parameters for both paths, seed after seed.
+  double fast_sum = 0, slow_sum = 0;
+  start = Clock::now();
+  for (std::size_t k = 0; k < options.seeds; ++k) {
+    const std::uint64_t seed = options.seed + k;
+    const Result fast = train_and_test(train_folder, test_folder, options, seed);
+    const Result slow = train_and_test(train_reference, test_reference, options, seed);
+    if (fast.order != slow.order) {
+      std::printf("seed %llu: the two runs did not see their samples in the same order\n",
+                  static_cast<unsigned long long>(seed));
+      return 1;
+    }
+    std::printf(
+        "seed %llu: %zu epochs, last training loss %.4f / %.4f, test accuracy %.4f / "
+        "%.4f (ImageFolder / reference), difference %+.2f points\n",
+        static_cast<unsigned long long>(seed), options.epochs, fast.loss, slow.loss, fast.accuracy,
+        slow.accuracy, (fast.accuracy - slow.accuracy) * 100.0);
+    std::fflush(stdout);
+    fast_sum += fast.accuracy;
+    slow_sum += slow.accuracy;
+  }
+  const auto runs = static_cast<double>(options.seeds);
+  const double fast_mean = fast_sum / runs, slow_mean = slow_sum / runs;
+  const double diff = (fast_mean - slow_mean) * 100.0;
+  std::printf("%zu training runs a path in %.1f s\n", options.seeds, seconds_since(start));
+  std::printf("ImageFolder (fast path): test accuracy: %.4f (mean of %zu)\n", fast_mean,
+              options.seeds);
+  std::printf("reference (whole decode, double resize): test accuracy: %.4f (mean of %zu)\n",
+              slow_mean, options.seeds);
   std::printf("accuracy difference: %+.2f points (limit %.2f)\n", diff, options.max_diff);
-  std::printf("test pixels: mean absolute difference %.3f u8 levels, largest %u (limit %.2f)\n",
-              pixels.mean, pixels.max, options.max_mad);
+  std::printf("pixel difference: %.3f u8 levels on average (limit %.2f)\n", pixels.mean,
+              options.max_mad);
   const bool ok = std::abs(diff) <= options.max_diff && pixels.mean <= options.max_mad;
   std::printf("%s\n", ok ? "same training: ok" : "the two paths differ: FAILED");
   return ok ? 0 : 1;
