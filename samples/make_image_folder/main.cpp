@@ -1,13 +1,17 @@
-// make_image_folder: writes Fashion-MNIST out as PNG files in class folders and as CSV files,
-// the inputs of ImageFolder (image_throughput) and CsvDataset (train_csv), so that those run on
-// real data.
+// make_image_folder: writes Fashion-MNIST out as PNG (or JPEG) files in class folders and as CSV
+// files, the inputs of ImageFolder (image_throughput, train_images) and CsvDataset (train_csv),
+// so that those run on real data.
 //
 //   make_image_folder [--data DIR] [--out DIR] [--limit N] [--split train|test|both]
-//                     [--png-only | --csv-only]
+//                     [--png-only | --csv-only] [--jpeg SIZE [--quality Q]]
 //
 // For each split (train: 60,000 images, test: 10,000) it writes
 //   OUT/<split>/<id>_<class>/<index>.png   28x28 grayscale PNGs, encoded by libspng;
 //   OUT/<split>.csv                        "label,p0,...,p783" and one row per image.
+// With --jpeg WxH (or --jpeg SIDE for a square), the images are grayscale JPEGs instead
+// (<index>.jpg, encoded by libjpeg-turbo's TurboJPEG at --quality, default 90), each scaled up
+// bilinearly from 28x28 to W x H: a loader reading them back at 28x28 then has a real decode,
+// resize and crop to do (train_images compares ferry's with a reference).
 // The class folders are named "0_T-shirt_top" ... "9_Ankle_boot": ImageFolder numbers classes in
 // sorted name order, and the id prefix makes that order the label ids'. The index (the image's
 // position in the IDX file) is zero-padded, so that listing a folder gives file order.
@@ -19,11 +23,13 @@
 #include <spng.h>
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+#include <turbojpeg.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <charconv>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -60,6 +66,13 @@ constexpr std::array<Split, 2> kSplits = {{
     {"train", "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"},
     {"test", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"},
 }};
+
+// How the images are written: 28x28 PNGs, or JPEGs scaled up to width x height.
+struct ImageFormat {
+  bool jpeg = false;
+  int width = 28, height = 28;  // the JPEGs' size
+  int quality = 90;             // the JPEG quality, 1..100
+};
 
 void write_file(const fs::path& path, const void* data, std::size_t size) {
   std::ofstream out(path, std::ios::binary);
@@ -103,9 +116,86 @@ std::size_t write_png(const fs::path& path, const std::uint8_t* pixels, std::uin
   return size;
 }
 
-// Writes images [0, count) of `set` to root/<class folder>/<index>.png; returns the bytes
-// written. Old class folders are removed first, so that a smaller --limit leaves no stale files.
-std::uint64_t write_pngs(const ferry::IdxDataset& set, std::size_t count, const fs::path& root) {
+// ---- JPEG -----------------------------------------------------------------------------------
+
+// A gray image of width x height scaled to out_width x out_height: bilinear interpolation
+// between pixel centres (the edges' pixels repeat outward), rounded to bytes.
+std::vector<std::uint8_t> scale_up(const std::uint8_t* pixels, std::size_t width,
+                                   std::size_t height, std::size_t out_width,
+                                   std::size_t out_height) {
+  // Output position i of n on a source axis of `size` pixels: the two pixels around it and the
+  // second one's weight.
+  struct Tap {
+    std::size_t lo, hi;
+    double t;
+  };
+  const auto tap = [](std::size_t i, std::size_t n, std::size_t size) {
+    const double s = std::clamp(
+        (static_cast<double>(i) + 0.5) * static_cast<double>(size) / static_cast<double>(n) - 0.5,
+        0.0, static_cast<double>(size - 1));
+    const auto lo = static_cast<std::size_t>(s);
+    return Tap{lo, std::min(lo + 1, size - 1), s - static_cast<double>(lo)};
+  };
+  std::vector<std::uint8_t> out(out_width * out_height);
+  for (std::size_t y = 0; y < out_height; ++y) {
+    const Tap ty = tap(y, out_height, height);
+    for (std::size_t x = 0; x < out_width; ++x) {
+      const Tap tx = tap(x, out_width, width);
+      const auto at = [&](std::size_t row, std::size_t col) {
+        return static_cast<double>(pixels[row * width + col]);
+      };
+      const double top = at(ty.lo, tx.lo) * (1 - tx.t) + at(ty.lo, tx.hi) * tx.t;
+      const double bottom = at(ty.hi, tx.lo) * (1 - tx.t) + at(ty.hi, tx.hi) * tx.t;
+      out[y * out_width + x] =
+          static_cast<std::uint8_t>(std::lround(top * (1 - ty.t) + bottom * ty.t));
+    }
+  }
+  return out;
+}
+
+// A TurboJPEG compressor and an output buffer of tjBufSize() bytes, TurboJPEG's bound on any
+// JPEG of width x height: made once for the images of one thread's range, never reallocated.
+class JpegEncoder {
+ public:
+  JpegEncoder(int width, int height)
+      : handle_(tjInitCompress()),
+        capacity_(tjBufSize(width, height, TJSAMP_GRAY)),
+        buffer_(tjAlloc(static_cast<int>(capacity_))) {
+    if (handle_ == nullptr || buffer_ == nullptr) throw std::runtime_error("TurboJPEG failed");
+  }
+  JpegEncoder(const JpegEncoder&) = delete;
+  JpegEncoder& operator=(const JpegEncoder&) = delete;
+  ~JpegEncoder() {
+    tjFree(buffer_);
+    if (handle_ != nullptr) tjDestroy(handle_);
+  }
+
+  // Encodes one 8-bit grayscale image of the size given at construction as a JPEG file and
+  // returns the file's size.
+  std::size_t write(const fs::path& path, const std::uint8_t* pixels, int width, int height,
+                    int quality) {
+    auto size = capacity_;  // in: the buffer's size; out: the JPEG's
+    if (tjCompress2(handle_, pixels, width, 0, height, TJPF_GRAY, &buffer_, &size, TJSAMP_GRAY,
+                    quality, TJFLAG_NOREALLOC) != 0) {
+      throw std::runtime_error("encoding " + path.string() + ": " + tjGetErrorStr2(handle_));
+    }
+    write_file(path, buffer_, size);
+    return size;
+  }
+
+ private:
+  tjhandle handle_;
+  unsigned long capacity_;  // NOLINT(google-runtime-int): TurboJPEG's type
+  unsigned char* buffer_;
+};
+
+// ---- the class folders ----------------------------------------------------------------------
+
+// Writes images [0, count) of `set` to root/<class folder>/<index>.png (or .jpg, scaled up, as
+// `format` says); returns the bytes written. Old class folders are removed first, so that a
+// smaller --limit or another format leaves no stale files.
+std::uint64_t write_images(const ferry::IdxDataset& set, std::size_t count, const fs::path& root,
+                           const ImageFormat& format) {
   for (const char* folder : kClassFolders) {
     fs::remove_all(root / folder);
     fs::create_directories(root / folder);
@@ -114,18 +204,30 @@ std::uint64_t write_pngs(const ferry::IdxDataset& set, std::size_t count, const 
   const auto height = static_cast<std::uint32_t>(set.rows());
   const std::size_t pixels = std::size_t{width} * height;
   const std::size_t digits = std::to_string(count == 0 ? 0 : count - 1).size();
+  const char* extension = format.jpeg ? ".jpg" : ".png";
 
   std::atomic<std::uint64_t> bytes{0};
   // oneTBB splits [0, count) into ranges and runs them on its worker threads; an exception in
   // one is rethrown here.
   tbb::parallel_for(
       tbb::blocked_range<std::size_t>(0, count), [&](const tbb::blocked_range<std::size_t>& range) {
+        std::unique_ptr<JpegEncoder> jpeg;
+        if (format.jpeg) jpeg = std::make_unique<JpegEncoder>(format.width, format.height);
         std::uint64_t written = 0;
         for (std::size_t i = range.begin(); i != range.end(); ++i) {
           std::string name = std::to_string(i);
           name.insert(0, digits - name.size(), '0');
-          const fs::path path = root / kClassFolders.at(set.labels()[i]) / (name + ".png");
-          written += write_png(path, &set.pixels()[i * pixels], width, height);
+          name += extension;
+          const fs::path path = root / kClassFolders.at(set.labels()[i]) / name;
+          const std::uint8_t* image = &set.pixels()[i * pixels];
+          if (!format.jpeg) {
+            written += write_png(path, image, width, height);
+            continue;
+          }
+          const std::vector<std::uint8_t> large =
+              scale_up(image, width, height, static_cast<std::size_t>(format.width),
+                       static_cast<std::size_t>(format.height));
+          written += jpeg->write(path, large.data(), format.width, format.height, format.quality);
         }
         bytes += written;
       });
@@ -187,12 +289,13 @@ struct Options {
   fs::path out = "fashion-mnist";
   std::size_t limit = std::numeric_limits<std::size_t>::max();
   std::string split = "both";
-  bool png = true, csv = true;
+  bool images = true, csv = true;
+  ImageFormat format;
 };
 
 constexpr const char* kUsage =
     "usage: make_image_folder [--data DIR] [--out DIR] [--limit N] [--split train|test|both]\n"
-    "                         [--png-only | --csv-only]\n"
+    "                         [--png-only | --csv-only] [--jpeg SIZE [--quality Q]]\n"
     "  --data DIR    folder with Fashion-MNIST's four .gz IDX files\n"
     "                (default /usr/share/datasets/fashion-mnist, from Debian's\n"
     "                dataset-fashion-mnist package)\n"
@@ -200,8 +303,25 @@ constexpr const char* kUsage =
     "                (default ./fashion-mnist)\n"
     "  --limit N     only the first N images of each split (default all)\n"
     "  --split S     train, test or both (default both)\n"
-    "  --png-only    write the PNG folders only\n"
-    "  --csv-only    write the CSV files only\n";
+    "  --png-only    write the image folders only (PNG, or JPEG with --jpeg)\n"
+    "  --csv-only    write the CSV files only\n"
+    "  --jpeg SIZE   write grayscale JPEGs (<index>.jpg) instead of PNGs, scaled up\n"
+    "                bilinearly to SIZE: WxH (e.g. 72x56) or one side for a square\n"
+    "  --quality Q   the JPEGs' quality, 1 to 100 (default 90)\n";
+
+// "72x56" as width 72, height 56, or "64" as 64 x 64; each side 1 to 4096.
+void parse_jpeg_size(const std::string& flag, const std::string& value, ImageFormat& format) {
+  const std::size_t x = value.find('x');
+  const std::uint64_t width = common::parse_number(flag, value.substr(0, x));
+  const std::uint64_t height =
+      x == std::string::npos ? width : common::parse_number(flag, value.substr(x + 1));
+  if (width < 1 || width > 4096 || height < 1 || height > 4096) {
+    throw std::invalid_argument(flag + " wants sides of 1 to 4096 pixels, not '" + value + "'");
+  }
+  format.jpeg = true;
+  format.width = static_cast<int>(width);
+  format.height = static_cast<int>(height);
+}
 
 Options parse_options(int argc, char** argv) {
   Options options;
@@ -216,7 +336,7 @@ Options parse_options(int argc, char** argv) {
       continue;
     }
     if (flag == "--csv-only") {
-      options.png = false;
+      options.images = false;
       continue;
     }
     if (i + 1 == argc) throw std::invalid_argument("unknown option or missing value: " + flag);
@@ -229,6 +349,14 @@ Options parse_options(int argc, char** argv) {
       options.limit = common::parse_number(flag, value);
     } else if (flag == "--split") {
       options.split = value;
+    } else if (flag == "--jpeg") {
+      parse_jpeg_size(flag, value, options.format);
+    } else if (flag == "--quality") {
+      const std::uint64_t quality = common::parse_number(flag, value);
+      if (quality < 1 || quality > 100) {
+        throw std::invalid_argument("--quality wants 1 to 100, not '" + value + "'");
+      }
+      options.format.quality = static_cast<int>(quality);
     } else {
       throw std::invalid_argument("unknown option: " + flag);
     }
@@ -236,7 +364,7 @@ Options parse_options(int argc, char** argv) {
   if (options.split != "train" && options.split != "test" && options.split != "both") {
     throw std::invalid_argument("--split wants train, test or both, not '" + options.split + "'");
   }
-  if (!options.png && !options.csv) {
+  if (!options.images && !options.csv) {
     throw std::invalid_argument("--png-only and --csv-only leave nothing to write");
   }
   return options;
@@ -268,16 +396,22 @@ int run(const Options& options) {
                 seconds_since(step));
     std::fflush(stdout);
 
-    // 2. One PNG per image, in its class folder.
-    if (options.png) {
+    // 2. One PNG (or JPEG) per image, in its class folder.
+    if (options.images) {
       step = Clock::now();
       const fs::path root = options.out / split.name;
-      const std::uint64_t bytes = write_pngs(*set, count, root);
+      const std::uint64_t bytes = write_images(*set, count, root, options.format);
       const double seconds = seconds_since(step);
-      std::printf(
-          "  wrote %zu PNGs (%.1f MB) in %zu class folders of %s in %.2f s: %.0f images/s\n", count,
-          megabytes(bytes), kClassFolders.size(), root.c_str(), seconds,
-          static_cast<double>(count) / seconds);
+      std::string what = "PNGs";
+      if (options.format.jpeg) {
+        what = std::to_string(options.format.width);
+        what += 'x';
+        what += std::to_string(options.format.height);
+        what += " JPEGs";
+      }
+      std::printf("  wrote %zu %s (%.1f MB) in %zu class folders of %s in %.2f s: %.0f images/s\n",
+                  count, what.c_str(), megabytes(bytes), kClassFolders.size(), root.c_str(),
+                  seconds, static_cast<double>(count) / seconds);
       std::fflush(stdout);
     }
 
