@@ -1,4 +1,5 @@
-// The image decoder's PNGs: libspng, within the limits set before it reads the header.
+// The image decoder's PNGs: the common ones without libspng (image_png_fast.hpp), the others by
+// libspng, within the limits set before it reads the header.
 
 #include <spng.h>
 
@@ -11,6 +12,7 @@
 
 #include "core/checked.hpp"
 #include "datasets/image_internal.hpp"
+#include "datasets/image_png_fast.hpp"
 
 namespace ferry::detail::image {
 namespace {
@@ -42,6 +44,13 @@ std::uint32_t big_endian32(const std::uint8_t* p) {
 
 void decode_png(std::span<const std::uint8_t> bytes, const ImageOptions& o, std::uint64_t seed,
                 std::uint8_t* out, std::string_view name) {
+  PngFast fast;
+  if (png_fast_enabled() && decode_png_fast(bytes, o.channels, o.max_pixels, fast)) {
+    const ImagePlan plan = plan_image(fast.width, fast.height, o, seed);
+    const Fit& fit = fit_image(plan, o, 1.0, fast.width, fast.height, name);
+    place({fast.pixels, fast.width, 0, 0}, plan, fit, o, out);
+    return;
+  }
   const std::unique_ptr<spng_ctx, SpngFree> ctx(spng_ctx_new(0));
   if (ctx == nullptr) throw std::bad_alloc();
   // libspng's own limits, so that a hostile header or chunk is refused as it is read: a side
