@@ -93,9 +93,9 @@ void horizontal_taps(const std::uint8_t* src, std::size_t src_stride, int left, 
 void horizontal_pass(const std::uint8_t* src, std::size_t src_stride, int left, int rows, int in,
                      int channels, const ResampleAxis& ax, bool flip, std::uint8_t* dst,
                      std::size_t dst_stride) {
-  if (in == 4 && (channels == 3 || channels == 4) && ax.taps <= kResampleAvx2MaxTaps &&
+  if ((in == 4 || in == 3) && (channels == 3 || channels == 4) && ax.taps <= kResampleAvx2MaxTaps &&
       resample_avx2_usable()) {
-    horizontal_rgbx_avx2(src, src_stride, left, rows, ax, flip, channels, dst, dst_stride);
+    horizontal_rgbx_avx2(src, src_stride, left, rows, in, ax, flip, channels, dst, dst_stride);
     return;
   }
   if (in == 4 && channels == 3) {

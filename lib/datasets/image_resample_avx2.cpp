@@ -80,12 +80,36 @@ __attribute__((target("avx2"))) inline __m128i load4(const std::uint8_t* p) {
   return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
 }
 
-// dst[x][y] = src[y][x] for 4-byte pixels, y < rows, x < cols.
+// Four pixels of `In` bytes (4, or RGB's 3) as four 4-byte pixels: RGB gets a fourth byte of 0.
+// Reads exactly 4 × In bytes.
+template <int In>
+__attribute__((target("avx2"))) inline __m128i load_pixels(const std::uint8_t* p) {
+  if constexpr (In == 4) {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  } else {
+    std::uint32_t last = 0;
+    std::memcpy(&last, p + 8, 4);
+    const __m128i twelve = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)),
+                                              _mm_cvtsi32_si128(static_cast<int>(last)));
+    const __m128i spread = _mm_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1);
+    return _mm_shuffle_epi8(twelve, spread);
+  }
+}
+
+// One pixel of `In` bytes as 4.
+template <int In>
+void copy_pixel(std::uint8_t* to, const std::uint8_t* from) {
+  std::memcpy(to, from, In);
+  if constexpr (In == 3) to[3] = 0;
+}
+
+// dst[x][y] = src[y][x] for y < rows, x < cols: src's pixels of `In` bytes, dst's of 4.
+template <int In>
 __attribute__((target("avx2"))) void transpose_in(const std::uint8_t* src, std::size_t src_stride,
                                                   int rows, int cols, std::uint8_t* dst,
                                                   std::size_t dst_stride) {
   const auto from = [&](int y, int x) {
-    return src + static_cast<std::size_t>(y) * src_stride + static_cast<std::size_t>(x) * 4;
+    return src + static_cast<std::size_t>(y) * src_stride + static_cast<std::size_t>(x) * In;
   };
   const auto to = [&](int x, int y) {
     return dst + static_cast<std::size_t>(x) * dst_stride + static_cast<std::size_t>(y) * 4;
@@ -94,17 +118,17 @@ __attribute__((target("avx2"))) void transpose_in(const std::uint8_t* src, std::
   for (; y + 4 <= rows; y += 4) {
     int x = 0;
     for (; x + 4 <= cols; x += 4) {
-      __m128i r[4] = {load4(from(y, x)), load4(from(y + 1, x)), load4(from(y + 2, x)),
-                      load4(from(y + 3, x))};
+      __m128i r[4] = {load_pixels<In>(from(y, x)), load_pixels<In>(from(y + 1, x)),
+                      load_pixels<In>(from(y + 2, x)), load_pixels<In>(from(y + 3, x))};
       transpose4(r);
       for (int j = 0; j < 4; ++j) _mm_storeu_si128(reinterpret_cast<__m128i*>(to(x + j, y)), r[j]);
     }
     for (; x < cols; ++x) {
-      for (int k = 0; k < 4; ++k) std::memcpy(to(x, y + k), from(y + k, x), 4);
+      for (int k = 0; k < 4; ++k) copy_pixel<In>(to(x, y + k), from(y + k, x));
     }
   }
   for (; y < rows; ++y) {
-    for (int x = 0; x < cols; ++x) std::memcpy(to(x, y), from(y, x), 4);
+    for (int x = 0; x < cols; ++x) copy_pixel<In>(to(x, y), from(y, x));
   }
 }
 
@@ -164,15 +188,19 @@ bool set_resample_avx2(bool enabled) noexcept {
 }
 
 void horizontal_rgbx_avx2(const std::uint8_t* src, std::size_t src_stride, int left, int rows,
-                          const ResampleAxis& ax, bool flip, int out_channels, std::uint8_t* dst,
-                          std::size_t dst_stride) {
+                          int in_channels, const ResampleAxis& ax, bool flip, int out_channels,
+                          std::uint8_t* dst, std::size_t dst_stride) {
   // The columns turned into rows, the vertical kernel over them, and the result turned back.
   const int cols = ax.hi - left;
   const std::size_t stride = (static_cast<std::size_t>(rows) + 3) / 4 * 16;  // 16-byte rows
   std::uint8_t* across = transpose_scratch().get(
       (static_cast<std::size_t>(cols) + static_cast<std::size_t>(ax.out)) * stride);
   std::uint8_t* summed = across + static_cast<std::size_t>(cols) * stride;
-  transpose_in(src, src_stride, rows, cols, across, stride);
+  if (in_channels == 4) {
+    transpose_in<4>(src, src_stride, rows, cols, across, stride);
+  } else {
+    transpose_in<3>(src, src_stride, rows, cols, across, stride);
+  }
   vertical_avx2(across, stride, left, static_cast<std::size_t>(rows) * 4, ax, summed, stride);
   if (out_channels == 4) {
     transpose_out<4>(summed, stride, ax.out, rows, flip, dst, dst_stride);
@@ -206,8 +234,8 @@ void vertical_avx2(const std::uint8_t* src, std::size_t src_stride, int top, std
 
 bool resample_avx2_usable() noexcept { return false; }
 bool set_resample_avx2(bool) noexcept { return false; }
-void horizontal_rgbx_avx2(const std::uint8_t*, std::size_t, int, int, const ResampleAxis&, bool,
-                          int, std::uint8_t*, std::size_t) {}
+void horizontal_rgbx_avx2(const std::uint8_t*, std::size_t, int, int, int, const ResampleAxis&,
+                          bool, int, std::uint8_t*, std::size_t) {}
 void vertical_avx2(const std::uint8_t*, std::size_t, int, std::size_t, const ResampleAxis&,
                    std::uint8_t*, std::size_t) {}
 

@@ -20,13 +20,13 @@ namespace ferry::detail::image {
 bool resample_avx2_usable() noexcept;
 bool set_resample_avx2(bool enabled) noexcept;
 
-/// The horizontal pass from RGBX (4 bytes per pixel) to `out_channels` (3 or 4) per pixel, as
-/// horizontal<4, out_channels, ...>: the rows' columns [left, ax.hi) transposed (4 × 4 blocks)
-/// into this thread's transpose scratch, the vertical kernel run over them, and the result
-/// transposed back into `dst` (mirrored when `flip`).
+/// The horizontal pass from `in_channels` (4: RGBX, or 3: RGB) to `out_channels` (3 or 4) per
+/// pixel, as horizontal<in_channels, out_channels, ...>: the rows' columns [left, ax.hi)
+/// transposed (4 × 4 blocks of 4-byte pixels) into this thread's transpose scratch, the vertical
+/// kernel run over them, and the result transposed back into `dst` (mirrored when `flip`).
 void horizontal_rgbx_avx2(const std::uint8_t* src, std::size_t src_stride, int left, int rows,
-                          const ResampleAxis& ax, bool flip, int out_channels, std::uint8_t* dst,
-                          std::size_t dst_stride);
+                          int in_channels, const ResampleAxis& ax, bool flip, int out_channels,
+                          std::uint8_t* dst, std::size_t dst_stride);
 
 /// The most taps vertical_avx2() takes.
 inline constexpr int kResampleAvx2MaxTaps = 64;
