@@ -465,7 +465,7 @@ void profile(const std::string& name, const fs::path& root, const ferry::ImageOp
   std::printf("| stage | µs/image |\n|---|---:|\n");
   std::printf("| file read (open + fstat + read, ImageFolder's) | %.1f |\n", read);
   std::printf("| ferry decode from memory (%s) | %.1f |\n",
-              jpeg ? "cropped libjpeg decode + resize" : "libspng + copy", decode);
+              jpeg ? "cropped libjpeg decode + resize" : "PNG decode + copy", decode);
   if (jpeg) {
     std::printf("| of which the resize (alone, on whole decoded images) | %.1f |\n", resize);
     if (avx2) {
