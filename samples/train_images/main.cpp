@@ -2,8 +2,9 @@
 // twice, with the same seed, batch order and hyper-parameters, on the same JPEG folder:
 //
 //   (a) through ImageFolder: libjpeg-turbo decodes only the rows and columns the crop needs
-//       (scaled in the DCT domain where that still covers the output twice over), then ferry's fixed-point
-//       antialiased bilinear resize and the central crop (Geometry::resize_then_center_crop);
+//       (scaled in the DCT domain where that still covers the output twice over), then ferry's
+//       fixed-point antialiased bilinear resize and the central crop
+//       (Geometry::resize_then_center_crop);
 //   (b) through a reference written here (reference.cpp), without ferry's image code: TurboJPEG
 //       decodes the whole image, a double-precision PIL-style bilinear resize brings the shorter
 //       side to --resize, and the centre 28x28 is cut out, as torchvision's Resize + CenterCrop.
@@ -26,8 +27,9 @@
 //   train_images --data fashion-mnist-jpeg
 // (72x56 resized to 41x32, then the central 28x28). Where the shorter side is at least four
 // times --resize (--jpeg 128 for instance), ferry decodes the JPEG scaled down in the DCT domain
-// (by 1/2 there, so that the resize after it still halves), and the comparison is of that. The model and the command-line helpers are in ../common/
-// (mlp.hpp, fashion_mnist.hpp, cli.hpp): copy them along.
+// (by 1/2 there, so that the resize after it still halves), and the comparison is of that. The
+// model and the command-line helpers are in ../common/ (mlp.hpp, fashion_mnist.hpp, cli.hpp):
+// copy them along.
 
 #include <algorithm>
 #include <cmath>
