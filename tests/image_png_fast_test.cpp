@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "datasets/image_decode.hpp"
 #include "ferry/error.hpp"
 #include "ferry/image.hpp"
 
@@ -294,6 +295,13 @@ TEST(PngFast, IrregularFilesGetLibspngsError) {
     EXPECT_FALSE(taken);
     EXPECT_EQ(decode_either(c.png, 4, 4, 1, true), decode_either(c.png, 4, 4, 1, false));
   }
+  // A header of 16000 × 16000 over a few bytes of data: left to libspng before any buffer of
+  // its size is taken.
+  const Bytes promise = handmade(16000, 16000, 0, gray_rows(1, 0));
+  taken = true;
+  (void)fast_pixels(promise, 1, &taken);
+  EXPECT_FALSE(taken);
+  EXPECT_LT(ferry::detail::decode_scratch_bytes(), std::size_t{1} << 20);
   // A plain error, not libspng's success, for the ones libspng refuses too.
   EXPECT_EQ(decode_either(bad_filter, 4, 4, 1, true).rfind("error: x.png", 0), 0U);
   EXPECT_EQ(decode_either(bad_crc, 4, 4, 1, true).rfind("error: x.png", 0), 0U);

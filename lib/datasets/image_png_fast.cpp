@@ -173,12 +173,18 @@ bool decode_png_fast(std::span<const std::uint8_t> bytes, int channels, std::int
   if (idat_chunks == 0) return false;
   const std::size_t row = std::size_t{width} * static_cast<std::size_t>(bpp);
   const std::size_t filtered = (row + 1) * height;  // within 2^24 × (2^26 + 1): no overflow
+  // Deflate expands at most about 1032 times: a header that promises more than the data can
+  // give is not worth its buffers here (libspng then says what is wrong).
+  constexpr std::size_t kMaxInflation = 1032;
+  if (filtered / kMaxInflation > idat_bytes + 64) return false;
+  libdeflate_decompressor* inflater = decompressor();
+  if (inflater == nullptr) return false;
   // The filtered rows in the pixel buffer's space: after the pixels, which the rows then fill.
   const std::size_t pixel_bytes = row * height;
   std::uint8_t* buffer = pixel_scratch().get(pixel_bytes + filtered);
   std::uint8_t* rows = buffer + pixel_bytes;
   // Exactly the image's filtered rows, the Adler-32 checked; anything else: libspng's case.
-  if (libdeflate_zlib_decompress(decompressor(), idat, idat_bytes, rows, filtered, nullptr) !=
+  if (libdeflate_zlib_decompress(inflater, idat, idat_bytes, rows, filtered, nullptr) !=
       LIBDEFLATE_SUCCESS) {
     return false;
   }
