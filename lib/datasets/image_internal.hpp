@@ -48,8 +48,9 @@ class Scratch {
   std::size_t capacity_ = 0;
 };
 
-// This thread's buffers: the file read, the decoded pixels, the resize's working memory (and
-// the AVX2 horizontal pass's transposed rows).
+// This thread's buffers: the file read, the decoded pixels, the resize's working memory, and
+// one more for the AVX2 horizontal pass's transposed rows (and, before it, a PNG's IDAT data
+// joined from several chunks).
 Scratch& file_scratch();
 Scratch& pixel_scratch();
 Scratch& resize_scratch();
@@ -62,6 +63,11 @@ Scratch& transpose_scratch();
 // The header's size, before anything is allocated for it: within 1 .. max_pixels pixels.
 void check_size(std::int64_t width, std::int64_t height, std::int64_t max_pixels,
                 std::string_view name, const char* format);
+
+// The big-endian 32-bit number at `p` (PNG's lengths, sizes and CRCs).
+inline std::uint32_t big_endian32(const std::uint8_t* p) {
+  return std::uint32_t{p[0]} << 24 | std::uint32_t{p[1]} << 16 | std::uint32_t{p[2]} << 8 | p[3];
+}
 
 // Bytes of `pixels` pixels (width × height) of `channels` bytes each, in this thread's scratch.
 std::uint8_t* pixel_buffer(int width, int height, int channels, std::string_view name);

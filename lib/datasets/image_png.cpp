@@ -36,19 +36,19 @@ struct SpngFree {
                  spng_strerror(code));
 }
 
-std::uint32_t big_endian32(const std::uint8_t* p) {
-  return std::uint32_t{p[0]} << 24 | std::uint32_t{p[1]} << 16 | std::uint32_t{p[2]} << 8 | p[3];
-}
-
 }  // namespace
 
 void decode_png(std::span<const std::uint8_t> bytes, const ImageOptions& o, std::uint64_t seed,
                 std::uint8_t* out, std::string_view name) {
+  // The decoded image, at its own size, to the output's geometry.
+  const auto finish = [&](const std::uint8_t* px, int width, int height) {
+    const ImagePlan plan = plan_image(width, height, o, seed);
+    const Fit& fit = fit_image(plan, o, 1.0, width, height, name);
+    place({px, width, 0, 0}, plan, fit, o, out);
+  };
   PngFast fast;
   if (png_fast_enabled() && decode_png_fast(bytes, o.channels, o.max_pixels, fast)) {
-    const ImagePlan plan = plan_image(fast.width, fast.height, o, seed);
-    const Fit& fit = fit_image(plan, o, 1.0, fast.width, fast.height, name);
-    place({fast.pixels, fast.width, 0, 0}, plan, fit, o, out);
+    finish(fast.pixels, fast.width, fast.height);
     return;
   }
   const std::unique_ptr<spng_ctx, SpngFree> ctx(spng_ctx_new(0));
@@ -100,9 +100,7 @@ void decode_png(std::span<const std::uint8_t> bytes, const ImageOptions& o, std:
   if (rc != 0) png_fail(name, rc, "corrupt PNG");
   const std::size_t count = static_cast<std::size_t>(width) * static_cast<std::size_t>(height);
   if (o.channels == 1 && !gray_source) rgb_to_gray(px, count);
-  const ImagePlan plan = plan_image(width, height, o, seed);
-  const Fit& fit = fit_image(plan, o, 1.0, width, height, name);
-  place({px, width, 0, 0}, plan, fit, o, out);
+  finish(px, width, height);
 }
 
 }  // namespace ferry::detail::image

@@ -2,7 +2,6 @@
 
 #include <libdeflate.h>
 
-#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdlib>
@@ -18,10 +17,6 @@ namespace {
 
 constexpr std::array<std::uint8_t, 8> kSignature = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
 constexpr std::size_t kMaxChunks = 64;  // more: libspng, whose chunk limits apply
-
-std::uint32_t be32(const std::uint8_t* p) {
-  return std::uint32_t{p[0]} << 24 | std::uint32_t{p[1]} << 16 | std::uint32_t{p[2]} << 8 | p[3];
-}
 
 bool is(const std::uint8_t* type, const char (&name)[5]) { return std::memcmp(type, name, 4) == 0; }
 
@@ -113,19 +108,20 @@ bool decode_png_fast(std::span<const std::uint8_t> bytes, int channels, std::int
   std::uint8_t* joined = nullptr;  // several IDATs' data, one after the other
   for (std::size_t chunk = 0; !ended; ++chunk) {
     if (chunk == kMaxChunks || end - p < 12) return false;
-    const std::uint32_t length = be32(p);
+    const std::uint32_t length = big_endian32(p);
     const std::uint8_t* type = p + 4;
     const std::uint8_t* data = p + 8;
     if (length > 0x7fffffffU || static_cast<std::size_t>(end - data) < std::size_t{length} + 4) {
       return false;
     }
-    if (libdeflate_crc32(0, type, std::size_t{length} + 4) != be32(data + length)) return false;
+    if (libdeflate_crc32(0, type, std::size_t{length} + 4) != big_endian32(data + length))
+      return false;
     p = data + length + 4;
     if (chunk == 0) {
       // IHDR: 8-bit samples, no interlace, and a color type whose samples are the output's.
       if (!is(type, "IHDR") || length != 13) return false;
-      width = be32(data);
-      height = be32(data + 4);
+      width = big_endian32(data);
+      height = big_endian32(data + 4);
       const std::uint8_t depth = data[8];
       const std::uint8_t color = data[9];
       if (depth != 8 || data[10] != 0 || data[11] != 0 || data[12] != 0) return false;

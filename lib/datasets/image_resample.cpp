@@ -95,7 +95,7 @@ void horizontal_pass(const std::uint8_t* src, std::size_t src_stride, int left, 
                      std::size_t dst_stride) {
   if ((in == 4 || in == 3) && (channels == 3 || channels == 4) && ax.taps <= kResampleAvx2MaxTaps &&
       resample_avx2_usable()) {
-    horizontal_rgbx_avx2(src, src_stride, left, rows, in, ax, flip, channels, dst, dst_stride);
+    horizontal_avx2(src, src_stride, left, rows, in, ax, flip, channels, dst, dst_stride);
     return;
   }
   if (in == 4 && channels == 3) {

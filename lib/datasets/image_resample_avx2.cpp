@@ -187,9 +187,9 @@ bool set_resample_avx2(bool enabled) noexcept {
   return enabled_flag().exchange(enabled && can);
 }
 
-void horizontal_rgbx_avx2(const std::uint8_t* src, std::size_t src_stride, int left, int rows,
-                          int in_channels, const ResampleAxis& ax, bool flip, int out_channels,
-                          std::uint8_t* dst, std::size_t dst_stride) {
+void horizontal_avx2(const std::uint8_t* src, std::size_t src_stride, int left, int rows,
+                     int in_channels, const ResampleAxis& ax, bool flip, int out_channels,
+                     std::uint8_t* dst, std::size_t dst_stride) {
   // The columns turned into rows, the vertical kernel over them, and the result turned back.
   const int cols = ax.hi - left;
   const std::size_t stride = (static_cast<std::size_t>(rows) + 3) / 4 * 16;  // 16-byte rows
@@ -234,8 +234,8 @@ void vertical_avx2(const std::uint8_t* src, std::size_t src_stride, int top, std
 
 bool resample_avx2_usable() noexcept { return false; }
 bool set_resample_avx2(bool) noexcept { return false; }
-void horizontal_rgbx_avx2(const std::uint8_t*, std::size_t, int, int, int, const ResampleAxis&,
-                          bool, int, std::uint8_t*, std::size_t) {}
+void horizontal_avx2(const std::uint8_t*, std::size_t, int, int, int, const ResampleAxis&, bool,
+                     int, std::uint8_t*, std::size_t) {}
 void vertical_avx2(const std::uint8_t*, std::size_t, int, std::size_t, const ResampleAxis&,
                    std::uint8_t*, std::size_t) {}
 

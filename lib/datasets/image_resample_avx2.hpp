@@ -24,9 +24,9 @@ bool set_resample_avx2(bool enabled) noexcept;
 /// pixel, as horizontal<in_channels, out_channels, ...>: the rows' columns [left, ax.hi)
 /// transposed (4 × 4 blocks of 4-byte pixels) into this thread's transpose scratch, the vertical
 /// kernel run over them, and the result transposed back into `dst` (mirrored when `flip`).
-void horizontal_rgbx_avx2(const std::uint8_t* src, std::size_t src_stride, int left, int rows,
-                          int in_channels, const ResampleAxis& ax, bool flip, int out_channels,
-                          std::uint8_t* dst, std::size_t dst_stride);
+void horizontal_avx2(const std::uint8_t* src, std::size_t src_stride, int left, int rows,
+                     int in_channels, const ResampleAxis& ax, bool flip, int out_channels,
+                     std::uint8_t* dst, std::size_t dst_stride);
 
 /// The most taps vertical_avx2() takes.
 inline constexpr int kResampleAvx2MaxTaps = 64;
