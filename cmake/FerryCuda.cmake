@@ -1,13 +1,19 @@
 # Decides whether ferry's CUDA backend is built.
 #   FERRY_WITH_CUDA=OFF  never; AUTO  when find_package(CUDAToolkit) finds a toolkit;
 #   ON  always (a missing toolkit is an error).
+#   SIM  against cudasim (tests/cudasim), a CPU model of CUDA devices instead of the CUDA
+#        runtime: the CUDA backend, unchanged, with the kernels' CPU twins; for CI without a GPU.
 # Sets FERRY_HAS_CUDA (runtime calls through CUDA::cudart_static) and FERRY_HAS_CUDA_KERNELS
 # (a working CUDA compiler: kernels for sm_90 plus PTX, so newer GPUs JIT them).
 set(FERRY_HAS_CUDA OFF)
 set(FERRY_HAS_CUDA_KERNELS OFF)
+set(FERRY_CUDA_SIM OFF)
 set(FERRY_CUDA_ARCHITECTURES "90" CACHE STRING "CUDA architectures (90 = sm_90 SASS + compute_90 PTX)")
 
-if(NOT FERRY_WITH_CUDA STREQUAL "OFF")
+if(FERRY_WITH_CUDA STREQUAL "SIM")
+  set(FERRY_HAS_CUDA ON)
+  set(FERRY_CUDA_SIM ON)
+elseif(NOT FERRY_WITH_CUDA STREQUAL "OFF")
   if(NOT DEFINED CUDAToolkit_ROOT AND EXISTS /usr/local/cuda/bin/nvcc)
     set(CUDAToolkit_ROOT /usr/local/cuda)
   endif()
@@ -40,4 +46,5 @@ if(NOT FERRY_WITH_CUDA STREQUAL "OFF")
     endif()
   endif()
 endif()
-message(STATUS "ferry: CUDA backend ${FERRY_HAS_CUDA}, CUDA kernels ${FERRY_HAS_CUDA_KERNELS}")
+message(STATUS "ferry: CUDA backend ${FERRY_HAS_CUDA}, CUDA kernels ${FERRY_HAS_CUDA_KERNELS}, "
+               "cudasim ${FERRY_CUDA_SIM}")

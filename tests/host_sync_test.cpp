@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "copy/host/host_copy_engine.hpp"
@@ -47,6 +48,25 @@ TEST(HostSync, AWaitOnUnfinishedWorkCountsOnceAndAWaitOnFinishedWorkNever) {
   done.synchronize();
   Event().synchronize();
   EXPECT_EQ(host_sync_count(), before + 1) << "finished work costs nothing";
+}
+
+TEST(HostSync, AThreadsOwnCountMovesOnlyWithItsOwnWaits) {
+  HostCopyEngine engine(HostCopyEngine::Options{kSlowLink});
+  std::vector<std::uint8_t> src(kBytes, 5), dst(kBytes, 0);
+  engine.copy_async(dst.data(), src.data(), kBytes, CopyKind::host_to_host);
+  const Event done = engine.record();
+  const std::uint64_t mine = ferry::host_sync_count_this_thread();
+  const std::uint64_t all = host_sync_count();
+  std::uint64_t theirs = 0;
+  std::thread other([&] {
+    done.synchronize();
+    theirs = ferry::host_sync_count_this_thread();
+  });
+  other.join();
+  EXPECT_EQ(theirs, 1U) << "the other thread waited once, on unfinished work";
+  EXPECT_EQ(host_sync_count(), all + 1);
+  EXPECT_EQ(ferry::host_sync_count_this_thread(), mine) << "this thread never waited";
+  EXPECT_EQ(dst[0], 5);
 }
 
 TEST(HostSync, AStreamWaitIsNoHostSynchronizationAndAScopeBooksItsThreadsWaits) {

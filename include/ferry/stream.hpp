@@ -20,4 +20,8 @@ using Stream = CUstream_st*;
 /// stand-in for a GPU in tests) counts its waits the same way. Never throws.
 FERRY_API std::uint64_t host_sync_count() noexcept;
 
+/// The same, for the calling thread only: what blocked it, not the loader's own threads (a
+/// planner waiting for a staging slot) nor other threads. Never throws.
+FERRY_API std::uint64_t host_sync_count_this_thread() noexcept;
+
 }  // namespace ferry

@@ -165,6 +165,16 @@ void Storage::set_pending(Event event, std::vector<std::shared_ptr<const Storage
   pending_ = event;  // first: whatever fails below, the storage waits for the work
   keeps_sources_ = false;
   ordered_on_ = ordered_on;
+  if (ordered_on) {
+    // The work runs on a stream of this storage's device (of the source's, for a copy to the
+    // host): a block of that device is given back behind it, on the GPU.
+    std::erase_if(sources, [&](const std::shared_ptr<const Storage>& source) {
+      if (!source || !source->stream_ordered()) return false;
+      if (device_.is_cuda() && device_ != source->device()) return false;  // a peer copy
+      source->add_stream_use(*ordered_on);
+      return true;
+    });
+  }
   // Work done already (a copy that completed synchronously) has nothing left to read.
   if (sources.empty() || known_done(event)) return;
   pending_ = Event(std::make_shared<PendingWrite>(std::move(event), std::move(sources)));
@@ -176,7 +186,7 @@ bool Storage::ordered_on(Stream stream) const {
   return known_done(pending());
 }
 
-void Storage::add_stream_use(Stream stream) {
+void Storage::add_stream_use(Stream stream) const {
   if (stream == stream_) return;
   std::lock_guard lock(uses_mutex_);
   if (std::find(uses_.begin(), uses_.end(), stream) == uses_.end()) uses_.push_back(stream);

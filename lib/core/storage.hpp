@@ -54,7 +54,11 @@ class Storage {
 
   /// Records that asynchronous work writes this storage, reading `sources`, which stay alive
   /// until the work is known to be done (see above). Work already done keeps no sources.
-  /// `ordered_on`: a stream already ordered after the work (it waits for it, or runs it).
+  /// `ordered_on`: a stream already ordered after the work (it waits for it, or runs it). A
+  /// source in device memory from the caching allocator, of the device whose stream runs the
+  /// work, is not kept: it records `ordered_on` as a stream that uses it (add_stream_use), so
+  /// that when it goes its block returns to the cache behind the work, on the GPU, and a host
+  /// that runs ahead of the GPU reuses blocks instead of piling up new ones.
   /// \pre called before the storage is shared with another thread.
   /// \throws DeviceError when CUDA cannot tell whether `event` is done.
   void set_pending(Event event, std::vector<std::shared_ptr<const Storage>> sources,
@@ -67,7 +71,10 @@ class Storage {
   bool ordered_on(Stream stream) const;
   /// Work on `stream`, which ferry does not see (a DLPack consumer's), reads the storage: when
   /// the storage goes, its stream waits for the work queued on `stream` by then.
-  void add_stream_use(Stream stream);
+  void add_stream_use(Stream stream) const;
+  /// True when the memory is a block of the caching allocator (DeviceBuffer): given back in
+  /// stream order, it needs no host to keep it while work reads it.
+  bool stream_ordered() const noexcept { return std::holds_alternative<DeviceBuffer>(memory_); }
 
  private:
   Memory memory_;
@@ -80,7 +87,7 @@ class Storage {
   bool keeps_sources_ = false;  // pending_ is a PendingWrite
   std::optional<Stream> ordered_on_;
   mutable std::mutex uses_mutex_;
-  std::vector<Stream> uses_;  // guarded by uses_mutex_
+  mutable std::vector<Stream> uses_;  // guarded by uses_mutex_
 };
 
 /// New storage of `nbytes` on `device`: pageable or pooled pinned memory on the CPU, device

@@ -9,12 +9,14 @@ namespace {
 std::atomic<std::uint64_t> g_host_syncs{0};
 thread_local std::atomic<std::uint64_t>* t_counter = nullptr;
 thread_local bool t_counts = true;
+thread_local std::uint64_t t_host_syncs = 0;
 
 }  // namespace
 
 void note_host_sync() noexcept {
   if (!t_counts) return;
   g_host_syncs.fetch_add(1, std::memory_order_relaxed);
+  ++t_host_syncs;
   if (t_counter != nullptr) t_counter->fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -38,5 +40,7 @@ StreamSideWait::~StreamSideWait() { t_counts = previous_; }
 std::uint64_t host_sync_count() noexcept {
   return detail::g_host_syncs.load(std::memory_order_relaxed);
 }
+
+std::uint64_t host_sync_count_this_thread() noexcept { return detail::t_host_syncs; }
 
 }  // namespace ferry

@@ -1,0 +1,60 @@
+#pragma once
+
+// cudasim: a CPU model of CUDA devices, for running ferry's CUDA backend (lib/runtime/cuda,
+// lib/copy/cuda) and its GPU tests (tests/cuda) in CI on machines without a GPU. It implements
+// the part of the CUDA runtime API that ferry calls (include/cuda_runtime_api.h), with the
+// semantics that ferry's correctness rests on:
+//
+//  * Streams run their work in order, asynchronously, on a thread each, after an optional delay
+//    per operation (FERRY_CUDASIM_DELAY_US): a host that reads a result before waiting for it
+//    reads stale bytes. The legacy default stream (nullptr) orders itself with blocking streams.
+//  * Events record a point in a stream; cudaStreamWaitEvent orders streams; queries never block.
+//  * Device memory is host memory at an address with bit 62 set, which no host instruction can
+//    dereference: touching device memory from the host faults, as it does on a GPU. Only copies
+//    and kernels, which run on streams, see its bytes. Fresh device memory holds garbage.
+//  * Copies check their kind against the memory they touch; copies that involve pageable host
+//    memory block the host, as CUDA's do. Work that touches freed or out-of-range memory makes
+//    the device's error sticky (cudaErrorIllegalAddress), as a fault on a GPU does.
+//  * cudaFree synchronizes the device; cudaSetDevice makes the device's context; the driver's
+//    cuDevicePrimaryCtxGetState answers from the same model.
+//  * FERRY_CUDASIM_DEVICES devices (2 by default; 0: "no CUDA-capable device"), each with
+//    FERRY_CUDASIM_MEMORY_MIB of memory (4096 by default).
+//
+// What it cannot show: the kernels themselves (tests/cudasim/kernels_sim.cpp runs their CPU
+// twins on the stream instead), speed, and the real driver's corner cases.
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+namespace ferry_cudasim {
+
+/// Queues `work` on `stream` (of the current device), as a kernel launch: a launch error is
+/// returned, and a Fault thrown by `work` when it runs makes the device's error sticky.
+cudaError_t launch(cudaStream_t stream, std::function<void()> work);
+
+/// Inside work queued by launch(): the host address of `bytes` bytes at `ptr`, device memory of
+/// the stream's device or page-locked host memory. \throws Fault when they are not all inside
+/// one live allocation of that kind.
+void* host_address(const void* ptr, std::size_t bytes);
+
+/// What host_address throws: the kernel read or wrote memory it may not.
+struct Fault {};
+
+/// The next `times` calls of the runtime function `function` (e.g. "cudaMemcpyAsync") fail with
+/// `error` and do nothing else. Calls on every thread count.
+void fail_next(const char* function, cudaError_t error, int times = 1);
+/// Forgets every pending fail_next.
+void clear_failures();
+
+/// True when device `index` has its context (cudaSetDevice, or any call that needs one, ran
+/// there).
+bool has_context(int index);
+
+/// Operations queued on streams so far, and how many of them have finished.
+std::uint64_t operations_queued();
+std::uint64_t operations_done();
+
+}  // namespace ferry_cudasim
