@@ -37,7 +37,7 @@ struct Block {
 };
 
 struct Op {
-  std::function<void()> work;                              // may be empty (a wait)
+  std::function<void()> work;                                 // may be empty (a wait)
   std::vector<std::pair<CUstream_st*, std::uint64_t>> after;  // runs once these are done
   int device = 0;
 };
@@ -86,7 +86,12 @@ struct World {
   std::vector<bool> context = std::vector<bool>(static_cast<std::size_t>(devices), false);
   std::vector<cudaError_t> sticky =
       std::vector<cudaError_t>(static_cast<std::size_t>(devices), cudaSuccess);
-  std::map<std::string, std::pair<cudaError_t, int>> failures;
+  struct Failure {
+    cudaError_t error = cudaSuccess;
+    int times = 0;
+    std::thread::id thread;  // default: any thread
+  };
+  std::map<std::string, Failure> failures;
   std::set<const CUevent_st*> events;
   std::uint64_t queued = 0;
   std::uint64_t done = 0;
@@ -111,8 +116,11 @@ cudaError_t fail(cudaError_t error) {
 cudaError_t injected(World& w, const char* function) {
   auto it = w.failures.find(function);
   if (it == w.failures.end()) return cudaSuccess;
-  const cudaError_t error = it->second.first;
-  if (--it->second.second <= 0) w.failures.erase(it);
+  if (it->second.thread != std::thread::id() && it->second.thread != std::this_thread::get_id()) {
+    return cudaSuccess;
+  }
+  const cudaError_t error = it->second.error;
+  if (--it->second.times <= 0) w.failures.erase(it);
   return error;
 }
 
@@ -306,12 +314,15 @@ cudaError_t memcpy_on(const char* function, void* dst, const void* src, std::siz
     return fail(cudaErrorInvalidValue);
   }
   const std::uint64_t seq =
-      enqueue(w, s, Op{[dst, src, count] {
-                         std::byte* d = translate(dst, count, true, -1);
-                         const std::byte* from_bytes = translate(src, count, true, -1);
-                         std::memmove(d, from_bytes, count);
-                       },
-                       {}});
+      enqueue(w, s,
+              Op{[dst, src, count, to, from] {
+                   // Memory page-locked or on a device when the copy was
+                   // queued must still be: freed meanwhile, it faults.
+                   std::byte* d = translate(dst, count, to == Where::pageable, -1);
+                   const std::byte* from_bytes = translate(src, count, from == Where::pageable, -1);
+                   std::memmove(d, from_bytes, count);
+                 },
+                 {}});
   // Pageable host memory: CUDA stages it, and the call returns only once the host's bytes are
   // read (to the device) or written (from it).
   if (blocking || to == Where::pageable || from == Where::pageable) wait_for(w, lock, s, seq);
@@ -345,10 +356,20 @@ void* host_address(const void* ptr, std::size_t bytes) {
   return translate(ptr, bytes, false, running_on != nullptr ? running_on->device : -1);
 }
 
-void fail_next(const char* function, cudaError_t error, int times) {
+void fail_next(const char* function, cudaError_t error, int times, bool this_thread_only) {
   World& w = world();
   std::lock_guard lock(w.mutex);
-  w.failures[function] = {error, times};
+  w.failures[function] = World::Failure{
+      error, times, this_thread_only ? std::this_thread::get_id() : std::thread::id()};
+}
+
+void fault(int index) {
+  World& w = world();
+  std::lock_guard lock(w.mutex);
+  if (index >= 0 && index < w.devices) {
+    w.sticky[static_cast<std::size_t>(index)] = cudaErrorIllegalAddress;
+  }
+  w.changed.notify_all();
 }
 
 void clear_failures() {
@@ -614,12 +635,9 @@ cudaError_t memset_on(const char* function, void* dst, int value, std::size_t co
   if (count == 0) return cudaSuccess;
   const Where where = locate(w, dst, count);
   if (where != Where::device && where != Where::pinned) return fail(cudaErrorInvalidValue);
-  const std::uint64_t seq = enqueue(w, s,
-                                    Op{[dst, value, count] {
-                                         std::memset(translate(dst, count, false, -1), value,
-                                                     count);
-                                       },
-                                       {}});
+  const std::uint64_t seq = enqueue(
+      w, s,
+      Op{[dst, value, count] { std::memset(translate(dst, count, false, -1), value, count); }, {}});
   if (blocking) wait_for(w, lock, s, seq);
   return cudaSuccess;
 }
@@ -742,12 +760,13 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   }
   const std::uint64_t generation = ++event->generation;
   event->stream = s;
-  event->seq = enqueue(w, s, Op{[event, generation] {
-                                  World& world_ = world();
-                                  std::lock_guard inner(world_.mutex);
-                                  if (event->generation == generation) event->when = Clock::now();
-                                },
-                                {}});
+  event->seq = enqueue(w, s,
+                       Op{[event, generation] {
+                            World& world_ = world();
+                            std::lock_guard inner(world_.mutex);
+                            if (event->generation == generation) event->when = Clock::now();
+                          },
+                          {}});
   return cudaSuccess;
 }
 

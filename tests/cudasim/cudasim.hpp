@@ -43,11 +43,17 @@ void* host_address(const void* ptr, std::size_t bytes);
 /// What host_address throws: the kernel read or wrote memory it may not.
 struct Fault {};
 
-/// The next `times` calls of the runtime function `function` (e.g. "cudaMemcpyAsync") fail with
-/// `error` and do nothing else. Calls on every thread count.
-void fail_next(const char* function, cudaError_t error, int times = 1);
+/// The next `times` calls of the runtime function `function` (e.g. "cudaMemcpyAsync", or
+/// "launch" for a kernel) fail with `error` and do nothing else. Calls on every thread count, or
+/// with `this_thread_only`, the calling thread's only.
+void fail_next(const char* function, cudaError_t error, int times = 1,
+               bool this_thread_only = false);
 /// Forgets every pending fail_next.
 void clear_failures();
+
+/// Device `index` faults as if a kernel had touched an illegal address: its error is sticky from
+/// now on, and every later call that works on it returns cudaErrorIllegalAddress.
+void fault(int index);
 
 /// True when device `index` has its context (cudaSetDevice, or any call that needs one, ran
 /// there).

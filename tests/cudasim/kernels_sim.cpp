@@ -62,8 +62,7 @@ void launch_pad_rows(const PadRows& args, void* stream) {
         ferry_cudasim::host_address(args.lengths, count * sizeof(std::int64_t)));
     std::int64_t rows = 0;  // the packed rows the samples span
     for (std::size_t i = 0; i < count; ++i) rows = std::max(rows, a.starts[i] + a.lengths[i]);
-    a.src = ferry_cudasim::host_address(args.src,
-                                        static_cast<std::size_t>(rows) * args.row_bytes);
+    a.src = ferry_cudasim::host_address(args.src, static_cast<std::size_t>(rows) * args.row_bytes);
     a.dst = ferry_cudasim::host_address(
         args.dst, static_cast<std::size_t>(args.count * args.lmax) * args.row_bytes);
     pad_rows_cpu(a);

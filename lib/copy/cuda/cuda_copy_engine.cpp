@@ -1,6 +1,7 @@
 #include "copy/cuda/cuda_copy_engine.hpp"
 
 #include <memory>
+#include <optional>
 
 #include "copy/cuda/kernels.hpp"
 #include "runtime/cuda_api.hpp"
@@ -64,6 +65,14 @@ void CudaCopyEngine::mark_busy_end() {
 
 void CudaCopyEngine::harvest() const noexcept {
   const std::lock_guard lock(timing_mutex_);
+  if (spans_.empty()) return;
+  std::optional<DeviceGuard> guard;  // stats() may come from a thread that chose no device
+  try {
+    guard.emplace(index_);
+  } catch (...) {  // the runtime is gone: nothing more can be read
+    (void)cudaGetLastError();
+    return;
+  }
   while (!spans_.empty()) {
     const auto& [start, end] = spans_.front();
     const cudaError_t status = cudaEventQuery(end.get());

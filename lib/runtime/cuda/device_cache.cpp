@@ -200,7 +200,7 @@ void synchronize_stream(int index, Stream stream) {
   // default scheduling): wait_event counts the wait.
   const PooledEvent event(index, EventKind::plain);
   FERRY_CUDA_CHECK(cudaEventRecord(event.get(), stream));
-  wait_event(event.get());
+  wait_event(index, event.get());
 }
 
 }  // namespace ferry::detail::cuda

@@ -32,13 +32,13 @@ class CudaEventImpl final : public EventImpl {
   explicit CudaEventImpl(int index) : event_(index, EventKind::plain) {}
   bool query() override {
     if (done_.load(std::memory_order_relaxed)) return true;
-    const bool done = event_done(event_.get());
+    const bool done = event_done(event_.device(), event_.get());
     if (done) done_.store(true, std::memory_order_relaxed);
     return done;
   }
   void wait() override {
     if (done_.load(std::memory_order_relaxed)) return;
-    wait_event(event_.get());
+    wait_event(event_.device(), event_.get());
     done_.store(true, std::memory_order_relaxed);
   }
   void* native_handle() noexcept override { return event_.get(); }
@@ -99,7 +99,8 @@ void release_event(int index, cudaEvent_t event, EventKind kind) noexcept {
   }
 }
 
-bool event_done(cudaEvent_t event) {
+bool event_done(int index, cudaEvent_t event) {
+  DeviceGuard guard(index);
   const cudaError_t status = cudaEventQuery(event);
   if (status == cudaErrorNotReady) {
     (void)cudaGetLastError();
@@ -109,15 +110,16 @@ bool event_done(cudaEvent_t event) {
   return true;
 }
 
-void wait_event(cudaEvent_t event) {
-  if (event_done(event)) return;
+void wait_event(int index, cudaEvent_t event) {
+  DeviceGuard guard(index);
+  if (event_done(index, event)) return;
   note_host_sync();
   // A short wait (a copy about to end) is caught by polling for a few microseconds, without a
   // blocking sync's wake-up latency; a long one sleeps in cudaEventSynchronize (the event is
   // made with cudaEventBlockingSync) instead of spinning a core the workers need.
   const auto until = std::chrono::steady_clock::now() + kPollFor;
   while (std::chrono::steady_clock::now() < until) {
-    if (event_done(event)) return;
+    if (event_done(index, event)) return;
     std::this_thread::yield();
   }
   FERRY_CUDA_CHECK(cudaEventSynchronize(event));

@@ -47,11 +47,12 @@ class PooledEvent {
   cudaEvent_t event_ = nullptr;
 };
 
-/// Waits on the host until `event` is done: first a query, then (counted as a host
-/// synchronization) cudaEventSynchronize. \throws DeviceError.
-void wait_event(cudaEvent_t event);
-/// True when `event` is done; never blocks. \throws DeviceError on a failure other than "not
-/// ready".
-bool event_done(cudaEvent_t event);
+/// Waits on the host until `event`, of cuda:index, is done: first a query, then (counted as a host
+/// synchronization) cudaEventSynchronize. Calls CUDA with cuda:index current, so that a thread
+/// that never chose a device makes no context on cuda:0. \throws DeviceError.
+void wait_event(int index, cudaEvent_t event);
+/// True when `event`, of cuda:index, is done; never blocks. \throws DeviceError on a failure
+/// other than "not ready".
+bool event_done(int index, cudaEvent_t event);
 
 }  // namespace ferry::detail::cuda
