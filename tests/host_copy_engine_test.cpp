@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -68,6 +69,20 @@ TEST(HostCopyEngine, LaterWorkSeesEarlierWork) {
   engine.copy_async(c.data(), b.data(), 4096, CopyKind::device_to_device);
   engine.synchronize();
   EXPECT_EQ(std::memcmp(c.data(), a.data(), 4096), 0);
+}
+
+TEST(HostCopyEngine, ZeroingRunsInQueueOrder) {
+  HostCopyEngine engine;
+  const auto a = pattern(4096, 6);
+  auto b = engine.allocate(4096);
+  auto c = engine.allocate(4096);
+  engine.copy_async(b.data(), a.data(), 4096, CopyKind::host_to_device);
+  engine.zero_async(static_cast<std::uint8_t*>(b.data()) + 1000, 96);
+  engine.copy_async(c.data(), b.data(), 4096, CopyKind::device_to_device);
+  engine.synchronize();
+  auto expected = a;
+  std::fill_n(expected.begin() + 1000, 96, std::uint8_t{0});
+  EXPECT_EQ(std::memcmp(c.data(), expected.data(), 4096), 0);
 }
 
 TEST(HostCopyEngine, WaitHoldsLaterWorkOnTheStreamNotTheCaller) {

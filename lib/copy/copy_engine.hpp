@@ -36,6 +36,8 @@ class CopyEngine {
   /// Queues a copy of `nbytes` from `src` to `dst`; returns at once.
   /// \pre both stay valid, and `src` unchanged, until an event recorded after it is ready.
   virtual void copy_async(void* dst, const void* src, std::size_t nbytes, CopyKind kind) = 0;
+  /// Queues the zeroing of `nbytes` of device memory at `dst` (cudaMemsetAsync).
+  virtual void zero_async(void* dst, std::size_t nbytes) = 0;
   /// Queues an image conversion on device memory (the kernel, or its CPU twin).
   virtual void convert_image_async(const ImageConvert& args) = 0;
   /// Queues ferry::convert() of `count` elements on device memory.

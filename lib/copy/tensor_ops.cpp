@@ -86,9 +86,18 @@ Tensor run(const Tensor& images, detail::ImageConvert args, std::vector<int64_t>
 // ---- transfers and conversions --------------------------------------------------------
 
 Tensor Tensor::zeros(std::vector<int64_t> shape, DType dtype, Device device) {
-  Tensor host = new_tensor(std::move(shape), dtype, Device::cpu(), false, "Tensor::zeros");
-  if (host.nbytes() != 0) std::memset(host.data(), 0, host.nbytes());
-  return host.to(device);
+  if (device.is_cpu()) {
+    Tensor host = new_tensor(std::move(shape), dtype, device, false, "Tensor::zeros");
+    if (host.nbytes() != 0) std::memset(host.data(), 0, host.nbytes());
+    return host;
+  }
+  // Zeroed on the GPU, on the copy stream: no host buffer, no copy, no host wait.
+  check_usable(device);
+  detail::CopyEngine& engine = engine_of(device);
+  Tensor out = new_tensor(std::move(shape), dtype, device, false, "Tensor::zeros", engine.stream());
+  engine.zero_async(TensorAccess::address(out), out.nbytes());
+  TensorAccess::storage(out)->set_pending(engine.record(), {}, engine.stream());
+  return out;
 }
 
 namespace {

@@ -134,6 +134,23 @@ TEST_F(GpuPath, NonBlockingTransfersConversionsAndNormalizationNeverMakeTheHostW
   EXPECT_TRUE(same_tensor(expected, out.cpu()));
 }
 
+// Zeros are written on the GPU: no host wait, and a block the cache hands out again (holding an
+// earlier tensor's bytes) reads back as zeros.
+TEST_F(GpuPath, ZerosAreWrittenOnTheDeviceWithoutAHostWait) {
+  const Device gpu = Device::cuda(0);
+  const std::vector<std::uint8_t> bytes = pattern(3 * 4000, 9);
+  (void)ferry::cuda_testing::byte_tensor(bytes).to(gpu);  // its block goes back to the cache
+  const ferry::DeviceCacheStats before = ferry::device_cache_stats(gpu);
+  const std::uint64_t syncs = ferry::host_sync_count_this_thread();
+  const Tensor zeros = Tensor::zeros({3, 1000}, DType::f32, gpu);
+  EXPECT_EQ(ferry::host_sync_count_this_thread(), syncs);
+  EXPECT_EQ(ferry::device_cache_stats(gpu).hits, before.hits + 1) << "the earlier block, reused";
+  EXPECT_EQ(zeros.device(), gpu);
+  const std::vector<std::uint8_t> back = host_bytes(zeros);
+  EXPECT_TRUE(
+      same_bytes(std::vector<std::uint8_t>(back.size(), 0).data(), back.data(), back.size()));
+}
+
 TEST_F(GpuPath, ACudaFailureIsReportedOnceAndTheNextCallSucceeds) {
   const Device gpu = Device::cuda(0);
   // More than any GPU has: cudaMalloc fails (after the cache is emptied and it tries again).

@@ -95,6 +95,7 @@ struct World {
   std::set<const CUevent_st*> events;
   std::uint64_t queued = 0;
   std::uint64_t done = 0;
+  ferry_cudasim::Counts counts;
 };
 
 // Never destroyed: stream threads outlive static destruction.
@@ -221,6 +222,8 @@ std::uint64_t enqueue(World& w, CUstream_st* s, Op op) {
 
 void wait_for(World& w, std::unique_lock<std::mutex>& lock, const CUstream_st* s,
               std::uint64_t seq) {
+  if (s->done >= seq) return;
+  ++w.counts.blocking_waits;
   w.changed.wait(lock, [&] { return s->done >= seq; });
 }
 
@@ -384,6 +387,12 @@ bool has_context(int index) {
   return index >= 0 && index < w.devices && w.context[static_cast<std::size_t>(index)];
 }
 
+Counts counts() {
+  World& w = world();
+  std::lock_guard lock(w.mutex);
+  return w.counts;
+}
+
 std::uint64_t operations_queued() {
   World& w = world();
   std::lock_guard lock(w.mutex);
@@ -536,6 +545,7 @@ cudaError_t cudaMalloc(void** ptr, std::size_t size) {
   void* p = new_block(w, size, Memory::device);
   if (p == nullptr) return fail(cudaErrorMemoryAllocation);
   used += size;
+  ++w.counts.mallocs;
   *ptr = p;
   return cudaSuccess;
 }
@@ -554,6 +564,7 @@ cudaError_t cudaFree(void* ptr) {
   it = w.blocks.find(reinterpret_cast<std::uintptr_t>(ptr));
   if (it == w.blocks.end()) return fail(cudaErrorInvalidValue);
   w.used[static_cast<std::size_t>(device)] -= it->second.bytes;
+  ++w.counts.frees;
   std::free(it->second.base);
   w.blocks.erase(it);
   return cudaSuccess;
@@ -566,6 +577,7 @@ cudaError_t cudaHostAlloc(void** ptr, std::size_t size, unsigned /*flags*/) {
   if (const cudaError_t e = enter(w, "cudaHostAlloc"); e != cudaSuccess) return fail(e);
   void* p = new_block(w, size == 0 ? 1 : size, Memory::pinned);
   if (p == nullptr) return fail(cudaErrorMemoryAllocation);
+  ++w.counts.host_allocs;
   *ptr = p;
   return cudaSuccess;
 }
@@ -583,6 +595,7 @@ cudaError_t cudaFreeHost(void* ptr) {
   if (it == w.blocks.end() || it->second.kind != Memory::pinned) {
     return fail(cudaErrorInvalidValue);
   }
+  ++w.counts.host_frees;
   // Freed at once, without waiting: work still queued that touches it faults, so that a
   // program that frees a staging buffer before the copy from it is done is caught.
   std::free(it->second.base);
@@ -717,6 +730,7 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* user_
   if (const cudaError_t e = enter(w, "cudaLaunchHostFunc"); e != cudaSuccess) return fail(e);
   CUstream_st* s = resolve(w, stream);
   if (s == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  ++w.counts.host_functions;
   enqueue(w, s, Op{[fn, user_data] { fn(user_data); }, {}});
   return cudaSuccess;
 }
@@ -732,6 +746,8 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
   if (const cudaError_t e = enter(w, "cudaEventCreateWithFlags"); e != cudaSuccess) {
     return fail(e);
   }
+  ++w.counts.events_made;
+  if ((flags & cudaEventBlockingSync) == 0) ++w.counts.spinning_events;
   auto* e = new CUevent_st();
   e->device = current_device;
   e->flags = flags;

@@ -59,6 +59,21 @@ void fault(int index);
 /// there).
 bool has_context(int index);
 
+/// Calls made so far, in the whole process, of the runtime functions that a steady state must
+/// not make: allocations and frees (cudaFree waits for the device), event creation (events come
+/// from a pool), host functions on a stream, and host waits that found work unfinished.
+struct Counts {
+  std::uint64_t mallocs = 0;          ///< cudaMalloc
+  std::uint64_t frees = 0;            ///< cudaFree of memory
+  std::uint64_t host_allocs = 0;      ///< cudaHostAlloc, cudaMallocHost
+  std::uint64_t host_frees = 0;       ///< cudaFreeHost
+  std::uint64_t events_made = 0;      ///< cudaEventCreate*
+  std::uint64_t spinning_events = 0;  ///< ... without cudaEventBlockingSync
+  std::uint64_t host_functions = 0;   ///< cudaLaunchHostFunc
+  std::uint64_t blocking_waits = 0;   ///< synchronizations that had to wait
+};
+Counts counts();
+
 /// Operations queued on streams so far, and how many of them have finished.
 std::uint64_t operations_queued();
 std::uint64_t operations_done();

@@ -41,6 +41,12 @@ void CudaCopyEngine::copy_async_on(Stream stream, void* dst, const void* src, st
   FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream));
 }
 
+void CudaCopyEngine::zero_async(void* dst, std::size_t nbytes) {
+  if (nbytes == 0) return;
+  DeviceGuard guard(index_);
+  FERRY_CUDA_CHECK(cudaMemsetAsync(dst, 0, nbytes, stream_.view().get()));
+}
+
 void CudaCopyEngine::mark_busy_start() {
   PooledEvent start(index_, EventKind::timed);
   DeviceGuard guard(index_);

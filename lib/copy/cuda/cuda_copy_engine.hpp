@@ -22,6 +22,7 @@ class CudaCopyEngine final : public CopyEngine {
   DeviceBuffer allocate(std::size_t nbytes) override;
   void copy_async(void* dst, const void* src, std::size_t nbytes, CopyKind kind) override;
   void copy_async_on(Stream stream, void* dst, const void* src, std::size_t nbytes) override;
+  void zero_async(void* dst, std::size_t nbytes) override;
   void convert_image_async(const ImageConvert& args) override;
   void pad_rows_async(const PadRows& args) override;
   void convert_async(const void* src, DType from, void* dst, DType to, std::size_t count) override;

@@ -81,6 +81,10 @@ void HostCopyEngine::copy_async(void* dst, const void* src, std::size_t nbytes, 
   });
 }
 
+void HostCopyEngine::zero_async(void* dst, std::size_t nbytes) {
+  enqueue([dst, nbytes] { std::memset(dst, 0, nbytes); });
+}
+
 void HostCopyEngine::convert_image_async(const ImageConvert& args) {
   enqueue([args] { convert_image_cpu(args); });
 }
