@@ -35,10 +35,10 @@ BatchLayout::BatchLayout(const std::vector<FieldSpec>& fields, std::size_t capac
         gather = true;
         continue;
       }
-      if (const std::size_t whole = op->region_bytes(); whole > 0) {
+      if (plan.delivered.is_ragged()) {  // its size is the batch's, 0 when every row is empty
         plan.regions.push_back(at);
         plan.region_sample_bytes.push_back(0);  // ragged: no per-sample size
-        at = align(checked_add(at, whole, what), what);
+        at = align(checked_add(at, op->region_bytes(), what), what);
         continue;
       }
       const std::size_t n = checked_nbytes(plan.delivered.shape, dtype_size(plan.delivered.dtype),

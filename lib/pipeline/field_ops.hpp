@@ -84,8 +84,9 @@ class FieldOp {
   virtual void run(OpRunner& runner, const OpSpan& span, std::size_t in, std::size_t out) const = 0;
   /// Writes the field from elsewhere instead of transforming it.
   virtual bool source() const noexcept { return false; }
-  /// The bytes of the result's region for a whole batch, when output() cannot say (a ragged
-  /// result); 0: output().sample_bytes() x the batch's capacity.
+  /// For a ragged result (output().is_ragged()), which has no per-sample size: the bytes of the
+  /// result's region for a whole batch (0 when the field's rows are all empty). Otherwise unused:
+  /// the region is output().sample_bytes() x the batch's capacity.
   virtual std::size_t region_bytes() const noexcept { return 0; }
 };
 
