@@ -2,7 +2,8 @@
 #   FERRY_WITH_CUDA=OFF  never; AUTO  when find_package(CUDAToolkit) finds a toolkit;
 #   ON  always (a missing toolkit is an error).
 #   SIM  against cudasim (tests/cudasim), a CPU model of CUDA devices instead of the CUDA
-#        runtime: the CUDA backend, unchanged, with the kernels' CPU twins; for CI without a GPU.
+#        runtime: the CUDA backend and its kernels, unchanged, run on the CPU; for CI without a
+#        GPU.
 # Sets FERRY_HAS_CUDA (runtime calls through CUDA::cudart_static) and FERRY_HAS_CUDA_KERNELS
 # (a working CUDA compiler: kernels for sm_90 plus PTX, so newer GPUs JIT them).
 set(FERRY_HAS_CUDA OFF)

@@ -20,8 +20,11 @@
 //  * FERRY_CUDASIM_DEVICES devices (2 by default; 0: "no CUDA-capable device"), each with
 //    FERRY_CUDASIM_MEMORY_MIB of memory (4096 by default).
 //
-// What it cannot show: the kernels themselves (tests/cudasim/kernels_sim.cpp runs their CPU
-// twins on the stream instead), speed, and the real driver's corner cases.
+// ferry's kernels (lib/copy/cuda/kernels.cu) run too, compiled as C++ (cudasim_device.hpp): each
+// launch runs every thread of its grid in turn, so their indexing, grid-stride loops and vector
+// widths are checked against the CPU twins. What it cannot show: races between GPU threads (the
+// kernels share no data between threads), the device's own float rounding (the stand-ins round
+// as ferry's CPU rules do), speed, and the real driver's corner cases.
 
 #include <cuda_runtime_api.h>
 
