@@ -125,17 +125,30 @@ __global__ void transpose_kernel(const T* src, T* dst, Geometry g) {
   }
 }
 
-// Rows as words of W: one thread per word, so consecutive threads read consecutive words of
-// a row.
+// A block of kThreads threads as `width` threads across a row (a power of two, at most kThreads,
+// at least the row's words where it can) by kThreads / width rows: narrow rows still fill the
+// block, wide ones are strided across it, and no thread divides to find its row.
+dim3 row_block(std::int64_t words) {
+  unsigned width = 1;
+  while (width < kThreads && width < words) width *= 2;
+  return {width, kThreads / width, 1};
+}
+
+unsigned row_blocks(std::int64_t rows, const dim3& block) {
+  const std::int64_t b = (rows + block.y - 1) / block.y;
+  return static_cast<unsigned>(b < 65535 * 32 ? b : 65535 * 32);
+}
+
+// Rows as words of W: threadIdx.y (and the grid's x) picks the row, threadIdx.x strides over its
+// words, so consecutive threads read consecutive words of a row.
 template <class W>
 __global__ void gather_kernel(const W* src, W* dst, const std::uint64_t* indices,
                               std::int64_t count, std::int64_t words_per_row) {
-  const std::int64_t total = count * words_per_row;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::int64_t row = i / words_per_row;
-    const std::int64_t word = i % words_per_row;
-    dst[i] = src[static_cast<std::int64_t>(indices[row]) * words_per_row + word];
+  for (std::int64_t row = blockIdx.x * static_cast<std::int64_t>(blockDim.y) + threadIdx.y;
+       row < count; row += static_cast<std::int64_t>(gridDim.x) * blockDim.y) {
+    const W* in = src + static_cast<std::int64_t>(indices[row]) * words_per_row;
+    W* out = dst + row * words_per_row;
+    for (std::int64_t w = threadIdx.x; w < words_per_row; w += blockDim.x) out[w] = in[w];
   }
 }
 
@@ -143,22 +156,27 @@ template <class W>
 void launch_gather(const void* src, void* dst, const std::uint64_t* indices, std::int64_t count,
                    std::size_t row_bytes, cudaStream_t stream) {
   const auto words = static_cast<std::int64_t>(row_bytes / sizeof(W));
-  FERRY_LAUNCH(blocks_for(count * words), kThreads, stream, gather_kernel<W>)
+  const dim3 block = row_block(words);
+  FERRY_LAUNCH(row_blocks(count, block), block, stream, gather_kernel<W>)
   (static_cast<const W*>(src), static_cast<W*>(dst), indices, count, words);
 }
 
-// One thread per element of the padded output: sample s, row r, element k of the row.
+// Sample s (the grid's y), its padded row r (threadIdx.y and the grid's x), element k of the row
+// (threadIdx.x): the sample's row while r < its length, else `pad`. No division per element.
 template <class T>
 __global__ void pad_rows_kernel(const T* src, T* dst, const std::int32_t* starts,
                                 const std::int64_t* lengths, std::int64_t count, std::int64_t lmax,
                                 std::int64_t per_row, T pad) {
-  const std::int64_t total = count * lmax * per_row;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::int64_t s = i / (lmax * per_row);
-    const std::int64_t r = (i / per_row) % lmax;
-    const std::int64_t k = i % per_row;
-    dst[i] = r < lengths[s] ? src[(static_cast<std::int64_t>(starts[s]) + r) * per_row + k] : pad;
+  for (std::int64_t s = blockIdx.y; s < count; s += gridDim.y) {
+    const std::int64_t length = lengths[s];
+    const T* in = src + static_cast<std::int64_t>(starts[s]) * per_row;
+    T* out = dst + s * lmax * per_row;
+    for (std::int64_t r = blockIdx.x * static_cast<std::int64_t>(blockDim.y) + threadIdx.y;
+         r < lmax; r += static_cast<std::int64_t>(gridDim.x) * blockDim.y) {
+      for (std::int64_t k = threadIdx.x; k < per_row; k += blockDim.x) {
+        out[r * per_row + k] = r < length ? in[r * per_row + k] : pad;
+      }
+    }
   }
 }
 
@@ -167,7 +185,11 @@ void launch_pad(const PadRows& a, cudaStream_t stream) {
   const auto per_row = static_cast<std::int64_t>(a.row_bytes / sizeof(T));
   T pad{};
   std::memcpy(&pad, &a.pad, sizeof(T));
-  FERRY_LAUNCH(blocks_for(a.count * a.lmax * per_row), kThreads, stream, pad_rows_kernel<T>)
+  const dim3 block = row_block(per_row);
+  const unsigned row_grid = row_blocks(a.lmax, block);
+  const dim3 grid(row_grid < 65535 ? row_grid : 65535,
+                  static_cast<unsigned>(a.count < 65535 ? a.count : 65535), 1);
+  FERRY_LAUNCH(grid, block, stream, pad_rows_kernel<T>)
   (static_cast<const T*>(a.src), static_cast<T*>(a.dst), a.starts, a.lengths, a.count, a.lmax,
    per_row, pad);
 }
