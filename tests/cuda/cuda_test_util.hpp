@@ -94,4 +94,28 @@ inline Tensor byte_tensor(const std::vector<std::uint8_t>& bytes) {
   return Tensor::from(bytes, {static_cast<std::int64_t>(bytes.size())});
 }
 
+/// u8 images [6, 5, 3] ("image", pixels pattern(90, index + 11)) that the loader normalizes (on
+/// the GPU after the copy), and their index as "label" (i64).
+class SmallImages : public Dataset {
+ public:
+  explicit SmallImages(std::size_t n) : n_(n) {}
+  std::size_t size() const override { return n_; }
+  std::vector<FieldSpec> fields() const override {
+    FieldSpec image{"image", DType::u8, {6, 5, 3}};
+    Normalize norm;
+    norm.mean = {0.485f, 0.456f, 0.406f};
+    norm.std = {0.229f, 0.224f, 0.225f};
+    image.normalize = norm;
+    return {image, {"label", DType::i64, {}}};
+  }
+  void read(std::size_t index, SampleRef out) const override {
+    const std::vector<std::uint8_t> px = pattern(90, index + 11);
+    std::memcpy(out.data(0), px.data(), px.size());
+    *out.as<std::int64_t>(1) = static_cast<std::int64_t>(index);
+  }
+
+ private:
+  std::size_t n_;
+};
+
 }  // namespace ferry::cuda_testing

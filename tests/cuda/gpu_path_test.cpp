@@ -165,33 +165,11 @@ TEST_F(GpuPath, ACudaFailureIsReportedOnceAndTheNextCallSucceeds) {
 
 // ---- the loader's device operations against the CPU loader -------------------------------
 
-// u8 images [6, 5, 3], normalized by the loader (on the GPU after the copy).
-class SmallImages : public ferry::Dataset {
- public:
-  explicit SmallImages(std::size_t n) : n_(n) {}
-  std::size_t size() const override { return n_; }
-  std::vector<ferry::FieldSpec> fields() const override {
-    ferry::FieldSpec image{"image", DType::u8, {6, 5, 3}};
-    ferry::Normalize norm;
-    norm.mean = {0.485f, 0.456f, 0.406f};
-    norm.std = {0.229f, 0.224f, 0.225f};
-    image.normalize = norm;
-    return {image, {"label", DType::i64, {}}};
-  }
-  void read(std::size_t index, ferry::SampleRef out) const override {
-    const std::vector<std::uint8_t> px = pattern(90, index + 11);
-    std::memcpy(out.data(0), px.data(), px.size());
-    *out.as<std::int64_t>(1) = static_cast<std::int64_t>(index);
-  }
-
- private:
-  std::size_t n_;
-};
-
 TEST_F(GpuPath, NormalizedImagesWithAShortLastBatchAreTheCpuLoadersBits) {
   within(kLimit, [] {
     // 37 samples in batches of 8: the last batch holds 5.
-    expect_as_on_the_cpu(std::make_shared<SmallImages>(37), gpu_options(8, true, 4), 1);
+    expect_as_on_the_cpu(std::make_shared<ferry::cuda_testing::SmallImages>(37),
+                         gpu_options(8, true, 4), 1);
   });
 }
 
@@ -305,7 +283,7 @@ TEST_F(GpuPath, ALoaderOnCuda1AndTensorsMovedBetweenGpus) {
   within(kLimit, [] {
     LoaderOptions o = gpu_options(8, true, 2);
     o.device = Device::cuda(1);
-    expect_as_on_the_cpu(std::make_shared<SmallImages>(29), o, 0);
+    expect_as_on_the_cpu(std::make_shared<ferry::cuda_testing::SmallImages>(29), o, 0);
     const std::vector<std::uint8_t> bytes = pattern(1 << 20, 5);
     const Tensor on0 = ferry::cuda_testing::byte_tensor(bytes).to(Device::cuda(0));
     const Tensor on1 = on0.to(Device::cuda(1), true);

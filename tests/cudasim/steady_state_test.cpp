@@ -26,30 +26,6 @@ using ferry::DType;
 using ferry::Loader;
 using ferry::LoaderOptions;
 using ferry::Tensor;
-using ferry::cuda_testing::pattern;
-
-// u8 images [6, 5, 3], normalized on the device after the copy, and their index as the label.
-class Images : public ferry::Dataset {
- public:
-  explicit Images(std::size_t n) : n_(n) {}
-  std::size_t size() const override { return n_; }
-  std::vector<ferry::FieldSpec> fields() const override {
-    ferry::FieldSpec image{"image", DType::u8, {6, 5, 3}};
-    ferry::Normalize norm;
-    norm.mean = {0.5f, 0.4f, 0.3f};
-    norm.std = {0.2f, 0.25f, 0.3f};
-    image.normalize = norm;
-    return {image, {"label", DType::i64, {}}};
-  }
-  void read(std::size_t index, ferry::SampleRef out) const override {
-    const std::vector<std::uint8_t> px = pattern(90, index + 3);
-    std::memcpy(out.data(0), px.data(), px.size());
-    *out.as<std::int64_t>(1) = static_cast<std::int64_t>(index);
-  }
-
- private:
-  std::size_t n_;
-};
 
 struct Epoch {
   std::size_t samples = 0;
@@ -86,7 +62,7 @@ TEST(CudasimSteadyState, AnEpochAllocatesNothingMakesNoEventQueuesNoHostFunction
     o.prefetch = 3;
     o.device = Device::cuda(0);
     o.stream = consumer;
-    Loader loader(std::make_shared<Images>(100), o);
+    Loader loader(std::make_shared<ferry::cuda_testing::SmallImages>(100), o);
     const Epoch warm = run(loader, 0, consumer);
     ASSERT_EQ(warm.samples, 100U);
     ASSERT_EQ(cudaStreamSynchronize(consumer), cudaSuccess);
