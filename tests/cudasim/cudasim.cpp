@@ -67,7 +67,6 @@ struct CUevent_st {
   std::uint64_t seq = 0;          // ready once stream->done reaches it
   std::uint64_t generation = 0;   // records so far
   Clock::time_point when{};       // when the last record's point was reached
-  bool destroyed = false;
 };
 
 namespace {
@@ -93,8 +92,6 @@ struct World {
   };
   std::map<std::string, Failure> failures;
   std::set<const CUevent_st*> events;
-  std::uint64_t queued = 0;
-  std::uint64_t done = 0;
   ferry_cudasim::Counts counts;
 };
 
@@ -173,7 +170,6 @@ void run_stream(CUstream_st* s) {
     lock.lock();
     if (faulted) w.sticky[static_cast<std::size_t>(op.device)] = cudaErrorIllegalAddress;
     ++s->done;
-    ++w.done;
     w.changed.notify_all();
   }
 }
@@ -215,7 +211,6 @@ std::uint64_t enqueue(World& w, CUstream_st* s, Op op) {
   }
   op.device = s->device;
   s->ops.push_back(std::move(op));
-  ++w.queued;
   w.changed.notify_all();
   return ++s->queued;
 }
@@ -393,18 +388,6 @@ Counts counts() {
   return w.counts;
 }
 
-std::uint64_t operations_queued() {
-  World& w = world();
-  std::lock_guard lock(w.mutex);
-  return w.queued;
-}
-
-std::uint64_t operations_done() {
-  World& w = world();
-  std::lock_guard lock(w.mutex);
-  return w.done;
-}
-
 }  // namespace ferry_cudasim
 
 extern "C" {
@@ -432,14 +415,6 @@ cudaError_t cudaSetDevice(int device) {
   current_device = device;
   w.context[static_cast<std::size_t>(device)] = true;  // CUDA 12: cudaSetDevice makes it
   return cudaSuccess;
-}
-
-cudaError_t cudaDeviceSynchronize() {
-  World& w = world();
-  std::unique_lock lock(w.mutex);
-  if (const cudaError_t e = enter(w, "cudaDeviceSynchronize"); e != cudaSuccess) return fail(e);
-  drain_device(w, lock, current_device);
-  return fail(w.sticky[static_cast<std::size_t>(current_device)]);
 }
 
 cudaError_t cudaGetLastError() {
@@ -664,10 +639,6 @@ cudaError_t cudaMemsetAsync(void* dst, int value, std::size_t count, cudaStream_
   return memset_on("cudaMemsetAsync", dst, value, count, stream, false);
 }
 
-cudaError_t cudaStreamCreate(cudaStream_t* stream) {
-  return cudaStreamCreateWithFlags(stream, cudaStreamDefault);
-}
-
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
   World& w = world();
   std::lock_guard lock(w.mutex);
@@ -735,10 +706,6 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* user_
   return cudaSuccess;
 }
 
-cudaError_t cudaEventCreate(cudaEvent_t* event) {
-  return cudaEventCreateWithFlags(event, cudaEventDefault);
-}
-
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
   World& w = world();
   std::lock_guard lock(w.mutex);
@@ -762,7 +729,6 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
   if (const cudaError_t e = injected(w, "cudaEventDestroy"); e != cudaSuccess) return fail(e);
   if (w.events.erase(event) == 0) return fail(cudaErrorInvalidResourceHandle);
   // Not freed: a record queued on a stream may still write its time.
-  event->destroyed = true;
   return cudaSuccess;
 }
 

@@ -77,8 +77,4 @@ struct Counts {
 };
 Counts counts();
 
-/// Operations queued on streams so far, and how many of them have finished.
-std::uint64_t operations_queued();
-std::uint64_t operations_done();
-
 }  // namespace ferry_cudasim

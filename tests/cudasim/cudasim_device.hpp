@@ -21,8 +21,6 @@
 
 #define __global__
 #define __device__
-#define __host__
-#define __forceinline__ inline
 
 struct dim3 {
   unsigned x = 1, y = 1, z = 1;

@@ -24,8 +24,9 @@ namespace {
 
 constexpr int kThreads = 256;
 
-unsigned blocks_for(std::int64_t n) {
-  const std::int64_t b = (n + kThreads - 1) / kThreads;
+// Blocks for `n` items, `per_block` to a block (the grid strides over more than 65535 * 32).
+unsigned blocks_for(std::int64_t n, std::int64_t per_block = kThreads) {
+  const std::int64_t b = (n + per_block - 1) / per_block;
   return static_cast<unsigned>(b < 65535 * 32 ? b : 65535 * 32);
 }
 
@@ -134,11 +135,6 @@ dim3 row_block(std::int64_t words) {
   return {width, kThreads / width, 1};
 }
 
-unsigned row_blocks(std::int64_t rows, const dim3& block) {
-  const std::int64_t b = (rows + block.y - 1) / block.y;
-  return static_cast<unsigned>(b < 65535 * 32 ? b : 65535 * 32);
-}
-
 // Rows as words of W: threadIdx.y (and the grid's x) picks the row, threadIdx.x strides over its
 // words, so consecutive threads read consecutive words of a row.
 template <class W>
@@ -157,7 +153,7 @@ void launch_gather(const void* src, void* dst, const std::uint64_t* indices, std
                    std::size_t row_bytes, cudaStream_t stream) {
   const auto words = static_cast<std::int64_t>(row_bytes / sizeof(W));
   const dim3 block = row_block(words);
-  FERRY_LAUNCH(row_blocks(count, block), block, stream, gather_kernel<W>)
+  FERRY_LAUNCH(blocks_for(count, block.y), block, stream, gather_kernel<W>)
   (static_cast<const W*>(src), static_cast<W*>(dst), indices, count, words);
 }
 
@@ -186,8 +182,7 @@ void launch_pad(const PadRows& a, cudaStream_t stream) {
   T pad{};
   std::memcpy(&pad, &a.pad, sizeof(T));
   const dim3 block = row_block(per_row);
-  const unsigned row_grid = row_blocks(a.lmax, block);
-  const dim3 grid(row_grid < 65535 ? row_grid : 65535,
+  const dim3 grid(blocks_for(a.lmax, block.y),
                   static_cast<unsigned>(a.count < 65535 ? a.count : 65535), 1);
   FERRY_LAUNCH(grid, block, stream, pad_rows_kernel<T>)
   (static_cast<const T*>(a.src), static_cast<T*>(a.dst), a.starts, a.lengths, a.count, a.lmax,

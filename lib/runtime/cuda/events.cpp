@@ -99,8 +99,9 @@ void release_event(int index, cudaEvent_t event, EventKind kind) noexcept {
   }
 }
 
-bool event_done(int index, cudaEvent_t event) {
-  DeviceGuard guard(index);
+namespace {
+// event_done with the event's device current already.
+bool query(cudaEvent_t event) {
   const cudaError_t status = cudaEventQuery(event);
   if (status == cudaErrorNotReady) {
     (void)cudaGetLastError();
@@ -109,17 +110,23 @@ bool event_done(int index, cudaEvent_t event) {
   FERRY_CUDA_CHECK(status);
   return true;
 }
+}  // namespace
+
+bool event_done(int index, cudaEvent_t event) {
+  DeviceGuard guard(index);
+  return query(event);
+}
 
 void wait_event(int index, cudaEvent_t event) {
   DeviceGuard guard(index);
-  if (event_done(index, event)) return;
+  if (query(event)) return;
   note_host_sync();
   // A short wait (a copy about to end) is caught by polling for a few microseconds, without a
   // blocking sync's wake-up latency; a long one sleeps in cudaEventSynchronize (the event is
   // made with cudaEventBlockingSync) instead of spinning a core the workers need.
   const auto until = std::chrono::steady_clock::now() + kPollFor;
   while (std::chrono::steady_clock::now() < until) {
-    if (event_done(index, event)) return;
+    if (query(event)) return;
     std::this_thread::yield();
   }
   FERRY_CUDA_CHECK(cudaEventSynchronize(event));
