@@ -18,7 +18,7 @@
 #include <variant>
 #include <vector>
 
-#include "datasets/csv_parse.hpp"
+#include "datasets/csv/csv_parse.hpp"
 #include "ferry/csv_dataset.hpp"
 #include "ferry/error.hpp"
 

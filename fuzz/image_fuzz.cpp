@@ -9,7 +9,7 @@
 #include <span>
 #include <vector>
 
-#include "datasets/image_decode.hpp"
+#include "datasets/image/image_decode.hpp"
 #include "ferry/error.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

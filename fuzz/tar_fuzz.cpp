@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "datasets/tar_index.hpp"
+#include "datasets/webdataset/tar_index.hpp"
 #include "ferry/error.hpp"
 #include "ferry/webdataset.hpp"
 

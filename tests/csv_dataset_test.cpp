@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "datasets/csv_parse.hpp"
+#include "datasets/csv/csv_parse.hpp"
 #include "ferry/ferry.hpp"
 #include "loader_test_util.hpp"
 

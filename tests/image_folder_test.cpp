@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "datasets/image_decode.hpp"
-#include "datasets/image_internal.hpp"
+#include "datasets/image/image_decode.hpp"
+#include "datasets/image/image_internal.hpp"
 #include "ferry/ferry.hpp"
 #include "pipeline/staging.hpp"
 

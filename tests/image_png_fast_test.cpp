@@ -1,11 +1,11 @@
-// The PNG fast path (lib/datasets/image_png_fast.hpp) against libspng: every filter type, the
+// The PNG fast path (lib/datasets/image/image_png_fast.hpp) against libspng: every filter type, the
 // three color types it takes, odd sizes, IDAT data split over chunks, and ancillary chunks give
 // libspng's pixels byte for byte; what it does not take (palette, transparency, 16 bits,
 // interlace, a channel count other than the file's) and what is irregular (a bad CRC, an
 // unknown filter, a stream too short or too long) it leaves to libspng, so that decode_image()
 // gives the same pixels, or the same error, with the fast path on or off.
 
-#include "datasets/image_png_fast.hpp"
+#include "datasets/image/image_png_fast.hpp"
 
 #include <gtest/gtest.h>
 #include <libdeflate.h>
@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "datasets/image_decode.hpp"
+#include "datasets/image/image_decode.hpp"
 #include "ferry/error.hpp"
 #include "ferry/image.hpp"
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "datasets/image_resample.hpp"
-#include "datasets/image_resample_avx2.hpp"
+#include "datasets/image/image_resample.hpp"
+#include "datasets/image/image_resample_avx2.hpp"
 
 namespace {
 

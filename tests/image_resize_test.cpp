@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "datasets/image_decode.hpp"
+#include "datasets/image/image_decode.hpp"
 #include "ferry/image.hpp"
 
 namespace {

@@ -86,7 +86,7 @@ class FERRY_API WebDataset final : public Dataset {
   std::span<const std::size_t> shard_starts() const noexcept override;
   const WebDatasetOptions& options() const noexcept;
 
-  struct FERRY_HIDDEN Impl;  // lib/datasets/webdataset_internal.hpp
+  struct FERRY_HIDDEN Impl;  // lib/datasets/webdataset/webdataset_internal.hpp
 
  private:
   WebDataset() = default;

@@ -1,0 +1,299 @@
+#pragma once
+
+// What the pieces of CsvDataset's parser share (csv_parse.cpp, the driver; csv_scan.cpp, the
+// text's layout and the pieces; csv_rows.cpp, the records; csv_fields.cpp, fields and numbers;
+// csv_labels.cpp, the classes; csv_columns.cpp, the columns and the options). Internal to
+// lib/datasets/csv.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "datasets/csv/csv_parse.hpp"
+#include "ferry/error.hpp"
+
+namespace ferry::detail::csv {
+
+inline constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+inline constexpr std::ptrdiff_t kSkip = -1;     // a column that is read past
+inline constexpr std::ptrdiff_t kLabel = -2;    // the label column; >= 0: the feature's slot
+inline constexpr std::size_t kShownChars = 40;  // of a field quoted in a message
+
+// Gives v room for n floats. A large buffer is asked to be backed by huge pages, so that filling
+// it faults once per 2 MiB rather than per 4 KiB (some percent of open()'s time otherwise). Room
+// that is reserved and not yet used costs address space only, not memory.
+void reserve_large(std::vector<float>& v, std::size_t n);
+
+// Sizes v to n floats.
+void resize_large(std::vector<float>& v, std::size_t n);
+
+// What is wrong, and where: the byte offset of the record or field, its 0-based column (kNone:
+// the whole record).
+struct Fault {
+  std::size_t offset = kNone;
+  std::size_t column = kNone;
+  std::string what;
+  bool set() const noexcept { return offset != kNone; }
+};
+
+// A field's content, without its quotes and the blanks around it.
+struct Field {
+  const char* begin = nullptr;
+  std::size_t size = 0;
+  bool doubled = false;        // quoted, with doubled quotes inside
+  const char* next = nullptr;  // its end: a delimiter, a line break or the end of the text
+  std::string_view view() const noexcept { return {begin, size}; }
+};
+
+// One row's label with classes = true: its text, and its value when that is an integer.
+struct LabelCell {
+  const char* text;
+  std::size_t size;
+  std::int64_t id;
+};
+
+// One piece of the rows, and what parsing it gave.
+struct Chunk {
+  const char* lo = nullptr;
+  const char* hi = nullptr;
+  bool starts_in_quote = false;
+  std::size_t rows = 0;
+  std::vector<float> features;  // [rows, F], with room to spare while parsing
+  std::vector<LabelCell> labels;
+  std::vector<float> targets;
+  std::deque<std::string> unquoted;  // label texts that had doubled quotes (stable addresses)
+  bool all_integer = true;
+  Fault bad_id;  // the first integer label that cannot be a class id
+  Fault fault;   // what stopped it
+
+  // Room for one more row of `width` features. The values in use grow geometrically (within
+  // the room reserved, then beyond it), so memory stays within twice the rows parsed whatever
+  // the guess of their number was.
+  float* add_row(std::size_t width) {
+    const std::size_t at = rows * width;
+    if (at + width > features.size()) {
+      std::size_t to = std::max(features.size() * 2, at + width);
+      if (at + width <= features.capacity()) to = std::min(to, features.capacity());
+      resize_large(features, to);
+    }
+    ++rows;
+    return features.data() + at;
+  }
+};
+
+enum class Number { ok, empty, bad };
+
+enum class Integer {
+  no,         // not an integer: a text label
+  yes,        // an integer, in value
+  too_large,  // an integer beyond int64 (or a double's range), positive
+  too_small,  // likewise, negative
+};
+
+// The text shown for a field in a message: quoted, shortened, control bytes escaped.
+std::string shown(std::string_view text);
+
+// A quoted field's content with its doubled quotes made single.
+std::string unquote(const Field& f);
+
+// The number that is the whole of [b, e): std::from_chars, then its range.
+Number to_float(const char* b, const char* e, float& value);
+
+// Whether [b, e) is an integer ("3", "+3", "3.0", "3e2", "99999999999999999999", "1e400"),
+// and which.
+Integer to_integer(const char* b, const char* e, std::int64_t& value);
+
+// The text's layout: quotes, delimiters, line breaks, blanks.
+class Scanner {
+ public:
+  Scanner(std::string_view text, char delimiter)
+      : begin_(text.data()),
+        end_(text.data() + text.size()),
+        delimiter_(delimiter),
+        trim_space_(delimiter != ' '),
+        trim_tab_(delimiter != '\t') {}
+
+  const char* begin() const noexcept { return begin_; }
+  const char* end() const noexcept { return end_; }
+  char delimiter() const noexcept { return delimiter_; }
+  std::size_t offset(const char* p) const noexcept { return static_cast<std::size_t>(p - begin_); }
+
+  bool blank(char c) const noexcept {
+    return (c == ' ' && trim_space_) || (c == '\t' && trim_tab_);
+  }
+
+  // Whether a field ends at q: a delimiter, "\n", "\r\n", a "\r" that ends the text, the end.
+  bool field_ends(const char* q) const noexcept {
+    if (q == end_) return true;
+    const char c = *q;
+    return c == delimiter_ || c == '\n' || (c == '\r' && (q + 1 == end_ || q[1] == '\n'));
+  }
+
+  // The start of the line after the blank line at p ("", "\r"), or nullptr if it is not blank.
+  const char* after_blank_line(const char* p) const noexcept {
+    if (*p == '\n') return p + 1;
+    if (*p == '\r') {
+      if (p + 1 == end_) return end_;
+      if (p[1] == '\n') return p + 2;
+    }
+    return nullptr;
+  }
+
+  // The record after the one whose last field ends at p (a line break or the end).
+  const char* next_record(const char* p) const noexcept {
+    if (p == end_) return end_;
+    if (*p == '\n') return p + 1;
+    return p + 1 == end_ ? end_ : p + 2;  // "\r\n", or "\r" at the end
+  }
+
+  // Reads the field at p (column `column`, for messages) into f.
+  bool field(const char* p, std::size_t column, Field& f, Fault& fault) const;
+
+  // Reads past the record at p, counting its fields in `count` (nothing else is kept, so a
+  // record of any width costs no memory); the next record's start, or nullptr (fault).
+  const char* skip_record(const char* p, std::size_t& count, Fault& fault) const;
+
+  // Splits the record at p into fields; the next record's start, or nullptr (fault).
+  const char* record(const char* p, std::vector<Field>& fields, Fault& fault) const;
+
+  // Records a fault at `at`; false.
+  bool flag(Fault& fault, const char* at, std::size_t column, std::string what) const {
+    fault.offset = offset(at);
+    fault.column = column;
+    fault.what = std::move(what);
+    return false;
+  }
+
+ private:
+  const char* begin_;
+  const char* end_;
+  char delimiter_;
+  bool trim_space_;
+  bool trim_tab_;
+};
+
+// What the rows hold and where it goes: every column's role, the expected width.
+struct Layout {
+  std::size_t width = 0;
+  std::vector<std::ptrdiff_t> roles;  // per column: kSkip, kLabel or the feature's slot
+  std::size_t features = 0;
+  bool has_label = false;
+  bool classes = true;
+  bool missing_nan = false;
+  std::string width_source;  // "(as the header)", "(as line 3)"
+  const char* first_data = nullptr;
+  bool header = false;
+  std::size_t header_line = 0;
+};
+
+// Parses records into a chunk (csv_rows.cpp; first_record() in csv_scan.cpp, flag_bad_id() in
+// csv_labels.cpp).
+class RowParser {
+ public:
+  RowParser(const Scanner& s, const Layout& layout) : s_(s), l_(layout) {}
+
+  // Parses the records that start in the chunk (the first chunk's first at ch.lo). The loop
+  // over the fields is the hot one: what it needs is in locals, so that the calls to
+  // std::from_chars do not make the compiler load it again.
+  void parse(Chunk& ch, bool first) const;
+
+ private:
+  // The first record that starts in the chunk (at or after hi: none does).
+  const char* first_record(const Chunk& ch) const;
+  void ragged(const char* record, std::size_t fields, Fault& fault) const;
+  // A feature or a regression target that the fast path did not take: quoted, blanks, '+',
+  // empty, out of f32's range, or not a number.
+  const char* number(const char* p, std::size_t c, float& v, Chunk& ch, bool target) const;
+  const char* label(const char* p, std::size_t c, Chunk& ch) const;
+  // Records the first integer label that is no class id: negative, or above kMaxClassId
+  // (however far: k says whether it is beyond int64).
+  void check_id(const char* p, std::size_t c, Integer k, std::int64_t id, std::string_view text,
+                Chunk& ch) const;
+  // check_id()'s message, out of line: the check is in the loop over the rows.
+  [[gnu::cold, gnu::noinline]] void flag_bad_id(const char* p, std::size_t c, Integer k,
+                                                std::int64_t id, std::string_view text,
+                                                Chunk& ch) const;
+  const char* skip(const char* p, std::size_t c, Chunk& ch) const;
+
+  const Scanner& s_;
+  const Layout& l_;
+};
+
+// Messages: "CsvDataset: <file>: line L, column C ("name"): what".
+class Messages {
+ public:
+  Messages(const std::string& name, const Scanner& s, const std::vector<std::string>* header)
+      : name_(name), s_(s), header_(header) {}
+
+  std::string prefix() const { return "CsvDataset: " + name_ + ": "; }
+
+  std::size_t line_of(std::size_t offset) const {
+    return 1 + static_cast<std::size_t>(std::count(s_.begin(), s_.begin() + offset, '\n'));
+  }
+
+  std::string column(std::size_t c) const {
+    std::string out = "column " + std::to_string(c + 1);
+    if (header_ != nullptr && c < header_->size()) out += " (" + shown((*header_)[c]) + ")";
+    return out;
+  }
+
+  [[noreturn]] void raise(const Fault& f) const {
+    std::string where = "line " + std::to_string(line_of(f.offset));
+    if (f.column != kNone) where += ", " + column(f.column);
+    throw DataError(prefix() + where + ": " + f.what);
+  }
+
+ private:
+  const std::string& name_;
+  const Scanner& s_;
+  const std::vector<std::string>* header_;
+};
+
+// A Column as messages name it: a name quoted, else "#3" or "last".
+std::string column_text(const Column& c);
+
+// Finds the 0-based columns that Column values name. Names are looked up in a map of the
+// header made once, so that many named columns cost time in proportion to their number and the
+// header's width, not to their product.
+class ColumnFinder {
+ public:
+  ColumnFinder(const std::vector<std::string>& names, bool header, std::size_t header_line,
+               const Messages& m)
+      : names_(names), header_(header), header_line_(header_line), m_(m) {}
+
+  std::size_t operator()(const Column& col, const char* role);
+
+ private:
+  struct Hits {
+    std::size_t first = kNone;   // the first column of that name
+    std::size_t second = kNone;  // the second one
+  };
+
+  Hits find(const std::string& name);
+
+  const std::vector<std::string>& names_;
+  bool header_;
+  std::size_t header_line_;
+  const Messages& m_;
+  std::unordered_map<std::string_view, Hits> by_name_;
+};
+
+// The pieces of the rows after the header, from `data` to `end`, as `split` asks, each knowing
+// whether it starts inside quotes.
+std::vector<Chunk> make_chunks(const char* data, const char* end, const CsvSplit& split);
+
+// f(i) for every chunk i of n: on oneTBB's workers, or in order on this thread.
+void each_chunk(std::size_t n, bool parallel, const std::function<void(std::size_t)>& f);
+
+// Gathers the chunks' labels into t (t.labels and t.classes, or t.targets).
+void gather_labels(const std::vector<Chunk>& chunks, const Layout& l, const Messages& m,
+                   CsvTable& t);
+
+}  // namespace ferry::detail::csv

@@ -1,0 +1,406 @@
+#include "ferry/token_dataset.hpp"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <charconv>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+
+#include "core/checked.hpp"
+#include "datasets/common/file_io.hpp"
+#include "datasets/common/npy_header.hpp"
+#include "ferry/error.hpp"
+
+namespace ferry {
+namespace {
+
+constexpr const char* kWho = "TokenDataset";
+
+// llm.c's shards (dev/data/data_common.py): 256 int32, then the tokens.
+constexpr std::size_t kLlmcHeaderBytes = std::size_t{256} * 4;
+constexpr std::int32_t kLlmcMagicU16 = 20240520;  // GPT-2 tokens, version 1
+constexpr std::int32_t kLlmcMagicU32 = 20240801;  // Llama 3 tokens, version 7
+
+constexpr std::string_view kNpyMagic = "\x93NUMPY";
+
+bool is_integer(DType t) noexcept {
+  return t == DType::u8 || t == DType::u16 || t == DType::u32 || t == DType::i32 || t == DType::i64;
+}
+
+std::string dtype_text(DType t) {
+  const std::string_view name = dtype_name(t);
+  return name == "?" ? "dtype " + std::to_string(static_cast<int>(t)) : std::string(name);
+}
+
+// A little-endian integer of type T at p (any alignment).
+template <class T>
+T load_le(const std::byte* p) noexcept {
+  T v{};
+  std::memcpy(&v, p, sizeof v);
+  if constexpr (std::endian::native == std::endian::big && sizeof(T) > 1) {
+    using U = std::make_unsigned_t<T>;
+    auto u = static_cast<U>(v);
+    U r = 0;
+    for (std::size_t i = 0; i < sizeof(T); ++i) {
+      r = static_cast<U>((r << 8) | (u & 0xffu));
+      u = static_cast<U>(u >> 8);
+    }
+    v = static_cast<T>(r);
+  }
+  return v;
+}
+
+// ---- widening a window ------------------------------------------------------------------
+
+// Whether every value of S fits in D (then no check is needed).
+template <class S, class D>
+constexpr bool always_fits() {
+  return std::cmp_greater_equal(std::numeric_limits<S>::min(), std::numeric_limits<D>::min()) &&
+         std::cmp_less_equal(std::numeric_limits<S>::max(), std::numeric_limits<D>::max());
+}
+
+template <class D, class S>
+constexpr bool fits(S v) noexcept {
+  if constexpr (always_fits<S, D>()) {
+    return true;
+  } else if constexpr (std::is_signed_v<S>) {
+    return static_cast<S>(static_cast<D>(v)) == v;  // i64 into i32: C++20 wraps modulo 2^32
+  } else {
+    return v <= static_cast<S>(std::numeric_limits<D>::max());  // u32 into i32
+  }
+}
+
+// Copies n tokens of S at src (little-endian, any alignment) into dst as D. A tight loop that
+// the compiler vectorizes; the range check, where one is needed, is folded in without a branch.
+// Returns whether every token fit.
+template <class S, class D>
+bool widen(const std::byte* src, D* dst, std::size_t n) noexcept {
+  bool ok = true;
+  for (std::size_t i = 0; i < n; ++i) {
+    const S v = load_le<S>(src + i * sizeof(S));
+    ok &= fits<D>(v);
+    dst[i] = static_cast<D>(v);
+  }
+  return ok;
+}
+
+// The first of n tokens that does not fit D, and its value.
+template <class S, class D>
+std::pair<std::size_t, std::int64_t> first_misfit(const std::byte* src, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const S v = load_le<S>(src + i * sizeof(S));
+    if (!fits<D>(v)) return {i, static_cast<std::int64_t>(v)};
+  }
+  return {n, 0};
+}
+
+}  // namespace
+
+// ---- one file ---------------------------------------------------------------------------
+
+struct TokenDataset::File {
+  File(const std::filesystem::path& path, const TokenOptions& options)
+      : name(path.string()), label{kWho, name}, map(path, label, /*populate=*/false) {
+    const std::span<const std::byte> bytes = map.bytes();
+    const bool npy_name = path.extension() == ".npy";
+    const bool npy_magic = bytes.size() >= kNpyMagic.size() &&
+                           std::memcmp(bytes.data(), kNpyMagic.data(), kNpyMagic.size()) == 0;
+    std::int32_t magic = 0;
+    if (bytes.size() >= 4) magic = load_le<std::int32_t>(bytes.data());
+    if (npy_name || npy_magic) {
+      open_npy();
+    } else if (magic == kLlmcMagicU16 || magic == kLlmcMagicU32) {
+      open_llmc(magic);
+    } else {
+      open_raw(options.raw_dtype);
+    }
+  }
+
+  // Where token k of this file is.
+  const std::byte* token(std::uint64_t k) const noexcept {
+    return data + static_cast<std::size_t>(k) * dtype_size(dtype);
+  }
+
+  std::string name;
+  detail::FileLabel label;  // views name
+  detail::MappedFile map;
+  const std::byte* data = nullptr;  // the first token
+  std::size_t data_offset = 0;      // its byte in the file
+  std::uint64_t tokens = 0;
+  DType dtype = DType::u16;
+  std::string format;  // "llm.c shard", ".npy file", "raw file", for messages
+  std::size_t windows = 0;
+
+ private:
+  void set_data(std::size_t offset, std::uint64_t count, DType t, const char* what) {
+    data_offset = offset;
+    data = map.bytes().data() + offset;
+    tokens = count;
+    dtype = t;
+    format = what;
+  }
+
+  void open_llmc(std::int32_t magic) {
+    const std::span<const std::byte> bytes = map.bytes();
+    if (bytes.size() < kLlmcHeaderBytes) {
+      throw DataError(label.prefix() + "an llm.c shard (magic " + std::to_string(magic) +
+                      ") cut short: " + std::to_string(bytes.size()) +
+                      " bytes, less than its header of 256 int32 (1024 bytes)");
+    }
+    const auto version = load_le<std::int32_t>(bytes.data() + 4);
+    const auto count = load_le<std::int32_t>(bytes.data() + 8);
+    const bool u16 = magic == kLlmcMagicU16;
+    // llm.c writes version 1 for u16 tokens and 7 for u32; 1 is taken for either.
+    if (version != 1 && (u16 || version != 7)) {
+      throw DataError(label.at(4) + "llm.c shard of version " + std::to_string(version) +
+                      " for magic " + std::to_string(magic) + "; expected " +
+                      (u16 ? "1" : "7 (or 1)"));
+    }
+    if (count < 0) {
+      throw DataError(label.at(8) + "llm.c shard with a negative token count, " +
+                      std::to_string(count));
+    }
+    const DType t = u16 ? DType::u16 : DType::u32;
+    const std::string what = label.at(8) + "the llm.c header's token count";
+    const auto data_bytes = detail::checked_mul<std::uint64_t, DataError>(
+        static_cast<std::uint64_t>(count), dtype_size(t), what);
+    const std::uint64_t after = bytes.size() - kLlmcHeaderBytes;
+    if (data_bytes != after) {
+      throw DataError(label.at(8) + "the llm.c header says " + std::to_string(count) + " " +
+                      std::string(dtype_name(t)) + " tokens (" + std::to_string(data_bytes) +
+                      " bytes after the 1024-byte header), the file has " + std::to_string(after) +
+                      (data_bytes > after ? " (cut short)" : " (bytes beyond the tokens)"));
+    }
+    set_data(kLlmcHeaderBytes, static_cast<std::uint64_t>(count), t, "llm.c shard");
+  }
+
+  void open_npy() {
+    const std::span<const std::byte> bytes = map.bytes();
+    if (bytes.size() < 10 || std::memcmp(bytes.data(), kNpyMagic.data(), kNpyMagic.size()) != 0) {
+      throw DataError(
+          label.at(0) + "not a NumPy .npy file: it does not start with \\x93NUMPY" +
+          (bytes.size() < 10 ? " and a version (" + std::to_string(bytes.size()) + " bytes)" : ""));
+    }
+    const auto major = static_cast<unsigned>(bytes[6]);
+    const auto minor = static_cast<unsigned>(bytes[7]);
+    std::size_t header_at = 0;
+    std::uint64_t header_len = 0;
+    if (major == 1) {
+      header_at = 10;
+      header_len = load_le<std::uint16_t>(bytes.data() + 8);
+    } else if (major == 2 || major == 3) {
+      if (bytes.size() < 12) {
+        throw DataError(label.at(8) + ".npy version " + std::to_string(major) +
+                        ".0 header length cut short");
+      }
+      header_at = 12;
+      header_len = load_le<std::uint32_t>(bytes.data() + 8);
+    } else {
+      throw DataError(label.at(6) + "unsupported .npy format version " + std::to_string(major) +
+                      "." + std::to_string(minor) + " (1.0, 2.0 and 3.0 are read)");
+    }
+    const std::uint64_t header_end = header_at + header_len;  // at most 12 + 2^32
+    if (header_end > bytes.size()) {
+      throw DataError(label.at(8) + ".npy header of " + std::to_string(header_len) +
+                      " bytes runs past the end of the file (" + std::to_string(bytes.size()) +
+                      " bytes)");
+    }
+    const std::string_view text(reinterpret_cast<const char*>(bytes.data()) + header_at,
+                                static_cast<std::size_t>(header_len));
+    const detail::NpyHeader h = detail::parse_npy_header(text, header_at, label);
+    const DType t = detail::npy_dtype(h.descr, label, header_at);
+    if (h.shape.size() != 1) {
+      throw DataError(label.at(header_at) + ".npy array of shape (" + shape_text(h.shape) + "), " +
+                      std::to_string(h.shape.size()) + "-D; token files are 1-D, shape (n,)");
+    }
+    // A 1-D array is laid out alike in C and Fortran order, so fortran_order does not matter.
+    const std::uint64_t n = h.shape[0];
+    const std::string what = label.at(header_at) + ".npy shape (" + std::to_string(n) + ",)";
+    const auto data_bytes = detail::checked_mul<std::uint64_t, DataError>(n, dtype_size(t), what);
+    const std::uint64_t after = bytes.size() - header_end;
+    if (data_bytes != after) {
+      throw DataError(what + " of " + std::string(dtype_name(t)) + " is " +
+                      std::to_string(data_bytes) + " bytes of data, the file has " +
+                      std::to_string(after) + " after its header" +
+                      (data_bytes > after ? " (cut short)" : ""));
+    }
+    set_data(static_cast<std::size_t>(header_end), n, t, ".npy file");
+  }
+
+  void open_raw(DType t) {
+    const std::size_t size = map.bytes().size();
+    if (size % dtype_size(t) != 0) {
+      throw DataError(label.prefix() + "a raw token file (no llm.c or .npy header) of " +
+                      std::to_string(size) + " bytes is not a whole number of " +
+                      std::string(dtype_name(t)) + " tokens of " + std::to_string(dtype_size(t)) +
+                      " bytes (TokenOptions::raw_dtype)");
+    }
+    set_data(0, size / dtype_size(t), t, "raw file");
+  }
+
+  static std::string shape_text(const std::vector<std::uint64_t>& shape) {
+    std::string s;
+    for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+    return shape.size() == 1 ? s + "," : s;
+  }
+};
+
+// ---- the dataset ------------------------------------------------------------------------
+
+std::shared_ptr<TokenDataset> TokenDataset::open(std::vector<std::filesystem::path> files,
+                                                 TokenOptions options) {
+  const std::string who = kWho;
+  if (files.empty()) throw ConfigError(who + ": no files given");
+  if (options.seq_len < 1) {
+    throw ConfigError(who + ": TokenOptions::seq_len is " + std::to_string(options.seq_len) +
+                      "; it must be at least 1");
+  }
+  if (options.stride < 0) {
+    throw ConfigError(who + ": TokenOptions::stride is " + std::to_string(options.stride) +
+                      "; it must be >= 0 (0: seq_len)");
+  }
+  if (options.dtype != DType::i32 && options.dtype != DType::i64) {
+    throw ConfigError(who + ": TokenOptions::dtype is " + dtype_text(options.dtype) +
+                      "; it must be i32 or i64");
+  }
+  if (!is_integer(options.raw_dtype)) {
+    throw ConfigError(who + ": TokenOptions::raw_dtype is " + dtype_text(options.raw_dtype) +
+                      "; it must be an integer type: u8, u16, u32, i32 or i64");
+  }
+  if (options.stride == 0) options.stride = options.seq_len;
+  // A window reads T + 1 tokens: at most 2^63, no overflow in uint64.
+  const std::uint64_t span = static_cast<std::uint64_t>(options.seq_len) + 1;
+  const auto stride = static_cast<std::uint64_t>(options.stride);
+
+  std::shared_ptr<TokenDataset> ds(new TokenDataset());
+  ds->options_ = options;
+  ds->files_.reserve(files.size());
+  ds->first_window_.reserve(files.size() + 1);
+  std::size_t total = 0;
+  const File* longest = nullptr;
+  for (const auto& path : files) {
+    auto f = std::make_unique<File>(path, options);
+    if (f->tokens >= span) f->windows = static_cast<std::size_t>((f->tokens - span) / stride + 1);
+    ds->first_window_.push_back(total);
+    total = detail::checked_add<std::size_t, DataError>(total, f->windows,
+                                                        who + ": windows of all the files");
+    ds->num_tokens_ = detail::checked_add<std::uint64_t, DataError>(
+        ds->num_tokens_, f->tokens, who + ": tokens of all the files");
+    if (longest == nullptr || f->tokens > longest->tokens) longest = f.get();
+    ds->files_.push_back(std::move(f));
+  }
+  ds->first_window_.push_back(total);
+  if (total == 0) {
+    throw ConfigError(who + ": no window: TokenOptions::seq_len " +
+                      std::to_string(options.seq_len) + " needs " + std::to_string(span) +
+                      " tokens in one file, and the longest of the " +
+                      std::to_string(files.size()) + " file" + (files.size() == 1 ? "" : "s") +
+                      ", " + longest->name + ", has " + std::to_string(longest->tokens));
+  }
+  ds->size_ = total;
+  ds->paths_ = std::move(files);
+  return ds;
+}
+
+TokenDataset::~TokenDataset() = default;
+
+std::vector<FieldSpec> TokenDataset::fields() const {
+  return {{"input", options_.dtype, {options_.seq_len}},
+          {"target", options_.dtype, {options_.seq_len}}};
+}
+
+std::size_t TokenDataset::num_files() const noexcept { return files_.size(); }
+
+const TokenDataset::File& TokenDataset::file_at(std::size_t file) const {
+  if (file >= files_.size()) {
+    throw ConfigError(std::string(kWho) + ": file " + std::to_string(file) + " out of range (" +
+                      std::to_string(files_.size()) + " files)");
+  }
+  return *files_[file];
+}
+
+std::uint64_t TokenDataset::file_tokens(std::size_t file) const { return file_at(file).tokens; }
+
+DType TokenDataset::file_dtype(std::size_t file) const { return file_at(file).dtype; }
+
+std::size_t TokenDataset::file_windows(std::size_t file) const { return file_at(file).windows; }
+
+namespace {
+
+// Widens T + 1 tokens at src into input [T] and target [T] of D: input from the tokens, target
+// from input shifted by one and the last token. Returns whether every token fit D.
+template <class S, class D>
+bool fill_window(const std::byte* src, std::size_t t, void* input, void* target) noexcept {
+  auto* in = static_cast<D*>(input);
+  auto* out = static_cast<D*>(target);
+  bool ok = widen<S, D>(src, in, t);
+  if (t > 1) std::memcpy(out, in + 1, (t - 1) * sizeof(D));
+  ok &= widen<S, D>(src + t * sizeof(S), out + t - 1, 1);
+  return ok;
+}
+
+template <class D>
+bool fill_as(DType from, const std::byte* src, std::size_t t, void* input, void* target) noexcept {
+  switch (from) {
+    case DType::u8:
+      return fill_window<std::uint8_t, D>(src, t, input, target);
+    case DType::u16:
+      return fill_window<std::uint16_t, D>(src, t, input, target);
+    case DType::u32:
+      return fill_window<std::uint32_t, D>(src, t, input, target);
+    case DType::i32:
+      return fill_window<std::int32_t, D>(src, t, input, target);
+    default:
+      return fill_window<std::int64_t, D>(src, t, input, target);
+  }
+}
+
+template <class D>
+std::pair<std::size_t, std::int64_t> misfit_as(DType from, const std::byte* src, std::size_t n) {
+  switch (from) {
+    case DType::u32:
+      return first_misfit<std::uint32_t, D>(src, n);
+    case DType::i64:
+      return first_misfit<std::int64_t, D>(src, n);
+    default:
+      return {n, 0};  // u8, u16 and i32 fit both outputs
+  }
+}
+
+}  // namespace
+
+void TokenDataset::read(std::size_t index, SampleRef out) const {
+  if (index >= size_) {
+    throw ConfigError(std::string(kWho) + ": sample index " + std::to_string(index) +
+                      " out of range (" + std::to_string(size_) + " windows)");
+  }
+  // The last file whose first window is at or before index: the one holding it (a file of no
+  // windows shares its first window with the next, which upper_bound steps past).
+  const auto it = std::upper_bound(first_window_.begin(), first_window_.end(), index) - 1;
+  const File& f = *files_[static_cast<std::size_t>(it - first_window_.begin())];
+  const std::uint64_t start =
+      static_cast<std::uint64_t>(index - *it) * static_cast<std::uint64_t>(options_.stride);
+  const std::byte* src = f.token(start);
+  const auto t = static_cast<std::size_t>(options_.seq_len);
+  const bool ok = options_.dtype == DType::i32
+                      ? fill_as<std::int32_t>(f.dtype, src, t, out.data(0), out.data(1))
+                      : fill_as<std::int64_t>(f.dtype, src, t, out.data(0), out.data(1));
+  if (ok) return;
+  const auto [i, value] = options_.dtype == DType::i32
+                              ? misfit_as<std::int32_t>(f.dtype, src, t + 1)
+                              : misfit_as<std::int64_t>(f.dtype, src, t + 1);
+  const std::uint64_t k = start + i;
+  throw DataError(f.label.at(f.data_offset + k * dtype_size(f.dtype)) + "token " +
+                  std::to_string(k) + " of the " + f.format + " is " + std::to_string(value) +
+                  ", beyond " + dtype_text(options_.dtype) +
+                  " (TokenOptions::dtype; i64 holds every token)");
+}
+
+}  // namespace ferry

@@ -1,0 +1,111 @@
+#pragma once
+
+// What the pieces of WebDataset share: webdataset.cpp (open: the index, samples, fields),
+// webdataset_npy.cpp (the "npy" members' headers) and webdataset_read.cpp (read, length,
+// prefetch). Internal to lib/datasets/webdataset.
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "datasets/common/file_io.hpp"
+#include "datasets/webdataset/tar_sidecar.hpp"
+#include "ferry/webdataset.hpp"
+
+namespace ferry {
+
+inline constexpr const char* kWebDatasetWho = "WebDataset";
+
+namespace detail::wds {
+
+/// How a field's members become its bytes.
+enum class Kind { image, cls, npy, bytes };
+
+/// Where one field of one sample lies in its shard: the bytes read() writes (for "npy", the
+/// array's data after its header), and its rows for a ragged field. offset == kMissing: the
+/// sample has no member for the field.
+struct Loc {
+  std::uint64_t offset = 0;
+  std::uint64_t size = 0;
+  std::int64_t rows = 0;
+  std::uint64_t member = 0;  ///< the member's header, for messages and prefetch
+};
+inline constexpr std::uint64_t kMissing = ~std::uint64_t{0};
+
+/// More shards than this are opened for each read() instead of being kept open.
+inline constexpr std::size_t kMaxOpenShards = 128;
+
+struct Shard {
+  std::string name;  ///< the path as given, for messages
+  FileLabel label() const { return {kWebDatasetWho, name}; }
+  int fd = -1;  ///< kept open when there are at most kMaxOpenShards shards
+  ShardStamp stamp;
+};
+
+/// Reads exactly out.size() bytes at `offset` of `fd`. \throws DataError naming `label`, the
+/// byte and `what` when the file is shorter now (it shrank since open) or the read fails.
+void pread_exact(int fd, std::span<std::byte> out, std::uint64_t offset, const FileLabel& label,
+                 const std::string& what);
+
+/// A "npy" member's array: its dtype, shape, and where its data starts in the shard.
+struct NpyArray {
+  DType dtype = DType::u8;
+  std::vector<std::int64_t> shape;
+  std::uint64_t data = 0;
+};
+/// Reads and checks the header of the .npy member at [offset, offset + size) of `fd`.
+/// \throws DataError naming the shard, the byte and `what` (the member) for a malformed,
+/// unsupported (big-endian, Fortran order, a dtype ferry lacks) header, or data that is not the
+/// size the shape says.
+NpyArray read_npy_header(int fd, std::uint64_t offset, std::uint64_t size, const FileLabel& label,
+                         const std::string& what);
+
+}  // namespace detail::wds
+
+struct WebDataset::Impl {
+  WebDatasetOptions options;
+  std::vector<std::filesystem::path> paths;
+  std::vector<detail::wds::Shard> shards;
+  std::vector<std::size_t> shard_starts;  // first sample of each shard, then size()
+  std::vector<std::string> keys;
+  std::vector<FieldSpec> fields;
+  std::vector<detail::wds::Kind> kinds;
+  std::vector<detail::wds::Loc> locs;  // sample-major: locs[i * fields.size() + f]
+
+  Impl() = default;
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+  ~Impl();
+
+  std::size_t shard_of(std::size_t index) const;
+  const detail::wds::Loc& loc(std::size_t index, std::size_t field) const {
+    return locs[index * fields.size() + field];
+  }
+};
+
+namespace detail::wds {
+
+/// What the first sample's "npy" member of a field said, and whether later ones differ in their
+/// first dimension.
+struct NpyFirst {
+  bool set = false;
+  DType dtype = DType::u8;
+  std::vector<std::int64_t> shape;
+  std::string what;  ///< the member, for messages
+  bool varies = false;
+};
+
+/// Reads the header of a "npy" member at `loc` (named `what`): moves loc to its
+/// data and sets its rows; the first sample's sets `first`, later ones must agree with it but
+/// for their first dimension. 	hrows DataError naming shard, byte and member otherwise.
+void npy_field(Loc& loc, NpyFirst& first, const Shard& shard, const std::string& what);
+
+/// Sets the "npy" fields' specs from what their members said: the first sample's dtype and
+/// shape, the first dimension `ragged` when it varied.
+void finish_npy_fields(WebDataset::Impl& impl, const std::vector<NpyFirst>& first);
+
+}  // namespace detail::wds
+}  // namespace ferry

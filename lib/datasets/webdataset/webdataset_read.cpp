@@ -1,0 +1,202 @@
+// WebDataset::read(): each field's member read with pread at the place the index gives, raw
+// fields straight into the sample's place in the batch, images through this thread's buffer
+// into decode_image() (as ImageFolder decodes its files).
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <memory>
+#include <span>
+#include <system_error>
+#include <vector>
+
+#include "core/checked.hpp"
+#include "datasets/webdataset/webdataset_internal.hpp"
+#include "ferry/error.hpp"
+
+namespace ferry {
+using detail::wds::Kind;
+using detail::wds::Loc;
+
+namespace {
+
+constexpr std::size_t kMaxClsBytes = 64;
+// A buffer that grew past this for one large image is released after it.
+constexpr std::size_t kKeepImageBytes = std::size_t{16} << 20;
+
+// This thread's buffer for encoded images: n bytes, never zeroed, reused image after image.
+std::span<std::byte> image_buffer(std::size_t n, bool release = false) {
+  thread_local std::unique_ptr<std::byte[]> data;
+  thread_local std::size_t capacity = 0;
+  if (release || n > capacity) {
+    data.reset();
+    capacity = 0;
+  }
+  if (n > capacity) {
+    data = std::make_unique_for_overwrite<std::byte[]>(n);
+    capacity = n;
+  }
+  return {data.get(), n};
+}
+
+std::size_t checked_index(std::size_t i, std::size_t size) {
+  if (i >= size) {
+    throw ConfigError(std::string(kWebDatasetWho) + ": sample index " + std::to_string(i) +
+                      " out of range (" + std::to_string(size) + " samples)");
+  }
+  return i;
+}
+
+// The shard's descriptor: the one kept open, or one opened for this read.
+class ShardFd {
+ public:
+  explicit ShardFd(const detail::wds::Shard& shard) : fd_(shard.fd) {
+    if (fd_ >= 0) return;
+    fd_ = ::open(shard.name.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) {
+      throw DataError(shard.label().prefix() + "cannot open (it vanished since open?): " +
+                      std::system_category().message(errno));
+    }
+    owned_ = true;
+  }
+  ShardFd(const ShardFd&) = delete;
+  ShardFd& operator=(const ShardFd&) = delete;
+  ~ShardFd() {
+    if (owned_) ::close(fd_);
+  }
+  int get() const noexcept { return fd_; }
+
+ private:
+  int fd_;
+  bool owned_ = false;
+};
+
+std::int64_t parse_cls(std::string_view text, const detail::FileLabel& label, std::uint64_t at,
+                       const std::string& what) {
+  std::size_t b = 0;
+  std::size_t e = text.size();
+  const auto blank = [](char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; };
+  while (b < e && blank(text[b])) ++b;
+  while (e > b && blank(text[e - 1])) --e;
+  std::int64_t v = 0;
+  const char* first = text.data() + b;
+  if (b < e && *first == '+') ++first;
+  const auto [end, ec] = std::from_chars(first, text.data() + e, v);
+  if (b == e || ec != std::errc() || end != text.data() + e) {
+    std::string shown(text.substr(0, std::min<std::size_t>(text.size(), 32)));
+    throw DataError(label.at(at) + what + ": \"" + shown + "\" is not a decimal integer label");
+  }
+  return v;
+}
+
+}  // namespace
+
+void WebDataset::read(std::size_t index, SampleRef out) const {
+  const Impl& impl = *impl_;
+  checked_index(index, impl.keys.size());
+  const detail::wds::Shard& shard = impl.shards[impl.shard_of(index)];
+  const detail::FileLabel label = shard.label();
+  const std::string& key = impl.keys[index];
+  const ShardFd fd(shard);
+  // What messages name, built in this thread's buffers: they keep their capacity, so a sample
+  // costs no allocation of its own.
+  thread_local std::string what;
+  thread_local std::string name;
+  for (std::size_t f = 0; f < impl.fields.size(); ++f) {
+    const Loc& loc = impl.loc(index, f);
+    const std::string& ext = impl.fields[f].name;
+    if (loc.offset == detail::wds::kMissing) {
+      throw DataError(label.prefix() + "sample '" + key + "' has no '" + ext +
+                      "' member (a field of the first sample)");
+    }
+    what = "member '";
+    what += key;
+    what += '.';
+    what += ext;
+    what += "'";
+    switch (impl.kinds[f]) {
+      case Kind::bytes:
+      case Kind::npy:
+        // Straight into the batch: the index fixed the size, and the loader sized the place.
+        if (out.nbytes(f) != loc.size) {
+          throw DataError(label.at(loc.offset) + what + ": " + std::to_string(loc.size) +
+                          " bytes, the field takes " + std::to_string(out.nbytes(f)));
+        }
+        detail::wds::pread_exact(fd.get(), {static_cast<std::byte*>(out.data(f)), out.nbytes(f)},
+                                 loc.offset, label, what);
+        break;
+      case Kind::cls: {
+        if (loc.size > kMaxClsBytes) {
+          throw DataError(label.at(loc.offset) + what + ": a label of " + std::to_string(loc.size) +
+                          " bytes (at most 64 are read)");
+        }
+        char text[kMaxClsBytes];
+        detail::wds::pread_exact(fd.get(), {reinterpret_cast<std::byte*>(text), loc.size},
+                                 loc.offset, label, what);
+        *out.as<std::int64_t>(f) = parse_cls({text, loc.size}, label, loc.offset, what);
+        break;
+      }
+      case Kind::image: {
+        const ImageOptions& o = impl.options.image;
+        // As ImageFolder: an encoded image larger than 8 bytes a pixel plus 64 MiB is refused.
+        const auto most = detail::checked_add<std::uint64_t>(
+            detail::checked_mul<std::uint64_t>(o.max_pixels, 8, "ImageOptions::max_pixels"),
+            std::uint64_t{64} << 20, "ImageOptions::max_pixels");
+        if (loc.size > most) {
+          throw DataError(label.at(loc.offset) + what + ": an image of " +
+                          std::to_string(loc.size) + " bytes, more than the " +
+                          std::to_string(most) + " an image of ImageOptions::max_pixels takes");
+        }
+        const std::span<std::byte> bytes = image_buffer(static_cast<std::size_t>(loc.size));
+        detail::wds::pread_exact(fd.get(), bytes, loc.offset, label, what);
+        name.clear();
+        label.append_prefix(name);
+        name += what;
+        decode_image(bytes, o, out.seed(), {out.as<std::uint8_t>(f), out.nbytes(f)}, name);
+        if (bytes.size() > kKeepImageBytes) image_buffer(0, /*release=*/true);
+        break;
+      }
+    }
+  }
+}
+
+std::int64_t WebDataset::length(std::size_t index, std::size_t field) const {
+  const Impl& impl = *impl_;
+  checked_index(index, impl.keys.size());
+  if (field >= impl.fields.size() || !impl.fields[field].is_ragged()) {
+    throw ConfigError(std::string(kWebDatasetWho) + ": field " + std::to_string(field) +
+                      " is not ragged");
+  }
+  return impl.loc(index, field).rows;
+}
+
+void WebDataset::prefetch(std::size_t index) const noexcept {
+  const Impl& impl = *impl_;
+  if (index >= impl.keys.size()) return;
+  const detail::wds::Shard& shard = impl.shards[impl.shard_of(index)];
+  if (shard.fd < 0) return;
+  std::uint64_t lo = ~std::uint64_t{0};
+  std::uint64_t hi = 0;
+  for (std::size_t f = 0; f < impl.fields.size(); ++f) {
+    const Loc& loc = impl.loc(index, f);
+    if (loc.offset == detail::wds::kMissing) continue;
+    lo = std::min(lo, loc.member);
+    hi = std::max(hi, loc.offset + loc.size);
+  }
+  if (lo < hi) {
+    ::posix_fadvise(shard.fd, static_cast<off_t>(lo), static_cast<off_t>(hi - lo),
+                    POSIX_FADV_WILLNEED);
+  }
+}
+
+const std::string& WebDataset::key(std::size_t i) const {
+  return impl_->keys[checked_index(i, impl_->keys.size())];
+}
+
+std::size_t WebDataset::shard_of(std::size_t i) const {
+  return impl_->shard_of(checked_index(i, impl_->keys.size()));
+}
+
+}  // namespace ferry
