@@ -350,3 +350,57 @@ TEST_F(FaultTest, AThreadThatCannotStartIsAFerryErrorAndLeavesTheLoaderUsable) {
 }
 
 }  // namespace
+
+/// Sample reads block while `gate` is closed (from batch 1 on), so that the consumer waits in
+/// next().
+class GatedDataset : public IndexDataset {
+ public:
+  explicit GatedDataset(std::size_t n) : IndexDataset(n) {}
+  void read(std::size_t index, ferry::SampleRef out) const override {
+    if (index >= 4) {
+      while (!open.load()) std::this_thread::sleep_for(1ms);
+    }
+    IndexDataset::read(index, out);
+  }
+  mutable std::atomic<bool> open{false};
+};
+
+TEST(LoaderMisuse, CancelFromAnotherThreadWakesAWaitingNextAndTheLoaderGoesOn) {
+  for (const bool copy_stage : {false, true}) {
+    SCOPED_TRACE(copy_stage ? "copy stage" : "no copy stage");
+    auto data = std::make_shared<GatedDataset>(40);
+    LoaderOptions o = cpu_options(4);
+    o.workers = 2;
+    Loader loader = make_loader(data, o, copy_stage);
+    within(20s, [&] {
+      ferry::Epoch epoch = loader.epoch(0);
+      const Batch* first = epoch.next();  // samples 0..3: not gated
+      ASSERT_NE(first, nullptr);
+      const Batch kept = *first;
+      std::thread canceller([&] {
+        std::this_thread::sleep_for(50ms);
+        epoch.cancel();
+      });
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        static_cast<void>(epoch.next());  // waits for gated samples until cancelled
+        ADD_FAILURE() << "next() returned instead of throwing";
+      } catch (const ferry::Error& e) {
+        EXPECT_STREQ(e.what(), "Loader: the epoch was cancelled");
+      }
+      canceller.join();
+      EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+      EXPECT_THROW(static_cast<void>(epoch.next()), ferry::Error);  // stays cancelled
+      EXPECT_TRUE(holds_its_samples(kept));                         // delivered stays valid
+      EXPECT_EQ(kept.indices()[0], 0U);
+      data->open.store(true);
+    });
+    // The loader is whole again: the next epoch delivers every sample, in order.
+    const Order order = collect(loader, 1);
+    std::uint64_t expected = 0;
+    for (const auto& b : order) {
+      for (const std::uint64_t i : b) EXPECT_EQ(i, expected++);
+    }
+    EXPECT_EQ(expected, 40U);
+  }
+}

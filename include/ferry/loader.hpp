@@ -241,6 +241,12 @@ class FERRY_API Epoch {
   const Batch* next();
   /// Batches this epoch yields in all (from its start batch).
   std::size_t size() const noexcept;
+  /// Stops the epoch from any thread (a watchdog, a signal's helper): a next() waiting for data
+  /// on the consumer's thread wakes and throws Error "Loader: the epoch was cancelled", as does
+  /// every later next(); the batches already delivered stay valid. The pipeline's threads stop;
+  /// they are joined when the Epoch is destroyed (after any read still running returns), and the
+  /// loader can then start another epoch. The Epoch must outlive the call.
+  void cancel() noexcept;
 
  private:
   friend class Loader;

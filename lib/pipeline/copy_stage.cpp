@@ -33,6 +33,12 @@ class IdentityStage final : public CopyStage {
     if (!p) return std::nullopt;
     Slot& slot = run_.impl->ring->slot(p->slot);
     run_.wait_filled(slot, p->number);
+    if (slot.filled.load(std::memory_order_acquire) != p->number + 1) {
+      // Stopped (cancelled) before the fill ended: the slot goes back in drain(), once the
+      // fill tasks are done with it.
+      unfilled_ = p->slot;
+      return std::nullopt;
+    }
     ReadyBatch b;
     b.id = p->slot;
     b.base = slot.data;
@@ -42,10 +48,14 @@ class IdentityStage final : public CopyStage {
     b.error = slot.error;
     return b;
   }
-  void drain() noexcept override {}
+  void drain() noexcept override {
+    if (unfilled_) run_.impl->ring->release_slot(*unfilled_);
+    unfilled_.reset();
+  }
 
  private:
   RunState& run_;
+  std::optional<std::uint32_t> unfilled_;  // taken, then stopped before its fill ended
 };
 
 /// A copy thread that owns the copy stream: per batch, in order, it waits for the fill, takes a

@@ -160,10 +160,18 @@ void EpochRun::release_current() {
   current_.indices_.clear();
 }
 
+void EpochRun::cancel() noexcept {
+  cancelled_.store(true);
+  run_.stop();  // wakes the consumer's wait in take()
+}
+
 const Batch* EpochRun::next() {
   LoaderImpl& impl = *run_.impl;
   const SyncScope syncs(&impl.host_syncs);  // what blocks the training loop
   release_current();
+  // Cancelled: the threads were asked to stop; they are joined when the epoch is destroyed, so
+  // that a read still running (a Python dataset's, a stalled file) does not hold up the caller.
+  if (cancelled_.load()) throw Error("Loader: the epoch was cancelled");
   if (over_) return nullptr;
   if (next_ >= run_.end) {
     shutdown();  // the loader may start the next epoch while this object lives on
@@ -180,7 +188,10 @@ const Batch* EpochRun::next() {
   }
   const auto wait_start = Clock::now();
   const std::optional<ReadyBatch> got = stage_->take();
-  if (!got) fail_epoch(run_.background_error);
+  if (!got) {
+    if (cancelled_.load() && !run_.failed.load()) throw Error("Loader: the epoch was cancelled");
+    fail_epoch(run_.background_error);
+  }
   const ReadyBatch& b = *got;
   std::shared_ptr<Lease> lease;
   try {

@@ -2,6 +2,7 @@
 
 // One epoch in flight: its planner thread, its copy stage, and the consumer's side (next()).
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -27,6 +28,8 @@ class EpochRun {
   /// The next batch in order, or nullptr after the last (see Epoch::next).
   const Batch* next();
   std::size_t size() const noexcept { return run_.end - run_.start; }
+  /// Stops the run from another thread; next() then throws (see Epoch::cancel).
+  void cancel() noexcept;
 
  private:
   void shutdown() noexcept;
@@ -41,6 +44,7 @@ class EpochRun {
   bool over_ = false;
   bool shut_down_ = false;
   bool first_ = true;
+  std::atomic<bool> cancelled_{false};
   Clock::time_point started_;
   std::thread planner_;
 };

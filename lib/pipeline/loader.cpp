@@ -384,6 +384,10 @@ const Batch* Epoch::next() { return run_ ? run_->next() : nullptr; }
 
 std::size_t Epoch::size() const noexcept { return run_ ? run_->size() : 0; }
 
+void Epoch::cancel() noexcept {
+  if (run_) run_->cancel();
+}
+
 Epoch::iterator Epoch::begin() { return iterator(this); }
 
 Epoch::iterator::iterator(Epoch* epoch) : epoch_(epoch), batch_(epoch->next()) {}

@@ -1,0 +1,400 @@
+// Every C++ dataset with its options as keyword arguments, and datasets written in Python: any
+// object with __len__ and __getitem__(i) returning a dict of arrays or scalars, read on ferry's
+// worker threads, each taking the GIL for its call.
+
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "binding.hpp"
+
+namespace ferry::python {
+
+namespace {
+
+/// A dataset written in Python. Fields come from sample 0: one per key of its dict, with the
+/// dtype and shape numpy gives the value (np.asarray); every sample's values are converted to
+/// that dtype and must have that shape.
+class PyDataset final : public Dataset {
+ public:
+  explicit PyDataset(py::object source) : source_(std::move(source)) {
+    const py::module_ np = py::module_::import("numpy");
+    asarray_ = np.attr("asarray");
+    contiguous_ = np.attr("ascontiguousarray");
+    size_ = py::len(source_);
+    if (size_ == 0) throw ConfigError("Python dataset: it is empty (len() == 0)");
+    const py::object first = source_[py::int_(0)];
+    if (!py::isinstance<py::dict>(first)) {
+      throw ConfigError("Python dataset: __getitem__(0) gave " +
+                        py::repr(py::type::of(first)).cast<std::string>() +
+                        ", not a dict of field name to array or scalar");
+    }
+    for (const auto& [key, value] : first.cast<py::dict>()) {
+      const py::array a = asarray_(value);
+      FieldSpec f;
+      f.name = py::str(key).cast<std::string>();
+      f.dtype = to_dtype(a.dtype());
+      f.shape.assign(a.shape(), a.shape() + a.ndim());
+      fields_.push_back(std::move(f));
+      dtypes_.push_back(a.dtype());
+      keys_.push_back(py::reinterpret_borrow<py::object>(key));
+    }
+    if (fields_.empty()) throw ConfigError("Python dataset: sample 0 has no fields");
+  }
+
+  PyDataset(const PyDataset&) = delete;
+  PyDataset& operator=(const PyDataset&) = delete;
+
+  ~PyDataset() override {
+    if (!python_usable()) {
+      // The interpreter is going: its objects are left to it.
+      static_cast<void>(source_.release());
+      static_cast<void>(asarray_.release());
+      static_cast<void>(contiguous_.release());
+      for (auto& d : dtypes_) static_cast<void>(d.release());
+      for (auto& k : keys_) static_cast<void>(k.release());
+      for (auto& [i, e] : failures_) static_cast<void>(e.release());
+      return;
+    }
+    const py::gil_scoped_acquire gil;
+    source_ = py::object();
+    asarray_ = py::object();
+    contiguous_ = py::object();
+    dtypes_.clear();
+    keys_.clear();
+    failures_.clear();
+  }
+
+  std::size_t size() const override { return size_; }
+  std::vector<FieldSpec> fields() const override { return fields_; }
+
+  void read(std::size_t index, SampleRef out) const override {
+    if (!python_usable()) throw Error("Python dataset: the interpreter is exiting");
+    const py::gil_scoped_acquire gil;
+    try {
+      const py::object sample = source_[py::int_(index)];
+      if (!py::isinstance<py::dict>(sample)) {
+        throw py::type_error("__getitem__(" + std::to_string(index) + ") gave " +
+                             py::repr(py::type::of(sample)).cast<std::string>() + ", not a dict");
+      }
+      const auto dict = sample.cast<py::dict>();
+      for (std::size_t f = 0; f < fields_.size(); ++f) {
+        if (!dict.contains(keys_[f])) {
+          throw py::key_error("sample " + std::to_string(index) + " lacks field \"" +
+                              fields_[f].name + "\"");
+        }
+        py::array a = asarray_(dict[keys_[f]], dtypes_[f]);
+        if ((a.flags() & py::array::c_style) == 0) a = contiguous_(a);
+        const std::vector<int64_t>& shape = fields_[f].shape;
+        bool same = a.ndim() == static_cast<py::ssize_t>(shape.size());
+        for (std::size_t d = 0; same && d < shape.size(); ++d)
+          same = a.shape(static_cast<py::ssize_t>(d)) == shape[d];
+        if (!same) {
+          throw py::value_error(
+              "field \"" + fields_[f].name + "\" of sample " + std::to_string(index) +
+              " has shape " + py::str(py::tuple(a.attr("shape"))).cast<std::string>() +
+              "; sample 0's is " + py::str(py::tuple(py::cast(shape))).cast<std::string>());
+        }
+        std::memcpy(out.data(f), a.data(), out.nbytes(f));
+      }
+    } catch (py::builtin_exception& e) {  // this function's own TypeError, KeyError, ...
+      e.set_error();
+      fail(index, py::error_already_set());
+    } catch (py::error_already_set& e) {
+      fail(index, e);
+    }
+  }
+
+  /// Keeps a Python exception for the module to raise as it was (take_python_failure); the
+  /// loader's DataError carries its type and message. Needs the GIL.
+  [[noreturn]] void fail(std::size_t index, const py::error_already_set& e) const {
+    {
+      std::string what = py::str(py::type::of(e.value()).attr("__name__")).cast<std::string>() +
+                         ": " + py::str(e.value()).cast<std::string>();
+      keep_failure(index, e.value());
+      throw DataError("Python dataset: " + what);
+    }
+  }
+
+  py::object take_failure(std::uint64_t index) const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = failures_.find(index);
+    if (it == failures_.end()) return {};
+    py::object e = std::move(it->second);
+    failures_.erase(it);
+    return e;
+  }
+
+ private:
+  void keep_failure(std::uint64_t index, py::object error) const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    // Bounded: under on_error="skip" nothing takes them.
+    if (failures_.size() >= 256) failures_.erase(failures_.begin());
+    failures_[index] = std::move(error);
+  }
+
+  py::object source_;
+  py::object asarray_;     // np.asarray (0-d for a scalar)
+  py::object contiguous_;  // np.ascontiguousarray, for a strided array
+  std::size_t size_ = 0;
+  std::vector<FieldSpec> fields_;
+  std::vector<py::dtype> dtypes_;
+  std::vector<py::object> keys_;
+  mutable std::mutex mutex_;
+  mutable std::map<std::uint64_t, py::object> failures_;  // guarded by mutex_ (and the GIL)
+};
+
+Column to_column(const py::handle& obj) {
+  if (obj.is_none()) return Column::none();
+  if (py::isinstance<py::str>(obj)) return Column::name(obj.cast<std::string>());
+  const auto i = obj.cast<std::int64_t>();
+  if (i == -1) return Column::last();
+  if (i < 0) throw ConfigError("CsvDataset: a column index is >= 0, or -1 for the last column");
+  return Column::index(static_cast<std::size_t>(i));
+}
+
+std::vector<std::filesystem::path> to_paths(const py::handle& obj) {
+  if (py::isinstance<py::str>(obj) || py::hasattr(obj, "__fspath__")) {
+    return {obj.cast<std::filesystem::path>()};
+  }
+  return obj.cast<std::vector<std::filesystem::path>>();
+}
+
+Geometry to_geometry(const std::string& text) {
+  if (text == "resize_then_center_crop") return Geometry::resize_then_center_crop;
+  if (text == "random_resized_crop") return Geometry::random_resized_crop;
+  if (text == "resize") return Geometry::resize;
+  throw ConfigError("ImageOptions: geometry \"" + text +
+                    "\" is none of resize_then_center_crop, random_resized_crop, resize");
+}
+
+ImageOptions image_options(int height, int width, int channels, const std::string& geometry,
+                           int resize, bool random_flip, const std::optional<Normalize>& normalize,
+                           std::int64_t max_pixels, int max_jpeg_scans) {
+  ImageOptions o;
+  o.height = height;
+  o.width = width;
+  o.channels = channels;
+  o.geometry = to_geometry(geometry);
+  o.resize = resize;
+  o.random_flip = random_flip;
+  o.normalize = normalize;
+  o.max_pixels = max_pixels;
+  o.max_jpeg_scans = max_jpeg_scans;
+  return o;
+}
+
+py::list field_list(const Dataset& d) {
+  py::list out;
+  for (const FieldSpec& f : d.fields()) {
+    py::tuple shape(f.shape.size());
+    for (std::size_t i = 0; i < f.shape.size(); ++i) {
+      shape[i] = f.shape[i] == ragged ? py::object(py::none()) : py::object(py::int_(f.shape[i]));
+    }
+    out.append(py::make_tuple(f.name, std::string(dtype_name(f.dtype)), shape));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::shared_ptr<const Dataset> to_dataset(const py::handle& obj) {
+  if (py::isinstance<Dataset>(obj)) return obj.cast<std::shared_ptr<Dataset>>();
+  if (py::hasattr(obj, "__len__") && py::hasattr(obj, "__getitem__")) {
+    return std::make_shared<PyDataset>(py::reinterpret_borrow<py::object>(obj));
+  }
+  throw py::type_error(
+      "ferry: a dataset is a ferry dataset or an object with __len__ and "
+      "__getitem__, not " +
+      py::repr(py::type::of(obj)).cast<std::string>());
+}
+
+py::object take_python_failure(const Dataset& dataset, std::uint64_t index) {
+  const auto* d = dynamic_cast<const PyDataset*>(&dataset);
+  return d != nullptr ? d->take_failure(index) : py::object();
+}
+
+void bind_datasets(py::module_& m) {
+  py::class_<Normalize>(m, "Normalize", R"doc(
+Per-channel normalization of u8 images, done on the loader's device after the copy:
+(pixel * scale - mean) / std, delivered as `dtype` [C, H, W].)doc")
+      .def(py::init([](std::vector<float> mean, std::vector<float> std, float scale,
+                       const py::object& dtype) {
+             Normalize n;
+             n.mean = std::move(mean);
+             n.std = std::move(std);
+             n.scale = scale;
+             n.dtype = to_dtype(dtype);
+             return n;
+           }),
+           py::kw_only(), py::arg("mean") = std::vector<float>{0.0F},
+           py::arg("std") = std::vector<float>{1.0F}, py::arg("scale") = 1.0F / 255.0F,
+           py::arg("dtype") = "f32")
+      .def_readonly("mean", &Normalize::mean)
+      .def_readonly("std", &Normalize::std)
+      .def_readonly("scale", &Normalize::scale)
+      .def_property_readonly("dtype",
+                             [](const Normalize& n) { return std::string(dtype_name(n.dtype)); });
+
+  py::class_<Dataset, std::shared_ptr<Dataset>>(m, "Dataset", R"doc(
+Random-access samples: the base of ferry's datasets. len(dataset) is its size; `fields` lists
+(name, dtype, shape) per sample, None standing for a ragged (variable) first dimension.)doc")
+      .def("__len__", &Dataset::size)
+      .def_property_readonly("fields", &field_list);
+
+  py::class_<TensorDataset, Dataset, std::shared_ptr<TensorDataset>>(m, "TensorDataset", R"doc(
+Tensors that share dimension 0 (the sample), by field name, without a copy:
+ferry.TensorDataset({"image": images, "label": labels}). The arrays may be numpy arrays,
+torch tensors, ferry tensors or any DLPack producer; they are kept alive by the dataset.)doc")
+      .def(py::init([](const py::dict& tensors) {
+             std::vector<std::pair<std::string, Tensor>> pairs;
+             for (const auto& [name, value] : tensors) {
+               pairs.emplace_back(py::str(name).cast<std::string>(), tensor_from_object(value));
+             }
+             return std::make_shared<TensorDataset>(std::move(pairs));
+           }),
+           py::arg("tensors"))
+      .def_property_readonly("device", &TensorDataset::device)
+      .def_property_readonly("tensors", &TensorDataset::tensors)
+      .def(
+          "to",
+          [](const TensorDataset& d, const py::object& device) {
+            const Device target = to_device(device);
+            const py::gil_scoped_release release;
+            return d.to(target);
+          },
+          py::arg("device"), "The same samples on `device` (no copy where they are already).");
+
+  py::class_<CsvDataset, Dataset, std::shared_ptr<CsvDataset>>(m, "CsvDataset", R"doc(
+A numeric CSV file parsed once into memory (in parallel): "features" f32 [F] and "label".
+label: a column name, an index, -1 for the last column, or None for no label.
+features: the feature columns (names or indices); None: every column but the label.
+classes=True: labels are i64 class ids (text labels numbered in sorted order);
+False: an f32 target. missing: "error" or "nan" for empty features.)doc")
+      .def(py::init([](const std::filesystem::path& path, const py::object& label,
+                       const py::object& features, bool header, const std::string& delimiter,
+                       bool classes, const std::string& missing,
+                       std::uint64_t max_decompressed_bytes) {
+             CsvOptions o;
+             o.label = to_column(label);
+             if (!features.is_none()) {
+               for (const py::handle f : features) o.features.push_back(to_column(f));
+             }
+             o.header = header;
+             if (delimiter.size() != 1) {
+               throw ConfigError("CsvDataset: the delimiter is one character, not \"" + delimiter +
+                                 "\"");
+             }
+             o.delimiter = delimiter[0];
+             o.classes = classes;
+             if (missing == "error") {
+               o.missing = Missing::error;
+             } else if (missing == "nan") {
+               o.missing = Missing::nan;
+             } else {
+               throw ConfigError("CsvDataset: missing is \"error\" or \"nan\", not \"" + missing +
+                                 "\"");
+             }
+             o.max_decompressed_bytes = max_decompressed_bytes;
+             const py::gil_scoped_release release;
+             return CsvDataset::open(path, o);
+           }),
+           py::arg("path"), py::kw_only(), py::arg("label") = "label",
+           py::arg("features") = py::none(), py::arg("header") = true, py::arg("delimiter") = ",",
+           py::arg("classes") = true, py::arg("missing") = "error",
+           py::arg("max_decompressed_bytes") = 0)
+      .def_property_readonly("num_features", &CsvDataset::num_features)
+      .def_property_readonly("feature_names", &CsvDataset::feature_names)
+      .def_property_readonly("classes", &CsvDataset::classes)
+      .def_property_readonly("device", &CsvDataset::device);
+
+  py::class_<IdxDataset, Dataset, std::shared_ptr<IdxDataset>>(m, "IdxDataset", R"doc(
+MNIST-style IDX files (gzipped or not): "image" u8 [rows, cols] and "label" i64 [].)doc")
+      .def(py::init([](const std::filesystem::path& images, const std::filesystem::path& labels,
+                       std::uint64_t max_decompressed_bytes) {
+             IdxOptions o;
+             o.max_decompressed_bytes = max_decompressed_bytes;
+             const py::gil_scoped_release release;
+             return IdxDataset::open(images, labels, o);
+           }),
+           py::arg("images"), py::arg("labels"), py::kw_only(),
+           py::arg("max_decompressed_bytes") = 0)
+      .def_property_readonly("rows", &IdxDataset::rows)
+      .def_property_readonly("cols", &IdxDataset::cols);
+
+  py::class_<ImageFolder, Dataset, std::shared_ptr<ImageFolder>>(m, "ImageFolder", R"doc(
+root/<class>/<image> (JPEG or PNG), decoded on the loader's workers: "image" u8 [H, W, C]
+(or normalize.dtype [C, H, W] with normalize=ferry.Normalize(...)) and "label" i64 [].
+geometry: "resize_then_center_crop" (torchvision's Resize + CenterCrop), "random_resized_crop",
+or "resize".)doc")
+      .def(py::init([](const std::filesystem::path& root, int height, int width, int channels,
+                       const std::string& geometry, int resize, bool random_flip,
+                       const std::optional<Normalize>& normalize, std::int64_t max_pixels,
+                       int max_jpeg_scans) {
+             const ImageOptions o =
+                 image_options(height, width, channels, geometry, resize, random_flip, normalize,
+                               max_pixels, max_jpeg_scans);
+             const py::gil_scoped_release release;
+             return ImageFolder::open(root, o);
+           }),
+           py::arg("root"), py::kw_only(), py::arg("height") = 224, py::arg("width") = 224,
+           py::arg("channels") = 3, py::arg("geometry") = "resize_then_center_crop",
+           py::arg("resize") = 0, py::arg("random_flip") = false, py::arg("normalize") = py::none(),
+           py::arg("max_pixels") = std::int64_t{1} << 26, py::arg("max_jpeg_scans") = 256)
+      .def_property_readonly("classes", &ImageFolder::classes)
+      .def("path", &ImageFolder::path, py::arg("index"))
+      .def("label", &ImageFolder::label, py::arg("index"));
+
+  py::class_<TokenDataset, Dataset, std::shared_ptr<TokenDataset>>(m, "TokenDataset", R"doc(
+Language-model windows over token files (llm.c shards, .npy, raw tokens), memory-mapped:
+"input" [seq_len] and "target" [seq_len] (input shifted by one). Windows never cross files.)doc")
+      .def(py::init([](const py::object& files, std::int64_t seq_len, std::int64_t stride,
+                       const py::object& dtype, const py::object& raw_dtype) {
+             TokenOptions o;
+             o.seq_len = seq_len;
+             o.stride = stride;
+             o.dtype = to_dtype(dtype);
+             o.raw_dtype = to_dtype(raw_dtype);
+             std::vector<std::filesystem::path> paths = to_paths(files);
+             const py::gil_scoped_release release;
+             return TokenDataset::open(std::move(paths), o);
+           }),
+           py::arg("files"), py::kw_only(), py::arg("seq_len") = 1024, py::arg("stride") = 0,
+           py::arg("dtype") = "i64", py::arg("raw_dtype") = "u16")
+      .def_property_readonly("num_tokens", &TokenDataset::num_tokens)
+      .def_property_readonly("num_files", &TokenDataset::num_files);
+
+  py::class_<WebDataset, Dataset, std::shared_ptr<WebDataset>>(m, "WebDataset", R"doc(
+WebDataset tar shards with random access (an index per shard, kept as <shard>.idx):
+one field per member extension of the first sample, sorted; images decode as ImageFolder's.)doc")
+      .def(py::init([](const py::object& shards, int height, int width, int channels,
+                       const std::string& geometry, int resize, bool random_flip,
+                       const std::optional<Normalize>& normalize, std::int64_t max_pixels,
+                       int max_jpeg_scans, bool index_files) {
+             WebDatasetOptions o;
+             o.image = image_options(height, width, channels, geometry, resize, random_flip,
+                                     normalize, max_pixels, max_jpeg_scans);
+             o.index_files = index_files;
+             std::vector<std::filesystem::path> paths = to_paths(shards);
+             const py::gil_scoped_release release;
+             return WebDataset::open(std::move(paths), o);
+           }),
+           py::arg("shards"), py::kw_only(), py::arg("height") = 224, py::arg("width") = 224,
+           py::arg("channels") = 3, py::arg("geometry") = "resize_then_center_crop",
+           py::arg("resize") = 0, py::arg("random_flip") = false, py::arg("normalize") = py::none(),
+           py::arg("max_pixels") = std::int64_t{1} << 26, py::arg("max_jpeg_scans") = 256,
+           py::arg("index_files") = true)
+      .def("key", &WebDataset::key, py::arg("index"))
+      .def("shard_of", &WebDataset::shard_of, py::arg("index"));
+}
+
+}  // namespace ferry::python
