@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
-#include "datasets/csv/csv_parse.hpp"
 #include "datasets/common/file_io.hpp"
 #include "datasets/common/host_rows.hpp"
+#include "datasets/csv/csv_parse.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry {
