@@ -73,12 +73,12 @@ __global__ void normalize_kernel(const std::uint8_t* src, Out* dst, std::int64_t
          p < plane; p += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
 #pragma unroll
       for (int ch = 0; ch < C; ++ch) {
-        const float x = static_cast<float>(FERRY_LD(in + p * C + ch));
+        const float x = static_cast<float>(FERRY_LD(in + (p * C + ch)));
         const Out v = from_f32<Out>(__fmaf_rn(x, f.mul[ch], f.add[ch]));
         if (to_chw) {
-          FERRY_ST(out + ch * plane + p, v);
+          FERRY_ST(out + (ch * plane + p), v);
         } else {
-          FERRY_ST(out + p * C + ch, v);
+          FERRY_ST(out + (p * C + ch), v);
         }
       }
     }
@@ -129,7 +129,7 @@ __global__ void transpose_kernel(const T* src, T* dst, Geometry g) {
     for (std::int64_t p = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
          p < g.plane; p += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
       for (std::int64_t ch = 0; ch < g.c; ++ch) {
-        FERRY_ST(out + ch * g.plane + p, FERRY_LD(in + p * g.c + ch));
+        FERRY_ST(out + (ch * g.plane + p), FERRY_LD(in + (p * g.c + ch)));
       }
     }
   }
@@ -181,7 +181,7 @@ __global__ void pad_rows_kernel(const T* src, T* dst, const std::int32_t* starts
     for (std::int64_t r = blockIdx.x * static_cast<std::int64_t>(blockDim.y) + threadIdx.y;
          r < lmax; r += static_cast<std::int64_t>(gridDim.x) * blockDim.y) {
       for (std::int64_t k = threadIdx.x; k < per_row; k += blockDim.x) {
-        FERRY_ST(out + r * per_row + k, r < length ? FERRY_LD(in + r * per_row + k) : pad);
+        FERRY_ST(out + (r * per_row + k), r < length ? FERRY_LD(in + (r * per_row + k)) : pad);
       }
     }
   }
