@@ -2,7 +2,8 @@
 
 // Host synchronizations, counted: every place where ferry blocks a host thread until device
 // work finishes (a CUDA event or stream, a synchronous copy, cudaFree, or an event of the host
-// copy engine) calls note_host_sync() first, and only when the work was not done already. The
+// copy engine) calls note_host_sync() first, and only when the work was not done already; an
+// asynchronous copy to or from pageable memory (which CUDA stages before it returns) always. The
 // count is process-wide (ferry::host_sync_count()) and, while a SyncScope is open on the thread,
 // booked to that scope's counter too: a loader books its consumer's and its threads' waits.
 

@@ -4,11 +4,14 @@
 #include "cudasim.hpp"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <new>
@@ -25,7 +28,8 @@ using Clock = std::chrono::steady_clock;
 // Device memory lives at host addresses with this bit set: not canonical on x86-64 (nor a user
 // address on AArch64), so a host load or store there faults.
 constexpr std::uintptr_t kDeviceTag = std::uintptr_t{1} << 62;
-constexpr std::size_t kAlign = 256;  // cudaMalloc's alignment
+constexpr std::size_t kAlign = 256;        // cudaMalloc's alignment
+constexpr int kDefaultMemoryMib = 143771;  // an H200's totalGlobalMem
 
 enum class Memory { device, pinned };
 
@@ -75,7 +79,8 @@ struct World {
   std::mutex mutex;
   std::condition_variable changed;
   int devices = env_int("FERRY_CUDASIM_DEVICES", 2);
-  std::size_t capacity = static_cast<std::size_t>(env_int("FERRY_CUDASIM_MEMORY_MIB", 4096)) << 20;
+  std::size_t capacity =
+      static_cast<std::size_t>(env_int("FERRY_CUDASIM_MEMORY_MIB", kDefaultMemoryMib)) << 20;
   int delay_us = env_int("FERRY_CUDASIM_DELAY_US", 0);
   std::map<std::uintptr_t, Block> blocks;  // by the address the program sees
   std::vector<std::size_t> used = std::vector<std::size_t>(static_cast<std::size_t>(devices));
@@ -85,6 +90,11 @@ struct World {
   std::vector<bool> context = std::vector<bool>(static_cast<std::size_t>(devices), false);
   std::vector<cudaError_t> sticky =
       std::vector<cudaError_t>(static_cast<std::size_t>(devices), cudaSuccess);
+  // peer[d * devices + e]: kernels on device d may touch device e's memory.
+  std::vector<bool> peer = std::vector<bool>(static_cast<std::size_t>(devices * devices), false);
+  // Changes whenever a block goes or a peer access does: what a kernel thread's cached lookup
+  // (device_access) rests on.
+  std::atomic<std::uint64_t> generation{0};
   struct Failure {
     cudaError_t error = cudaSuccess;
     int times = 0;
@@ -159,16 +169,16 @@ void run_stream(CUstream_st* s) {
       std::this_thread::sleep_for(
           std::chrono::microseconds((s->rng >> 33) % (2 * static_cast<std::uint64_t>(delay) + 1)));
     }
-    bool faulted = false;
+    cudaError_t faulted = cudaSuccess;
     if (op.work) {
       try {
         op.work();
-      } catch (const ferry_cudasim::Fault&) {
-        faulted = true;
+      } catch (const ferry_cudasim::Fault& f) {
+        faulted = f.error;
       }
     }
     lock.lock();
-    if (faulted) w.sticky[static_cast<std::size_t>(op.device)] = cudaErrorIllegalAddress;
+    if (faulted != cudaSuccess) w.sticky[static_cast<std::size_t>(op.device)] = faulted;
     ++s->done;
     w.changed.notify_all();
   }
@@ -249,17 +259,24 @@ Where locate(const World& w, const void* ptr, std::size_t bytes, const Block** b
   return (a & kDeviceTag) != 0 ? Where::bad : Where::pageable;
 }
 
-// The host address behind `ptr`, checked now (on the stream's thread): device memory or pinned
-// memory, or pageable memory when `pageable_ok`. \throws Fault.
-std::byte* translate(const void* ptr, std::size_t bytes, bool pageable_ok, int device) {
-  World& w = world();
-  std::lock_guard lock(w.mutex);
+bool reaches(const World& w, int device, int memory) {
+  return device < 0 || device == memory ||
+         w.peer[static_cast<std::size_t>(device * w.devices + memory)];
+}
+
+// The host address behind `ptr`, checked now (on the stream's thread): device memory (of
+// `device` or its peers, unless `device` is -1: any device) or pinned memory, or pageable memory
+// when `pageable_ok`. \throws Fault. \pre the world's mutex is held.
+std::byte* translate_locked(const World& w, const void* ptr, std::size_t bytes, bool pageable_ok,
+                            int device, const Block** block = nullptr) {
   const Block* b = nullptr;
   switch (locate(w, ptr, bytes, &b)) {
     case Where::device:
-      if (device >= 0 && b->device != device) throw ferry_cudasim::Fault{};
+      if (!reaches(w, device, b->device)) throw ferry_cudasim::Fault{};
+      if (block != nullptr) *block = b;
       return reinterpret_cast<std::byte*>(reinterpret_cast<std::uintptr_t>(ptr) & ~kDeviceTag);
     case Where::pinned:
+      if (block != nullptr) *block = b;
       return static_cast<std::byte*>(const_cast<void*>(ptr));
     case Where::pageable:
       if (pageable_ok) return static_cast<std::byte*>(const_cast<void*>(ptr));
@@ -270,9 +287,28 @@ std::byte* translate(const void* ptr, std::size_t bytes, bool pageable_ok, int d
   throw ferry_cudasim::Fault{};
 }
 
+std::byte* translate(const void* ptr, std::size_t bytes, bool pageable_ok, int device) {
+  World& w = world();
+  std::lock_guard lock(w.mutex);
+  return translate_locked(w, ptr, bytes, pageable_ok, device);
+}
+
+// A kernel thread's last few blocks (a kernel reads one and writes another), reused while the
+// world's generation and the device stay.
+struct CachedBlock {
+  std::uintptr_t first = 0, last = 0;  // the addresses [first, last) the program sees
+  std::uintptr_t host = 0;             // the host address behind `first`
+  std::uint64_t generation = ~std::uint64_t{0};
+  int device = -2;
+};
+constexpr std::size_t kCachedBlocks = 4;
+thread_local std::array<CachedBlock, kCachedBlocks> cached_blocks;
+thread_local std::size_t next_cached = 0;
+
 void* new_block(World& w, std::size_t bytes, Memory kind) {
   const std::size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
-  auto* base = static_cast<std::byte*>(std::aligned_alloc(kAlign, rounded));
+  // A guard of kAlign bytes after the block: its end is never another block's start.
+  auto* base = static_cast<std::byte*>(std::aligned_alloc(kAlign, rounded + kAlign));
   if (base == nullptr) return nullptr;
   std::memset(base, kind == Memory::device ? 0xcd : 0, rounded);  // fresh device memory: garbage
   const std::uintptr_t address =
@@ -323,7 +359,9 @@ cudaError_t memcpy_on(const char* function, void* dst, const void* src, std::siz
                  {}});
   // Pageable host memory: CUDA stages it, and the call returns only once the host's bytes are
   // read (to the device) or written (from it).
-  if (blocking || to == Where::pageable || from == Where::pageable) wait_for(w, lock, s, seq);
+  const bool pageable = to == Where::pageable || from == Where::pageable;
+  if (pageable && !blocking) ++w.counts.pageable_copies;
+  if (blocking || pageable) wait_for(w, lock, s, seq);
   return cudaSuccess;
 }
 
@@ -340,18 +378,47 @@ int sim_ctx_state(int device, unsigned* flags, int* active) {
 
 namespace ferry_cudasim {
 
-cudaError_t launch(cudaStream_t stream, std::function<void()> work) {
+cudaError_t launch(cudaStream_t stream, dim3 grid, dim3 block, std::size_t shared_bytes,
+                   std::function<void()> work) {
   World& w = world();
   std::lock_guard lock(w.mutex);
   if (const cudaError_t e = enter(w, "launch"); e != cudaSuccess) return fail(e);
   CUstream_st* s = resolve(w, stream);
+  // CUDA: "a kernel launch will fail if it is issued to a stream that is not associated to the
+  // current device" (copies and event waits across devices are allowed).
   if (s == nullptr || s->device != current_device) return fail(cudaErrorInvalidResourceHandle);
+  const std::uint64_t threads = std::uint64_t{block.x} * block.y * block.z;
+  const bool fits = grid.x != 0 && grid.y != 0 && grid.z != 0 && block.x != 0 && block.y != 0 &&
+                    block.z != 0 && threads <= kMaxThreadsPerBlock && block.x <= kMaxBlockDim[0] &&
+                    block.y <= kMaxBlockDim[1] && block.z <= kMaxBlockDim[2] &&
+                    grid.x <= kMaxGridDim[0] && grid.y <= kMaxGridDim[1] &&
+                    grid.z <= kMaxGridDim[2] && shared_bytes <= kSharedMemPerBlock;
+  if (!fits) return fail(cudaErrorInvalidConfiguration);
   enqueue(w, s, Op{std::move(work), {}});
   return cudaSuccess;
 }
 
-void* host_address(const void* ptr, std::size_t bytes) {
-  return translate(ptr, bytes, false, running_on != nullptr ? running_on->device : -1);
+void* device_access(const void* ptr, std::size_t bytes, std::size_t align) {
+  const auto a = reinterpret_cast<std::uintptr_t>(ptr);
+  if (align > 1 && a % align != 0) throw Fault{cudaErrorMisalignedAddress};
+  World& w = world();
+  const int device = running_on != nullptr ? running_on->device : -1;
+  const std::uint64_t generation = w.generation.load(std::memory_order_acquire);
+  for (const CachedBlock& c : cached_blocks) {
+    if (c.device == device && c.generation == generation && a >= c.first && a < c.last &&
+        bytes <= c.last - a) {
+      return reinterpret_cast<void*>(c.host + (a - c.first));
+    }
+  }
+  std::lock_guard lock(w.mutex);
+  const Block* b = nullptr;
+  std::byte* host = translate_locked(w, ptr, bytes, false, device, &b);
+  const auto it = std::prev(w.blocks.upper_bound(a));  // the block translate_locked found
+  cached_blocks[next_cached] = CachedBlock{it->first, it->first + b->bytes,
+                                           reinterpret_cast<std::uintptr_t>(host) - (a - it->first),
+                                           w.generation.load(std::memory_order_relaxed), device};
+  next_cached = (next_cached + 1) % kCachedBlocks;
+  return host;
 }
 
 void fail_next(const char* function, cudaError_t error, int times, bool this_thread_only) {
@@ -417,6 +484,78 @@ cudaError_t cudaSetDevice(int device) {
   return cudaSuccess;
 }
 
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  World& w = world();
+  std::lock_guard lock(w.mutex);
+  if (const cudaError_t e = injected(w, "cudaGetDeviceProperties"); e != cudaSuccess) {
+    return fail(e);
+  }
+  if (w.devices <= 0) return fail(cudaErrorNoDevice);
+  if (device < 0 || device >= w.devices) return fail(cudaErrorInvalidDevice);
+  *prop = cudaDeviceProp{};
+  std::strncpy(prop->name, "NVIDIA H200", sizeof(prop->name) - 1);
+  prop->totalGlobalMem = w.capacity;
+  prop->sharedMemPerBlock = ferry_cudasim::kSharedMemPerBlock;
+  prop->sharedMemPerBlockOptin = 232448;
+  prop->warpSize = 32;
+  prop->maxThreadsPerBlock = static_cast<int>(ferry_cudasim::kMaxThreadsPerBlock);
+  for (int i = 0; i < 3; ++i) {
+    prop->maxThreadsDim[i] = static_cast<int>(ferry_cudasim::kMaxBlockDim[i]);
+    prop->maxGridSize[i] = static_cast<int>(ferry_cudasim::kMaxGridDim[i]);
+  }
+  prop->multiProcessorCount = 132;
+  prop->major = 9;
+  prop->minor = 0;
+  prop->unifiedAddressing = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceCanAccessPeer(int* can_access, int device, int peer_device) {
+  World& w = world();
+  std::lock_guard lock(w.mutex);
+  *can_access = 0;
+  if (device < 0 || device >= w.devices || peer_device < 0 || peer_device >= w.devices) {
+    return fail(cudaErrorInvalidDevice);
+  }
+  *can_access = device != peer_device ? 1 : 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceEnablePeerAccess(int peer_device, unsigned flags) {
+  World& w = world();
+  std::lock_guard lock(w.mutex);
+  if (const cudaError_t e = enter(w, "cudaDeviceEnablePeerAccess"); e != cudaSuccess) {
+    return fail(e);
+  }
+  if (peer_device < 0 || peer_device >= w.devices || peer_device == current_device) {
+    return fail(cudaErrorInvalidDevice);
+  }
+  if (flags != 0) return fail(cudaErrorInvalidValue);
+  std::vector<bool>::reference on =
+      w.peer[static_cast<std::size_t>(current_device * w.devices + peer_device)];
+  if (on) return fail(cudaErrorPeerAccessAlreadyEnabled);
+  on = true;
+  w.generation.fetch_add(1, std::memory_order_release);
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceDisablePeerAccess(int peer_device) {
+  World& w = world();
+  std::lock_guard lock(w.mutex);
+  if (const cudaError_t e = enter(w, "cudaDeviceDisablePeerAccess"); e != cudaSuccess) {
+    return fail(e);
+  }
+  if (peer_device < 0 || peer_device >= w.devices || peer_device == current_device) {
+    return fail(cudaErrorInvalidDevice);
+  }
+  std::vector<bool>::reference on =
+      w.peer[static_cast<std::size_t>(current_device * w.devices + peer_device)];
+  if (!on) return fail(cudaErrorPeerAccessNotEnabled);
+  on = false;
+  w.generation.fetch_add(1, std::memory_order_release);
+  return cudaSuccess;
+}
+
 cudaError_t cudaGetLastError() {
   World& w = world();
   std::lock_guard lock(w.mutex);
@@ -443,6 +582,8 @@ const char* cudaGetErrorName(cudaError_t error) {
       return "cudaErrorInitializationError";
     case cudaErrorCudartUnloading:
       return "cudaErrorCudartUnloading";
+    case cudaErrorInvalidConfiguration:
+      return "cudaErrorInvalidConfiguration";
     case cudaErrorInsufficientDriver:
       return "cudaErrorInsufficientDriver";
     case cudaErrorNoDevice:
@@ -455,6 +596,12 @@ const char* cudaGetErrorName(cudaError_t error) {
       return "cudaErrorNotReady";
     case cudaErrorIllegalAddress:
       return "cudaErrorIllegalAddress";
+    case cudaErrorPeerAccessAlreadyEnabled:
+      return "cudaErrorPeerAccessAlreadyEnabled";
+    case cudaErrorPeerAccessNotEnabled:
+      return "cudaErrorPeerAccessNotEnabled";
+    case cudaErrorMisalignedAddress:
+      return "cudaErrorMisalignedAddress";
     case cudaErrorLaunchFailure:
       return "cudaErrorLaunchFailure";
     case cudaErrorUnknown:
@@ -475,6 +622,8 @@ const char* cudaGetErrorString(cudaError_t error) {
       return "initialization error";
     case cudaErrorCudartUnloading:
       return "driver shutting down";
+    case cudaErrorInvalidConfiguration:
+      return "invalid configuration argument";
     case cudaErrorInsufficientDriver:
       return "CUDA driver version is insufficient for CUDA runtime version";
     case cudaErrorNoDevice:
@@ -487,6 +636,12 @@ const char* cudaGetErrorString(cudaError_t error) {
       return "device not ready";
     case cudaErrorIllegalAddress:
       return "an illegal memory access was encountered";
+    case cudaErrorPeerAccessAlreadyEnabled:
+      return "peer access is already enabled";
+    case cudaErrorPeerAccessNotEnabled:
+      return "peer access has not been enabled";
+    case cudaErrorMisalignedAddress:
+      return "misaligned address";
     case cudaErrorLaunchFailure:
       return "unspecified launch failure";
     case cudaErrorUnknown:
@@ -542,6 +697,7 @@ cudaError_t cudaFree(void* ptr) {
   ++w.counts.frees;
   std::free(it->second.base);
   w.blocks.erase(it);
+  w.generation.fetch_add(1, std::memory_order_release);
   return cudaSuccess;
 }
 
@@ -575,6 +731,7 @@ cudaError_t cudaFreeHost(void* ptr) {
   // program that frees a staging buffer before the copy from it is done is caught.
   std::free(it->second.base);
   w.blocks.erase(it);
+  w.generation.fetch_add(1, std::memory_order_release);
   return cudaSuccess;
 }
 
@@ -613,6 +770,26 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t count, cudaM
 }
 
 namespace {
+// cudaMemcpyPeer*: `dst` must be memory of `dst_device` and `src` of `src_device`; the copy works
+// without peer access (CUDA stages it).
+cudaError_t memcpy_peer(const char* function, void* dst, int dst_device, const void* src,
+                        int src_device, std::size_t count, cudaStream_t stream, bool blocking) {
+  {
+    World& w = world();
+    std::lock_guard lock(w.mutex);
+    if (count != 0) {
+      const Block* d = nullptr;
+      const Block* s = nullptr;
+      if (locate(w, dst, count, &d) != Where::device ||
+          locate(w, src, count, &s) != Where::device || d->device != dst_device ||
+          s->device != src_device) {
+        return fail(cudaErrorInvalidValue);
+      }
+    }
+  }
+  return memcpy_on(function, dst, src, count, cudaMemcpyDeviceToDevice, stream, blocking);
+}
+
 cudaError_t memset_on(const char* function, void* dst, int value, std::size_t count,
                       cudaStream_t stream, bool blocking) {
   World& w = world();
@@ -630,6 +807,16 @@ cudaError_t memset_on(const char* function, void* dst, int value, std::size_t co
   return cudaSuccess;
 }
 }  // namespace
+
+cudaError_t cudaMemcpyPeer(void* dst, int dst_device, const void* src, int src_device,
+                           std::size_t count) {
+  return memcpy_peer("cudaMemcpyPeer", dst, dst_device, src, src_device, count, nullptr, true);
+}
+
+cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device,
+                                std::size_t count, cudaStream_t stream) {
+  return memcpy_peer("cudaMemcpyPeerAsync", dst, dst_device, src, src_device, count, stream, false);
+}
 
 cudaError_t cudaMemset(void* dst, int value, std::size_t count) {
   return memset_on("cudaMemset", dst, value, count, nullptr, true);
@@ -777,7 +964,7 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   if (const cudaError_t e = enter(w, "cudaEventElapsedTime"); e != cudaSuccess) return fail(e);
   if (w.events.count(start) == 0 || w.events.count(end) == 0 ||
       ((start->flags | end->flags) & cudaEventDisableTiming) != 0 || start->stream == nullptr ||
-      end->stream == nullptr) {
+      end->stream == nullptr || start->device != end->device) {
     return fail(cudaErrorInvalidResourceHandle);
   }
   if (start->stream->done < start->seq || end->stream->done < end->seq) {

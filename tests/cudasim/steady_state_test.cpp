@@ -2,7 +2,9 @@
 // ferry's own figures: after a warm-up epoch, an epoch of normalized images handed to a consumer's
 // stream over DLPack calls no cudaMalloc, cudaFree, cudaHostAlloc or cudaFreeHost, makes no CUDA
 // event (they come from a pool), queues no host function, never blocks the consumer's thread,
-// and every event ferry ever made sleeps rather than spins when waited on.
+// and every event ferry ever made sleeps rather than spins when waited on. And a loader without
+// pinned staging is caught: each batch's copy from pageable memory blocks its copy thread, and
+// ferry counts it as the host synchronization it is.
 
 #include <cuda_runtime_api.h>
 #include <dlpack/dlpack.h>
@@ -89,6 +91,46 @@ TEST(CudasimSteadyState, AnEpochAllocatesNothingMakesNoEventQueuesNoHostFunction
   }
   (void)cudaStreamSynchronize(consumer);
   (void)cudaStreamDestroy(consumer);
+}
+
+// Batches of a loader copied to cuda:0 (nothing read back): the copies the model saw block the
+// host (pageable memory) and the host synchronizations ferry counted on the loader's threads.
+struct Staging {
+  std::uint64_t batches = 0;
+  std::uint64_t pageable_copies = 0;
+  std::uint64_t background_syncs = 0;
+};
+
+Staging staging(bool pin_memory) {
+  LoaderOptions o;
+  o.batch_size = 8;
+  o.workers = 2;
+  o.prefetch = 2;
+  o.device = Device::cuda(0);
+  o.pin_memory = pin_memory;
+  Loader loader(std::make_shared<ferry::cuda_testing::SmallImages>(64), o);
+  for (const Batch& b : loader.epoch(0)) (void)b;  // warm-up
+  const ferry_cudasim::Counts before = ferry_cudasim::counts();
+  const std::uint64_t syncs = loader.stats().background_syncs;
+  Staging s;
+  for (const Batch& b : loader.epoch(1)) {
+    (void)b;
+    ++s.batches;
+  }
+  s.pageable_copies = ferry_cudasim::counts().pageable_copies - before.pageable_copies;
+  s.background_syncs = loader.stats().background_syncs - syncs;
+  return s;
+}
+
+TEST(CudasimSteadyState, PageableStagingMakesEveryBatchsCopyAHostSyncPinnedStagingNone) {
+  const Staging pageable = staging(false);
+  ASSERT_EQ(pageable.batches, 8U);
+  EXPECT_GE(pageable.pageable_copies, pageable.batches) << "copies from pageable memory";
+  EXPECT_GE(pageable.background_syncs, pageable.batches) << "ferry counted them as host syncs";
+
+  const Staging pinned = staging(true);
+  ASSERT_EQ(pinned.batches, 8U);
+  EXPECT_EQ(pinned.pageable_copies, 0U) << "a pinned loader's copy blocked the host";
 }
 
 }  // namespace

@@ -5,12 +5,23 @@
 
 #include "copy/cuda/kernels.hpp"
 #include "runtime/cuda_api.hpp"
+#include "runtime/host_sync.hpp"
 
 namespace ferry::detail::cuda {
 namespace {
 
 // Spans of marked work kept before the oldest finished ones are read.
 constexpr std::size_t kSpansBeforeHarvest = 64;
+
+// True when `ptr` is pageable host memory: memory CUDA knows nothing of.
+bool pageable(const void* ptr) noexcept {
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeUnregistered;
+}
 
 int make_context(int index) {
   DeviceGuard guard(index);
@@ -37,6 +48,9 @@ void CudaCopyEngine::copy_async(void* dst, const void* src, std::size_t nbytes, 
 void CudaCopyEngine::copy_async_on(Stream stream, void* dst, const void* src, std::size_t nbytes) {
   if (nbytes == 0) return;
   DeviceGuard guard(index_);
+  // A copy to or from pageable memory returns only once CUDA has staged the host's bytes: a
+  // host synchronization, counted as one (a loader without pinned staging shows them).
+  if (pageable(src) || pageable(dst)) note_host_sync();
   // cudaMemcpyDefault: unified addressing tells the direction, including peer copies.
   FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream));
 }

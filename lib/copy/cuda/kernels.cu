@@ -18,6 +18,13 @@
 #ifndef FERRY_LAUNCH
 #define FERRY_LAUNCH(grid, block, stream, ...) __VA_ARGS__<<<grid, block, 0, stream>>>
 #endif
+// Every load and store of device memory is written FERRY_LD(p) and FERRY_ST(p, value): plain
+// accesses under nvcc; under cudasim each is checked for its alignment and bounds, faulting as a
+// GPU does (cudaErrorMisalignedAddress, cudaErrorIllegalAddress).
+#ifndef FERRY_LD
+#define FERRY_LD(p) (*(p))
+#define FERRY_ST(p, ...) (*(p) = (__VA_ARGS__))
+#endif
 
 namespace ferry::detail::cuda {
 namespace {
@@ -66,12 +73,12 @@ __global__ void normalize_kernel(const std::uint8_t* src, Out* dst, std::int64_t
          p < plane; p += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
 #pragma unroll
       for (int ch = 0; ch < C; ++ch) {
-        const float x = static_cast<float>(in[p * C + ch]);
+        const float x = static_cast<float>(FERRY_LD(in + (p * C + ch)));
         const Out v = from_f32<Out>(__fmaf_rn(x, f.mul[ch], f.add[ch]));
         if (to_chw) {
-          out[ch * plane + p] = v;
+          FERRY_ST(out + (ch * plane + p), v);
         } else {
-          out[p * C + ch] = v;
+          FERRY_ST(out + (p * C + ch), v);
         }
       }
     }
@@ -121,7 +128,9 @@ __global__ void transpose_kernel(const T* src, T* dst, Geometry g) {
     T* out = dst + image * g.plane * g.c;
     for (std::int64_t p = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
          p < g.plane; p += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-      for (std::int64_t ch = 0; ch < g.c; ++ch) out[ch * g.plane + p] = in[p * g.c + ch];
+      for (std::int64_t ch = 0; ch < g.c; ++ch) {
+        FERRY_ST(out + (ch * g.plane + p), FERRY_LD(in + (p * g.c + ch)));
+      }
     }
   }
 }
@@ -142,9 +151,11 @@ __global__ void gather_kernel(const W* src, W* dst, const std::uint64_t* indices
                               std::int64_t count, std::int64_t words_per_row) {
   for (std::int64_t row = blockIdx.x * static_cast<std::int64_t>(blockDim.y) + threadIdx.y;
        row < count; row += static_cast<std::int64_t>(gridDim.x) * blockDim.y) {
-    const W* in = src + static_cast<std::int64_t>(indices[row]) * words_per_row;
+    const W* in = src + static_cast<std::int64_t>(FERRY_LD(indices + row)) * words_per_row;
     W* out = dst + row * words_per_row;
-    for (std::int64_t w = threadIdx.x; w < words_per_row; w += blockDim.x) out[w] = in[w];
+    for (std::int64_t w = threadIdx.x; w < words_per_row; w += blockDim.x) {
+      FERRY_ST(out + w, FERRY_LD(in + w));
+    }
   }
 }
 
@@ -164,13 +175,13 @@ __global__ void pad_rows_kernel(const T* src, T* dst, const std::int32_t* starts
                                 const std::int64_t* lengths, std::int64_t count, std::int64_t lmax,
                                 std::int64_t per_row, T pad) {
   for (std::int64_t s = blockIdx.y; s < count; s += gridDim.y) {
-    const std::int64_t length = lengths[s];
-    const T* in = src + static_cast<std::int64_t>(starts[s]) * per_row;
+    const std::int64_t length = FERRY_LD(lengths + s);
+    const T* in = src + static_cast<std::int64_t>(FERRY_LD(starts + s)) * per_row;
     T* out = dst + s * lmax * per_row;
     for (std::int64_t r = blockIdx.x * static_cast<std::int64_t>(blockDim.y) + threadIdx.y;
          r < lmax; r += static_cast<std::int64_t>(gridDim.x) * blockDim.y) {
       for (std::int64_t k = threadIdx.x; k < per_row; k += blockDim.x) {
-        out[r * per_row + k] = r < length ? in[r * per_row + k] : pad;
+        FERRY_ST(out + (r * per_row + k), r < length ? FERRY_LD(in + (r * per_row + k)) : pad);
       }
     }
   }
@@ -193,7 +204,7 @@ template <class S, class D>
 __global__ void convert_kernel(const S* src, D* dst, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    dst[i] = rules::convert_one<S, D>(src[i]);
+    FERRY_ST(dst + i, rules::convert_one<S, D>(FERRY_LD(src + i)));
   }
 }
 

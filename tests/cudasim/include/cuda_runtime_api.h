@@ -21,16 +21,43 @@ enum cudaError {
   cudaErrorMemoryAllocation = 2,
   cudaErrorInitializationError = 3,
   cudaErrorCudartUnloading = 4,
+  cudaErrorInvalidConfiguration = 9,
   cudaErrorInsufficientDriver = 35,
   cudaErrorNoDevice = 100,
   cudaErrorInvalidDevice = 101,
   cudaErrorInvalidResourceHandle = 400,
   cudaErrorNotReady = 600,
   cudaErrorIllegalAddress = 700,
+  cudaErrorPeerAccessAlreadyEnabled = 704,
+  cudaErrorPeerAccessNotEnabled = 705,
+  cudaErrorMisalignedAddress = 716,
   cudaErrorLaunchFailure = 719,
   cudaErrorUnknown = 999,
 };
 using cudaError_t = cudaError;
+
+// What CUDA's vector_types.h gives: a launch's grid and block dimensions.
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) noexcept  // NOLINT
+      : x(x_), y(y_), z(z_) {}
+};
+
+// The fields of CUDA's cudaDeviceProp that cudasim reports (an H200's, sm_90).
+struct cudaDeviceProp {
+  char name[256];
+  std::size_t totalGlobalMem;
+  std::size_t sharedMemPerBlock;
+  std::size_t sharedMemPerBlockOptin;
+  int warpSize;
+  int maxThreadsPerBlock;
+  int maxThreadsDim[3];
+  int maxGridSize[3];
+  int multiProcessorCount;
+  int major;
+  int minor;
+  int unifiedAddressing;
+};
 
 enum cudaMemcpyKind {
   cudaMemcpyHostToHost = 0,
@@ -76,6 +103,10 @@ extern "C" {
 cudaError_t cudaGetDeviceCount(int* count);
 cudaError_t cudaGetDevice(int* device);
 cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
+cudaError_t cudaDeviceCanAccessPeer(int* can_access, int device, int peer_device);
+cudaError_t cudaDeviceEnablePeerAccess(int peer_device, unsigned flags);
+cudaError_t cudaDeviceDisablePeerAccess(int peer_device);
 cudaError_t cudaGetLastError();
 cudaError_t cudaPeekAtLastError();
 const char* cudaGetErrorName(cudaError_t error);
@@ -93,6 +124,10 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const vo
 cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t count, cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t count, cudaMemcpyKind kind,
                             cudaStream_t stream);
+cudaError_t cudaMemcpyPeer(void* dst, int dst_device, const void* src, int src_device,
+                           std::size_t count);
+cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device,
+                                std::size_t count, cudaStream_t stream);
 cudaError_t cudaMemset(void* dst, int value, std::size_t count);
 cudaError_t cudaMemsetAsync(void* dst, int value, std::size_t count, cudaStream_t stream);
 
