@@ -2,8 +2,8 @@
 
 // What the pieces of CsvDataset's parser share (csv_parse.cpp, the driver; csv_scan.cpp, the
 // text's layout and the pieces; csv_rows.cpp, the records; csv_fields.cpp, fields and numbers;
-// csv_labels.cpp, the classes; csv_columns.cpp, the columns and the options). Internal to
-// lib/datasets/csv.
+// csv_labels.cpp, the classes; csv_categories.cpp, the categorical columns; csv_columns.cpp,
+// the columns and the options). Internal to lib/datasets/csv.
 
 #include <algorithm>
 #include <cstddef>
@@ -22,8 +22,10 @@
 namespace ferry::detail::csv {
 
 inline constexpr std::size_t kNone = static_cast<std::size_t>(-1);
-inline constexpr std::ptrdiff_t kSkip = -1;     // a column that is read past
-inline constexpr std::ptrdiff_t kLabel = -2;    // the label column; >= 0: the feature's slot
+inline constexpr std::ptrdiff_t kSkip = -1;   // a column that is read past
+inline constexpr std::ptrdiff_t kLabel = -2;  // the label column; >= 0: the feature's slot
+// Categorical column k (its place in CsvOptions::categorical) has the role kCategory - k.
+inline constexpr std::ptrdiff_t kCategory = -3;
 inline constexpr std::size_t kShownChars = 40;  // of a field quoted in a message
 
 // Gives v room for n floats. A large buffer is asked to be backed by huge pages, so that filling
@@ -59,6 +61,48 @@ struct LabelCell {
   std::int64_t id;
 };
 
+// A hash of a text, for the dictionaries of categories.
+std::uint64_t text_hash(const char* p, std::size_t n) noexcept;
+
+// The distinct texts of one categorical column (in one piece of the rows, or in all of them),
+// numbered from 0 as they come: an open-addressing table of 32-byte slots (the hash, the id and
+// the first 16 bytes of the text, so that a short text is compared without reading the file),
+// at most 3/4 full, and per text a view (of the file's bytes, or of a piece's unquoted copy)
+// and the offset of its first field. About 24 + 32 / load bytes per text.
+class Dictionary {
+ public:
+  static constexpr std::uint32_t kAbsent = static_cast<std::uint32_t>(-1);
+
+  struct Entry {
+    std::string_view text;
+    std::uint64_t hash;
+    std::size_t offset;  // of the first field that held it
+  };
+
+  // text's id, adding it as the next one when it is new.
+  std::uint32_t insert(std::string_view text, std::uint64_t hash, std::size_t offset);
+  // text's id, or kAbsent.
+  std::uint32_t find(std::string_view text, std::uint64_t hash) const noexcept;
+  std::size_t size() const noexcept { return entries_.size(); }
+  const std::vector<Entry>& entries() const noexcept { return entries_; }
+
+ private:
+  static constexpr std::size_t kHead = 16;
+  struct Slot {
+    std::uint64_t hash;
+    std::uint32_t id;  // kAbsent: empty
+    std::uint32_t size;
+    char head[kHead];  // the text's first bytes, zero-filled
+  };
+  static_assert(sizeof(Slot) == 32);
+
+  bool matches(const Slot& slot, std::string_view text, std::uint64_t hash) const noexcept;
+  void grow();
+
+  std::vector<Slot> slots_;  // a power of two of them
+  std::vector<Entry> entries_;
+};
+
 // One piece of the rows, and what parsing it gave.
 struct Chunk {
   const char* lo = nullptr;
@@ -72,6 +116,17 @@ struct Chunk {
   bool all_integer = true;
   Fault bad_id;  // the first integer label that cannot be a class id
   Fault fault;   // what stopped it
+  // Categorical columns: per column the piece's dictionary, and per row and column the text's
+  // id in it (-1: missing), [rows, categorical].
+  std::vector<Dictionary> dictionaries;
+  std::vector<std::int32_t> ids;
+
+  // Room for one more row of `width` category ids (after add_row(): rows counts it).
+  std::int32_t* add_ids(std::size_t width) {
+    const std::size_t at = (rows - 1) * width;
+    if (at + width > ids.size()) ids.resize(std::max(ids.size() * 2, at + width));
+    return ids.data() + at;
+  }
 
   // Room for one more row of `width` features. The values in use grow geometrically (within
   // the room reserved, then beyond it), so memory stays within twice the rows parsed whatever
@@ -182,8 +237,9 @@ class Scanner {
 // What the rows hold and where it goes: every column's role, the expected width.
 struct Layout {
   std::size_t width = 0;
-  std::vector<std::ptrdiff_t> roles;  // per column: kSkip, kLabel or the feature's slot
+  std::vector<std::ptrdiff_t> roles;  // per column: kSkip, kLabel, kCategory - k or the slot
   std::size_t features = 0;
+  std::size_t categorical = 0;
   bool has_label = false;
   bool classes = true;
   bool missing_nan = false;
@@ -221,6 +277,12 @@ class RowParser {
                                                 std::int64_t id, std::string_view text,
                                                 Chunk& ch) const;
   const char* skip(const char* p, std::size_t c, Chunk& ch) const;
+  // Categorical column k's field at p: its text's id in the piece's dictionary (or -1) to out.
+  const char* category(const char* p, std::size_t c, std::size_t k, Chunk& ch,
+                       std::int32_t& out) const;
+  // category()'s fields that are quoted, or have blanks around them.
+  [[gnu::noinline]] const char* quoted_category(const char* p, std::size_t c, std::size_t k,
+                                                Chunk& ch, std::int32_t& out) const;
 
   const Scanner& s_;
   const Layout& l_;
@@ -285,12 +347,26 @@ class ColumnFinder {
   std::unordered_map<std::string_view, Hits> by_name_;
 };
 
+// Checks the fields that categorical columns (0-based `columns`, named names[c]) make: none
+// named as another field ("features", "label", another categorical column), and every
+// vocabulary given for one of them. \throws ConfigError.
+void check_categorical_names(const std::vector<std::size_t>& columns,
+                             const std::vector<std::string>& names, bool has_features,
+                             bool has_label, const CsvOptions& options, const Messages& m);
+
 // The pieces of the rows after the header, from `data` to `end`, as `split` asks, each knowing
 // whether it starts inside quotes.
 std::vector<Chunk> make_chunks(const char* data, const char* end, const CsvSplit& split);
 
 // f(i) for every chunk i of n: on oneTBB's workers, or in order on this thread.
 void each_chunk(std::size_t n, bool parallel, const std::function<void(std::size_t)>& f);
+
+// Merges the chunks' dictionaries of categorical column k (names[k], its 0-based column
+// columns[k]) and writes its codes into t.categorical (sized already); a value outside a given
+// vocabulary, when that is an error, raises the first one in the file.
+void gather_categories(const std::vector<Chunk>& chunks, const Layout& l, const Messages& m,
+                       const CsvOptions& options, const std::vector<std::size_t>& columns,
+                       bool parallel, CsvTable& t);
 
 // Gathers the chunks' labels into t (t.labels and t.classes, or t.targets).
 void gather_labels(const std::vector<Chunk>& chunks, const Layout& l, const Messages& m,
