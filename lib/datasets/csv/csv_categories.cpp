@@ -7,6 +7,7 @@
 #include <oneapi/tbb/parallel_sort.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -22,16 +23,6 @@
 namespace ferry::detail::csv {
 namespace {
 
-constexpr std::uint64_t kMul1 = 0x9e3779b97f4a7c15ULL;
-constexpr std::uint64_t kMul2 = 0xd6e8feb86659fd93ULL;
-
-std::uint64_t mix(std::uint64_t h) noexcept {
-  h ^= h >> 32;
-  h *= kMul2;
-  h ^= h >> 29;
-  return h;
-}
-
 // The text's first 8 bytes (zero-padded) as a big-endian number: texts in byte order have
 // these in numeric order (or equal).
 std::uint64_t big_endian_head(std::string_view text) noexcept {
@@ -45,63 +36,39 @@ std::uint64_t big_endian_head(std::string_view text) noexcept {
 
 }  // namespace
 
-std::uint64_t text_hash(const char* p, std::size_t n) noexcept {
-  std::uint64_t h = (n + 1) * kMul1;
-  for (; n >= 8; p += 8, n -= 8) {
-    std::uint64_t w = 0;
-    std::memcpy(&w, p, 8);
-    h = mix((h ^ w) * kMul1);
-  }
-  if (n != 0) {
-    std::uint64_t w = 0;
-    std::memcpy(&w, p, n);
-    h = mix((h ^ w) * kMul1);
-  }
-  return mix(h * kMul1);
+bool Dictionary::long_matches(const Slot& slot, const TextKey& key) const noexcept {
+  return std::memcmp(entries_[slot.id].text.data() + 16, key.text.data() + 16,
+                     key.text.size() - 16) == 0;
 }
 
-bool Dictionary::matches(const Slot& slot, std::string_view text,
-                         std::uint64_t hash) const noexcept {
-  if (slot.hash != hash || slot.size != text.size()) return false;
-  const std::size_t head = std::min(text.size(), kHead);
-  if (std::memcmp(slot.head, text.data(), head) != 0) return false;
-  return text.size() <= kHead || std::memcmp(entries_[slot.id].text.data() + kHead,
-                                             text.data() + kHead, text.size() - kHead) == 0;
-}
-
-std::uint32_t Dictionary::find(std::string_view text, std::uint64_t hash) const noexcept {
+std::uint32_t Dictionary::find(const TextKey& key) const noexcept {
   if (slots_.empty()) return kAbsent;
   const std::size_t mask = slots_.size() - 1;
-  for (std::size_t i = hash & mask;; i = (i + 1) & mask) {
+  for (std::size_t i = key.hash & mask;; i = (i + 1) & mask) {
     const Slot& slot = slots_[i];
     if (slot.id == kAbsent) return kAbsent;
-    if (matches(slot, text, hash)) return slot.id;
+    if (matches(slot, key)) return slot.id;
   }
 }
 
-std::uint32_t Dictionary::insert(std::string_view text, std::uint64_t hash, std::size_t offset) {
+std::uint32_t Dictionary::add(const TextKey& key, std::size_t offset) {
   if ((entries_.size() + 1) * 4 > slots_.size() * 3) grow();
   const std::size_t mask = slots_.size() - 1;
-  std::size_t i = hash & mask;
-  for (;; i = (i + 1) & mask) {
-    const Slot& slot = slots_[i];
-    if (slot.id == kAbsent) break;
-    if (matches(slot, text, hash)) return slot.id;
-  }
-  Slot& slot = slots_[i];
+  std::size_t i = key.hash & mask;
+  while (slots_[i].id != kAbsent) i = (i + 1) & mask;
   const auto id = static_cast<std::uint32_t>(entries_.size());
-  slot.hash = hash;
-  slot.id = id;
-  slot.size = static_cast<std::uint32_t>(text.size());
-  std::memset(slot.head, 0, kHead);
-  std::memcpy(slot.head, text.data(), std::min(text.size(), kHead));
-  entries_.push_back({text, hash, offset});
+  slots_[i] = {key.hash, id, static_cast<std::uint32_t>(key.text.size()), key.w0, key.w1};
+  entries_.push_back({key.text, offset});
   return id;
 }
 
 void Dictionary::grow() {
   std::vector<Slot> old = std::move(slots_);
-  slots_.assign(old.empty() ? 16 : old.size() * 2, Slot{0, kAbsent, 0, {}});
+  const std::size_t size = old.empty() ? 64 : old.size() * 2;
+  slots_.clear();
+  slots_.reserve(size);
+  advise_huge_pages(slots_.data(), size * sizeof(Slot));  // a large table: fewer TLB misses
+  slots_.assign(size, Slot{0, kAbsent, 0, 0, 0});
   const std::size_t mask = slots_.size() - 1;
   for (const Slot& slot : old) {
     if (slot.id == kAbsent) continue;
@@ -117,6 +84,24 @@ const char* RowParser::category(const char* p, std::size_t c, std::size_t k, Chu
   const char* q = p;
   const char* const end = s_.end();
   const char d = s_.delimiter();
+  // 8 bytes at a time while they hold none of the delimiter, '\n', '\r' and '"' (a byte of
+  // w ^ c is zero where w has c; (x - 0x01..) & ~x & 0x80.. is nonzero when x has a zero byte),
+  // then byte by byte.
+  if constexpr (std::endian::native == std::endian::little) {
+    constexpr std::uint64_t kOnes = 0x0101010101010101ULL;
+    constexpr std::uint64_t kHigh = 0x8080808080808080ULL;
+    const std::uint64_t dd = kOnes * static_cast<unsigned char>(d);
+    const auto has_zero = [](std::uint64_t x) { return (x - kOnes) & ~x & kHigh; };
+    while (end - q >= 8) {
+      std::uint64_t w = 0;
+      std::memcpy(&w, q, 8);
+      if ((has_zero(w ^ dd) | has_zero(w ^ (kOnes * '\n')) | has_zero(w ^ (kOnes * '\r')) |
+           has_zero(w ^ (kOnes * '"'))) != 0) {
+        break;
+      }
+      q += 8;
+    }
+  }
   while (q != end && *q != d && *q != '\n' && *q != '\r' && *q != '"') ++q;
   if ((q != end && *q != d && *q != '\n') || (q != p && (s_.blank(*p) || s_.blank(q[-1])))) {
     return quoted_category(p, c, k, ch, out);
@@ -127,7 +112,11 @@ const char* RowParser::category(const char* p, std::size_t c, std::size_t k, Chu
     return q;
   }
   const std::size_t n = static_cast<std::size_t>(q - p);
-  out = static_cast<std::int32_t>(ch.dictionaries[k].insert({p, n}, text_hash(p, n), s_.offset(p)));
+  Chunk::Pending& wait = ch.pending[((ch.rows - 1) & 1) * l_.categorical + k];
+  wait.key = text_key({p, n}, end);
+  wait.offset = s_.offset(p);
+  ch.dictionaries[k].prefetch(wait.key);
+  out = Chunk::kPending;  // looked up at the next row's end
   return q;
 }
 
@@ -145,10 +134,14 @@ const char* RowParser::quoted_category(const char* p, std::size_t c, std::size_t
             "as the code -1)");
     return nullptr;
   }
-  std::string_view text = f.view();
-  if (f.doubled) text = ch.unquoted.emplace_back(unquote(f));
-  out = static_cast<std::int32_t>(
-      ch.dictionaries[k].insert(text, text_hash(text.data(), text.size()), s_.offset(p)));
+  if (f.doubled) {
+    const std::string& text = ch.unquoted.emplace_back(unquote(f));
+    out = static_cast<std::int32_t>(
+        ch.dictionaries[k].insert(text_key(text, text.data() + text.size()), s_.offset(p)));
+  } else {
+    out = static_cast<std::int32_t>(
+        ch.dictionaries[k].insert(text_key(f.view(), s_.end()), s_.offset(p)));
+  }
   return f.next;
 }
 
@@ -169,21 +162,30 @@ void gather_categories(const std::vector<Chunk>& chunks, const Layout& l, const 
     std::vector<std::vector<std::uint32_t>> ids(n);
     if (has_vocabulary) {
       for (const std::string& text : given->second) {
-        (void)all.insert(text, text_hash(text.data(), text.size()), 0);
+        (void)all.insert(text_key(text, text.data() + text.size()), 0);
       }
     }
     const auto reserved = static_cast<std::uint32_t>(all.size());
     std::size_t first_unknown = kNone;
-    for (std::size_t i = 0; i < n; ++i) {
+    std::size_t from = 0;
+    if (!has_vocabulary) {
+      // The first piece's dictionary is the start of the merged one, ids unchanged.
+      all = chunks[0].dictionaries[k];
+      ids[0].resize(all.size());
+      std::iota(ids[0].begin(), ids[0].end(), std::uint32_t{0});
+      from = 1;
+    }
+    for (std::size_t i = from; i < n; ++i) {
       const std::vector<Dictionary::Entry>& entries = chunks[i].dictionaries[k].entries();
       ids[i].resize(entries.size());
       for (std::size_t e = 0; e < entries.size(); ++e) {
         const Dictionary::Entry& entry = entries[e];
+        const TextKey key = text_key(entry.text, entry.text.data() + entry.text.size());
         if (!has_vocabulary) {
-          ids[i][e] = all.insert(entry.text, entry.hash, entry.offset);
+          ids[i][e] = all.insert(key, entry.offset);
           continue;
         }
-        const std::uint32_t id = all.find(entry.text, entry.hash);
+        const std::uint32_t id = all.find(key);
         if (id == Dictionary::kAbsent && options.unknown == Unknown::error &&
             entry.offset < first_unknown) {
           first_unknown = entry.offset;
@@ -245,7 +247,7 @@ void gather_categories(const std::vector<Chunk>& chunks, const Layout& l, const 
   // The codes, piece by piece.
   std::vector<std::size_t> first_row(n);
   for (std::size_t i = 1; i < n; ++i) first_row[i] = first_row[i - 1] + chunks[i - 1].rows;
-  for (CsvCategorical& c : t.categorical) c.codes.resize(t.rows);
+  for (CsvCategorical& c : t.categorical) resize_large(c.codes, t.rows);
   each_chunk(n, parallel, [&](std::size_t i) {
     const Chunk& ch = chunks[i];
     for (std::size_t k = 0; k < width; ++k) {
