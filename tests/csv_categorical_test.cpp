@@ -237,6 +237,14 @@ TEST_F(CsvCategorical, AValueOutsideTheVocabularyIsAnErrorOrTheReservedCode) {
       }
     }
   }
+  // Quoted or not, the first one is named.
+  CsvOptions one = with_categorical({Column::name("c")});
+  one.label = Column::none();
+  one.vocabulary["c"] = {"paris"};
+  for (const std::string rows : {"1,rome\n2,\"rome\"\n", "1,\"rome\"\n2,rome\n"}) {
+    EXPECT_HAS(message("x,c\n0,paris\n" + rows, one),
+               prefix() + "line 3, column 2 (\"c\"): \"rome\" is not among the 1 categories");
+  }
   o.unknown = Unknown::reserved;
   const auto ds = open(text, o);
   EXPECT_EQ(ds->codes("city"), (Codes{0, 1, 0, 2, 2}));

@@ -103,13 +103,14 @@ struct CsvOptions {
 ///   vocabulary's size (an embedding table of V + 1 rows holds every code but -1).
 /// - The numeric features stay in "features". A file whose features are all categorical has no
 ///   "features" field at all (num_features() is 0 and features() is empty), not an empty one.
-/// - The parse stays parallel: each piece of the rows keeps a dictionary of the distinct texts
-///   it saw (views of the file's bytes, not copies) and a 4-byte local id per row and column;
-///   the pieces' dictionaries are then merged, sorted, and the codes written in a second pass.
-///   Memory for a categorical column is bounded by 4 bytes per row while parsing, 8 per row
-///   for the codes, and about 32 bytes per distinct text per piece (at most one per row) plus
-///   48 per distinct text of the column and the texts' copies that categories() keeps, however
-///   many distinct texts (millions) there are.
+/// - The parse stays parallel and determinate: each piece of the rows keeps, per categorical
+///   column, a dictionary of the distinct texts it met (views of the file's bytes, not copies)
+///   and a 4-byte local id per row; the pieces' dictionaries are then merged, sorted, and the
+///   codes written in a second pass. Memory for a categorical column, however many distinct
+///   texts it has (millions): 4 bytes per row while parsing and 8 per row for the codes, plus
+///   at most about 110 bytes per distinct text per piece (a piece meets at most one per row)
+///   and as much again per distinct text of the column while merging, plus the copies of the
+///   texts that categories() keeps.
 ///
 /// The file is mapped and its rows indexed and parsed in parallel; RFC 4180 quotes, CRLF, a
 /// UTF-8 BOM and blank lines at the end are accepted, and a ".gz" file is decompressed once

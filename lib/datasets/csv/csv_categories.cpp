@@ -7,6 +7,7 @@
 #include <oneapi/tbb/parallel_sort.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstdint>
 #include <cstring>
@@ -52,13 +53,13 @@ std::uint32_t Dictionary::find(const TextKey& key) const noexcept {
 }
 
 std::uint32_t Dictionary::add(const TextKey& key, std::size_t offset) {
-  if ((entries_.size() + 1) * 4 > slots_.size() * 3) grow();
+  if ((entries_.size() + 1) * 8 > slots_.size() * 7) grow();
   const std::size_t mask = slots_.size() - 1;
   std::size_t i = key.hash & mask;
   while (slots_[i].id != kAbsent) i = (i + 1) & mask;
   const auto id = static_cast<std::uint32_t>(entries_.size());
   slots_[i] = {key.hash, id, static_cast<std::uint32_t>(key.text.size()), key.w0, key.w1};
-  entries_.push_back({key.text, offset});
+  entries_.push_back({key.text, offset, key.hash});
   return id;
 }
 
@@ -134,16 +135,61 @@ const char* RowParser::quoted_category(const char* p, std::size_t c, std::size_t
             "as the code -1)");
     return nullptr;
   }
+  // Looked up at the next row's end, as the plain texts are: the dictionary then meets the
+  // texts in the file's order, and keeps each one's first offset.
+  Chunk::Pending& wait = ch.pending[((ch.rows - 1) & 1) * l_.categorical + k];
   if (f.doubled) {
     const std::string& text = ch.unquoted.emplace_back(unquote(f));
-    out = static_cast<std::int32_t>(
-        ch.dictionaries[k].insert(text_key(text, text.data() + text.size()), s_.offset(p)));
+    wait.key = text_key(text, text.data() + text.size());
   } else {
-    out = static_cast<std::int32_t>(
-        ch.dictionaries[k].insert(text_key(f.view(), s_.end()), s_.offset(p)));
+    wait.key = text_key(f.view(), s_.end());
   }
+  wait.offset = s_.offset(p);
+  out = Chunk::kPending;
   return f.next;
 }
+
+namespace {
+
+// The merge of the pieces' dictionaries runs in parallel over this many parts of the texts, by
+// their hash (its high bits: the tables' slots take the low ones).
+constexpr std::size_t kParts = 64;
+
+std::size_t part_of(std::uint64_t hash) noexcept { return (hash >> 40) % kParts; }
+
+// The codes of distinct texts, their sorted ranks (code[i] for texts[i]), and the sorted texts.
+// Sorted by the first 8 bytes as a big-endian number (zero-padded: a prefix of a text sorts
+// before it, as it should), and by the whole texts only where those are equal: most comparisons
+// then read neither the text nor memory far away.
+void sort_texts(const std::vector<std::string_view>& texts, bool parallel,
+                std::vector<std::int64_t>& code, std::vector<std::string>& sorted) {
+  struct Key {
+    std::uint64_t head;
+    std::uint32_t id;
+  };
+  std::vector<Key> order(texts.size());
+  for (std::uint32_t id = 0; id < order.size(); ++id) order[id] = {big_endian_head(texts[id]), id};
+  const auto before = [&](const Key& a, const Key& b) {
+    return a.head != b.head ? a.head < b.head : texts[a.id] < texts[b.id];
+  };
+  if (parallel) {
+    tbb::parallel_sort(order.begin(), order.end(), before);
+  } else {
+    std::sort(order.begin(), order.end(), before);
+  }
+  code.resize(texts.size());
+  sorted.reserve(order.size());
+  for (std::size_t r = 0; r < order.size(); ++r) {
+    code[order[r].id] = static_cast<std::int64_t>(r);
+    sorted.emplace_back(texts[order[r].id]);
+  }
+}
+
+TextKey key_of(const Dictionary::Entry& entry) noexcept {
+  return text_key(entry.text, entry.text.data() + entry.text.size());
+}
+
+}  // namespace
 
 void gather_categories(const std::vector<Chunk>& chunks, const Layout& l, const Messages& m,
                        const CsvOptions& options, const std::vector<std::size_t>& columns,
@@ -153,93 +199,113 @@ void gather_categories(const std::vector<Chunk>& chunks, const Layout& l, const 
   if (width == 0) return;
   // remap[k][i][local]: the code of chunk i's local id in column k.
   std::vector<std::vector<std::vector<std::int64_t>>> remap(width);
-  std::vector<Fault> unknown(width);
-  each_chunk(width, parallel, [&](std::size_t k) {
+  std::vector<Fault> faults(width);  // per column, its first value outside the vocabulary
+  for (std::size_t k = 0; k < width; ++k) {
     CsvCategorical& out = t.categorical[k];
+    std::vector<std::vector<std::int64_t>>& to_code = remap[k];
+    to_code.resize(n);
+    const auto entries_of = [&](std::size_t i) -> const std::vector<Dictionary::Entry>& {
+      return chunks[i].dictionaries[k].entries();
+    };
     const auto given = options.vocabulary.find(out.name);
-    const bool has_vocabulary = given != options.vocabulary.end();
-    Dictionary all;
-    std::vector<std::vector<std::uint32_t>> ids(n);
-    if (has_vocabulary) {
+    if (given != options.vocabulary.end()) {
+      // Codes are places in the vocabulary: lookups, every piece at once.
+      Dictionary all;
       for (const std::string& text : given->second) {
         (void)all.insert(text_key(text, text.data() + text.size()), 0);
       }
-    }
-    const auto reserved = static_cast<std::uint32_t>(all.size());
-    std::size_t first_unknown = kNone;
-    std::size_t from = 0;
-    if (!has_vocabulary) {
-      // The first piece's dictionary is the start of the merged one, ids unchanged.
-      all = chunks[0].dictionaries[k];
-      ids[0].resize(all.size());
-      std::iota(ids[0].begin(), ids[0].end(), std::uint32_t{0});
-      from = 1;
-    }
-    for (std::size_t i = from; i < n; ++i) {
-      const std::vector<Dictionary::Entry>& entries = chunks[i].dictionaries[k].entries();
-      ids[i].resize(entries.size());
-      for (std::size_t e = 0; e < entries.size(); ++e) {
-        const Dictionary::Entry& entry = entries[e];
-        const TextKey key = text_key(entry.text, entry.text.data() + entry.text.size());
-        if (!has_vocabulary) {
-          ids[i][e] = all.insert(key, entry.offset);
-          continue;
+      const auto reserved = static_cast<std::int64_t>(all.size());
+      std::vector<const Dictionary::Entry*> unknown(n, nullptr);  // per piece, its first
+      each_chunk(n, parallel, [&](std::size_t i) {
+        const std::vector<Dictionary::Entry>& entries = entries_of(i);
+        to_code[i].resize(entries.size());
+        for (std::size_t e = 0; e < entries.size(); ++e) {
+          const std::uint32_t id = all.find(key_of(entries[e]));
+          if (id != Dictionary::kAbsent) {
+            to_code[i][e] = id;
+            continue;
+          }
+          to_code[i][e] = reserved;
+          if (unknown[i] == nullptr || entries[e].offset < unknown[i]->offset) {
+            unknown[i] = &entries[e];
+          }
         }
-        const std::uint32_t id = all.find(key);
-        if (id == Dictionary::kAbsent && options.unknown == Unknown::error &&
-            entry.offset < first_unknown) {
-          first_unknown = entry.offset;
-          unknown[k].offset = entry.offset;
-          unknown[k].column = columns[k];
-          unknown[k].what = shown(entry.text) + " is not among the " + std::to_string(reserved) +
-                            " categories of the vocabulary given for " + shown(out.name) +
-                            " (CsvOptions::unknown = Unknown::reserved gives it the code " +
-                            std::to_string(reserved) + ")";
+      });
+      if (options.unknown == Unknown::error) {
+        // The first in the file: in the first piece that has one.
+        const auto at = std::find_if(unknown.begin(), unknown.end(),
+                                     [](const Dictionary::Entry* e) { return e != nullptr; });
+        if (at != unknown.end()) {
+          Fault& f = faults[k];
+          f.offset = (*at)->offset;
+          f.column = columns[k];
+          f.what = shown((*at)->text) + " is not among the " + std::to_string(reserved) +
+                   " categories of the vocabulary given for " + shown(out.name) +
+                   " (CsvOptions::unknown = Unknown::reserved gives it the code " +
+                   std::to_string(reserved) + ")";
         }
-        ids[i][e] = id == Dictionary::kAbsent ? reserved : id;
       }
-    }
-    // Codes: the sorted ranks of the texts, or the vocabulary's own order.
-    std::vector<std::int64_t> code(all.size() + 1);
-    if (has_vocabulary) {
-      std::iota(code.begin(), code.end(), std::int64_t{0});
       out.categories = given->second;
-    } else {
-      // Sorted by the first 8 bytes as a big-endian number (zero-padded: a prefix of a text
-      // sorts before it, as it should), and by the whole texts only where those are equal: most
-      // comparisons then read neither the text nor memory far away.
-      const std::vector<Dictionary::Entry>& entries = all.entries();
-      struct Key {
-        std::uint64_t head;
-        std::uint32_t id;
-      };
-      std::vector<Key> order(entries.size());
-      for (std::uint32_t id = 0; id < order.size(); ++id) {
-        order[id] = {big_endian_head(entries[id].text), id};
-      }
-      const auto before = [&](const Key& a, const Key& b) {
-        return a.head != b.head ? a.head < b.head : entries[a.id].text < entries[b.id].text;
-      };
-      if (parallel) {
-        tbb::parallel_sort(order.begin(), order.end(), before);
-      } else {
-        std::sort(order.begin(), order.end(), before);
-      }
-      out.categories.reserve(order.size());
-      for (std::size_t r = 0; r < order.size(); ++r) {
-        code[order[r].id] = static_cast<std::int64_t>(r);
-        out.categories.emplace_back(entries[order[r].id].text);
-      }
+      continue;
     }
-    remap[k].resize(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      remap[k][i].resize(ids[i].size());
-      for (std::size_t e = 0; e < ids[i].size(); ++e) remap[k][i][e] = code[ids[i][e]];
+    if (n == 1) {
+      // One piece: its dictionary is the column's.
+      const std::vector<Dictionary::Entry>& entries = entries_of(0);
+      std::vector<std::string_view> texts(entries.size());
+      for (std::size_t e = 0; e < entries.size(); ++e) texts[e] = entries[e].text;
+      sort_texts(texts, parallel, to_code[0], out.categories);
+      continue;
     }
-  });
+    // Several pieces: the texts split into parts by hash; each part merges its texts of every
+    // piece into a dictionary of its own (the parts at once), then all are sorted together.
+    // order[i]: piece i's local ids by part, starts[i][p] where part p's begin.
+    std::vector<std::vector<std::uint32_t>> order(n);
+    std::vector<std::array<std::uint32_t, kParts + 1>> starts(n);
+    std::vector<std::vector<std::uint32_t>> ids(n);  // in its part's dictionary
+    each_chunk(n, parallel, [&](std::size_t i) {
+      const std::vector<Dictionary::Entry>& entries = entries_of(i);
+      std::array<std::uint32_t, kParts + 1>& start = starts[i];
+      start.fill(0);
+      for (const Dictionary::Entry& e : entries) ++start[part_of(e.hash) + 1];
+      for (std::size_t p = 0; p < kParts; ++p) start[p + 1] += start[p];
+      std::array<std::uint32_t, kParts> fill{};
+      std::copy_n(start.begin(), kParts, fill.begin());
+      order[i].resize(entries.size());
+      for (std::uint32_t e = 0; e < entries.size(); ++e)
+        order[i][fill[part_of(entries[e].hash)]++] = e;
+      ids[i].resize(entries.size());
+    });
+    std::vector<Dictionary> parts(kParts);
+    each_chunk(kParts, parallel, [&](std::size_t p) {
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::vector<Dictionary::Entry>& entries = entries_of(i);
+        for (std::uint32_t at = starts[i][p]; at < starts[i][p + 1]; ++at) {
+          const std::uint32_t e = order[i][at];
+          ids[i][e] = parts[p].insert(key_of(entries[e]), entries[e].offset);
+        }
+      }
+    });
+    std::array<std::size_t, kParts + 1> base{};
+    for (std::size_t p = 0; p < kParts; ++p) base[p + 1] = base[p] + parts[p].size();
+    std::vector<std::string_view> texts;
+    texts.reserve(base[kParts]);
+    for (const Dictionary& d : parts) {
+      for (const Dictionary::Entry& e : d.entries()) texts.push_back(e.text);
+    }
+    std::vector<std::int64_t> code;
+    sort_texts(texts, parallel, code, out.categories);
+    each_chunk(n, parallel, [&](std::size_t i) {
+      const std::vector<Dictionary::Entry>& entries = entries_of(i);
+      to_code[i].resize(entries.size());
+      for (std::size_t e = 0; e < entries.size(); ++e) {
+        to_code[i][e] = code[base[part_of(entries[e].hash)] + ids[i][e]];
+      }
+    });
+  }
+
   // The first value outside its vocabulary in the file, whichever column it is in.
   const Fault* first = nullptr;
-  for (const Fault& f : unknown) {
+  for (const Fault& f : faults) {
     if (f.set() && (first == nullptr || f.offset < first->offset)) first = &f;
   }
   if (first != nullptr) m.raise(*first);
