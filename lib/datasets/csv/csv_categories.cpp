@@ -4,8 +4,6 @@
 // from the given vocabulary), and every local id mapped to its code in a second pass. The codes
 // are the sorted ranks of the texts, so they do not depend on how the rows were cut.
 
-#include <oneapi/tbb/parallel_sort.h>
-
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -157,31 +155,55 @@ constexpr std::size_t kParts = 64;
 
 std::size_t part_of(std::uint64_t hash) noexcept { return (hash >> 40) % kParts; }
 
-// The codes of distinct texts, their sorted ranks (code[i] for texts[i]), and the sorted texts.
-// Sorted by the first 8 bytes as a big-endian number (zero-padded: a prefix of a text sorts
-// before it, as it should), and by the whole texts only where those are equal: most comparisons
-// then read neither the text nor memory far away.
-void sort_texts(const std::vector<std::string_view>& texts, bool parallel,
-                std::vector<std::int64_t>& code, std::vector<std::string>& sorted) {
+// The codes of distinct texts given in runs (the parts' dictionaries), their sorted ranks:
+// code[base + i] for text i of a run whose texts start at `base` in the runs' order; and the
+// texts sorted. Each run is sorted on its own (the runs at once), then the runs are merged.
+// Texts are compared by their first 8 bytes as a big-endian number first (zero-padded: a prefix
+// of a text sorts before it, as it should), and as wholes only where those are equal: most
+// comparisons then read neither the text nor memory far away. (The runs are sorted on
+// each_chunk's workers, not by tbb::parallel_sort, whose hand-offs ThreadSanitizer cannot see.)
+void sort_runs(const std::vector<const std::vector<Dictionary::Entry>*>& runs, bool parallel,
+               std::vector<std::int64_t>& code, std::vector<std::string>& sorted) {
   struct Key {
     std::uint64_t head;
     std::uint32_t id;
+    std::uint32_t run;
   };
-  std::vector<Key> order(texts.size());
-  for (std::uint32_t id = 0; id < order.size(); ++id) order[id] = {big_endian_head(texts[id]), id};
+  const auto text = [&](const Key& k) { return (*runs[k.run])[k.id].text; };
   const auto before = [&](const Key& a, const Key& b) {
-    return a.head != b.head ? a.head < b.head : texts[a.id] < texts[b.id];
+    return a.head != b.head ? a.head < b.head : text(a) < text(b);
   };
-  if (parallel) {
-    tbb::parallel_sort(order.begin(), order.end(), before);
-  } else {
-    std::sort(order.begin(), order.end(), before);
+  std::vector<std::vector<Key>> keys(runs.size());
+  std::vector<std::size_t> base(runs.size() + 1);
+  for (std::size_t r = 0; r < runs.size(); ++r) base[r + 1] = base[r] + runs[r]->size();
+  each_chunk(runs.size(), parallel, [&](std::size_t r) {
+    const std::vector<Dictionary::Entry>& entries = *runs[r];
+    keys[r].resize(entries.size());
+    for (std::uint32_t id = 0; id < entries.size(); ++id) {
+      keys[r][id] = {big_endian_head(entries[id].text), id, static_cast<std::uint32_t>(r)};
+    }
+    std::sort(keys[r].begin(), keys[r].end(), before);
+  });
+  // The merge: a heap of each run's next key, the least on top.
+  code.resize(base.back());
+  sorted.reserve(base.back());
+  std::vector<std::size_t> next(runs.size(), 0);
+  std::vector<Key> heap;
+  const auto after = [&](const Key& a, const Key& b) { return before(b, a); };
+  for (std::size_t r = 0; r < runs.size(); ++r) {
+    if (!keys[r].empty()) heap.push_back(keys[r][next[r]++]);
   }
-  code.resize(texts.size());
-  sorted.reserve(order.size());
-  for (std::size_t r = 0; r < order.size(); ++r) {
-    code[order[r].id] = static_cast<std::int64_t>(r);
-    sorted.emplace_back(texts[order[r].id]);
+  std::make_heap(heap.begin(), heap.end(), after);
+  for (std::int64_t rank = 0; !heap.empty(); ++rank) {
+    std::pop_heap(heap.begin(), heap.end(), after);
+    const Key k = heap.back();
+    heap.pop_back();
+    code[base[k.run] + k.id] = rank;
+    sorted.emplace_back(text(k));
+    if (next[k.run] < keys[k.run].size()) {
+      heap.push_back(keys[k.run][next[k.run]++]);
+      std::push_heap(heap.begin(), heap.end(), after);
+    }
   }
 }
 
@@ -250,10 +272,7 @@ void gather_categories(const std::vector<Chunk>& chunks, const Layout& l, const 
     }
     if (n == 1) {
       // One piece: its dictionary is the column's.
-      const std::vector<Dictionary::Entry>& entries = entries_of(0);
-      std::vector<std::string_view> texts(entries.size());
-      for (std::size_t e = 0; e < entries.size(); ++e) texts[e] = entries[e].text;
-      sort_texts(texts, parallel, to_code[0], out.categories);
+      sort_runs({&entries_of(0)}, parallel, to_code[0], out.categories);
       continue;
     }
     // Several pieces: the texts split into parts by hash; each part merges its texts of every
@@ -287,13 +306,10 @@ void gather_categories(const std::vector<Chunk>& chunks, const Layout& l, const 
     });
     std::array<std::size_t, kParts + 1> base{};
     for (std::size_t p = 0; p < kParts; ++p) base[p + 1] = base[p] + parts[p].size();
-    std::vector<std::string_view> texts;
-    texts.reserve(base[kParts]);
-    for (const Dictionary& d : parts) {
-      for (const Dictionary::Entry& e : d.entries()) texts.push_back(e.text);
-    }
+    std::vector<const std::vector<Dictionary::Entry>*> runs;
+    for (const Dictionary& d : parts) runs.push_back(&d.entries());
     std::vector<std::int64_t> code;
-    sort_texts(texts, parallel, code, out.categories);
+    sort_runs(runs, parallel, code, out.categories);
     each_chunk(n, parallel, [&](std::size_t i) {
       const std::vector<Dictionary::Entry>& entries = entries_of(i);
       to_code[i].resize(entries.size());
