@@ -277,10 +277,17 @@ void gather_categories(const std::vector<Chunk>& chunks, const Layout& l, const 
     }
     // Several pieces: the texts split into parts by hash; each part merges its texts of every
     // piece into a dictionary of its own (the parts at once), then all are sorted together.
-    // order[i]: piece i's local ids by part, starts[i][p] where part p's begin.
+    // Per piece, its texts' keys in the order of the parts (items), which text each is
+    // (order), where each part's begin (starts), and each one's id in its part (ids): every
+    // part then reads and writes its own stretch of each piece's arrays.
+    struct Item {
+      TextKey key;
+      std::size_t offset;
+    };
+    std::vector<std::vector<Item>> items(n);
     std::vector<std::vector<std::uint32_t>> order(n);
     std::vector<std::array<std::uint32_t, kParts + 1>> starts(n);
-    std::vector<std::vector<std::uint32_t>> ids(n);  // in its part's dictionary
+    std::vector<std::vector<std::uint32_t>> ids(n);
     each_chunk(n, parallel, [&](std::size_t i) {
       const std::vector<Dictionary::Entry>& entries = entries_of(i);
       std::array<std::uint32_t, kParts + 1>& start = starts[i];
@@ -290,20 +297,24 @@ void gather_categories(const std::vector<Chunk>& chunks, const Layout& l, const 
       std::array<std::uint32_t, kParts> fill{};
       std::copy_n(start.begin(), kParts, fill.begin());
       order[i].resize(entries.size());
-      for (std::uint32_t e = 0; e < entries.size(); ++e)
-        order[i][fill[part_of(entries[e].hash)]++] = e;
+      items[i].resize(entries.size());
+      for (std::uint32_t e = 0; e < entries.size(); ++e) {
+        const std::uint32_t at = fill[part_of(entries[e].hash)]++;
+        order[i][at] = e;
+        items[i][at] = {key_of(entries[e]), entries[e].offset};
+      }
       ids[i].resize(entries.size());
     });
     std::vector<Dictionary> parts(kParts);
     each_chunk(kParts, parallel, [&](std::size_t p) {
       for (std::size_t i = 0; i < n; ++i) {
-        const std::vector<Dictionary::Entry>& entries = entries_of(i);
         for (std::uint32_t at = starts[i][p]; at < starts[i][p + 1]; ++at) {
-          const std::uint32_t e = order[i][at];
-          ids[i][e] = parts[p].insert(key_of(entries[e]), entries[e].offset);
+          ids[i][at] = parts[p].insert(items[i][at].key, items[i][at].offset);
         }
       }
     });
+    items.clear();
+    items.shrink_to_fit();
     std::array<std::size_t, kParts + 1> base{};
     for (std::size_t p = 0; p < kParts; ++p) base[p + 1] = base[p] + parts[p].size();
     std::vector<const std::vector<Dictionary::Entry>*> runs;
@@ -311,10 +322,11 @@ void gather_categories(const std::vector<Chunk>& chunks, const Layout& l, const 
     std::vector<std::int64_t> code;
     sort_runs(runs, parallel, code, out.categories);
     each_chunk(n, parallel, [&](std::size_t i) {
-      const std::vector<Dictionary::Entry>& entries = entries_of(i);
-      to_code[i].resize(entries.size());
-      for (std::size_t e = 0; e < entries.size(); ++e) {
-        to_code[i][e] = code[base[part_of(entries[e].hash)] + ids[i][e]];
+      to_code[i].resize(order[i].size());
+      for (std::size_t p = 0; p < kParts; ++p) {
+        for (std::uint32_t at = starts[i][p]; at < starts[i][p + 1]; ++at) {
+          to_code[i][order[i][at]] = code[base[p] + ids[i][at]];
+        }
       }
     });
   }
