@@ -222,7 +222,9 @@ void gather_categories(const std::vector<Chunk>& chunks, const Layout& l, const 
   // remap[k][i][local]: the code of chunk i's local id in column k.
   std::vector<std::vector<std::vector<std::int64_t>>> remap(width);
   std::vector<Fault> faults(width);  // per column, its first value outside the vocabulary
-  for (std::size_t k = 0; k < width; ++k) {
+  // The columns at once, each in parallel too: while one column's step waits for its last
+  // task, the others' tasks keep the workers busy.
+  each_chunk(width, parallel, [&](std::size_t k) {
     CsvCategorical& out = t.categorical[k];
     std::vector<std::vector<std::int64_t>>& to_code = remap[k];
     to_code.resize(n);
@@ -268,12 +270,12 @@ void gather_categories(const std::vector<Chunk>& chunks, const Layout& l, const 
         }
       }
       out.categories = given->second;
-      continue;
+      return;
     }
     if (n == 1) {
       // One piece: its dictionary is the column's.
       sort_runs({&entries_of(0)}, parallel, to_code[0], out.categories);
-      continue;
+      return;
     }
     // Several pieces: the texts split into parts by hash; each part merges its texts of every
     // piece into a dictionary of its own (the parts at once), then all are sorted together.
@@ -329,7 +331,7 @@ void gather_categories(const std::vector<Chunk>& chunks, const Layout& l, const 
         }
       }
     });
-  }
+  });
 
   // The first value outside its vocabulary in the file, whichever column it is in.
   const Fault* first = nullptr;
