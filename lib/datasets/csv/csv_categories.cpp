@@ -319,8 +319,8 @@ void gather_categories(const std::vector<Chunk>& chunks, const Layout& l, const 
     items.shrink_to_fit();
     std::array<std::size_t, kParts + 1> base{};
     for (std::size_t p = 0; p < kParts; ++p) base[p + 1] = base[p] + parts[p].size();
-    std::vector<const std::vector<Dictionary::Entry>*> runs;
-    for (const Dictionary& d : parts) runs.push_back(&d.entries());
+    std::vector<const std::vector<Dictionary::Entry>*> runs(kParts);
+    for (std::size_t p = 0; p < kParts; ++p) runs[p] = &parts[p].entries();
     std::vector<std::int64_t> code;
     sort_runs(runs, parallel, code, out.categories);
     each_chunk(n, parallel, [&](std::size_t i) {
