@@ -167,6 +167,23 @@ TEST_F(CsvCategorical, TextsAreTrimmedUnquotedAndSortedByByte) {
   EXPECT_EQ(ds->features(), (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
 }
 
+TEST_F(CsvCategorical, WithoutAHeaderColumnsAreNamedByPosition) {
+  CsvOptions o = with_categorical({Column::index(1)});
+  o.header = false;
+  o.label = Column::index(0);
+  const auto ds = open("1,lyon,0.5\n0,nice,1.5\n1,lyon,2.5\n", o);
+  EXPECT_EQ(ds->categorical_names(), Texts{"column 2"});
+  EXPECT_EQ(ds->categories("column 2"), (Texts{"lyon", "nice"}));
+  EXPECT_EQ(ds->codes("column 2"), (Codes{0, 1, 0}));
+  EXPECT_EQ(ds->feature_names(), Texts{"column 3"});
+  EXPECT_EQ(ds->labels(), (Codes{1, 0, 1}));
+  // Its vocabulary goes by that name too.
+  CsvOptions test = o;
+  test.categories_from(*ds);
+  test.unknown = Unknown::reserved;
+  EXPECT_EQ(open("0,nice,1\n1,caen,2\n", test, "test.csv")->codes("column 2"), (Codes{1, 2}));
+}
+
 TEST_F(CsvCategorical, MissingValuesAreAnErrorOrMinusOne) {
   const std::string text = "x,c,label\n1,a,0\n2,,1\n3,  ,0\n4,\"\",1\n5,b,0\n";
   EXPECT_EQ(message(text, with_categorical({Column::name("c")})),
