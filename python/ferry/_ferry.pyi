@@ -91,12 +91,17 @@ class TensorDataset(Dataset):
 
 class CsvDataset(Dataset):
     def __init__(self, path: _Path, *, label: str | int | None = "label",
-                 features: Sequence[str | int] | None = None, header: bool = True,
+                 features: Sequence[str | int] | None = None,
+                 categorical: Sequence[str | int] | None = None,
+                 vocabulary: Mapping[str, Sequence[str]] | CsvDataset | None = None,
+                 unknown: str = "error", header: bool = True,
                  delimiter: str = ",", classes: bool = True, missing: str = "error",
                  max_decompressed_bytes: int = 0) -> None: ...
     num_features: int
     feature_names: list[str]
     classes: list[str]
+    categorical_names: list[str]
+    def categories(self, name: str) -> list[str]: ...
     device: Device
 
 class IdxDataset(Dataset):

@@ -275,19 +275,43 @@ torch tensors, ferry tensors or any DLPack producer; they are kept alive by the 
           py::arg("device"), "The same samples on `device` (no copy where they are already).");
 
   py::class_<CsvDataset, Dataset, std::shared_ptr<CsvDataset>>(m, "CsvDataset", R"doc(
-A numeric CSV file parsed once into memory (in parallel): "features" f32 [F] and "label".
+A CSV file parsed once into memory (in parallel): "features" f32 [F], "label", and an i64 []
+field per categorical column, named as the column, holding category codes.
 label: a column name, an index, -1 for the last column, or None for no label.
-features: the feature columns (names or indices); None: every column but the label.
+features: the numeric columns (names or indices); None: every column but the label and the
+categorical ones. categorical: columns of text, coded in sorted byte order (categories(name)
+lists them); vocabulary: {column: [texts]} or the training CsvDataset, whose categories number
+this file's codes; unknown: "error" (a DataError naming file, line and value) or "reserved"
+(the code len(vocabulary[column])) for a text outside it. A file whose features are all
+categorical has no "features" field.
 classes=True: labels are i64 class ids (text labels numbered in sorted order);
 False: an f32 target. missing: "error" or "nan" for empty features.)doc")
       .def(py::init([](const std::filesystem::path& path, const py::object& label,
-                       const py::object& features, bool header, const std::string& delimiter,
-                       bool classes, const std::string& missing,
+                       const py::object& features, const py::object& categorical,
+                       const py::object& vocabulary, const std::string& unknown, bool header,
+                       const std::string& delimiter, bool classes, const std::string& missing,
                        std::uint64_t max_decompressed_bytes) {
              CsvOptions o;
              o.label = to_column(label);
              if (!features.is_none()) {
                for (const py::handle f : features) o.features.push_back(to_column(f));
+             }
+             if (!categorical.is_none()) {
+               for (const py::handle c : categorical) o.categorical.push_back(to_column(c));
+             }
+             if (py::isinstance<CsvDataset>(vocabulary)) {
+               o.categories_from(*vocabulary.cast<std::shared_ptr<CsvDataset>>());
+             } else if (!vocabulary.is_none()) {
+               o.vocabulary =
+                   vocabulary.cast<std::map<std::string, std::vector<std::string>>>();
+             }
+             if (unknown == "error") {
+               o.unknown = Unknown::error;
+             } else if (unknown == "reserved") {
+               o.unknown = Unknown::reserved;
+             } else {
+               throw ConfigError("CsvDataset: unknown is \"error\" or \"reserved\", not \"" +
+                                 unknown + "\"");
              }
              o.header = header;
              if (delimiter.size() != 1) {
@@ -309,12 +333,19 @@ False: an f32 target. missing: "error" or "nan" for empty features.)doc")
              return CsvDataset::open(path, o);
            }),
            py::arg("path"), py::kw_only(), py::arg("label") = "label",
-           py::arg("features") = py::none(), py::arg("header") = true, py::arg("delimiter") = ",",
+           py::arg("features") = py::none(), py::arg("categorical") = py::none(),
+           py::arg("vocabulary") = py::none(), py::arg("unknown") = "error",
+           py::arg("header") = true, py::arg("delimiter") = ",",
            py::arg("classes") = true, py::arg("missing") = "error",
            py::arg("max_decompressed_bytes") = 0)
       .def_property_readonly("num_features", &CsvDataset::num_features)
       .def_property_readonly("feature_names", &CsvDataset::feature_names)
       .def_property_readonly("classes", &CsvDataset::classes)
+      .def_property_readonly("categorical_names", &CsvDataset::categorical_names)
+      .def(
+          "categories",
+          [](const CsvDataset& d, const std::string& name) { return d.categories(name); },
+          py::arg("name"), "Categorical column `name`'s texts: code i is categories(name)[i].")
       .def_property_readonly("device", &CsvDataset::device);
 
   py::class_<IdxDataset, Dataset, std::shared_ptr<IdxDataset>>(m, "IdxDataset", R"doc(

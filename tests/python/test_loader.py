@@ -359,3 +359,24 @@ def test_memory_stays_flat_over_200_epochs(ferry):
         if e in (20, 199):
             sizes.append(rss())
     assert sizes[1] - sizes[0] < 8 * 1024 * 1024, sizes
+
+
+def test_csv_columns_of_text(ferry, tmp_path):
+    train = tmp_path / "train.csv"
+    train.write_text("city,size,label\nparis,1,0\noslo,2,1\nparis,3,1\nlima,4,0\n")
+    ds = ferry.CsvDataset(train, categorical=["city"])
+    assert ds.categorical_names == ["city"] and ds.categories("city") == ["lima", "oslo", "paris"]
+    assert [f[0] for f in ds.fields] == ["features", "label", "city"]
+    b = next(iter(ferry.Loader(ds, batch_size=4, device="cpu").epoch(0)))
+    np.testing.assert_array_equal(b["city"].numpy(), [2, 1, 2, 0])
+    np.testing.assert_array_equal(b["features"].numpy(), [[1], [2], [3], [4]])
+    test = tmp_path / "test.csv"
+    test.write_text("city,size,label\nrome,1,0\noslo,2,1\n")
+    with pytest.raises(ferry.DataError, match="rome"):
+        ferry.CsvDataset(test, categorical=["city"], vocabulary=ds)
+    t = ferry.CsvDataset(test, categorical=["city"], vocabulary=ds, unknown="reserved")
+    b = next(iter(ferry.Loader(t, batch_size=2, device="cpu").epoch(0)))
+    np.testing.assert_array_equal(b["city"].numpy(), [3, 1])
+    v = ferry.CsvDataset(test, categorical=["city"], vocabulary={"city": ["rome", "oslo"]})
+    b = next(iter(ferry.Loader(v, batch_size=2, device="cpu").epoch(0)))
+    np.testing.assert_array_equal(b["city"].numpy(), [0, 1])
