@@ -648,7 +648,8 @@ TEST_F(WebDatasetTest, AShardSwappedAfterOpenIsADataErrorNotAHang) {
 
 TEST_F(WebDatasetTest, ShardsWithoutSamplesGiveTheirDescriptorsBack) {
   // 300 shards (more than are kept open), 9 in 10 without a sample (a member with no key, or
-  // no member at all): none of them keeps a descriptor once open() returns.
+  // no member at all): none of them keeps a descriptor once open() returns, and of fewer
+  // shards only those with samples do.
   std::vector<fs::path> shards;
   for (int s = 0; s < 300; ++s) {
     std::string name = "s";
@@ -666,6 +667,15 @@ TEST_F(WebDatasetTest, ShardsWithoutSamplesGiveTheirDescriptorsBack) {
     EXPECT_EQ(ds->size(), 30U);
     EXPECT_EQ(open_descriptors(), before);
   }
+  // Fewer shards, whose descriptors are kept: only those with samples keep one.
+  {
+    const std::vector<fs::path> few(shards.begin(), shards.begin() + 20);
+    const auto ds = WebDataset::open(few, options);
+    EXPECT_EQ(ds->size(), 2U);
+    EXPECT_EQ(open_descriptors(), before + 2);
+    EXPECT_EQ(read_cls(*ds, 1), 10);
+  }
+  EXPECT_EQ(open_descriptors(), before);
   // Under a limit of 64 descriptors, in a child process: open() still succeeds and reads.
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const auto under_a_low_limit = [&] {

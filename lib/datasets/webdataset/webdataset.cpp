@@ -180,26 +180,28 @@ std::shared_ptr<WebDataset> WebDataset::open(std::vector<fs::path> shards,
   impl.paths = std::move(shards);
   std::vector<std::string> exts;  // the fields' extensions, sorted
   std::vector<detail::wds::NpyFirst> npy_first;
-  // More shards than are kept open: each gives its descriptor back once indexed, however its
-  // indexing ends (a shard without samples, an error), and read() opens it again.
+  // A shard's descriptor is kept (for read()) only when it has samples and there are at most
+  // kMaxOpenShards shards; otherwise it goes once the shard is indexed, however its indexing
+  // ends (a shard without samples, an error), and read() opens the shard again.
   const bool keep_open = impl.paths.size() <= detail::wds::kMaxOpenShards;
   class CloseUnlessKept {
    public:
-    CloseUnlessKept(detail::wds::Shard& shard, bool keep) : shard_(shard), keep_(keep) {}
+    explicit CloseUnlessKept(detail::wds::Shard& shard) : shard_(shard) {}
     CloseUnlessKept(const CloseUnlessKept&) = delete;
     CloseUnlessKept& operator=(const CloseUnlessKept&) = delete;
     ~CloseUnlessKept() {
       if (!keep_) shard_.fd.reset();
     }
+    void keep() noexcept { keep_ = true; }
 
    private:
     detail::wds::Shard& shard_;
-    bool keep_;
+    bool keep_ = false;
   };
   for (const fs::path& path : impl.paths) {
     impl.shards.push_back(open_shard(path));
     detail::wds::Shard& shard = impl.shards.back();
-    const CloseUnlessKept close_after(shard, keep_open);
+    CloseUnlessKept close_after(shard);
     refuse_compressed(shard);
     const std::vector<detail::TarMember> members =
         index_shard(path, shard, impl.options.index_files);
@@ -233,6 +235,7 @@ std::shared_ptr<WebDataset> WebDataset::open(std::vector<fs::path> shards,
       }
       impl.keys.push_back(g.key);
     }
+    if (keep_open) close_after.keep();
   }
   impl.shard_starts.push_back(impl.keys.size());
   if (impl.keys.empty()) {

@@ -41,8 +41,8 @@ inline constexpr std::size_t kMaxOpenShards = 128;
 struct Shard {
   std::string name;  ///< the path as given, for messages
   FileLabel label() const { return {kWebDatasetWho, name}; }
-  /// Open while open() indexes the shard; kept open after it only when there are at most
-  /// kMaxOpenShards shards (else each read() opens the shard with OpenFile again).
+  /// Open while open() indexes the shard; kept open after it only when the shard has samples
+  /// and there are at most kMaxOpenShards shards (else each read() opens it with OpenFile).
   FileDescriptor fd;
   ShardStamp stamp;  ///< size and mtime when open() opened it; a reopened shard must match
 };
