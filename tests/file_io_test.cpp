@@ -27,6 +27,7 @@
 
 #include "datasets/common/atomic_file.hpp"
 #include "datasets/common/integer_text.hpp"
+#include "datasets/image/image_decode.hpp"
 #include "expect_error.hpp"
 #include "ferry/ferry.hpp"
 
@@ -267,6 +268,21 @@ TEST_F(FileIo, EveryDatasetRefusesAFifoAtItsFilesWithoutBlocking) {
                               {s, "not a regular file"});
     }
   });
+}
+
+// ---- buffers released after a failure ------------------------------------------------------
+
+TEST_F(FileIo, ALargeFileThatFailsToDecodeLeavesNoLargeScratch) {
+  // 20 MiB that are no image: read whole into this thread's file buffer, then refused by the
+  // decoder. The buffer, over the 16 MiB kept between images, goes with the failure.
+  const fs::path big = write("big.png", std::string(std::size_t{20} << 20, 'x'));
+  std::vector<std::uint8_t> out(4 * 4 * 3);
+  ferry::ImageOptions o;
+  o.height = 4;
+  o.width = 4;
+  expect_error<DataError>([&] { ferry::decode_image_file(big, o, 0, out); },
+                          {big.string(), "not a JPEG or PNG"});
+  EXPECT_LE(ferry::detail::decode_scratch_bytes(), ferry::detail::kScratchKeepBytes);
 }
 
 // ---- integer text ------------------------------------------------------------------------
