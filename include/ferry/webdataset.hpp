@@ -69,7 +69,9 @@ class FERRY_API WebDataset final : public Dataset {
   /// thread's buffer and decoded. Called from many threads.
   /// \throws DataError naming shard and key for a sample lacking a field, a "cls" that is not a
   /// decimal integer, an image that does not decode, or a shard that shrank or vanished since
-  /// open; ConfigError for an index out of range.
+  /// open (past 128 shards, where each read opens its shard again: one that is no longer a
+  /// regular file, a FIFO say, or whose size or modification time changed); never blocks on a
+  /// special file. ConfigError for an index out of range.
   void read(std::size_t index, SampleRef out) const override;
   /// Rows of a ragged field: an "npy" member's first dimension, another member's byte count
   /// (0 for a sample lacking the field, whose read() raises DataError).
