@@ -1,7 +1,9 @@
 // The tar index on arbitrary bytes: index_tar() over the bytes in memory, then the same bytes
 // as a shard file through WebDataset::open (without a sidecar index: grouping by key, "npy"
-// headers, fields). Only DataError may come out of either; an index must describe members
-// inside the bytes, in order, and every sample must have a key and non-negative lengths.
+// headers, fields) and every sample read into a slot of its own (".cls" text, raw members,
+// images). Only DataError may come out of any; an index must describe members inside the bytes,
+// in order, and every sample must have a key and non-negative lengths. And the integer-text
+// rule on the first bytes: what it reads as an integer is what std::to_string writes.
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -12,11 +14,14 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "datasets/common/integer_text.hpp"
 #include "datasets/webdataset/tar_index.hpp"
 #include "ferry/error.hpp"
 #include "ferry/webdataset.hpp"
+#include "pipeline/staging.hpp"
 
 namespace {
 
@@ -74,11 +79,38 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const auto fields = ds->fields();
     for (std::size_t i = 0; i < ds->size(); ++i) {
       if (ds->key(i).empty()) __builtin_trap();
+      std::vector<std::uint64_t> rows(fields.size(), 0);
+      std::size_t ragged = 0;
       for (std::size_t f = 0; f < fields.size(); ++f) {
-        if (fields[f].is_ragged() && ds->length(i, f) < 0) __builtin_trap();
+        if (!fields[f].is_ragged()) continue;
+        const std::int64_t l = ds->length(i, f);
+        if (l < 0) __builtin_trap();
+        rows[f] = static_cast<std::uint64_t>(l);
+        ++ragged;
+      }
+      // Sample i alone in a slot sized for it: its ragged fields exactly its lengths' rows.
+      const ferry::detail::SlotLayout layout(fields, 1, rows);
+      ferry::detail::BatchRows places;
+      places.reset(ragged, 1);
+      for (std::size_t f = 0; f < fields.size(); ++f) {
+        if (layout.ragged[f] >= 0) {
+          places.lengths[static_cast<std::size_t>(layout.ragged[f])] =
+              static_cast<std::int64_t>(rows[f]);
+        }
+      }
+      std::vector<std::byte> slot(layout.bytes);
+      try {
+        ds->read(i, ferry::detail::SampleRefs::make(&layout, slot.data(), 0, i, &places));
+      } catch (const ferry::DataError&) {
       }
     }
   } catch (const ferry::DataError&) {
   }
+  const std::string_view head(reinterpret_cast<const char*>(data), std::min<std::size_t>(size, 24));
+  const ferry::detail::ParsedInteger v = ferry::detail::parse_integer_text(head);
+  if (v.kind == ferry::detail::IntegerText::ok && std::to_string(v.value) != head) {
+    __builtin_trap();
+  }
+  if (v.kind != ferry::detail::IntegerText::ok && v.value != 0) __builtin_trap();
   return 0;
 }

@@ -191,7 +191,7 @@ TEST_F(CsvFiles, TextLabelsBecomeSortedClasses) {
 }
 
 TEST_F(CsvFiles, IntegerLabelsAreTheirIds) {
-  auto ds = open("x,label\n1,2\n2,0\n3,5\n4,2.0\n5,+1\n");
+  auto ds = open("x,label\n1,2\n2,0\n3,5\n4, 2\n5,\"1\"\n");
   EXPECT_EQ(ds->labels(), (std::vector<std::int64_t>{2, 0, 5, 2, 1}));
   EXPECT_EQ(ds->classes(), (std::vector<std::string>{"0", "1", "2", "3", "4", "5"}));
   // One text among them: all are texts.
@@ -200,25 +200,51 @@ TEST_F(CsvFiles, IntegerLabelsAreTheirIds) {
   EXPECT_EQ(ds->labels(), (std::vector<std::int64_t>{1, 0, 2, 1}));
 }
 
+// An integer label is '-' and digits as std::to_string writes them; any other way of writing a
+// number ("+1", "01", "-0", "1.0", "1e0", "0x1") is a text, and one text makes every label a
+// text (sorted), so none is read as the id it might look like.
+TEST_F(CsvFiles, LabelsNotWrittenAsIntegersAreTexts) {
+  for (const std::string odd : {"+1", "01", "-0", "1.0", "1e0", "0x1", "1_0", "--1", "1-"}) {
+    const auto ds = open("x,label\n1,2\n2,0\n3," + odd + "\n");
+    std::vector<std::string> texts{"2", "0", odd};
+    std::sort(texts.begin(), texts.end());
+    EXPECT_EQ(ds->classes(), texts) << odd;
+    std::vector<std::int64_t> ids;
+    for (const std::string t : {"2", "0", odd.c_str()}) {
+      ids.push_back(std::find(texts.begin(), texts.end(), t) - texts.begin());
+    }
+    EXPECT_EQ(ds->labels(), ids) << odd;
+  }
+  // Blanks around a field are not part of it, for integers as for any field.
+  EXPECT_EQ(open("x,label\n1, 2\n2,0 \n3,\t1\t\n")->labels(), (std::vector<std::int64_t>{2, 0, 1}));
+  // As regression targets every one is a number.
+  CsvOptions regression;
+  regression.classes = false;
+  EXPECT_EQ(open("x,label\n1,+1\n2,1e0\n3,-0\n", regression)->targets(),
+            (std::vector<float>{1.0F, 1.0F, -0.0F}));
+}
+
 TEST_F(CsvFiles, IntegerLabelsBeyondTheClassIdsAreErrorsHoweverLarge) {
   const std::string at = prefix() + "line 4, column 2 (\"label\"): the label ";
-  for (const std::string big :
-       {"99999999999999999999", "18446744073709551616", "9.1e18", "1e20", "1e400", "+1e400"}) {
+  for (const std::string big : {"99999999999999999999", "18446744073709551616",
+                                "9223372036854775808", "9223372036854775807", "1048576"}) {
     EXPECT_HAS(message("x,label\n1,2\n2,10\n3," + big + "\n"),
                at + big + " is too large a class id (at most 1048575)");
     EXPECT_HAS(message("x,label\n1,2\n2,10\n3,\"" + big + "\"\n"),
                at + big + " is too large a class id");
   }
-  for (const std::string small : {"-99999999999999999999", "-1e400", "-9.1e18"}) {
+  for (const std::string small :
+       {"-99999999999999999999", "-9223372036854775809", "-9223372036854775808", "-1"}) {
     EXPECT_HAS(message("x,label\n1,2\n2,10\n3," + small + "\n"), at + small + " is negative");
   }
   EXPECT_HAS(message("x,label\n1,2\n2,10\n3,1" + std::string(100, '0') + "\n"),
              at + "1" + std::string(36, '0') + "... is too large a class id");
   // The first such label is the one named, whichever comes after it.
-  EXPECT_HAS(message("x,label\n1,2\n2,10\n3,1e30\n4,-5\n"), at + "1e30 is too large");
+  EXPECT_HAS(message("x,label\n1,2\n2,10\n3,99999999999999999999\n4,-5\n"),
+             at + "99999999999999999999 is too large");
   // With a text label among them all are texts, as they would be for an id in range.
-  const auto ds = open("x,label\n1,99999999999999999999\n2,cat\n3,1e-400\n");
-  EXPECT_EQ(ds->classes(), (std::vector<std::string>{"1e-400", "99999999999999999999", "cat"}));
+  const auto ds = open("x,label\n1,99999999999999999999\n2,cat\n3,1e400\n");
+  EXPECT_EQ(ds->classes(), (std::vector<std::string>{"1e400", "99999999999999999999", "cat"}));
   EXPECT_EQ(ds->labels(), (std::vector<std::int64_t>{1, 2, 0}));
   // As regression targets they are numbers.
   CsvOptions regression;

@@ -12,6 +12,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ferry/ferry.hpp"
@@ -333,6 +334,60 @@ TEST(LoaderRagged, DatasetsAndOptionsThatDoNotFitAreRefused) {
     }
     EXPECT_EQ(delivered, 4U);  // batch 0; batch 1 holds sample 5
   });
+}
+
+// Lengths that change once the batches are cut: the loader and each epoch's plan (on the
+// thread that made the dataset) see sample 0 with 32 rows and the others with 1; any other
+// thread (the planner, which places each batch in its slot) sees 32 rows for every sample. Each
+// is within the longest the loader was made for, but a batch cut for 32 tokens now holds 16 x 32.
+class ShiftingLengths : public ferry::Dataset {
+ public:
+  std::size_t size() const override { return 40; }
+  std::vector<FieldSpec> fields() const override {
+    return {{"tokens", DType::i32, {ferry::ragged}}, {"id", DType::i64, {}}};
+  }
+  std::int64_t length(std::size_t index, std::size_t /*field*/) const override {
+    return index == 0 || std::this_thread::get_id() != maker_ ? 32 : 1;
+  }
+  void read(std::size_t index, ferry::SampleRef out) const override {
+    auto* t = out.as<std::int32_t>(0);
+    std::fill(t, t + out.nbytes(0) / 4, static_cast<std::int32_t>(index));
+    *out.as<std::int64_t>(1) = static_cast<std::int64_t>(index);
+  }
+
+ private:
+  std::thread::id maker_ = std::this_thread::get_id();
+};
+
+TEST(LoaderRagged, ABatchPastItsSlotsRegionIsADataErrorNamingTheSample) {
+  for (const bool copy_stage : {false, true}) {
+    for (const RaggedBatch mode : {RaggedBatch::pack, RaggedBatch::pad}) {
+      SCOPED_TRACE(std::string(copy_stage ? "copy stage, " : "cpu, ") +
+                   (mode == RaggedBatch::pack ? "pack" : "pad"));
+      // The budget sizes the region at 32 rows: batch 0 is sample 0 alone, batch 1 samples 1
+      // to 16 (16 tokens when cut, 512 when placed).
+      LoaderOptions o = cpu_options(16);
+      o.max_tokens = 32;
+      o.ragged = mode;
+      Loader loader = make_loader(std::make_shared<ShiftingLengths>(), o, copy_stage);
+      ferry::Epoch epoch = loader.epoch(0);  // planned here, on the dataset's thread
+      within(30s, [&] {
+        std::size_t delivered = 0;
+        try {
+          for (const Batch& b : epoch) delivered += b.size();
+          ADD_FAILURE() << "no error";
+        } catch (const ferry::DataError& e) {
+          // Packed: sample 2's rows pass the region; padded (in the slot, or after the copy
+          // stage): sample 1 raises Lmax to 32, and 16 x 32 rows pass it.
+          const std::string sample =
+              mode == RaggedBatch::pack ? "sample 2 has 32 rows" : "sample 1 has 32 rows";
+          EXPECT_NE(std::string(e.what()).find(sample), std::string::npos) << e.what();
+          EXPECT_NE(std::string(e.what()).find("past the 32 rows"), std::string::npos) << e.what();
+        }
+        EXPECT_EQ(delivered, 1U);  // batch 0
+      });
+    }
+  }
 }
 
 }  // namespace

@@ -1,19 +1,25 @@
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "datasets/webdataset/webdataset_internal.hpp"
 #include "expect_error.hpp"
 #include "ferry/ferry.hpp"
+#include "loader_test_util.hpp"
+#include "pipeline/staging.hpp"
 #include "webdataset/tar_bytes.hpp"
 // The packer of samples/make_shards, tested here.
 #include "../samples/make_shards/pack.hpp"
@@ -25,6 +31,8 @@ using ferry::WebDatasetOptions;
 using ferry::testing::expect_error;
 using ferry::testing::tar_header;
 using ferry::testing::tar_member;
+using ferry::testing::within;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -516,8 +524,250 @@ TEST_F(WebDatasetTest, ManyShardsAreOpenedPerReadAndAVanishedOneIsADataError) {
           for (const std::int64_t v : values<std::int64_t>(b["cls"])) got.push_back(v);
         }
       },
-      {"sample 129", shards[129].string(), "cannot open (it vanished since open?)"});
+      {"sample 129", shards[129].string(), "cannot open: No such file or directory",
+       "reopened for this read, vanished or was replaced"});
   std::vector<std::int64_t> expected(120);
   std::iota(expected.begin(), expected.end(), 0);
   EXPECT_EQ(got, expected);
+}
+
+// ---- hostile files: FIFOs, planted links, descriptors, buffers, label text ------------------
+
+namespace {
+
+std::size_t open_descriptors() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+// Reads sample i of `ds` on this thread, straight into a slot of its own.
+void read_here(const WebDataset& ds, std::size_t i) {
+  const std::vector<ferry::FieldSpec> fields = ds.fields();
+  const ferry::detail::SlotLayout layout(fields, 1);
+  std::vector<std::byte> slot(layout.bytes);
+  ds.read(i, ferry::detail::SampleRefs::make(&layout, slot.data(), 0, 0));
+}
+
+std::int64_t read_cls(const WebDataset& ds, std::size_t i) {
+  const std::vector<ferry::FieldSpec> fields = ds.fields();
+  const ferry::detail::SlotLayout layout(fields, 1);
+  std::vector<std::byte> slot(layout.bytes);
+  ds.read(i, ferry::detail::SampleRefs::make(&layout, slot.data(), 0, 0));
+  std::int64_t v = 0;
+  std::memcpy(&v, slot.data() + layout.offsets[0], sizeof v);
+  return v;
+}
+
+}  // namespace
+
+TEST_F(WebDatasetTest, FifosAndLinksAtTheShardAndSidecarNamesNeitherBlockNorRedirect) {
+  const std::string shard_bytes = tar_member("a.cls", "1") + std::string(1024, '\0');
+  const fs::path victim = write("victim", "keep me");
+  within(60s, [&] {
+    // A FIFO given as a shard: refused, not waited on.
+    const fs::path pipe = dir_ / "pipe.tar";
+    ASSERT_EQ(::mkfifo(pipe.c_str(), 0600), 0);
+    expect_error<DataError>([&] { WebDataset::open({pipe}); },
+                            {"WebDataset", pipe.string(), "not a regular file"});
+    // A FIFO where the sidecar is read: ignored, and replaced by the index written.
+    const fs::path s1 = write("s1.tar", shard_bytes);
+    ASSERT_EQ(::mkfifo((dir_ / "s1.tar.idx").c_str(), 0600), 0);
+    EXPECT_EQ(WebDataset::open({s1})->key(0), "a");
+    EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(dir_ / "s1.tar.idx")));
+    // A link at the sidecar's name is replaced, not written through.
+    const fs::path s2 = write("s2.tar", shard_bytes);
+    fs::create_symlink(victim, dir_ / "s2.tar.idx");
+    EXPECT_EQ(WebDataset::open({s2})->key(0), "a");
+    EXPECT_FALSE(fs::is_symlink(dir_ / "s2.tar.idx"));
+    EXPECT_EQ(slurp(dir_ / "s2.tar.idx").substr(0, 8), "FERRYTAR");
+    // The temporary names a writer could once be predicted to use ("<sidecar>.tmp<pid>"): a
+    // FIFO there must not block the write, a link there must not redirect it.
+    const std::string pid = std::to_string(::getpid());
+    const fs::path s3 = write("s3.tar", shard_bytes);
+    ASSERT_EQ(::mkfifo((dir_ / ("s3.tar.idx.tmp" + pid)).c_str(), 0600), 0);
+    EXPECT_EQ(WebDataset::open({s3})->key(0), "a");
+    EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(dir_ / "s3.tar.idx")));
+    const fs::path s4 = write("s4.tar", shard_bytes);
+    fs::create_symlink(victim, dir_ / ("s4.tar.idx.tmp" + pid));
+    EXPECT_EQ(WebDataset::open({s4})->key(0), "a");
+    EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(dir_ / "s4.tar.idx")));
+  });
+  EXPECT_EQ(slurp(victim), "keep me");
+  // No temporary file is left behind: the shards, their sidecars, and what was planted.
+  const std::string pid = std::to_string(::getpid());
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir_)) names.insert(e.path().filename().string());
+  EXPECT_EQ(names,
+            (std::set<std::string>{"victim", "pipe.tar", "s1.tar", "s1.tar.idx", "s2.tar",
+                                   "s2.tar.idx", "s3.tar", "s3.tar.idx", "s3.tar.idx.tmp" + pid,
+                                   "s4.tar", "s4.tar.idx", "s4.tar.idx.tmp" + pid}));
+}
+
+TEST_F(WebDatasetTest, AShardSwappedAfterOpenIsADataErrorNotAHang) {
+  // More shards than are kept open, so that each read() opens its shard by name again.
+  std::vector<fs::path> shards;
+  for (int s = 0; s < 130; ++s) {
+    std::string name = "s";  // built by += (GCC 12 warns, falsely, on "s" + std::to_string)
+    name += std::to_string(s);
+    shards.push_back(
+        write(name + ".tar", tar_member(name + ".cls", std::to_string(s)) + std::string(1024, 0)));
+  }
+  WebDatasetOptions options;
+  options.index_files = false;
+  const auto ds = WebDataset::open(shards, options);
+  ASSERT_EQ(ds->size(), 130U);
+  // Shard 5 becomes a FIFO (no writer will ever come); shard 7 another file.
+  fs::remove(shards[5]);
+  ASSERT_EQ(::mkfifo(shards[5].c_str(), 0600), 0);
+  write("s7.tar", tar_member("s7.cls", "77") + std::string(2048, 0));
+  ferry::LoaderOptions o = cpu_options();
+  o.batch_size = 10;
+  within(60s, [&] {
+    {
+      ferry::Loader loader(ds, o);
+      expect_error<DataError>(
+          [&] {
+            for (const ferry::Batch& b : loader.epoch(0)) static_cast<void>(b);
+          },
+          {"sample 5", shards[5].string(), "not a regular file", "reopened for this read"});
+    }
+    expect_error<DataError>([&] { read_here(*ds, 7); },
+                            {shards[7].string(), "the shard changed since the dataset was opened"});
+    // Skipped like any failing sample.
+    o.on_error = ferry::ErrorPolicy::skip;
+    ferry::Loader loader(ds, o);
+    std::vector<std::int64_t> got;
+    for (const ferry::Batch& b : loader.epoch(0)) {
+      for (const std::int64_t v : values<std::int64_t>(b["cls"])) got.push_back(v);
+    }
+    EXPECT_EQ(got.size(), 128U);
+    EXPECT_EQ(loader.stats().skipped, 2U);
+  });
+}
+
+TEST_F(WebDatasetTest, ShardsWithoutSamplesGiveTheirDescriptorsBack) {
+  // 300 shards (more than are kept open), 9 in 10 without a sample (a member with no key, or
+  // no member at all): none of them keeps a descriptor once open() returns, and of fewer
+  // shards only those with samples do.
+  std::vector<fs::path> shards;
+  for (int s = 0; s < 300; ++s) {
+    std::string name = "s";
+    name += std::to_string(s);
+    const std::string bytes = s % 10 == 0  ? tar_member(name + ".cls", std::to_string(s))
+                              : s % 2 == 0 ? tar_member("README", "no key")
+                                           : std::string();
+    shards.push_back(write(name + ".tar", bytes + std::string(1024, 0)));
+  }
+  WebDatasetOptions options;
+  options.index_files = false;
+  const std::size_t before = open_descriptors();
+  {
+    const auto ds = WebDataset::open(shards, options);
+    EXPECT_EQ(ds->size(), 30U);
+    EXPECT_EQ(open_descriptors(), before);
+  }
+  // Fewer shards, whose descriptors are kept: only those with samples keep one.
+  {
+    const std::vector<fs::path> few(shards.begin(), shards.begin() + 20);
+    const auto ds = WebDataset::open(few, options);
+    EXPECT_EQ(ds->size(), 2U);
+    EXPECT_EQ(open_descriptors(), before + 2);
+    EXPECT_EQ(read_cls(*ds, 1), 10);
+  }
+  EXPECT_EQ(open_descriptors(), before);
+  // Under a limit of 64 descriptors, in a child process: open() still succeeds and reads.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const auto under_a_low_limit = [&] {
+    rlimit low{};
+    low.rlim_cur = 64;
+    low.rlim_max = 64;
+    if (::setrlimit(RLIMIT_NOFILE, &low) != 0) std::_Exit(2);
+    int code = 0;
+    try {
+      const auto ds = WebDataset::open(shards, options);
+      code = ds->size() == 30 && read_cls(*ds, 29) == 290 ? 0 : 3;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      code = 1;
+    }
+    fs::remove_all(dir_);  // the child's own folder: its TearDown does not run
+    std::_Exit(code);
+  };
+  EXPECT_EXIT(under_a_low_limit(), ::testing::ExitedWithCode(0), "");
+}
+
+TEST_F(WebDatasetTest, AnImageBufferGrownByALargeImageIsReleasedWhenTheImageFails) {
+  using ferry::detail::wds::image_buffer_bytes;
+  // Not images at all: each fails to decode, after its bytes were read into this thread's
+  // buffer. A small one's buffer is kept for the next image; one over 16 MiB is not.
+  const std::size_t big = (std::size_t{16} << 20) + 4096;
+  const fs::path shard =
+      write("s.tar", tar_member("a.png", std::string(100, 'x')) +
+                         tar_member("b.png", std::string(big, 'y')) +
+                         tar_member("c.png", std::string(big, 'z')) + std::string(1024, '\0'));
+  WebDatasetOptions options;
+  options.index_files = false;
+  options.image.height = 4;
+  options.image.width = 4;
+  const auto ds = WebDataset::open({shard}, options);
+  ASSERT_EQ(ds->size(), 3U);
+  expect_error<DataError>([&] { read_here(*ds, 0); }, {"'a.png'", "not a JPEG or PNG"});
+  EXPECT_EQ(image_buffer_bytes(), 100U);
+  expect_error<DataError>([&] { read_here(*ds, 1); }, {"'b.png'", "not a JPEG or PNG"});
+  EXPECT_EQ(image_buffer_bytes(), 0U);
+  // A read cut short (the shard shrank under its descriptor) releases it too.
+  ASSERT_EQ(::truncate(shard.c_str(), static_cast<off_t>(fs::file_size(shard) - big / 2)), 0);
+  expect_error<DataError>([&] { read_here(*ds, 2); }, {"'c.png'", "cut short"});
+  EXPECT_EQ(image_buffer_bytes(), 0U);
+}
+
+TEST_F(WebDatasetTest, ClsMembersAreIntegersWrittenAsToStringWritesThem) {
+  // Valid: '-' and digits, ASCII white space around them allowed.
+  const std::vector<std::pair<std::string, std::int64_t>> good = {
+      {"7", 7},
+      {"-3", -3},
+      {"7\n", 7},
+      {" 7 \r\n", 7},
+      {"\t0\n\n", 0},
+      {"9223372036854775807", INT64_MAX},
+      {"-9223372036854775808", INT64_MIN}};
+  const std::vector<std::string> bad = {"+7",
+                                        "07",
+                                        "-0",
+                                        "+-7",
+                                        "7.0",
+                                        "0x7",
+                                        "",
+                                        "\n",
+                                        "7 7",
+                                        "7a",
+                                        "1e3",
+                                        "9223372036854775808",
+                                        "-9223372036854775809"};
+  std::string bytes;
+  std::size_t k = 0;
+  const auto key = [](std::size_t i) {
+    std::string name = "k";
+    name += std::to_string(i);
+    return name;
+  };
+  for (const auto& [text, v] : good) bytes += tar_member(key(k++) + ".cls", text);
+  for (const std::string& text : bad) bytes += tar_member(key(k++) + ".cls", text);
+  WebDatasetOptions options;
+  options.index_files = false;
+  const auto ds = WebDataset::open({write("s.tar", bytes + std::string(1024, '\0'))}, options);
+  ASSERT_EQ(ds->size(), good.size() + bad.size());
+  for (std::size_t i = 0; i < good.size(); ++i) {
+    EXPECT_EQ(read_cls(*ds, i), good[i].second) << '"' << good[i].first << '"';
+  }
+  for (std::size_t i = 0; i < bad.size(); ++i) {
+    const std::string message =
+        expect_error<DataError>([&] { read_cls(*ds, good.size() + i); },
+                                {key(good.size() + i) + ".cls'", "is not a decimal integer label"});
+    EXPECT_FALSE(message.empty()) << '"' << bad[i] << '"';
+  }
+  expect_error<DataError>([&] { read_cls(*ds, ds->size() - 1); }, {"beyond the range of i64"});
+  expect_error<DataError>([&] { read_cls(*ds, good.size() + 1); },
+                          {"\"07\"", "no '+' or leading zero"});
 }

@@ -133,10 +133,13 @@ struct CsvOptions {
 ///   subnormal), as a double converted to float would.
 /// - An empty feature (nothing, blanks, or "") is Missing::error or NaN (a categorical one: the
 ///   code -1); an empty label is an error whatever CsvOptions::missing says.
-/// - Integer labels ("3", "3.0", "+3", "1e3") are class ids when every label is one; ids must
-///   lie in 0 .. 1,048,575 (classes() lists each id up to the largest), and an integer beyond
-///   them, however large ("99999999999999999999", "1e400"), is a DataError naming its line and
-///   column. A single label that is not an integer makes all of them texts.
+/// - Integer labels are class ids when every label is one. An integer is written as
+///   std::to_string writes it: an optional '-' and decimal digits, no '+' and no leading zero
+///   ("3", "-3"; "+3", "03", "-0", "3.0" and "1e3" are texts), with the blanks around the field
+///   ignored as for any field. Ids must lie in 0 .. 1,048,575 (classes() lists each id up to the
+///   largest), and an integer beyond them, however many digits ("99999999999999999999"), is a
+///   DataError naming its line and column. A single label that is not an integer makes all of
+///   them texts.
 /// - Error messages give lines and columns from 1, as an editor and a spreadsheet show them
 ///   (a quoted field over several lines counts them all); Column::index() counts from 0.
 class FERRY_API CsvDataset final : public Dataset {

@@ -36,7 +36,9 @@ struct WebDatasetOptions {
 /// One field per extension of the first sample, sorted by name:
 /// * "jpg", "jpeg", "png" (any case): u8 [H, W, C], decoded as ImageFolder decodes (same
 ///   ImageOptions, same geometry and seed, normalize on the loader's device);
-/// * "cls": i64 [], the member's decimal text (surrounding blanks allowed);
+/// * "cls": i64 [], the member's text: an optional '-' and decimal digits, written as
+///   std::to_string writes them (no '+', no leading zero: "7", "-3"; not "+7", "07", "-0",
+///   "7.0"), within i64, with ASCII white space around it allowed ("7\n");
 /// * "npy": a NumPy array (little-endian u1, u2, u4, i4, i8, f2, f4 or f8, C order) of its dtype
 ///   and shape; the first dimension is `ragged` when it differs between samples (the others
 ///   must agree);
@@ -67,7 +69,9 @@ class FERRY_API WebDataset final : public Dataset {
   /// thread's buffer and decoded. Called from many threads.
   /// \throws DataError naming shard and key for a sample lacking a field, a "cls" that is not a
   /// decimal integer, an image that does not decode, or a shard that shrank or vanished since
-  /// open; ConfigError for an index out of range.
+  /// open (past 128 shards, where each read opens its shard again: one that is no longer a
+  /// regular file, a FIFO say, or whose size or modification time changed); never blocks on a
+  /// special file. ConfigError for an index out of range.
   void read(std::size_t index, SampleRef out) const override;
   /// Rows of a ragged field: an "npy" member's first dimension, another member's byte count
   /// (0 for a sample lacking the field, whose read() raises DataError).

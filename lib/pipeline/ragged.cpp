@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "core/checked.hpp"
@@ -101,6 +102,11 @@ void RaggedFields::plan(const Dataset& dataset, const SlotLayout& layout,
     }
     const auto ri = static_cast<std::size_t>(r);
     const std::int64_t lmax = round_up_rows(most, pad_multiple);
+    // Every sample is within the longest, but the batch as a whole must fit the slot's region
+    // too: a token budget sized it below batch_size x longest, and a dataset whose lengths
+    // changed since the epoch was planned may give a batch over it. Packed: its rows; padded
+    // (in the slot, or after the copy stage pads it): N x Lmax.
+    check_fits(indices, f, layout.region_rows[f], padded_rows[f], rows, base);
     rows.padded[ri] = lmax;  // the delivered Lmax under pad, wherever the padding happens
     if (slot_mode == RaggedBatch::pad) {
       for (std::size_t i = 0; i < count; ++i) {
@@ -112,6 +118,51 @@ void RaggedFields::plan(const Dataset& dataset, const SlotLayout& layout,
     }
   }
   write_tables(layout, rows, count, slot);
+}
+
+void RaggedFields::check_fits(std::span<const std::uint64_t> indices, std::size_t field,
+                              std::uint64_t region, std::uint64_t padded_limit,
+                              const BatchRows& rows, std::size_t base) const {
+  const std::size_t count = indices.size();
+  // The rows a batch of `count` samples takes when its samples' rows sum to `sum` and the longest
+  // has `most` (each within the longest, so no rounding here overflows): the limit they pass,
+  // if any.
+  const auto passes = [&](std::uint64_t sum, std::int64_t most) -> std::optional<std::uint64_t> {
+    const std::optional<std::uint64_t> padded = try_mul<std::uint64_t>(
+        count, static_cast<std::uint64_t>(round_up_rows(most, pad_multiple)));
+    const bool pad_over = !padded || *padded > padded_limit;
+    if (slot_mode == RaggedBatch::pad ? !padded || *padded > region : sum > region) {
+      return region;
+    }
+    if (mode == RaggedBatch::pad && pad_over) return padded_limit;
+    return std::nullopt;
+  };
+  std::uint64_t sum = 0;
+  std::int64_t most = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    sum += static_cast<std::uint64_t>(rows.lengths[base + i]);
+    most = std::max(most, rows.lengths[base + i]);
+  }
+  if (!passes(sum, most)) [[likely]] {
+    return;
+  }
+  // The sample that takes the batch past it: the first whose rows (packed) or whose length
+  // raising Lmax (padded) make the batch's rows more than the region holds.
+  sum = 0;
+  most = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::int64_t l = rows.lengths[base + i];
+    sum += static_cast<std::uint64_t>(l);
+    most = std::max(most, l);
+    const std::optional<std::uint64_t> limit = passes(sum, most);
+    if (!limit) continue;
+    throw DataError("Loader: sample " + std::to_string(indices[i]) + " has " + std::to_string(l) +
+                    " rows of field " + std::to_string(field) + ", which take its batch of " +
+                    std::to_string(count) + " samples past the " + std::to_string(*limit) +
+                    " rows a batch of the field holds (" +
+                    (mode == RaggedBatch::pad ? "padded: N x Lmax" : "packed: the sum of lengths") +
+                    "); the dataset's lengths changed since the epoch's batches were planned");
+  }
 }
 
 void RaggedFields::write_tables(const SlotLayout& layout, const BatchRows& rows, std::size_t count,

@@ -55,6 +55,10 @@ struct RaggedFields {
                std::size_t count, std::byte* slot) const noexcept;
 
  private:
+  /// \throws DataError naming the sample that takes batch `indices` past field `field`'s
+  /// region (`region` rows in the slot; `padded_limit` rows when delivered padded).
+  void check_fits(std::span<const std::uint64_t> indices, std::size_t field, std::uint64_t region,
+                  std::uint64_t padded_limit, const BatchRows& rows, std::size_t base) const;
   void write_tables(const SlotLayout& layout, const BatchRows& rows, std::size_t count,
                     std::byte* slot) const noexcept;
 };

@@ -47,29 +47,30 @@ std::string FileLabel::at(std::uint64_t byte) const {
 
 // ---- a whole file --------------------------------------------------------------------
 
-OpenFile::OpenFile(const std::filesystem::path& path, FileLabel label) : label_(label) {
-  // O_NONBLOCK: a FIFO put where a file was expected must not block the open (it is refused
-  // below); it changes nothing for a regular file.
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd_ < 0) throw DataError(label_.prefix() + "cannot open: " + errno_text(errno));
-  struct stat st {};
-  const char* refused = nullptr;
-  int code = 0;
-  if (::fstat(fd_, &st) != 0) {
-    code = errno;
-  } else if (S_ISDIR(st.st_mode)) {
-    refused = "it is a folder";
-  } else if (!S_ISREG(st.st_mode)) {
-    refused = "not a regular file";
-  }
-  if (code != 0 || refused != nullptr) {
-    ::close(fd_);
-    throw DataError(label_.prefix() + "cannot read: " + (refused ? refused : errno_text(code)));
-  }
-  size_ = static_cast<std::size_t>(std::max<off_t>(st.st_size, 0));
+void FileDescriptor::reset(int fd) noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
 }
 
-OpenFile::~OpenFile() { ::close(fd_); }
+OpenFile::OpenFile(const std::filesystem::path& path, FileLabel label) : label_(label) {
+  // O_NONBLOCK: a FIFO put where a file was expected must not block the open (it is refused
+  // below); it changes nothing for a regular file. What is checked is the descriptor opened,
+  // so nothing can swap the name between a check and the open.
+  fd_.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  if (!fd_) {
+    const int code = errno;
+    throw DataError(label_.prefix() + "cannot open: " + errno_text(code));
+  }
+  struct stat st {};
+  if (::fstat(fd_.get(), &st) != 0) {
+    const int code = errno;
+    throw DataError(label_.prefix() + "cannot read: " + errno_text(code));
+  }
+  if (S_ISDIR(st.st_mode)) throw DataError(label_.prefix() + "cannot read: it is a folder");
+  if (!S_ISREG(st.st_mode)) throw DataError(label_.prefix() + "cannot read: not a regular file");
+  size_ = static_cast<std::size_t>(std::max<off_t>(st.st_size, 0));
+  mtime_ns_ = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
 
 void OpenFile::check_size(std::size_t max_bytes, std::string_view what_fits) const {
   if (size_ <= max_bytes) return;
@@ -80,7 +81,7 @@ void OpenFile::check_size(std::size_t max_bytes, std::string_view what_fits) con
 std::size_t OpenFile::read_all(std::span<std::byte> out) const {
   std::size_t got = 0;
   while (got < out.size()) {
-    const ssize_t n = ::read(fd_, out.data() + got, out.size() - got);
+    const ssize_t n = ::read(fd_.get(), out.data() + got, out.size() - got);
     if (n < 0) {
       if (errno == EINTR) continue;
       throw DataError(label_.prefix() + "cannot read: " + errno_text(errno));

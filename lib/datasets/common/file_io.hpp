@@ -5,6 +5,12 @@
 // decompressed ceiling of include/ferry/limits.hpp. Every DataError starts with the reader's
 // class and the file ("IdxDataset: t10k.gz: "), and names the byte where one applies.
 //
+// OpenFile is the only way ferry opens a file to read it: without blocking (O_NONBLOCK: a FIFO
+// never blocks the open, and is then refused), once (what it checks is the descriptor it
+// returns, by fstat, never the name a second time), and regular files only. Whatever holds a
+// file open for longer takes the descriptor from it (OpenFile::take()). Writing is
+// atomic_file.hpp's.
+//
 // Any thread may use these; an object here is used by one thread at a time.
 
 #include <algorithm>
@@ -15,6 +21,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "ferry/limits.hpp"
 
@@ -35,20 +42,51 @@ struct FileLabel {
   std::string at(std::uint64_t byte) const;
 };
 
-/// A regular file, open for reading; closed by the destructor.
+/// A file descriptor that is closed when its owner goes (move-only). Empty: -1.
+class FileDescriptor {
+ public:
+  FileDescriptor() = default;
+  explicit FileDescriptor(int fd) noexcept : fd_(fd) {}
+  FileDescriptor(FileDescriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  FileDescriptor& operator=(FileDescriptor&& other) noexcept {
+    if (this != &other) reset(std::exchange(other.fd_, -1));
+    return *this;
+  }
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  ~FileDescriptor() { reset(); }
+
+  int get() const noexcept { return fd_; }
+  explicit operator bool() const noexcept { return fd_ >= 0; }
+  /// Closes the descriptor held, if any, and holds `fd` instead.
+  void reset(int fd = -1) noexcept;
+  /// The descriptor, no longer held (the caller closes it).
+  int release() noexcept { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_ = -1;
+};
+
+/// A regular file, open for reading; closed by the destructor (unless take() took it).
 class OpenFile {
  public:
-  /// Opens without blocking (a FIFO is refused, not waited on). `label` must outlive the object.
+  /// Opens once, without blocking (O_NONBLOCK: a FIFO is refused, not waited on), then checks
+  /// what the descriptor is (fstat): a folder, a FIFO, a socket or a device is refused.
+  /// A symbolic link is followed (to a regular file only). `label` must outlive the object.
   /// \throws DataError label.prefix() + "cannot open: <why>", "cannot read: it is a folder",
   /// "cannot read: not a regular file" or "cannot read: <why>".
   OpenFile(const std::filesystem::path& path, FileLabel label);
   OpenFile(const OpenFile&) = delete;
   OpenFile& operator=(const OpenFile&) = delete;
-  ~OpenFile();
+  ~OpenFile() = default;
 
   /// The file's size when it was opened.
   std::size_t size() const noexcept { return size_; }
-  int descriptor() const noexcept { return fd_; }
+  /// Its modification time then, in nanoseconds since the epoch.
+  std::int64_t mtime_ns() const noexcept { return mtime_ns_; }
+  int descriptor() const noexcept { return fd_.get(); }
+  /// The descriptor, for whoever keeps the file open longer; this object holds none after it.
+  FileDescriptor take() noexcept { return std::move(fd_); }
   /// \throws DataError label.prefix() + "file of <size> bytes, more than the <max_bytes> " +
   /// `what_fits` when the file is larger than max_bytes.
   void check_size(std::size_t max_bytes, std::string_view what_fits) const;
@@ -59,8 +97,9 @@ class OpenFile {
 
  private:
   FileLabel label_;
-  int fd_ = -1;
+  FileDescriptor fd_;
   std::size_t size_ = 0;
+  std::int64_t mtime_ns_ = 0;
 };
 
 /// The whole of `path`, read with one open and one read into the memory room(n) gives (n >= 1

@@ -102,25 +102,4 @@ Number to_float(const char* b, const char* e, float& value) {
   return Number::ok;
 }
 
-Integer to_integer(const char* b, const char* e, std::int64_t& value) {
-  const char* s = after_plus(b, e);
-  const bool negative = s != e && *s == '-';
-  const Integer beyond = negative ? Integer::too_small : Integer::too_large;
-  const auto [end, ec] = std::from_chars(s, e, value);
-  if (end == e && ec == std::errc{}) return Integer::yes;
-  if (end == e && ec == std::errc::result_out_of_range) return beyond;  // digits only
-  double wide = 0;
-  const auto [wide_end, wide_ec] = std::from_chars(s, e, wide);
-  if (wide_end != e) return Integer::no;
-  if (wide_ec == std::errc::result_out_of_range) return tiny(s, e) ? Integer::no : beyond;
-  if (wide_ec != std::errc{} || !std::isfinite(wide) || wide != std::trunc(wide)) {
-    return Integer::no;
-  }
-  // Class ids are far below 2^53, where a double holds every integer.
-  constexpr double kLimit = 0x1p53;
-  if (std::abs(wide) >= kLimit) return beyond;
-  value = static_cast<std::int64_t>(wide);
-  return Integer::yes;
-}
-
 }  // namespace ferry::detail::csv

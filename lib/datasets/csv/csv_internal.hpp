@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "datasets/common/integer_text.hpp"
 #include "datasets/csv/csv_parse.hpp"
 #include "ferry/error.hpp"
 
@@ -244,13 +245,6 @@ struct Chunk {
 
 enum class Number { ok, empty, bad };
 
-enum class Integer {
-  no,         // not an integer: a text label
-  yes,        // an integer, in value
-  too_large,  // an integer beyond int64 (or a double's range), positive
-  too_small,  // likewise, negative
-};
-
 // The text shown for a field in a message: quoted, shortened, control bytes escaped.
 std::string shown(std::string_view text);
 
@@ -259,10 +253,6 @@ std::string unquote(const Field& f);
 
 // The number that is the whole of [b, e): std::from_chars, then its range.
 Number to_float(const char* b, const char* e, float& value);
-
-// Whether [b, e) is an integer ("3", "+3", "3.0", "3e2", "99999999999999999999", "1e400"),
-// and which.
-Integer to_integer(const char* b, const char* e, std::int64_t& value);
 
 // The text's layout: quotes, delimiters, line breaks, blanks.
 class Scanner {
@@ -367,12 +357,12 @@ class RowParser {
   // empty, out of f32's range, or not a number.
   const char* number(const char* p, std::size_t c, float& v, Chunk& ch, bool target) const;
   const char* label(const char* p, std::size_t c, Chunk& ch) const;
-  // Records the first integer label that is no class id: negative, or above kMaxClassId
-  // (however far: k says whether it is beyond int64).
-  void check_id(const char* p, std::size_t c, Integer k, std::int64_t id, std::string_view text,
+  // Records the first integer label (integer_text.hpp's rule) that is no class id: negative,
+  // or above kMaxClassId (however far: k says whether it is beyond int64).
+  void check_id(const char* p, std::size_t c, IntegerText k, std::int64_t id, std::string_view text,
                 Chunk& ch) const;
   // check_id()'s message, out of line: the check is in the loop over the rows.
-  [[gnu::cold, gnu::noinline]] void flag_bad_id(const char* p, std::size_t c, Integer k,
+  [[gnu::cold, gnu::noinline]] void flag_bad_id(const char* p, std::size_t c, IntegerText k,
                                                 std::int64_t id, std::string_view text,
                                                 Chunk& ch) const;
   const char* skip(const char* p, std::size_t c, Chunk& ch) const;

@@ -12,10 +12,10 @@
 
 namespace ferry::detail::csv {
 
-void RowParser::flag_bad_id(const char* p, std::size_t c, Integer k, std::int64_t id,
+void RowParser::flag_bad_id(const char* p, std::size_t c, IntegerText k, std::int64_t id,
                             std::string_view text, Chunk& ch) const {
-  const bool negative = k == Integer::too_small || (k == Integer::yes && id < 0);
-  // The text is a number's (std::from_chars read all of it): shown as it is, shortened.
+  const bool negative = k == IntegerText::too_small || (k == IntegerText::ok && id < 0);
+  // The text is an integer's ('-' and digits): shown as it is, shortened.
   std::string label(text.substr(0, kShownChars));
   if (text.size() > kShownChars) label.replace(kShownChars - 3, 3, "...");
   s_.flag(

@@ -169,12 +169,19 @@ const char* RowParser::label(const char* p, std::size_t c, Chunk& ch) const {
     if (next != nullptr) ch.targets.push_back(v);
     return next;
   }
-  std::int64_t id = 0;
-  const auto [q, ec] = std::from_chars(p, s_.end(), id);
-  if (ec == std::errc{} && s_.field_ends(q)) {
-    ch.labels.push_back({p, static_cast<std::size_t>(q - p), id});
-    check_id(p, c, Integer::yes, id, {p, static_cast<std::size_t>(q - p)}, ch);
-    return q;
+  // The common case, an unquoted integer without blanks, in place: '-' and digits up to the
+  // field's end. Anything else goes through the field's text below.
+  const char* q = p;
+  const char* const end = s_.end();
+  if (q != end && *q == '-') ++q;
+  while (q != end && *q >= '0' && *q <= '9') ++q;
+  if (q != p && s_.field_ends(q)) {
+    const std::string_view text(p, static_cast<std::size_t>(q - p));
+    if (const ParsedInteger v = parse_integer_text(text); v.kind == IntegerText::ok) {
+      ch.labels.push_back({p, text.size(), v.value});
+      check_id(p, c, IntegerText::ok, v.value, text, ch);
+      return q;
+    }
   }
   Field f;
   if (!s_.field(p, c, f, ch.fault)) return nullptr;
@@ -186,9 +193,10 @@ const char* RowParser::label(const char* p, std::size_t c, Chunk& ch) const {
     const std::string& text = ch.unquoted.emplace_back(unquote(f));
     ch.labels.push_back({text.data(), text.size(), 0});
     ch.all_integer = false;
-  } else if (const Integer k = to_integer(f.begin, f.begin + f.size, id); k != Integer::no) {
-    ch.labels.push_back({f.begin, f.size, k == Integer::yes ? id : 0});
-    check_id(p, c, k, id, f.view(), ch);
+  } else if (const ParsedInteger v = parse_integer_text(f.view());
+             v.kind != IntegerText::malformed) {
+    ch.labels.push_back({f.begin, f.size, v.value});
+    check_id(p, c, v.kind, v.value, f.view(), ch);
   } else {
     ch.labels.push_back({f.begin, f.size, 0});
     ch.all_integer = false;
@@ -196,9 +204,9 @@ const char* RowParser::label(const char* p, std::size_t c, Chunk& ch) const {
   return f.next;
 }
 
-void RowParser::check_id(const char* p, std::size_t c, Integer k, std::int64_t id,
+void RowParser::check_id(const char* p, std::size_t c, IntegerText k, std::int64_t id,
                          std::string_view text, Chunk& ch) const {
-  if ((k == Integer::yes && id >= 0 && id <= kMaxClassId) || ch.bad_id.set()) [[likely]] {
+  if ((k == IntegerText::ok && id >= 0 && id <= kMaxClassId) || ch.bad_id.set()) [[likely]] {
     return;
   }
   flag_bad_id(p, c, k, id, text, ch);

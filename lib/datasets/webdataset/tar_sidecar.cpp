@@ -1,14 +1,12 @@
 #include "datasets/webdataset/tar_sidecar.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <array>
 #include <cstring>
 #include <string>
 #include <string_view>
 
 #include "core/checked.hpp"
+#include "datasets/common/atomic_file.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry::detail {
@@ -142,21 +140,9 @@ bool save_sidecar(const std::filesystem::path& sidecar, const ShardStamp& stamp,
       out += m.name;
     }
     put(out, fnv1a(out));
-    std::filesystem::path tmp = sidecar;
-    tmp += ".tmp" + std::to_string(::getpid());
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return false;
-    std::size_t done = 0;
-    while (done < out.size()) {
-      const ssize_t n = ::write(fd, out.data() + done, out.size() - done);
-      if (n <= 0) break;
-      done += static_cast<std::size_t>(n);
-    }
-    const bool ok = ::close(fd) == 0 && done == out.size();
-    if (!ok || ::rename(tmp.c_str(), sidecar.c_str()) != 0) {
-      ::unlink(tmp.c_str());
-      return false;
-    }
+    const FileLabel label{"", sidecar.native()};
+    write_file_atomically(sidecar, {reinterpret_cast<const std::byte*>(out.data()), out.size()},
+                          label);
     return true;
   } catch (...) {
     return false;

@@ -33,8 +33,9 @@ std::filesystem::path sidecar_path(const std::filesystem::path& shard);
 std::optional<std::vector<TarMember>> load_sidecar(const std::filesystem::path& sidecar,
                                                    const ShardStamp& stamp);
 
-/// Writes the index (to a temporary file then renamed over `sidecar`); false, silently, when it
-/// cannot (a read-only folder, a full disk).
+/// Writes the index (write_file_atomically: an exclusive, symlink-safe temporary file renamed
+/// over `sidecar`); false, silently, when it cannot (a read-only folder, a full disk), and then
+/// nothing is left behind.
 bool save_sidecar(const std::filesystem::path& sidecar, const ShardStamp& stamp,
                   const std::vector<TarMember>& members) noexcept;
 

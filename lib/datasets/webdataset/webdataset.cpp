@@ -1,7 +1,5 @@
 #include "ferry/webdataset.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,28 +38,21 @@ Kind kind_of(std::string_view ext) {
   return Kind::bytes;
 }
 
-// Opens a shard and stamps it. \throws DataError naming it.
+// Opens a shard (OpenFile: once, without blocking, a regular file only) and stamps it from
+// the same descriptor. \throws DataError naming it.
 detail::wds::Shard open_shard(const fs::path& path) {
   detail::wds::Shard shard;
   shard.name = path.string();
-  const detail::FileLabel label = shard.label();
-  const detail::OpenFile probe(path, label);  // refuses folders, FIFOs, missing files
-  shard.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  struct stat st {};
-  if (shard.fd < 0 || ::fstat(shard.fd, &st) != 0) {
-    const int code = errno;
-    if (shard.fd >= 0) ::close(shard.fd);
-    throw DataError(label.prefix() + "cannot open: " + std::system_category().message(code));
-  }
-  shard.stamp = {static_cast<std::uint64_t>(std::max<off_t>(st.st_size, 0)),
-                 static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+  detail::OpenFile file(path, shard.label());
+  shard.stamp = {file.size(), file.mtime_ns()};
+  shard.fd = file.take();
   return shard;
 }
 
 // Refuses a compressed tar by its first bytes: random access needs it plain.
 void refuse_compressed(const detail::wds::Shard& shard) {
   std::array<unsigned char, 6> head{};
-  const ssize_t n = ::pread(shard.fd, head.data(), head.size(), 0);
+  const ssize_t n = ::pread(shard.fd.get(), head.data(), head.size(), 0);
   const auto starts = [&](std::initializer_list<unsigned char> magic) {
     return n >= static_cast<ssize_t>(magic.size()) &&
            std::equal(magic.begin(), magic.end(), head.begin());
@@ -85,7 +76,7 @@ std::vector<detail::TarMember> index_shard(const fs::path& path, const detail::w
     if (auto members = detail::load_sidecar(sidecar, shard.stamp)) return std::move(*members);
   }
   const detail::FileLabel label = shard.label();
-  const int fd = shard.fd;
+  const int fd = shard.fd.get();
   auto members = detail::index_tar(
       shard.stamp.size,
       [&](std::uint64_t offset, std::span<std::byte> out) -> std::size_t {
@@ -172,12 +163,6 @@ void pread_exact(int fd, std::span<std::byte> out, std::uint64_t offset, const F
 
 }  // namespace detail::wds
 
-WebDataset::Impl::~Impl() {
-  for (const detail::wds::Shard& s : shards) {
-    if (s.fd >= 0) ::close(s.fd);
-  }
-}
-
 std::size_t WebDataset::Impl::shard_of(std::size_t index) const {
   const auto it = std::upper_bound(shard_starts.begin(), shard_starts.end(), index);
   return static_cast<std::size_t>(it - shard_starts.begin()) - 1;
@@ -195,9 +180,28 @@ std::shared_ptr<WebDataset> WebDataset::open(std::vector<fs::path> shards,
   impl.paths = std::move(shards);
   std::vector<std::string> exts;  // the fields' extensions, sorted
   std::vector<detail::wds::NpyFirst> npy_first;
+  // A shard's descriptor is kept (for read()) only when it has samples and there are at most
+  // kMaxOpenShards shards; otherwise it goes once the shard is indexed, however its indexing
+  // ends (a shard without samples, an error), and read() opens the shard again.
+  const bool keep_open = impl.paths.size() <= detail::wds::kMaxOpenShards;
+  class CloseUnlessKept {
+   public:
+    explicit CloseUnlessKept(detail::wds::Shard& shard) : shard_(shard) {}
+    CloseUnlessKept(const CloseUnlessKept&) = delete;
+    CloseUnlessKept& operator=(const CloseUnlessKept&) = delete;
+    ~CloseUnlessKept() {
+      if (!keep_) shard_.fd.reset();
+    }
+    void keep() noexcept { keep_ = true; }
+
+   private:
+    detail::wds::Shard& shard_;
+    bool keep_ = false;
+  };
   for (const fs::path& path : impl.paths) {
     impl.shards.push_back(open_shard(path));
-    const detail::wds::Shard& shard = impl.shards.back();
+    detail::wds::Shard& shard = impl.shards.back();
+    CloseUnlessKept close_after(shard);
     refuse_compressed(shard);
     const std::vector<detail::TarMember> members =
         index_shard(path, shard, impl.options.index_files);
@@ -231,10 +235,7 @@ std::shared_ptr<WebDataset> WebDataset::open(std::vector<fs::path> shards,
       }
       impl.keys.push_back(g.key);
     }
-    if (impl.paths.size() > detail::wds::kMaxOpenShards) {  // reopened by each read()
-      ::close(impl.shards.back().fd);
-      impl.shards.back().fd = -1;
-    }
+    if (keep_open) close_after.keep();
   }
   impl.shard_starts.push_back(impl.keys.size());
   if (impl.keys.empty()) {

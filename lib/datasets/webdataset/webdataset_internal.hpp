@@ -41,14 +41,20 @@ inline constexpr std::size_t kMaxOpenShards = 128;
 struct Shard {
   std::string name;  ///< the path as given, for messages
   FileLabel label() const { return {kWebDatasetWho, name}; }
-  int fd = -1;  ///< kept open when there are at most kMaxOpenShards shards
-  ShardStamp stamp;
+  /// Open while open() indexes the shard; kept open after it only when the shard has samples
+  /// and there are at most kMaxOpenShards shards (else each read() opens it with OpenFile).
+  FileDescriptor fd;
+  ShardStamp stamp;  ///< size and mtime when open() opened it; a reopened shard must match
 };
 
 /// Reads exactly out.size() bytes at `offset` of `fd`. \throws DataError naming `label`, the
 /// byte and `what` when the file is shorter now (it shrank since open) or the read fails.
 void pread_exact(int fd, std::span<std::byte> out, std::uint64_t offset, const FileLabel& label,
                  const std::string& what);
+
+/// This thread's buffer for encoded images, in bytes (for tests: one over 16 MiB is released
+/// after its image, however its read ends).
+std::size_t image_buffer_bytes() noexcept;
 
 /// A "npy" member's array: its dtype, shape, and where its data starts in the shard.
 struct NpyArray {
@@ -78,7 +84,7 @@ struct WebDataset::Impl {
   Impl() = default;
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
-  ~Impl();
+  ~Impl() = default;
 
   std::size_t shard_of(std::size_t index) const;
   const detail::wds::Loc& loc(std::size_t index, std::size_t field) const {

@@ -111,7 +111,7 @@ NpyArray read_npy_header(int fd, std::uint64_t offset, std::uint64_t size, const
 
 void npy_field(Loc& loc, NpyFirst& first, const Shard& shard, const std::string& what) {
   const FileLabel label = shard.label();
-  const NpyArray a = read_npy_header(shard.fd, loc.offset, loc.size, label, what);
+  const NpyArray a = read_npy_header(shard.fd.get(), loc.offset, loc.size, label, what);
   loc.size -= a.data - loc.offset;
   loc.offset = a.data;
   loc.rows = a.shape.empty() ? 1 : a.shape[0];

@@ -5,14 +5,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <charconv>
 #include <memory>
+#include <optional>
 #include <span>
-#include <system_error>
 #include <vector>
 
 #include "core/checked.hpp"
+#include "datasets/common/integer_text.hpp"
 #include "datasets/webdataset/webdataset_internal.hpp"
 #include "ferry/error.hpp"
 
@@ -26,20 +25,44 @@ constexpr std::size_t kMaxClsBytes = 64;
 // A buffer that grew past this for one large image is released after it.
 constexpr std::size_t kKeepImageBytes = std::size_t{16} << 20;
 
-// This thread's buffer for encoded images: n bytes, never zeroed, reused image after image.
-std::span<std::byte> image_buffer(std::size_t n, bool release = false) {
-  thread_local std::unique_ptr<std::byte[]> data;
-  thread_local std::size_t capacity = 0;
-  if (release || n > capacity) {
-    data.reset();
-    capacity = 0;
-  }
-  if (n > capacity) {
-    data = std::make_unique_for_overwrite<std::byte[]>(n);
-    capacity = n;
-  }
-  return {data.get(), n};
+// This thread's buffer for encoded images: never zeroed, reused image after image.
+struct ImageScratch {
+  std::unique_ptr<std::byte[]> data;
+  std::size_t capacity = 0;
+};
+
+ImageScratch& image_scratch() noexcept {
+  thread_local ImageScratch scratch;
+  return scratch;
 }
+
+// n bytes of this thread's buffer.
+std::span<std::byte> image_buffer(std::size_t n) {
+  ImageScratch& s = image_scratch();
+  if (n > s.capacity) {
+    s.data.reset();  // before allocating the new one: the peak holds one buffer, not two
+    s.capacity = 0;
+    s.data = std::make_unique_for_overwrite<std::byte[]>(n);
+    s.capacity = n;
+  }
+  return {s.data.get(), n};
+}
+
+// Releases the buffer one large image grew, when the image's read ends, however it ends (a
+// short read, a failed decode): a scope guard, not a statement after calls that throw.
+class TrimImageBuffer {
+ public:
+  TrimImageBuffer() = default;
+  TrimImageBuffer(const TrimImageBuffer&) = delete;
+  TrimImageBuffer& operator=(const TrimImageBuffer&) = delete;
+  ~TrimImageBuffer() {
+    ImageScratch& s = image_scratch();
+    if (s.capacity > kKeepImageBytes) {
+      s.data.reset();
+      s.capacity = 0;
+    }
+  }
+};
 
 std::size_t checked_index(std::size_t i, std::size_t size) {
   if (i >= size) {
@@ -49,49 +72,68 @@ std::size_t checked_index(std::size_t i, std::size_t size) {
   return i;
 }
 
-// The shard's descriptor: the one kept open, or one opened for this read.
+// The shard's descriptor: the one kept open, or one opened for this read the one way ferry
+// opens files (OpenFile: without blocking, a regular file only, then checked by fstat), which
+// must still be the file open() indexed (its size and mtime).
 class ShardFd {
  public:
-  explicit ShardFd(const detail::wds::Shard& shard) : fd_(shard.fd) {
+  explicit ShardFd(const detail::wds::Shard& shard) : fd_(shard.fd.get()) {
     if (fd_ >= 0) return;
-    fd_ = ::open(shard.name.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) {
-      throw DataError(shard.label().prefix() + "cannot open (it vanished since open?): " +
-                      std::system_category().message(errno));
+    const detail::FileLabel label = shard.label();
+    std::optional<detail::OpenFile> file;
+    try {
+      file.emplace(shard.name, label);
+    } catch (const DataError& e) {
+      throw DataError(std::string(e.what()) +
+                      " (the shard, reopened for this read, vanished or was replaced since the "
+                      "dataset was opened)");
     }
-    owned_ = true;
-  }
-  ShardFd(const ShardFd&) = delete;
-  ShardFd& operator=(const ShardFd&) = delete;
-  ~ShardFd() {
-    if (owned_) ::close(fd_);
+    if (detail::ShardStamp{file->size(), file->mtime_ns()} != shard.stamp) {
+      throw DataError(label.prefix() + "the shard changed since the dataset was opened (" +
+                      std::to_string(file->size()) + " bytes now, " +
+                      std::to_string(shard.stamp.size) +
+                      " then, or a new modification time): reopen the dataset");
+    }
+    owned_ = file->take();
+    fd_ = owned_.get();
   }
   int get() const noexcept { return fd_; }
 
  private:
   int fd_;
-  bool owned_ = false;
+  detail::FileDescriptor owned_;
 };
 
+// A ".cls" member: integer_text.hpp's integer, with ASCII white space around it allowed (such
+// files usually end with a newline).
 std::int64_t parse_cls(std::string_view text, const detail::FileLabel& label, std::uint64_t at,
                        const std::string& what) {
-  std::size_t b = 0;
-  std::size_t e = text.size();
-  const auto blank = [](char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; };
-  while (b < e && blank(text[b])) ++b;
-  while (e > b && blank(text[e - 1])) --e;
-  std::int64_t v = 0;
-  const char* first = text.data() + b;
-  if (b < e && *first == '+') ++first;
-  const auto [end, ec] = std::from_chars(first, text.data() + e, v);
-  if (b == e || ec != std::errc() || end != text.data() + e) {
-    std::string shown(text.substr(0, std::min<std::size_t>(text.size(), 32)));
-    throw DataError(label.at(at) + what + ": \"" + shown + "\" is not a decimal integer label");
+  const detail::ParsedInteger v = detail::parse_integer_text(detail::trim_ascii_space(text));
+  if (v.kind == detail::IntegerText::ok) return v.value;
+  // Shown escaped: the member's bytes may be anything.
+  std::string shown;
+  for (const char c : text.substr(0, std::min<std::size_t>(text.size(), 32))) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte >= 0x7f || c == '"' || c == '\\') {
+      constexpr const char* kHex = "0123456789abcdef";
+      shown += "\\x";
+      shown += kHex[byte >> 4];
+      shown += kHex[byte & 15];
+    } else {
+      shown += c;
+    }
   }
-  return v;
+  if (text.size() > 32) shown += "...";
+  throw DataError(label.at(at) + what + ": \"" + shown + "\" is not a decimal integer label" +
+                  (v.kind == detail::IntegerText::malformed
+                       ? " (an optional '-' and digits, no '+' or leading zero, blanks around it "
+                         "allowed)"
+                       : " (beyond the range of i64)"));
 }
 
 }  // namespace
+
+std::size_t detail::wds::image_buffer_bytes() noexcept { return image_scratch().capacity; }
 
 void WebDataset::read(std::size_t index, SampleRef out) const {
   const Impl& impl = *impl_;
@@ -149,13 +191,13 @@ void WebDataset::read(std::size_t index, SampleRef out) const {
                           std::to_string(loc.size) + " bytes, more than the " +
                           std::to_string(most) + " an image of ImageOptions::max_pixels takes");
         }
+        const TrimImageBuffer trim;
         const std::span<std::byte> bytes = image_buffer(static_cast<std::size_t>(loc.size));
         detail::wds::pread_exact(fd.get(), bytes, loc.offset, label, what);
         name.clear();
         label.append_prefix(name);
         name += what;
         decode_image(bytes, o, out.seed(), {out.as<std::uint8_t>(f), out.nbytes(f)}, name);
-        if (bytes.size() > kKeepImageBytes) image_buffer(0, /*release=*/true);
         break;
       }
     }
@@ -176,7 +218,7 @@ void WebDataset::prefetch(std::size_t index) const noexcept {
   const Impl& impl = *impl_;
   if (index >= impl.keys.size()) return;
   const detail::wds::Shard& shard = impl.shards[impl.shard_of(index)];
-  if (shard.fd < 0) return;
+  if (!shard.fd) return;
   std::uint64_t lo = ~std::uint64_t{0};
   std::uint64_t hi = 0;
   for (std::size_t f = 0; f < impl.fields.size(); ++f) {
@@ -186,7 +228,7 @@ void WebDataset::prefetch(std::size_t index) const noexcept {
     hi = std::max(hi, loc.offset + loc.size);
   }
   if (lo < hi) {
-    ::posix_fadvise(shard.fd, static_cast<off_t>(lo), static_cast<off_t>(hi - lo),
+    ::posix_fadvise(shard.fd.get(), static_cast<off_t>(lo), static_cast<off_t>(hi - lo),
                     POSIX_FADV_WILLNEED);
   }
 }
