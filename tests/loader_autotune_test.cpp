@@ -332,7 +332,11 @@ TEST(LoaderAutotune, AComputeBoundConsumerGivesBackWorkersAndSlots) {
     }
     const ferry::LoaderStats s = loader.stats();
     EXPECT_EQ(s.workers, 1) << s.summary();
-    EXPECT_LT(s.prefetch, o.prefetch) << s.summary();
+    int least_prefetch = o.prefetch;
+    for (const ferry::AutotuneDecision& d : s.autotune_decisions) {
+      least_prefetch = std::min(least_prefetch, d.prefetch);
+    }
+    EXPECT_LT(least_prefetch, o.prefetch) << s.summary();  // slots were given back
     // Mostly lowering: a loaded machine may stall a worker long enough for a window to see
     // the consumer wait once, which deepens prefetch for a while.
     std::size_t lowered = 0, raised = 0;

@@ -95,13 +95,14 @@ void tuning_step(LoaderImpl& impl) {
       "the consumer waited " + pct(wait) + " while workers were " + pct(busy) + " busy";
   const bool can_add_worker = workers < t.max_workers &&
                               t.fits(made, static_cast<std::uint64_t>(std::max(high, workers + 1)));
+  t.waiting_windows = wait > kWaits ? t.waiting_windows + 1 : 0;
   if (wait > kWaits) {
     if (busy >= kBusy && can_add_worker) {
       // The workers are the bottleneck: one more, as the cores and the budget (its scratch)
       // allow.
       new_workers = workers + 1;
       why = "raised workers: " + measured;
-    } else if (busy < kSaturated) {
+    } else if (busy < kSaturated && t.waiting_windows >= 2) {
       // Workers idle part of the time while the consumer waits (or no worker can be added):
       // too few batches in flight to keep them going between batches. Deepen, up to the slots
       // the budget lets exist with the scratch already counted.
@@ -124,7 +125,10 @@ void tuning_step(LoaderImpl& impl) {
   } else if (wait < kIdle) {
     // The consumer sets the pace: give back a worker it does not need, and a slot.
     if (workers > 1 && busy < kSpare) new_workers = workers - 1;
-    if (slots > std::max(kMinSlotsInUse, t.slots_floor)) new_slots = slots - 1;
+    // Batches the user keeps hold slots too: never so few that the ring stalls.
+    if (slots > std::max({kMinSlotsInUse, t.slots_floor, ring.kept() + kMinSlotsInUse})) {
+      new_slots = slots - 1;
+    }
     if (new_workers != workers || new_slots != slots) {
       why = "lowered: " + measured;
     }

@@ -46,6 +46,9 @@ struct Tuning {
   // Slots in use are not lowered below a depth the consumer was seen waiting at (planner only):
   // giving back a slot that was needed would only make it wait again.
   int slots_floor = 2;
+  // Windows in a row in which the consumer waited: slots are added only from the second, so
+  // that one stall of the machine does not leave a deeper floor behind (planner only).
+  int waiting_windows = 0;
 
   /// The loader's memory with `slots` slots made and `workers` workers' scratch.
   std::uint64_t bytes(std::uint64_t slots_made, std::uint64_t worker_count) const noexcept {

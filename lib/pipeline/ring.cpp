@@ -13,12 +13,7 @@ BufferRing::BufferRing(const Sizes& sizes, CopyEngine* engine)
       limit_(sizes.slots),
       free_slots_(slots_.size()),
       free_device_(static_cast<std::size_t>(sizes.device_buffers)) {
-  for (int i = 0; i < sizes.slots; ++i) {
-    std::uint32_t id = 0;
-    if (!make_slot(id)) throw std::bad_alloc();
-    push_free(id);
-  }
-  grow_failed_ = false;
+  for (int i = 0; i < sizes.slots; ++i) push_free(add_slot());
   for (int i = 0; i < sizes.device_buffers; ++i) {
     auto dev = std::make_unique<DeviceSlot>();
     dev->buffer = engine->allocate(sizes.device_bytes);
@@ -29,33 +24,41 @@ BufferRing::BufferRing(const Sizes& sizes, CopyEngine* engine)
   }
 }
 
-bool BufferRing::make_slot(std::uint32_t& id) noexcept {
+std::uint32_t BufferRing::add_slot() {
   const std::size_t next = made_.load(std::memory_order_relaxed);
-  if (grow_failed_ || next >= slots_.size()) return false;
+  auto slot = std::make_unique<Slot>();
+  if (sizes_.pinned) {
+    PinnedBuffer b = PinnedBuffer::allocate(sizes_.staging_bytes);
+    slot->data = static_cast<std::byte*>(b.data());
+    slot->pinned = b.locked();
+    staging_[next] = std::move(b);
+  } else {
+    HostBuffer b = HostBuffer::allocate(sizes_.staging_bytes);
+    slot->data = static_cast<std::byte*>(b.data());
+    staging_[next] = std::move(b);
+  }
   try {
-    auto slot = std::make_unique<Slot>();
-    if (sizes_.pinned) {
-      PinnedBuffer b = PinnedBuffer::allocate(sizes_.staging_bytes);
-      slot->data = static_cast<std::byte*>(b.data());
-      slot->pinned = b.locked();
-      staging_[next] = std::move(b);
-    } else {
-      HostBuffer b = HostBuffer::allocate(sizes_.staging_bytes);
-      slot->data = static_cast<std::byte*>(b.data());
-      staging_[next] = std::move(b);
-    }
     slot->indices.reserve(sizes_.capacity);
     slot->failures.resize(sizes_.capacity);
     slot->rows.reset(sizes_.ragged_fields, sizes_.capacity);
-    slots_[next] = std::move(slot);
   } catch (...) {
     staging_[next] = std::monostate{};
-    grow_failed_ = true;
+    throw;
+  }
+  slots_[next] = std::move(slot);
+  made_.store(next + 1, std::memory_order_release);  // slot(next) may be read from now on
+  return static_cast<std::uint32_t>(next);
+}
+
+bool BufferRing::make_slot(std::uint32_t& id) noexcept {
+  if (grow_failed_ || slot_count() >= slots_.size()) return false;
+  try {
+    id = add_slot();
+    return true;
+  } catch (...) {
+    grow_failed_ = true;  // the slots made serve on; ask the allocator no more
     return false;
   }
-  made_.store(next + 1, std::memory_order_release);
-  id = static_cast<std::uint32_t>(next);
-  return true;
 }
 
 void BufferRing::set_limit(int slots) noexcept {

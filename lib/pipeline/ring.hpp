@@ -160,6 +160,7 @@ class BufferRing {
 
   /// A batch let go by its epoch but still held (kept) by the user, and its end.
   void add_kept() noexcept { kept_.fetch_add(1); }
+  int kept() const noexcept { return kept_.load(); }
   void remove_kept() noexcept { kept_.fetch_sub(1); }
   /// True when kept batches hold every buffer the consumer receives batches in: it would wait
   /// for ever.
@@ -178,7 +179,9 @@ class BufferRing {
     return id;
   }
 
-  /// Makes slot slot_count() and hands it out as `id`; false when its memory cannot be had.
+  /// Makes slot slot_count() and returns its id. \throws what the allocation throws.
+  std::uint32_t add_slot();
+  /// add_slot() as `id`, under the capacity; false when its memory cannot be had.
   bool make_slot(std::uint32_t& id) noexcept;
   void push_free(std::uint32_t id) noexcept;
 
