@@ -40,9 +40,12 @@ void record(LoaderImpl& impl, std::uint64_t batch, int workers, int prefetch, st
 
 }  // namespace
 
-void tuning_begin(LoaderImpl& impl) noexcept {
+namespace {
+
+void open_window(LoaderImpl& impl) noexcept {
   Tuning& t = impl.tuning;
-  if (!t.enabled) return;
+  t.capacity_ns.fetch_add(nanos_since(t.window_start) *
+                          static_cast<std::uint64_t>(t.workers.load()));
   t.window_open = true;
   t.window_start = Clock::now();
   t.window_batches = impl.batches.load();
@@ -50,10 +53,24 @@ void tuning_begin(LoaderImpl& impl) noexcept {
   t.window_read_ns = impl.read_ns.load();
 }
 
+}  // namespace
+
+void tuning_begin(LoaderImpl& impl) noexcept {
+  Tuning& t = impl.tuning;
+  if (!t.enabled) return;
+  // The first window opens once the run has delivered a batch: the wait for the first one is
+  // the epoch's start-up, not what the settings do.
+  t.window_open = false;
+  t.run_open = true;
+  t.run_start_batches = impl.batches.load();
+  t.window_start = Clock::now();  // the worker time until the first window counts too
+}
+
 void tuning_end(LoaderImpl& impl) noexcept {
   Tuning& t = impl.tuning;
-  if (!t.enabled || !t.window_open) return;
+  if (!t.enabled || !t.run_open) return;  // a planner that never started
   t.window_open = false;
+  t.run_open = false;
   t.capacity_ns.fetch_add(nanos_since(t.window_start) *
                           static_cast<std::uint64_t>(t.workers.load()));
 }
@@ -61,7 +78,10 @@ void tuning_end(LoaderImpl& impl) noexcept {
 void tuning_step(LoaderImpl& impl) {
   Tuning& t = impl.tuning;
   if (!t.enabled) return;
-  if (!t.window_open) tuning_begin(impl);
+  if (!t.window_open) {
+    if (impl.batches.load() > t.run_start_batches) open_window(impl);
+    return;
+  }
   const auto now = Clock::now();
   const auto elapsed = now - t.window_start;
   const std::uint64_t batches = impl.batches.load();

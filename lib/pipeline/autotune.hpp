@@ -59,9 +59,11 @@ struct Tuning {
   }
 
   // The planner's window (planner thread only, and the epoch's end after it is joined).
-  bool window_open = false;
+  bool run_open = false;     // between tuning_begin and tuning_end
+  bool window_open = false;  // a window is being measured
   Clock::time_point window_start;
   std::uint64_t window_batches = 0, window_wait_ns = 0, window_read_ns = 0;
+  std::uint64_t run_start_batches = 0;        // batches delivered when the run began
   std::atomic<std::uint64_t> capacity_ns{0};  // worker-nanoseconds of closed windows
 
   std::vector<std::unique_ptr<tbb::task_arena>> arenas;  // [n]: concurrency n (planner only)
