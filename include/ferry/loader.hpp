@@ -65,6 +65,18 @@ struct FERRY_API LoaderOptions {
   /// Each batch's tensors are ordered on it (the stream waits for the copy, on the GPU), so
   /// `to_dlpack(stream)` with this same stream hands a batch over with no wait at all.
   CUstream_st* stream = nullptr;
+  /// Choose workers and prefetch while the loader runs, from its own measurements (the
+  /// consumer's wait, the workers' busy time), within memory_budget. `workers` (0: half the
+  /// cores) and `prefetch` are where it starts; it never goes above the machine's cores. The
+  /// batches are the same, bit for bit, whatever it chooses. LoaderStats::autotune_decisions
+  /// says what it did and why.
+  bool autotune = false;
+  /// Bytes the loader may hold: staging slots, device buffers, and an estimate of the workers'
+  /// per-thread scratch (one sample's bytes per worker). 0: no cap beyond the options. Under
+  /// autotune it caps the slots and workers it adds; without, the options must fit in it.
+  /// \throws ConfigError (at construction) when it cannot hold the minimum pipeline (one slot,
+  /// the device buffers, one worker) or, without autotune, what the options ask for.
+  std::uint64_t memory_budget = 0;
 
   /// Options for this process of a distributed job, from its launcher's environment:
   /// RANK / WORLD_SIZE / LOCAL_RANK (torchrun) or OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK
@@ -113,6 +125,14 @@ struct FERRY_API LoaderState {
   friend bool operator==(const LoaderState&, const LoaderState&) = default;
 };
 
+/// One change autotune made (LoaderOptions::autotune).
+struct FERRY_API AutotuneDecision {
+  std::uint64_t batch = 0;  ///< batches delivered (since the loader was made) when it was made
+  int workers = 0;          ///< workers from then on
+  int prefetch = 0;         ///< staging slots in use from then on
+  std::string reason;       ///< e.g. "raised workers: the consumer waited 40% while ..."
+};
+
 /// Time and volume per stage, summed since the loader was made.
 struct FERRY_API LoaderStats {
   std::uint64_t batches = 0;              ///< delivered to the consumer
@@ -127,8 +147,9 @@ struct FERRY_API LoaderStats {
   double consumer_wait_seconds = 0;       ///< next() waited for data
   double wall_seconds = 0;                ///< epochs' wall time
   double first_batch_seconds = 0;         ///< epoch start to first batch, last epoch
-  std::uint64_t staging_allocations = 0;  ///< staging slots ever allocated (== prefetch)
-  std::uint64_t device_allocations = 0;   ///< device buffers ever allocated
+  std::uint64_t staging_allocations =
+      0;  ///< staging slots ever allocated (prefetch; autotune: as made)
+  std::uint64_t device_allocations = 0;  ///< device buffers ever allocated
   /// Times the consumer's thread was blocked by the loader until device work finished (inside
   /// next() and when a batch is let go): 0 per batch once an epoch runs (ferry::host_sync_count
   /// says what counts).
@@ -136,13 +157,21 @@ struct FERRY_API LoaderStats {
   /// Times the loader's own threads blocked on device work: the planner waiting until a staging
   /// slot's copy is done before it refills the slot (back-pressure from a slow consumer).
   std::uint64_t background_syncs = 0;
+  int workers = 0;                 ///< workers in use now (autotune's choice, or the option's)
+  int prefetch = 0;                ///< staging slots in use now (autotune's choice, or the option)
+  std::uint64_t memory_bytes = 0;  ///< the loader's own memory now (see memory_budget)
+  bool autotune = false;           ///< LoaderOptions::autotune
+  /// Autotune's last 64 changes, oldest first.
+  std::vector<AutotuneDecision> autotune_decisions;
 
   /// Fraction of wall time the consumer waited for data.
   double consumer_wait_fraction() const noexcept;
   /// Fraction of worker capacity spent reading.
   double worker_busy_fraction() const noexcept;
   /// One line that names the bottleneck, e.g. "input-bound: the consumer waited 41% of wall
-  /// time; workers were 98% busy".
+  /// time; workers were 98% busy"; under autotune followed by its choice and its last reason,
+  /// e.g. "; autotune: 2 workers, prefetch 6 (raised prefetch: the consumer waited 40% while
+  /// workers were 20% busy)".
   std::string summary() const;
 };
 

@@ -27,7 +27,7 @@ RunState::RunState(std::shared_ptr<LoaderImpl> i, std::uint64_t e, std::size_t f
       start(std::min(first, plan ? plan->batches() : sampler.batches())),
       end(plan ? plan->batches() : sampler.batches()),
       number_offset(plan ? plan->number_offset() : sampler.number_offset()),
-      planned(impl->ring->slot_count()) {
+      planned(impl->ring->slot_capacity()) {
   // The epoch's whole count, where this run knows it (not a resume between its batches).
   if (plan && (position == 0 || number_offset != 0)) {
     impl->planned_batches.store(number_offset + end);
@@ -113,6 +113,7 @@ void EpochRun::shutdown() noexcept {
   shut_down_ = true;
   run_.stop();
   if (planner_.joinable()) planner_.join();
+  tuning_end(*run_.impl);  // after the planner, the only other thread that touches it
   stage_->join();
   // Fill tasks see stopping and finish quickly; no slot may be touched after this.
   for (int n = run_.in_flight->load(); n != 0; n = run_.in_flight->load()) {
@@ -178,13 +179,14 @@ const Batch* EpochRun::next() {
     return nullptr;
   }
   if (impl.ring->stalled()) {
-    throw ConfigError(
-        "Loader: all " +
-        std::to_string(impl.device_path ? impl.ring->device_count() : impl.ring->slot_count()) +
-        (impl.device_path ? " device buffers" : " staging slots") +
-        " are held by batches (or their tensors) kept past their iteration; release "
-        "some, or raise " +
-        (impl.device_path ? "device_buffers" : "prefetch"));
+    throw ConfigError("Loader: all " +
+                      std::to_string(impl.device_path
+                                         ? impl.ring->device_count()
+                                         : static_cast<std::size_t>(impl.ring->limit())) +
+                      (impl.device_path ? " device buffers" : " staging slots") +
+                      " are held by batches (or their tensors) kept past their iteration; release "
+                      "some, or raise " +
+                      (impl.device_path ? "device_buffers" : "prefetch"));
   }
   const auto wait_start = Clock::now();
   const std::optional<ReadyBatch> got = stage_->take();

@@ -39,6 +39,7 @@ struct FillJob {
   std::uint32_t slot;
   std::uint64_t number;
   std::shared_ptr<std::atomic<int>> in_flight;
+  int workers;  // the concurrency of the arena it runs in
 };
 
 /// The samples [begin, end) of a slot: read each, then run its fields' operations on it when
@@ -155,7 +156,7 @@ void settle_failures(RunState& run, Slot& slot) {
   }
 }
 
-void fill(RunState& run, std::uint32_t slot_id, std::uint64_t number) noexcept {
+void fill(RunState& run, std::uint32_t slot_id, std::uint64_t number, int workers) noexcept {
   LoaderImpl& impl = *run.impl;
   Slot& slot = impl.ring->slot(slot_id);
   const std::size_t count = slot.indices.size();
@@ -164,7 +165,7 @@ void fill(RunState& run, std::uint32_t slot_id, std::uint64_t number) noexcept {
     if (!slot.error) {
       fault(FaultPoint::fill, number);
       const std::size_t grain =
-          std::max<std::size_t>(1, count / (4 * static_cast<std::size_t>(impl.workers)));
+          std::max<std::size_t>(1, count / (4 * static_cast<std::size_t>(workers)));
       FERRY_TSAN_RELEASE(&tsan_edge);
       tbb::parallel_for(tbb::blocked_range<std::size_t>(0, count, grain),
                         FillRange{&run, &slot, &any_failed});
@@ -184,7 +185,7 @@ void run_fill_job(FillJob* job) {
   FERRY_TSAN_ACQUIRE(job);
   const std::unique_ptr<FillJob> owned(job);
   const auto in_flight = job->in_flight;  // the run may be gone once it drops to 0
-  fill(*job->run, job->slot, job->number);
+  fill(*job->run, job->slot, job->number, job->workers);
   in_flight->fetch_sub(1);
   in_flight->notify_all();
 }
@@ -206,11 +207,13 @@ struct FillTask {
 }  // namespace
 
 void enqueue_fill(RunState& run, std::uint32_t slot, std::uint64_t number) {
-  auto job = std::make_unique<FillJob>(FillJob{&run, slot, number, run.in_flight});
+  int workers = 1;
+  tbb::task_arena& arena = fill_arena(*run.impl, workers);
+  auto job = std::make_unique<FillJob>(FillJob{&run, slot, number, run.in_flight, workers});
   run.in_flight->fetch_add(1);
   FERRY_TSAN_RELEASE(job.get());
   try {
-    run.impl->arena.enqueue(FillTask{job.get()});
+    arena.enqueue(FillTask{job.get()});
   } catch (...) {
     run.in_flight->fetch_sub(1);
     throw;

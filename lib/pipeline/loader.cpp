@@ -109,9 +109,31 @@ std::size_t staging_capacity(std::size_t dataset_size, const LoaderOptions& o) {
   return std::max<std::size_t>(1, std::min(o.batch_size, per_rank));
 }
 
-int worker_count(int requested) {
-  if (requested > 0) return requested;
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+int core_count() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
+
+// Workers to start with: the option, else one per core (autotune: half the cores).
+int worker_count(const LoaderOptions& o) {
+  if (o.workers > 0) return o.workers;
+  return o.autotune ? std::max(1, core_count() / 2) : core_count();
+}
+
+// Slots autotune may make at most (the budget may allow fewer): enough to keep every core's
+// batch in flight twice over, and at least 16.
+int autotune_slot_cap(const LoaderOptions& o, int max_workers) {
+  return std::min(kMaxBuffers, std::max({o.prefetch, 16, 2 * max_workers}));
+}
+
+// "N bytes (one staging slot of S, D device buffers of B, one worker's scratch of C)".
+std::string budget_parts(std::uint64_t total, int slots, std::uint64_t slot_bytes, int devices,
+                         std::uint64_t device_bytes, int workers, std::uint64_t scratch) {
+  std::string s = std::to_string(total) + " bytes (" + std::to_string(slots) + " staging slot" +
+                  (slots == 1 ? "" : "s") + " of " + std::to_string(slot_bytes);
+  if (devices > 0) {
+    s += ", " + std::to_string(devices) + " device buffers of " + std::to_string(device_bytes);
+  }
+  s += ", " + std::to_string(workers) + " worker" + (workers == 1 ? "" : "s") + "' scratch of " +
+       std::to_string(scratch) + " each)";
+  return s;
 }
 
 detail::Sampler::Options sampler_options(const LoaderOptions& o) {
@@ -173,19 +195,21 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, const LoaderOpt
                    ? std::max<std::size_t>(1, std::min(options.batch_size, dataset->size()))
                    : staging_capacity(dataset->size(), options)),
       sampler(dataset->size(), sampler_options(options), shard_windows(*dataset, options)),
-      workers(worker_count(options.workers)),
+      workers(worker_count(options)),
       device_path(options.device.is_cuda() || simulated.enabled),
       arena(workers, /*reserved_for_masters=*/0) {
   check_usable(options.device);
   auto n = std::make_shared<std::vector<std::string>>();
   for (const auto& f : fields) n->push_back(f.name);
   names = std::move(n);
+  tuning.enabled = options.autotune;
+  tuning.max_workers = options.autotune ? std::max(workers, core_count()) : workers;
   // The arena's threads come from oneTBB's pool, which by default has one fewer than the cores:
   // ask for enough that `workers` can all fill slots.
-  if (static_cast<std::size_t>(workers) + 1 >
+  if (static_cast<std::size_t>(tuning.max_workers) + 1 >
       tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism)) {
     parallelism.emplace(tbb::global_control::max_allowed_parallelism,
-                        static_cast<std::size_t>(workers) + 1);
+                        static_cast<std::size_t>(tuning.max_workers) + 1);
   }
   if (options.device.is_cuda()) {
     engine = cuda::make_engine(options.device.index());
@@ -238,9 +262,54 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, const LoaderOpt
   sizes.device_buffers = device_path ? options.device_buffers : 0;
   sizes.device_bytes = layout->bytes;
   sizes.ragged_fields = layout->written.ragged_count();
+  plan_memory(sizes);
   ring = std::make_unique<BufferRing>(sizes, engine.get());
+  ring->set_limit(start_slots);
   staging_allocations = ring->slot_count();
   device_allocations = ring->device_count();
+}
+
+void detail::LoaderImpl::plan_memory(BufferRing::Sizes& sizes) {
+  // The estimate of a worker's scratch: one sample's bytes as read (a decoder keeping more per
+  // thread, as ImageFolder's, is not counted beyond that).
+  Tuning& t = tuning;
+  t.slot_bytes = sizes.staging_bytes;
+  t.device_bytes = static_cast<std::uint64_t>(sizes.device_buffers) * sizes.device_bytes;
+  t.scratch_per_worker = (layout->written.bytes + capacity - 1) / capacity;
+  t.budget = options.memory_budget;
+  const int devices = sizes.device_buffers;
+  const auto parts = [&](int slots, int w) {
+    return budget_parts(t.bytes(static_cast<std::uint64_t>(slots), static_cast<std::uint64_t>(w)),
+                        slots, t.slot_bytes, devices, sizes.device_bytes, w, t.scratch_per_worker);
+  };
+  const std::string budget = "Loader: memory_budget of " + std::to_string(t.budget) + " bytes";
+  if (!t.fits(1, 1)) {
+    throw ConfigError(budget + " cannot hold the smallest pipeline: it needs " + parts(1, 1));
+  }
+  if (!t.enabled) {
+    t.workers.store(workers);
+    t.workers_high.store(workers);
+    start_slots = options.prefetch;
+    if (!t.fits(static_cast<std::uint64_t>(options.prefetch),
+                static_cast<std::uint64_t>(workers))) {
+      throw ConfigError(
+          budget + " cannot hold what the options ask for: " + parts(options.prefetch, workers) +
+          "; raise memory_budget, lower prefetch or workers, or set autotune");
+    }
+    return;
+  }
+  // Autotune starts from the options, as far as the budget allows: workers first (one slot
+  // made), then the slots in use. One slot is made now, the others when the planner needs them.
+  int w = workers;
+  while (w > 1 && !t.fits(1, static_cast<std::uint64_t>(w))) --w;
+  t.workers.store(w);
+  t.workers_high.store(w);
+  int cap = autotune_slot_cap(options, t.max_workers);
+  while (cap > 1 && !t.fits(static_cast<std::uint64_t>(cap), static_cast<std::uint64_t>(w))) --cap;
+  start_slots = std::min(options.prefetch, cap);
+  sizes.slots = 1;
+  sizes.max_slots = cap;
+  t.arenas.resize(static_cast<std::size_t>(t.max_workers) + 1);
 }
 
 Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options)
@@ -366,10 +435,20 @@ LoaderStats Loader::stats() const {
   s.wall_seconds = seconds(i.wall_ns);
   s.worker_capacity_seconds = s.wall_seconds * i.workers;
   s.first_batch_seconds = seconds(i.first_batch_ns);
-  s.staging_allocations = i.staging_allocations;
   s.device_allocations = i.device_allocations;
   s.host_syncs = i.host_syncs.load();
   s.background_syncs = i.background_syncs.load();
+  s.staging_allocations = i.ring->slot_count();
+  s.workers = i.tuning.workers.load();
+  s.prefetch = i.ring->limit();
+  s.memory_bytes = detail::memory_now(i);
+  s.autotune = i.tuning.enabled;
+  if (i.tuning.enabled) {
+    // Worker time of the windows closed so far (the workers changed between them).
+    s.worker_capacity_seconds = static_cast<double>(i.tuning.capacity_ns.load()) * 1e-9;
+    std::lock_guard lock(i.tuning.decisions_mutex);
+    s.autotune_decisions.assign(i.tuning.decisions.begin(), i.tuning.decisions.end());
+  }
   return s;
 }
 

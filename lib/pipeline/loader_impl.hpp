@@ -24,6 +24,7 @@
 
 #include "copy/copy_engine.hpp"
 #include "ferry/loader.hpp"
+#include "pipeline/autotune.hpp"
 #include "pipeline/batch_layout.hpp"
 #include "pipeline/epoch_plan.hpp"
 #include "pipeline/ragged.hpp"
@@ -64,9 +65,15 @@ struct LoaderImpl {
   std::atomic<std::size_t> planned_batches{0};  // of the epoch last started
   std::unique_ptr<BatchLayout> layout;
   std::unique_ptr<BufferRing> ring;
+  int start_slots = 1;  // slots in use at the start (prefetch, or autotune's first choice)
+  /// The budget's accounting (tuning's sizes), its checks, and autotune's starting point.
+  /// \throws ConfigError when memory_budget cannot hold the smallest pipeline, or (without
+  /// autotune) what the options ask for.
+  void plan_memory(BufferRing::Sizes& sizes);
 
   std::optional<tbb::global_control> parallelism;
-  tbb::task_arena arena;
+  tbb::task_arena arena;  // without autotune; with it, tuning.arenas
+  Tuning tuning;          // workers and slots in use, and the memory they hold
 
   std::mutex run_mutex;                    // epoch() one at a time
   std::atomic<EpochRun*> active{nullptr};  // the epoch being iterated, until it ends

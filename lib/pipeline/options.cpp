@@ -317,6 +317,15 @@ std::string LoaderStats::summary() const {
        << pct(busy) << " busy";
   }
   if (skipped > 0) os << "; " << skipped << " samples skipped";
+  if (autotune) {
+    os << "; autotune: " << workers << (workers == 1 ? " worker" : " workers") << ", prefetch "
+       << prefetch;
+    if (autotune_decisions.empty()) {
+      os << " (as started)";
+    } else {
+      os << " (" << autotune_decisions.back().reason << ")";
+    }
+  }
   return os.str();
 }
 

@@ -11,8 +11,17 @@ void run_planner(RunState& run) {
   LoaderImpl& impl = *run.impl;
   BufferRing& ring = *impl.ring;
   const auto stop = [&] { return run.stop_requested(); };
+  const auto may_make = [&] { return tuning_may_make_slot(impl); };
+  tuning_begin(impl);
   for (std::size_t k = run.start; k < run.end; ++k) {
-    const std::optional<std::uint32_t> id = ring.acquire_slot(stop, &impl.slot_wait_ns);
+    // Autotune's window: workers and slots in use change here, between batches, on this thread.
+    if (impl.tuning.enabled) {
+      try {
+        tuning_step(impl);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): a decision not recorded changes nothing
+      }
+    }
+    const std::optional<std::uint32_t> id = ring.acquire_slot(stop, &impl.slot_wait_ns, may_make);
     if (!id) break;  // stopping
     if (run.stop_requested()) {
       ring.release_slot(*id);

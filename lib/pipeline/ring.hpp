@@ -4,6 +4,11 @@
 // epoch. Free buffers wait in lock-free lists; whoever returns one wakes its waiters. A batch
 // (or a tensor of it) kept past its iteration holds its buffer through a Lease; when every
 // buffer is held that way, the consumer would wait for ever, so stalled() says so instead.
+//
+// Under autotune the ring holds up to max_slots slots but makes them lazily: the planner (the
+// only thread that acquires slots) makes one when it may use more than are made and none is
+// free, after asking whether the memory budget allows it. At most limit() slots are in use
+// (acquired and not yet released) at once; lowering the limit leaves the others idle.
 
 #include <atomic>
 #include <boost/lockfree/queue.hpp>
@@ -85,7 +90,8 @@ struct DeviceSlot {
 class BufferRing {
  public:
   struct Sizes {
-    int slots = 1;                  ///< staging slots (prefetch)
+    int slots = 1;                  ///< staging slots made now and in use at most (prefetch)
+    int max_slots = 0;              ///< slots it may make later (autotune); < slots: slots
     std::size_t staging_bytes = 0;  ///< each
     std::size_t capacity = 1;       ///< samples per batch
     bool pinned = false;            ///< page-locked staging
@@ -99,21 +105,54 @@ class BufferRing {
   BufferRing(const BufferRing&) = delete;
   BufferRing& operator=(const BufferRing&) = delete;
 
-  std::size_t slot_count() const noexcept { return slots_.size(); }
+  /// Slots made so far.
+  std::size_t slot_count() const noexcept { return made_.load(std::memory_order_acquire); }
+  /// Slots the ring may ever hold.
+  std::size_t slot_capacity() const noexcept { return slots_.size(); }
+  std::size_t staging_bytes() const noexcept { return staging_bytes_; }
   std::size_t device_count() const noexcept { return device_slots_.size(); }
   Slot& slot(std::uint32_t id) noexcept { return *slots_[id]; }
   DeviceSlot& device(std::uint32_t id) noexcept { return *device_slots_[id]; }
 
-  /// A free slot, waiting for one; nothing when `stop()` turned true first.
+  /// Slots in use at most (acquired and not yet released).
+  int limit() const noexcept { return limit_.load(std::memory_order_acquire); }
+  /// Sets limit() (1 to slot_capacity()); a lower one takes effect as slots come back.
+  void set_limit(int slots) noexcept;
+
+  /// A free slot, waiting for one while limit() slots are in use; nothing when `stop()` turned
+  /// true first. With none free but fewer than limit() made, it makes one if `may_make()` (the
+  /// budget allows it); a slot that cannot be allocated is not retried (the limit stays where
+  /// the slots are). Called by one thread at a time (the planner).
+  template <class Stop, class MayMake>
+  std::optional<std::uint32_t> acquire_slot(Stop stop, std::atomic<std::uint64_t>* waited_ns,
+                                            MayMake may_make) {
+    std::uint32_t id = 0;
+    bool got = false;
+    wait_until(
+        slot_returned_,
+        [&] {
+          if (in_use_.load(std::memory_order_acquire) >= limit()) return false;
+          got = free_slots_.pop(id);
+          if (!got && slot_count() < static_cast<std::size_t>(limit()) && may_make()) {
+            got = make_slot(id);
+          }
+          if (got) in_use_.fetch_add(1, std::memory_order_acq_rel);
+          return got;
+        },
+        stop, waited_ns);
+    if (!got) return std::nullopt;
+    return id;
+  }
   template <class Stop>
   std::optional<std::uint32_t> acquire_slot(Stop stop, std::atomic<std::uint64_t>* waited_ns) {
-    return acquire(free_slots_, slot_returned_, stop, waited_ns);
+    return acquire_slot(stop, waited_ns, [] { return false; });
   }
   /// A free device buffer, as acquire_slot().
   template <class Stop>
   std::optional<std::uint32_t> acquire_device(Stop stop) {
     return acquire(free_device_, device_returned_, stop, nullptr);
   }
+  /// Returns a slot that acquire_slot() gave.
   void release_slot(std::uint32_t id) noexcept;
   void release_device(std::uint32_t id) noexcept;
   /// Wakes every waiter, so that it looks at its stop condition again.
@@ -121,6 +160,7 @@ class BufferRing {
 
   /// A batch let go by its epoch but still held (kept) by the user, and its end.
   void add_kept() noexcept { kept_.fetch_add(1); }
+  int kept() const noexcept { return kept_.load(); }
   void remove_kept() noexcept { kept_.fetch_sub(1); }
   /// True when kept batches hold every buffer the consumer receives batches in: it would wait
   /// for ever.
@@ -139,8 +179,22 @@ class BufferRing {
     return id;
   }
 
-  std::vector<std::variant<HostBuffer, PinnedBuffer>> staging_;
+  /// Makes slot slot_count() and returns its id. \throws what the allocation throws.
+  std::uint32_t add_slot();
+  /// add_slot() as `id`, under the capacity; false when its memory cannot be had.
+  bool make_slot(std::uint32_t& id) noexcept;
+  void push_free(std::uint32_t id) noexcept;
+
+  Sizes sizes_;
+  std::size_t staging_bytes_ = 0;
+  // Sized to the capacity up front, so that making a slot never moves another: slots_[id] of a
+  // slot made is read by every stage while the planner makes the next one.
+  std::vector<std::variant<std::monostate, HostBuffer, PinnedBuffer>> staging_;
   std::vector<std::unique_ptr<Slot>> slots_;
+  std::atomic<std::size_t> made_{0};
+  std::atomic<int> limit_{1};
+  std::atomic<int> in_use_{0};
+  bool grow_failed_ = false;  // an allocation failed: make no more (planner only)
   std::vector<std::unique_ptr<DeviceSlot>> device_slots_;
   FreeList free_slots_;
   FreeList free_device_;

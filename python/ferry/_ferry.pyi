@@ -150,6 +150,10 @@ class LoaderStats:
     device_allocations: int
     host_syncs: int
     background_syncs: int
+    workers: int
+    prefetch: int
+    memory_bytes: int
+    autotune: bool
     def consumer_wait_fraction(self) -> float: ...
     def worker_busy_fraction(self) -> float: ...
     def summary(self) -> str: ...

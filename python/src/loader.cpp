@@ -258,6 +258,10 @@ void bind_loader(py::module_& m) {
       .def_readonly("device_allocations", &LoaderStats::device_allocations)
       .def_readonly("host_syncs", &LoaderStats::host_syncs)
       .def_readonly("background_syncs", &LoaderStats::background_syncs)
+      .def_readonly("workers", &LoaderStats::workers)
+      .def_readonly("prefetch", &LoaderStats::prefetch)
+      .def_readonly("memory_bytes", &LoaderStats::memory_bytes)
+      .def_readonly("autotune", &LoaderStats::autotune)
       .def("consumer_wait_fraction", &LoaderStats::consumer_wait_fraction)
       .def("worker_busy_fraction", &LoaderStats::worker_busy_fraction)
       .def("summary", &LoaderStats::summary,

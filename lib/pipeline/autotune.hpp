@@ -1,0 +1,90 @@
+#pragma once
+
+// Autotune (LoaderOptions::autotune): workers and staging slots in use, chosen while the loader
+// runs, within LoaderOptions::memory_budget.
+//
+// Who tunes: the planner thread, once per window of delivered batches, before it takes its next
+// slot. It is the only thread that makes slots or changes the worker count, so each check of the
+// budget and the allocation it allows happen on one thread, in that order: the loader's memory
+// never exceeds the budget, not even between the two. The consumer's side only adds to the
+// counters it reads (consumer wait, batches delivered); the workers add their read time.
+//
+// Workers: a oneTBB arena's concurrency cannot change while it holds work, and a TBB worker must
+// never block on a semaphore, so each worker count n has its own arena of concurrency n (made
+// when first chosen; an arena owns no threads, it only bounds how many of oneTBB's pool join
+// it). Each batch's fill goes to the arena of the count chosen when it was planned: a change
+// applies from the next batch, while batches already in flight finish in theirs.
+// Slots: BufferRing::set_limit; slots are made lazily, on the planner, after a budget check.
+
+#include <oneapi/tbb/task_arena.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ferry/loader.hpp"
+#include "pipeline/ring.hpp"
+
+namespace ferry::detail {
+
+struct LoaderImpl;
+
+struct Tuning {
+  bool enabled = false;
+  std::uint64_t budget = 0;              // 0: none
+  std::uint64_t slot_bytes = 0;          // each staging slot
+  std::uint64_t device_bytes = 0;        // every device buffer together
+  std::uint64_t scratch_per_worker = 0;  // the estimate: one sample's bytes
+  int max_workers = 1;
+
+  std::atomic<int> workers{1};       // in use now
+  std::atomic<int> workers_high{1};  // the most ever in use (their threads keep scratch)
+  // Slots in use are not lowered below a depth the consumer was seen waiting at (planner only):
+  // giving back a slot that was needed would only make it wait again.
+  int slots_floor = 2;
+  // Windows in a row in which the consumer waited: slots are added only from the second, so
+  // that one stall of the machine does not leave a deeper floor behind (planner only).
+  int waiting_windows = 0;
+
+  /// The loader's memory with `slots` slots made and `workers` workers' scratch.
+  std::uint64_t bytes(std::uint64_t slots_made, std::uint64_t worker_count) const noexcept {
+    return slots_made * slot_bytes + device_bytes + worker_count * scratch_per_worker;
+  }
+  bool fits(std::uint64_t slots_made, std::uint64_t worker_count) const noexcept {
+    return budget == 0 || bytes(slots_made, worker_count) <= budget;
+  }
+
+  // The planner's window (planner thread only, and the epoch's end after it is joined).
+  bool run_open = false;     // between tuning_begin and tuning_end
+  bool window_open = false;  // a window is being measured
+  Clock::time_point window_start;
+  std::uint64_t window_batches = 0, window_wait_ns = 0, window_read_ns = 0;
+  std::uint64_t run_start_batches = 0;        // batches delivered when the run began
+  std::atomic<std::uint64_t> capacity_ns{0};  // worker-nanoseconds of closed windows
+
+  std::vector<std::unique_ptr<tbb::task_arena>> arenas;  // [n]: concurrency n (planner only)
+
+  mutable std::mutex decisions_mutex;
+  std::deque<AutotuneDecision> decisions;  // the last kKeptDecisions
+  static constexpr std::size_t kKeptDecisions = 64;
+};
+
+/// Opens the tuning window of a run's planner (its start).
+void tuning_begin(LoaderImpl& impl) noexcept;
+/// Once a window of batches has been delivered: measures it and changes workers or slots in
+/// use. Planner thread only.
+void tuning_step(LoaderImpl& impl);
+/// The epoch's end (its planner joined): the open window's worker time joins the stats.
+void tuning_end(LoaderImpl& impl) noexcept;
+/// Whether the budget allows one more slot now (planner thread only).
+bool tuning_may_make_slot(const LoaderImpl& impl) noexcept;
+/// The arena the planner's next fill goes to, and the worker count it runs with.
+tbb::task_arena& fill_arena(LoaderImpl& impl, int& workers);
+/// The loader's memory now.
+std::uint64_t memory_now(const LoaderImpl& impl) noexcept;
+
+}  // namespace ferry::detail
