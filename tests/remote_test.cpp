@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -23,6 +24,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "expect_error.hpp"
@@ -549,6 +551,58 @@ TEST_F(Remote, FileUrlsAreReadToo) {
   expect_error<DataError>(
       [&] { (void)ferry::TokenDataset::open({"file://" + www("nope.bin").string()}, tokens()); },
       {"TokenDataset: file://", "nope.bin", "cannot download"});
+}
+
+// Sets environment variables for a scope, and unsets them after.
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(std::vector<std::pair<std::string, std::string>> vars)
+      : vars_(std::move(vars)) {
+    for (const auto& [k, v] : vars_) ::setenv(k.c_str(), v.c_str(), 1);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  ~ScopedEnv() {
+    for (const auto& [k, v] : vars_) ::unsetenv(k.c_str());
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> vars_;
+};
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+TEST_F(Remote, S3UrlsGoToTheEndpointPathStyleSignedWithSigV4) {
+  fs::create_directories(www("bucket/train"));
+  fs::copy_file(www("small1.bin"), www("bucket/train/small1.bin"),
+                fs::copy_options::overwrite_existing);
+  FaultProxy proxy(nginx_->port());  // sees the request as signed
+  const ScopedEnv env({{"AWS_ENDPOINT_URL", proxy.url("")},
+                       {"AWS_REGION", "eu-west-1"},
+                       {"AWS_ACCESS_KEY_ID", "AKIDFERRYTEST"},
+                       {"AWS_SECRET_ACCESS_KEY", "secret"},
+                       {"AWS_SESSION_TOKEN", "session-token"}});
+  const auto local = ferry::TokenDataset::open({www("small1.bin")}, tokens());
+  const auto url = ferry::TokenDataset::open({"s3://bucket/train/small1.bin"}, tokens());
+  EXPECT_EQ(samples_of(url), samples_of(local));
+  const auto requests = proxy.requests();
+  ASSERT_EQ(requests.size(), 1U);
+  const std::string head = lower(requests[0]);
+  EXPECT_EQ(head.rfind("get /bucket/train/small1.bin http/1.1\r\n", 0), 0U) << requests[0];
+  EXPECT_NE(head.find("authorization: aws4-hmac-sha256 credential=akidferrytest/"),
+            std::string::npos)
+      << requests[0];
+  EXPECT_NE(head.find("/eu-west-1/s3/aws4_request"), std::string::npos) << requests[0];
+  EXPECT_NE(head.find("x-amz-date: "), std::string::npos) << requests[0];
+  EXPECT_NE(head.find("x-amz-security-token: session-token"), std::string::npos) << requests[0];
+  EXPECT_NE(head.find("x-amz-content-sha256: e3b0c442"), std::string::npos) << requests[0];
+  // S3 wants both headers signed.
+  const std::string signed_headers = head.substr(head.find("signedheaders="));
+  EXPECT_NE(signed_headers.find("x-amz-content-sha256"), std::string::npos) << requests[0];
+  EXPECT_NE(signed_headers.find("x-amz-security-token"), std::string::npos) << requests[0];
 }
 
 // ---- failures ---------------------------------------------------------------------------------
