@@ -625,6 +625,15 @@ TEST_F(Remote, NotFoundFailsAtOnceNamingTheUrlAndTheStatus) {
       {"WebDataset: " + nginx_->url("missing.tar") + ": cannot download", "HTTP 404"});
 }
 
+TEST_F(Remote, ARefusedConnectionIsRetriedThenADataErrorWithCurlsText) {
+  const std::string url = "http://127.0.0.1:" + std::to_string(free_port()) + "/x.bin";
+  const auto start = Clock::now();
+  expect_error<DataError>(
+      [&] { (void)ferry::TokenDataset::open({url}, tokens(0, 1)); },
+      {"TokenDataset: " + url + ": cannot download", "curl: ", "after 2 tries"});
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+}
+
 TEST_F(Remote, BadRemoteOptionsAreConfigErrors) {
   ferry::TokenOptions o = tokens();
   o.remote.connections = 0;

@@ -221,7 +221,8 @@ std::shared_ptr<WebDataset> WebDataset::open(std::vector<fs::path> shards,
       requests.push_back({name, {}, false});
       shard_of_request.push_back(s);
       const fs::path sidecar = detail::sidecar_path(detail::remote::entry_path(*dir, name));
-      if (impl.options.index_files && !fs::exists(sidecar)) {
+      std::error_code ec;
+      if (impl.options.index_files && !fs::exists(sidecar, ec)) {
         requests.push_back({name + ".idx", sidecar, true});
         shard_of_request.push_back(kNoShard);
       }
