@@ -738,6 +738,18 @@ TEST_F(Remote, TheCacheStaysWithinItsBoundAndNeverEvictsAFileInUse) {
   EXPECT_LE(cache_bytes(cache_), bound);
 }
 
+TEST_F(Remote, ADeadDownloadsTemporaryFileGoesAfterADay) {
+  fs::create_directories(cache_);
+  const fs::path old_tmp = cache_ / ".0123456789abcdef-x.bin.0011223344556677.tmp";
+  const fs::path new_tmp = cache_ / ".fedcba9876543210-y.bin.0011223344556677.tmp";
+  write_bytes(old_tmp, "partial");
+  write_bytes(new_tmp, "partial");
+  fs::last_write_time(old_tmp, fs::file_time_type::clock::now() - std::chrono::hours(25));
+  (void)ferry::TokenDataset::open({nginx_->url("small1.bin")}, tokens());
+  EXPECT_FALSE(fs::exists(old_tmp));
+  EXPECT_TRUE(fs::exists(new_tmp));  // perhaps a download under way in another process
+}
+
 TEST_F(Remote, TwoProcessesOpeningTheSameUrlDownloadItOnce) {
   const std::string url = nginx_->url("big.bin");
   const int before = nginx_->gets("big.bin");

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <exception>
 #include <map>
 #include <mutex>
@@ -31,6 +32,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::uint64_t kDefaultCacheBytes = 50ULL << 30;
+constexpr std::int64_t kStaleTemporarySeconds = 24 * 3600;
 
 std::string errno_text(int e) { return std::system_category().message(e); }
 
@@ -560,9 +562,17 @@ std::uint64_t evict(const fs::path& dir, std::uint64_t bound) noexcept {
     std::error_code ec;
     for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
       const std::string name = it->path().filename().string();
-      if (is_lock_or_temporary(name) || name.size() < 17 || name[16] != '-') continue;
       struct stat st {};
       if (::lstat(it->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      if (name.starts_with('.') && name.ends_with(".tmp")) {
+        // A download's temporary file, left by a process that died: none lives this long
+        // without writing (a transfer without progress stops after timeout_seconds).
+        if (::time(nullptr) - st.st_mtim.tv_sec > kStaleTemporarySeconds) {
+          static_cast<void>(::unlink(it->path().c_str()));
+        }
+        continue;
+      }
+      if (is_lock_or_temporary(name) || name.size() < 17 || name[16] != '-') continue;
       Entry& e = entries[name.substr(0, 16)];
       const auto bytes = static_cast<std::uint64_t>(st.st_size);
       e.files.emplace_back(it->path(), bytes);

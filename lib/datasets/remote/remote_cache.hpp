@@ -80,7 +80,8 @@ std::vector<std::optional<CachedFile>> fetch_files(const std::vector<Request>& r
                                                    std::string_view who);
 
 /// Removes least recently used entries of `dir` until its files hold at most `bound` bytes,
-/// skipping those in use. Returns the bytes the folder's files then hold.
+/// skipping those in use, and temporary files of downloads unchanged for a day (left by a
+/// process that died). Returns the bytes the folder's files then hold.
 std::uint64_t evict(const std::filesystem::path& dir, std::uint64_t bound) noexcept;
 
 /// Bytes held by the files of `dir` (lock and temporary files aside).
