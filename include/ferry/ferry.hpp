@@ -15,6 +15,7 @@
 #include "ferry/loader.hpp"         // IWYU pragma: export
 #include "ferry/memory.hpp"         // IWYU pragma: export
 #include "ferry/ops.hpp"            // IWYU pragma: export
+#include "ferry/remote.hpp"         // IWYU pragma: export
 #include "ferry/tensor.hpp"         // IWYU pragma: export
 #include "ferry/token_dataset.hpp"  // IWYU pragma: export
 #include "ferry/version.hpp"        // IWYU pragma: export

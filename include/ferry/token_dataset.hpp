@@ -9,6 +9,7 @@
 #include "ferry/dataset.hpp"
 #include "ferry/dtype.hpp"
 #include "ferry/export.hpp"
+#include "ferry/remote.hpp"
 
 namespace ferry {
 
@@ -20,6 +21,8 @@ struct TokenOptions {
   /// The token type of files without a header (nanoGPT's .bin): u8, u16, u32, i32 or i64,
   /// little-endian.
   DType raw_dtype = DType::u16;
+  /// How files given as URLs are fetched and cached (see RemoteOptions).
+  RemoteOptions remote;
 };
 
 /// Language-model training windows over files of token ids, memory-mapped: nothing is copied
@@ -41,16 +44,19 @@ struct TokenOptions {
 /// the order the files were given. The files must not change while the dataset is open.
 class FERRY_API TokenDataset final : public Dataset {
  public:
-  /// Maps the files and reads their headers. Any thread may call it.
-  /// \throws ConfigError for no files, seq_len < 1, stride < 0, a dtype other than i32 or i64,
-  /// a raw_dtype that is no integer type of the list above, or files none of which is long
-  /// enough for one window (naming seq_len + 1 and the longest file's count);
-  /// DataError naming the file and what is wrong with it: one that cannot be opened or mapped,
-  /// an llm.c header cut short or of an unknown version, a negative token count or one beyond
-  /// or short of the file's size, a raw file whose size is not a multiple of its token's, a
-  /// .npy file whose magic, version, header length or header dict (descr, fortran_order, shape)
-  /// is wrong or unsupported (big-endian, not 1-D, not an integer type above), or whose data
-  /// is not the size its shape says.
+  /// Maps the files and reads their headers. A file may be a URL (see RemoteOptions): all of
+  /// them are fetched into the cache first (TokenOptions::remote), then mapped from there.
+  /// Any thread may call it.
+  /// \throws DataError "TokenDataset: <url>: cannot download: ..." for a URL that cannot be
+  /// fetched; ConfigError for bad RemoteOptions, no files, seq_len < 1, stride < 0, a dtype other
+  /// than i32 or i64, a raw_dtype that is no integer type of the list above, or files none of which
+  /// is long enough for one window (naming seq_len + 1 and the longest file's count); DataError
+  /// naming the file and what is wrong with it: one that cannot be opened or mapped, an llm.c
+  /// header cut short or of an unknown version, a negative token count or one beyond or short of
+  /// the file's size, a raw file whose size is not a multiple of its token's, a .npy file whose
+  /// magic, version, header length or header dict (descr, fortran_order, shape) is wrong or
+  /// unsupported (big-endian, not 1-D, not an integer type above), or whose data is not the size
+  /// its shape says.
   static std::shared_ptr<TokenDataset> open(std::vector<std::filesystem::path> files,
                                             TokenOptions options = {});
   ~TokenDataset() override;

@@ -11,6 +11,7 @@
 #include "ferry/dataset.hpp"
 #include "ferry/export.hpp"
 #include "ferry/image.hpp"
+#include "ferry/remote.hpp"
 
 namespace ferry {
 
@@ -23,6 +24,8 @@ struct WebDatasetOptions {
   /// rebuilt; where the folder cannot be written the index is built in memory only, silently.
   /// false: always build in memory, write nothing.
   bool index_files = true;
+  /// How shards given as URLs are fetched and cached (see RemoteOptions).
+  RemoteOptions remote;
 };
 
 /// WebDataset shards: plain (uncompressed) tar files, written by any tar tool, read by random
@@ -49,8 +52,14 @@ struct WebDatasetOptions {
 /// them plain, since random access needs the uncompressed tar.
 class FERRY_API WebDataset final : public Dataset {
  public:
-  /// Indexes the shards. Any thread may call it.
-  /// \throws ConfigError for no shards or bad ImageOptions (see ImageFolder::open);
+  /// Indexes the shards. A shard may be a URL (see RemoteOptions): all of them are fetched
+  /// into the cache first (WebDatasetOptions::remote, at most `connections` at once), each
+  /// with its index "<url>.idx" when the server has one (with index_files; else the index is
+  /// built from the downloaded shard and kept beside it in the cache), then read from there;
+  /// messages still name the URL. Any thread may call it.
+  /// \throws ConfigError for no shards, bad ImageOptions (see ImageFolder::open) or bad
+  /// RemoteOptions; DataError "WebDataset: <url>: cannot download: ..." for a URL that cannot
+  /// be fetched;
   /// DataError naming the shard, and the byte where one applies, for a shard that cannot be
   /// opened, is compressed, is not a tar file (a header whose checksum does not match), is cut
   /// short (in a header, in a member's data, or without the end-of-archive blocks), has a member

@@ -16,6 +16,7 @@
 #include "core/checked.hpp"
 #include "datasets/common/file_io.hpp"
 #include "datasets/common/npy_header.hpp"
+#include "datasets/remote/remote_cache.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry {
@@ -106,8 +107,14 @@ std::pair<std::size_t, std::int64_t> first_misfit(const std::byte* src, std::siz
 // ---- one file ---------------------------------------------------------------------------
 
 struct TokenDataset::File {
-  File(const std::filesystem::path& path, const TokenOptions& options)
-      : name(path.string()), label{kWho, name}, map(path, label, /*populate=*/false) {
+  // `path` as given (a URL, for messages and its extension); `local` the file mapped: the
+  // same, or the cached copy of a URL, held by `cached` while the dataset lives.
+  File(const std::filesystem::path& path, const std::filesystem::path& local,
+       std::optional<detail::remote::CachedFile> held, const TokenOptions& options)
+      : name(path.string()),
+        label{kWho, name},
+        cached(std::move(held)),
+        map(local, label, /*populate=*/false) {
     const std::span<const std::byte> bytes = map.bytes();
     const bool npy_name = path.extension() == ".npy";
     const bool npy_magic = bytes.size() >= kNpyMagic.size() &&
@@ -130,6 +137,7 @@ struct TokenDataset::File {
 
   std::string name;
   detail::FileLabel label;  // views name
+  std::optional<detail::remote::CachedFile> cached;
   detail::MappedFile map;
   const std::byte* data = nullptr;  // the first token
   std::size_t data_offset = 0;      // its byte in the file
@@ -283,10 +291,21 @@ std::shared_ptr<TokenDataset> TokenDataset::open(std::vector<std::filesystem::pa
   ds->options_ = options;
   ds->files_.reserve(files.size());
   ds->first_window_.reserve(files.size() + 1);
+  // URLs are fetched into the cache first, all of them, then read as local files.
+  std::vector<detail::remote::Request> requests;
+  for (const auto& path : files) {
+    if (detail::remote::is_url(path.native())) requests.push_back({path.string(), {}, false});
+  }
+  std::vector<std::optional<detail::remote::CachedFile>> cached;
+  if (!requests.empty()) cached = detail::remote::fetch_files(requests, options.remote, who);
   std::size_t total = 0;
   const File* longest = nullptr;
+  std::size_t next_cached = 0;
   for (const auto& path : files) {
-    auto f = std::make_unique<File>(path, options);
+    std::optional<detail::remote::CachedFile> held;
+    if (detail::remote::is_url(path.native())) held = std::move(cached[next_cached++]);
+    const std::filesystem::path local = held ? held->path() : path;
+    auto f = std::make_unique<File>(path, local, std::move(held), options);
     if (f->tokens >= span) f->windows = static_cast<std::size_t>((f->tokens - span) / stride + 1);
     ds->first_window_.push_back(total);
     total = detail::checked_add<std::size_t, DataError>(total, f->windows,

@@ -61,7 +61,8 @@ class Cursor {
   std::size_t pos_ = 0;
 };
 
-std::optional<std::vector<TarMember>> parse(std::string_view bytes, const ShardStamp& stamp) {
+std::optional<std::vector<TarMember>> parse(std::string_view bytes, const ShardStamp& stamp,
+                                            bool match_mtime) {
   if (bytes.size() < kHeadBytes + 8 || bytes.substr(0, kMagic.size()) != kMagic) return {};
   const std::string_view body = bytes.substr(0, bytes.size() - 8);
   Cursor tail(bytes.substr(body.size()));
@@ -72,7 +73,9 @@ std::optional<std::vector<TarMember>> parse(std::string_view bytes, const ShardS
   const auto size = c.get<std::uint64_t>();
   const auto mtime = c.get<std::int64_t>();
   const auto count = c.get<std::uint64_t>();
-  if (version != kVersion || size != stamp.size || mtime != stamp.mtime_ns || !count) return {};
+  if (version != kVersion || size != stamp.size || !mtime ||
+      (match_mtime && *mtime != stamp.mtime_ns) || !count)
+    return {};
   if (*count > c.left() / kMemberBytes) return {};
   std::vector<TarMember> members(static_cast<std::size_t>(*count));
   std::uint64_t after = 0;  // the end of the previous member's data
@@ -105,7 +108,7 @@ std::filesystem::path sidecar_path(const std::filesystem::path& shard) {
 }
 
 std::optional<std::vector<TarMember>> load_sidecar(const std::filesystem::path& sidecar,
-                                                   const ShardStamp& stamp) {
+                                                   const ShardStamp& stamp, bool match_mtime) {
   try {
     const FileLabel label{"", sidecar.native()};
     const OpenFile file(sidecar, label);
@@ -117,7 +120,7 @@ std::optional<std::vector<TarMember>> load_sidecar(const std::filesystem::path& 
     if (file.read_all({reinterpret_cast<std::byte*>(bytes.data()), bytes.size()}) != bytes.size()) {
       return {};
     }
-    return parse(bytes, stamp);
+    return parse(bytes, stamp, match_mtime);
   } catch (const Error&) {
     return {};
   }

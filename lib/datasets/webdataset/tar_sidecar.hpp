@@ -30,8 +30,11 @@ std::filesystem::path sidecar_path(const std::filesystem::path& shard);
 
 /// The members recorded in `sidecar` when it is a valid index of a shard stamped `stamp`;
 /// nothing when it is missing, stale or corrupt. Never throws for the file's contents.
+/// `match_mtime` false: the modification time is not compared (a shard downloaded into the
+/// cache, whose index came from the server; the cache's files never change).
 std::optional<std::vector<TarMember>> load_sidecar(const std::filesystem::path& sidecar,
-                                                   const ShardStamp& stamp);
+                                                   const ShardStamp& stamp,
+                                                   bool match_mtime = true);
 
 /// Writes the index (write_file_atomically: an exclusive, symlink-safe temporary file renamed
 /// over `sidecar`); false, silently, when it cannot (a read-only folder, a full disk), and then

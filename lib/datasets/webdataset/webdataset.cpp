@@ -6,6 +6,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <string_view>
 #include <system_error>
 #include <unordered_set>
@@ -22,6 +23,8 @@ using detail::wds::Kind;
 using detail::wds::Loc;
 
 namespace {
+
+constexpr std::size_t kNoShard = ~std::size_t{0};
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -40,10 +43,12 @@ Kind kind_of(std::string_view ext) {
 
 // Opens a shard (OpenFile: once, without blocking, a regular file only) and stamps it from
 // the same descriptor. \throws DataError naming it.
-detail::wds::Shard open_shard(const fs::path& path) {
+detail::wds::Shard open_shard(const fs::path& path, const fs::path& local, bool remote) {
   detail::wds::Shard shard;
   shard.name = path.string();
-  detail::OpenFile file(path, shard.label());
+  shard.file = local.string();
+  shard.remote = remote;
+  detail::OpenFile file(local, shard.label());
   shard.stamp = {file.size(), file.mtime_ns()};
   shard.fd = file.take();
   return shard;
@@ -69,11 +74,13 @@ void refuse_compressed(const detail::wds::Shard& shard) {
   }
 }
 
-std::vector<detail::TarMember> index_shard(const fs::path& path, const detail::wds::Shard& shard,
-                                           bool index_files) {
-  const fs::path sidecar = detail::sidecar_path(path);
+std::vector<detail::TarMember> index_shard(const detail::wds::Shard& shard, bool index_files) {
+  const fs::path sidecar = detail::sidecar_path(shard.file);
   if (index_files) {
-    if (auto members = detail::load_sidecar(sidecar, shard.stamp)) return std::move(*members);
+    // A cached shard never changes; its index may come from the server (another mtime).
+    if (auto members = detail::load_sidecar(sidecar, shard.stamp, !shard.remote)) {
+      return std::move(*members);
+    }
   }
   const detail::FileLabel label = shard.label();
   const int fd = shard.fd.get();
@@ -198,13 +205,43 @@ std::shared_ptr<WebDataset> WebDataset::open(std::vector<fs::path> shards,
     detail::wds::Shard& shard_;
     bool keep_ = false;
   };
-  for (const fs::path& path : impl.paths) {
-    impl.shards.push_back(open_shard(path));
+  // Shards given as URLs are fetched into the cache first, all of them, each with its index
+  // "<url>.idx" where the server has one (else it is built from the shard, as for a local one).
+  std::vector<fs::path> local(impl.paths);
+  std::vector<bool> remote(impl.paths.size(), false);
+  {
+    std::vector<detail::remote::Request> requests;
+    std::vector<std::size_t> shard_of_request;
+    std::optional<fs::path> dir;
+    for (std::size_t s = 0; s < impl.paths.size(); ++s) {
+      const std::string& name = impl.paths[s].native();
+      if (!detail::remote::is_url(name)) continue;
+      if (!dir) dir = detail::remote::cache_dir(impl.options.remote);
+      remote[s] = true;
+      requests.push_back({name, {}, false});
+      shard_of_request.push_back(s);
+      const fs::path sidecar = detail::sidecar_path(detail::remote::entry_path(*dir, name));
+      std::error_code ec;
+      if (impl.options.index_files && !fs::exists(sidecar, ec)) {
+        requests.push_back({name + ".idx", sidecar, true});
+        shard_of_request.push_back(kNoShard);
+      }
+    }
+    if (!requests.empty()) {
+      auto cached = detail::remote::fetch_files(requests, impl.options.remote, who);
+      for (std::size_t r = 0; r < cached.size(); ++r) {
+        if (!cached[r]) continue;
+        if (shard_of_request[r] != kNoShard) local[shard_of_request[r]] = cached[r]->path();
+        impl.cached.push_back(std::move(*cached[r]));
+      }
+    }
+  }
+  for (std::size_t s = 0; s < impl.paths.size(); ++s) {
+    impl.shards.push_back(open_shard(impl.paths[s], local[s], remote[s]));
     detail::wds::Shard& shard = impl.shards.back();
     CloseUnlessKept close_after(shard);
     refuse_compressed(shard);
-    const std::vector<detail::TarMember> members =
-        index_shard(path, shard, impl.options.index_files);
+    const std::vector<detail::TarMember> members = index_shard(shard, impl.options.index_files);
     const detail::FileLabel label = shard.label();
     const std::vector<Group> groups = group_members(members, label);
     impl.shard_starts.push_back(impl.keys.size());

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "datasets/common/file_io.hpp"
+#include "datasets/remote/remote_cache.hpp"
 #include "datasets/webdataset/tar_sidecar.hpp"
 #include "ferry/webdataset.hpp"
 
@@ -40,6 +41,8 @@ inline constexpr std::size_t kMaxOpenShards = 128;
 
 struct Shard {
   std::string name;  ///< the path as given, for messages
+  std::string file;  ///< what is opened: the path, or the cached copy of a URL
+  bool remote = false;
   FileLabel label() const { return {kWebDatasetWho, name}; }
   /// Open while open() indexes the shard; kept open after it only when the shard has samples
   /// and there are at most kMaxOpenShards shards (else each read() opens it with OpenFile).
@@ -75,7 +78,8 @@ struct WebDataset::Impl {
   WebDatasetOptions options;
   std::vector<std::filesystem::path> paths;
   std::vector<detail::wds::Shard> shards;
-  std::vector<std::size_t> shard_starts;  // first sample of each shard, then size()
+  std::vector<detail::remote::CachedFile> cached;  // held while the dataset lives
+  std::vector<std::size_t> shard_starts;           // first sample of each shard, then size()
   std::vector<std::string> keys;
   std::vector<FieldSpec> fields;
   std::vector<detail::wds::Kind> kinds;

@@ -82,7 +82,7 @@ class ShardFd {
     const detail::FileLabel label = shard.label();
     std::optional<detail::OpenFile> file;
     try {
-      file.emplace(shard.name, label);
+      file.emplace(shard.file, label);
     } catch (const DataError& e) {
       throw DataError(std::string(e.what()) +
                       " (the shard, reopened for this read, vanished or was replaced since the "

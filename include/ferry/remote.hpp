@@ -1,0 +1,47 @@
+#pragma once
+
+/// \file Files fetched from a server: the options of the local cache they go through, and
+/// webdataset's brace notation for naming many of them.
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/export.hpp"
+
+namespace ferry {
+
+/// How a dataset fetches the files that it is given as URLs.
+///
+/// Where a dataset takes files (WebDataset shards, TokenDataset files), a file may be a URL:
+/// "http://...", "https://...", "file://..." or "s3://bucket/key" (endpoint from
+/// $AWS_ENDPOINT_URL, else AWS's for $AWS_REGION; credentials from $AWS_ACCESS_KEY_ID,
+/// $AWS_SECRET_ACCESS_KEY and $AWS_SESSION_TOKEN; signed with SigV4). At open each one is
+/// downloaded whole into the cache (at most `connections` at once) and then read as a local
+/// file. A file already in the cache is used as it is: the cache assumes that what a URL names
+/// does not change (give a changed file a new name).
+///
+/// The cache is a folder that several processes may share: each file is downloaded once (a
+/// lock per file; the others wait for it, then use it), only complete files are visible (a
+/// download is written to a temporary file, checked against the server's Content-Length, then
+/// renamed), and it holds at most `cache_bytes`: after a download the least recently used files
+/// go, except those that a dataset has open.
+struct RemoteOptions {
+  std::filesystem::path cache_dir;  ///< empty: $FERRY_CACHE_DIR, else ~/.cache/ferry
+  std::uint64_t cache_bytes = 0;    ///< most bytes kept in the cache; 0: 50 GiB
+  int connections = 8;              ///< parallel transfers per process, >= 1
+  int retries = 5;                  ///< per file, with exponential backoff and jitter, >= 0
+  double timeout_seconds = 60;      ///< a transfer that makes no progress this long fails, > 0
+};
+
+/// Expands webdataset's brace notation: "train-{0000..0003}.tar" gives the four names
+/// train-0000.tar .. train-0003.tar (a range keeps the width of a zero-padded bound),
+/// "{a,b}" lists alternatives, and several groups give every combination, the leftmost group
+/// varying slowest. A pattern without braces gives itself.
+/// \throws ConfigError quoting the pattern for an unbalanced or nested brace, an empty group or
+/// list item, a range that is reversed or not of decimal numbers, or more than 1,000,000 names.
+FERRY_API std::vector<std::string> expand_braces(std::string_view pattern);
+
+}  // namespace ferry

@@ -1,0 +1,607 @@
+#include "datasets/remote/remote_cache.hpp"
+
+#include <curl/curl.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <random>
+#include <system_error>
+#include <thread>
+
+#include "datasets/common/atomic_file.hpp"
+#include "ferry/error.hpp"
+
+namespace ferry::detail::remote {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::uint64_t kDefaultCacheBytes = 50ULL << 30;
+constexpr std::int64_t kStaleTemporarySeconds = 24 * 3600;
+
+std::string errno_text(int e) { return std::system_category().message(e); }
+
+bool starts_with_ci(std::string_view s, std::string_view prefix) {
+  if (s.size() < prefix.size()) return false;
+  for (std::size_t i = 0; i < prefix.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(s[i])) != prefix[i]) return false;
+  }
+  return true;
+}
+
+std::string trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() &&
+         (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n')) {
+    s.remove_suffix(1);
+  }
+  return std::string(s);
+}
+
+std::string getenv_or(const char* name, std::string fallback = {}) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::string(v) : fallback;
+}
+
+// The URL curl asks, and how it signs the request, for an s3:// URL.
+struct S3Target {
+  std::string url;
+  std::string region;
+  std::string userpwd;  // "<key id>:<secret>"; empty: anonymous
+  std::string token;
+};
+
+S3Target s3_target(std::string_view url) {
+  const std::string_view rest = url.substr(5);  // after "s3://"
+  const std::size_t slash = rest.find('/');
+  const std::string bucket(rest.substr(0, slash));
+  const std::string key(slash == std::string_view::npos ? "" : rest.substr(slash + 1));
+  S3Target t;
+  t.region = getenv_or("AWS_REGION", getenv_or("AWS_DEFAULT_REGION", "us-east-1"));
+  std::string endpoint = getenv_or("AWS_ENDPOINT_URL");
+  while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
+  t.url = endpoint.empty() ? "https://" + bucket + ".s3." + t.region + ".amazonaws.com/" + key
+                           : endpoint + "/" + bucket + "/" + key;  // path style
+  const std::string id = getenv_or("AWS_ACCESS_KEY_ID");
+  if (!id.empty()) t.userpwd = id + ":" + getenv_or("AWS_SECRET_ACCESS_KEY");
+  t.token = getenv_or("AWS_SESSION_TOKEN");
+  return t;
+}
+
+std::uint64_t fnv1a(std::string_view s) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (const char c : s) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+void global_init() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+struct CurlDeleter {
+  void operator()(CURL* c) const noexcept { curl_easy_cleanup(c); }
+};
+using Curl = std::unique_ptr<CURL, CurlDeleter>;
+struct SlistDeleter {
+  void operator()(curl_slist* s) const noexcept { curl_slist_free_all(s); }
+};
+using Slist = std::unique_ptr<curl_slist, SlistDeleter>;
+
+// The state of one file's transfer across its attempts.
+struct Transfer {
+  fs::path target;
+  std::string label_name;  // the URL, for messages
+  FileLabel label;
+  bool http = true;
+  std::optional<AtomicFileWriter> writer;
+  std::uint64_t got = 0;               // bytes written to the temporary file
+  std::optional<std::uint64_t> total;  // the file's size, once a response told it
+  std::string etag;                    // of the file being written
+  // This response's headers.
+  long status = 0;
+  std::optional<std::uint64_t> content_length;
+  std::optional<std::uint64_t> range_start, range_total;
+  std::string response_etag;
+  bool body_started = false;
+  bool discard = false;  // an error response's body
+  std::exception_ptr error;
+
+  void new_writer() {
+    writer.reset();
+    writer.emplace(target, label);
+    got = 0;
+    etag.clear();
+    total.reset();
+  }
+};
+
+std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
+  auto& t = *static_cast<Transfer*>(user);
+  const std::string_view line(data, size * n);
+  if (starts_with_ci(line, "http/")) {  // a new response (after a redirect too)
+    t.content_length.reset();
+    t.range_start.reset();
+    t.range_total.reset();
+    t.response_etag.clear();
+    t.body_started = false;
+  } else if (starts_with_ci(line, "content-length:")) {
+    const std::string v = trim(line.substr(15));
+    char* end = nullptr;
+    const unsigned long long x = std::strtoull(v.c_str(), &end, 10);
+    if (!v.empty() && end != nullptr && *end == '\0') t.content_length = x;
+  } else if (starts_with_ci(line, "content-range:")) {
+    // "bytes <first>-<last>/<total>"
+    const std::string v = trim(line.substr(14));
+    unsigned long long first = 0, last = 0, total = 0;
+    if (std::sscanf(v.c_str(), "bytes %llu-%llu/%llu", &first, &last, &total) == 3) {
+      t.range_start = first;
+      t.range_total = total;
+    }
+  } else if (starts_with_ci(line, "etag:")) {
+    t.response_etag = trim(line.substr(5));
+  }
+  return size * n;
+}
+
+std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user) {
+  auto& t = *static_cast<Transfer*>(user);
+  try {
+    if (!t.body_started) {
+      t.body_started = true;
+      t.discard = false;
+      if (t.http) {
+        if (t.status != 200 && t.status != 206) {
+          t.discard = true;
+        } else if (t.status == 206) {
+          // A resumed transfer: it must continue where the file stands.
+          if (!t.range_start || *t.range_start != t.got ||
+              (t.total && t.range_total && *t.range_total != *t.total)) {
+            t.writer.reset();  // refused: the next attempt starts over
+            t.got = 0;
+            return 0;
+          }
+          t.total = t.range_total;
+        } else {  // 200: the whole file, from its first byte
+          if (t.got > 0 || !t.writer) t.new_writer();
+          t.total = t.content_length;
+          t.etag = t.response_etag;
+        }
+      } else if (t.got > 0 || !t.writer) {
+        t.new_writer();
+      }
+    }
+    if (t.discard) return size * n;
+    t.writer->write({reinterpret_cast<const std::byte*>(data), size * n});
+    t.got += size * n;
+    return size * n;
+  } catch (...) {
+    t.error = std::current_exception();
+    return 0;
+  }
+}
+
+// Curl fills in the response code only once headers are done: the body callback asks it.
+struct StatusHook {
+  CURL* curl;
+  Transfer* t;
+};
+std::size_t on_body_hooked(char* data, std::size_t size, std::size_t n, void* user) {
+  auto& h = *static_cast<StatusHook*>(user);
+  if (!h.t->body_started) curl_easy_getinfo(h.curl, CURLINFO_RESPONSE_CODE, &h.t->status);
+  return on_body(data, size, n, h.t);
+}
+
+bool retryable_status(long s) {
+  return s == 408 || s == 429 || s == 500 || s == 502 || s == 503 || s == 504;
+}
+
+bool retryable_curl(CURLcode rc) {
+  switch (rc) {
+    case CURLE_UNSUPPORTED_PROTOCOL:
+    case CURLE_URL_MALFORMAT:
+    case CURLE_FILE_COULDNT_READ_FILE:
+    case CURLE_REMOTE_ACCESS_DENIED:
+    case CURLE_LOGIN_DENIED:
+    case CURLE_TOO_MANY_REDIRECTS:
+    case CURLE_NOT_BUILT_IN:
+    case CURLE_OUT_OF_MEMORY:
+    case CURLE_PEER_FAILED_VERIFICATION:
+      return false;
+    default:
+      return true;
+  }
+}
+
+// One downloader thread's handle, reused for its files (connections stay open).
+class Downloader {
+ public:
+  explicit Downloader(const RemoteOptions& options, std::string_view who)
+      : options_(options), who_(who), rng_(std::random_device{}()) {
+    global_init();
+  }
+
+  // Downloads `url` to `target`: true once the file is there, false for an optional file that
+  // the server does not have.
+  bool download(const std::string& url, const fs::path& target, bool optional) {
+    const bool s3 = starts_with_ci(url, "s3://");
+    const S3Target s3t = s3 ? s3_target(url) : S3Target{};
+    Transfer t;
+    t.target = target;
+    t.label_name = url;
+    t.label = FileLabel{who_, t.label_name};
+    t.http = !starts_with_ci(url, "file://");
+    const int attempts = options_.retries + 1;
+    std::string last;  // the last failure, for the message
+    for (int attempt = 0; attempt < attempts; ++attempt) {
+      if (attempt > 0) backoff(attempt);
+      if (!curl_) curl_.reset(curl_easy_init());
+      if (!curl_) throw DataError(t.label.prefix() + "cannot download: curl_easy_init failed");
+      CURL* c = curl_.get();
+      curl_easy_reset(c);
+      char errbuf[CURL_ERROR_SIZE] = {};
+      StatusHook hook{c, &t};
+      Slist headers;
+      const auto add_header = [&](const std::string& h) {
+        headers.reset(curl_slist_append(headers.release(), h.c_str()));
+      };
+      curl_easy_setopt(c, CURLOPT_URL, s3 ? s3t.url.c_str() : url.c_str());
+      curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https,file");
+      curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+      curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+      curl_easy_setopt(c, CURLOPT_MAXREDIRS, 10L);
+      curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+      curl_easy_setopt(c, CURLOPT_USERAGENT, "ferry");
+      curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
+      const long timeout_ms = std::max(1L, std::lround(options_.timeout_seconds * 1000));
+      curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
+      curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+      curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME,
+                       std::max(1L, std::lround(std::ceil(options_.timeout_seconds))));
+      curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+      curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
+      curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body_hooked);
+      curl_easy_setopt(c, CURLOPT_WRITEDATA, &hook);
+      if (s3) {
+        const std::string sigv4 = "aws:amz:" + s3t.region + ":s3";
+        if (!s3t.userpwd.empty()) {
+          curl_easy_setopt(c, CURLOPT_AWS_SIGV4, sigv4.c_str());
+          curl_easy_setopt(c, CURLOPT_USERPWD, s3t.userpwd.c_str());
+          // The payload hash of a GET (no body), which S3 wants signed.
+          add_header(
+              "x-amz-content-sha256: "
+              "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+          if (!s3t.token.empty()) add_header("x-amz-security-token: " + s3t.token);
+        }
+      }
+      const bool resume = t.http && t.writer && t.got > 0;
+      if (resume) {
+        curl_easy_setopt(c, CURLOPT_RESUME_FROM_LARGE, static_cast<curl_off_t>(t.got));
+        if (!t.etag.empty()) add_header("If-Range: " + t.etag);
+      }
+      if (headers) curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
+      t.status = 0;
+      t.body_started = false;
+      t.error = nullptr;
+      const CURLcode rc = curl_easy_perform(c);
+      curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &t.status);
+      if (t.error) std::rethrow_exception(t.error);  // the cache cannot be written
+      const std::string curl_text = errbuf[0] != '\0' ? errbuf : curl_easy_strerror(rc);
+      if (rc == CURLE_OK && t.http && t.status != 200 && t.status != 206) {
+        if ((t.status == 404 || t.status == 410) && optional) return false;
+        last = "HTTP " + std::to_string(t.status);
+        if (!retryable_status(t.status)) fail(t, last + " (not retried)");
+        continue;
+      }
+      if (rc != CURLE_OK) {
+        if (rc == CURLE_FILE_COULDNT_READ_FILE && optional) return false;
+        last = (t.status != 0 ? "HTTP " + std::to_string(t.status) + ", " : std::string()) +
+               "curl: " + curl_text;
+        if (!retryable_curl(rc)) fail(t, last + " (not retried)");
+        if (!t.http) t.writer.reset();  // file:// starts over
+        continue;
+      }
+      if (!t.writer) t.new_writer();  // an empty file
+      if (t.total && t.got != *t.total) {
+        last = "HTTP " + std::to_string(t.status) + ", a short body: " + std::to_string(t.got) +
+               " of " + std::to_string(*t.total) + " bytes";
+        continue;
+      }
+      t.writer->commit();
+      t.writer.reset();
+      write_meta(url, target, t);
+      return true;
+    }
+    fail(t, last + " (after " + std::to_string(attempts) + (attempts == 1 ? " try)" : " tries)"));
+  }
+
+ private:
+  [[noreturn]] void fail(const Transfer& t, const std::string& why) {
+    throw DataError(t.label.prefix() + "cannot download: " + why);
+  }
+
+  void backoff(int attempt) {
+    const double base = 0.2 * std::pow(2.0, std::min(attempt - 1, 6));
+    const double cap = std::min(base, 10.0);
+    std::uniform_real_distribution<double> jitter(0.5, 1.0);
+    std::this_thread::sleep_for(std::chrono::duration<double>(cap * jitter(rng_)));
+  }
+
+  // "<target>.meta": what the file is, for whoever looks (never read back by ferry).
+  static void write_meta(const std::string& url, const fs::path& target, const Transfer& t) {
+    const std::string text =
+        "url " + url + "\nsize " + std::to_string(t.got) + "\netag " + t.etag + "\n";
+    try {
+      const fs::path meta = fs::path(target.string() + ".meta");
+      write_file_atomically(meta, {reinterpret_cast<const std::byte*>(text.data()), text.size()},
+                            FileLabel{"", url});
+    } catch (const Error&) {
+      // The file itself is in place; its note is not needed.
+    }
+  }
+
+  const RemoteOptions& options_;
+  std::string_view who_;
+  Curl curl_;
+  std::mt19937_64 rng_;
+};
+
+// Opens `path` and takes a shared lock on it: the file, when it is there, complete and still
+// linked; nothing when it is not there (or was evicted under us).
+std::optional<FileDescriptor> open_held(const fs::path& path, const FileLabel& label) {
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!fd) {
+    if (errno == ENOENT) return std::nullopt;
+    throw DataError(label.prefix() + "cannot open the cached file " + path.string() + ": " +
+                    errno_text(errno));
+  }
+  while (::flock(fd.get(), LOCK_SH) != 0) {
+    if (errno != EINTR) {
+      throw DataError(label.prefix() + "cannot lock the cached file " + path.string() + ": " +
+                      errno_text(errno));
+    }
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    throw DataError(label.prefix() + "the cached file " + path.string() + " is not a regular file");
+  }
+  if (st.st_nlink == 0) return std::nullopt;  // evicted between our open and our lock
+  const struct timespec times[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};  // used now: atime
+  static_cast<void>(::futimens(fd.get(), times));
+  return fd;
+}
+
+// Takes the per-file download lock, "<target>.lock" (released when the descriptor goes).
+FileDescriptor lock_download(const fs::path& target, const FileLabel& label) {
+  const fs::path lock = target.string() + ".lock";
+  FileDescriptor fd(
+      ::open(lock.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644));
+  if (!fd) {
+    throw DataError(label.prefix() + "cannot open the lock file " + lock.string() + ": " +
+                    errno_text(errno));
+  }
+  while (::flock(fd.get(), LOCK_EX) != 0) {
+    if (errno != EINTR) {
+      throw DataError(label.prefix() + "cannot lock " + lock.string() + ": " + errno_text(errno));
+    }
+  }
+  return fd;
+}
+
+std::optional<CachedFile> fetch_one(Downloader& d, const Request& r, const fs::path& dir,
+                                    std::string_view who) {
+  const fs::path target = r.target.empty() ? entry_path(dir, r.url) : r.target;
+  const FileLabel label{who, r.url};
+  for (int round = 0; round < 4; ++round) {
+    if (auto fd = open_held(target, label)) return CachedFile(target, std::move(*fd));
+    const FileDescriptor lock = lock_download(target, label);
+    if (auto fd = open_held(target, label)) return CachedFile(target, std::move(*fd));
+    if (!d.download(r.url, target, r.optional)) return std::nullopt;
+    auto fd = open_held(target, label);
+    if (!fd) continue;  // evicted already by another process: again
+    return CachedFile(target, std::move(*fd));
+  }
+  throw DataError(label.prefix() +
+                  "cannot keep the file in the cache: it was evicted after each download "
+                  "(RemoteOptions::cache_bytes too small for the files in use?)");
+}
+
+bool is_lock_or_temporary(const std::string& name) {
+  return name.empty() || name[0] == '.' ||
+         (name.size() > 5 && name.compare(name.size() - 5, 5, ".lock") == 0);
+}
+
+}  // namespace
+
+bool is_url(std::string_view name) noexcept {
+  return starts_with_ci(name, "http://") || starts_with_ci(name, "https://") ||
+         starts_with_ci(name, "file://") || starts_with_ci(name, "s3://");
+}
+
+fs::path cache_dir(const RemoteOptions& options) {
+  fs::path dir = options.cache_dir;
+  if (dir.empty()) dir = getenv_or("FERRY_CACHE_DIR");
+  if (dir.empty()) {
+    const std::string home = getenv_or("HOME");
+    if (home.empty()) {
+      throw ConfigError(
+          "RemoteOptions::cache_dir is empty, and neither $FERRY_CACHE_DIR nor $HOME is set");
+    }
+    dir = fs::path(home) / ".cache" / "ferry";
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir)) {
+    throw DataError("cannot make the cache folder " + dir.string() + ": " +
+                    (ec ? ec.message() : "not a folder"));
+  }
+  return dir;
+}
+
+fs::path entry_path(const fs::path& dir, std::string_view url) {
+  std::string_view tail = url.substr(0, url.find_first_of("?#"));
+  while (!tail.empty() && tail.back() == '/') tail.remove_suffix(1);
+  tail = tail.substr(tail.rfind('/') + 1);
+  std::string base;
+  for (const char c : tail.substr(0, 80)) {
+    base +=
+        std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' ? c : '_';
+  }
+  if (base.empty() || base[0] == '.') base = "f" + base;
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hash(16, '0');
+  std::uint64_t h = fnv1a(url);
+  for (int i = 15; i >= 0; --i, h >>= 4) hash[static_cast<std::size_t>(i)] = kHex[h & 15];
+  return dir / (hash + "-" + base);
+}
+
+void check_options(const RemoteOptions& o, std::string_view who) {
+  const std::string w(who);
+  if (o.connections < 1) {
+    throw ConfigError(w + ": RemoteOptions::connections is " + std::to_string(o.connections) +
+                      "; it must be at least 1");
+  }
+  if (o.retries < 0) {
+    throw ConfigError(w + ": RemoteOptions::retries is " + std::to_string(o.retries) +
+                      "; it must be >= 0");
+  }
+  if (!(o.timeout_seconds > 0)) {
+    throw ConfigError(w + ": RemoteOptions::timeout_seconds is " +
+                      std::to_string(o.timeout_seconds) + "; it must be > 0");
+  }
+}
+
+std::vector<std::optional<CachedFile>> fetch_files(const std::vector<Request>& requests,
+                                                   const RemoteOptions& options,
+                                                   std::string_view who) {
+  check_options(options, who);
+  const fs::path dir = cache_dir(options);
+  std::vector<std::optional<CachedFile>> out(requests.size());
+  std::vector<std::exception_ptr> errors(requests.size());
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> failed{false};
+  const auto work = [&] {
+    Downloader d(options, who);
+    for (std::size_t i; (i = next.fetch_add(1)) < requests.size();) {
+      if (failed.load()) return;  // the first failure is thrown: start nothing more
+      try {
+        out[i] = fetch_one(d, requests[i], dir, who);
+      } catch (...) {
+        errors[i] = std::current_exception();
+        failed = true;
+      }
+    }
+  };
+  const std::size_t threads =
+      std::min<std::size_t>(requests.size(), static_cast<std::size_t>(options.connections));
+  if (threads <= 1) {
+    work();
+  } else {
+    std::vector<std::thread> pool;
+    pool.reserve(threads);
+    try {
+      for (std::size_t i = 0; i < threads; ++i) pool.emplace_back(work);
+    } catch (...) {
+      failed = true;
+      for (std::thread& th : pool) th.join();
+      throw;
+    }
+    for (std::thread& th : pool) th.join();
+  }
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  // Every file asked for is held now (none of them can go): the others make room.
+  evict(dir, options.cache_bytes == 0 ? kDefaultCacheBytes : options.cache_bytes);
+  return out;
+}
+
+std::uint64_t cache_size(const fs::path& dir) noexcept {
+  std::uint64_t total = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code e2;
+    if (!it->is_regular_file(e2) || is_lock_or_temporary(it->path().filename().string())) {
+      continue;
+    }
+    const auto size = it->file_size(e2);
+    if (!e2) total += size;
+  }
+  return total;
+}
+
+std::uint64_t evict(const fs::path& dir, std::uint64_t bound) noexcept {
+  try {
+    // Entries by their 16-hex prefix: the file itself (the shortest name) and its companions.
+    struct Entry {
+      std::string main;
+      std::vector<std::pair<fs::path, std::uint64_t>> files;
+      std::uint64_t bytes = 0;
+      std::int64_t used_ns = 0;
+    };
+    std::map<std::string, Entry> entries;
+    std::uint64_t total = 0;
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      struct stat st {};
+      if (::lstat(it->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      if (name.starts_with('.') && name.ends_with(".tmp")) {
+        // A download's temporary file, left by a process that died: none lives this long
+        // without writing (a transfer without progress stops after timeout_seconds).
+        if (::time(nullptr) - st.st_mtim.tv_sec > kStaleTemporarySeconds) {
+          static_cast<void>(::unlink(it->path().c_str()));
+        }
+        continue;
+      }
+      if (is_lock_or_temporary(name) || name.size() < 17 || name[16] != '-') continue;
+      Entry& e = entries[name.substr(0, 16)];
+      const auto bytes = static_cast<std::uint64_t>(st.st_size);
+      e.files.emplace_back(it->path(), bytes);
+      e.bytes += bytes;
+      total += bytes;
+      if (e.main.empty() || name.size() < e.main.size()) {
+        e.main = name;
+        e.used_ns =
+            static_cast<std::int64_t>(st.st_atim.tv_sec) * 1'000'000'000 + st.st_atim.tv_nsec;
+      }
+    }
+    if (total <= bound) return total;
+    std::vector<Entry*> order;
+    for (auto& [key, e] : entries) order.push_back(&e);
+    std::sort(order.begin(), order.end(),
+              [](const Entry* a, const Entry* b) { return a->used_ns < b->used_ns; });
+    for (Entry* e : order) {
+      if (total <= bound) break;
+      const FileDescriptor fd(
+          ::open((dir / e->main).c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+      if (!fd || ::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) continue;  // in use
+      for (const auto& [path, bytes] : e->files) {
+        if (::unlink(path.c_str()) == 0) total -= bytes;
+      }
+    }
+    return total;
+  } catch (...) {
+    return 0;
+  }
+}
+
+}  // namespace ferry::detail::remote

@@ -1,0 +1,90 @@
+#pragma once
+
+// Files given as URLs: downloaded whole into a local cache shared by processes, then read as
+// local files. Written once here; the datasets call fetch_files() at open and keep the
+// CachedFiles for as long as they read them.
+//
+// The cache folder (RemoteOptions::cache_dir, else $FERRY_CACHE_DIR, else ~/.cache/ferry):
+// * "<16 hex of the URL's FNV-1a>-<the URL's last segment>": a downloaded file, complete (it
+//   was written through AtomicFileWriter and renamed only once its size matched the server's
+//   Content-Length); "<that>.meta" records the URL, the size and the server's ETag;
+//   "<that>.idx" is a WebDataset shard's index (fetched from the server or built here);
+// * "<entry>.lock": held (flock LOCK_EX) by whoever downloads the entry; others wait on it,
+//   then find the file there. Lock files stay (empty files).
+// A file being read is held with flock(LOCK_SH) on a descriptor of it (CachedFile). After a
+// fetch, the entries whose files pass cache_bytes go, least recently used first (each use
+// sets the file's access time), an entry only when flock(LOCK_EX | LOCK_NB) on its file
+// succeeds: never one that a dataset, in this process or another, has open. A reader that
+// finds its file unlinked under it (evicted between its open and its lock) downloads again.
+//
+// Transfers: libcurl, one easy handle per transfer thread, at most RemoteOptions::connections
+// threads per fetch_files() call. Timeouts, broken connections, HTTP 408/429/500/502/503/504
+// and short bodies are retried (RemoteOptions::retries times) after an exponential backoff
+// with jitter; a transfer broken mid-file resumes with a Range request (If-Range: the ETag, so
+// a file changed meanwhile comes whole). Other HTTP errors (403, 404, ...) fail at once.
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "datasets/common/file_io.hpp"
+#include "ferry/remote.hpp"
+
+namespace ferry::detail::remote {
+
+/// Whether `name` is a URL that fetch_files() takes: http://, https://, file:// or s3://.
+bool is_url(std::string_view name) noexcept;
+
+/// The cache folder the options name (created if missing). \throws DataError when it cannot be.
+std::filesystem::path cache_dir(const RemoteOptions& options);
+
+/// Where `url`'s file lives in `dir`.
+std::filesystem::path entry_path(const std::filesystem::path& dir, std::string_view url);
+
+/// \throws ConfigError (naming `who`) for connections < 1, retries < 0, timeout_seconds <= 0.
+void check_options(const RemoteOptions& options, std::string_view who);
+
+/// A complete file of the cache, held for reading: a shared flock on it while this lives, so
+/// that no process evicts it.
+class CachedFile {
+ public:
+  CachedFile(std::filesystem::path path, FileDescriptor held) noexcept
+      : path_(std::move(path)), held_(std::move(held)) {}
+  const std::filesystem::path& path() const noexcept { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  FileDescriptor held_;
+};
+
+/// One file to fetch.
+struct Request {
+  std::string url;
+  /// Where it goes; empty: entry_path(cache, url).
+  std::filesystem::path target;
+  /// A 404 (or, for file://, a missing file) gives no file instead of an error.
+  bool optional = false;
+};
+
+/// Fetches each request's file into the cache, or finds it there, at most
+/// options.connections at once; the results in the requests' order (nothing for an optional
+/// file that the server does not have).
+/// \throws DataError "<who>: <url>: cannot download: ..." naming the HTTP status and curl's
+/// text, after the retries where the failure is worth retrying (the first failure is thrown
+/// once every transfer has ended); DataError when the cache cannot be written.
+std::vector<std::optional<CachedFile>> fetch_files(const std::vector<Request>& requests,
+                                                   const RemoteOptions& options,
+                                                   std::string_view who);
+
+/// Removes least recently used entries of `dir` until its files hold at most `bound` bytes,
+/// skipping those in use, and temporary files of downloads unchanged for a day (left by a
+/// process that died). Returns the bytes the folder's files then hold.
+std::uint64_t evict(const std::filesystem::path& dir, std::uint64_t bound) noexcept;
+
+/// Bytes held by the files of `dir` (lock and temporary files aside).
+std::uint64_t cache_size(const std::filesystem::path& dir) noexcept;
+
+}  // namespace ferry::detail::remote

@@ -1,0 +1,797 @@
+// Files given as URLs (lib/datasets/remote/): expand_braces, and datasets read over a real
+// nginx started here on 127.0.0.1, directly or through a fault-injecting proxy, against the
+// same files read locally. Skips (saying why) where /usr/sbin/nginx is missing.
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "expect_error.hpp"
+#include "ferry/ferry.hpp"
+#include "webdataset/tar_bytes.hpp"
+
+namespace fs = std::filesystem;
+using ferry::ConfigError;
+using ferry::DataError;
+using ferry::expand_braces;
+using ferry::testing::expect_error;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// ---- expand_braces ------------------------------------------------------------------------
+
+using Names = std::vector<std::string>;
+
+TEST(ExpandBraces, RangesKeepTheirWidthListsAndProductsGoInOrder) {
+  EXPECT_EQ(expand_braces("s3://b/train-{0000..0003}.tar"),
+            (Names{"s3://b/train-0000.tar", "s3://b/train-0001.tar", "s3://b/train-0002.tar",
+                   "s3://b/train-0003.tar"}));
+  EXPECT_EQ(expand_braces("x{8..11}"), (Names{"x8", "x9", "x10", "x11"}));
+  EXPECT_EQ(expand_braces("x{098..101}"), (Names{"x098", "x099", "x100", "x101"}));
+  EXPECT_EQ(expand_braces("{a,bb}-{0..1}.tar"),
+            (Names{"a-0.tar", "a-1.tar", "bb-0.tar", "bb-1.tar"}));
+  EXPECT_EQ(expand_braces("plain.tar"), (Names{"plain.tar"}));
+  EXPECT_EQ(expand_braces(""), (Names{""}));
+  EXPECT_EQ(expand_braces("{7..7}"), (Names{"7"}));
+  EXPECT_EQ(expand_braces("{0..999999}").size(), 1'000'000U);
+}
+
+TEST(ExpandBraces, MalformedPatternsAreConfigErrorsQuotingThem) {
+  const auto bad = [](const char* pattern, const char* why) {
+    expect_error<ConfigError>([&] { (void)expand_braces(pattern); },
+                              {std::string("\"") + pattern + "\"", why});
+  };
+  bad("a{0..3", "without its '}'");
+  bad("a}0", "without its '{'");
+  bad("a{}b", "empty group");
+  bad("{a,,b}", "empty item");
+  bad("{a,}", "empty item");
+  bad("{3..1}", "reversed");
+  bad("{a..c}", "not of two decimal numbers");
+  bad("{1..}", "not of two decimal numbers");
+  bad("{abc}", "neither a list");
+  bad("{a{b,c}}", "nested");
+  bad("{0..1000000}", "more than 1000000 names");
+  bad("{0..999}{0..999}{0..9}", "more than 1000000 names");
+}
+
+// ---- a real server ------------------------------------------------------------------------
+
+int free_port() {
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    ::close(s);
+    return 0;
+  }
+  ::close(s);
+  return ntohs(a.sin_port);
+}
+
+int connect_to(int port) {
+  const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(s);
+    return -1;
+  }
+  return s;
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary | std::ios::ate);
+  if (!in) return {};
+  std::string text(static_cast<std::size_t>(in.tellg()), '\0');
+  in.seekg(0);
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  return text;
+}
+
+// The lines of `text` (without their "\n" or "\r\n").
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    lines.push_back(std::move(line));
+    start = end + 1;
+  }
+  return lines;
+}
+
+void write_bytes(const fs::path& p, const std::string& bytes) {
+  std::ofstream(p, std::ios::binary) << bytes;
+}
+
+// nginx on a free port of 127.0.0.1, serving `root`; its logs and pid file in `dir`.
+class Nginx {
+ public:
+  static constexpr const char* kBinary = "/usr/sbin/nginx";
+
+  Nginx(const fs::path& dir, const fs::path& root) : dir_(dir) {
+    fs::create_directories(dir / "tmp");
+    for (int tries = 0; tries < 5 && pid_ <= 0; ++tries) {
+      port_ = free_port();
+      std::ofstream(dir / "nginx.conf")
+          << "daemon off;\nmaster_process off;\npid " << (dir / "nginx.pid").string()
+          << ";\nerror_log " << (dir / "error.log").string()
+          << ";\nevents { worker_connections 64; }\nhttp {\n  access_log "
+          << (dir / "access.log").string() << ";\n  client_body_temp_path "
+          << (dir / "tmp").string() << ";\n  proxy_temp_path " << (dir / "tmp").string()
+          << ";\n  fastcgi_temp_path " << (dir / "tmp").string()
+          << ";\n  default_type application/octet-stream;\n  server { listen 127.0.0.1:" << port_
+          << "; root " << root.string() << "; }\n}\n";
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        const std::string prefix = dir.string(), conf = (dir / "nginx.conf").string(),
+                          log = (dir / "error.log").string();
+        ::execl(kBinary, "nginx", "-p", prefix.c_str(), "-c", conf.c_str(), "-e", log.c_str(),
+                static_cast<char*>(nullptr));
+        ::_exit(127);
+      }
+      // Up when it accepts a connection (at most 5 s); else gone, and another port is tried.
+      for (int i = 0; i < 500; ++i) {
+        if (const int s = connect_to(port_); s >= 0) {
+          ::close(s);
+          pid_ = pid;
+          break;
+        }
+        int status = 0;
+        if (::waitpid(pid, &status, WNOHANG) == pid) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      if (pid_ <= 0) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, nullptr, 0);
+      }
+    }
+  }
+  Nginx(const Nginx&) = delete;
+  Nginx& operator=(const Nginx&) = delete;
+  ~Nginx() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  bool up() const { return pid_ > 0; }
+  int port() const { return port_; }
+  std::string url(const std::string& name) const {
+    return "http://127.0.0.1:" + std::to_string(port_) + "/" + name;
+  }
+  // GET requests for /<name> in the access log.
+  int gets(const std::string& name) const {
+    int n = 0;
+    for (const std::string& line : lines_of(read_text(dir_ / "access.log"))) {
+      if (line.find("\"GET /" + name + " ") != std::string::npos) ++n;
+    }
+    return n;
+  }
+  std::string error_log() const { return read_text(dir_ / "error.log"); }
+
+ private:
+  fs::path dir_;
+  int port_ = 0;
+  pid_t pid_ = -1;
+};
+
+// A proxy on 127.0.0.1 that forwards each request to nginx (one request per connection) and
+// spoils the responses it is told to, one fault per request in order, then passes them whole.
+class FaultProxy {
+ public:
+  enum class Fault {
+    pass,
+    status503,  // answers 503 without asking nginx
+    truncate,   // half the body, then a clean close
+    drop,       // half the body, then a reset (RST)
+    stall,      // half the body, then silence for 3 s, then a close
+  };
+
+  explicit FaultProxy(int upstream) : upstream_(upstream) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (::bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::listen(listener_, 16) != 0 ||
+        ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      throw std::runtime_error("FaultProxy: cannot listen");
+    }
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  FaultProxy(const FaultProxy&) = delete;
+  FaultProxy& operator=(const FaultProxy&) = delete;
+  ~FaultProxy() {
+    stop_ = true;
+    thread_.join();
+    for (std::thread& t : handlers_) t.join();
+    ::close(listener_);
+  }
+
+  std::string url(const std::string& name) const {
+    return "http://127.0.0.1:" + std::to_string(port_) + "/" + name;
+  }
+  void push(Fault f) {
+    const std::lock_guard lock(mutex_);
+    faults_.push_back(f);
+  }
+  // The request heads seen, as the client sent them.
+  std::vector<std::string> requests() const {
+    const std::lock_guard lock(mutex_);
+    return requests_;
+  }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      pollfd p{listener_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      const int client = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (client < 0) continue;
+      handlers_.emplace_back([this, client] { handle(client); });  // a stalled one blocks none
+    }
+  }
+
+  // Reads from `fd` until `done(text)` or EOF or 5 s without data.
+  template <class Done>
+  static std::string receive(int fd, Done&& done) {
+    std::string text;
+    char buf[65536];
+    while (!done(text)) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 5000) <= 0) break;
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      text.append(buf, static_cast<std::size_t>(n));
+    }
+    return text;
+  }
+
+  static void send_all(int fd, std::string_view bytes) {
+    while (!bytes.empty()) {
+      const ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (n <= 0) return;
+      bytes.remove_prefix(static_cast<std::size_t>(n));
+    }
+  }
+
+  void handle(int client) {
+    const std::string head =
+        receive(client, [](const std::string& t) { return t.find("\r\n\r\n") != t.npos; });
+    Fault fault = Fault::pass;
+    {
+      const std::lock_guard lock(mutex_);
+      requests_.push_back(head);
+      if (!faults_.empty()) {
+        fault = faults_.front();
+        faults_.pop_front();
+      }
+    }
+    if (fault == Fault::status503) {
+      send_all(
+          client,
+          "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+      ::close(client);
+      return;
+    }
+    // The request again, asking nginx to close after its answer.
+    std::string forward;
+    for (const std::string& line : lines_of(head.substr(0, head.find("\r\n\r\n")))) {
+      if (line.rfind("Connection:", 0) == 0 || line.rfind("connection:", 0) == 0) continue;
+      forward += line + "\r\n";
+    }
+    forward += "Connection: close\r\n\r\n";
+    const int up = connect_to(upstream_);
+    std::string response;
+    if (up >= 0) {
+      send_all(up, forward);
+      response = receive(up, [](const std::string&) { return false; });
+      ::close(up);
+    }
+    const std::size_t body = response.find("\r\n\r\n");
+    if (fault == Fault::pass || body == std::string::npos) {
+      send_all(client, response);
+      ::close(client);
+      return;
+    }
+    const std::size_t half = body + 4 + (response.size() - body - 4) / 2;
+    send_all(client, std::string_view(response).substr(0, half));
+    if (fault == Fault::drop) {
+      const linger l{1, 0};
+      ::setsockopt(client, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    } else if (fault == Fault::stall) {
+      for (int i = 0; i < 60 && !stop_; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    } else {
+      ::shutdown(client, SHUT_WR);
+    }
+    ::close(client);
+  }
+
+  int upstream_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  mutable std::mutex mutex_;
+  std::deque<Fault> faults_;
+  std::vector<std::string> requests_;
+  std::vector<std::thread> handlers_;  // the accepting thread's own
+  std::thread thread_;
+};
+
+// ---- fixtures -------------------------------------------------------------------------------
+
+std::string random_bytes(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(rng() & 0xff);
+  return s;
+}
+
+// A shard of `samples` samples: "<prefix><i>.bin" (random bytes) and "<prefix><i>.cls".
+std::string shard_bytes(const std::string& prefix, unsigned samples, std::uint64_t seed) {
+  std::string tar;
+  for (unsigned i = 0; i < samples; ++i) {
+    const std::string key = prefix + std::to_string(i);
+    tar += ferry::testing::tar_member(key + ".bin", random_bytes(1000 + 37 * i, seed + i));
+    tar += ferry::testing::tar_member(key + ".cls", std::to_string(i));
+  }
+  return tar + std::string(1024, '\0');
+}
+
+ferry::LoaderOptions cpu_loader() {
+  ferry::LoaderOptions o;
+  o.batch_size = 1;
+  o.workers = 1;
+  o.prefetch = 2;
+  o.device = ferry::Device::cpu();
+  o.pin_memory = false;
+  o.ragged = ferry::RaggedBatch::pack;
+  return o;
+}
+
+// Every sample's fields, as a loader delivers them: one string per sample and field.
+std::vector<std::string> samples_of(const std::shared_ptr<const ferry::Dataset>& ds) {
+  ferry::Loader loader(ds, cpu_loader());
+  std::vector<std::string> out;
+  for (const ferry::Batch& b : loader.epoch(0)) {
+    for (const ferry::FieldSpec& f : ds->fields()) {
+      const ferry::Tensor& t = b[f.name];
+      out.emplace_back(static_cast<const char*>(t.data()), t.nbytes());
+    }
+  }
+  return out;
+}
+
+// Bytes in the cache's files, lock and temporary files aside; and those files' names.
+std::uint64_t cache_bytes(const fs::path& dir) {
+  std::uint64_t n = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name[0] == '.' || name.ends_with(".lock")) continue;
+    n += e.file_size();
+  }
+  return n;
+}
+std::vector<std::string> cache_files(const fs::path& dir) {
+  std::vector<std::string> names;
+  if (!fs::exists(dir)) return names;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (!name.ends_with(".lock")) names.push_back(name);
+  }
+  return names;
+}
+
+class Remote : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    base_ = fs::temp_directory_path() / ("ferry_remote_test_" + std::to_string(::getpid()) + "_" +
+                                         std::to_string(Clock::now().time_since_epoch().count()));
+    fs::create_directories(base_ / "www");
+    // Token files: raw u16 tokens, and four small ones for the cache's bound.
+    write_bytes(base_ / "www" / "tokens.bin", random_bytes(2 * 300'001, 1));
+    write_bytes(base_ / "www" / "big.bin", random_bytes(8 << 20, 2));
+    for (unsigned i = 0; i < 5; ++i) {
+      write_bytes(base_ / "www" / ("small" + std::to_string(i) + ".bin"),
+                  random_bytes(400'000, 10 + i));
+    }
+    write_bytes(base_ / "www" / "large.bin", random_bytes(1'500'000, 20));
+    for (unsigned i = 0; i < 4; ++i) {
+      write_bytes(base_ / "www" / ("shard-" + std::to_string(i) + ".tar"),
+                  shard_bytes("s" + std::to_string(i) + "/", 20 + i, 100 * i));
+    }
+    if (fs::exists(Nginx::kBinary)) nginx_ = new Nginx(base_ / "nginx", base_ / "www");
+  }
+  static void TearDownTestSuite() {
+    delete nginx_;
+    nginx_ = nullptr;
+    std::error_code ec;
+    fs::remove_all(base_, ec);
+  }
+
+  void SetUp() override {
+    if (nginx_ == nullptr)
+      GTEST_SKIP() << Nginx::kBinary << " is missing (apt-get install nginx-light)";
+    if (!nginx_->up()) {
+      GTEST_SKIP() << "nginx did not start; its error log: " << nginx_->error_log();
+    }
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    cache_ = base_ / "cache" / info->name();
+  }
+
+  ferry::RemoteOptions remote(std::uint64_t bytes = 0, int retries = 3) const {
+    ferry::RemoteOptions r;
+    r.cache_dir = cache_;
+    r.cache_bytes = bytes;
+    r.retries = retries;
+    r.timeout_seconds = 5;
+    return r;
+  }
+  ferry::TokenOptions tokens(std::uint64_t bytes = 0, int retries = 3) const {
+    ferry::TokenOptions o;
+    o.seq_len = 4096;
+    o.raw_dtype = ferry::DType::u16;
+    o.remote = remote(bytes, retries);
+    return o;
+  }
+  static fs::path www(const std::string& name) { return base_ / "www" / name; }
+
+  static inline fs::path base_;
+  static inline Nginx* nginx_ = nullptr;
+  fs::path cache_;
+};
+
+// ---- what arrives ----------------------------------------------------------------------------
+
+TEST_F(Remote, TokenFilesOverHttpArriveByteForByteAsLocalOnesAndASecondOpenUsesTheCache) {
+  const auto local = ferry::TokenDataset::open({www("tokens.bin"), www("small0.bin")}, tokens());
+  const auto url =
+      ferry::TokenDataset::open({nginx_->url("tokens.bin"), nginx_->url("small0.bin")}, tokens());
+  ASSERT_EQ(url->size(), local->size());
+  EXPECT_EQ(url->files()[0], nginx_->url("tokens.bin"));  // as given
+  EXPECT_EQ(samples_of(url), samples_of(local));
+  EXPECT_EQ(nginx_->gets("tokens.bin"), 1);
+  // Again, with the first still open, then after it is gone: no second GET.
+  const auto again = ferry::TokenDataset::open({nginx_->url("tokens.bin")}, tokens());
+  EXPECT_EQ(again->num_tokens(), local->file_tokens(0));
+  EXPECT_EQ(nginx_->gets("tokens.bin"), 1);
+  EXPECT_EQ(nginx_->gets("small0.bin"), 1);
+}
+
+TEST_F(Remote, WebDatasetShardsOverHttpArriveByteForByteAsLocalOnes) {
+  std::vector<fs::path> local, urls;
+  for (const std::string& name : expand_braces("shard-{0..3}.tar")) {
+    local.push_back(www(name));
+    urls.push_back(nginx_->url(name));
+  }
+  ferry::WebDatasetOptions o;
+  o.index_files = false;  // the local shards' folder is served: no sidecar written there
+  o.remote = remote();
+  o.remote.connections = 3;
+  const auto l = ferry::WebDataset::open(local, o);
+  o.index_files = true;
+  const auto u = ferry::WebDataset::open(urls, o);
+  ASSERT_EQ(u->size(), l->size());
+  for (std::size_t i = 0; i < u->size(); ++i) ASSERT_EQ(u->key(i), l->key(i));
+  EXPECT_EQ(samples_of(u), samples_of(l));
+  // The server had no "<shard>.idx" (404): each was built from the shard, kept in the cache,
+  // and the second open asks the server nothing.
+  EXPECT_EQ(nginx_->gets("shard-0.tar.idx"), 1);
+  const auto again = ferry::WebDataset::open(urls, o);
+  EXPECT_EQ(samples_of(again), samples_of(l));
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(nginx_->gets("shard-" + std::to_string(i) + ".tar"), 1);
+    EXPECT_EQ(nginx_->gets("shard-" + std::to_string(i) + ".tar.idx"), 1);
+  }
+}
+
+TEST_F(Remote, AShardsIndexIsTakenFromTheServerWhereItHasOne) {
+  // The index a local open writes beside the shard is served with it.
+  fs::create_directories(base_ / "www" / "indexed");
+  fs::copy_file(www("shard-2.tar"), www("indexed/shard-2.tar"));
+  ferry::WebDatasetOptions o;
+  o.remote = remote();
+  const auto l = ferry::WebDataset::open({www("indexed/shard-2.tar")}, o);
+  ASSERT_TRUE(fs::exists(www("indexed/shard-2.tar.idx")));
+  const auto u = ferry::WebDataset::open({nginx_->url("indexed/shard-2.tar")}, o);
+  EXPECT_EQ(samples_of(u), samples_of(l));
+  EXPECT_EQ(nginx_->gets("indexed/shard-2.tar.idx"), 1);
+  // Its bytes are the server's (kept as they came), not an index built here.
+  bool found = false;
+  for (const std::string& name : cache_files(cache_)) {
+    if (name.ends_with("-shard-2.tar.idx")) {
+      found = true;
+      EXPECT_EQ(read_text(cache_ / name), read_text(www("indexed/shard-2.tar.idx")));
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST_F(Remote, FileUrlsAreReadToo) {
+  const auto local = ferry::TokenDataset::open({www("small1.bin")}, tokens());
+  const auto url = ferry::TokenDataset::open({"file://" + www("small1.bin").string()}, tokens());
+  EXPECT_EQ(samples_of(url), samples_of(local));
+  expect_error<DataError>(
+      [&] { (void)ferry::TokenDataset::open({"file://" + www("nope.bin").string()}, tokens()); },
+      {"TokenDataset: file://", "nope.bin", "cannot download"});
+}
+
+// Sets environment variables for a scope, and unsets them after.
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(std::vector<std::pair<std::string, std::string>> vars)
+      : vars_(std::move(vars)) {
+    for (const auto& [k, v] : vars_) ::setenv(k.c_str(), v.c_str(), 1);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  ~ScopedEnv() {
+    for (const auto& [k, v] : vars_) ::unsetenv(k.c_str());
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> vars_;
+};
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+TEST_F(Remote, S3UrlsGoToTheEndpointPathStyleSignedWithSigV4) {
+  fs::create_directories(www("bucket/train"));
+  fs::copy_file(www("small1.bin"), www("bucket/train/small1.bin"),
+                fs::copy_options::overwrite_existing);
+  FaultProxy proxy(nginx_->port());  // sees the request as signed
+  const ScopedEnv env({{"AWS_ENDPOINT_URL", proxy.url("")},
+                       {"AWS_REGION", "eu-west-1"},
+                       {"AWS_ACCESS_KEY_ID", "AKIDFERRYTEST"},
+                       {"AWS_SECRET_ACCESS_KEY", "secret"},
+                       {"AWS_SESSION_TOKEN", "session-token"}});
+  const auto local = ferry::TokenDataset::open({www("small1.bin")}, tokens());
+  const auto url = ferry::TokenDataset::open({"s3://bucket/train/small1.bin"}, tokens());
+  EXPECT_EQ(samples_of(url), samples_of(local));
+  const auto requests = proxy.requests();
+  ASSERT_EQ(requests.size(), 1U);
+  const std::string head = lower(requests[0]);
+  EXPECT_EQ(head.rfind("get /bucket/train/small1.bin http/1.1\r\n", 0), 0U) << requests[0];
+  EXPECT_NE(head.find("authorization: aws4-hmac-sha256 credential=akidferrytest/"),
+            std::string::npos)
+      << requests[0];
+  EXPECT_NE(head.find("/eu-west-1/s3/aws4_request"), std::string::npos) << requests[0];
+  EXPECT_NE(head.find("x-amz-date: "), std::string::npos) << requests[0];
+  EXPECT_NE(head.find("x-amz-security-token: session-token"), std::string::npos) << requests[0];
+  EXPECT_NE(head.find("x-amz-content-sha256: e3b0c442"), std::string::npos) << requests[0];
+  // S3 wants both headers signed.
+  const std::string signed_headers = head.substr(head.find("signedheaders="));
+  EXPECT_NE(signed_headers.find("x-amz-content-sha256"), std::string::npos) << requests[0];
+  EXPECT_NE(signed_headers.find("x-amz-security-token"), std::string::npos) << requests[0];
+}
+
+// ---- failures ---------------------------------------------------------------------------------
+
+TEST_F(Remote, NotFoundFailsAtOnceNamingTheUrlAndTheStatus) {
+  const auto start = Clock::now();
+  const std::string url = nginx_->url("missing.bin");
+  expect_error<DataError>(
+      [&] { (void)ferry::TokenDataset::open({url}, tokens()); },
+      {"TokenDataset: " + url + ": cannot download", "HTTP 404", "not retried"});
+  EXPECT_EQ(nginx_->gets("missing.bin"), 1);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+  EXPECT_TRUE(cache_files(cache_).empty());
+  expect_error<DataError>(
+      [&] {
+        ferry::WebDatasetOptions o;
+        o.remote = remote();
+        (void)ferry::WebDataset::open({nginx_->url("missing.tar")}, o);
+      },
+      {"WebDataset: " + nginx_->url("missing.tar") + ": cannot download", "HTTP 404"});
+}
+
+TEST_F(Remote, ARefusedConnectionIsRetriedThenADataErrorWithCurlsText) {
+  const std::string url = "http://127.0.0.1:" + std::to_string(free_port()) + "/x.bin";
+  const auto start = Clock::now();
+  expect_error<DataError>(
+      [&] { (void)ferry::TokenDataset::open({url}, tokens(0, 1)); },
+      {"TokenDataset: " + url + ": cannot download", "curl: ", "after 2 tries"});
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+}
+
+TEST_F(Remote, BadRemoteOptionsAreConfigErrors) {
+  ferry::TokenOptions o = tokens();
+  o.remote.connections = 0;
+  expect_error<ConfigError>([&] { (void)ferry::TokenDataset::open({nginx_->url("x")}, o); },
+                            {"RemoteOptions::connections"});
+  o = tokens();
+  o.remote.retries = -1;
+  expect_error<ConfigError>([&] { (void)ferry::TokenDataset::open({nginx_->url("x")}, o); },
+                            {"RemoteOptions::retries"});
+  o = tokens();
+  o.remote.timeout_seconds = 0;
+  expect_error<ConfigError>([&] { (void)ferry::TokenDataset::open({nginx_->url("x")}, o); },
+                            {"RemoteOptions::timeout_seconds"});
+}
+
+TEST_F(Remote, A503IsRetriedAndAlways503IsADataErrorAfterTheRetries) {
+  FaultProxy proxy(nginx_->port());
+  proxy.push(FaultProxy::Fault::status503);
+  const auto local = ferry::TokenDataset::open({www("small2.bin")}, tokens());
+  const auto url = ferry::TokenDataset::open({proxy.url("small2.bin")}, tokens());
+  EXPECT_EQ(samples_of(url), samples_of(local));
+  EXPECT_EQ(proxy.requests().size(), 2U);
+
+  for (int i = 0; i < 3; ++i) proxy.push(FaultProxy::Fault::status503);
+  expect_error<DataError>(
+      [&] { (void)ferry::TokenDataset::open({proxy.url("small3.bin")}, tokens(0, 2)); },
+      {"TokenDataset: " + proxy.url("small3.bin") + ": cannot download", "HTTP 503",
+       "after 3 tries"});
+  EXPECT_EQ(proxy.requests().size(), 5U);
+}
+
+TEST_F(Remote, ABodyCutShortResumesWithARangeRequest) {
+  FaultProxy proxy(nginx_->port());
+  proxy.push(FaultProxy::Fault::truncate);
+  const auto local = ferry::TokenDataset::open({www("big.bin")}, tokens());
+  const auto url = ferry::TokenDataset::open({proxy.url("big.bin")}, tokens());
+  EXPECT_EQ(samples_of(url), samples_of(local));
+  const auto requests = proxy.requests();
+  ASSERT_EQ(requests.size(), 2U);
+  EXPECT_EQ(requests[0].find("Range:"), std::string::npos);
+  // It asked for the rest, from where the first answer stopped, if the file is still the same.
+  EXPECT_NE(requests[1].find("Range: bytes=" + std::to_string((8 << 20) / 2) + "-"),
+            std::string::npos)
+      << requests[1];
+  EXPECT_NE(requests[1].find("If-Range: \""), std::string::npos) << requests[1];
+}
+
+TEST_F(Remote, AResetConnectionAndAStalledOneAreRetried) {
+  FaultProxy proxy(nginx_->port());
+  proxy.push(FaultProxy::Fault::drop);
+  proxy.push(FaultProxy::Fault::stall);
+  ferry::TokenOptions o = tokens();
+  o.remote.timeout_seconds = 1;  // the stall: no progress for 1 s fails the transfer
+  const auto start = Clock::now();
+  const auto local = ferry::TokenDataset::open({www("big.bin")}, tokens());
+  const auto url = ferry::TokenDataset::open({proxy.url("big.bin")}, o);
+  EXPECT_EQ(samples_of(url), samples_of(local));
+  EXPECT_EQ(proxy.requests().size(), 3U);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(20));
+}
+
+TEST_F(Remote, NothingPartialIsEverTakenForTheWholeFile) {
+  FaultProxy proxy(nginx_->port());
+  proxy.push(FaultProxy::Fault::truncate);
+  // No retry: the cut transfer is a DataError, and leaves nothing in the cache.
+  expect_error<DataError>(
+      [&] { (void)ferry::TokenDataset::open({proxy.url("small4.bin")}, tokens(0, 0)); },
+      {proxy.url("small4.bin"), "cannot download", "after 1 try"});
+  EXPECT_TRUE(cache_files(cache_).empty()) << cache_files(cache_).front();
+  // The next open downloads it whole.
+  const auto local = ferry::TokenDataset::open({www("small4.bin")}, tokens());
+  const auto url = ferry::TokenDataset::open({proxy.url("small4.bin")}, tokens(0, 0));
+  EXPECT_EQ(samples_of(url), samples_of(local));
+  EXPECT_EQ(proxy.requests().size(), 2U);
+  EXPECT_EQ(proxy.requests()[1].find("Range:"), std::string::npos);
+}
+
+// ---- the cache -----------------------------------------------------------------------------
+
+TEST_F(Remote, TheCacheStaysWithinItsBoundAndNeverEvictsAFileInUse) {
+  constexpr std::uint64_t bound = 1'000'000;  // two and a half small files
+  {
+    // A file over the bound stays while it is in use...
+    const auto large = ferry::TokenDataset::open({nginx_->url("large.bin")}, tokens(bound));
+    EXPECT_GE(cache_bytes(cache_), 1'500'000U);
+    const auto held = ferry::TokenDataset::open({nginx_->url("small0.bin")}, tokens(bound));
+    EXPECT_GE(cache_bytes(cache_), 1'900'000U);  // neither could go
+  }
+  // ... and goes once it is not.
+  for (int i = 0; i < 5; ++i) {
+    const std::string name = "small" + std::to_string(i) + ".bin";
+    const auto ds = ferry::TokenDataset::open({nginx_->url(name)}, tokens(bound));
+    EXPECT_LE(cache_bytes(cache_), bound) << "after " << name;
+    EXPECT_EQ(samples_of(ds), samples_of(ferry::TokenDataset::open({www(name)}, tokens())));
+  }
+  // The least recently used went: small0 (used first) is fetched again, small4 is not.
+  const int small0 = nginx_->gets("small0.bin"), small4 = nginx_->gets("small4.bin");
+  (void)ferry::TokenDataset::open({nginx_->url("small4.bin")}, tokens(bound));
+  (void)ferry::TokenDataset::open({nginx_->url("small0.bin")}, tokens(bound));
+  EXPECT_EQ(nginx_->gets("small4.bin"), small4);
+  EXPECT_EQ(nginx_->gets("small0.bin"), small0 + 1);
+  EXPECT_LE(cache_bytes(cache_), bound);
+}
+
+TEST_F(Remote, ADeadDownloadsTemporaryFileGoesAfterADay) {
+  fs::create_directories(cache_);
+  const fs::path old_tmp = cache_ / ".0123456789abcdef-x.bin.0011223344556677.tmp";
+  const fs::path new_tmp = cache_ / ".fedcba9876543210-y.bin.0011223344556677.tmp";
+  write_bytes(old_tmp, "partial");
+  write_bytes(new_tmp, "partial");
+  fs::last_write_time(old_tmp, fs::file_time_type::clock::now() - std::chrono::hours(25));
+  (void)ferry::TokenDataset::open({nginx_->url("small1.bin")}, tokens());
+  EXPECT_FALSE(fs::exists(old_tmp));
+  EXPECT_TRUE(fs::exists(new_tmp));  // perhaps a download under way in another process
+}
+
+TEST_F(Remote, TwoProcessesOpeningTheSameUrlDownloadItOnce) {
+  const std::string url = nginx_->url("big.bin");
+  const int before = nginx_->gets("big.bin");
+  int go[2];
+  ASSERT_EQ(::pipe(go), 0);
+  std::vector<pid_t> children;
+  for (int c = 0; c < 2; ++c) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::close(go[1]);
+      char byte = 0;
+      const bool started = ::read(go[0], &byte, 1) == 1;
+      int code = started ? 0 : 3;
+      try {
+        const auto ds = ferry::TokenDataset::open({url}, tokens());
+        if (ds->num_tokens() != (8U << 20) / 2) code = 2;
+      } catch (...) {
+        code = 1;
+      }
+      ::_exit(code);
+    }
+    children.push_back(pid);
+  }
+  ::close(go[0]);
+  ASSERT_EQ(::write(go[1], "gg", 2), 2);  // both at once
+  ::close(go[1]);
+  for (const pid_t pid : children) {
+    int status = -1;
+    // Bounded: a child still running after 30 s is killed and fails the test.
+    for (int i = 0; i < 3000 && ::waitpid(pid, &status, WNOHANG) == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!WIFEXITED(status)) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      ADD_FAILURE() << "a child did not finish";
+      continue;
+    }
+    EXPECT_EQ(WEXITSTATUS(status), 0);
+  }
+  EXPECT_EQ(nginx_->gets("big.bin"), before + 1);
+}
+
+}  // namespace
