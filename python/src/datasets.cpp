@@ -302,8 +302,7 @@ False: an f32 target. missing: "error" or "nan" for empty features.)doc")
              if (py::isinstance<CsvDataset>(vocabulary)) {
                o.categories_from(*vocabulary.cast<std::shared_ptr<CsvDataset>>());
              } else if (!vocabulary.is_none()) {
-               o.vocabulary =
-                   vocabulary.cast<std::map<std::string, std::vector<std::string>>>();
+               o.vocabulary = vocabulary.cast<std::map<std::string, std::vector<std::string>>>();
              }
              if (unknown == "error") {
                o.unknown = Unknown::error;
@@ -335,9 +334,8 @@ False: an f32 target. missing: "error" or "nan" for empty features.)doc")
            py::arg("path"), py::kw_only(), py::arg("label") = "label",
            py::arg("features") = py::none(), py::arg("categorical") = py::none(),
            py::arg("vocabulary") = py::none(), py::arg("unknown") = "error",
-           py::arg("header") = true, py::arg("delimiter") = ",",
-           py::arg("classes") = true, py::arg("missing") = "error",
-           py::arg("max_decompressed_bytes") = 0)
+           py::arg("header") = true, py::arg("delimiter") = ",", py::arg("classes") = true,
+           py::arg("missing") = "error", py::arg("max_decompressed_bytes") = 0)
       .def_property_readonly("num_features", &CsvDataset::num_features)
       .def_property_readonly("feature_names", &CsvDataset::feature_names)
       .def_property_readonly("classes", &CsvDataset::classes)

@@ -156,8 +156,11 @@ LoaderOptions make_options(std::size_t batch_size, bool shuffle, std::uint64_t s
                            const std::string& on_error, const std::string& ragged, double pad_value,
                            std::int64_t pad_multiple, std::size_t max_tokens,
                            std::size_t bucket_window, std::size_t shuffle_window,
-                           std::uintptr_t stream, bool from_env) {
+                           std::uintptr_t stream, bool autotune, std::uint64_t memory_budget,
+                           bool from_env) {
   LoaderOptions o = from_env ? LoaderOptions::from_env() : LoaderOptions{};
+  o.autotune = autotune;
+  o.memory_budget = memory_budget;
   o.batch_size = batch_size;
   o.shuffle = shuffle;
   o.seed = seed;
@@ -357,13 +360,15 @@ int; 0 is the default stream). iter(loader) plays epochs 0, 1, 2, ... one per it
                        const py::object& rank, const py::object& world_size,
                        const std::string& on_error, const std::string& ragged, double pad_value,
                        std::int64_t pad_multiple, std::size_t max_tokens, std::size_t bucket_window,
-                       std::size_t shuffle_window, std::uintptr_t stream, bool from_env) {
+                       std::size_t shuffle_window, std::uintptr_t stream, bool autotune,
+                       std::uint64_t memory_budget, bool from_env) {
              auto self = std::make_unique<PyLoader>();
              self->dataset = to_dataset(dataset);
-             const LoaderOptions o = make_options(
-                 batch_size, shuffle, seed, drop_last, workers, prefetch, device_buffers, device,
-                 pin_memory, rank, world_size, on_error, ragged, pad_value, pad_multiple,
-                 max_tokens, bucket_window, shuffle_window, stream, from_env);
+             const LoaderOptions o =
+                 make_options(batch_size, shuffle, seed, drop_last, workers, prefetch,
+                              device_buffers, device, pin_memory, rank, world_size, on_error,
+                              ragged, pad_value, pad_multiple, max_tokens, bucket_window,
+                              shuffle_window, stream, autotune, memory_budget, from_env);
              const py::gil_scoped_release release;
              self->loader = std::make_unique<Loader>(self->dataset, o);
              return self;
@@ -375,7 +380,8 @@ int; 0 is the default stream). iter(loader) plays epochs 0, 1, 2, ... one per it
            py::arg("rank") = py::none(), py::arg("world_size") = py::none(),
            py::arg("on_error") = "raise", py::arg("ragged") = "pad", py::arg("pad_value") = 0.0,
            py::arg("pad_multiple") = 1, py::arg("max_tokens") = 0, py::arg("bucket_window") = 0,
-           py::arg("shuffle_window") = 0, py::arg("stream") = 0, py::arg("from_env") = false)
+           py::arg("shuffle_window") = 0, py::arg("stream") = 0, py::arg("autotune") = false,
+           py::arg("memory_budget") = 0, py::arg("from_env") = false)
       .def(
           "epoch",
           [](PyLoader& self, std::uint64_t e, std::size_t start_batch) {

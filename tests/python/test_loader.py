@@ -380,3 +380,15 @@ def test_csv_columns_of_text(ferry, tmp_path):
     v = ferry.CsvDataset(test, categorical=["city"], vocabulary={"city": ["rome", "oslo"]})
     b = next(iter(ferry.Loader(v, batch_size=2, device="cpu").epoch(0)))
     np.testing.assert_array_equal(b["city"].numpy(), [0, 1])
+
+
+def test_autotune_within_a_budget(ferry):
+    ds = ferry.TensorDataset({"i": np.arange(5000, dtype=np.int64)})
+    fixed = indices_of(ferry.Loader(ds, batch_size=50, shuffle=True, seed=4, device="cpu").epoch(0))
+    l = ferry.Loader(ds, batch_size=50, shuffle=True, seed=4, device="cpu", autotune=True,
+                     memory_budget=1 << 20)
+    assert indices_of(l.epoch(0)) == fixed  # the same batches whatever the tuning
+    s = l.stats()
+    assert s.autotune and 1 <= s.workers and 1 <= s.prefetch and 0 < s.memory_bytes <= 1 << 20
+    with pytest.raises(ferry.ConfigError, match="bytes"):
+        ferry.Loader(ds, batch_size=50, device="cpu", autotune=True, memory_budget=10)
