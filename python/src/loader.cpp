@@ -258,6 +258,7 @@ void bind_loader(py::module_& m) {
       .def_readonly("device_allocations", &LoaderStats::device_allocations)
       .def_readonly("host_syncs", &LoaderStats::host_syncs)
       .def_readonly("background_syncs", &LoaderStats::background_syncs)
+      .def_readonly("source_samples", &LoaderStats::source_samples)
       .def("consumer_wait_fraction", &LoaderStats::consumer_wait_fraction)
       .def("worker_busy_fraction", &LoaderStats::worker_busy_fraction)
       .def("summary", &LoaderStats::summary,
