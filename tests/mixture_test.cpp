@@ -374,6 +374,9 @@ TEST(Mixture, AStateOfOtherWeightsOrEpochSizeIsRefused) {
   // The same mixture made again resumes it.
   Loader same(mix(1, 2, 24), options(6, true, 1));
   EXPECT_NO_THROW((void)same.resume(s));
+  // Weights that give the same shares give the same epochs.
+  Loader scaled(mix(2, 4, 24), options(4, true, 1));
+  EXPECT_NO_THROW((void)scaled.resume(s));
   Loader weights(mix(2, 1, 24), options(4, true, 1));
   expect_error<ConfigError>([&] { (void)weights.resume(s); }, {"selection", "weights"});
   Loader size(mix(1, 2, 30), options(4, true, 1));

@@ -44,8 +44,8 @@ struct FERRY_API MixtureOptions {
 /// Which samples an epoch holds and their order come from (LoaderOptions::seed, epoch) only: the
 /// loader asks epoch_indices() and shuffles, deals to ranks, plans max_tokens batches and
 /// resumes over their positions as for any dataset. selection_key() (a key of the sources'
-/// sizes and keys, the weights and the epoch size) goes into the LoaderState, so a state taken
-/// under other weights or another epoch size is refused.
+/// sizes and keys, the epoch size and the shares) goes into the LoaderState, so a state taken
+/// under weights that give other shares, or another epoch size, is refused.
 class FERRY_API Mixture final : public Dataset {
  public:
   /// \throws ConfigError for no sources, a null dataset, a weight that is not positive and

@@ -4,7 +4,6 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -147,19 +146,15 @@ std::shared_ptr<Mixture> Mixture::open(std::vector<MixtureSource> sources, Mixtu
     m->sizes_.push_back(per_pass);
     if (n > SIZE_MAX - offset) throw ConfigError("Mixture: the sources' sizes overflow");
     offset += n;
+    if (per_pass > SIZE_MAX - all) throw ConfigError("Mixture: the sources' sizes overflow");
     all += per_pass;
-    std::uint64_t w = 0;
-    std::memcpy(&w, &s.weight, sizeof w);
     key = mix(key ^ n);
     key = mix(key ^ per_pass);
     key = mix(key ^ inner);
-    key = mix(key ^ w);
   }
   m->offsets_.push_back(offset);
   m->size_ = offset;
   m->epoch_size_ = options.epoch_size != 0 ? options.epoch_size : all;
-  key = mix(key ^ m->epoch_size_);
-  m->key_ = key == 0 ? 1 : key;
 
   // Largest remainders: each source's floor, then one more for the largest fractional parts.
   const std::size_t e = m->epoch_size_;
@@ -198,6 +193,11 @@ std::shared_ptr<Mixture> Mixture::open(std::vector<MixtureSource> sources, Mixtu
                         std::to_string(m->shares_[k]) + " per epoch");
     }
   }
+  // The key: what decides the epochs besides (seed, epoch). The shares, not the weights: weights
+  // that give the same shares give the same epochs.
+  key = mix(key ^ m->epoch_size_);
+  for (const std::size_t share : m->shares_) key = mix(key ^ share);
+  m->key_ = key == 0 ? 1 : key;
   m->sources_ = std::move(sources);
   return m;
 }
