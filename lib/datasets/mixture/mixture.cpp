@@ -131,7 +131,7 @@ std::shared_ptr<Mixture> Mixture::open(std::vector<MixtureSource> sources, Mixtu
         throw ConfigError("Mixture: source_field \"" + f.name + "\" is already a field");
       }
     }
-    m->fields_.push_back(FieldSpec{options.source_field, DType::i64, {}});
+    m->fields_.push_back(FieldSpec{std::move(options.source_field), DType::i64, {}});
     m->source_field_ = true;
   }
 
