@@ -308,8 +308,8 @@ Epoch Loader::resume(const LoaderState& state) {
     };
     throw ConfigError("Loader: the state's selection " + key(state.selection) +
                       " is not this dataset's, " + key(selection) +
-                      ": the epochs hold other samples (a Mixture's sources, their sizes, "
-                      "weights or epoch_size differ)");
+                      ": the epochs hold other samples (a Mixture's sources or their sizes differ, "
+                      "or its weights and epoch_size give other shares)");
   }
   if (state.shuffle != o.shuffle) {
     refuse("shuffle", state.shuffle ? "on" : "off", o.shuffle ? "shuffle on" : "shuffle off");
