@@ -548,6 +548,73 @@ TEST(Mixture, MixtureOfMixtures) {
   EXPECT_EQ(got, multiset(outer->epoch_indices(5, 2)));
 }
 
+TEST(Mixture, StratifiedBatchesHoldEachSourcesShareToWithinOne) {
+  within(120s, [] {
+    std::mt19937_64 rng(17);
+    for (int t = 0; t < 40; ++t) {
+      std::vector<MixtureSource> src;
+      const std::size_t sources = 1 + rng() % 4;
+      for (std::size_t k = 0; k < sources; ++k) {
+        src.push_back({std::make_shared<IndexDataset>(1 + rng() % 30, kWidth),
+                       static_cast<double>(1 + rng() % 9)});
+      }
+      const std::size_t epoch = 1 + rng() % 150;
+      const int world = 1 + static_cast<int>(rng() % std::min<std::size_t>(3, epoch));
+      const std::size_t batch = 1 + rng() % 12;
+      MixtureOptions mo = epochs(epoch);
+      mo.stratified = batch * static_cast<std::size_t>(world);
+      const auto m = Mixture::open(src, mo);
+      const auto plain = Mixture::open(src, epochs(epoch));
+      EXPECT_TRUE(m->orders_epoch());
+      EXPECT_NE(m->selection_key(), plain->selection_key());
+      const std::uint64_t seed = rng() % 100;
+      const std::uint64_t e = rng() % 5;
+      // The same samples as unstratified, and the loader deals the list as it is.
+      const Flat list = m->epoch_indices(seed, e);
+      EXPECT_EQ(multiset(list), multiset(plain->epoch_indices(seed, e)));
+      const std::size_t per_rank =
+          (epoch + static_cast<std::size_t>(world) - 1) / static_cast<std::size_t>(world);
+      std::map<std::uint64_t, std::size_t> got;
+      for (int r = 0; r < world; ++r) {
+        Loader loader(m, options(batch, true, seed, r, world));
+        std::size_t k = 0;
+        for (const Batch& b : loader.epoch(e)) {
+          EXPECT_TRUE(holds_mixed(*m, b));
+          for (std::size_t i = 0; i < b.size(); ++i) {
+            // Position (k x batch + i) x world + r of the epoch, wrapping for the padding.
+            const std::size_t p =
+                ((k * batch + i) * static_cast<std::size_t>(world) + static_cast<std::size_t>(r)) %
+                epoch;
+            EXPECT_EQ(b.indices()[i], list[p]);
+            ++got[b.indices()[i]];
+          }
+          // A full batch of the epoch (not the last, which padding may fill): each source's share
+          // of it to within one.
+          if ((k + 1) * batch * static_cast<std::size_t>(world) <= epoch) {
+            std::vector<std::size_t> c(sources, 0);
+            for (const auto i : b.indices()) ++c[m->source_of(i)];
+            for (std::size_t s = 0; s < sources; ++s) {
+              const double share = static_cast<double>(batch) *
+                                   static_cast<double>(m->shares()[s]) / static_cast<double>(epoch);
+              EXPECT_LE(std::abs(static_cast<double>(c[s]) - share), 1.0 + 1e-9)
+                  << "source " << s << " batch " << k << " rank " << r << " of " << world << ": "
+                  << c[s] << " for a share of " << share;
+            }
+          }
+          ++k;
+        }
+        EXPECT_EQ(k, (per_rank + batch - 1) / batch);
+      }
+      // Over the epoch: exactly the shares (the padding aside).
+      const std::size_t pad = per_rank * static_cast<std::size_t>(world) - epoch;
+      Flat expected = list;
+      expected.insert(expected.end(), list.begin(),
+                      list.begin() + static_cast<std::ptrdiff_t>(pad));
+      EXPECT_EQ(got, multiset(expected));
+    }
+  });
+}
+
 // Sample i: "tokens" i32 [L_i] with L_i in [1, 30], each token i; "y" i64 [] = i.
 class Texts : public ferry::Dataset {
  public:

@@ -121,6 +121,10 @@ class FERRY_API Dataset {
   /// orders any dataset's samples (shuffled or not), deals them to ranks and resumes over them.
   /// Called when an epoch starts, on the caller's thread. The default: 0, 1, ..., size() - 1.
   virtual std::vector<std::uint64_t> epoch_indices(std::uint64_t seed, std::uint64_t epoch) const;
+  /// Whether epoch_indices() is already the epoch's order (a dataset that arranges its batches,
+  /// a stratified Mixture): the loader then deals it as it is, whatever LoaderOptions::shuffle.
+  /// The default: false, the loader orders the positions itself.
+  virtual bool orders_epoch() const noexcept { return false; }
   /// For a dataset made of sources (ferry::Mixture): how many; 0 (the default) otherwise.
   /// LoaderStats::source_samples counts the samples delivered from each.
   virtual std::size_t num_sources() const noexcept { return 0; }

@@ -23,6 +23,14 @@ struct FERRY_API MixtureOptions {
   /// When not empty: an extra field of this name, i64 [] (a scalar), last, holding the number
   /// of the source each sample comes from (for a loss per domain).
   std::string source_field;
+  /// > 0: stratified batches of this many samples (a loader's batch_size x world_size). The
+  /// epoch is laid out in blocks of this size, block g holding floor or ceil of
+  /// size(g) x share_k / epoch_size samples of source k (still exactly share_k over the epoch),
+  /// grouped by source, each source's samples shuffled from (seed, epoch); the mixture orders
+  /// its epochs itself (Dataset::orders_epoch), whatever LoaderOptions::shuffle. So each batch of
+  /// each rank of a run from the epoch's start holds each source's share of the batch to within
+  /// one sample. 0: not stratified.
+  std::size_t stratified = 0;
 };
 
 /// Weighted mixing of datasets with the same fields. Index offset(k) + i is sample i of source
@@ -65,7 +73,10 @@ class FERRY_API Mixture final : public Dataset {
   std::size_t epoch_size() const override { return epoch_size_; }
   /// Source by source, in their order: each sample of the source q times in index order, then
   /// the epoch's r samples from the stream of passes, ascending (see the class comment).
+  /// Stratified: the same samples in blocks (MixtureOptions::stratified).
   std::vector<std::uint64_t> epoch_indices(std::uint64_t seed, std::uint64_t epoch) const override;
+  /// Whether the mixture is stratified: it orders its epochs itself.
+  bool orders_epoch() const noexcept override { return stratified_ > 0; }
   std::size_t num_sources() const noexcept override { return sources_.size(); }
   /// \pre index < size().
   std::size_t source_of(std::size_t index) const override;
@@ -78,6 +89,9 @@ class FERRY_API Mixture final : public Dataset {
 
  private:
   Mixture() = default;
+  // epoch_indices()' samples (source after source) laid out in stratified blocks.
+  std::vector<std::uint64_t> stratify(const std::vector<std::uint64_t>& by_source,
+                                      std::uint64_t seed, std::uint64_t epoch) const;
 
   std::vector<MixtureSource> sources_;
   std::vector<std::size_t> offsets_;  // per source, then size()
@@ -88,6 +102,7 @@ class FERRY_API Mixture final : public Dataset {
   std::size_t epoch_size_ = 0;
   std::uint64_t key_ = 1;
   bool source_field_ = false;
+  std::size_t stratified_ = 0;
 };
 
 }  // namespace ferry

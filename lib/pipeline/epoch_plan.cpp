@@ -76,8 +76,9 @@ EpochPlan::EpochPlan(const Dataset& dataset, std::size_t field, const LoaderOpti
   std::vector<Item> items(n);
   const Permutation perm = epoch_permutation(n, options.seed, epoch);
   const auto selected = selected_indices(dataset, options.seed, epoch);
+  const bool shuffle = options.shuffle && !(selected && dataset.orders_epoch());
   for (std::size_t i = 0; i < n; ++i) {
-    const std::uint64_t p = options.shuffle ? perm(i) : i;
+    const std::uint64_t p = shuffle ? perm(i) : i;
     const std::uint64_t index = selected ? (*selected)[p] : p;
     items[i] = {index, dataset.length(index, field)};
   }

@@ -120,8 +120,10 @@ std::size_t Sampler::batch_size(std::size_t k) const noexcept {
 }
 
 Sampler::Order Sampler::order(std::uint64_t epoch) const {
-  Order o(epoch_permutation(n_, options_.seed, epoch), options_.shuffle);
-  if (options_.shuffle && windows_.window > 0) {
+  // A dataset that orders its epochs itself is dealt as it is.
+  const bool ordered = selecting_ != nullptr && selecting_->orders_epoch();
+  Order o(epoch_permutation(n_, options_.seed, epoch), options_.shuffle && !ordered);
+  if (options_.shuffle && !ordered && windows_.window > 0) {
     o.windows_.emplace(windows_.starts, windows_.window, options_.seed, epoch);
   }
   if (selecting_ != nullptr) o.selected_ = selected_indices(*selecting_, options_.seed, epoch);

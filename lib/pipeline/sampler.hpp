@@ -133,8 +133,9 @@ class Sampler {
   std::size_t number_offset() const noexcept;
   /// Samples in batch k. \pre k < batches().
   std::size_t batch_size(std::size_t k) const noexcept;
-  /// The global order of `epoch`: a permutation of the positions, or its shard windows, then
-  /// the selecting dataset's epoch_indices(). Built once per epoch (the windows cost O(shards),
+  /// The global order of `epoch`: a permutation of the positions, or its shard windows (none
+  /// for a dataset that orders its epochs itself, Dataset::orders_epoch), then the selecting
+  /// dataset's epoch_indices(). Built once per epoch (the windows cost O(shards),
   /// the indices O(epoch)); it refers to this sampler, which must outlive it.
   /// \throws ConfigError as selected_indices().
   class Order {

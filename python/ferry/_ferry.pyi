@@ -130,7 +130,7 @@ class WebDataset(Dataset):
 
 class Mixture(Dataset):
     def __init__(self, sources: Sequence[tuple[Dataset | Any, float]], *, epoch_size: int = 0,
-                 source_field: str = "") -> None: ...
+                 source_field: str = "", stratified: int = 0) -> None: ...
     epoch_size: int
     shares: list[int]
     num_sources: int

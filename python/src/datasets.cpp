@@ -402,9 +402,11 @@ epoch_size=0). Index offset(k) + i is sample i of source k. Each epoch of a load
 exactly shares[k] samples of source k (epoch_size x w_k / sum w, rounded by largest remainders;
 epoch_size 0: the sum of the sizes); a source asked for more than it has repeats every sample as
 evenly as possible, one asked for fewer gives another subset each epoch. source_field: the name
-of an extra i64 field holding each sample's source.)doc")
+of an extra i64 field holding each sample's source. stratified: a batch size (batch_size x
+world_size) whose every batch holds each source's share to within one sample; the mixture then
+orders its epochs itself, whatever the loader's shuffle.)doc")
       .def(py::init([](const py::sequence& sources, std::size_t epoch_size,
-                       const std::string& source_field) {
+                       const std::string& source_field, std::size_t stratified) {
              std::vector<MixtureSource> list;
              for (const py::handle item : sources) {
                const auto pair = item.cast<py::tuple>();
@@ -416,10 +418,11 @@ of an extra i64 field holding each sample's source.)doc")
              MixtureOptions o;
              o.epoch_size = epoch_size;
              o.source_field = source_field;
+             o.stratified = stratified;
              return Mixture::open(std::move(list), o);
            }),
            py::arg("sources"), py::kw_only(), py::arg("epoch_size") = 0,
-           py::arg("source_field") = "")
+           py::arg("source_field") = "", py::arg("stratified") = 0)
       .def_property_readonly("epoch_size", &Mixture::epoch_size)
       .def_property_readonly("shares", &Mixture::shares)
       .def_property_readonly("num_sources", &Mixture::num_sources)

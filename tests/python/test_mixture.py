@@ -55,3 +55,17 @@ def test_mixture_refuses_what_cannot_mix(ferry):
         ferry.Mixture([(a, 1), (a, 0)])
     with pytest.raises(ferry.ConfigError, match="no sources"):
         ferry.Mixture([])
+
+
+def test_stratified_mixture_batches_hold_each_share(ferry):
+    a = ferry.TensorDataset({"i": np.arange(40, dtype=np.int64)})
+    b = ferry.TensorDataset({"i": np.arange(10, dtype=np.int64)})
+    mix = ferry.Mixture([(a, 3), (b, 1)], epoch_size=48, stratified=8)
+    assert mix.shares == [36, 12]
+    loader = ferry.Loader(mix, batch_size=8, shuffle=True, seed=1, device="cpu")
+    got = []
+    for batch in loader.epoch(0):
+        sources = Counter(mix.source_of(int(i)) for i in batch.indices)
+        assert sources == Counter({0: 6, 1: 2})
+        got.extend(batch.indices.tolist())
+    assert Counter(got) == Counter(mix.epoch_indices(1, 0))
