@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -267,6 +268,21 @@ TEST(Mixture, LoaderDeliversExactMultiplicitiesTheSameWhateverTheWorkersAndCopyS
       if (!shuffle) {
         EXPECT_EQ(order, m.mixture->epoch_indices(seed, e));
       }
+      // Starting at batch k skips exactly the first k batches.
+      {
+        const std::size_t batches = (order.size() + batch - 1) / batch;
+        const std::size_t k = rng() % (batches + 1);
+        Loader loader(m.mixture, options(batch, shuffle, seed));
+        Flat rest;
+        for (const Batch& b : loader.epoch(e, k)) {
+          EXPECT_TRUE(holds_mixed(*m.mixture, b));
+          rest.insert(rest.end(), b.indices().begin(), b.indices().end());
+        }
+        EXPECT_EQ(rest, Flat(order.begin() +
+                                 static_cast<std::ptrdiff_t>(std::min(k * batch, order.size())),
+                             order.end()))
+            << m.str() << " from batch " << k;
+      }
 
       // W ranks: together the epoch, plus the padding (the epoch's first positions again).
       const std::size_t epoch = m.mixture->epoch_size();
@@ -501,6 +517,28 @@ TEST(Mixture, SourceFieldNamesEachSamplesSource) {
   Loader plain(std::make_shared<IndexDataset>(5, kWidth), options(2, false, 0));
   for (const Batch& b : plain.epoch(0)) static_cast<void>(b);
   EXPECT_TRUE(plain.stats().source_samples.empty());
+}
+
+TEST(Mixture, SkippedSamplesLeaveEveryOccurrenceOut) {
+  // Source 1's sample 2 fails; up-sampled 4 times, it is skipped 4 times, nothing else.
+  const auto m =
+      Mixture::open({{std::make_shared<IndexDataset>(10, kWidth), 1},
+                     {std::make_shared<IndexDataset>(5, kWidth, std::set<std::size_t>{2}), 2}},
+                    epochs(30));
+  ASSERT_EQ(m->shares(), (std::vector<std::size_t>{10, 20}));
+  LoaderOptions o = options(4, true, 2);
+  o.on_error = ferry::ErrorPolicy::skip;
+  Loader loader(m, o);
+  Flat got;
+  for (const Batch& b : loader.epoch(0)) {
+    EXPECT_TRUE(holds_mixed(*m, b));
+    got.insert(got.end(), b.indices().begin(), b.indices().end());
+  }
+  Flat want = m->epoch_indices(2, 0);
+  std::erase(want, std::uint64_t{12});
+  EXPECT_EQ(multiset(got), multiset(want));
+  EXPECT_EQ(loader.stats().skipped, 4u);
+  EXPECT_EQ(loader.stats().source_samples, (std::vector<std::uint64_t>{10, 16}));
 }
 
 TEST(Mixture, MixtureOfMixtures) {
