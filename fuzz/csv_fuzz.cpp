@@ -1,5 +1,6 @@
 // libFuzzer target: CsvDataset's parser on arbitrary bytes. The first byte picks the options
-// (header, delimiter, label column, classes, missing values, explicit features); the rest is
+// (header, delimiter, label column, classes, missing values, explicit features and a
+// categorical column); the rest is
 // the file. Each input is parsed whole on this thread and again in pieces of a few bytes (the
 // piece size from the first byte too), which must agree exactly: the same table, or the same
 // error message. Only DataError and ConfigError may escape the parser. A gzipped input is also
@@ -42,6 +43,16 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
          (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
+bool same_categorical(const ferry::detail::CsvTable& x, const ferry::detail::CsvTable& y) {
+  if (x.categorical.size() != y.categorical.size()) return false;
+  for (std::size_t k = 0; k < x.categorical.size(); ++k) {
+    const auto& a = x.categorical[k];
+    const auto& b = y.categorical[k];
+    if (a.name != b.name || a.categories != b.categories || a.codes != b.codes) return false;
+  }
+  return true;
+}
+
 bool same(const Result& a, const Result& b) {
   if (a.index() != b.index()) return false;
   if (const auto* e = std::get_if<std::string>(&a)) return *e == std::get<std::string>(b);
@@ -50,7 +61,7 @@ bool same(const Result& a, const Result& b) {
   return x.rows == y.rows && x.num_features == y.num_features && x.has_label == y.has_label &&
          x.classes_mode == y.classes_mode && x.feature_names == y.feature_names &&
          x.classes == y.classes && same_bits(x.features, y.features) && x.labels == y.labels &&
-         same_bits(x.targets, y.targets);
+         same_bits(x.targets, y.targets) && same_categorical(x, y);
 }
 
 // Checks what a table promises: sizes agree, class ids index classes().
@@ -66,6 +77,17 @@ void check(const ferry::detail::CsvTable& t) {
     ok = ok && t.targets.size() == t.rows && t.labels.empty();
   } else {
     ok = ok && t.labels.empty() && t.targets.empty();
+  }
+  // Categorical codes: one per row, each -1 (missing) or a category's index; categories sorted
+  // and distinct.
+  for (const auto& c : t.categorical) {
+    ok = ok && c.codes.size() == t.rows;
+    for (const std::int64_t code : c.codes) {
+      ok = ok && code >= -1 && code < static_cast<std::int64_t>(c.categories.size());
+    }
+    for (std::size_t i = 1; i < c.categories.size(); ++i) {
+      ok = ok && c.categories[i - 1] < c.categories[i];
+    }
   }
   if (!ok) std::abort();
 }
@@ -118,7 +140,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   o.classes = (pick & 0x20) == 0;
   o.missing = (pick & 0x40) != 0 ? ferry::Missing::nan : ferry::Missing::error;
-  if ((pick & 0x80) != 0) o.features = {ferry::Column::index(1), ferry::Column::index(2)};
+  if ((pick & 0x80) != 0) {
+    o.features = {ferry::Column::index(1), ferry::Column::index(2)};
+    o.categorical = {ferry::Column::index(3)};
+  }
 
   const Result whole = parse(text, o, {~std::size_t{0}, false});
   const std::size_t piece = 1 + (pick % 13);

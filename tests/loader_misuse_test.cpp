@@ -366,41 +366,49 @@ class GatedDataset : public IndexDataset {
 };
 
 TEST(LoaderMisuse, CancelFromAnotherThreadWakesAWaitingNextAndTheLoaderGoesOn) {
-  for (const bool copy_stage : {false, true}) {
-    SCOPED_TRACE(copy_stage ? "copy stage" : "no copy stage");
-    auto data = std::make_shared<GatedDataset>(40);
-    LoaderOptions o = cpu_options(4);
-    o.workers = 2;
-    Loader loader = make_loader(data, o, copy_stage);
-    within(20s, [&] {
-      ferry::Epoch epoch = loader.epoch(0);
-      const Batch* first = epoch.next();  // samples 0..3: not gated
-      ASSERT_NE(first, nullptr);
-      const Batch kept = *first;
-      std::thread canceller([&] {
-        std::this_thread::sleep_for(50ms);
-        epoch.cancel();
+  // Cancelled while next() waits (50 ms), and before the gated reads have begun (0 ms: the fill
+  // tasks then skip their samples, and the slot they leave must not be delivered).
+  for (const auto delay : {50ms, 0ms})
+    for (const bool copy_stage : {false, true}) {
+      SCOPED_TRACE(copy_stage ? "copy stage" : "no copy stage");
+      auto data = std::make_shared<GatedDataset>(40);
+      LoaderOptions o = cpu_options(4);
+      o.workers = 2;
+      Loader loader = make_loader(data, o, copy_stage);
+      within(20s, [&] {
+        ferry::Epoch epoch = loader.epoch(0);
+        const Batch* first = epoch.next();  // samples 0..3: not gated
+        ASSERT_NE(first, nullptr);
+        const Batch kept = *first;
+        std::thread canceller([&] {
+          std::this_thread::sleep_for(delay);
+          epoch.cancel();
+        });
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          const Batch* b = epoch.next();  // waits for gated samples until cancelled
+          ADD_FAILURE() << (copy_stage ? "copy stage: " : "no copy stage: ")
+                        << "next() returned instead of throwing: "
+                        << (b == nullptr ? std::string("nullptr")
+                                         : "batch " + std::to_string(b->number()) + " of " +
+                                               std::to_string(b->size()) + " from sample " +
+                                               std::to_string(b->indices()[0]));
+        } catch (const ferry::Error& e) {
+          EXPECT_STREQ(e.what(), "Loader: the epoch was cancelled");
+        }
+        canceller.join();
+        EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+        EXPECT_THROW(static_cast<void>(epoch.next()), ferry::Error);  // stays cancelled
+        EXPECT_TRUE(holds_its_samples(kept));                         // delivered stays valid
+        EXPECT_EQ(kept.indices()[0], 0U);
+        data->open.store(true);
       });
-      const auto start = std::chrono::steady_clock::now();
-      try {
-        static_cast<void>(epoch.next());  // waits for gated samples until cancelled
-        ADD_FAILURE() << "next() returned instead of throwing";
-      } catch (const ferry::Error& e) {
-        EXPECT_STREQ(e.what(), "Loader: the epoch was cancelled");
+      // The loader is whole again: the next epoch delivers every sample, in order.
+      const Order order = collect(loader, 1);
+      std::uint64_t expected = 0;
+      for (const auto& b : order) {
+        for (const std::uint64_t i : b) EXPECT_EQ(i, expected++);
       }
-      canceller.join();
-      EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
-      EXPECT_THROW(static_cast<void>(epoch.next()), ferry::Error);  // stays cancelled
-      EXPECT_TRUE(holds_its_samples(kept));                         // delivered stays valid
-      EXPECT_EQ(kept.indices()[0], 0U);
-      data->open.store(true);
-    });
-    // The loader is whole again: the next epoch delivers every sample, in order.
-    const Order order = collect(loader, 1);
-    std::uint64_t expected = 0;
-    for (const auto& b : order) {
-      for (const std::uint64_t i : b) EXPECT_EQ(i, expected++);
+      EXPECT_EQ(expected, 40U);
     }
-    EXPECT_EQ(expected, 40U);
-  }
 }

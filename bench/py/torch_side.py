@@ -6,12 +6,16 @@ run, one JSON line of results on stdout (the driver reads the last line that sta
   torch_side.py jpeg  --data ROOT     torchvision ImageFolder + Resize(256) + CenterCrop(224)
                                       + ToTensor
   torch_side.py csv   --data FILE     pandas.read_csv + TensorDataset (parsing timed)
+  torch_side.py pyobj-numpy|pyobj-png|pyobj-jpeg --data PATH
+                                      a dataset written in Python (bench/py/pyobj.py; the same
+                                      object bench/py/ferry_py_side.py reads through ferry)
 
 DataLoader(batch_size=256, shuffle=True, num_workers=--workers), its defaults otherwise (per
 sample __getitem__ and default_collate, workers started per epoch). --warmup N (1) untimed epochs,
 then --epochs N (1) timed ones. --check DUMP: no timing; shuffle off, num_workers 0, the first 3
 batches summed (float64, per field, in memory order) and the first 64 samples of each written to
-DUMP, as ferry_side does.
+DUMP, as ferry_side does. --mark writes "@timed begin" and "@timed end" lines to stderr around the
+timed epochs (bench/python samples memory between them).
 """
 
 import argparse
@@ -25,6 +29,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import make_data
+import pyobj
 
 CHECK_BATCHES = 3
 DUMP_SAMPLES = 64
@@ -54,6 +59,9 @@ def dataset(args, out):
     if args.workload == "inmem":
         x, y = make_data.fashion_mnist(args.data)
         return TensorDataset(torch.from_numpy(x.copy()), torch.from_numpy(y)), ["image", "label"]
+    if args.workload in pyobj.WORKLOADS:
+        ds = pyobj.make(args.workload, args.data)
+        return ds, list(ds[0].keys())
     import torchvision
     from torchvision import transforms as T
     out["torchvision_version"] = torchvision.__version__
@@ -75,9 +83,14 @@ def csv_dataset(path):
     return TensorDataset(features, labels)
 
 
+def tensors(batch, names):
+    """A batch's tensors in field order: a tuple's as they come, a dict's by name."""
+    return [batch[n] for n in names] if isinstance(batch, dict) else list(batch)
+
+
 def field_sums(batch, names):
     fields = []
-    for name, t in zip(names, batch):
+    for name, t in zip(names, tensors(batch, names)):
         a = t.contiguous().numpy().reshape(-1)
         # np.cumsum adds in memory order, as ferry_side's loop does.
         total = float(np.cumsum(a, dtype=np.float64)[-1]) if a.size else 0.0
@@ -93,7 +106,7 @@ def check(ds, names, args, out):
             if b == CHECK_BATCHES:
                 break
             sums.append({"batch": b, "fields": field_sums(batch, names)})
-            for name, t in zip(names, batch):
+            for name, t in zip(names, tensors(batch, names)):
                 head = t[:DUMP_SAMPLES].contiguous().numpy()
                 dump.write(head.tobytes())
                 layout.append({"batch": b, "name": name, "dtype": str(head.dtype),
@@ -114,7 +127,7 @@ def epoch(loader, names=None, sums=None):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("workload", choices=["inmem", "png", "jpeg", "csv"])
+    p.add_argument("workload", choices=["inmem", "png", "jpeg", "csv", *pyobj.WORKLOADS])
     p.add_argument("--data", required=True)
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--batch", type=int, default=256)
@@ -122,10 +135,11 @@ def main():
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--check")
+    p.add_argument("--mark", action="store_true")
     args = p.parse_args()
     torch.manual_seed(args.seed)
     side = {"inmem": "pytorch", "png": "torchvision", "jpeg": "torchvision", "csv": "pandas"}
-    out = {"side": side[args.workload], "workload": args.workload, "workers": args.workers,
+    out = {"side": side.get(args.workload, "pytorch"), "workload": args.workload, "workers": args.workers,
            "batch": args.batch, "torch_version": torch.__version__,
            "python_version": sys.version.split()[0]}
 
@@ -158,8 +172,12 @@ def main():
             sums = []
             for w in range(args.warmup):
                 epoch(loader, names, sums if w == 0 else None)
+            if args.mark:
+                print("@timed begin", file=sys.stderr, flush=True)
             seconds = [epoch(loader, names, sums if args.warmup == 0 and e == 0 else None)
                        for e in range(args.epochs)]
+            if args.mark:
+                print("@timed end", file=sys.stderr, flush=True)
             m = float(np.median(seconds))
             out.update(samples=len(ds), epoch_s=m, epochs_s=seconds,
                        samples_per_s=len(ds) / m, checksum=sums)

@@ -33,9 +33,9 @@ class IdentityStage final : public CopyStage {
     if (!p) return std::nullopt;
     Slot& slot = run_.impl->ring->slot(p->slot);
     run_.wait_filled(slot, p->number);
-    if (slot.filled.load(std::memory_order_acquire) != p->number + 1) {
-      // Stopped (cancelled) before the fill ended: the slot goes back in drain(), once the
-      // fill tasks are done with it.
+    if (run_.stop_requested()) {
+      // Stopped (cancelled): fill tasks skip the samples they had not begun, so a slot that
+      // reads as filled may not be. The slot goes back in drain(), once they are done with it.
       unfilled_ = p->slot;
       return std::nullopt;
     }

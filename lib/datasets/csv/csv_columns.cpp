@@ -1,7 +1,10 @@
 // CsvDataset's parser: the columns (Column, the options that name them, and finding them in
 // the header).
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -94,6 +97,35 @@ ColumnFinder::Hits ColumnFinder::find(const std::string& name) {
   return it == by_name_.end() ? Hits{} : it->second;
 }
 
+void check_categorical_names(const std::vector<std::size_t>& columns,
+                             const std::vector<std::string>& names, bool has_features,
+                             bool has_label, const CsvOptions& options, const Messages& m) {
+  std::unordered_map<std::string_view, std::size_t> fields;
+  if (has_features) fields.emplace("features", kNone);
+  if (has_label) fields.emplace("label", kNone);
+  std::string list;
+  for (const std::size_t c : columns) {
+    const std::string& name = names[c];
+    const auto [it, added] = fields.emplace(name, c);
+    if (!added) {
+      throw ConfigError(m.prefix() + "the categorical " + m.column(c) +
+                        " would be a field named as " +
+                        (it->second == kNone ? "the " + shown(name) + " field"
+                                             : "the categorical " + m.column(it->second)) +
+                        ": each categorical column is a field named as the column");
+    }
+    list += (list.empty() ? "" : ", ") + shown(name);
+  }
+  for (const auto& [name, categories] : options.vocabulary) {
+    const auto it = fields.find(name);
+    if (it == fields.end() || it->second == kNone) {
+      throw ConfigError(m.prefix() + "CsvOptions::vocabulary gives categories for " + shown(name) +
+                        ", which is not a categorical column" +
+                        (list.empty() ? std::string(" (there are none)") : " (" + list + ")"));
+    }
+  }
+}
+
 }  // namespace ferry::detail::csv
 
 namespace ferry::detail {
@@ -142,6 +174,60 @@ void check_csv_options(const CsvOptions& o) {
       throw ConfigError("CsvOptions: the feature column " + column_text(f) +
                         " is listed twice (features[" + std::to_string(first) + "] and [" +
                         std::to_string(i) + "])");
+    }
+  }
+  // Categorical columns: likewise, and none of them a feature column.
+  by_name.clear();
+  by_index.clear();
+  last = kNone;
+  for (std::size_t i = 0; i < o.categorical.size(); ++i) {
+    const Column& f = o.categorical[i];
+    const std::string at = "categorical[" + std::to_string(i) + "]";
+    if (f.kind() == Column::Kind::none) {
+      throw ConfigError("CsvOptions: Column::none() in the categorical columns (" + at + ")");
+    }
+    if (!o.header && f.kind() == Column::Kind::name) {
+      throw ConfigError("CsvOptions: the categorical column " + shown(f.header()) +
+                        " is named, but header = false: give Column::index(i)");
+    }
+    if (f == o.label) {
+      throw ConfigError("CsvOptions: the label column " + column_text(f) +
+                        " is also a categorical column (" + at + ")");
+    }
+    const auto feature = std::find(o.features.begin(), o.features.end(), f);
+    if (feature != o.features.end()) {
+      throw ConfigError("CsvOptions: the column " + column_text(f) + " is both a feature (" +
+                        "features[" + std::to_string(feature - o.features.begin()) +
+                        "]) and a categorical column (" + at + ")");
+    }
+    std::size_t& first =
+        f.kind() == Column::Kind::name    ? by_name.try_emplace(f.header(), i).first->second
+        : f.kind() == Column::Kind::index ? by_index.try_emplace(f.position(), i).first->second
+                                          : last;
+    if (first == kNone) first = i;
+    if (first != i) {
+      throw ConfigError("CsvOptions: the categorical column " + column_text(f) +
+                        " is listed twice (categorical[" + std::to_string(first) + "] and [" +
+                        std::to_string(i) + "])");
+    }
+  }
+  for (const auto& [name, categories] : o.vocabulary) {
+    std::unordered_map<std::string_view, std::size_t> seen;
+    for (std::size_t i = 0; i < categories.size(); ++i) {
+      if (categories[i].empty()) {
+        throw ConfigError("CsvOptions: the vocabulary of " + shown(name) + " has an empty " +
+                          "category ([" + std::to_string(i) +
+                          "]): an empty value is a missing one (CsvOptions::missing)");
+      }
+      const auto [it, added] = seen.emplace(categories[i], i);
+      if (!added) {
+        throw ConfigError("CsvOptions: the vocabulary of " + shown(name) + " lists " +
+                          shown(categories[i]) + " twice ([" + std::to_string(it->second) +
+                          "] and [" + std::to_string(i) + "])");
+      }
+    }
+    if (categories.size() >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+      throw ConfigError("CsvOptions: the vocabulary of " + shown(name) + " is too large");
     }
   }
 }

@@ -36,22 +36,14 @@ bool tiny(const char* b, const char* e) {
 
 }  // namespace
 
-void reserve_large(std::vector<float>& v, std::size_t n) {
+void advise_huge_pages(void* data, std::size_t bytes) {
   constexpr std::size_t kHuge = std::size_t{2} << 20;
-  if (n <= v.capacity()) return;
-  v.reserve(n);
-  const std::size_t bytes = n * sizeof(float);
   if (bytes >= 2 * kHuge) {
-    char* const base = reinterpret_cast<char*>(v.data());
+    char* const base = static_cast<char*>(data);
     const std::size_t skip = (kHuge - reinterpret_cast<std::uintptr_t>(base) % kHuge) % kHuge;
     // Only advice: where it is refused, the buffer keeps ordinary pages.
     static_cast<void>(::madvise(base + skip, (bytes - skip) / kHuge * kHuge, MADV_HUGEPAGE));
   }
-}
-
-void resize_large(std::vector<float>& v, std::size_t n) {
-  reserve_large(v, n);
-  v.resize(n);
 }
 
 std::string shown(std::string_view text) {

@@ -2,12 +2,14 @@
 
 // What the pieces of CsvDataset's parser share (csv_parse.cpp, the driver; csv_scan.cpp, the
 // text's layout and the pieces; csv_rows.cpp, the records; csv_fields.cpp, fields and numbers;
-// csv_labels.cpp, the classes; csv_columns.cpp, the columns and the options). Internal to
-// lib/datasets/csv.
+// csv_labels.cpp, the classes; csv_categories.cpp, the categorical columns; csv_columns.cpp,
+// the columns and the options). Internal to lib/datasets/csv.
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <string>
@@ -22,17 +24,31 @@
 namespace ferry::detail::csv {
 
 inline constexpr std::size_t kNone = static_cast<std::size_t>(-1);
-inline constexpr std::ptrdiff_t kSkip = -1;     // a column that is read past
-inline constexpr std::ptrdiff_t kLabel = -2;    // the label column; >= 0: the feature's slot
+inline constexpr std::ptrdiff_t kSkip = -1;   // a column that is read past
+inline constexpr std::ptrdiff_t kLabel = -2;  // the label column; >= 0: the feature's slot
+// Categorical column k (its place in CsvOptions::categorical) has the role kCategory - k.
+inline constexpr std::ptrdiff_t kCategory = -3;
 inline constexpr std::size_t kShownChars = 40;  // of a field quoted in a message
 
-// Gives v room for n floats. A large buffer is asked to be backed by huge pages, so that filling
+// Asks that the whole 2 MiB pages within [data, data + bytes) be huge pages (only advice).
+void advise_huge_pages(void* data, std::size_t bytes);
+
+// Gives v room for n values. A large buffer is asked to be backed by huge pages, so that filling
 // it faults once per 2 MiB rather than per 4 KiB (some percent of open()'s time otherwise). Room
 // that is reserved and not yet used costs address space only, not memory.
-void reserve_large(std::vector<float>& v, std::size_t n);
+template <class T>
+void reserve_large(std::vector<T>& v, std::size_t n) {
+  if (n <= v.capacity()) return;
+  v.reserve(n);
+  advise_huge_pages(v.data(), n * sizeof(T));
+}
 
-// Sizes v to n floats.
-void resize_large(std::vector<float>& v, std::size_t n);
+// Sizes v to n values.
+template <class T>
+void resize_large(std::vector<T>& v, std::size_t n) {
+  reserve_large(v, n);
+  v.resize(n);
+}
 
 // What is wrong, and where: the byte offset of the record or field, its 0-based column (kNone:
 // the whole record).
@@ -59,6 +75,120 @@ struct LabelCell {
   std::int64_t id;
 };
 
+// A text as the dictionaries of categories look it up: its first 16 bytes as two words
+// (zero-padded), its hash, and the text.
+struct TextKey {
+  std::uint64_t w0 = 0;
+  std::uint64_t w1 = 0;
+  std::uint64_t hash = 0;
+  std::string_view text;
+};
+
+inline constexpr std::uint64_t kMul1 = 0x9e3779b97f4a7c15ULL;
+inline constexpr std::uint64_t kMul2 = 0xd6e8feb86659fd93ULL;
+
+inline std::uint64_t text_mix(std::uint64_t h) noexcept {
+  h ^= h >> 32;
+  h *= kMul2;
+  h ^= h >> 29;
+  return h;
+}
+
+// The key of `text`, which lies in memory that is readable up to `end` (past the text: a short
+// text is then read as two words and masked, not copied byte by byte). Inline: it is on the
+// parse's hot path, and a key returned through memory would be read back before it is stored.
+inline TextKey text_key(std::string_view text, const char* end) noexcept {
+  TextKey k;
+  k.text = text;
+  const char* const p = text.data();
+  const std::size_t n = text.size();
+  if (n <= 16 && end - p >= 16 && std::endian::native == std::endian::little) {
+    // Two words read at once, the bytes past the text masked off.
+    std::memcpy(&k.w0, p, 8);
+    std::memcpy(&k.w1, p + 8, 8);
+    if (n < 8) {
+      k.w0 &= (std::uint64_t{1} << (8 * n)) - 1;
+      k.w1 = 0;
+    } else if (n < 16) {
+      k.w1 &= (std::uint64_t{1} << (8 * (n - 8))) - 1;
+    }
+  } else {
+    char head[16] = {};
+    std::memcpy(head, p, std::min<std::size_t>(n, 16));
+    std::memcpy(&k.w0, head, 8);
+    std::memcpy(&k.w1, head + 8, 8);
+  }
+  std::uint64_t h = text_mix((k.w0 ^ (n + 1) * kMul2) * kMul1) ^ k.w1;
+  h = text_mix(h * kMul1);
+  for (std::size_t at = 16; at < n; at += 8) {  // a long text: the rest, 8 bytes at a time
+    std::uint64_t w = 0;
+    std::memcpy(&w, p + at, std::min<std::size_t>(n - at, 8));
+    h = text_mix((h ^ w) * kMul1);
+  }
+  k.hash = h;
+  return k;
+}
+
+// The distinct texts of one categorical column (in one piece of the rows, or in all of them),
+// numbered from 0 as they come: an open-addressing table of 32-byte slots (the hash, the id and
+// the first 16 bytes of the text, so that a text of up to 16 bytes is compared without reading
+// it again), at most 7/8 full (linear probing stays short at that load when most lookups find
+// their text, and a table of 100,000 texts is 4 MiB rather than 8), and per text a view (of
+// the file's bytes, or of a piece's unquoted copy), the offset of its first field and the
+// hash: 32 + 32 / load (69 to 105) bytes per text.
+class Dictionary {
+ public:
+  static constexpr std::uint32_t kAbsent = static_cast<std::uint32_t>(-1);
+
+  struct Entry {
+    std::string_view text;
+    std::size_t offset;  // of the first field that held it
+    std::uint64_t hash;
+  };
+
+  // The text's id, adding it as the next one when it is new.
+  std::uint32_t insert(const TextKey& key, std::size_t offset) {
+    if (!slots_.empty()) [[likely]] {
+      const std::size_t mask = slots_.size() - 1;
+      for (std::size_t i = key.hash & mask;; i = (i + 1) & mask) {
+        const Slot& slot = slots_[i];
+        if (slot.id == kAbsent) break;
+        if (matches(slot, key)) return slot.id;
+      }
+    }
+    return add(key, offset);
+  }
+  // Asks for the slot where the text's lookup starts to be brought into the cache.
+  void prefetch(const TextKey& key) const noexcept {
+    if (!slots_.empty()) __builtin_prefetch(&slots_[key.hash & (slots_.size() - 1)]);
+  }
+  // The text's id, or kAbsent.
+  std::uint32_t find(const TextKey& key) const noexcept;
+  std::size_t size() const noexcept { return entries_.size(); }
+  const std::vector<Entry>& entries() const noexcept { return entries_; }
+
+ private:
+  struct Slot {
+    std::uint64_t hash;
+    std::uint32_t id;  // kAbsent: empty
+    std::uint32_t size;
+    std::uint64_t w0, w1;  // the text's first 16 bytes, zero-padded
+  };
+  static_assert(sizeof(Slot) == 32);
+
+  bool matches(const Slot& slot, const TextKey& key) const noexcept {
+    return slot.hash == key.hash && slot.w0 == key.w0 && slot.w1 == key.w1 &&
+           slot.size == key.text.size() && (key.text.size() <= 16 || long_matches(slot, key));
+  }
+  bool long_matches(const Slot& slot, const TextKey& key) const noexcept;
+  // Adds a text that is not there.
+  std::uint32_t add(const TextKey& key, std::size_t offset);
+  void grow();
+
+  std::vector<Slot> slots_;  // a power of two of them
+  std::vector<Entry> entries_;
+};
+
 // One piece of the rows, and what parsing it gave.
 struct Chunk {
   const char* lo = nullptr;
@@ -72,6 +202,30 @@ struct Chunk {
   bool all_integer = true;
   Fault bad_id;  // the first integer label that cannot be a class id
   Fault fault;   // what stopped it
+  // Categorical columns: per column the piece's dictionary, and per row and column the text's
+  // id in it (-1: missing), [rows, categorical].
+  std::vector<Dictionary> dictionaries;
+  std::vector<std::int32_t> ids;
+  // A row's texts wait here, their slots being fetched, until the end of the next row (so that
+  // the cache misses of a large dictionary overlap the parsing of a whole row); their ids are
+  // kPending until then. [2, categorical]: rows of even and odd index.
+  struct Pending {
+    TextKey key;
+    std::size_t offset = 0;
+  };
+  static constexpr std::int32_t kPending = -2;
+  std::vector<Pending> pending;
+
+  // Room for one more row of `width` category ids (after add_row(): rows counts it).
+  std::int32_t* add_ids(std::size_t width) {
+    const std::size_t at = (rows - 1) * width;
+    if (at + width > ids.size()) {
+      std::size_t to = std::max(ids.size() * 2, at + width);
+      if (at + width <= ids.capacity()) to = std::min(to, ids.capacity());
+      resize_large(ids, to);
+    }
+    return ids.data() + at;
+  }
 
   // Room for one more row of `width` features. The values in use grow geometrically (within
   // the room reserved, then beyond it), so memory stays within twice the rows parsed whatever
@@ -182,8 +336,9 @@ class Scanner {
 // What the rows hold and where it goes: every column's role, the expected width.
 struct Layout {
   std::size_t width = 0;
-  std::vector<std::ptrdiff_t> roles;  // per column: kSkip, kLabel or the feature's slot
+  std::vector<std::ptrdiff_t> roles;  // per column: kSkip, kLabel, kCategory - k or the slot
   std::size_t features = 0;
+  std::size_t categorical = 0;
   bool has_label = false;
   bool classes = true;
   bool missing_nan = false;
@@ -221,6 +376,14 @@ class RowParser {
                                                 std::int64_t id, std::string_view text,
                                                 Chunk& ch) const;
   const char* skip(const char* p, std::size_t c, Chunk& ch) const;
+  // Looks up the texts that row `row` of the chunk left pending.
+  void resolve(Chunk& ch, std::size_t row) const;
+  // Categorical column k's field at p: its text's id in the piece's dictionary (or -1) to out.
+  const char* category(const char* p, std::size_t c, std::size_t k, Chunk& ch,
+                       std::int32_t& out) const;
+  // category()'s fields that are quoted, or have blanks around them.
+  [[gnu::noinline]] const char* quoted_category(const char* p, std::size_t c, std::size_t k,
+                                                Chunk& ch, std::int32_t& out) const;
 
   const Scanner& s_;
   const Layout& l_;
@@ -285,12 +448,26 @@ class ColumnFinder {
   std::unordered_map<std::string_view, Hits> by_name_;
 };
 
+// Checks the fields that categorical columns (0-based `columns`, named names[c]) make: none
+// named as another field ("features", "label", another categorical column), and every
+// vocabulary given for one of them. \throws ConfigError.
+void check_categorical_names(const std::vector<std::size_t>& columns,
+                             const std::vector<std::string>& names, bool has_features,
+                             bool has_label, const CsvOptions& options, const Messages& m);
+
 // The pieces of the rows after the header, from `data` to `end`, as `split` asks, each knowing
 // whether it starts inside quotes.
 std::vector<Chunk> make_chunks(const char* data, const char* end, const CsvSplit& split);
 
 // f(i) for every chunk i of n: on oneTBB's workers, or in order on this thread.
 void each_chunk(std::size_t n, bool parallel, const std::function<void(std::size_t)>& f);
+
+// Merges the chunks' dictionaries of categorical column k (names[k], its 0-based column
+// columns[k]) and writes its codes into t.categorical (sized already); a value outside a given
+// vocabulary, when that is an error, raises the first one in the file.
+void gather_categories(const std::vector<Chunk>& chunks, const Layout& l, const Messages& m,
+                       const CsvOptions& options, const std::vector<std::size_t>& columns,
+                       bool parallel, CsvTable& t);
 
 // Gathers the chunks' labels into t (t.labels and t.classes, or t.targets).
 void gather_labels(const std::vector<Chunk>& chunks, const Layout& l, const Messages& m,

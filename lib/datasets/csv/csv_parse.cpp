@@ -72,10 +72,26 @@ CsvTable parse_csv(std::string_view text, const CsvOptions& options, const std::
   ColumnFinder resolve(names, options.header, first_line, m);
   std::size_t label = kNone;
   if (options.label.kind() != Column::Kind::none) label = resolve(options.label, "label");
+  // Categorical columns: each once, not the label.
+  std::vector<std::size_t> categorical;
+  std::vector<bool> is_categorical(l.width);
+  for (const Column& col : options.categorical) {
+    const std::size_t c = resolve(col, "categorical");
+    if (c == label) {
+      throw ConfigError(m.prefix() + "the label column " + column_text(options.label) +
+                        " is also a categorical column (" + column_text(col) + ", " + m.column(c) +
+                        ")");
+    }
+    if (is_categorical[c]) {
+      throw ConfigError(m.prefix() + "the categorical columns list " + m.column(c) + " twice");
+    }
+    is_categorical[c] = true;
+    categorical.push_back(c);
+  }
   std::vector<std::size_t> features;
   if (options.features.empty()) {
     for (std::size_t i = 0; i < l.width; ++i) {
-      if (i != label) features.push_back(i);
+      if (i != label && !is_categorical[i]) features.push_back(i);
     }
   } else {
     std::vector<bool> taken(l.width);
@@ -89,11 +105,15 @@ CsvTable parse_csv(std::string_view text, const CsvOptions& options, const std::
       if (taken[c]) {
         throw ConfigError(m.prefix() + "the feature columns list " + m.column(c) + " twice");
       }
+      if (is_categorical[c]) {
+        throw ConfigError(m.prefix() + "the feature column " + column_text(col) + " (" +
+                          m.column(c) + ") is also a categorical column");
+      }
       taken[c] = true;
       features.push_back(c);
     }
   }
-  if (features.empty()) {
+  if (features.empty() && categorical.empty()) {
     throw DataError(m.prefix() + "no feature columns: the rows have " + std::to_string(l.width) +
                     (l.width == 1 ? " column, the label" : " columns"));
   }
@@ -102,7 +122,12 @@ CsvTable parse_csv(std::string_view text, const CsvOptions& options, const std::
     l.roles[features[k]] = static_cast<std::ptrdiff_t>(k);
   }
   if (label != kNone) l.roles[label] = kLabel;
+  for (std::size_t k = 0; k < categorical.size(); ++k) {
+    l.roles[categorical[k]] = kCategory - static_cast<std::ptrdiff_t>(k);
+  }
   l.features = features.size();
+  l.categorical = categorical.size();
+  check_categorical_names(categorical, names, !features.empty(), label != kNone, options, m);
   l.has_label = label != kNone;
   l.classes = options.classes;
   l.missing_nan = options.missing == Missing::nan;
@@ -129,6 +154,11 @@ CsvTable parse_csv(std::string_view text, const CsvOptions& options, const std::
     reserve_large(ch.features, expect * l.features);
     if (l.has_label && l.classes) ch.labels.reserve(expect);
     if (l.has_label && !l.classes) ch.targets.reserve(expect);
+    if (l.categorical != 0) {
+      ch.dictionaries.resize(l.categorical);
+      ch.pending.resize(2 * l.categorical);
+      reserve_large(ch.ids, expect * l.categorical);
+    }
     rows.parse(ch, i == 0);
   });
 
@@ -147,6 +177,10 @@ CsvTable parse_csv(std::string_view text, const CsvOptions& options, const std::
   t.classes_mode = l.has_label && l.classes;
   t.feature_names.reserve(features.size());
   for (const std::size_t c : features) t.feature_names.push_back(std::move(names[c]));
+  t.categorical.resize(categorical.size());
+  for (std::size_t k = 0; k < categorical.size(); ++k) {
+    t.categorical[k].name = names[categorical[k]];
+  }
 
   // Features, one piece after another.
   const std::size_t f = l.features;
@@ -167,6 +201,7 @@ CsvTable parse_csv(std::string_view text, const CsvOptions& options, const std::
   }
 
   gather_labels(chunks, l, m, t);
+  gather_categories(chunks, l, m, options, categorical, split.parallel, t);
   return t;
 }
 

@@ -21,6 +21,13 @@ struct CsvSplit {
   bool parallel = true;
 };
 
+/// A categorical column of a parsed CSV file.
+struct CsvCategorical {
+  std::string name;                     ///< the column's name: its field's
+  std::vector<std::string> categories;  ///< code i's text
+  std::vector<std::int64_t> codes;      ///< [rows]
+};
+
 /// A parsed CSV file: what a CsvDataset holds.
 struct CsvTable {
   std::size_t rows = 0;
@@ -32,7 +39,8 @@ struct CsvTable {
   std::vector<float> features;  ///< [rows, num_features]
   std::vector<std::int64_t> labels;
   std::vector<float> targets;
-  std::size_t chunks = 0;  ///< how many pieces the rows were parsed in
+  std::vector<CsvCategorical> categorical;  ///< in the order of CsvOptions::categorical
+  std::size_t chunks = 0;                   ///< how many pieces the rows were parsed in
 };
 
 /// The largest integer label taken as a class id (classes() lists every id up to the largest).

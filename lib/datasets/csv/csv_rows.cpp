@@ -58,6 +58,7 @@ void RowParser::parse(Chunk& ch, bool first) const {
   const std::ptrdiff_t* const roles = l_.roles.data();
   const std::size_t width = l_.width;
   const std::size_t features = l_.features;
+  const std::size_t categorical = l_.categorical;
   const char* const hi = ch.hi;
   const auto field_ends = [end, d](const char* q) {
     return q == end || *q == d || *q == '\n' || (*q == '\r' && (q + 1 == end || q[1] == '\n'));
@@ -70,6 +71,7 @@ void RowParser::parse(Chunk& ch, bool first) const {
     }
     const char* const record = p;
     float* const out = ch.add_row(features);
+    std::int32_t* const ids = categorical != 0 ? ch.add_ids(categorical) : nullptr;
     for (std::size_t c = 0;; ++c) {
       const std::ptrdiff_t role = roles[c];
       if (role >= 0) {
@@ -84,8 +86,11 @@ void RowParser::parse(Chunk& ch, bool first) const {
         }
       } else if (role == kLabel) {
         if ((p = label(p, c, ch)) == nullptr) return;
-      } else if ((p = skip(p, c, ch)) == nullptr) {
-        return;
+      } else if (role == kSkip) {
+        if ((p = skip(p, c, ch)) == nullptr) return;
+      } else {
+        const auto k = static_cast<std::size_t>(kCategory - role);
+        if ((p = category(p, c, k, ch, ids[k])) == nullptr) return;
       }
       if (c + 1 == width) break;
       if (p == end || *p != d) {
@@ -94,12 +99,27 @@ void RowParser::parse(Chunk& ch, bool first) const {
       }
       ++p;
     }
+    // The texts of the row before this one, whose slots have been fetched meanwhile.
+    if (categorical != 0 && ch.rows >= 2) resolve(ch, ch.rows - 2);
     if (p != end && *p == d) {  // more fields than expected
       std::size_t fields = 0;
       if (s_.skip_record(record, fields, ch.fault) != nullptr) ragged(record, fields, ch.fault);
       return;
     }
     p = s_.next_record(p);
+  }
+  if (categorical != 0 && ch.rows >= 1) resolve(ch, ch.rows - 1);
+}
+
+void RowParser::resolve(Chunk& ch, std::size_t row) const {
+  const std::size_t width = l_.categorical;
+  std::int32_t* const ids = ch.ids.data() + row * width;
+  const Chunk::Pending* const pending = ch.pending.data() + (row & 1) * width;
+  for (std::size_t k = 0; k < width; ++k) {
+    if (ids[k] == Chunk::kPending) {
+      ids[k] =
+          static_cast<std::int32_t>(ch.dictionaries[k].insert(pending[k].key, pending[k].offset));
+    }
   }
 }
 
