@@ -1,7 +1,7 @@
 // LoaderState's text on arbitrary bytes, both ways round:
 // * any text parse() accepts is what str() writes for the state it returns (parse(t).str() == t),
 //   and only ConfigError may come out of parse() for the others;
-// * any state, from the input's first 56 bytes, reads back as itself (parse(s.str()) == s).
+// * any state, from the input's first 64 bytes, reads back as itself (parse(s.str()) == s).
 
 #include <cstddef>
 #include <cstdint>
@@ -21,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } catch (const ferry::ConfigError&) {
   }
 
-  std::uint64_t words[7] = {};
+  std::uint64_t words[8] = {};
   std::memcpy(words, data, size < sizeof words ? size : sizeof words);
   ferry::LoaderState s;
   s.seed = words[0];
@@ -31,6 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   s.shuffle = (words[4] & 1U) != 0;
   s.position = words[5];
   s.plan = words[6];
+  s.selection = words[7];
   const std::string written = s.str();
   const ferry::LoaderState back = ferry::LoaderState::parse(written);  // must not throw
   if (back != s || back.str() != written) __builtin_trap();

@@ -108,6 +108,31 @@ class FERRY_API Dataset {
   /// WebDataset): the first sample of each unit, in order, then size(). Empty (the default) for
   /// a dataset without such units. LoaderOptions::shuffle_window orders an epoch by them.
   virtual std::span<const std::size_t> shard_starts() const noexcept { return {}; }
+
+  /// For a dataset that chooses which of its samples an epoch holds (ferry::Mixture): a key of
+  /// everything that decides the choice besides (seed, epoch), never 0; a LoaderState records it,
+  /// and only a loader over the same choice resumes that state. 0 (the default): an epoch holds
+  /// every sample once, and the loader asks neither epoch_size() nor epoch_indices().
+  virtual std::uint64_t selection_key() const noexcept { return 0; }
+  /// Samples in an epoch (when selection_key() != 0); the default: size().
+  virtual std::size_t epoch_size() const { return size(); }
+  /// The indices epoch `epoch` holds: epoch_size() of them, each below size(), repeats allowed,
+  /// from (seed, epoch) only, in an unshuffled order. The loader orders their positions as it
+  /// orders any dataset's samples (shuffled or not), deals them to ranks and resumes over them.
+  /// Called when an epoch starts, on the caller's thread. The default: 0, 1, ..., size() - 1.
+  virtual std::vector<std::uint64_t> epoch_indices(std::uint64_t seed, std::uint64_t epoch) const;
+  /// Whether epoch_indices() is already the epoch's order (a dataset that arranges its batches,
+  /// a stratified Mixture): the loader then deals it as it is, whatever LoaderOptions::shuffle.
+  /// The default: false, the loader orders the positions itself.
+  virtual bool orders_epoch() const noexcept { return false; }
+  /// For a dataset made of sources (ferry::Mixture): how many; 0 (the default) otherwise.
+  /// LoaderStats::source_samples counts the samples delivered from each.
+  virtual std::size_t num_sources() const noexcept { return 0; }
+  /// The source sample `index` comes from. \pre num_sources() > 0 and index < size().
+  virtual std::size_t source_of(std::size_t index) const {
+    static_cast<void>(index);
+    return 0;
+  }
 };
 
 /// A dataset of tensors that share dimension 0 (the sample): {{"x", x}, {"y", y}}. Field i is

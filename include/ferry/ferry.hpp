@@ -14,6 +14,7 @@
 #include "ferry/limits.hpp"         // IWYU pragma: export
 #include "ferry/loader.hpp"         // IWYU pragma: export
 #include "ferry/memory.hpp"         // IWYU pragma: export
+#include "ferry/mixture.hpp"        // IWYU pragma: export
 #include "ferry/ops.hpp"            // IWYU pragma: export
 #include "ferry/remote.hpp"         // IWYU pragma: export
 #include "ferry/tensor.hpp"         // IWYU pragma: export

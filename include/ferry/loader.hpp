@@ -107,17 +107,23 @@ struct FERRY_API LoaderState {
   std::uint64_t seed = 0;
   std::uint64_t epoch = 0;
   std::size_t next_batch = 0;  ///< the number (Batch::number) of the rank's next batch
-  std::uint64_t samples = 0;   ///< the dataset's size, which the order permutes
+  std::uint64_t samples = 0;   ///< the epoch's samples (positions), which the order permutes
   bool shuffle = false;        ///< whether the order is shuffled
   std::uint64_t position = 0;  ///< samples of the epoch's global order consumed
   /// 0 when any batch_size and max_tokens may resume the position; with bucket_window, a key
   /// of the options that cut the epoch into batches, which the resuming loader must share.
   std::uint64_t plan = 0;
+  /// 0 when an epoch holds every sample of the dataset once; for a dataset that chooses its
+  /// epochs' samples (a Mixture), its Dataset::selection_key(), which the resuming loader's
+  /// dataset must share.
+  std::uint64_t selection = 0;
 
+  /// "ferry-state v2 seed=S epoch=E next_batch=K samples=N shuffle=0|1 position=P plan=H",
+  /// then " selection=X" when selection != 0.
   std::string str() const;
   /// Reads what str() writes, and only that: the line above with single spaces, S, E, K, N, P,
-  /// H decimal without sign or leading zero ("0" aside) within their types, shuffle 0 or 1,
-  /// nothing before or after (no trailing newline). parse(s.str()) == s, and
+  /// H, X decimal without sign or leading zero ("0" aside) within their types, X not 0, shuffle 0
+  /// or 1, nothing before or after (no trailing newline). parse(s.str()) == s, and
   /// parse(t).str() == t for every text t it accepts. (A v1 state, of ferry before elastic
   /// resume, lacks the position and is refused.)
   /// \throws ConfigError quoting the text and naming what was expected at which byte.
@@ -163,6 +169,9 @@ struct FERRY_API LoaderStats {
   bool autotune = false;           ///< LoaderOptions::autotune
   /// Autotune's last 64 changes, oldest first.
   std::vector<AutotuneDecision> autotune_decisions;
+  /// Samples delivered from each source of a dataset made of sources (Dataset::num_sources(),
+  /// a Mixture's, in their order); empty for any other dataset.
+  std::vector<std::uint64_t> source_samples;
 
   /// Fraction of wall time the consumer waited for data.
   double consumer_wait_fraction() const noexcept;

@@ -69,14 +69,17 @@ EpochPlan::EpochPlan(const Dataset& dataset, std::size_t field, const LoaderOpti
                      std::uint64_t epoch, std::uint64_t start)
     : rank_(static_cast<std::size_t>(options.rank)),
       world_(static_cast<std::size_t>(options.world_size)) {
-  const std::size_t n = dataset.size();
+  const std::size_t n = epoch_length(dataset);
   start = std::min<std::uint64_t>(start, n);
-  // The same permutation as the sampler's: the order of the whole dataset for this epoch,
-  // with each sample's length.
+  // The same order as the sampler's: the epoch's positions permuted, each position's sample
+  // (the dataset's choice of indices for the epoch, when it makes one) with its length.
   std::vector<Item> items(n);
   const Permutation perm = epoch_permutation(n, options.seed, epoch);
+  const auto selected = selected_indices(dataset, options.seed, epoch);
+  const bool shuffle = options.shuffle && !(selected && dataset.orders_epoch());
   for (std::size_t i = 0; i < n; ++i) {
-    const std::uint64_t index = options.shuffle ? perm(i) : i;
+    const std::uint64_t p = shuffle ? perm(i) : i;
+    const std::uint64_t index = selected ? (*selected)[p] : p;
     items[i] = {index, dataset.length(index, field)};
   }
 

@@ -261,6 +261,12 @@ const Batch* EpochRun::next() {
   impl.state_position.store(run_.position_after(next_));
   impl.batches.fetch_add(1);
   impl.samples.fetch_add(count);
+  if (impl.sources > 0) {
+    for (const std::uint64_t index : current_.indices_) {
+      const std::size_t k = impl.dataset->source_of(static_cast<std::size_t>(index));
+      if (k < impl.sources) impl.source_samples[k].fetch_add(1, std::memory_order_relaxed);
+    }
+  }
   std::size_t bytes = 0;
   written.for_each_used(count, *b.rows, [&](std::size_t, std::size_t used) { bytes += used; });
   impl.bytes.fetch_add(bytes);

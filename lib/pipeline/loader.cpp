@@ -60,6 +60,7 @@ void validate(const Dataset* dataset, const LoaderOptions& o, const detail::Simu
   const auto fields = dataset->fields();
   if (fields.empty()) throw ConfigError("Loader: the dataset has no fields");
   const std::size_t size = dataset->size();
+  const std::size_t epoch = detail::epoch_length(*dataset);
   const std::span<const Tensor> rows = dataset->rows_in_memory();
   if (!rows.empty()) {
     // The rows stand for the samples: they must be exactly what fields() and size() say.
@@ -83,12 +84,12 @@ void validate(const Dataset* dataset, const LoaderOptions& o, const detail::Simu
                         "; its loader must run there too, not on " + o.device.str());
     }
   }
-  if (size > 0 && static_cast<std::size_t>(o.world_size) > size) {
+  if (epoch > 0 && static_cast<std::size_t>(o.world_size) > epoch) {
     throw ConfigError("Loader: world_size " + std::to_string(o.world_size) + " exceeds the " +
-                      std::to_string(size) + " samples");
+                      std::to_string(epoch) + " samples" + (epoch != size ? " of an epoch" : ""));
   }
   // The sampler pads a rank's share by wrapping: size + world_size must not overflow.
-  static_cast<void>(detail::checked_add(size, o.world_size, "Loader: dataset size + world_size"));
+  static_cast<void>(detail::checked_add(epoch, o.world_size, "Loader: dataset size + world_size"));
   for (const FieldSpec& f : fields) {
     const std::string what = "Loader: field \"" + f.name + "\"";
     // A ragged field's size is its row's (shape[1:]); the rows come from Dataset::length.
@@ -191,14 +192,18 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, const LoaderOpt
       options(o),
       simulated(sim),
       fields(dataset->fields()),
+      epoch_samples(epoch_length(*dataset)),
       capacity(options.max_tokens > 0 || options.bucket_window > 0
-                   ? std::max<std::size_t>(1, std::min(options.batch_size, dataset->size()))
-                   : staging_capacity(dataset->size(), options)),
-      sampler(dataset->size(), sampler_options(options), shard_windows(*dataset, options)),
+                   ? std::max<std::size_t>(1, std::min(options.batch_size, epoch_samples))
+                   : staging_capacity(epoch_samples, options)),
+      sampler(epoch_samples, sampler_options(options), shard_windows(*dataset, options), 0,
+              dataset->selection_key() != 0 ? dataset.get() : nullptr),
       workers(worker_count(options)),
       device_path(options.device.is_cuda() || simulated.enabled),
       arena(workers, /*reserved_for_masters=*/0) {
   check_usable(options.device);
+  sources = dataset->num_sources();
+  if (sources > 0) source_samples = std::make_unique<std::atomic<std::uint64_t>[]>(sources);
   auto n = std::make_shared<std::vector<std::string>>();
   for (const auto& f : fields) n->push_back(f.name);
   names = std::move(n);
@@ -353,7 +358,7 @@ Epoch Loader::epoch(std::uint64_t e, std::size_t start_batch) {
 
 Epoch Loader::resume(const LoaderState& state) {
   const LoaderOptions& o = impl_->options;
-  const std::uint64_t n = impl_->dataset->size();
+  const std::uint64_t n = impl_->epoch_samples;
   const auto refuse = [](const std::string& what, const std::string& saved,
                          const std::string& here) {
     throw ConfigError("Loader: the state was saved with " + what + " " + saved +
@@ -361,8 +366,19 @@ Epoch Loader::resume(const LoaderState& state) {
   };
   if (state.seed != o.seed) refuse("seed", std::to_string(state.seed), std::to_string(o.seed));
   if (state.samples != n) {
-    refuse("a dataset of", std::to_string(state.samples) + " samples",
-           "a dataset of " + std::to_string(n));
+    // A dataset that chooses its epochs' samples: the epoch's length (Mixture::epoch_size).
+    const std::string what = impl_->dataset->selection_key() != 0 ? "epochs of" : "a dataset of";
+    refuse(what, std::to_string(state.samples) + " samples", what + " " + std::to_string(n));
+  }
+  const std::uint64_t selection = impl_->dataset->selection_key();
+  if (state.selection != selection) {
+    const auto key = [](std::uint64_t k) {
+      return k == 0 ? std::string("none (every sample once per epoch)") : std::to_string(k);
+    };
+    throw ConfigError("Loader: the state's selection " + key(state.selection) +
+                      " is not this dataset's, " + key(selection) +
+                      ": the epochs hold other samples (a Mixture's sources or their sizes differ, "
+                      "or its weights and epoch_size give other shares)");
   }
   if (state.shuffle != o.shuffle) {
     refuse("shuffle", state.shuffle ? "on" : "off", o.shuffle ? "shuffle on" : "shuffle off");
@@ -377,7 +393,7 @@ Epoch Loader::resume(const LoaderState& state) {
   }
   if (state.position > n) {
     throw ConfigError("Loader: the state's position " + std::to_string(state.position) +
-                      " lies past the dataset's " + std::to_string(n) + " samples");
+                      " lies past the epoch's " + std::to_string(n) + " samples");
   }
   return Epoch(begin_run(impl_, state.epoch, 0, state.position));
 }
@@ -392,10 +408,11 @@ LoaderState Loader::state() const {
   s.seed = o.seed;
   s.epoch = impl_->state_epoch.load();
   s.next_batch = impl_->state_next.load();
-  s.samples = impl_->dataset->size();
+  s.samples = impl_->epoch_samples;
   s.shuffle = o.shuffle;
   s.position = impl_->state_position.load();
   s.plan = detail::EpochPlan::plan_key(o);
+  s.selection = impl_->dataset->selection_key();
   return s;
 }
 
@@ -449,6 +466,8 @@ LoaderStats Loader::stats() const {
     std::lock_guard lock(i.tuning.decisions_mutex);
     s.autotune_decisions.assign(i.tuning.decisions.begin(), i.tuning.decisions.end());
   }
+  s.source_samples.resize(i.sources);
+  for (std::size_t k = 0; k < i.sources; ++k) s.source_samples[k] = i.source_samples[k].load();
   return s;
 }
 

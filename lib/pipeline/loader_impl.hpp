@@ -49,6 +49,7 @@ struct LoaderImpl {
   SimulatedCopy simulated;
   std::vector<FieldSpec> fields;
   std::shared_ptr<const std::vector<std::string>> names;
+  std::size_t epoch_samples;  // the positions of an epoch (Dataset::epoch_size when it selects)
   // Samples a slot holds: batch_size, but never more than this rank's epoch has, so a batch
   // size beyond the data (full-batch training) costs only what the data needs.
   std::size_t capacity;
@@ -86,6 +87,9 @@ struct LoaderImpl {
   std::uint64_t staging_allocations = 0, device_allocations = 0;
   std::mutex reasons_mutex;
   std::vector<std::string> skip_reasons;  // guarded by reasons_mutex
+  // Samples delivered from each of the dataset's sources (Dataset::num_sources).
+  std::size_t sources = 0;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> source_samples;
 
   std::atomic<std::uint64_t> state_epoch{0};
   std::atomic<std::uint64_t> state_next{0};

@@ -203,6 +203,10 @@ std::string LoaderState::str() const {
   s += std::to_string(position);
   s += " plan=";
   s += std::to_string(plan);
+  if (selection != 0) {
+    s += " selection=";
+    s += std::to_string(selection);
+  }
   return s;
 }
 
@@ -242,18 +246,20 @@ class StateReader {
     return *value;
   }
 
+  bool at_end() const noexcept { return pos_ == text_.size(); }
+
   void end() const {
-    if (pos_ != text_.size()) fail("unexpected text after plan");
+    if (pos_ != text_.size()) fail("unexpected text after plan or selection");
   }
 
- private:
   [[noreturn]] void fail(const std::string& why) const {
     throw ConfigError("LoaderState::parse: " + quoted(text_) +
                       " is not \"ferry-state v2 seed=S epoch=E next_batch=K samples=N "
-                      "shuffle=0|1 position=P plan=H\": " +
+                      "shuffle=0|1 position=P plan=H[ selection=X]\": " +
                       why + " at byte " + std::to_string(pos_));
   }
 
+ private:
   std::string_view text_;
   std::size_t pos_ = 0;
 };
@@ -280,6 +286,12 @@ LoaderState LoaderState::parse(std::string_view text) {
   s.position = in.number("position", kU64);
   in.literal(" plan=");
   s.plan = in.number("plan", kU64);
+  if (!in.at_end()) {
+    // Only a state of a dataset that chooses its epochs' samples has it, and never 0.
+    in.literal(" selection=");
+    s.selection = in.number("selection", kU64);
+    if (s.selection == 0) in.fail("selection is 0 (a state without one omits it)");
+  }
   in.end();
   return s;
 }

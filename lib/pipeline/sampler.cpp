@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <bit>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "core/checked.hpp"
+#include "ferry/error.hpp"
 
 namespace ferry::detail {
 
@@ -40,6 +42,33 @@ std::uint64_t Permutation::operator()(std::uint64_t position) const noexcept {
   return x;
 }
 
+std::size_t epoch_length(const Dataset& dataset) {
+  return dataset.selection_key() != 0 ? dataset.epoch_size() : dataset.size();
+}
+
+std::shared_ptr<const std::vector<std::uint64_t>> selected_indices(const Dataset& dataset,
+                                                                   std::uint64_t seed,
+                                                                   std::uint64_t epoch) {
+  if (dataset.selection_key() == 0) return nullptr;
+  auto indices =
+      std::make_shared<const std::vector<std::uint64_t>>(dataset.epoch_indices(seed, epoch));
+  const std::size_t want = dataset.epoch_size();
+  if (indices->size() != want) {
+    throw ConfigError("Loader: the dataset's epoch_indices(" + std::to_string(seed) + ", " +
+                      std::to_string(epoch) + ") gave " + std::to_string(indices->size()) +
+                      " indices; its epoch_size() is " + std::to_string(want));
+  }
+  const std::size_t n = dataset.size();
+  for (const std::uint64_t i : *indices) {
+    if (i >= n) {
+      throw ConfigError("Loader: the dataset's epoch_indices() of epoch " + std::to_string(epoch) +
+                        " hold index " + std::to_string(i) + ", past its " + std::to_string(n) +
+                        " samples");
+    }
+  }
+  return indices;
+}
+
 ShardWindows::ShardWindows(const std::vector<std::size_t>& starts, std::size_t window,
                            std::uint64_t seed, std::uint64_t epoch)
     : window_(window), key_(mix64(mix64(seed) ^ mix64(epoch + 0x5bd1e995))), starts_(&starts) {
@@ -71,11 +100,12 @@ std::uint64_t ShardWindows::operator()(std::uint64_t position) const noexcept {
 }
 
 Sampler::Sampler(std::size_t dataset_size, Options options, SamplerWindows windows,
-                 std::uint64_t start) noexcept
+                 std::uint64_t start, const Dataset* selecting) noexcept
     : n_(dataset_size),
       options_(options),
       windows_(std::move(windows)),
-      start_(std::min<std::uint64_t>(start, dataset_size)) {
+      start_(std::min<std::uint64_t>(start, dataset_size)),
+      selecting_(selecting) {
   const std::size_t w = std::max<std::size_t>(options_.world_size, 1);
   const std::size_t left = n_ - static_cast<std::size_t>(start_);
   // Rounding up without left + w - 1, which overflows for sizes near the top of size_t.
@@ -90,10 +120,13 @@ std::size_t Sampler::batch_size(std::size_t k) const noexcept {
 }
 
 Sampler::Order Sampler::order(std::uint64_t epoch) const {
-  Order o(epoch_permutation(n_, options_.seed, epoch), options_.shuffle);
-  if (options_.shuffle && windows_.window > 0) {
+  // A dataset that orders its epochs itself is dealt as it is.
+  const bool ordered = selecting_ != nullptr && selecting_->orders_epoch();
+  Order o(epoch_permutation(n_, options_.seed, epoch), options_.shuffle && !ordered);
+  if (options_.shuffle && !ordered && windows_.window > 0) {
     o.windows_.emplace(windows_.starts, windows_.window, options_.seed, epoch);
   }
+  if (selecting_ != nullptr) o.selected_ = selected_indices(*selecting_, options_.seed, epoch);
   return o;
 }
 
@@ -111,7 +144,7 @@ void Sampler::batch(const Order& order, std::size_t k, std::vector<std::uint64_t
 
 std::size_t Sampler::number_offset() const noexcept {
   if (start_ == 0) return 0;
-  if (start_ == n_) return Sampler(n_, options_, windows_).batches();
+  if (start_ == n_) return Sampler(n_, options_, windows_, 0, selecting_).batches();
   const auto per_step =
       try_mul<std::uint64_t>(options_.batch_size, std::max<std::size_t>(options_.world_size, 1));
   if (!per_step || start_ % *per_step != 0) return 0;

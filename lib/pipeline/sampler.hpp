@@ -2,8 +2,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
+
+#include "ferry/dataset.hpp"
 
 namespace ferry::detail {
 
@@ -48,6 +51,17 @@ inline Permutation epoch_permutation(std::uint64_t n, std::uint64_t seed,
                                      std::uint64_t epoch) noexcept {
   return Permutation(n, mix64(seed) ^ mix64(epoch + 1));
 }
+
+/// Samples in one epoch of `dataset`: its epoch_size() when it chooses each epoch's samples
+/// (Dataset::selection_key() != 0), else its size().
+std::size_t epoch_length(const Dataset& dataset);
+
+/// The indices epoch `epoch` of a dataset that chooses them holds (Dataset::epoch_indices),
+/// checked: epoch_length() of them, each below size(). Null for any other dataset (an epoch's
+/// position p is then sample p). \throws ConfigError naming what is wrong.
+std::shared_ptr<const std::vector<std::uint64_t>> selected_indices(const Dataset& dataset,
+                                                                   std::uint64_t seed,
+                                                                   std::uint64_t epoch);
 
 /// The shard-window order of an epoch (LoaderOptions::shuffle_window): the dataset's shards
 /// (groups of consecutive samples, from their first samples `starts`, size() last) are permuted,
@@ -98,9 +112,12 @@ class Sampler {
     std::size_t world_size = 1;
   };
 
+  /// `dataset_size`: the samples of an epoch (its positions). `selecting`: a dataset that
+  /// chooses its epochs' samples (Dataset::selection_key() != 0), whose epoch_indices() map the
+  /// positions to its indices; it outlives the sampler. Null: position p is index p.
   /// \pre start <= dataset_size, and dataset_size + world_size does not overflow.
   Sampler(std::size_t dataset_size, Options options, SamplerWindows windows = {},
-          std::uint64_t start = 0) noexcept;
+          std::uint64_t start = 0, const Dataset* selecting = nullptr) noexcept;
 
   /// Samples this rank sees in the run (padding included).
   std::size_t samples_per_rank() const noexcept { return per_rank_; }
@@ -108,20 +125,30 @@ class Sampler {
   /// The global position the run starts at.
   std::uint64_t start() const noexcept { return start_; }
   /// The run of the same epoch order from global position `position` (<= the dataset size).
-  Sampler from(std::uint64_t position) const { return {n_, options_, windows_, position}; }
+  Sampler from(std::uint64_t position) const {
+    return {n_, options_, windows_, position, selecting_};
+  }
   /// The number of the run's first batch among the batches of a run from 0: the batch reaching
   /// the run's start (start = k x batch_size x world_size, or the epoch's end), else 0.
   std::size_t number_offset() const noexcept;
   /// Samples in batch k. \pre k < batches().
   std::size_t batch_size(std::size_t k) const noexcept;
-  /// The global order of `epoch`: a permutation of the positions, or its shard windows. Built
-  /// once per epoch (the windows cost O(shards)); it refers to this sampler, which must outlive it.
+  /// The global order of `epoch`: a permutation of the positions, or its shard windows (none
+  /// for a dataset that orders its epochs itself, Dataset::orders_epoch), then the selecting
+  /// dataset's epoch_indices(). Built once per epoch (the windows cost O(shards),
+  /// the indices O(epoch)); it refers to this sampler, which must outlive it.
+  /// \throws ConfigError as selected_indices().
   class Order {
    public:
     /// The dataset index at global position `position` (< the dataset size).
     std::uint64_t operator()(std::uint64_t position) const noexcept {
-      if (windows_) return (*windows_)(position);
-      return shuffle_ ? permutation_(position) : position;
+      std::uint64_t p = position;
+      if (windows_) {
+        p = (*windows_)(position);
+      } else if (shuffle_) {
+        p = permutation_(position);
+      }
+      return selected_ ? (*selected_)[p] : p;
     }
 
    private:
@@ -131,6 +158,8 @@ class Sampler {
     Permutation permutation_;
     bool shuffle_;
     std::optional<ShardWindows> windows_;
+    // The epoch's indices, of a dataset that chooses them: position p's sample is selected_[p].
+    std::shared_ptr<const std::vector<std::uint64_t>> selected_;
   };
   Order order(std::uint64_t epoch) const;
   /// Writes batch k's dataset indices, in the epoch `order`, into `out` (resized).
@@ -149,6 +178,7 @@ class Sampler {
   Options options_;
   SamplerWindows windows_;
   std::uint64_t start_;
+  const Dataset* selecting_;
   std::size_t per_rank_;
   std::size_t batches_;
 };

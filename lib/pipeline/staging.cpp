@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "core/checked.hpp"
 
@@ -46,6 +47,14 @@ std::int64_t Dataset::length(std::size_t index, std::size_t field) const {
                     " is ragged but the dataset "
                     "does not override Dataset::length (asked for sample " +
                     std::to_string(index) + ")");
+}
+
+std::vector<std::uint64_t> Dataset::epoch_indices(std::uint64_t seed, std::uint64_t epoch) const {
+  static_cast<void>(seed);
+  static_cast<void>(epoch);
+  std::vector<std::uint64_t> all(size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  return all;
 }
 
 namespace detail {

@@ -8,8 +8,8 @@
             x = torch.from_dlpack(batch["image"])                  # no copy
 
 Datasets: TensorDataset (numpy, torch or any DLPack arrays, no copy), CsvDataset, IdxDataset,
-ImageFolder, TokenDataset, WebDataset, and any Python object with __len__ and __getitem__(i)
-returning a dict of arrays. ferry.torch yields torch tensors directly.
+ImageFolder, TokenDataset, WebDataset, Mixture (weighted mixing of datasets), and any Python
+object with __len__ and __getitem__(i) returning a dict of arrays. ferry.torch yields torch tensors directly.
 """
 
 import atexit as _atexit
@@ -28,6 +28,7 @@ from ._ferry import (  # noqa: F401  (the public names)
     ImageFolder,
     Loader,
     LoaderStats,
+    Mixture,
     Normalize,
     Tensor,
     TensorDataset,
@@ -46,7 +47,8 @@ from . import _ferry
 
 __all__ = [
     "Batch", "ConfigError", "CsvDataset", "DataError", "Dataset", "Device", "DeviceError",
-    "Epoch", "Error", "IdxDataset", "ImageFolder", "Loader", "LoaderStats", "Normalize", "Tensor",
+    "Epoch", "Error", "IdxDataset", "ImageFolder", "Loader", "LoaderStats", "Mixture", "Normalize",
+    "Tensor",
     "TensorDataset", "TokenDataset", "WebDataset", "built_with_cuda", "cuda_device_count",
     "cuda_is_available", "cuda_unavailable_reason", "empty", "from_dlpack", "zeros",
 ]

@@ -424,6 +424,58 @@ one field per member extension of the first sample, sorted; images decode as Ima
            py::arg("index_files") = true)
       .def("key", &WebDataset::key, py::arg("index"))
       .def("shard_of", &WebDataset::shard_of, py::arg("index"));
+
+  py::class_<Mixture, Dataset, std::shared_ptr<Mixture>>(m, "Mixture", R"doc(
+Weighted mixing of datasets with the same fields: ferry.Mixture([(a, 1.0), (b, 3.0)],
+epoch_size=0). Index offset(k) + i is sample i of source k. Each epoch of a loader over it holds
+exactly shares[k] samples of source k (epoch_size x w_k / sum w, rounded by largest remainders;
+epoch_size 0: the sum of the sizes); a source asked for more than it has repeats every sample as
+evenly as possible, one asked for fewer gives another subset each epoch. source_field: the name
+of an extra i64 field holding each sample's source. stratified: a batch size (batch_size x
+world_size) whose every batch holds each source's share to within one sample; the mixture then
+orders its epochs itself, whatever the loader's shuffle.)doc")
+      .def(py::init([](const py::sequence& sources, std::size_t epoch_size,
+                       const std::string& source_field, std::size_t stratified) {
+             std::vector<MixtureSource> list;
+             for (const py::handle item : sources) {
+               const auto pair = item.cast<py::tuple>();
+               if (pair.size() != 2) {
+                 throw ConfigError("Mixture: each source is a (dataset, weight) pair");
+               }
+               list.push_back({to_dataset(pair[0]), pair[1].cast<double>()});
+             }
+             MixtureOptions o;
+             o.epoch_size = epoch_size;
+             o.source_field = source_field;
+             o.stratified = stratified;
+             return Mixture::open(std::move(list), o);
+           }),
+           py::arg("sources"), py::kw_only(), py::arg("epoch_size") = 0,
+           py::arg("source_field") = "", py::arg("stratified") = 0)
+      .def_property_readonly("epoch_size", &Mixture::epoch_size)
+      .def_property_readonly("shares", &Mixture::shares)
+      .def_property_readonly("num_sources", &Mixture::num_sources)
+      .def(
+          "offset",
+          [](const Mixture& mix, std::size_t source) {
+            if (source >= mix.num_sources()) throw py::index_error("Mixture: no such source");
+            return mix.offset(source);
+          },
+          py::arg("source"), "The index of the source's first sample.")
+      .def(
+          "source_of",
+          [](const Mixture& mix, std::size_t index) {
+            if (index >= mix.size()) throw py::index_error("Mixture: index past the samples");
+            return mix.source_of(index);
+          },
+          py::arg("index"))
+      .def(
+          "epoch_indices",
+          [](const Mixture& mix, std::uint64_t seed, std::uint64_t epoch) {
+            return mix.epoch_indices(seed, epoch);
+          },
+          py::arg("seed"), py::arg("epoch"),
+          "The dataset indices epoch `epoch` holds, unshuffled, from (seed, epoch) only.");
 }
 
 }  // namespace ferry::python

@@ -265,6 +265,7 @@ void bind_loader(py::module_& m) {
       .def_readonly("prefetch", &LoaderStats::prefetch)
       .def_readonly("memory_bytes", &LoaderStats::memory_bytes)
       .def_readonly("autotune", &LoaderStats::autotune)
+      .def_readonly("source_samples", &LoaderStats::source_samples)
       .def("consumer_wait_fraction", &LoaderStats::consumer_wait_fraction)
       .def("worker_busy_fraction", &LoaderStats::worker_busy_fraction)
       .def("summary", &LoaderStats::summary,

@@ -1,0 +1,108 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ferry/dataset.hpp"
+#include "ferry/export.hpp"
+
+namespace ferry {
+
+/// One dataset of a Mixture and its weight: > 0 and finite, relative to the other sources'.
+struct FERRY_API MixtureSource {
+  std::shared_ptr<const Dataset> dataset;
+  double weight = 1;
+};
+
+struct FERRY_API MixtureOptions {
+  /// Samples in an epoch; 0: the sum of the sources' sizes.
+  std::size_t epoch_size = 0;
+  /// When not empty: an extra field of this name, i64 [] (a scalar), last, holding the number
+  /// of the source each sample comes from (for a loss per domain).
+  std::string source_field;
+  /// > 0: stratified batches of this many samples (a loader's batch_size x world_size). The
+  /// epoch is laid out in blocks of this size, block g holding floor or ceil of
+  /// size(g) x share_k / epoch_size samples of source k (still exactly share_k over the epoch),
+  /// grouped by source, each source's samples shuffled from (seed, epoch); the mixture orders
+  /// its epochs itself (Dataset::orders_epoch), whatever LoaderOptions::shuffle. So each batch of
+  /// each rank of a run from the epoch's start holds each source's share of the batch to within
+  /// one sample. 0: not stratified.
+  std::size_t stratified = 0;
+};
+
+/// Weighted mixing of datasets with the same fields. Index offset(k) + i is sample i of source
+/// k (offsets in the order given); source_of(index) gives k. read(), length() and prefetch()
+/// forward to the source.
+///
+/// A loader over it plays epochs of epoch_size() samples in which source k gives exactly
+/// shares()[k] = round(epoch_size x w_k / sum w) samples, by largest remainders (the floors,
+/// then one more for the sources with the largest fractional parts, ties to the earlier
+/// source), so the shares sum to epoch_size. Within source k of n samples and share
+/// s = q x n + r: every sample is given q times, plus r more samples, taken from an endless
+/// stream of passes over the source, each pass a permutation of it from (seed, k, pass): epoch e
+/// takes the stream's positions [e x r, (e + 1) x r). So every sample is given floor(s / n) or
+/// ceil(s / n) times in an epoch, and a down-sampled source (s < n) gives a different subset each
+/// epoch and no sample twice until all of its samples have been given. A source that itself
+/// chooses its epochs' samples (a Mixture) is sampled over its own epochs instead of its
+/// indices: its passes are its epochs (from a seed of (seed, k)), each permuted.
+///
+/// Which samples an epoch holds and their order come from (LoaderOptions::seed, epoch) only: the
+/// loader asks epoch_indices() and shuffles, deals to ranks, plans max_tokens batches and
+/// resumes over their positions as for any dataset. selection_key() (a key of the sources'
+/// sizes and keys, the epoch size and the shares) goes into the LoaderState, so a state taken
+/// under weights that give other shares, or another epoch size, is refused.
+class FERRY_API Mixture final : public Dataset {
+ public:
+  /// \throws ConfigError for no sources, a null dataset, a weight that is not positive and
+  /// finite, a source whose fields differ from the first's (naming the source and the field),
+  /// a source without samples that has a share, or a source_field that names a field already
+  /// there.
+  static std::shared_ptr<Mixture> open(std::vector<MixtureSource> sources,
+                                       MixtureOptions options = {});
+
+  std::size_t size() const override { return size_; }
+  std::vector<FieldSpec> fields() const override { return fields_; }
+  void read(std::size_t index, SampleRef out) const override;
+  std::int64_t length(std::size_t index, std::size_t field) const override;
+  void prefetch(std::size_t index) const noexcept override;
+
+  std::uint64_t selection_key() const noexcept override { return key_; }
+  std::size_t epoch_size() const override { return epoch_size_; }
+  /// Source by source, in their order: each sample of the source q times in index order, then
+  /// the epoch's r samples from the stream of passes, ascending (see the class comment).
+  /// Stratified: the same samples in blocks (MixtureOptions::stratified).
+  std::vector<std::uint64_t> epoch_indices(std::uint64_t seed, std::uint64_t epoch) const override;
+  /// Whether the mixture is stratified: it orders its epochs itself.
+  bool orders_epoch() const noexcept override { return stratified_ > 0; }
+  std::size_t num_sources() const noexcept override { return sources_.size(); }
+  /// \pre index < size().
+  std::size_t source_of(std::size_t index) const override;
+
+  /// Samples of each source in every epoch; they sum to epoch_size().
+  const std::vector<std::size_t>& shares() const noexcept { return shares_; }
+  /// The index of source k's first sample. \pre k < num_sources().
+  std::size_t offset(std::size_t k) const noexcept { return offsets_[k]; }
+  const MixtureSource& source(std::size_t k) const noexcept { return sources_[k]; }
+
+ private:
+  Mixture() = default;
+  // epoch_indices()' samples (source after source) laid out in stratified blocks.
+  std::vector<std::uint64_t> stratify(const std::vector<std::uint64_t>& by_source,
+                                      std::uint64_t seed, std::uint64_t epoch) const;
+
+  std::vector<MixtureSource> sources_;
+  std::vector<std::size_t> offsets_;  // per source, then size()
+  std::vector<std::size_t> sizes_;    // per source: its size(), or its epoch_size() if it selects
+  std::vector<std::size_t> shares_;
+  std::vector<FieldSpec> fields_;
+  std::size_t size_ = 0;
+  std::size_t epoch_size_ = 0;
+  std::uint64_t key_ = 1;
+  bool source_field_ = false;
+  std::size_t stratified_ = 0;
+};
+
+}  // namespace ferry
