@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <chrono>
@@ -23,6 +24,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -140,7 +142,8 @@ class Nginx {
  public:
   static constexpr const char* kBinary = "/usr/sbin/nginx";
 
-  Nginx(const fs::path& dir, const fs::path& root) : dir_(dir) {
+  // `extra`: more directives for the server block (e.g. "limit_rate 2m;").
+  Nginx(const fs::path& dir, const fs::path& root, const std::string& extra = "") : dir_(dir) {
     fs::create_directories(dir / "tmp");
     for (int tries = 0; tries < 5 && pid_ <= 0; ++tries) {
       port_ = free_port();
@@ -152,7 +155,7 @@ class Nginx {
           << (dir / "tmp").string() << ";\n  proxy_temp_path " << (dir / "tmp").string()
           << ";\n  fastcgi_temp_path " << (dir / "tmp").string()
           << ";\n  default_type application/octet-stream;\n  server { listen 127.0.0.1:" << port_
-          << "; root " << root.string() << "; }\n}\n";
+          << "; root " << root.string() << "; " << extra << " }\n}\n";
       const pid_t pid = ::fork();
       if (pid == 0) {
         const std::string prefix = dir.string(), conf = (dir / "nginx.conf").string(),
@@ -200,7 +203,26 @@ class Nginx {
     }
     return n;
   }
+  // gets(name) once it reaches `n` (nginx logs a request just after its last byte left, so a
+  // client may be done first), or after 2 s whatever it is.
+  int gets_settled(const std::string& name, int n) const {
+    for (int i = 0; i < 200 && gets(name) < n; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return gets(name);
+  }
   std::string error_log() const { return read_text(dir_ / "error.log"); }
+  // The paths of the GET requests in the access log, in the order nginx logged them.
+  std::vector<std::string> get_paths() const {
+    std::vector<std::string> paths;
+    for (const std::string& line : lines_of(read_text(dir_ / "access.log"))) {
+      const std::size_t at = line.find("\"GET /");
+      if (at == std::string::npos) continue;
+      const std::string_view rest = std::string_view(line).substr(at + 6);
+      paths.emplace_back(rest.substr(0, rest.find(' ')));
+    }
+    return paths;
+  }
 
  private:
   fs::path dir_;
@@ -792,6 +814,213 @@ TEST_F(Remote, TwoProcessesOpeningTheSameUrlDownloadItOnce) {
     EXPECT_EQ(WEXITSTATUS(status), 0);
   }
   EXPECT_EQ(nginx_->gets("big.bin"), before + 1);
+}
+
+// ---- shards fetched while the epoch runs ------------------------------------------------------
+
+// `count` shards of 8 samples of 64 KiB ("<key>.bin", and "<key>.cls" = shard x 1000 + i) in
+// www/<folder>/p-<s>.tar, each with the index a local open writes beside it; their URLs on
+// `server`.
+std::vector<fs::path> indexed_shards(const fs::path& www, const std::string& folder,
+                                     unsigned count) {
+  fs::create_directories(www / folder);
+  std::vector<fs::path> local;
+  for (unsigned s = 0; s < count; ++s) {
+    std::string tar;
+    for (unsigned i = 0; i < 8; ++i) {
+      std::string key = "k";
+      key += std::to_string(s);
+      key += '_';
+      key += std::to_string(i);
+      tar += ferry::testing::tar_member(key + ".bin", random_bytes(64 << 10, 1000 * s + i));
+      tar += ferry::testing::tar_member(key + ".cls", std::to_string(1000 * s + i));
+    }
+    local.push_back(www / folder / ("p-" + std::to_string(s) + ".tar"));
+    write_bytes(local.back(), tar + std::string(1024, '\0'));
+  }
+  ferry::WebDatasetOptions o;
+  (void)ferry::WebDataset::open(local, o);  // writes each "<shard>.idx"
+  return local;
+}
+
+std::vector<fs::path> urls_of(const Nginx& server, const std::string& folder, unsigned count) {
+  std::vector<fs::path> urls;
+  for (unsigned s = 0; s < count; ++s) {
+    urls.push_back(server.url(folder + "/p-" + std::to_string(s) + ".tar"));
+  }
+  return urls;
+}
+
+// The cached copy of a shard is there (complete: the cache shows only complete files).
+bool cached(const fs::path& cache, const std::string& name) {
+  for (const std::string& f : cache_files(cache)) {
+    if (f.size() > 17 && std::string_view(f).substr(17) == name) return true;
+  }
+  return false;
+}
+
+TEST_F(Remote, OpenFetchesOnlyIndexesAndTheFirstBatchComesBeforeTheLastShard) {
+  constexpr unsigned kShards = 6;  // 512 KiB each, at 2 MB/s a connection: 0.26 s each
+  const auto local = indexed_shards(base_ / "www", "slow", kShards);
+  Nginx slow(base_ / "nginx-slow", base_ / "www", "limit_rate 2m;");
+  ASSERT_TRUE(slow.up()) << slow.error_log();
+  ferry::WebDatasetOptions o;
+  o.remote = remote();
+  o.remote.connections = 1;
+  const auto ds = ferry::WebDataset::open(urls_of(slow, "slow", kShards), o);
+  // Open asked for the indexes only.
+  for (unsigned s = 0; s < kShards; ++s) {
+    EXPECT_EQ(slow.gets_settled("slow/p-" + std::to_string(s) + ".tar.idx", 1), 1);
+    EXPECT_EQ(slow.gets("slow/p-" + std::to_string(s) + ".tar"), 0);
+  }
+  const auto l = ferry::WebDataset::open(local, {});
+  ASSERT_EQ(ds->size(), l->size());
+  ferry::Loader loader(ds, cpu_loader());
+  std::vector<std::string> got;
+  bool first = true;
+  for (const ferry::Batch& b : loader.epoch(0)) {
+    if (first) {
+      // The first batch is here; the last shard is still on its way (each one takes 0.26 s, and
+      // they come one after another).
+      EXPECT_FALSE(cached(cache_, "p-" + std::to_string(kShards - 1) + ".tar"));
+      first = false;
+    }
+    for (const ferry::FieldSpec& f : ds->fields()) {
+      got.emplace_back(static_cast<const char*>(b[f.name].data()), b[f.name].nbytes());
+    }
+  }
+  EXPECT_TRUE(got == samples_of(l));
+  for (unsigned s = 0; s < kShards; ++s) {
+    EXPECT_EQ(slow.gets_settled("slow/p-" + std::to_string(s) + ".tar", 1), 1) << s;
+  }
+  const ferry::LoaderStats stats = loader.stats();
+  EXPECT_GT(stats.network_wait_seconds, 0.0);
+  EXPECT_LE(stats.network_wait_seconds, stats.read_seconds);
+  EXPECT_EQ(stats.summary().rfind("network-bound", 0), 0U) << stats.summary();
+  // A second epoch reads the cache: nothing asked (the waits left are for files taken from the
+  // cache, no transfer: far below one shard's 0.26 s).
+  const double waited = loader.stats().network_wait_seconds;
+  for (const ferry::Batch& b : loader.epoch(1)) (void)b;
+  EXPECT_LT(loader.stats().network_wait_seconds - waited, 0.2);
+  for (unsigned s = 0; s < kShards; ++s) {
+    EXPECT_EQ(slow.gets("slow/p-" + std::to_string(s) + ".tar"), 1) << s;
+  }
+}
+
+TEST_F(Remote, ShardsAreFetchedInTheEpochsOwnOrder) {
+  constexpr unsigned kShards = 8;
+  (void)indexed_shards(base_ / "www", "order", kShards);
+  ferry::WebDatasetOptions o;
+  o.remote = remote();
+  o.remote.connections = 1;  // one transfer at a time: the log's order is the fetching order
+  const auto ds = ferry::WebDataset::open(urls_of(*nginx_, "order", kShards), o);
+  ferry::LoaderOptions lo = cpu_loader();
+  lo.shuffle = true;
+  lo.seed = 7;
+  lo.shuffle_window = 2;
+  lo.batch_size = 4;
+  ferry::Loader loader(ds, lo);
+  std::vector<std::string> expected;  // shards by their first sample in the epoch
+  for (const ferry::Batch& b : loader.epoch(0)) {
+    for (const std::uint64_t i : b.indices()) {
+      const std::string name = "order/p-" + std::to_string(ds->shard_of(i)) + ".tar";
+      if (std::find(expected.begin(), expected.end(), name) == expected.end()) {
+        expected.push_back(name);
+      }
+    }
+  }
+  std::vector<std::string> fetched;
+  for (const std::string& p : nginx_->get_paths()) {
+    if (p.starts_with("order/") && p.ends_with(".tar")) fetched.push_back(p);
+  }
+  EXPECT_EQ(fetched, expected);
+  std::vector<std::string> identity;
+  for (unsigned s = 0; s < kShards; ++s)
+    identity.push_back("order/p-" + std::to_string(s) + ".tar");
+  EXPECT_NE(expected, identity);  // the seed shuffles the shards
+}
+
+TEST_F(Remote, AShardThatCannotBeHadIsSkippedUnderSkipAndADataErrorUnderRaise) {
+  constexpr unsigned kShards = 4;
+  const auto local = indexed_shards(base_ / "www", "gone", kShards);
+  fs::remove(local[2]);  // its index stays: the shard is known at open, a 404 mid-epoch
+  ferry::WebDatasetOptions o;
+  o.remote = remote();
+  const auto urls = urls_of(*nginx_, "gone", kShards);
+  const auto ds = ferry::WebDataset::open(urls, o);
+  EXPECT_EQ(ds->size(), 8U * kShards);
+  ferry::LoaderOptions lo = cpu_loader();
+  lo.on_error = ferry::ErrorPolicy::skip;
+  ferry::Loader loader(ds, lo);
+  std::vector<std::int64_t> labels;
+  for (const ferry::Batch& b : loader.epoch(0)) {
+    const auto* cls = static_cast<const std::int64_t*>(b["cls"].data());
+    labels.insert(labels.end(), cls, cls + b.size());
+  }
+  std::vector<std::int64_t> expected;
+  for (unsigned s = 0; s < kShards; ++s) {
+    for (unsigned i = 0; s != 2 && i < 8; ++i) expected.push_back(1000 * s + i);
+  }
+  EXPECT_EQ(labels, expected);
+  const ferry::LoaderStats stats = loader.stats();
+  EXPECT_EQ(stats.skipped, 8U);
+  ASSERT_FALSE(stats.skip_reasons.empty());
+  EXPECT_NE(stats.skip_reasons[0].find(urls[2].string()), std::string::npos)
+      << stats.skip_reasons[0];
+  EXPECT_NE(stats.skip_reasons[0].find("404"), std::string::npos) << stats.skip_reasons[0];
+  EXPECT_EQ(nginx_->gets("gone/p-2.tar"), 1);  // once per epoch: not again for each sample
+  // Under raise, the epoch fails with the URL.
+  ferry::Loader raising(ds, cpu_loader());
+  expect_error<DataError>(
+      [&] {
+        for (const ferry::Batch& b : raising.epoch(0)) (void)b;
+      },
+      {urls[2].string(), "404"});
+}
+
+TEST_F(Remote, AShardCutShortIsNeverReadAndResumes) {
+  constexpr unsigned kShards = 2;
+  const auto local = indexed_shards(base_ / "www", "cut", kShards);
+  FaultProxy proxy(nginx_->port());
+  // The indexes pass; the first shard's transfer is cut, then resumed with a Range request.
+  proxy.push(FaultProxy::Fault::pass);
+  proxy.push(FaultProxy::Fault::pass);
+  proxy.push(FaultProxy::Fault::truncate);
+  ferry::WebDatasetOptions o;
+  o.remote = remote();
+  o.remote.connections = 1;
+  const auto ds = ferry::WebDataset::open({proxy.url("cut/p-0.tar"), proxy.url("cut/p-1.tar")}, o);
+  EXPECT_TRUE(samples_of(ds) == samples_of(ferry::WebDataset::open(local, {})));
+  bool ranged = false;
+  for (const std::string& r : proxy.requests()) ranged |= r.find("Range:") != std::string::npos;
+  EXPECT_TRUE(ranged);
+}
+
+TEST_F(Remote, AnEpochLargerThanTheCacheStaysWithinItsBound) {
+  constexpr unsigned kShards = 6;
+  const auto local = indexed_shards(base_ / "www", "bound", kShards);
+  const std::uint64_t shard = fs::file_size(local[0]);
+  const std::uint64_t bound = 2 * shard + (64 << 10);  // two shards (and their indexes)
+  ferry::WebDatasetOptions o;
+  o.remote = remote(bound);
+  o.remote.connections = 2;
+  const auto ds = ferry::WebDataset::open(urls_of(*nginx_, "bound", kShards), o);
+  ferry::Loader loader(ds, cpu_loader());
+  const auto l = ferry::WebDataset::open(local, {});
+  const std::vector<std::string> expected = samples_of(l);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::vector<std::string> got;
+    for (const ferry::Batch& b : loader.epoch(static_cast<std::uint64_t>(epoch))) {
+      // Held: the shard being read, and those fetched ahead within the bound.
+      EXPECT_LE(cache_bytes(cache_), bound + shard) << "epoch " << epoch;
+      for (const ferry::FieldSpec& f : ds->fields()) {
+        got.emplace_back(static_cast<const char*>(b[f.name].data()), b[f.name].nbytes());
+      }
+    }
+    EXPECT_TRUE(got == expected) << "epoch " << epoch;
+  }
+  // The first shards went to make room, and came again for the second epoch.
+  EXPECT_EQ(nginx_->gets_settled("bound/p-0.tar", 2), 2);
 }
 
 }  // namespace

@@ -87,6 +87,12 @@ class FERRY_API WebDataset final : public Dataset {
   std::int64_t length(std::size_t index, std::size_t field) const override;
   /// Asks the kernel to start reading sample `index`'s members (posix_fadvise WILLNEED).
   void prefetch(std::size_t index) const noexcept override;
+  /// Orders the fetching of the shards still to come from the server by the first read of each
+  /// among `indices`, and lets each go from its hold (the cache may then evict it) after its
+  /// last read there. Nothing for a dataset of local shards.
+  void will_read(std::span<const std::size_t> indices) const noexcept override;
+  /// Seconds read() waited for shards still being fetched.
+  double network_wait_seconds() const noexcept override;
 
   /// Sample i's key, "<path up to the first dot>". \throws ConfigError for i >= size().
   const std::string& key(std::size_t i) const;

@@ -177,6 +177,7 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, const LoaderOpt
       device_path(options.device.is_cuda() || simulated.enabled),
       arena(workers, /*reserved_for_masters=*/0) {
   check_usable(options.device);
+  network_wait_base = dataset->network_wait_seconds();
   auto n = std::make_shared<std::vector<std::string>>();
   for (const auto& f : fields) n->push_back(f.name);
   names = std::move(n);
@@ -360,6 +361,7 @@ LoaderStats Loader::stats() const {
     s.skip_reasons = i.skip_reasons;
   }
   s.read_seconds = seconds(i.read_ns);
+  s.network_wait_seconds = std::max(0.0, i.dataset->network_wait_seconds() - i.network_wait_base);
   s.slot_wait_seconds = seconds(i.slot_wait_ns);
   s.copy_seconds = i.engine ? i.engine->busy_seconds() : 0.0;
   s.consumer_wait_seconds = seconds(i.consumer_wait_ns);
