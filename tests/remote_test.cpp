@@ -1023,4 +1023,52 @@ TEST_F(Remote, AnEpochLargerThanTheCacheStaysWithinItsBound) {
   EXPECT_EQ(nginx_->gets_settled("bound/p-0.tar", 2), 2);
 }
 
+// ---- CsvDataset and IdxDataset: fetched once at open ------------------------------------------
+
+// An IDX file, uncompressed: big-endian magic 0x000008<ndims> and dimensions, then the bytes.
+std::string idx_bytes(const std::vector<std::uint32_t>& dims, const std::string& data) {
+  std::string out;
+  const auto put = [&](std::uint32_t v) {
+    for (int shift = 24; shift >= 0; shift -= 8)
+      out.push_back(static_cast<char>(v >> shift & 0xff));
+  };
+  put(0x00000800U | static_cast<std::uint32_t>(dims.size()));
+  for (const std::uint32_t d : dims) put(d);
+  return out + data;
+}
+
+TEST_F(Remote, CsvAndIdxFilesOverHttpArriveAsLocalOnesFetchedOnce) {
+  fs::create_directories(base_ / "www" / "tables");
+  write_bytes(www("tables/t.csv"), "a,b,label\n1,2.5,0\n3,4,1\n-5,6e2,2\n");
+  write_bytes(www("tables/images.idx"), idx_bytes({3, 4, 5}, random_bytes(60, 77)));
+  write_bytes(www("tables/labels.idx"), idx_bytes({3}, std::string("\x01\x02\x03", 3)));
+  ferry::CsvOptions co;
+  co.remote = remote();
+  const auto csv_local = ferry::CsvDataset::open(www("tables/t.csv"), co);
+  const auto csv_url = ferry::CsvDataset::open(nginx_->url("tables/t.csv"), co);
+  EXPECT_EQ(samples_of(csv_url), samples_of(csv_local));
+  (void)ferry::CsvDataset::open(nginx_->url("tables/t.csv"), co);  // from the cache
+  EXPECT_EQ(nginx_->gets_settled("tables/t.csv", 1), 1);
+  ferry::IdxOptions io;
+  io.remote = remote();
+  const auto idx_local =
+      ferry::IdxDataset::open(www("tables/images.idx"), www("tables/labels.idx"), io);
+  const auto idx_url = ferry::IdxDataset::open(nginx_->url("tables/images.idx"),
+                                               nginx_->url("tables/labels.idx"), io);
+  EXPECT_EQ(samples_of(idx_url), samples_of(idx_local));
+  (void)ferry::IdxDataset::open(nginx_->url("tables/images.idx"), www("tables/labels.idx"), io);
+  EXPECT_EQ(nginx_->gets_settled("tables/images.idx", 1), 1);
+  EXPECT_EQ(nginx_->gets_settled("tables/labels.idx", 1), 1);
+  // Errors name the URL: the server's, and the file's own.
+  expect_error<DataError>(
+      [&] { (void)ferry::CsvDataset::open(nginx_->url("tables/none.csv"), co); },
+      {"CsvDataset: " + nginx_->url("tables/none.csv"), "HTTP 404"});
+  expect_error<DataError>(
+      [&] {
+        (void)ferry::IdxDataset::open(nginx_->url("tables/labels.idx"),
+                                      nginx_->url("tables/labels.idx"), io);
+      },
+      {nginx_->url("tables/labels.idx")});
+}
+
 }  // namespace

@@ -576,6 +576,13 @@ std::optional<CachedFile> Fetcher::fetch(const Request& request) {
   return file;
 }
 
+LocalFile local_file(const fs::path& name, const RemoteOptions& options, std::string_view who) {
+  if (!is_url(name.native())) return {name, std::nullopt};
+  auto fetched = fetch_files({Request{name.string(), {}, false}}, options, who);
+  LocalFile out{fetched.front()->path(), std::move(fetched.front())};
+  return out;
+}
+
 std::uint64_t cache_bound(const RemoteOptions& options) noexcept {
   return options.cache_bytes == 0 ? kDefaultCacheBytes : options.cache_bytes;
 }

@@ -83,6 +83,16 @@ std::vector<std::optional<CachedFile>> fetch_files(const std::vector<Request>& r
                                                    const RemoteOptions& options,
                                                    std::string_view who);
 
+/// A file a dataset reads whole at open: a URL's copy in the cache (held while this lives), or
+/// the path itself when `name` is not a URL.
+struct LocalFile {
+  std::filesystem::path path;
+  std::optional<CachedFile> held;
+};
+/// \throws DataError as fetch_files() for a URL that cannot be fetched.
+LocalFile local_file(const std::filesystem::path& name, const RemoteOptions& options,
+                     std::string_view who);
+
 /// One transfer thread's fetcher: fetches one request at a time as fetch_files() does, keeping
 /// its curl handle (and so its connections) between files. `cancel`, when set, makes a transfer
 /// under way stop (a DataError "cancelled"). Not for several threads at once.
