@@ -107,6 +107,9 @@ class FERRY_API Dataset {
   virtual void will_read(std::span<const std::size_t> indices) const noexcept {
     static_cast<void>(indices);
   }
+  /// Whether will_read() uses its hint: the loader builds an epoch's order for it (8 bytes a
+  /// sample) only then. The default, false, goes with the default will_read().
+  virtual bool wants_read_order() const noexcept { return false; }
   /// Seconds read() has waited for the network (a file not yet fetched) since the dataset was
   /// opened, summed over the threads that read. The loader reports what its own epochs added
   /// as LoaderStats::network_wait_seconds. The default (a dataset that never waits on a

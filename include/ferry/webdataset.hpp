@@ -94,6 +94,8 @@ class FERRY_API WebDataset final : public Dataset {
   /// among `indices`, and lets each go from its hold (the cache may then evict it) after its
   /// last read there. Nothing for a dataset of local shards.
   void will_read(std::span<const std::size_t> indices) const noexcept override;
+  /// True when some shards are fetched while reading.
+  bool wants_read_order() const noexcept override;
   /// Seconds read() waited for shards still being fetched.
   double network_wait_seconds() const noexcept override;
 

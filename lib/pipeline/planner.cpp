@@ -12,10 +12,11 @@ namespace ferry::detail {
 namespace {
 
 // Tells the dataset the samples this run will read, in order (Dataset::will_read): its
-// batches' indices, padding included. Nothing for a dataset gathered from rows in memory.
+// batches' indices, padding included. Nothing for a dataset that takes no such hint, or one
+// gathered from rows in memory.
 void hint_order(RunState& run) {
   const LoaderImpl& impl = *run.impl;
-  if (impl.layout->gather || run.start >= run.end) return;
+  if (impl.layout->gather || run.start >= run.end || !impl.dataset->wants_read_order()) return;
   std::vector<std::size_t> order;
   std::vector<std::uint64_t> batch;
   for (std::size_t k = run.start; k < run.end; ++k) {

@@ -375,6 +375,8 @@ void WebDataset::will_read(std::span<const std::size_t> indices) const noexcept 
   }
 }
 
+bool WebDataset::wants_read_order() const noexcept { return impl_->prefetcher != nullptr; }
+
 double WebDataset::network_wait_seconds() const noexcept {
   return impl_->prefetcher ? impl_->prefetcher->wait_seconds() : 0.0;
 }
