@@ -9,7 +9,8 @@
 // For each, three figures, each the median of R runs after a warm-up, the runs of the three
 // interleaved so that a noisy stretch of the machine hits all alike:
 //   (a) the single-core limit: one thread reads each file's bytes and decodes, resizes and
-//       crops it through ImageFolder's own functions (lib/datasets/image/image_decode.hpp), images/s;
+//       crops it through ImageFolder's own functions (lib/datasets/image/image_decode.hpp),
+//       images/s;
 //   (b) ferry::Loader over ImageFolder, workers = 1 and 2, batch 64, device cpu, shuffle, one
 //       epoch, images/s;
 //   and the ratio (b, workers = 2) / (2 × a), whose target is 0.85 (two workers should give
