@@ -32,7 +32,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::uint64_t kDefaultCacheBytes = 50ULL << 30;
-constexpr std::int64_t kStaleTemporarySeconds = 24 * 3600;
+constexpr std::int64_t kStaleTemporarySeconds = std::int64_t{24} * 3600;
 
 std::string errno_text(int e) { return std::system_category().message(e); }
 
@@ -55,7 +55,8 @@ std::string trim(std::string_view s) {
 
 std::string getenv_or(const char* name, std::string fallback = {}) {
   const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? std::string(v) : fallback;
+  if (v != nullptr && *v != '\0') return v;
+  return fallback;
 }
 
 // The URL curl asks, and how it signs the request, for an s3:// URL.
@@ -639,6 +640,7 @@ std::uint64_t evict(const fs::path& dir, std::uint64_t bound) noexcept {
     }
     if (total <= bound) return total;
     std::vector<Entry*> order;
+    order.reserve(entries.size());
     for (auto& [key, e] : entries) order.push_back(&e);
     std::sort(order.begin(), order.end(),
               [](const Entry* a, const Entry* b) { return a->used_ns < b->used_ns; });

@@ -24,8 +24,6 @@ using detail::wds::Loc;
 
 namespace {
 
-constexpr std::size_t kNoShard = ~std::size_t{0};
-
 std::string lower(std::string_view s) {
   std::string out(s);
   std::transform(out.begin(), out.end(), out.begin(),
@@ -215,6 +213,7 @@ std::shared_ptr<WebDataset> WebDataset::open(std::vector<fs::path> shards,
   std::optional<fs::path> dir;
   const auto fetch_now = [&](const std::vector<std::size_t>& which) {
     std::vector<detail::remote::Request> requests;
+    requests.reserve(which.size());
     for (const std::size_t s : which) requests.push_back({impl.paths[s].native(), {}, false});
     auto cached = detail::remote::fetch_files(requests, impl.options.remote, who);
     for (std::size_t r = 0; r < cached.size(); ++r) {
