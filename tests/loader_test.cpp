@@ -7,7 +7,9 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -70,6 +72,61 @@ TEST(Loader, DeliversEverySampleExactlyOnceInThePlannedOrder) {
       });
     }
   }
+}
+
+// Records the orders will_read() is given, and how many reads came before the first hint.
+class HintedDataset : public IndexDataset {
+ public:
+  HintedDataset(std::size_t n, bool wants) : IndexDataset(n), wants_(wants) {}
+  void will_read(std::span<const std::size_t> indices) const noexcept override {
+    const std::lock_guard lock(mutex_);
+    hints_.emplace_back(indices.begin(), indices.end());
+    if (hints_.size() == 1) reads_before_ = reads_;
+  }
+  bool wants_read_order() const noexcept override { return wants_; }
+  void read(std::size_t index, ferry::SampleRef out) const override {
+    {
+      const std::lock_guard lock(mutex_);
+      ++reads_;
+    }
+    IndexDataset::read(index, out);
+  }
+  std::vector<std::vector<std::size_t>> hints() const {
+    const std::lock_guard lock(mutex_);
+    return hints_;
+  }
+  std::size_t reads_before_first_hint() const {
+    const std::lock_guard lock(mutex_);
+    return reads_before_;
+  }
+
+ private:
+  bool wants_;
+  mutable std::mutex mutex_;
+  mutable std::vector<std::vector<std::size_t>> hints_;
+  mutable std::size_t reads_ = 0;
+  mutable std::size_t reads_before_ = ~std::size_t{0};
+};
+
+TEST(Loader, WillReadGetsEachEpochsOrderBeforeItsReadsOnlyWhereTheDatasetWantsIt) {
+  auto ds = std::make_shared<HintedDataset>(300, true);
+  LoaderOptions o = cpu_options(32, true, 5);
+  o.world_size = 2;
+  o.rank = 1;
+  Loader loader = make_loader(ds, o, false);
+  for (std::uint64_t e = 0; e < 2; ++e) {
+    const auto all = flat(collect(loader, e));
+    const auto hints = ds->hints();
+    ASSERT_EQ(hints.size(), e + 1);
+    // This rank's whole epoch, in the order it is read, padding included.
+    EXPECT_EQ(hints.back(), std::vector<std::size_t>(all.begin(), all.end()));
+  }
+  EXPECT_EQ(ds->reads_before_first_hint(), 0U);
+  auto quiet = std::make_shared<HintedDataset>(300, false);
+  Loader other = make_loader(quiet, o, false);
+  (void)collect(other, 0);
+  EXPECT_TRUE(quiet->hints().empty());  // the default: no order built, no call
+  EXPECT_EQ(other.stats().network_wait_seconds, 0.0);
 }
 
 TEST(Loader, DropLastDropsThePartialBatch) {

@@ -13,6 +13,7 @@
 #include "ferry/dataset.hpp"
 #include "ferry/export.hpp"
 #include "ferry/limits.hpp"
+#include "ferry/remote.hpp"
 
 namespace ferry {
 namespace detail {
@@ -79,6 +80,8 @@ struct CsvOptions {
   /// the physical memory). Beyond it, open() raises DataError naming the file and the limit,
   /// having held no more than the limit's bytes.
   std::uint64_t max_decompressed_bytes = 0;
+  /// How a file given as a URL is fetched: once, at open, into the cache (see RemoteOptions).
+  RemoteOptions remote;
 
   /// Sets `vocabulary` to the categories of every categorical column of `train`, so that this
   /// file's codes mean what they mean there (a test file read with the training file's codes).
@@ -144,6 +147,8 @@ struct CsvOptions {
 ///   (a quoted field over several lines counts them all); Column::index() counts from 0.
 class FERRY_API CsvDataset final : public Dataset {
  public:
+  /// Reads the file (a URL, see RemoteOptions, is fetched once into the cache first:
+  /// CsvOptions::remote; messages name the URL).
   /// \throws DataError naming the file, the line (1-based, as an editor shows it), the column
   /// and what was expected: a missing or empty file (or one that is not a regular file), a
   /// header and no rows, a ragged row, a non-numeric field, a label, feature or categorical

@@ -98,6 +98,23 @@ class FERRY_API Dataset {
   /// ahead). The default does nothing; a dataset in memory can start loading the sample's cache
   /// lines, so that reads in shuffled order do not wait on each miss in turn.
   virtual void prefetch(std::size_t index) const noexcept { static_cast<void>(index); }
+  /// A hint that the samples `indices` will be read, in this order, from now on: the loader
+  /// gives it on its planner thread as each epoch (or a resumed run of one) starts, with its
+  /// rank's whole share of the epoch in reading order, before any of its reads. A later call
+  /// replaces the one before. A dataset whose files come from a server (WebDataset over URLs)
+  /// fetches them ahead in this order and lets each go from its hold after its last planned
+  /// read; the default does nothing. Never throws: a hint that cannot be taken is dropped.
+  virtual void will_read(std::span<const std::size_t> indices) const noexcept {
+    static_cast<void>(indices);
+  }
+  /// Whether will_read() uses its hint: the loader builds an epoch's order for it (8 bytes a
+  /// sample) only then. The default, false, goes with the default will_read().
+  virtual bool wants_read_order() const noexcept { return false; }
+  /// Seconds read() has waited for the network (a file not yet fetched) since the dataset was
+  /// opened, summed over the threads that read. The loader reports what its own epochs added
+  /// as LoaderStats::network_wait_seconds. The default (a dataset that never waits on a
+  /// transfer while it is read) is 0.
+  virtual double network_wait_seconds() const noexcept { return 0; }
   /// The samples as rows in memory, when that is what the dataset is: one tensor per field, in
   /// fields() order, whose dimension 0 is the sample, so that field f of sample i is exactly
   /// row i of rows_in_memory()[f]. Empty (the default) otherwise. A loader gathers batches from

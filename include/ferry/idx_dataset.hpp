@@ -9,6 +9,7 @@
 #include "ferry/dataset.hpp"
 #include "ferry/export.hpp"
 #include "ferry/limits.hpp"
+#include "ferry/remote.hpp"
 
 namespace ferry {
 
@@ -18,6 +19,8 @@ struct IdxOptions {
   /// 0: default_decompressed_limit() (half the physical memory). A file's header tells its
   /// size, so one beyond the limit is refused before its data is inflated.
   std::uint64_t max_decompressed_bytes = 0;
+  /// How files given as URLs are fetched: once, at open, into the cache (see RemoteOptions).
+  RemoteOptions remote;
 };
 
 /// MNIST-style IDX files (MNIST, Fashion-MNIST, KMNIST), gzipped or not: an images file of
@@ -27,7 +30,9 @@ struct IdxOptions {
 /// the GPU, where a loader on that GPU gathers its batches.
 class FERRY_API IdxDataset final : public Dataset {
  public:
-  /// Reads both headers first, then the data. Any thread may call it.
+  /// Reads both headers first, then the data. Any thread may call it. Either file may be a URL
+  /// (see RemoteOptions): it is fetched into the cache first (IdxOptions::remote), and messages
+  /// name the URL.
   /// \throws DataError naming the file and the byte offset for a missing or unreadable file (or
   /// one that is not a regular file), a bad magic number, dimensions whose product overflows or
   /// that do not match the file's size, a gzip stream that is corrupt or decompresses to more

@@ -147,6 +147,9 @@ struct FERRY_API LoaderStats {
   std::uint64_t skipped = 0;              ///< samples left out under ErrorPolicy::skip
   std::vector<std::string> skip_reasons;  ///< the first 100 reasons
   double read_seconds = 0;                ///< workers inside Dataset::read (summed over threads)
+  /// Of read_seconds: reads waiting for a file still being fetched from a server
+  /// (Dataset::network_wait_seconds, what it grew by since this loader was made).
+  double network_wait_seconds = 0;
   double worker_capacity_seconds = 0;     ///< workers × time batches were being filled
   double slot_wait_seconds = 0;           ///< planning waited for a free staging slot
   double copy_seconds = 0;                ///< the copy stream busy with copies
@@ -178,9 +181,10 @@ struct FERRY_API LoaderStats {
   /// Fraction of worker capacity spent reading.
   double worker_busy_fraction() const noexcept;
   /// One line that names the bottleneck, e.g. "input-bound: the consumer waited 41% of wall
-  /// time; workers were 98% busy"; under autotune followed by its choice and its last reason,
-  /// e.g. "; autotune: 2 workers, prefetch 6 (raised prefetch: the consumer waited 40% while
-  /// workers were 20% busy)".
+  /// time; workers were 98% busy", or "network-bound: ..." when the consumer waited and the
+  /// reads spent most of their time waiting for files from the server; under autotune followed
+  /// by its choice and its last reason, e.g. "; autotune: 2 workers, prefetch 6 (raised prefetch:
+  /// the consumer waited 40% while workers were 20% busy)".
   std::string summary() const;
 };
 

@@ -15,19 +15,23 @@ namespace ferry {
 
 /// How a dataset fetches the files that it is given as URLs.
 ///
-/// Where a dataset takes files (WebDataset shards, TokenDataset files), a file may be a URL:
-/// "http://...", "https://...", "file://..." or "s3://bucket/key" (endpoint from
-/// $AWS_ENDPOINT_URL, else AWS's for $AWS_REGION; credentials from $AWS_ACCESS_KEY_ID,
-/// $AWS_SECRET_ACCESS_KEY and $AWS_SESSION_TOKEN; signed with SigV4). At open each one is
-/// downloaded whole into the cache (at most `connections` at once) and then read as a local
-/// file. A file already in the cache is used as it is: the cache assumes that what a URL names
-/// does not change (give a changed file a new name).
+/// Where a dataset takes files (WebDataset shards, TokenDataset files, CsvDataset and
+/// IdxDataset files), a file may be a URL: "http://...", "https://...", "file://..." or
+/// "s3://bucket/key" (endpoint from $AWS_ENDPOINT_URL, else AWS's for $AWS_REGION; credentials
+/// from $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY and $AWS_SESSION_TOKEN; signed with SigV4).
+/// Each one is downloaded whole into the cache (at most `connections` at once) and then read as
+/// a local file: at open, except a WebDataset shard whose index "<url>.idx" the server has,
+/// which is fetched while the epochs run, in the order the loader announces
+/// (Dataset::will_read), a read of a shard not here yet waiting for that shard alone. A file
+/// already in the cache is used as it is: the cache assumes that what a URL names does not
+/// change (give a changed file a new name).
 ///
 /// The cache is a folder that several processes may share: each file is downloaded once (a
 /// lock per file; the others wait for it, then use it), only complete files are visible (a
 /// download is written to a temporary file, checked against the server's Content-Length, then
 /// renamed), and it holds at most `cache_bytes`: after a download the least recently used files
-/// go, except those that a dataset has open.
+/// go, except those being read (a shard fetched while reading is held from its fetch to its last
+/// read of the epoch; fetching ahead stops while such shards fill the bound).
 struct RemoteOptions {
   std::filesystem::path cache_dir;  ///< empty: $FERRY_CACHE_DIR, else ~/.cache/ferry
   std::uint64_t cache_bytes = 0;    ///< most bytes kept in the cache; 0: 50 GiB

@@ -52,11 +52,12 @@ struct WebDatasetOptions {
 /// them plain, since random access needs the uncompressed tar.
 class FERRY_API WebDataset final : public Dataset {
  public:
-  /// Indexes the shards. A shard may be a URL (see RemoteOptions): all of them are fetched
-  /// into the cache first (WebDatasetOptions::remote, at most `connections` at once), each
-  /// with its index "<url>.idx" when the server has one (with index_files; else the index is
-  /// built from the downloaded shard and kept beside it in the cache), then read from there;
-  /// messages still name the URL. Any thread may call it.
+  /// Indexes the shards. A shard may be a URL (see RemoteOptions): its index "<url>.idx" is
+  /// fetched at open (with index_files), and the shard itself while the epochs run
+  /// (WebDatasetOptions::remote, at most `connections` at once, in the order will_read() gives;
+  /// read() waits for its shard when it is not here yet). A shard whose server has no index,
+  /// or that has "npy" members, is fetched at open and indexed here (the index kept beside it in
+  /// the cache). Messages name the URL. Any thread may call it.
   /// \throws ConfigError for no shards, bad ImageOptions (see ImageFolder::open) or bad
   /// RemoteOptions; DataError "WebDataset: <url>: cannot download: ..." for a URL that cannot
   /// be fetched;
@@ -80,13 +81,23 @@ class FERRY_API WebDataset final : public Dataset {
   /// decimal integer, an image that does not decode, or a shard that shrank or vanished since
   /// open (past 128 shards, where each read opens its shard again: one that is no longer a
   /// regular file, a FIFO say, or whose size or modification time changed); never blocks on a
-  /// special file. ConfigError for an index out of range.
+  /// special file; for a shard fetched while reading that cannot be had, "WebDataset: <url>:
+  /// cannot download: ..." (for each of its samples, without another transfer, until the next
+  /// will_read()). ConfigError for an index out of range.
   void read(std::size_t index, SampleRef out) const override;
   /// Rows of a ragged field: an "npy" member's first dimension, another member's byte count
   /// (0 for a sample lacking the field, whose read() raises DataError).
   std::int64_t length(std::size_t index, std::size_t field) const override;
   /// Asks the kernel to start reading sample `index`'s members (posix_fadvise WILLNEED).
   void prefetch(std::size_t index) const noexcept override;
+  /// Orders the fetching of the shards still to come from the server by the first read of each
+  /// among `indices`, and lets each go from its hold (the cache may then evict it) after its
+  /// last read there. Nothing for a dataset of local shards.
+  void will_read(std::span<const std::size_t> indices) const noexcept override;
+  /// True when some shards are fetched while reading.
+  bool wants_read_order() const noexcept override;
+  /// Seconds read() waited for shards still being fetched.
+  double network_wait_seconds() const noexcept override;
 
   /// Sample i's key, "<path up to the first dot>". \throws ConfigError for i >= size().
   const std::string& key(std::size_t i) const;

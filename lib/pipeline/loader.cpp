@@ -204,6 +204,7 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, const LoaderOpt
   check_usable(options.device);
   sources = dataset->num_sources();
   if (sources > 0) source_samples = std::make_unique<std::atomic<std::uint64_t>[]>(sources);
+  network_wait_base = dataset->network_wait_seconds();
   auto n = std::make_shared<std::vector<std::string>>();
   for (const auto& f : fields) n->push_back(f.name);
   names = std::move(n);
@@ -446,6 +447,7 @@ LoaderStats Loader::stats() const {
     s.skip_reasons = i.skip_reasons;
   }
   s.read_seconds = seconds(i.read_ns);
+  s.network_wait_seconds = std::max(0.0, i.dataset->network_wait_seconds() - i.network_wait_base);
   s.slot_wait_seconds = seconds(i.slot_wait_ns);
   s.copy_seconds = i.engine ? i.engine->busy_seconds() : 0.0;
   s.consumer_wait_seconds = seconds(i.consumer_wait_ns);

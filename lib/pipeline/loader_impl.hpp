@@ -85,6 +85,7 @@ struct LoaderImpl {
   std::atomic<std::uint64_t> consumer_wait_ns{0}, wall_ns{0}, first_batch_ns{0};
   std::atomic<std::uint64_t> host_syncs{0}, background_syncs{0};
   std::uint64_t staging_allocations = 0, device_allocations = 0;
+  double network_wait_base = 0;  // dataset->network_wait_seconds() when the loader was made
   std::mutex reasons_mutex;
   std::vector<std::string> skip_reasons;  // guarded by reasons_mutex
   // Samples delivered from each of the dataset's sources (Dataset::num_sources).

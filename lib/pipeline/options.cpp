@@ -321,6 +321,9 @@ std::string LoaderStats::summary() const {
   if (wait < 0.10) {
     os << "compute-bound: the consumer waited " << pct(wait) << " of wall time; workers were "
        << pct(busy) << " busy";
+  } else if (network_wait_seconds > 0.5 * read_seconds && network_wait_seconds > 0) {
+    os << "network-bound: the consumer waited " << pct(wait) << " of wall time; reads spent "
+       << pct(network_wait_seconds / read_seconds) << " of their time waiting for the server";
   } else if (copy > busy) {
     os << "copy-bound: the consumer waited " << pct(wait) << " of wall time; the copy stage was "
        << pct(copy) << " busy, workers " << pct(busy);

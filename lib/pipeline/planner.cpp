@@ -1,16 +1,45 @@
 #include "pipeline/planner.hpp"
 
+#include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "pipeline/fault.hpp"
 #include "pipeline/fill.hpp"
 
 namespace ferry::detail {
 
+namespace {
+
+// Tells the dataset the samples this run will read, in order (Dataset::will_read): its
+// batches' indices, padding included. Nothing for a dataset that takes no such hint, or one
+// gathered from rows in memory.
+void hint_order(RunState& run) {
+  const LoaderImpl& impl = *run.impl;
+  if (impl.layout->gather || run.start >= run.end || !impl.dataset->wants_read_order()) return;
+  std::vector<std::size_t> order;
+  std::vector<std::uint64_t> batch;
+  for (std::size_t k = run.start; k < run.end; ++k) {
+    if (run.plan) {
+      run.plan->batch(k, batch);
+    } else {
+      run.sampler.batch(run.order, k, batch);
+    }
+    order.insert(order.end(), batch.begin(), batch.end());
+  }
+  impl.dataset->will_read(order);
+}
+
+}  // namespace
+
 void run_planner(RunState& run) {
   LoaderImpl& impl = *run.impl;
   BufferRing& ring = *impl.ring;
   const auto stop = [&] { return run.stop_requested(); };
+  try {
+    hint_order(run);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): a hint, not needed for the epoch to run
+  }
   const auto may_make = [&] { return tuning_may_make_slot(impl); };
   tuning_begin(impl);
   for (std::size_t k = run.start; k < run.end; ++k) {

@@ -12,6 +12,7 @@
 #include "datasets/common/file_io.hpp"
 #include "datasets/common/host_rows.hpp"
 #include "datasets/csv/csv_parse.hpp"
+#include "datasets/remote/remote_cache.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry {
@@ -58,7 +59,10 @@ std::shared_ptr<CsvDataset> CsvDataset::open(const std::filesystem::path& path,
   detail::check_csv_options(options);
   const std::string name = path.string();
   const detail::FileLabel label{"CsvDataset", name};
-  const detail::MappedFile file(path, label, /*populate=*/true);
+  // A URL is fetched into the cache first, and read from there; messages name the URL.
+  const detail::remote::LocalFile local =
+      detail::remote::local_file(path, options.remote, "CsvDataset");
+  const detail::MappedFile file(local.path, label, /*populate=*/true);
   if (detail::is_gzip(file.bytes())) {
     const std::string text =
         detail::gunzip(file.bytes(), label,

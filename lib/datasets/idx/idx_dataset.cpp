@@ -13,6 +13,7 @@
 #include "core/checked.hpp"
 #include "datasets/common/file_io.hpp"
 #include "datasets/common/host_rows.hpp"
+#include "datasets/remote/remote_cache.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry {
@@ -37,11 +38,12 @@ std::string hex(std::uint32_t v) {
 // read_data() then reads exactly the size it gives.
 class IdxFile {
  public:
-  IdxFile(const std::filesystem::path& path, std::uint8_t ndims, const char* what,
-          const detail::DecompressedLimit& limit)
+  // `path` as given (for messages), `local` what is read (a URL's copy in the cache).
+  IdxFile(const std::filesystem::path& path, const std::filesystem::path& local, std::uint8_t ndims,
+          const char* what, const detail::DecompressedLimit& limit)
       : name_(path.string()),
         label_{"IdxDataset", name_},
-        file_(path, label_, /*populate=*/false),
+        file_(local, label_, /*populate=*/false),
         limit_(limit.bytes) {
     const std::span<const std::byte> bytes = file_.bytes();
     if (detail::is_gzip(bytes)) {
@@ -165,8 +167,21 @@ std::shared_ptr<IdxDataset> IdxDataset::open(const std::filesystem::path& images
                                              const IdxOptions& options) {
   const detail::DecompressedLimit limit(options.max_decompressed_bytes,
                                         "IdxOptions::max_decompressed_bytes");
-  IdxFile im(images, 3, "images", limit);
-  IdxFile lb(labels, 1, "labels", limit);
+  // URLs are fetched into the cache first (both at once), then read from there.
+  std::vector<detail::remote::Request> requests;
+  for (const auto* p : {&images, &labels}) {
+    if (detail::remote::is_url(p->native())) requests.push_back({p->string(), {}, false});
+  }
+  std::vector<std::optional<detail::remote::CachedFile>> held;
+  if (!requests.empty()) held = detail::remote::fetch_files(requests, options.remote, "IdxDataset");
+  std::size_t next = 0;
+  const auto local = [&](const std::filesystem::path& p) {
+    return detail::remote::is_url(p.native()) ? held[next++]->path() : p;
+  };
+  const std::filesystem::path images_local = local(images);
+  const std::filesystem::path labels_local = local(labels);
+  IdxFile im(images, images_local, 3, "images", limit);
+  IdxFile lb(labels, labels_local, 1, "labels", limit);
   if (im.dims()[0] != lb.dims()[0]) {
     throw DataError("IdxDataset: " + std::to_string(im.dims()[0]) + " images in " + im.name() +
                     " but " + std::to_string(lb.dims()[0]) + " labels in " + lb.name());

@@ -32,7 +32,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::uint64_t kDefaultCacheBytes = 50ULL << 30;
-constexpr std::int64_t kStaleTemporarySeconds = 24 * 3600;
+constexpr std::int64_t kStaleTemporarySeconds = std::int64_t{24} * 3600;
 
 std::string errno_text(int e) { return std::system_category().message(e); }
 
@@ -55,7 +55,8 @@ std::string trim(std::string_view s) {
 
 std::string getenv_or(const char* name, std::string fallback = {}) {
   const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? std::string(v) : fallback;
+  if (v != nullptr && *v != '\0') return v;
+  return fallback;
 }
 
 // The URL curl asks, and how it signs the request, for an s3:// URL.
@@ -234,8 +235,9 @@ bool retryable_curl(CURLcode rc) {
 // One downloader thread's handle, reused for its files (connections stay open).
 class Downloader {
  public:
-  explicit Downloader(const RemoteOptions& options, std::string_view who)
-      : options_(options), who_(who), rng_(std::random_device{}()) {
+  Downloader(const RemoteOptions& options, std::string_view who,
+             const std::atomic<bool>* cancel = nullptr)
+      : options_(options), who_(who), cancel_(cancel), rng_(std::random_device{}()) {
     global_init();
   }
 
@@ -253,6 +255,7 @@ class Downloader {
     std::string last;  // the last failure, for the message
     for (int attempt = 0; attempt < attempts; ++attempt) {
       if (attempt > 0) backoff(attempt);
+      if (cancelled()) fail(t, "cancelled");
       if (!curl_) curl_.reset(curl_easy_init());
       if (!curl_) throw DataError(t.label.prefix() + "cannot download: curl_easy_init failed");
       CURL* c = curl_.get();
@@ -280,6 +283,11 @@ class Downloader {
       curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
       curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body_hooked);
       curl_easy_setopt(c, CURLOPT_WRITEDATA, &hook);
+      if (cancel_ != nullptr) {
+        curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+        curl_easy_setopt(c, CURLOPT_XFERINFODATA, cancel_);
+      }
       if (s3) {
         const std::string sigv4 = "aws:amz:" + s3t.region + ":s3";
         if (!s3t.userpwd.empty()) {
@@ -304,6 +312,7 @@ class Downloader {
       const CURLcode rc = curl_easy_perform(c);
       curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &t.status);
       if (t.error) std::rethrow_exception(t.error);  // the cache cannot be written
+      if (cancelled()) fail(t, "cancelled");
       const std::string curl_text = errbuf[0] != '\0' ? errbuf : curl_easy_strerror(rc);
       if (rc == CURLE_OK && t.http && t.status != 200 && t.status != 206) {
         if ((t.status == 404 || t.status == 410) && optional) return false;
@@ -338,11 +347,23 @@ class Downloader {
     throw DataError(t.label.prefix() + "cannot download: " + why);
   }
 
+  bool cancelled() const noexcept { return cancel_ != nullptr && cancel_->load(); }
+
+  static int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+    return static_cast<const std::atomic<bool>*>(user)->load() ? 1 : 0;
+  }
+
   void backoff(int attempt) {
     const double base = 0.2 * std::pow(2.0, std::min(attempt - 1, 6));
     const double cap = std::min(base, 10.0);
     std::uniform_real_distribution<double> jitter(0.5, 1.0);
-    std::this_thread::sleep_for(std::chrono::duration<double>(cap * jitter(rng_)));
+    // In steps, so that a cancel does not wait for the whole pause.
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                           std::chrono::duration<double>(cap * jitter(rng_)));
+    while (!cancelled() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   }
 
   // "<target>.meta": what the file is, for whoever looks (never read back by ferry).
@@ -360,6 +381,7 @@ class Downloader {
 
   const RemoteOptions& options_;
   std::string_view who_;
+  const std::atomic<bool>* cancel_;
   Curl curl_;
   std::mt19937_64 rng_;
 };
@@ -534,6 +556,38 @@ std::vector<std::optional<CachedFile>> fetch_files(const std::vector<Request>& r
   return out;
 }
 
+struct Fetcher::State {
+  RemoteOptions options;
+  std::string who;
+  fs::path dir;
+  Downloader downloader;
+  State(const RemoteOptions& o, std::string w, const std::atomic<bool>* cancel)
+      : options(o), who(std::move(w)), dir(cache_dir(options)), downloader(options, who, cancel) {}
+};
+
+Fetcher::Fetcher(const RemoteOptions& options, std::string who, const std::atomic<bool>* cancel) {
+  check_options(options, who);
+  state_ = std::make_unique<State>(options, std::move(who), cancel);
+}
+Fetcher::~Fetcher() = default;
+
+std::optional<CachedFile> Fetcher::fetch(const Request& request) {
+  auto file = fetch_one(state_->downloader, request, state_->dir, state_->who);
+  evict(state_->dir, cache_bound(state_->options));
+  return file;
+}
+
+LocalFile local_file(const fs::path& name, const RemoteOptions& options, std::string_view who) {
+  if (!is_url(name.native())) return {name, std::nullopt};
+  auto fetched = fetch_files({Request{name.string(), {}, false}}, options, who);
+  LocalFile out{fetched.front()->path(), std::move(fetched.front())};
+  return out;
+}
+
+std::uint64_t cache_bound(const RemoteOptions& options) noexcept {
+  return options.cache_bytes == 0 ? kDefaultCacheBytes : options.cache_bytes;
+}
+
 std::uint64_t cache_size(const fs::path& dir) noexcept {
   std::uint64_t total = 0;
   std::error_code ec;
@@ -586,6 +640,7 @@ std::uint64_t evict(const fs::path& dir, std::uint64_t bound) noexcept {
     }
     if (total <= bound) return total;
     std::vector<Entry*> order;
+    order.reserve(entries.size());
     for (auto& [key, e] : entries) order.push_back(&e);
     std::sort(order.begin(), order.end(),
               [](const Entry* a, const Entry* b) { return a->used_ns < b->used_ns; });

@@ -23,8 +23,10 @@
 // with jitter; a transfer broken mid-file resumes with a Range request (If-Range: the ETag, so
 // a file changed meanwhile comes whole). Other HTTP errors (403, 404, ...) fail at once.
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -54,6 +56,8 @@ class CachedFile {
   CachedFile(std::filesystem::path path, FileDescriptor held) noexcept
       : path_(std::move(path)), held_(std::move(held)) {}
   const std::filesystem::path& path() const noexcept { return path_; }
+  /// The descriptor held (open for reading): read the file through it.
+  int fd() const noexcept { return held_.get(); }
 
  private:
   std::filesystem::path path_;
@@ -78,6 +82,37 @@ struct Request {
 std::vector<std::optional<CachedFile>> fetch_files(const std::vector<Request>& requests,
                                                    const RemoteOptions& options,
                                                    std::string_view who);
+
+/// A file a dataset reads whole at open: a URL's copy in the cache (held while this lives), or
+/// the path itself when `name` is not a URL.
+struct LocalFile {
+  std::filesystem::path path;
+  std::optional<CachedFile> held;
+};
+/// \throws DataError as fetch_files() for a URL that cannot be fetched.
+LocalFile local_file(const std::filesystem::path& name, const RemoteOptions& options,
+                     std::string_view who);
+
+/// One transfer thread's fetcher: fetches one request at a time as fetch_files() does, keeping
+/// its curl handle (and so its connections) between files. `cancel`, when set, makes a transfer
+/// under way stop (a DataError "cancelled"). Not for several threads at once.
+class Fetcher {
+ public:
+  Fetcher(const RemoteOptions& options, std::string who, const std::atomic<bool>* cancel);
+  ~Fetcher();
+  Fetcher(const Fetcher&) = delete;
+  Fetcher& operator=(const Fetcher&) = delete;
+  /// The file in the cache, held; nothing for an optional one that the server does not have.
+  /// Evicts after a download. \throws DataError as fetch_files().
+  std::optional<CachedFile> fetch(const Request& request);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+/// The cache's bound in bytes (RemoteOptions::cache_bytes, 0: 50 GiB).
+std::uint64_t cache_bound(const RemoteOptions& options) noexcept;
 
 /// Removes least recently used entries of `dir` until its files hold at most `bound` bytes,
 /// skipping those in use, and temporary files of downloads unchanged for a day (left by a

@@ -1,5 +1,7 @@
 #include "datasets/webdataset/tar_sidecar.hpp"
 
+#include <unistd.h>
+
 #include <array>
 #include <cstring>
 #include <string>
@@ -121,6 +123,23 @@ std::optional<std::vector<TarMember>> load_sidecar(const std::filesystem::path& 
       return {};
     }
     return parse(bytes, stamp, match_mtime);
+  } catch (const Error&) {
+    return {};
+  }
+}
+
+std::optional<std::uint64_t> sidecar_shard_size(const std::filesystem::path& sidecar) {
+  try {
+    const FileLabel label{"", sidecar.native()};
+    const OpenFile file(sidecar, label);
+    std::string head(kHeadBytes, '\0');
+    if (file.size() < kHeadBytes + 8 || ::pread(file.descriptor(), head.data(), head.size(), 0) !=
+                                            static_cast<ssize_t>(head.size())) {
+      return {};
+    }
+    Cursor c(head);
+    if (c.take(kMagic.size()) != kMagic || c.get<std::uint32_t>() != kVersion) return {};
+    return c.get<std::uint64_t>();
   } catch (const Error&) {
     return {};
   }

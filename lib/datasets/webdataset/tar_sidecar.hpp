@@ -36,6 +36,10 @@ std::optional<std::vector<TarMember>> load_sidecar(const std::filesystem::path& 
                                                    const ShardStamp& stamp,
                                                    bool match_mtime = true);
 
+/// The shard size an index records, from its head (magic and version checked), when `sidecar`
+/// is one; load_sidecar() with that size then checks the rest. Never throws.
+std::optional<std::uint64_t> sidecar_shard_size(const std::filesystem::path& sidecar);
+
 /// Writes the index (write_file_atomically: an exclusive, symlink-safe temporary file renamed
 /// over `sidecar`); false, silently, when it cannot (a read-only folder, a full disk), and then
 /// nothing is left behind.

@@ -24,8 +24,6 @@ using detail::wds::Loc;
 
 namespace {
 
-constexpr std::size_t kNoShard = ~std::size_t{0};
-
 std::string lower(std::string_view s) {
   std::string out(s);
   std::transform(out.begin(), out.end(), out.begin(),
@@ -205,44 +203,87 @@ std::shared_ptr<WebDataset> WebDataset::open(std::vector<fs::path> shards,
     detail::wds::Shard& shard_;
     bool keep_ = false;
   };
-  // Shards given as URLs are fetched into the cache first, all of them, each with its index
-  // "<url>.idx" where the server has one (else it is built from the shard, as for a local one).
+  // Shards given as URLs: their indexes "<url>.idx" are fetched at open (where the server has
+  // one; small files), all at once. A shard with an index is fetched later, while the epochs
+  // run (the Prefetcher, in the order the loader hints); one without is fetched now, and its
+  // index built from it and kept beside it in the cache, as for a local shard.
   std::vector<fs::path> local(impl.paths);
   std::vector<bool> remote(impl.paths.size(), false);
+  std::vector<std::optional<std::uint64_t>> later(impl.paths.size());  // a deferred shard's size
+  std::optional<fs::path> dir;
+  const auto fetch_now = [&](const std::vector<std::size_t>& which) {
+    std::vector<detail::remote::Request> requests;
+    requests.reserve(which.size());
+    for (const std::size_t s : which) requests.push_back({impl.paths[s].native(), {}, false});
+    auto cached = detail::remote::fetch_files(requests, impl.options.remote, who);
+    for (std::size_t r = 0; r < cached.size(); ++r) {
+      local[which[r]] = cached[r]->path();
+      impl.cached.push_back(std::move(*cached[r]));
+    }
+  };
   {
     std::vector<detail::remote::Request> requests;
-    std::vector<std::size_t> shard_of_request;
-    std::optional<fs::path> dir;
     for (std::size_t s = 0; s < impl.paths.size(); ++s) {
       const std::string& name = impl.paths[s].native();
       if (!detail::remote::is_url(name)) continue;
       if (!dir) dir = detail::remote::cache_dir(impl.options.remote);
       remote[s] = true;
-      requests.push_back({name, {}, false});
-      shard_of_request.push_back(s);
-      const fs::path sidecar = detail::sidecar_path(detail::remote::entry_path(*dir, name));
+      local[s] = detail::remote::entry_path(*dir, name);
+      const fs::path sidecar = detail::sidecar_path(local[s]);
       std::error_code ec;
       if (impl.options.index_files && !fs::exists(sidecar, ec)) {
         requests.push_back({name + ".idx", sidecar, true});
-        shard_of_request.push_back(kNoShard);
       }
     }
     if (!requests.empty()) {
-      auto cached = detail::remote::fetch_files(requests, impl.options.remote, who);
-      for (std::size_t r = 0; r < cached.size(); ++r) {
-        if (!cached[r]) continue;
-        if (shard_of_request[r] != kNoShard) local[shard_of_request[r]] = cached[r]->path();
-        impl.cached.push_back(std::move(*cached[r]));
+      for (auto& held : detail::remote::fetch_files(requests, impl.options.remote, who)) {
+        if (held) impl.cached.push_back(std::move(*held));
       }
     }
+    std::vector<std::size_t> now;
+    for (std::size_t s = 0; s < impl.paths.size(); ++s) {
+      if (!remote[s]) continue;
+      if (impl.options.index_files)
+        later[s] = detail::sidecar_shard_size(detail::sidecar_path(local[s]));
+      if (!later[s]) now.push_back(s);
+    }
+    if (!now.empty()) fetch_now(now);
   }
+  std::vector<std::string> deferred_urls;  // the shards the Prefetcher fetches, and their sizes
+  std::vector<std::uint64_t> deferred_sizes;
   for (std::size_t s = 0; s < impl.paths.size(); ++s) {
-    impl.shards.push_back(open_shard(impl.paths[s], local[s], remote[s]));
-    detail::wds::Shard& shard = impl.shards.back();
-    CloseUnlessKept close_after(shard);
-    refuse_compressed(shard);
-    const std::vector<detail::TarMember> members = index_shard(shard, impl.options.index_files);
-    const detail::FileLabel label = shard.label();
+    std::optional<std::vector<detail::TarMember>> deferred_members;
+    if (later[s]) {
+      // Its index is here, its data not yet: the index as the server gave it, for the size the
+      // index states (checked again when the shard comes).
+      deferred_members = detail::load_sidecar(detail::sidecar_path(local[s]), {*later[s], 0},
+                                              /*match_mtime=*/false);
+      if (!deferred_members) {  // an index that does not parse: fetch the shard, build its own
+        later[s].reset();
+        fetch_now({s});
+        std::error_code ec;
+        fs::remove(detail::sidecar_path(local[s]), ec);
+      }
+    }
+    if (later[s]) {
+      detail::wds::Shard shard;
+      shard.name = impl.paths[s].string();
+      shard.file = local[s].string();
+      shard.remote = true;
+      shard.fetch = deferred_urls.size();
+      shard.stamp = {*later[s], 0};
+      deferred_urls.push_back(impl.paths[s].native());
+      deferred_sizes.push_back(*later[s]);
+      impl.shards.push_back(std::move(shard));
+    } else {
+      impl.shards.push_back(open_shard(impl.paths[s], local[s], remote[s]));
+    }
+    detail::wds::Shard* shard_ptr = &impl.shards.back();
+    CloseUnlessKept close_after(*shard_ptr);
+    if (!later[s]) refuse_compressed(*shard_ptr);
+    const std::vector<detail::TarMember> members =
+        later[s] ? std::move(*deferred_members) : index_shard(*shard_ptr, impl.options.index_files);
+    const detail::FileLabel label = shard_ptr->label();
     const std::vector<Group> groups = group_members(members, label);
     impl.shard_starts.push_back(impl.keys.size());
     if (groups.empty()) continue;
@@ -258,6 +299,22 @@ std::shared_ptr<WebDataset> WebDataset::open(std::vector<fs::path> shards,
       }
       npy_first.resize(exts.size());
     }
+    if (later[s] &&
+        std::find(impl.kinds.begin(), impl.kinds.end(), Kind::npy) != impl.kinds.end()) {
+      // "npy" members' headers say the fields' shapes: the shard is needed now.
+      const std::uint64_t indexed = *later[s];
+      fetch_now({s});
+      later[s].reset();
+      deferred_urls.pop_back();
+      deferred_sizes.pop_back();
+      impl.shards.back() = open_shard(impl.paths[s], local[s], true);
+      if (impl.shards.back().stamp.size != indexed) {
+        throw DataError(label.prefix() + "the downloaded shard has " +
+                        std::to_string(impl.shards.back().stamp.size) + " bytes, its index says " +
+                        std::to_string(indexed));
+      }
+    }
+    const detail::wds::Shard& shard = *shard_ptr;
     for (const Group& g : groups) {
       for (std::size_t f = 0; f < exts.size(); ++f) {
         Loc loc{detail::wds::kMissing, 0, 0, 0};
@@ -281,6 +338,10 @@ std::shared_ptr<WebDataset> WebDataset::open(std::vector<fs::path> shards,
                     ": no samples (members named <key>.<extension>)");
   }
   detail::wds::finish_npy_fields(impl, npy_first);
+  if (!deferred_urls.empty()) {
+    impl.prefetcher = std::make_unique<detail::remote::Prefetcher>(
+        std::move(deferred_urls), std::move(deferred_sizes), impl.options.remote, who);
+  }
   return ds;
 }
 
@@ -293,5 +354,30 @@ std::span<const std::size_t> WebDataset::shard_starts() const noexcept {
   return impl_->shard_starts;
 }
 const WebDatasetOptions& WebDataset::options() const noexcept { return impl_->options; }
+
+void WebDataset::will_read(std::span<const std::size_t> indices) const noexcept {
+  const Impl& impl = *impl_;
+  if (!impl.prefetcher) return;
+  try {
+    // The shards fetched while reading, in the order of their first sample among `indices`,
+    // and how many reads each will have.
+    std::vector<std::size_t> order;
+    std::vector<std::size_t> reads(impl.prefetcher->size(), 0);
+    for (const std::size_t i : indices) {
+      if (i >= impl.keys.size()) continue;
+      const std::size_t f = impl.shards[impl.shard_of(i)].fetch;
+      if (f == detail::wds::kNotFetched) continue;
+      if (reads[f]++ == 0) order.push_back(f);
+    }
+    impl.prefetcher->plan(order, reads);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): a hint; without it, fetching goes in order
+  }
+}
+
+bool WebDataset::wants_read_order() const noexcept { return impl_->prefetcher != nullptr; }
+
+double WebDataset::network_wait_seconds() const noexcept {
+  return impl_->prefetcher ? impl_->prefetcher->wait_seconds() : 0.0;
+}
 
 }  // namespace ferry

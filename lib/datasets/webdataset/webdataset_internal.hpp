@@ -7,11 +7,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "datasets/common/file_io.hpp"
+#include "datasets/remote/prefetcher.hpp"
 #include "datasets/remote/remote_cache.hpp"
 #include "datasets/webdataset/tar_sidecar.hpp"
 #include "ferry/webdataset.hpp"
@@ -39,10 +41,16 @@ inline constexpr std::uint64_t kMissing = ~std::uint64_t{0};
 /// More shards than this are opened for each read() instead of being kept open.
 inline constexpr std::size_t kMaxOpenShards = 128;
 
+/// Shard::fetch of a shard that is not fetched while reading.
+inline constexpr std::size_t kNotFetched = ~std::size_t{0};
+
 struct Shard {
   std::string name;  ///< the path as given, for messages
   std::string file;  ///< what is opened: the path, or the cached copy of a URL
   bool remote = false;
+  /// A URL whose shard is fetched while reading: its number in WebDataset::Impl::prefetcher
+  /// (its index came at open); kNotFetched for a local shard or one fetched at open.
+  std::size_t fetch = kNotFetched;
   FileLabel label() const { return {kWebDatasetWho, name}; }
   /// Open while open() indexes the shard; kept open after it only when the shard has samples
   /// and there are at most kMaxOpenShards shards (else each read() opens it with OpenFile).
@@ -79,7 +87,9 @@ struct WebDataset::Impl {
   std::vector<std::filesystem::path> paths;
   std::vector<detail::wds::Shard> shards;
   std::vector<detail::remote::CachedFile> cached;  // held while the dataset lives
-  std::vector<std::size_t> shard_starts;           // first sample of each shard, then size()
+  /// Fetches the shards whose `fetch` is set, while reading (none: every shard is local).
+  std::unique_ptr<detail::remote::Prefetcher> prefetcher;
+  std::vector<std::size_t> shard_starts;  // first sample of each shard, then size()
   std::vector<std::string> keys;
   std::vector<FieldSpec> fields;
   std::vector<detail::wds::Kind> kinds;

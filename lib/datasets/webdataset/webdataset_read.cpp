@@ -77,7 +77,8 @@ std::size_t checked_index(std::size_t i, std::size_t size) {
 // must still be the file open() indexed (its size and mtime).
 class ShardFd {
  public:
-  explicit ShardFd(const detail::wds::Shard& shard) : fd_(shard.fd.get()) {
+  ShardFd(const detail::wds::Shard& shard, const detail::remote::CachedFile* fetched)
+      : fd_(fetched != nullptr ? fetched->fd() : shard.fd.get()) {
     if (fd_ >= 0) return;
     const detail::FileLabel label = shard.label();
     std::optional<detail::OpenFile> file;
@@ -141,7 +142,24 @@ void WebDataset::read(std::size_t index, SampleRef out) const {
   const detail::wds::Shard& shard = impl.shards[impl.shard_of(index)];
   const detail::FileLabel label = shard.label();
   const std::string& key = impl.keys[index];
-  const ShardFd fd(shard);
+  // A shard fetched while reading: its file (waiting for it first where it is not here yet),
+  // held until this read ends; the read counts against the plan however it ends.
+  std::shared_ptr<const detail::remote::CachedFile> fetched;
+  class Done {
+   public:
+    Done(const Impl& impl, std::size_t fetch) : impl_(impl), fetch_(fetch) {}
+    Done(const Done&) = delete;
+    Done& operator=(const Done&) = delete;
+    ~Done() {
+      if (fetch_ != detail::wds::kNotFetched) impl_.prefetcher->read_done(fetch_);
+    }
+
+   private:
+    const Impl& impl_;
+    std::size_t fetch_;
+  } done(impl, shard.fetch);
+  if (shard.fetch != detail::wds::kNotFetched) fetched = impl.prefetcher->get(shard.fetch);
+  const ShardFd fd(shard, fetched.get());
   // What messages name, built in this thread's buffers: they keep their capacity, so a sample
   // costs no allocation of its own.
   thread_local std::string what;
