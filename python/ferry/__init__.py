@@ -30,6 +30,7 @@ from ._ferry import (  # noqa: F401  (the public names)
     LoaderStats,
     Mixture,
     Normalize,
+    RemoteOptions,
     Tensor,
     TensorDataset,
     TokenDataset,
@@ -40,6 +41,7 @@ from ._ferry import (  # noqa: F401  (the public names)
     cuda_is_available,
     cuda_unavailable_reason,
     empty,
+    expand_braces,
     from_dlpack,
     zeros,
 )
@@ -47,10 +49,10 @@ from . import _ferry
 
 __all__ = [
     "Batch", "ConfigError", "CsvDataset", "DataError", "Dataset", "Device", "DeviceError",
-    "Epoch", "Error", "IdxDataset", "ImageFolder", "Loader", "LoaderStats", "Mixture", "Normalize",
+    "Epoch", "Error", "IdxDataset", "ImageFolder", "Loader", "LoaderStats", "Mixture", "Normalize", "RemoteOptions",
     "Tensor",
     "TensorDataset", "TokenDataset", "WebDataset", "built_with_cuda", "cuda_device_count",
-    "cuda_is_available", "cuda_unavailable_reason", "empty", "from_dlpack", "zeros",
+    "cuda_is_available", "cuda_unavailable_reason", "empty", "expand_braces", "from_dlpack", "zeros",
 ]
 
 # Epochs still running at interpreter exit are stopped before it finalizes: a worker reading a

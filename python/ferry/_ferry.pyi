@@ -76,6 +76,17 @@ class Normalize:
     scale: float
     dtype: str
 
+class RemoteOptions:
+    def __init__(self, *, cache_dir: _Path | None = None, cache_bytes: int = 0,
+                 connections: int = 8, retries: int = 5, timeout_seconds: float = 60.0) -> None: ...
+    cache_dir: str
+    cache_bytes: int
+    connections: int
+    retries: int
+    timeout_seconds: float
+
+def expand_braces(pattern: str) -> list[str]: ...
+
 class Dataset:
     def __len__(self) -> int: ...
     @property
@@ -96,7 +107,7 @@ class CsvDataset(Dataset):
                  vocabulary: Mapping[str, Sequence[str]] | CsvDataset | None = None,
                  unknown: str = "error", header: bool = True,
                  delimiter: str = ",", classes: bool = True, missing: str = "error",
-                 max_decompressed_bytes: int = 0) -> None: ...
+                 max_decompressed_bytes: int = 0, remote: RemoteOptions | None = None) -> None: ...
     num_features: int
     feature_names: list[str]
     classes: list[str]
@@ -105,7 +116,8 @@ class CsvDataset(Dataset):
     device: Device
 
 class IdxDataset(Dataset):
-    def __init__(self, images: _Path, labels: _Path, *, max_decompressed_bytes: int = 0) -> None: ...
+    def __init__(self, images: _Path, labels: _Path, *, max_decompressed_bytes: int = 0,
+                 remote: RemoteOptions | None = None) -> None: ...
     rows: int
     cols: int
 
@@ -120,7 +132,8 @@ class ImageFolder(Dataset):
 
 class TokenDataset(Dataset):
     def __init__(self, files: _Path | Sequence[_Path], *, seq_len: int = 1024, stride: int = 0,
-                 dtype: _DTypeLike = "i64", raw_dtype: _DTypeLike = "u16") -> None: ...
+                 dtype: _DTypeLike = "i64", raw_dtype: _DTypeLike = "u16",
+                 remote: RemoteOptions | None = None) -> None: ...
     num_tokens: int
     num_files: int
 
@@ -129,7 +142,7 @@ class WebDataset(Dataset):
                  channels: int = 3, geometry: str = "resize_then_center_crop", resize: int = 0,
                  random_flip: bool = False, normalize: Normalize | None = None,
                  max_pixels: int = ..., max_jpeg_scans: int = 256,
-                 index_files: bool = True) -> None: ...
+                 index_files: bool = True, remote: RemoteOptions | None = None) -> None: ...
     def key(self, index: int) -> str: ...
     def shard_of(self, index: int) -> int: ...
 

@@ -245,6 +245,32 @@ Per-channel normalization of u8 images, done on the loader's device after the co
       .def_property_readonly("dtype",
                              [](const Normalize& n) { return std::string(dtype_name(n.dtype)); });
 
+  py::class_<RemoteOptions>(m, "RemoteOptions", R"doc(
+How files given as URLs ("https://...", "http://...", "s3://bucket/key", "file://...") are
+fetched: into a local cache (cache_dir; None: $FERRY_CACHE_DIR, else ~/.cache/ferry) of at most
+cache_bytes (0: 50 GiB), over `connections` parallel transfers, each retried `retries` times
+(exponential backoff, jitter), a transfer without progress for timeout_seconds failing.)doc")
+      .def(py::init([](const std::optional<std::filesystem::path>& cache_dir,
+                       std::uint64_t cache_bytes, int connections, int retries,
+                       double timeout_seconds) {
+             RemoteOptions r;
+             if (cache_dir) r.cache_dir = *cache_dir;
+             r.cache_bytes = cache_bytes;
+             r.connections = connections;
+             r.retries = retries;
+             r.timeout_seconds = timeout_seconds;
+             return r;
+           }),
+           py::kw_only(), py::arg("cache_dir") = py::none(), py::arg("cache_bytes") = 0,
+           py::arg("connections") = 8, py::arg("retries") = 5, py::arg("timeout_seconds") = 60.0)
+      .def_readwrite("cache_dir", &RemoteOptions::cache_dir)
+      .def_readwrite("cache_bytes", &RemoteOptions::cache_bytes)
+      .def_readwrite("connections", &RemoteOptions::connections)
+      .def_readwrite("retries", &RemoteOptions::retries)
+      .def_readwrite("timeout_seconds", &RemoteOptions::timeout_seconds);
+  m.def("expand_braces", &expand_braces, py::arg("pattern"),
+        "webdataset's brace notation: \"s3://b/train-{0000..0003}.tar\" gives the four names.");
+
   py::class_<Dataset, std::shared_ptr<Dataset>>(m, "Dataset", R"doc(
 Random-access samples: the base of ferry's datasets. len(dataset) is its size; `fields` lists
 (name, dtype, shape) per sample, None standing for a ragged (variable) first dimension.)doc")
@@ -290,8 +316,10 @@ False: an f32 target. missing: "error" or "nan" for empty features.)doc")
                        const py::object& features, const py::object& categorical,
                        const py::object& vocabulary, const std::string& unknown, bool header,
                        const std::string& delimiter, bool classes, const std::string& missing,
-                       std::uint64_t max_decompressed_bytes) {
+                       std::uint64_t max_decompressed_bytes,
+                       const std::optional<RemoteOptions>& remote) {
              CsvOptions o;
+             if (remote) o.remote = *remote;
              o.label = to_column(label);
              if (!features.is_none()) {
                for (const py::handle f : features) o.features.push_back(to_column(f));
@@ -335,7 +363,8 @@ False: an f32 target. missing: "error" or "nan" for empty features.)doc")
            py::arg("features") = py::none(), py::arg("categorical") = py::none(),
            py::arg("vocabulary") = py::none(), py::arg("unknown") = "error",
            py::arg("header") = true, py::arg("delimiter") = ",", py::arg("classes") = true,
-           py::arg("missing") = "error", py::arg("max_decompressed_bytes") = 0)
+           py::arg("missing") = "error", py::arg("max_decompressed_bytes") = 0,
+           py::arg("remote") = py::none())
       .def_property_readonly("num_features", &CsvDataset::num_features)
       .def_property_readonly("feature_names", &CsvDataset::feature_names)
       .def_property_readonly("classes", &CsvDataset::classes)
@@ -349,14 +378,16 @@ False: an f32 target. missing: "error" or "nan" for empty features.)doc")
   py::class_<IdxDataset, Dataset, std::shared_ptr<IdxDataset>>(m, "IdxDataset", R"doc(
 MNIST-style IDX files (gzipped or not): "image" u8 [rows, cols] and "label" i64 [].)doc")
       .def(py::init([](const std::filesystem::path& images, const std::filesystem::path& labels,
-                       std::uint64_t max_decompressed_bytes) {
+                       std::uint64_t max_decompressed_bytes,
+                       const std::optional<RemoteOptions>& remote) {
              IdxOptions o;
+             if (remote) o.remote = *remote;
              o.max_decompressed_bytes = max_decompressed_bytes;
              const py::gil_scoped_release release;
              return IdxDataset::open(images, labels, o);
            }),
            py::arg("images"), py::arg("labels"), py::kw_only(),
-           py::arg("max_decompressed_bytes") = 0)
+           py::arg("max_decompressed_bytes") = 0, py::arg("remote") = py::none())
       .def_property_readonly("rows", &IdxDataset::rows)
       .def_property_readonly("cols", &IdxDataset::cols);
 
@@ -387,8 +418,10 @@ or "resize".)doc")
 Language-model windows over token files (llm.c shards, .npy, raw tokens), memory-mapped:
 "input" [seq_len] and "target" [seq_len] (input shifted by one). Windows never cross files.)doc")
       .def(py::init([](const py::object& files, std::int64_t seq_len, std::int64_t stride,
-                       const py::object& dtype, const py::object& raw_dtype) {
+                       const py::object& dtype, const py::object& raw_dtype,
+                       const std::optional<RemoteOptions>& remote) {
              TokenOptions o;
+             if (remote) o.remote = *remote;
              o.seq_len = seq_len;
              o.stride = stride;
              o.dtype = to_dtype(dtype);
@@ -398,7 +431,7 @@ Language-model windows over token files (llm.c shards, .npy, raw tokens), memory
              return TokenDataset::open(std::move(paths), o);
            }),
            py::arg("files"), py::kw_only(), py::arg("seq_len") = 1024, py::arg("stride") = 0,
-           py::arg("dtype") = "i64", py::arg("raw_dtype") = "u16")
+           py::arg("dtype") = "i64", py::arg("raw_dtype") = "u16", py::arg("remote") = py::none())
       .def_property_readonly("num_tokens", &TokenDataset::num_tokens)
       .def_property_readonly("num_files", &TokenDataset::num_files);
 
@@ -408,8 +441,10 @@ one field per member extension of the first sample, sorted; images decode as Ima
       .def(py::init([](const py::object& shards, int height, int width, int channels,
                        const std::string& geometry, int resize, bool random_flip,
                        const std::optional<Normalize>& normalize, std::int64_t max_pixels,
-                       int max_jpeg_scans, bool index_files) {
+                       int max_jpeg_scans, bool index_files,
+                       const std::optional<RemoteOptions>& remote) {
              WebDatasetOptions o;
+             if (remote) o.remote = *remote;
              o.image = image_options(height, width, channels, geometry, resize, random_flip,
                                      normalize, max_pixels, max_jpeg_scans);
              o.index_files = index_files;
@@ -421,7 +456,7 @@ one field per member extension of the first sample, sorted; images decode as Ima
            py::arg("channels") = 3, py::arg("geometry") = "resize_then_center_crop",
            py::arg("resize") = 0, py::arg("random_flip") = false, py::arg("normalize") = py::none(),
            py::arg("max_pixels") = std::int64_t{1} << 26, py::arg("max_jpeg_scans") = 256,
-           py::arg("index_files") = true)
+           py::arg("index_files") = true, py::arg("remote") = py::none())
       .def("key", &WebDataset::key, py::arg("index"))
       .def("shard_of", &WebDataset::shard_of, py::arg("index"));
 

@@ -392,3 +392,22 @@ def test_autotune_within_a_budget(ferry):
     assert s.autotune and 1 <= s.workers and 1 <= s.prefetch and 0 < s.memory_bytes <= 1 << 20
     with pytest.raises(ferry.ConfigError, match="bytes"):
         ferry.Loader(ds, batch_size=50, device="cpu", autotune=True, memory_budget=10)
+
+
+def test_files_as_urls(ferry, tmp_path):
+    assert ferry.expand_braces("s3://b/train-{0000..0002}.tar") == [
+        "s3://b/train-0000.tar", "s3://b/train-0001.tar", "s3://b/train-0002.tar"]
+    with pytest.raises(ferry.ConfigError):
+        ferry.expand_braces("train-{3..1}.tar")
+    tokens = np.arange(1, 200, dtype=np.uint16)
+    path = tmp_path / "t.bin"
+    tokens.tofile(path)
+    remote = ferry.RemoteOptions(cache_dir=tmp_path / "cache", connections=2)
+    ds = ferry.TokenDataset(["file://" + str(path)], seq_len=8, remote=remote)
+    local = ferry.TokenDataset([path], seq_len=8)
+    assert len(ds) == len(local)
+    a = next(iter(ferry.Loader(ds, batch_size=len(ds), device="cpu").epoch(0)))
+    b = next(iter(ferry.Loader(local, batch_size=len(local), device="cpu").epoch(0)))
+    np.testing.assert_array_equal(a["input"].numpy(), b["input"].numpy())
+    with pytest.raises(ferry.DataError, match="missing.bin"):
+        ferry.TokenDataset(["file://" + str(tmp_path / "missing.bin")], seq_len=8, remote=remote)
