@@ -150,12 +150,12 @@ struct FERRY_API LoaderStats {
   /// Of read_seconds: reads waiting for a file still being fetched from a server
   /// (Dataset::network_wait_seconds, what it grew by since this loader was made).
   double network_wait_seconds = 0;
-  double worker_capacity_seconds = 0;     ///< workers × time batches were being filled
-  double slot_wait_seconds = 0;           ///< planning waited for a free staging slot
-  double copy_seconds = 0;                ///< the copy stream busy with copies
-  double consumer_wait_seconds = 0;       ///< next() waited for data
-  double wall_seconds = 0;                ///< epochs' wall time
-  double first_batch_seconds = 0;         ///< epoch start to first batch, last epoch
+  double worker_capacity_seconds = 0;  ///< workers × time batches were being filled
+  double slot_wait_seconds = 0;        ///< planning waited for a free staging slot
+  double copy_seconds = 0;             ///< the copy stream busy with copies
+  double consumer_wait_seconds = 0;    ///< next() waited for data
+  double wall_seconds = 0;             ///< epochs' wall time
+  double first_batch_seconds = 0;      ///< epoch start to first batch, last epoch
   std::uint64_t staging_allocations =
       0;  ///< staging slots ever allocated (prefetch; autotune: as made)
   std::uint64_t device_allocations = 0;  ///< device buffers ever allocated
