@@ -104,7 +104,7 @@ void Prefetcher::work(Fetcher& fetcher) {
     std::shared_ptr<const CachedFile> held;
     std::exception_ptr error;
     try {
-      std::optional<CachedFile> file = fetcher.fetch(Request{urls_[i], {}, false});
+      std::optional<CachedFile> file = fetcher.fetch(Request{urls_[i], {}, false, sizes_[i]});
       struct stat st {};
       if (::fstat(file->fd(), &st) != 0 || static_cast<std::uint64_t>(st.st_size) != sizes_[i]) {
         throw DataError(who_ + ": " + urls_[i] + ": the downloaded file has " +

@@ -429,13 +429,15 @@ FileDescriptor lock_download(const fs::path& target, const FileLabel& label) {
 }
 
 std::optional<CachedFile> fetch_one(Downloader& d, const Request& r, const fs::path& dir,
-                                    std::string_view who) {
+                                    std::uint64_t bound, std::string_view who) {
   const fs::path target = r.target.empty() ? entry_path(dir, r.url) : r.target;
   const FileLabel label{who, r.url};
   for (int round = 0; round < 4; ++round) {
     if (auto fd = open_held(target, label)) return CachedFile(target, std::move(*fd));
     const FileDescriptor lock = lock_download(target, label);
     if (auto fd = open_held(target, label)) return CachedFile(target, std::move(*fd));
+    // Room first: what no one holds any more goes now, not after this download.
+    if (r.expected_bytes > 0) evict(dir, bound > r.expected_bytes ? bound - r.expected_bytes : 0);
     if (!d.download(r.url, target, r.optional)) return std::nullopt;
     auto fd = open_held(target, label);
     if (!fd) continue;  // evicted already by another process: again
@@ -525,7 +527,7 @@ std::vector<std::optional<CachedFile>> fetch_files(const std::vector<Request>& r
     for (std::size_t i; (i = next.fetch_add(1)) < requests.size();) {
       if (failed.load()) return;  // the first failure is thrown: start nothing more
       try {
-        out[i] = fetch_one(d, requests[i], dir, who);
+        out[i] = fetch_one(d, requests[i], dir, cache_bound(options), who);
       } catch (...) {
         errors[i] = std::current_exception();
         failed = true;
@@ -552,7 +554,7 @@ std::vector<std::optional<CachedFile>> fetch_files(const std::vector<Request>& r
     if (e) std::rethrow_exception(e);
   }
   // Every file asked for is held now (none of them can go): the others make room.
-  evict(dir, options.cache_bytes == 0 ? kDefaultCacheBytes : options.cache_bytes);
+  evict(dir, cache_bound(options));
   return out;
 }
 
@@ -572,7 +574,8 @@ Fetcher::Fetcher(const RemoteOptions& options, std::string who, const std::atomi
 Fetcher::~Fetcher() = default;
 
 std::optional<CachedFile> Fetcher::fetch(const Request& request) {
-  auto file = fetch_one(state_->downloader, request, state_->dir, state_->who);
+  auto file = fetch_one(state_->downloader, request, state_->dir, cache_bound(state_->options),
+                        state_->who);
   evict(state_->dir, cache_bound(state_->options));
   return file;
 }

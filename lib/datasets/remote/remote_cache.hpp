@@ -11,8 +11,9 @@
 //   "<that>.idx" is a WebDataset shard's index (fetched from the server or built here);
 // * "<entry>.lock": held (flock LOCK_EX) by whoever downloads the entry; others wait on it,
 //   then find the file there. Lock files stay (empty files).
-// A file being read is held with flock(LOCK_SH) on a descriptor of it (CachedFile). After a
-// fetch, the entries whose files pass cache_bytes go, least recently used first (each use
+// A file being read is held with flock(LOCK_SH) on a descriptor of it (CachedFile). Before a
+// download of a known size (making room for it) and after a fetch, the entries whose files pass
+// cache_bytes go, least recently used first (each use
 // sets the file's access time), an entry only when flock(LOCK_EX | LOCK_NB) on its file
 // succeeds: never one that a dataset, in this process or another, has open. A reader that
 // finds its file unlinked under it (evicted between its open and its lock) downloads again.
@@ -71,6 +72,9 @@ struct Request {
   std::filesystem::path target;
   /// A 404 (or, for file://, a missing file) gives no file instead of an error.
   bool optional = false;
+  /// The file's size when known beforehand (0: not known): the cache makes room for it before
+  /// the download starts, so that files no longer held leave at once, not one download later.
+  std::uint64_t expected_bytes = 0;
 };
 
 /// Fetches each request's file into the cache, or finds it there, at most
