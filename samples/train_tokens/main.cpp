@@ -3,6 +3,7 @@
 //   train_tokens --convert --corpus DIR --out DIR [--val-fraction F] [--shard-tokens N]
 //   train_tokens --data DIR [--seconds S] [--steps N] [--context K] [--hidden H] [--seq-len T]
 //                [--batch N] [--lr X] [--seed S] [--max-ratio R]
+//   train_tokens --mix DIR:W --mix DIR:W ... [--epoch-size N] [--epochs E] [--max-bits B] [...]
 //
 // Copy it as a starting point for language-model data. It has two halves:
 //
@@ -25,6 +26,18 @@
 // sparsely. Adam trains it for a bounded time. At the end it prints the unigram entropy of the
 // training bytes (what a model that ignores context could reach) and the held-out loss, both in
 // bits per byte; --max-ratio makes the program fail unless held-out / unigram is at most R.
+//
+// 3. --mix trains on several converted corpora at once, each its own TokenDataset, mixed by
+//    weight with ferry::Mixture: `--mix fortunes-tokens:3 --mix licenses-tokens:1` gives every
+//    epoch of --epoch-size windows exactly round(size x 3/4) fortune windows and the rest from
+//    the licenses (largest remainders, so the two add up), repeating the smaller corpus's windows
+//    or drawing a different subset of the larger's each epoch as needed. The mixture's
+//    source_field ("source", i64) tells each window's corpus. After every whole epoch the program
+//    prints each corpus's windows as the loader's stats counted them (LoaderStats::source_samples)
+//    next to the shares it computes itself, and "exact" when they agree. The held-out windows of
+//    all corpora go through one loader (a Mixture weighted by their sizes, so every window once)
+//    and the loss is split by the source field: bits per byte per corpus. The corpora of the
+//    tests: Debian's fortunes and the license texts of /usr/share/common-licenses (base-files).
 
 #include <algorithm>
 #include <cmath>
@@ -164,18 +177,23 @@ class ByteModel {
     }
   }
 
-  // Summed cross-entropy (nats) of n positions; with `train`, one Adam step on its mean.
-  double loss(const std::uint8_t* ctx, const std::uint8_t* next, std::size_t n, bool train) {
+  // Summed cross-entropy (nats) of n positions; with `train`, one Adam step on its mean. With
+  // `each`, also each position's own (for a loss per corpus).
+  double loss(const std::uint8_t* ctx, const std::uint8_t* next, std::size_t n, bool train,
+              std::vector<double>* each = nullptr) {
     h_.resize(n * hidden_);
     z_.resize(n * kVocab);
     hidden(ctx, n, h_.data());
     out_.forward(h_.data(), n, z_.data());
     double total = 0;
+    if (each != nullptr) each->clear();
     for (std::size_t r = 0; r < n; ++r) {
       float* zr = &z_[r * kVocab];
       const float z_next = zr[next[r]];
-      total += common::softmax(zr, kVocab) - z_next;  // zr now holds the probabilities
-      zr[next[r]] -= 1.0f;                            // dL/dz = p - onehot
+      const double nats = common::softmax(zr, kVocab) - z_next;  // zr: the probabilities now
+      total += nats;
+      if (each != nullptr) each->push_back(nats);
+      zr[next[r]] -= 1.0f;  // dL/dz = p - onehot
       for (std::size_t k = 0; k < kVocab; ++k) zr[k] /= static_cast<float>(n);
     }
     if (!train) return total;
@@ -265,12 +283,19 @@ struct Options {
   double lr = 1e-2;
   std::uint64_t seed = 1;
   double max_ratio = 0;  // 0: no check
+  // --mix: the corpora (converted directories) and their weights.
+  std::vector<std::pair<fs::path, double>> mix;
+  std::size_t epoch_size = 0;  // 0: the sum of the corpora's training windows
+  std::size_t epochs = 0;      // 0: as many as the time allows
+  double max_bits = 0;         // 0: no check
 };
 
 constexpr const char* kUsage =
     "usage: train_tokens --convert --corpus DIR --out DIR [--val-fraction F] [--shard-tokens N]\n"
     "       train_tokens --data DIR [--seconds S] [--steps N] [--context K] [--hidden H]\n"
     "                    [--seq-len T] [--batch N] [--lr X] [--seed S] [--max-ratio R]\n"
+    "       train_tokens --mix DIR:W --mix DIR:W ... [--epoch-size N] [--epochs E]\n"
+    "                    [--max-bits B] [the options of --data]\n"
     "  --convert          write the text files of --corpus as llm.c shards (u16 byte tokens)\n"
     "                     into --out: train_000.bin, ... and val_000.bin\n"
     "  --val-fraction F   the last fraction of every file that is held out (default 0.1)\n"
@@ -284,7 +309,14 @@ constexpr const char* kUsage =
     "  --batch N          windows per batch (default 8)\n"
     "  --lr X             Adam's learning rate (default 0.01)\n"
     "  --seed S           seed of the shuffle and the initial weights (default 1)\n"
-    "  --max-ratio R      exit 1 unless held-out loss / unigram entropy <= R\n";
+    "  --max-ratio R      exit 1 unless held-out loss / unigram entropy <= R (with --mix: of\n"
+    "                     every corpus)\n"
+    "  --mix DIR:W        train on a mixture instead: the converted corpus DIR with weight W;\n"
+    "                     give it once per corpus (e.g. --mix fortunes:3 --mix licenses:1)\n"
+    "  --epoch-size N     with --mix: windows an epoch (default: all corpora's together)\n"
+    "  --epochs E         with --mix: stop after E whole epochs (default: no limit)\n"
+    "  --max-bits B       with --mix: exit 1 unless every corpus's held-out loss is at most B\n"
+    "                     bits/byte\n";
 
 Options parse_options(int argc, char** argv) {
   Options o;
@@ -328,6 +360,22 @@ Options parse_options(int argc, char** argv) {
       o.seed = common::parse_number(flag, value);
     } else if (flag == "--max-ratio") {
       o.max_ratio = common::parse_real(flag, value);
+    } else if (flag == "--mix") {
+      const std::size_t colon = value.rfind(':');
+      if (colon == std::string::npos || colon == 0) {
+        throw std::invalid_argument("--mix wants DIR:WEIGHT, not '" + value + "'");
+      }
+      const double weight = common::parse_real(flag, value.substr(colon + 1));
+      if (!(weight > 0) || !std::isfinite(weight)) {
+        throw std::invalid_argument("--mix: the weight of " + value + " must be positive");
+      }
+      o.mix.emplace_back(value.substr(0, colon), weight);
+    } else if (flag == "--epoch-size") {
+      o.epoch_size = common::parse_number(flag, value);
+    } else if (flag == "--epochs") {
+      o.epochs = common::parse_number(flag, value);
+    } else if (flag == "--max-bits") {
+      o.max_bits = common::parse_real(flag, value);
     } else {
       throw std::invalid_argument("unknown option: " + flag);
     }
@@ -342,7 +390,9 @@ Options parse_options(int argc, char** argv) {
     if (o.shard_tokens == 0) throw std::invalid_argument("--shard-tokens must be at least 1");
     return o;
   }
-  if (o.data.empty()) throw std::invalid_argument("--data DIR (or --convert) is required");
+  if (o.data.empty() == o.mix.empty()) {
+    throw std::invalid_argument("one of --data DIR, --mix DIR:W or --convert is required");
+  }
   if (o.context == 0 || o.context > o.seq_len) {
     throw std::invalid_argument("--context must be between 1 and --seq-len");
   }
@@ -383,13 +433,38 @@ double held_out_bits(ByteModel& model, ferry::Loader& loader) {
   return nats / static_cast<double>(count) / kLn2;
 }
 
-int train(const Options& o) {
-  // 1. The data: windows of T tokens whose starts are T - K + 1 apart, so that the predicted
-  //    positions (t >= K - 1) of consecutive windows meet exactly. i64, as embedding lookups take.
+// Windows of T tokens whose starts are T - K + 1 apart, so that the predicted positions
+// (t >= K - 1) of consecutive windows meet exactly. i64, as embedding lookups take.
+ferry::TokenOptions window_options(const Options& o) {
   ferry::TokenOptions tokens;
   tokens.seq_len = static_cast<std::int64_t>(o.seq_len);
   tokens.stride = static_cast<std::int64_t>(o.seq_len - o.context + 1);
   tokens.dtype = ferry::DType::i64;
+  return tokens;
+}
+
+// The unigram entropy of the predicted bytes of `data`'s windows, H = -sum p log2 p, in bits.
+// No model that ignores the context does better on text like this.
+double unigram_entropy(std::shared_ptr<const ferry::Dataset> data, const ferry::LoaderOptions& eval,
+                       std::size_t context) {
+  std::vector<double> counts(kVocab, 0.0);
+  Positions p;
+  ferry::Loader loader(std::move(data), eval);
+  for (const ferry::Batch& batch : loader.epoch(0)) {
+    p.from(batch, context);
+    for (const std::uint8_t b : p.next) counts[b] += 1;
+  }
+  double total = 0, entropy = 0;
+  for (const double c : counts) total += c;
+  for (const double c : counts) {
+    if (c > 0) entropy -= c / total * std::log2(c / total);
+  }
+  return entropy;
+}
+
+int train(const Options& o) {
+  // 1. The data: windows of T tokens (window_options).
+  const ferry::TokenOptions tokens = window_options(o);
   const auto train_set = ferry::TokenDataset::open(shards(o.data, "train_"), tokens);
   const auto val_set = ferry::TokenDataset::open(shards(o.data, "val_"), tokens);
 
@@ -406,21 +481,9 @@ int train(const Options& o) {
   eval.shuffle = false;
   eval.batch_size = 256;
   ferry::Loader val_loader(val_set, eval);
-  ferry::Loader count_loader(train_set, eval);
 
-  // 3. The baseline: the unigram entropy of the predicted training bytes, H = -sum p log2 p.
-  //    No model that ignores the context does better on text like this.
-  std::vector<double> counts(kVocab, 0.0);
-  Positions p;
-  for (const ferry::Batch& batch : count_loader.epoch(0)) {
-    p.from(batch, o.context);
-    for (const std::uint8_t b : p.next) counts[b] += 1;
-  }
-  double total = 0, entropy = 0;
-  for (const double c : counts) total += c;
-  for (const double c : counts) {
-    if (c > 0) entropy -= c / total * std::log2(c / total);
-  }
+  // 3. The baseline: the unigram entropy of the predicted training bytes.
+  const double entropy = unigram_entropy(train_set, eval, o.context);
   std::printf(
       "ferry %s: %zu training windows (%llu tokens in %zu shards), %zu held-out windows (%llu "
       "tokens), seq_len %zu, stride %lld\n",
@@ -437,6 +500,7 @@ int train(const Options& o) {
   //    stop. Leaving an epoch's loop early stops its loader promptly.
   ByteModel model(o.context, o.hidden, o.seed);
   model.set_learning_rate(static_cast<float>(o.lr));
+  Positions p;
   const auto start = Clock::now();
   std::size_t steps = 0;
   std::uint64_t positions = 0;
@@ -482,6 +546,236 @@ int train(const Options& o) {
   return 0;
 }
 
+// ---- 3. a mixture of corpora ----------------------------------------------------------------
+
+// What Mixture promises each source an epoch, computed here from the weights alone: the floors of
+// epoch_size x w_k / sum w, then one more for the sources with the largest fractional parts
+// (ties to the earlier source) until the shares add up to epoch_size.
+std::vector<std::size_t> largest_remainder_shares(const std::vector<double>& weights,
+                                                  std::size_t epoch_size) {
+  double sum = 0;
+  for (const double w : weights) sum += w;
+  std::vector<std::size_t> shares(weights.size());
+  std::vector<double> rest(weights.size());
+  std::size_t given = 0;
+  for (std::size_t k = 0; k < weights.size(); ++k) {
+    const double exact = static_cast<double>(epoch_size) * weights[k] / sum;
+    shares[k] = static_cast<std::size_t>(std::floor(exact));
+    rest[k] = exact - std::floor(exact);
+    given += shares[k];
+  }
+  std::vector<std::size_t> order(weights.size());
+  for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return rest[a] > rest[b]; });
+  for (std::size_t i = 0; given < epoch_size; ++i, ++given) ++shares[order[i % order.size()]];
+  return shares;
+}
+
+// One converted corpus of the mixture.
+struct Corpus {
+  std::string name;  // its directory's name
+  double weight = 1;
+  std::shared_ptr<ferry::TokenDataset> train, val;
+  double entropy = 0;  // unigram, of its training bytes
+};
+
+// The summed loss and the counts of a pass, per corpus.
+struct PerCorpus {
+  std::vector<double> nats;
+  std::vector<std::uint64_t> positions, windows;
+
+  explicit PerCorpus(std::size_t corpora)
+      : nats(corpora, 0.0), positions(corpora, 0), windows(corpora, 0) {}
+
+  // Adds a batch whose positions `p` lost `each` nats; the batch's "source" field (the mixture's
+  // source_field, i64 [n]) says which corpus each window comes from.
+  void add(const ferry::Batch& batch, const std::vector<double>& each) {
+    const ferry::Tensor source = batch["source"].cpu();
+    const std::int64_t* k = source.data<std::int64_t>();
+    const std::size_t n = batch.size();
+    const std::size_t per_window = each.size() / n;
+    for (std::size_t r = 0; r < n; ++r) {
+      const auto c = static_cast<std::size_t>(k[r]);
+      ++windows[c];
+      positions[c] += per_window;
+      for (std::size_t j = 0; j < per_window; ++j) nats[c] += each[r * per_window + j];
+    }
+  }
+  double bits(std::size_t c) const { return nats[c] / static_cast<double>(positions[c]) / kLn2; }
+};
+
+int train_mix(const Options& o) {
+  // 1. Each corpus its own pair of TokenDatasets, as --data opens one.
+  const ferry::TokenOptions tokens = window_options(o);
+  std::vector<Corpus> corpora;
+  std::vector<ferry::MixtureSource> sources;
+  std::vector<double> weights;
+  for (const auto& [dir, weight] : o.mix) {
+    Corpus c;
+    c.name = fs::path(dir).lexically_normal().filename().string();
+    if (c.name.empty()) c.name = fs::path(dir).lexically_normal().parent_path().filename().string();
+    c.weight = weight;
+    c.train = ferry::TokenDataset::open(shards(dir, "train_"), tokens);
+    c.val = ferry::TokenDataset::open(shards(dir, "val_"), tokens);
+    sources.push_back({c.train, weight});
+    weights.push_back(weight);
+    corpora.push_back(std::move(c));
+  }
+
+  // 2. The mixture: every epoch of epoch_size windows holds exactly shares()[k] of corpus k.
+  //    source_field adds "source", i64 [], the corpus of each window.
+  ferry::MixtureOptions mo;
+  mo.epoch_size = o.epoch_size;
+  mo.source_field = "source";
+  const auto mixture = ferry::Mixture::open(std::move(sources), mo);
+  const std::vector<std::size_t> expected =
+      largest_remainder_shares(weights, mixture->epoch_size());
+  if (expected != mixture->shares()) {
+    throw std::runtime_error("the mixture's shares differ from the largest remainders");
+  }
+
+  ferry::LoaderOptions lo;
+  lo.batch_size = o.batch;
+  lo.shuffle = true;
+  lo.seed = o.seed;
+  lo.workers = 1;
+  lo.device = ferry::Device::cpu();
+  ferry::Loader train_loader(mixture, lo);
+  ferry::LoaderOptions eval = lo;
+  eval.shuffle = false;
+  eval.batch_size = 256;
+
+  std::printf(
+      "ferry %s: a mixture of %zu corpora, %zu windows an epoch, seq_len %zu, stride %lld\n",
+      ferry::kVersion, corpora.size(), mixture->epoch_size(), o.seq_len,
+      static_cast<long long>(tokens.stride));
+  for (std::size_t k = 0; k < corpora.size(); ++k) {
+    Corpus& c = corpora[k];
+    c.entropy = unigram_entropy(c.train, eval, o.context);
+    const double per_window =
+        static_cast<double>(expected[k]) / static_cast<double>(c.train->size());
+    std::printf(
+        "  %s: weight %g, %zu training windows, %zu held-out; share %zu an epoch (%.3f of each "
+        "window); unigram entropy %.4f bits/byte\n",
+        c.name.c_str(), c.weight, c.train->size(), c.val->size(), expected[k], per_window,
+        c.entropy);
+  }
+  std::printf("model: %zu bytes of context, %zu hidden units, Adam lr %g, batches of %zu windows\n",
+              o.context, o.hidden, o.lr, o.batch);
+  std::fflush(stdout);
+
+  // 3. Training, epoch after epoch. After each whole epoch, the windows each corpus gave, as the
+  //    loader's stats count them (cumulative: this epoch's is the difference) and as the source
+  //    field shows them, against the shares.
+  ByteModel model(o.context, o.hidden, o.seed);
+  model.set_learning_rate(static_cast<float>(o.lr));
+  Positions p;
+  std::vector<double> each;
+  const auto start = Clock::now();
+  std::size_t steps = 0;
+  std::uint64_t positions = 0;
+  bool done = false, exact = true;
+  std::vector<std::uint64_t> counted(corpora.size(), 0);  // source_samples before the epoch
+  for (std::uint64_t epoch = 0; !done; ++epoch) {
+    PerCorpus seen(corpora.size());
+    bool whole = true;
+    for (const ferry::Batch& batch : train_loader.epoch(epoch)) {
+      p.from(batch, o.context);
+      model.loss(p.ctx.data(), p.next.data(), p.next.size(), /*train=*/true, &each);
+      seen.add(batch, each);
+      positions += p.next.size();
+      ++steps;
+      if (seconds_since(start) >= o.seconds || (o.steps != 0 && steps >= o.steps)) {
+        done = true;
+        whole = false;
+        break;
+      }
+    }
+    const ferry::LoaderStats stats = train_loader.stats();
+    std::printf("epoch %llu (%zu steps, %.1f s): training loss",
+                static_cast<unsigned long long>(epoch), steps, seconds_since(start));
+    for (std::size_t k = 0; k < corpora.size(); ++k) {
+      std::printf(" %s %.4f", corpora[k].name.c_str(), seen.bits(k));
+    }
+    std::printf(" bits/byte\n");
+    if (!whole) {
+      std::printf("epoch %llu stopped early by the clock or --steps: its shares are not checked\n",
+                  static_cast<unsigned long long>(epoch));
+      break;
+    }
+    bool agree = stats.source_samples.size() == corpora.size();
+    std::printf("epoch %llu shares (loader stats / source field / largest remainders):",
+                static_cast<unsigned long long>(epoch));
+    for (std::size_t k = 0; k < corpora.size(); ++k) {
+      const std::uint64_t now = k < stats.source_samples.size() ? stats.source_samples[k] : 0;
+      const std::uint64_t given = now - counted[k];
+      counted[k] = now;
+      agree = agree && given == expected[k] && seen.windows[k] == expected[k];
+      std::printf(" %s %llu / %llu / %zu", corpora[k].name.c_str(),
+                  static_cast<unsigned long long>(given),
+                  static_cast<unsigned long long>(seen.windows[k]), expected[k]);
+    }
+    std::printf(": %s\n", agree ? "exact" : "NOT EXACT");
+    std::fflush(stdout);
+    exact = exact && agree;
+    done = o.epochs != 0 && epoch + 1 >= o.epochs;
+  }
+  const double train_seconds = seconds_since(start);
+  std::printf("trained %zu steps, %.2f M positions in %.1f s (%.0f positions/s)\n", steps,
+              static_cast<double>(positions) / 1e6, train_seconds,
+              static_cast<double>(positions) / train_seconds);
+
+  // 4. The held-out windows of every corpus through one loader: a Mixture weighted by their
+  //    sizes gives each window exactly once, and the source field splits the loss by corpus.
+  std::vector<ferry::MixtureSource> held_out;
+  for (const Corpus& c : corpora) {
+    held_out.push_back({c.val, static_cast<double>(c.val->size())});
+  }
+  ferry::MixtureOptions ho;
+  ho.source_field = "source";
+  ferry::Loader val_loader(ferry::Mixture::open(std::move(held_out), ho), eval);
+  PerCorpus val(corpora.size());
+  for (const ferry::Batch& batch : val_loader.epoch(0)) {
+    p.from(batch, o.context);
+    model.loss(p.ctx.data(), p.next.data(), p.next.size(), /*train=*/false, &each);
+    val.add(batch, each);
+  }
+  bool within = true;
+  for (std::size_t k = 0; k < corpora.size(); ++k) {
+    const Corpus& c = corpora[k];
+    const double bits = val.bits(k);
+    const double ratio = bits / c.entropy;
+    std::printf(
+        "held-out %s: %.4f bits/byte over %llu bytes of %llu windows (%.1f%% below its unigram "
+        "entropy %.4f)\n",
+        c.name.c_str(), bits, static_cast<unsigned long long>(val.positions[k]),
+        static_cast<unsigned long long>(val.windows[k]), 100 * (1 - ratio), c.entropy);
+    if (val.windows[k] != c.val->size()) {
+      std::fprintf(stderr, "train_tokens: %s: %llu held-out windows read, %zu expected\n",
+                   c.name.c_str(), static_cast<unsigned long long>(val.windows[k]), c.val->size());
+      within = false;
+    }
+    if (!std::isfinite(bits) || (o.max_bits > 0 && !(bits <= o.max_bits))) {
+      std::fprintf(stderr, "train_tokens: %s: held-out %.4f bits/byte is above --max-bits %.4f\n",
+                   c.name.c_str(), bits, o.max_bits);
+      within = false;
+    }
+    if (o.max_ratio > 0 && !(ratio <= o.max_ratio)) {
+      std::fprintf(stderr,
+                   "train_tokens: %s: held-out / unigram = %.4f is above --max-ratio %.4f\n",
+                   c.name.c_str(), ratio, o.max_ratio);
+      within = false;
+    }
+  }
+  std::printf("loader: %s\n", train_loader.stats().summary().c_str());
+  if (!exact) {
+    std::fprintf(stderr, "train_tokens: an epoch's shares were not exact\n");
+    return 1;
+  }
+  return within ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -496,7 +790,7 @@ int main(int argc, char** argv) {
     if (options.convert) {
       return convert(options.corpus, options.out, options.val_fraction, options.shard_tokens);
     }
-    return train(options);
+    return options.mix.empty() ? train(options) : train_mix(options);
   } catch (const std::exception& e) {
     // ferry::DataError names the shard and what is wrong with it (a bad header, a short file).
     std::fprintf(stderr, "train_tokens: %s\n", e.what());
