@@ -611,6 +611,9 @@ int train_mix(const Options& o) {
   std::vector<Corpus> corpora;
   std::vector<ferry::MixtureSource> sources;
   std::vector<double> weights;
+  corpora.reserve(o.mix.size());
+  sources.reserve(o.mix.size());
+  weights.reserve(o.mix.size());
   for (const auto& [dir, weight] : o.mix) {
     Corpus c;
     c.name = fs::path(dir).lexically_normal().filename().string();
@@ -729,6 +732,7 @@ int train_mix(const Options& o) {
   // 4. The held-out windows of every corpus through one loader: a Mixture weighted by their
   //    sizes gives each window exactly once, and the source field splits the loss by corpus.
   std::vector<ferry::MixtureSource> held_out;
+  held_out.reserve(corpora.size());
   for (const Corpus& c : corpora) {
     held_out.push_back({c.val, static_cast<double>(c.val->size())});
   }
