@@ -5,7 +5,7 @@
 //                [--batch N] [--lr X] [--seed S] [--max-ratio R]
 //   train_tokens --mix DIR:W --mix DIR:W ... [--epoch-size N] [--epochs E] [--max-bits B] [...]
 //
-// Copy it as a starting point for language-model data. It has two halves:
+// Copy it as a starting point for language-model data. It has three parts:
 //
 // 1. --convert writes a text corpus as llm.c shards, the format llm.c and many GPT-2 training
 //    scripts read: a header of 256 int32 (magic 20240520, version 1, token count) and then the
