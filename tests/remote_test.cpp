@@ -27,12 +27,17 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "expect_error.hpp"
 #include "ferry/ferry.hpp"
 #include "webdataset/tar_bytes.hpp"
+
+// The packer and the uploader of samples/make_shards, tested here.
+#include "../samples/make_shards/pack.hpp"
+#include "../samples/make_shards/upload.hpp"
 
 namespace fs = std::filesystem;
 using ferry::ConfigError;
@@ -1326,18 +1331,86 @@ TEST_F(Remote, S3FromARealServerArrivesByteForByteAndAnUnknownKeyIsADataError) {
         ferry::WebDataset::open({"s3://ferry/shards/p-0.tar", "s3://ferry/shards/p-1.tar"}, o);
     EXPECT_TRUE(samples_of(shards) == samples_of(ferry::WebDataset::open(local, {})));
   }
-  // s3rver 3.7.1 knows the key ids it has, but does not check a SigV4 signature against the
-  // secret (its authentication middleware: "Signature version 4 calculation is unimplemented"),
-  // so a wrong secret passes there; an unknown key id is refused (403 InvalidAccessKeyId).
-  ScopedEnv env({{"AWS_ENDPOINT_URL", s3.endpoint()},
-                 {"AWS_REGION", "us-east-1"},
-                 {"AWS_ACCESS_KEY_ID", "NOT-A-KEY"},
-                 {"AWS_SECRET_ACCESS_KEY", "wrong"}});
-  ferry::TokenOptions t = tokens();
-  t.remote.cache_dir = cache_ / "other";
-  expect_error<DataError>(
-      [&] { (void)ferry::TokenDataset::open({"s3://ferry/data/tokens.bin"}, t); },
-      {"TokenDataset: s3://ferry/data/tokens.bin", "cannot download", "HTTP 403"});
+  // An unknown key id is refused (403 InvalidAccessKeyId), and so is a wrong secret (403
+  // SignatureDoesNotMatch: tests/remote/s3rver.js checks SigV4 signatures), each a DataError
+  // naming the URL, the status and S3's word for it, at once (not retried).
+  for (const auto& [key, secret, code] : {std::tuple<std::string, std::string, std::string>{
+                                              "NOT-A-KEY", "wrong", "InvalidAccessKeyId"},
+                                          {"S3RVER", "not-the-secret", "SignatureDoesNotMatch"}}) {
+    const ScopedEnv env({{"AWS_ENDPOINT_URL", s3.endpoint()},
+                         {"AWS_REGION", "us-east-1"},
+                         {"AWS_ACCESS_KEY_ID", key},
+                         {"AWS_SECRET_ACCESS_KEY", secret}});
+    ferry::TokenOptions t = tokens();
+    t.remote.cache_dir = cache_ / "other";
+    const auto start = Clock::now();
+    expect_error<DataError>(
+        [&] { (void)ferry::TokenDataset::open({"s3://ferry/data/tokens.bin"}, t); },
+        {"TokenDataset: s3://ferry/data/tokens.bin: cannot download", "HTTP 403 " + code,
+         "not retried"});
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(3));
+    ferry::WebDatasetOptions o;
+    o.remote = remote();
+    o.remote.cache_dir = cache_ / "other";
+    expect_error<DataError>(
+        [&] { (void)ferry::WebDataset::open({"s3://ferry/shards/p-1.tar"}, o); },
+        {"WebDataset: s3://ferry/shards/p-1.tar", "HTTP 403 " + code});
+  }
+}
+
+TEST_F(Remote, MakeShardsUploadsShardsAndIndexesToS3AndTheyReadBackByteForByte) {
+  if (const std::string why = S3rver::missing(); !why.empty()) GTEST_SKIP() << why;
+  S3rver s3(base_ / "s3rver-upload");
+  ASSERT_TRUE(s3.up()) << "s3rver did not start";
+  // Shards as make_shards packs them; a local open writes each one's index beside it.
+  fs::create_directories(base_ / "packed");
+  make_shards::PackOptions pack;
+  pack.out = base_ / "packed";
+  pack.shard_bytes = 200'000;
+  const auto shards = make_shards::pack(
+      24,
+      [](std::size_t i) {
+        return std::vector<make_shards::Member>{{"bin", random_bytes(20'000 + i, 500 + i)},
+                                                {"cls", std::to_string(i % 7)}};
+      },
+      pack);
+  ASSERT_GE(shards.size(), 2U);
+  const auto local = ferry::WebDataset::open(shards);
+  std::vector<fs::path> urls;
+  {
+    const ScopedEnv env({{"AWS_ENDPOINT_URL", s3.endpoint()},
+                         {"AWS_REGION", "us-east-1"},
+                         {"AWS_ACCESS_KEY_ID", "S3RVER"},
+                         {"AWS_SECRET_ACCESS_KEY", "S3RVER"}});
+    const auto [bucket, prefix] = make_shards::split_s3("s3://ferry/up/train/");
+    EXPECT_EQ(bucket, "ferry");
+    EXPECT_EQ(prefix, "up/train");
+    for (const fs::path& shard : shards) {
+      const std::string key = prefix + "/" + shard.filename().string();
+      make_shards::upload(fs::path(shard.string() + ".idx"), bucket, key + ".idx");
+      make_shards::upload(shard, bucket, key);
+      urls.emplace_back("s3://ferry/" + key);
+    }
+    ferry::WebDatasetOptions o;
+    o.remote = remote();
+    const auto remote_ds = ferry::WebDataset::open(urls, o);
+    ASSERT_EQ(remote_ds->size(), local->size());
+    EXPECT_TRUE(remote_ds->wants_read_order());  // the indexes came: shards while reading
+    EXPECT_TRUE(samples_of(remote_ds) == samples_of(local));
+  }
+  // A wrong secret: the server's refusal, named.
+  const ScopedEnv env({{"AWS_ENDPOINT_URL", s3.endpoint()},
+                       {"AWS_REGION", "us-east-1"},
+                       {"AWS_ACCESS_KEY_ID", "S3RVER"},
+                       {"AWS_SECRET_ACCESS_KEY", "wrong"}});
+  try {
+    make_shards::upload(shards[0], "ferry", "up/other.tar");
+    ADD_FAILURE() << "an upload with a wrong secret went through";
+  } catch (const std::runtime_error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("s3://ferry/up/other.tar: cannot upload"), std::string::npos) << m;
+    EXPECT_NE(m.find("HTTP 403 SignatureDoesNotMatch"), std::string::npos) << m;
+  }
 }
 
 }  // namespace

@@ -123,7 +123,8 @@ struct Transfer {
   std::optional<std::uint64_t> range_start, range_total;
   std::string response_etag;
   bool body_started = false;
-  bool discard = false;  // an error response's body
+  bool discard = false;    // an error response's body
+  std::string error_body;  // its first bytes (S3 says why in XML)
   std::exception_ptr error;
 
   void new_writer() {
@@ -165,6 +166,26 @@ std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
   return size * n;
 }
 
+void keep_error_body(Transfer& t, const char* data, std::size_t n) {
+  constexpr std::size_t kMost = 4096;
+  if (t.error_body.size() < kMost)
+    t.error_body.append(data, std::min(n, kMost - t.error_body.size()));
+}
+
+// What a failed response says: " <Code>: <Message>" of S3's XML error, or nothing.
+std::string error_text(const std::string& body) {
+  const auto tag = [&](const std::string& name) {
+    const std::size_t at = body.find("<" + name + ">");
+    if (at == std::string::npos) return std::string();
+    const std::size_t from = at + name.size() + 2;
+    const std::size_t end = body.find("</" + name + ">", from);
+    return end == std::string::npos ? std::string() : body.substr(from, end - from);
+  };
+  const std::string code = tag("Code"), message = tag("Message");
+  if (code.empty()) return {};
+  return " " + code + (message.empty() ? "" : ": " + message);
+}
+
 std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user) {
   auto& t = *static_cast<Transfer*>(user);
   try {
@@ -192,7 +213,10 @@ std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user) {
         t.new_writer();
       }
     }
-    if (t.discard) return size * n;
+    if (t.discard) {
+      keep_error_body(t, data, size * n);
+      return size * n;
+    }
     t.writer->write({reinterpret_cast<const std::byte*>(data), size * n});
     t.got += size * n;
     return size * n;
@@ -280,6 +304,7 @@ class Downloader {
       t.status = 0;
       t.body_started = false;
       t.error = nullptr;
+      t.error_body.clear();
       const CURLcode rc = curl_easy_perform(c);
       curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &t.status);
       if (t.error) std::rethrow_exception(t.error);  // the cache cannot be written
@@ -287,7 +312,7 @@ class Downloader {
       const std::string curl_text = errbuf[0] != '\0' ? errbuf : curl_easy_strerror(rc);
       if (rc == CURLE_OK && t.http && t.status != 200 && t.status != 206) {
         if ((t.status == 404 || t.status == 410) && optional) return false;
-        last = "HTTP " + std::to_string(t.status);
+        last = "HTTP " + std::to_string(t.status) + error_text(t.error_body);
         if (!retryable_status(t.status)) fail(t, last + " (not retried)");
         continue;
       }
@@ -342,6 +367,7 @@ class Downloader {
       if (headers) curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
       t.status = 0;
       t.body_started = false;
+      t.error_body.clear();
       const CURLcode rc = curl_easy_perform(c);
       curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &t.status);
       if (cancelled()) fail(t, "cancelled");
@@ -358,7 +384,7 @@ class Downloader {
         return out;  // an empty file: it has no byte 0
       }
       if (t.http && t.status != 200 && t.status != 206) {
-        last = "HTTP " + std::to_string(t.status);
+        last = "HTTP " + std::to_string(t.status) + error_text(t.error_body);
         if (!retryable_status(t.status)) fail(t, last + " (not retried)");
         continue;
       }
@@ -403,7 +429,10 @@ class Downloader {
       h.t->body_started = true;
       curl_easy_getinfo(h.curl, CURLINFO_RESPONSE_CODE, &h.t->status);
     }
-    if (h.t->http && h.t->status != 200 && h.t->status != 206) return size * n;  // an error's
+    if (h.t->http && h.t->status != 200 && h.t->status != 206) {  // an error's
+      keep_error_body(*h.t, data, size * n);
+      return size * n;
+    }
     const std::size_t room = static_cast<std::size_t>(h.want - h.bytes.size());
     const std::size_t take = std::min(room, size * n);
     const auto* p = reinterpret_cast<const std::byte*>(data);
