@@ -1303,7 +1303,7 @@ class S3rver {
   pid_t pid_ = -1;
 };
 
-TEST_F(Remote, S3FromARealServerArrivesByteForByteAndAnUnknownKeyIsADataError) {
+TEST_F(Remote, S3FromARealServerArrivesByteForByteAndAWrongKeyOrSecretIsADataErrorAtOnce) {
   if (const std::string why = S3rver::missing(); !why.empty()) GTEST_SKIP() << why;
   S3rver s3(base_ / "s3rver");
   ASSERT_TRUE(s3.up()) << "s3rver did not start";
