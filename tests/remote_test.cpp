@@ -27,12 +27,17 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "expect_error.hpp"
 #include "ferry/ferry.hpp"
 #include "webdataset/tar_bytes.hpp"
+
+// The packer and the uploader of samples/make_shards, tested here.
+#include "../samples/make_shards/pack.hpp"
+#include "../samples/make_shards/upload.hpp"
 
 namespace fs = std::filesystem;
 using ferry::ConfigError;
@@ -151,10 +156,12 @@ class Nginx {
       std::ofstream(dir / "nginx.conf")
           << "daemon off;\nmaster_process off;\npid " << (dir / "nginx.pid").string()
           << ";\nerror_log " << (dir / "error.log").string()
-          << ";\nevents { worker_connections 64; }\nhttp {\n  access_log "
-          << (dir / "access.log").string() << ";\n  client_body_temp_path "
-          << (dir / "tmp").string() << ";\n  proxy_temp_path " << (dir / "tmp").string()
-          << ";\n  fastcgi_temp_path " << (dir / "tmp").string()
+          << ";\nevents { worker_connections 64; }\nhttp {\n  log_format ranged "
+          << "'$remote_addr [$time_local] \"$request\" $status $body_bytes_sent "
+          << "range=\"$http_range\"';\n  access_log " << (dir / "access.log").string()
+          << " ranged;\n  client_body_temp_path " << (dir / "tmp").string()
+          << ";\n  proxy_temp_path " << (dir / "tmp").string() << ";\n  fastcgi_temp_path "
+          << (dir / "tmp").string()
           << ";\n  default_type application/octet-stream;\n  server { listen 127.0.0.1:" << port_
           << "; root " << root.string() << "; " << extra << " }\n}\n";
       const pid_t pid = ::fork();
@@ -196,11 +203,20 @@ class Nginx {
   std::string url(const std::string& name) const {
     return "http://127.0.0.1:" + std::to_string(port_) + "/" + name;
   }
-  // GET requests for /<name> in the access log.
+  // GET requests for /<name> in the access log that download it (whole, or the rest of it),
+  // not those for its head (a TokenDataset's open: "Range: bytes=0-<n>").
   int gets(const std::string& name) const {
     int n = 0;
     for (const std::string& line : lines_of(read_text(dir_ / "access.log"))) {
-      if (line.find("\"GET /" + name + " ") != std::string::npos) ++n;
+      if (line.find("\"GET /" + name + " ") != std::string::npos && !is_head(line)) ++n;
+    }
+    return n;
+  }
+  // GET requests for /<name>'s head.
+  int heads(const std::string& name) const {
+    int n = 0;
+    for (const std::string& line : lines_of(read_text(dir_ / "access.log"))) {
+      if (line.find("\"GET /" + name + " ") != std::string::npos && is_head(line)) ++n;
     }
     return n;
   }
@@ -213,12 +229,18 @@ class Nginx {
     return gets(name);
   }
   std::string error_log() const { return read_text(dir_ / "error.log"); }
+  // Whether an access log line is a request for a file's first bytes alone.
+  static bool is_head(const std::string& line) {
+    const std::size_t at = line.find("range=\"bytes=0-");
+    return at != std::string::npos && line.size() > at + 15 &&
+           std::isdigit(static_cast<unsigned char>(line[at + 15])) != 0;
+  }
   // The paths of the GET requests in the access log, in the order nginx logged them.
   std::vector<std::string> get_paths() const {
     std::vector<std::string> paths;
     for (const std::string& line : lines_of(read_text(dir_ / "access.log"))) {
       const std::size_t at = line.find("\"GET /");
-      if (at == std::string::npos) continue;
+      if (at == std::string::npos || is_head(line)) continue;
       const std::string_view rest = std::string_view(line).substr(at + 6);
       paths.emplace_back(rest.substr(0, rest.find(' ')));
     }
@@ -511,13 +533,129 @@ TEST_F(Remote, TokenFilesOverHttpArriveByteForByteAsLocalOnesAndASecondOpenUsesT
       ferry::TokenDataset::open({nginx_->url("tokens.bin"), nginx_->url("small0.bin")}, tokens());
   ASSERT_EQ(url->size(), local->size());
   EXPECT_EQ(url->files()[0], nginx_->url("tokens.bin"));  // as given
+  EXPECT_TRUE(url->wants_read_order());
+  EXPECT_FALSE(local->wants_read_order());
+  // Open read each file's head alone (one ranged GET), and downloaded nothing.
+  EXPECT_EQ(nginx_->heads("tokens.bin"), 1);
+  EXPECT_EQ(nginx_->gets("tokens.bin"), 0);
+  EXPECT_TRUE(cache_files(cache_).empty()) << cache_files(cache_).front();
   EXPECT_EQ(samples_of(url), samples_of(local));
   EXPECT_EQ(nginx_->gets_settled("tokens.bin", 1), 1);
-  // Again, with the first still open, then after it is gone: no second GET.
+  // Again, with the first still open: its head and windows come from the cache.
   const auto again = ferry::TokenDataset::open({nginx_->url("tokens.bin")}, tokens());
   EXPECT_EQ(again->num_tokens(), local->file_tokens(0));
+  EXPECT_EQ(samples_of(again),
+            samples_of(ferry::TokenDataset::open({www("tokens.bin")}, tokens())));
   EXPECT_EQ(nginx_->gets_settled("tokens.bin", 1), 1);
+  EXPECT_EQ(nginx_->heads("tokens.bin"), 1);
   EXPECT_EQ(nginx_->gets_settled("small0.bin", 1), 1);
+}
+
+// An llm.c shard of `n` u16 tokens: its 256-int32 header (magic 20240520, version 1, n), then
+// the tokens.
+std::string llmc_bytes(std::uint32_t n, std::uint64_t seed) {
+  std::string header(1024, '\0');
+  const std::int32_t fields[3] = {20240520, 1, static_cast<std::int32_t>(n)};
+  std::memcpy(header.data(), fields, sizeof fields);
+  return header + random_bytes(2 * std::size_t{n}, seed);
+}
+
+// A .npy file (format 1.0) of `n` little-endian u16 tokens, its header padded to `header`
+// bytes in all (a multiple of 64).
+std::string npy_bytes(std::uint32_t n, std::size_t header, std::uint64_t seed) {
+  std::string dict =
+      "{'descr': '<u2', 'fortran_order': False, 'shape': (" + std::to_string(n) + ",), }";
+  dict.resize(header - 10 - 1, ' ');
+  dict += '\n';
+  std::string out = "\x93NUMPY\x01";
+  out += '\0';
+  out += static_cast<char>(dict.size() & 0xff);
+  out += static_cast<char>(dict.size() >> 8);
+  return out + dict + random_bytes(2 * std::size_t{n}, seed);
+}
+
+TEST_F(Remote, TokenFilesOfEachFormatComeWhileTheEpochRunsWithinTheCachesBound) {
+  // Six files of ~400 KB: raw, an llm.c shard, a .npy whose header is longer than the 4 KiB
+  // head open reads first; the cache holds two and a bit.
+  fs::create_directories(www("lazy"));
+  std::vector<fs::path> local, urls;
+  for (unsigned i = 0; i < 6; ++i) {
+    std::string name = "lazy/t" + std::to_string(i);
+    std::string bytes;
+    if (i % 3 == 0) {
+      name += ".bin";
+      bytes = random_bytes(400'000, 300 + i);
+    } else if (i % 3 == 1) {
+      name += ".llmc";
+      bytes = llmc_bytes(200'000, 300 + i);
+    } else {
+      name += ".npy";
+      bytes = npy_bytes(200'000, 6400, 300 + i);
+    }
+    write_bytes(www(name), bytes);
+    local.push_back(www(name));
+    urls.push_back(nginx_->url(name));
+  }
+  const std::uint64_t file = fs::file_size(local[0]);
+  const std::uint64_t bound = 2 * file + 100'000;
+  ferry::TokenOptions o = tokens(bound);
+  o.remote.connections = 2;
+  const auto ds = ferry::TokenDataset::open(urls, o);
+  const auto l = ferry::TokenDataset::open(local, tokens());
+  ASSERT_EQ(ds->size(), l->size());
+  for (std::size_t f = 0; f < urls.size(); ++f) {
+    EXPECT_EQ(ds->file_tokens(f), l->file_tokens(f)) << f;
+    EXPECT_EQ(ds->file_dtype(f), l->file_dtype(f)) << f;
+  }
+  // Open asked for heads only (the .npy's twice: its header runs past the first 4 KiB), and
+  // the cache holds nothing yet.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the log's last lines
+  for (std::size_t f = 0; f < urls.size(); ++f) {
+    const std::string name = "lazy/t" + std::to_string(f) + local[f].extension().string();
+    EXPECT_EQ(nginx_->gets(name), 0) << name;
+    EXPECT_EQ(nginx_->heads(name), f % 3 == 2 ? 2 : 1) << name;
+  }
+  EXPECT_EQ(cache_bytes(cache_), 0U);
+  const std::vector<std::string> expected = samples_of(l);
+  ferry::LoaderOptions lo = cpu_loader();
+  lo.shuffle = true;
+  lo.shuffle_window = 1;  // a file at a time, in a shuffled order of files
+  ferry::Loader loader(ds, lo);
+  ferry::Loader local_loader(l, lo);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::vector<std::string> got, want;
+    for (const ferry::Batch& b : loader.epoch(static_cast<std::uint64_t>(epoch))) {
+      // Held: the file being read, and those fetched ahead within the bound.
+      EXPECT_LE(cache_bytes(cache_), bound + file) << "epoch " << epoch;
+      for (const ferry::FieldSpec& f : ds->fields()) {
+        got.emplace_back(static_cast<const char*>(b[f.name].data()), b[f.name].nbytes());
+      }
+    }
+    for (const ferry::Batch& b : local_loader.epoch(static_cast<std::uint64_t>(epoch))) {
+      for (const ferry::FieldSpec& f : l->fields()) {
+        want.emplace_back(static_cast<const char*>(b[f.name].data()), b[f.name].nbytes());
+      }
+    }
+    EXPECT_TRUE(got == want) << "epoch " << epoch;
+    EXPECT_EQ(got.size(), expected.size());
+  }
+  // The cache could not keep them all: the second epoch fetched again all but the two (at
+  // most) left from the first.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  int downloads = 0;
+  for (std::size_t f = 0; f < urls.size(); ++f) {
+    downloads += nginx_->gets("lazy/t" + std::to_string(f) + local[f].extension().string());
+  }
+  EXPECT_GE(downloads, 10);
+}
+
+TEST_F(Remote, ATokenFileGoneFromTheServerAfterOpenIsADataErrorNamingItsUrl) {
+  fs::copy_file(www("small1.bin"), www("gone.bin"), fs::copy_options::overwrite_existing);
+  const std::string url = nginx_->url("gone.bin");
+  const auto ds = ferry::TokenDataset::open({url}, tokens());
+  fs::remove(www("gone.bin"));
+  expect_error<DataError>([&] { (void)samples_of(ds); },
+                          {"TokenDataset: " + url + ": cannot download", "HTTP 404"});
 }
 
 TEST_F(Remote, WebDatasetShardsOverHttpArriveByteForByteAsLocalOnes) {
@@ -613,21 +751,25 @@ TEST_F(Remote, S3UrlsGoToTheEndpointPathStyleSignedWithSigV4) {
   const auto local = ferry::TokenDataset::open({www("small1.bin")}, tokens());
   const auto url = ferry::TokenDataset::open({"s3://bucket/train/small1.bin"}, tokens());
   EXPECT_EQ(samples_of(url), samples_of(local));
+  // The head at open, then the file.
   const auto requests = proxy.requests();
-  ASSERT_EQ(requests.size(), 1U);
-  const std::string head = lower(requests[0]);
-  EXPECT_EQ(head.rfind("get /bucket/train/small1.bin http/1.1\r\n", 0), 0U) << requests[0];
+  ASSERT_EQ(requests.size(), 2U);
+  EXPECT_NE(lower(requests[0]).find("range: bytes=0-4095"), std::string::npos) << requests[0];
+  EXPECT_NE(lower(requests[0]).find("authorization: aws4-hmac-sha256"), std::string::npos)
+      << requests[0];
+  const std::string head = lower(requests[1]);
+  EXPECT_EQ(head.rfind("get /bucket/train/small1.bin http/1.1\r\n", 0), 0U) << requests[1];
   EXPECT_NE(head.find("authorization: aws4-hmac-sha256 credential=akidferrytest/"),
             std::string::npos)
-      << requests[0];
-  EXPECT_NE(head.find("/eu-west-1/s3/aws4_request"), std::string::npos) << requests[0];
-  EXPECT_NE(head.find("x-amz-date: "), std::string::npos) << requests[0];
-  EXPECT_NE(head.find("x-amz-security-token: session-token"), std::string::npos) << requests[0];
-  EXPECT_NE(head.find("x-amz-content-sha256: e3b0c442"), std::string::npos) << requests[0];
+      << requests[1];
+  EXPECT_NE(head.find("/eu-west-1/s3/aws4_request"), std::string::npos) << requests[1];
+  EXPECT_NE(head.find("x-amz-date: "), std::string::npos) << requests[1];
+  EXPECT_NE(head.find("x-amz-security-token: session-token"), std::string::npos) << requests[1];
+  EXPECT_NE(head.find("x-amz-content-sha256: e3b0c442"), std::string::npos) << requests[1];
   // S3 wants both headers signed.
   const std::string signed_headers = head.substr(head.find("signedheaders="));
-  EXPECT_NE(signed_headers.find("x-amz-content-sha256"), std::string::npos) << requests[0];
-  EXPECT_NE(signed_headers.find("x-amz-security-token"), std::string::npos) << requests[0];
+  EXPECT_NE(signed_headers.find("x-amz-content-sha256"), std::string::npos) << requests[1];
+  EXPECT_NE(signed_headers.find("x-amz-security-token"), std::string::npos) << requests[1];
 }
 
 // ---- failures ---------------------------------------------------------------------------------
@@ -638,7 +780,12 @@ TEST_F(Remote, NotFoundFailsAtOnceNamingTheUrlAndTheStatus) {
   expect_error<DataError>(
       [&] { (void)ferry::TokenDataset::open({url}, tokens()); },
       {"TokenDataset: " + url + ": cannot download", "HTTP 404", "not retried"});
-  EXPECT_EQ(nginx_->gets_settled("missing.bin", 1), 1);
+  // One request: the head's (nginx logs it just after answering).
+  EXPECT_EQ(nginx_->gets_settled("missing.bin", 0), 0);
+  for (int i = 0; i < 200 && nginx_->heads("missing.bin") < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(nginx_->heads("missing.bin"), 1);
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(3));
   EXPECT_TRUE(cache_files(cache_).empty());
   expect_error<DataError>(
@@ -679,61 +826,63 @@ TEST_F(Remote, A503IsRetriedAndAlways503IsADataErrorAfterTheRetries) {
   proxy.push(FaultProxy::Fault::status503);
   const auto local = ferry::TokenDataset::open({www("small2.bin")}, tokens());
   const auto url = ferry::TokenDataset::open({proxy.url("small2.bin")}, tokens());
+  EXPECT_EQ(proxy.requests().size(), 2U);  // the head, again after its 503
+  proxy.push(FaultProxy::Fault::status503);
   EXPECT_EQ(samples_of(url), samples_of(local));
-  EXPECT_EQ(proxy.requests().size(), 2U);
+  EXPECT_EQ(proxy.requests().size(), 4U);  // the file, again after its 503
 
   for (int i = 0; i < 3; ++i) proxy.push(FaultProxy::Fault::status503);
   expect_error<DataError>(
       [&] { (void)ferry::TokenDataset::open({proxy.url("small3.bin")}, tokens(0, 2)); },
       {"TokenDataset: " + proxy.url("small3.bin") + ": cannot download", "HTTP 503",
        "after 3 tries"});
-  EXPECT_EQ(proxy.requests().size(), 5U);
+  EXPECT_EQ(proxy.requests().size(), 7U);
 }
 
 TEST_F(Remote, ABodyCutShortResumesWithARangeRequest) {
   FaultProxy proxy(nginx_->port());
-  proxy.push(FaultProxy::Fault::truncate);
   const auto local = ferry::TokenDataset::open({www("big.bin")}, tokens());
   const auto url = ferry::TokenDataset::open({proxy.url("big.bin")}, tokens());
+  proxy.push(FaultProxy::Fault::truncate);  // the file's download, after its head
   EXPECT_EQ(samples_of(url), samples_of(local));
   const auto requests = proxy.requests();
-  ASSERT_EQ(requests.size(), 2U);
-  EXPECT_EQ(requests[0].find("Range:"), std::string::npos);
+  ASSERT_EQ(requests.size(), 3U);
+  EXPECT_NE(requests[0].find("Range: bytes=0-4095"), std::string::npos) << requests[0];
+  EXPECT_EQ(requests[1].find("Range:"), std::string::npos);
   // It asked for the rest, from where the first answer stopped, if the file is still the same.
-  EXPECT_NE(requests[1].find("Range: bytes=" + std::to_string((8 << 20) / 2) + "-"),
+  EXPECT_NE(requests[2].find("Range: bytes=" + std::to_string((8 << 20) / 2) + "-"),
             std::string::npos)
-      << requests[1];
-  EXPECT_NE(requests[1].find("If-Range: \""), std::string::npos) << requests[1];
+      << requests[2];
+  EXPECT_NE(requests[2].find("If-Range: \""), std::string::npos) << requests[2];
 }
 
 TEST_F(Remote, AResetConnectionAndAStalledOneAreRetried) {
   FaultProxy proxy(nginx_->port());
-  proxy.push(FaultProxy::Fault::drop);
-  proxy.push(FaultProxy::Fault::stall);
   ferry::TokenOptions o = tokens();
   o.remote.timeout_seconds = 1;  // the stall: no progress for 1 s fails the transfer
   const auto start = Clock::now();
   const auto local = ferry::TokenDataset::open({www("big.bin")}, tokens());
   const auto url = ferry::TokenDataset::open({proxy.url("big.bin")}, o);
+  proxy.push(FaultProxy::Fault::drop);
+  proxy.push(FaultProxy::Fault::stall);
   EXPECT_EQ(samples_of(url), samples_of(local));
-  EXPECT_EQ(proxy.requests().size(), 3U);
+  EXPECT_EQ(proxy.requests().size(), 4U);  // the head, then the file three times
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(20));
 }
 
 TEST_F(Remote, NothingPartialIsEverTakenForTheWholeFile) {
   FaultProxy proxy(nginx_->port());
-  proxy.push(FaultProxy::Fault::truncate);
-  // No retry: the cut transfer is a DataError, and leaves nothing in the cache.
-  expect_error<DataError>(
-      [&] { (void)ferry::TokenDataset::open({proxy.url("small4.bin")}, tokens(0, 0)); },
-      {proxy.url("small4.bin"), "cannot download", "after 1 try"});
-  EXPECT_TRUE(cache_files(cache_).empty()) << cache_files(cache_).front();
-  // The next open downloads it whole.
-  const auto local = ferry::TokenDataset::open({www("small4.bin")}, tokens());
+  // No retry: the cut transfer is a DataError (the read's), and leaves nothing in the cache.
   const auto url = ferry::TokenDataset::open({proxy.url("small4.bin")}, tokens(0, 0));
+  proxy.push(FaultProxy::Fault::truncate);
+  expect_error<DataError>([&] { (void)samples_of(url); },
+                          {proxy.url("small4.bin"), "cannot download", "after 1 try"});
+  EXPECT_TRUE(cache_files(cache_).empty()) << cache_files(cache_).front();
+  // The next epoch downloads it whole.
+  const auto local = ferry::TokenDataset::open({www("small4.bin")}, tokens());
   EXPECT_EQ(samples_of(url), samples_of(local));
-  EXPECT_EQ(proxy.requests().size(), 2U);
-  EXPECT_EQ(proxy.requests()[1].find("Range:"), std::string::npos);
+  EXPECT_EQ(proxy.requests().size(), 3U);
+  EXPECT_EQ(proxy.requests()[2].find("Range:"), std::string::npos);
 }
 
 // ---- the cache -----------------------------------------------------------------------------
@@ -741,25 +890,32 @@ TEST_F(Remote, NothingPartialIsEverTakenForTheWholeFile) {
 TEST_F(Remote, TheCacheStaysWithinItsBoundAndNeverEvictsAFileInUse) {
   constexpr std::uint64_t bound = 1'000'000;  // two and a half small files
   {
-    // A file over the bound stays while it is in use...
+    // A file over the bound stays while it is in use (an epoch under way has reads of it to
+    // come)...
     const auto large = ferry::TokenDataset::open({nginx_->url("large.bin")}, tokens(bound));
+    ferry::Loader large_loader(large, cpu_loader());
+    ferry::Epoch large_epoch = large_loader.epoch(0);
+    ASSERT_NE(large_epoch.next(), nullptr);
     EXPECT_GE(cache_bytes(cache_), 1'500'000U);
     const auto held = ferry::TokenDataset::open({nginx_->url("small0.bin")}, tokens(bound));
+    ferry::Loader held_loader(held, cpu_loader());
+    ferry::Epoch held_epoch = held_loader.epoch(0);
+    ASSERT_NE(held_epoch.next(), nullptr);
     EXPECT_GE(cache_bytes(cache_), 1'900'000U);  // neither could go
   }
   // ... and goes once it is not.
   for (int i = 0; i < 5; ++i) {
     const std::string name = "small" + std::to_string(i) + ".bin";
     const auto ds = ferry::TokenDataset::open({nginx_->url(name)}, tokens(bound));
-    EXPECT_LE(cache_bytes(cache_), bound) << "after " << name;
     EXPECT_EQ(samples_of(ds), samples_of(ferry::TokenDataset::open({www(name)}, tokens())));
+    EXPECT_LE(cache_bytes(cache_), bound) << "after " << name;
   }
   // The least recently used went: small0 (used first) is fetched again, small4 is not.
   // (nginx logs a request just after its last byte: let the last lines come.)
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   const int small0 = nginx_->gets("small0.bin"), small4 = nginx_->gets("small4.bin");
-  (void)ferry::TokenDataset::open({nginx_->url("small4.bin")}, tokens(bound));
-  (void)ferry::TokenDataset::open({nginx_->url("small0.bin")}, tokens(bound));
+  (void)samples_of(ferry::TokenDataset::open({nginx_->url("small4.bin")}, tokens(bound)));
+  (void)samples_of(ferry::TokenDataset::open({nginx_->url("small0.bin")}, tokens(bound)));
   EXPECT_EQ(nginx_->gets_settled("small4.bin", small4), small4);
   EXPECT_EQ(nginx_->gets_settled("small0.bin", small0 + 1), small0 + 1);
   EXPECT_LE(cache_bytes(cache_), bound);
@@ -772,7 +928,7 @@ TEST_F(Remote, ADeadDownloadsTemporaryFileGoesAfterADay) {
   write_bytes(old_tmp, "partial");
   write_bytes(new_tmp, "partial");
   fs::last_write_time(old_tmp, fs::file_time_type::clock::now() - std::chrono::hours(25));
-  (void)ferry::TokenDataset::open({nginx_->url("small1.bin")}, tokens());
+  (void)samples_of(ferry::TokenDataset::open({nginx_->url("small1.bin")}, tokens()));
   EXPECT_FALSE(fs::exists(old_tmp));
   EXPECT_TRUE(fs::exists(new_tmp));  // perhaps a download under way in another process
 }
@@ -795,6 +951,9 @@ TEST_F(Remote, TwoProcessesOpeningTheSameUrlDownloadItOnce) {
       try {
         const auto ds = ferry::TokenDataset::open({url}, tokens());
         if (ds->num_tokens() != (8U << 20) / 2) code = 2;
+        ferry::Loader loader(ds, cpu_loader());
+        ferry::Epoch epoch = loader.epoch(0);
+        if (epoch.next() == nullptr) code = 4;  // the first window: the file is here
       } catch (...) {
         code = 1;
       }
@@ -1144,7 +1303,7 @@ class S3rver {
   pid_t pid_ = -1;
 };
 
-TEST_F(Remote, S3FromARealServerArrivesByteForByteAndAnUnknownKeyIsADataError) {
+TEST_F(Remote, S3FromARealServerArrivesByteForByteAndAWrongKeyOrSecretIsADataErrorAtOnce) {
   if (const std::string why = S3rver::missing(); !why.empty()) GTEST_SKIP() << why;
   S3rver s3(base_ / "s3rver");
   ASSERT_TRUE(s3.up()) << "s3rver did not start";
@@ -1172,18 +1331,86 @@ TEST_F(Remote, S3FromARealServerArrivesByteForByteAndAnUnknownKeyIsADataError) {
         ferry::WebDataset::open({"s3://ferry/shards/p-0.tar", "s3://ferry/shards/p-1.tar"}, o);
     EXPECT_TRUE(samples_of(shards) == samples_of(ferry::WebDataset::open(local, {})));
   }
-  // s3rver 3.7.1 knows the key ids it has, but does not check a SigV4 signature against the
-  // secret (its authentication middleware: "Signature version 4 calculation is unimplemented"),
-  // so a wrong secret passes there; an unknown key id is refused (403 InvalidAccessKeyId).
-  ScopedEnv env({{"AWS_ENDPOINT_URL", s3.endpoint()},
-                 {"AWS_REGION", "us-east-1"},
-                 {"AWS_ACCESS_KEY_ID", "NOT-A-KEY"},
-                 {"AWS_SECRET_ACCESS_KEY", "wrong"}});
-  ferry::TokenOptions t = tokens();
-  t.remote.cache_dir = cache_ / "other";
-  expect_error<DataError>(
-      [&] { (void)ferry::TokenDataset::open({"s3://ferry/data/tokens.bin"}, t); },
-      {"TokenDataset: s3://ferry/data/tokens.bin", "cannot download", "HTTP 403"});
+  // An unknown key id is refused (403 InvalidAccessKeyId), and so is a wrong secret (403
+  // SignatureDoesNotMatch: tests/remote/s3rver.js checks SigV4 signatures), each a DataError
+  // naming the URL, the status and S3's word for it, at once (not retried).
+  for (const auto& [key, secret, code] : {std::tuple<std::string, std::string, std::string>{
+                                              "NOT-A-KEY", "wrong", "InvalidAccessKeyId"},
+                                          {"S3RVER", "not-the-secret", "SignatureDoesNotMatch"}}) {
+    const ScopedEnv env({{"AWS_ENDPOINT_URL", s3.endpoint()},
+                         {"AWS_REGION", "us-east-1"},
+                         {"AWS_ACCESS_KEY_ID", key},
+                         {"AWS_SECRET_ACCESS_KEY", secret}});
+    ferry::TokenOptions t = tokens();
+    t.remote.cache_dir = cache_ / "other";
+    const auto start = Clock::now();
+    expect_error<DataError>(
+        [&] { (void)ferry::TokenDataset::open({"s3://ferry/data/tokens.bin"}, t); },
+        {"TokenDataset: s3://ferry/data/tokens.bin: cannot download", "HTTP 403 " + code,
+         "not retried"});
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(3));
+    ferry::WebDatasetOptions o;
+    o.remote = remote();
+    o.remote.cache_dir = cache_ / "other";
+    expect_error<DataError>(
+        [&] { (void)ferry::WebDataset::open({"s3://ferry/shards/p-1.tar"}, o); },
+        {"WebDataset: s3://ferry/shards/p-1.tar", "HTTP 403 " + code});
+  }
+}
+
+TEST_F(Remote, MakeShardsUploadsShardsAndIndexesToS3AndTheyReadBackByteForByte) {
+  if (const std::string why = S3rver::missing(); !why.empty()) GTEST_SKIP() << why;
+  S3rver s3(base_ / "s3rver-upload");
+  ASSERT_TRUE(s3.up()) << "s3rver did not start";
+  // Shards as make_shards packs them; a local open writes each one's index beside it.
+  fs::create_directories(base_ / "packed");
+  make_shards::PackOptions pack;
+  pack.out = base_ / "packed";
+  pack.shard_bytes = 200'000;
+  const auto shards = make_shards::pack(
+      24,
+      [](std::size_t i) {
+        return std::vector<make_shards::Member>{{"bin", random_bytes(20'000 + i, 500 + i)},
+                                                {"cls", std::to_string(i % 7)}};
+      },
+      pack);
+  ASSERT_GE(shards.size(), 2U);
+  const auto local = ferry::WebDataset::open(shards);
+  std::vector<fs::path> urls;
+  {
+    const ScopedEnv env({{"AWS_ENDPOINT_URL", s3.endpoint()},
+                         {"AWS_REGION", "us-east-1"},
+                         {"AWS_ACCESS_KEY_ID", "S3RVER"},
+                         {"AWS_SECRET_ACCESS_KEY", "S3RVER"}});
+    const auto [bucket, prefix] = make_shards::split_s3("s3://ferry/up/train/");
+    EXPECT_EQ(bucket, "ferry");
+    EXPECT_EQ(prefix, "up/train");
+    for (const fs::path& shard : shards) {
+      const std::string key = prefix + "/" + shard.filename().string();
+      make_shards::upload(fs::path(shard.string() + ".idx"), bucket, key + ".idx");
+      make_shards::upload(shard, bucket, key);
+      urls.emplace_back("s3://ferry/" + key);
+    }
+    ferry::WebDatasetOptions o;
+    o.remote = remote();
+    const auto remote_ds = ferry::WebDataset::open(urls, o);
+    ASSERT_EQ(remote_ds->size(), local->size());
+    EXPECT_TRUE(remote_ds->wants_read_order());  // the indexes came: shards while reading
+    EXPECT_TRUE(samples_of(remote_ds) == samples_of(local));
+  }
+  // A wrong secret: the server's refusal, named.
+  const ScopedEnv env({{"AWS_ENDPOINT_URL", s3.endpoint()},
+                       {"AWS_REGION", "us-east-1"},
+                       {"AWS_ACCESS_KEY_ID", "S3RVER"},
+                       {"AWS_SECRET_ACCESS_KEY", "wrong"}});
+  try {
+    make_shards::upload(shards[0], "ferry", "up/other.tar");
+    ADD_FAILURE() << "an upload with a wrong secret went through";
+  } catch (const std::runtime_error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("s3://ferry/up/other.tar: cannot upload"), std::string::npos) << m;
+    EXPECT_NE(m.find("HTTP 403 SignatureDoesNotMatch"), std::string::npos) << m;
+  }
 }
 
 }  // namespace

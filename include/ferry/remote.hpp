@@ -19,10 +19,11 @@ namespace ferry {
 /// IdxDataset files), a file may be a URL: "http://...", "https://...", "file://..." or
 /// "s3://bucket/key" (endpoint from $AWS_ENDPOINT_URL, else AWS's for $AWS_REGION; credentials
 /// from $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY and $AWS_SESSION_TOKEN; signed with SigV4).
-/// Each one is downloaded whole into the cache (at most `connections` at once) and then read as
-/// a local file: at open, except a WebDataset shard whose index "<url>.idx" the server has,
-/// which is fetched while the epochs run, in the order the loader announces
-/// (Dataset::will_read), a read of a shard not here yet waiting for that shard alone. A file
+/// Each one is downloaded whole into the cache (at most `connections` at once) and then read
+/// from there: at open, except a WebDataset shard whose index "<url>.idx" the server has, and a
+/// TokenDataset file (of which open reads the first 4 KiB and the size alone), which are
+/// fetched while the epochs run, in the order the loader announces (Dataset::will_read), a read
+/// of a file not here yet waiting for that file alone. A file
 /// already in the cache is used as it is: the cache assumes that what a URL names does not
 /// change (give a changed file a new name).
 ///
@@ -30,8 +31,8 @@ namespace ferry {
 /// lock per file; the others wait for it, then use it), only complete files are visible (a
 /// download is written to a temporary file, checked against the server's Content-Length, then
 /// renamed), and it holds at most `cache_bytes`: after a download the least recently used files
-/// go, except those being read (a shard fetched while reading is held from its fetch to its last
-/// read of the epoch; fetching ahead stops while such shards fill the bound).
+/// go, except those being read (a file fetched while reading is held from its fetch to its last
+/// read of the epoch; fetching ahead stops while such files fill the bound).
 struct RemoteOptions {
   std::filesystem::path cache_dir;  ///< empty: $FERRY_CACHE_DIR, else ~/.cache/ferry
   std::uint64_t cache_bytes = 0;    ///< most bytes kept in the cache; 0: 50 GiB

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "ferry/dataset.hpp"
@@ -41,22 +42,31 @@ struct TokenOptions {
 ///
 /// Windows never cross files: a file of n tokens gives (n - T - 1) / stride + 1 windows, none
 /// when n < T + 1, whose starts are 0, stride, 2 stride, ... Samples count the files' windows in
-/// the order the files were given. The files must not change while the dataset is open.
+/// the order the files were given; shard_starts() gives each file's first window, so that
+/// LoaderOptions::shuffle_window reads a few files at a time. The files must not change while
+/// the dataset is open.
+///
+/// A file given as a URL (see RemoteOptions) is not downloaded at open: open() reads its head
+/// (the first 4 KiB and the file's size, from one ranged request, or from the cache), and the
+/// file itself is fetched into the cache while the epochs run, in the order the loader
+/// announces (will_read()), held from its fetch to its last planned read of the epoch (an epoch
+/// that reads the files a few at a time, unshuffled or with shuffle_window, keeps the cache
+/// within TokenOptions::remote.cache_bytes). Such a file's windows are read with pread from the
+/// cached copy, not mapped.
 class FERRY_API TokenDataset final : public Dataset {
  public:
-  /// Maps the files and reads their headers. A file may be a URL (see RemoteOptions): all of
-  /// them are fetched into the cache first (TokenOptions::remote), then mapped from there.
-  /// Any thread may call it.
-  /// \throws DataError "TokenDataset: <url>: cannot download: ..." for a URL that cannot be
-  /// fetched; ConfigError for bad RemoteOptions, no files, seq_len < 1, stride < 0, a dtype other
-  /// than i32 or i64, a raw_dtype that is no integer type of the list above, or files none of which
-  /// is long enough for one window (naming seq_len + 1 and the longest file's count); DataError
-  /// naming the file and what is wrong with it: one that cannot be opened or mapped, an llm.c
-  /// header cut short or of an unknown version, a negative token count or one beyond or short of
-  /// the file's size, a raw file whose size is not a multiple of its token's, a .npy file whose
-  /// magic, version, header length or header dict (descr, fortran_order, shape) is wrong or
-  /// unsupported (big-endian, not 1-D, not an integer type above), or whose data is not the size
-  /// its shape says.
+  /// Maps the files and reads their headers; of a URL, reads its head only (the file comes
+  /// while reading, TokenOptions::remote). Any thread may call it.
+  /// \throws DataError "TokenDataset: <url>: cannot download: ..." for a URL whose head cannot be
+  /// had (a missing file: its HTTP status); ConfigError for bad RemoteOptions, no files, seq_len <
+  /// 1, stride < 0, a dtype other than i32 or i64, a raw_dtype that is no integer type of the list
+  /// above, or files none of which is long enough for one window (naming seq_len + 1 and the
+  /// longest file's count); DataError naming the file and what is wrong with it: one that cannot be
+  /// opened or mapped, an llm.c header cut short or of an unknown version, a negative token count
+  /// or one beyond or short of the file's size, a raw file whose size is not a multiple of its
+  /// token's, a .npy file whose magic, version, header length or header dict (descr, fortran_order,
+  /// shape) is wrong or unsupported (big-endian, not 1-D, not an integer type above), or whose data
+  /// is not the size its shape says.
   static std::shared_ptr<TokenDataset> open(std::vector<std::filesystem::path> files,
                                             TokenOptions options = {});
   ~TokenDataset() override;
@@ -66,9 +76,20 @@ class FERRY_API TokenDataset final : public Dataset {
   std::vector<FieldSpec> fields() const override;
   /// Widens window `index`'s T + 1 tokens into "input" and "target". Called from many threads.
   /// \throws DataError naming the file and the token's position when a token does not fit
-  /// TokenOptions::dtype (a u32 or i64 token beyond i32, for an i32 output); ConfigError for
-  /// an index out of range.
+  /// TokenOptions::dtype (a u32 or i64 token beyond i32, for an i32 output); DataError naming
+  /// the URL when its file cannot be fetched (or is not of the size its head said); DataError
+  /// naming a local file cut short since open that no longer holds the window (checked before
+  /// the mapping is touched, which would fault); ConfigError for an index out of range.
   void read(std::size_t index, SampleRef out) const override;
+  /// Of a dataset with URLs: fetches their files ahead in the order of `indices` (see
+  /// Dataset::will_read). Does nothing for local files.
+  void will_read(std::span<const std::size_t> indices) const noexcept override;
+  /// Whether some file is a URL.
+  bool wants_read_order() const noexcept override;
+  /// Seconds read() waited for files to arrive (see Dataset::network_wait_seconds).
+  double network_wait_seconds() const noexcept override;
+  /// Each file's first window, then size() (a file without windows shares the next one's).
+  std::span<const std::size_t> shard_starts() const noexcept override { return first_window_; }
 
   /// The options, with stride 0 resolved to seq_len.
   const TokenOptions& options() const noexcept { return options_; }
@@ -86,8 +107,11 @@ class FERRY_API TokenDataset final : public Dataset {
 
  private:
   struct File;
+  struct Remote;
   TokenDataset() = default;
   const File& file_at(std::size_t file) const;
+  // The file holding window `index` (< size_).
+  std::size_t file_of(std::size_t index) const noexcept;
 
   TokenOptions options_;
   std::vector<std::filesystem::path> paths_;
@@ -95,6 +119,7 @@ class FERRY_API TokenDataset final : public Dataset {
   std::vector<std::size_t> first_window_;  // per file, and the total at the end
   std::size_t size_ = 0;
   std::uint64_t num_tokens_ = 0;
+  std::unique_ptr<Remote> remote_;  // the files given as URLs; null when there are none
 };
 
 }  // namespace ferry

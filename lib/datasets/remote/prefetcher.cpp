@@ -108,9 +108,9 @@ void Prefetcher::work(Fetcher& fetcher) {
       struct stat st {};
       if (::fstat(file->fd(), &st) != 0 || static_cast<std::uint64_t>(st.st_size) != sizes_[i]) {
         throw DataError(who_ + ": " + urls_[i] + ": the downloaded file has " +
-                        std::to_string(st.st_size) + " bytes, its index says " +
-                        std::to_string(sizes_[i]) +
-                        " (the shard changed on the server: give a changed shard a new name)");
+                        std::to_string(st.st_size) + " bytes, " + std::to_string(sizes_[i]) +
+                        " when the dataset was opened (the file changed on the server: give a "
+                        "changed file a new name)");
       }
       held = std::make_shared<const CachedFile>(std::move(*file));
     } catch (...) {

@@ -1,11 +1,12 @@
 #pragma once
 
 // Files given as URLs that a dataset fetches while it is read, not at open: the shards of a
-// WebDataset whose indexes came at open. RemoteOptions::connections threads of its own fetch
-// them into the cache (Fetcher: the cache's rules, complete files only), in the order the
-// dataset was last told it will read them (plan(), from Dataset::will_read), else in index
-// order from the first read on (nothing is fetched before a plan or a read); a read of a file not
-// yet here (get()) puts that file first and waits for it alone.
+// WebDataset whose indexes came at open, a TokenDataset's files whose heads came at open.
+// RemoteOptions::connections threads of its own fetch them into the cache (Fetcher: the cache's
+// rules, complete files only), in the order the dataset was last told it will read them (plan(),
+// from Dataset::will_read), else in index order from the first read on (nothing is fetched before a
+// plan or a read); a read of a file not yet here (get()) puts that file first and waits for it
+// alone.
 //
 // Holding: a fetched file stays held (flock LOCK_SH, so no process evicts it) while reads of it
 // are still planned; after its last planned read (read_done()) the hold goes once no read has
@@ -36,9 +37,10 @@ namespace ferry::detail::remote {
 
 class Prefetcher {
  public:
-  /// `urls[i]` is file i; `sizes[i]` its size in bytes as its index says (a download of
-  /// another size is a DataError). Starts the transfer threads (idle until a plan or a get()).
-  /// \throws ConfigError for bad options, Error when a thread cannot start.
+  /// `urls[i]` is file i; `sizes[i]` its size in bytes as the dataset learned it at open (a
+  /// shard's index, a token file's head; a download of another size is a DataError). Starts the
+  /// transfer threads (idle until a plan or a get()). \throws ConfigError for bad options, Error
+  /// when a thread cannot start.
   Prefetcher(std::vector<std::string> urls, std::vector<std::uint64_t> sizes,
              const RemoteOptions& options, std::string who);
   /// Stops the transfers under way and joins the threads.

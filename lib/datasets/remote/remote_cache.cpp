@@ -123,7 +123,8 @@ struct Transfer {
   std::optional<std::uint64_t> range_start, range_total;
   std::string response_etag;
   bool body_started = false;
-  bool discard = false;  // an error response's body
+  bool discard = false;    // an error response's body
+  std::string error_body;  // its first bytes (S3 says why in XML)
   std::exception_ptr error;
 
   void new_writer() {
@@ -156,11 +157,33 @@ std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
     if (std::sscanf(v.c_str(), "bytes %llu-%llu/%llu", &first, &last, &total) == 3) {
       t.range_start = first;
       t.range_total = total;
+    } else if (std::sscanf(v.c_str(), "bytes */%llu", &total) == 1) {  // a 416's
+      t.range_total = total;
     }
   } else if (starts_with_ci(line, "etag:")) {
     t.response_etag = trim(line.substr(5));
   }
   return size * n;
+}
+
+void keep_error_body(Transfer& t, const char* data, std::size_t n) {
+  constexpr std::size_t kMost = 4096;
+  if (t.error_body.size() < kMost)
+    t.error_body.append(data, std::min(n, kMost - t.error_body.size()));
+}
+
+// What a failed response says: " <Code>: <Message>" of S3's XML error, or nothing.
+std::string error_text(const std::string& body) {
+  const auto tag = [&](const std::string& name) {
+    const std::size_t at = body.find("<" + name + ">");
+    if (at == std::string::npos) return std::string();
+    const std::size_t from = at + name.size() + 2;
+    const std::size_t end = body.find("</" + name + ">", from);
+    return end == std::string::npos ? std::string() : body.substr(from, end - from);
+  };
+  const std::string code = tag("Code"), message = tag("Message");
+  if (code.empty()) return {};
+  return " " + code + (message.empty() ? "" : ": " + message);
 }
 
 std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user) {
@@ -190,7 +213,10 @@ std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user) {
         t.new_writer();
       }
     }
-    if (t.discard) return size * n;
+    if (t.discard) {
+      keep_error_body(t, data, size * n);
+      return size * n;
+    }
     t.writer->write({reinterpret_cast<const std::byte*>(data), size * n});
     t.got += size * n;
     return size * n;
@@ -259,47 +285,16 @@ class Downloader {
       if (!curl_) curl_.reset(curl_easy_init());
       if (!curl_) throw DataError(t.label.prefix() + "cannot download: curl_easy_init failed");
       CURL* c = curl_.get();
-      curl_easy_reset(c);
       char errbuf[CURL_ERROR_SIZE] = {};
       StatusHook hook{c, &t};
       Slist headers;
-      const auto add_header = [&](const std::string& h) {
-        headers.reset(curl_slist_append(headers.release(), h.c_str()));
-      };
-      curl_easy_setopt(c, CURLOPT_URL, s3 ? s3t.url.c_str() : url.c_str());
-      curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https,file");
-      curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-      curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
-      curl_easy_setopt(c, CURLOPT_MAXREDIRS, 10L);
-      curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-      curl_easy_setopt(c, CURLOPT_USERAGENT, "ferry");
-      curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
-      const long timeout_ms = std::max(1L, std::lround(options_.timeout_seconds * 1000));
-      curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
-      curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
-      curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME,
-                       std::max(1L, std::lround(std::ceil(options_.timeout_seconds))));
-      curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+      configure(c, url, s3t, errbuf, headers);
       curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
       curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body_hooked);
       curl_easy_setopt(c, CURLOPT_WRITEDATA, &hook);
-      if (cancel_ != nullptr) {
-        curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-        curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
-        curl_easy_setopt(c, CURLOPT_XFERINFODATA, cancel_);
-      }
-      if (s3) {
-        const std::string sigv4 = "aws:amz:" + s3t.region + ":s3";
-        if (!s3t.userpwd.empty()) {
-          curl_easy_setopt(c, CURLOPT_AWS_SIGV4, sigv4.c_str());
-          curl_easy_setopt(c, CURLOPT_USERPWD, s3t.userpwd.c_str());
-          // The payload hash of a GET (no body), which S3 wants signed.
-          add_header(
-              "x-amz-content-sha256: "
-              "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-          if (!s3t.token.empty()) add_header("x-amz-security-token: " + s3t.token);
-        }
-      }
+      const auto add_header = [&](const std::string& h) {
+        headers.reset(curl_slist_append(headers.release(), h.c_str()));
+      };
       const bool resume = t.http && t.writer && t.got > 0;
       if (resume) {
         curl_easy_setopt(c, CURLOPT_RESUME_FROM_LARGE, static_cast<curl_off_t>(t.got));
@@ -309,6 +304,7 @@ class Downloader {
       t.status = 0;
       t.body_started = false;
       t.error = nullptr;
+      t.error_body.clear();
       const CURLcode rc = curl_easy_perform(c);
       curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &t.status);
       if (t.error) std::rethrow_exception(t.error);  // the cache cannot be written
@@ -316,7 +312,7 @@ class Downloader {
       const std::string curl_text = errbuf[0] != '\0' ? errbuf : curl_easy_strerror(rc);
       if (rc == CURLE_OK && t.http && t.status != 200 && t.status != 206) {
         if ((t.status == 404 || t.status == 410) && optional) return false;
-        last = "HTTP " + std::to_string(t.status);
+        last = "HTTP " + std::to_string(t.status) + error_text(t.error_body);
         if (!retryable_status(t.status)) fail(t, last + " (not retried)");
         continue;
       }
@@ -342,7 +338,152 @@ class Downloader {
     fail(t, last + " (after " + std::to_string(attempts) + (attempts == 1 ? " try)" : " tries)"));
   }
 
+  // `url`'s size and first `bytes` bytes (read_head()).
+  Head head(const std::string& url, std::uint64_t bytes) {
+    const bool s3 = starts_with_ci(url, "s3://");
+    const S3Target s3t = s3 ? s3_target(url) : S3Target{};
+    Transfer t;  // its headers only: the body goes to `body`
+    t.label_name = url;
+    t.label = FileLabel{who_, t.label_name};
+    t.http = !starts_with_ci(url, "file://");
+    const int attempts = options_.retries + 1;
+    std::string last;
+    for (int attempt = 0; attempt < attempts; ++attempt) {
+      if (attempt > 0) backoff(attempt);
+      if (cancelled()) fail(t, "cancelled");
+      if (!curl_) curl_.reset(curl_easy_init());
+      if (!curl_) throw DataError(t.label.prefix() + "cannot download: curl_easy_init failed");
+      CURL* c = curl_.get();
+      char errbuf[CURL_ERROR_SIZE] = {};
+      Slist headers;
+      configure(c, url, s3t, errbuf, headers);
+      HeadBody body{c, &t, {}, bytes, false};
+      curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
+      curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_head_body);
+      curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
+      // file:// reads the file's first bytes and stops; a server is asked for them alone.
+      const std::string range = "0-" + std::to_string(bytes > 0 ? bytes - 1 : 0);
+      if (t.http) curl_easy_setopt(c, CURLOPT_RANGE, range.c_str());
+      if (headers) curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
+      t.status = 0;
+      t.body_started = false;
+      t.error_body.clear();
+      const CURLcode rc = curl_easy_perform(c);
+      curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &t.status);
+      if (cancelled()) fail(t, "cancelled");
+      const std::string curl_text = errbuf[0] != '\0' ? errbuf : curl_easy_strerror(rc);
+      const bool done = rc == CURLE_OK || (rc == CURLE_WRITE_ERROR && body.cut);
+      if (!done) {
+        last = (t.status != 0 ? "HTTP " + std::to_string(t.status) + ", " : std::string()) +
+               "curl: " + curl_text;
+        if (!retryable_curl(rc)) fail(t, last + " (not retried)");
+        continue;
+      }
+      Head out;
+      if (t.http && t.status == 416 && t.range_total.value_or(0) == 0) {
+        return out;  // an empty file: it has no byte 0
+      }
+      if (t.http && t.status != 200 && t.status != 206) {
+        last = "HTTP " + std::to_string(t.status) + error_text(t.error_body);
+        if (!retryable_status(t.status)) fail(t, last + " (not retried)");
+        continue;
+      }
+      if (t.http && t.status == 206) {
+        if (!t.range_start || *t.range_start != 0 || !t.range_total) {
+          fail(t, "HTTP 206 without the Content-Range of the bytes asked for (not retried)");
+        }
+        out.size = *t.range_total;
+      } else {  // the whole file was coming (200, or file://): its length is the size
+        curl_off_t length = -1;
+        curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+        if (length < 0) fail(t, "the server tells no size (no Content-Length; not retried)");
+        out.size = static_cast<std::uint64_t>(length);
+      }
+      const std::uint64_t want = std::min(bytes, out.size);
+      if (body.bytes.size() < want) {
+        last = "HTTP " + std::to_string(t.status) +
+               ", a short body: " + std::to_string(body.bytes.size()) + " of " +
+               std::to_string(want) + " bytes";
+        continue;
+      }
+      body.bytes.resize(static_cast<std::size_t>(want));
+      out.bytes = std::move(body.bytes);
+      return out;
+    }
+    fail(t, last + " (after " + std::to_string(attempts) + (attempts == 1 ? " try)" : " tries)"));
+  }
+
  private:
+  // What a head's body callback fills: at most `want` bytes; `cut` once it stopped a whole
+  // file's transfer after them.
+  struct HeadBody {
+    CURL* curl;
+    Transfer* t;
+    std::vector<std::byte> bytes;
+    std::uint64_t want;
+    bool cut;
+  };
+  static std::size_t on_head_body(char* data, std::size_t size, std::size_t n, void* user) {
+    auto& h = *static_cast<HeadBody*>(user);
+    if (!h.t->body_started) {
+      h.t->body_started = true;
+      curl_easy_getinfo(h.curl, CURLINFO_RESPONSE_CODE, &h.t->status);
+    }
+    if (h.t->http && h.t->status != 200 && h.t->status != 206) {  // an error's
+      keep_error_body(*h.t, data, size * n);
+      return size * n;
+    }
+    const std::size_t room = static_cast<std::size_t>(h.want - h.bytes.size());
+    const std::size_t take = std::min(room, size * n);
+    const auto* p = reinterpret_cast<const std::byte*>(data);
+    h.bytes.insert(h.bytes.end(), p, p + take);
+    if (h.bytes.size() >= h.want && h.t->status != 206) {
+      h.cut = true;  // the rest of a whole file is not wanted
+      return 0;
+    }
+    return size * n;
+  }
+
+  // The options every transfer of `url` takes (the callbacks aside).
+  void configure(CURL* c, const std::string& url, const S3Target& s3t, char* errbuf,
+                 Slist& headers) {
+    const bool s3 = starts_with_ci(url, "s3://");
+    curl_easy_reset(c);
+    const auto add_header = [&](const std::string& h) {
+      headers.reset(curl_slist_append(headers.release(), h.c_str()));
+    };
+    curl_easy_setopt(c, CURLOPT_URL, s3 ? s3t.url.c_str() : url.c_str());
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https,file");
+    curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(c, CURLOPT_MAXREDIRS, 10L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_USERAGENT, "ferry");
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
+    const long timeout_ms = std::max(1L, std::lround(options_.timeout_seconds * 1000));
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME,
+                     std::max(1L, std::lround(std::ceil(options_.timeout_seconds))));
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+    if (cancel_ != nullptr) {
+      curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+      curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+      curl_easy_setopt(c, CURLOPT_XFERINFODATA, cancel_);
+    }
+    if (s3 && !s3t.userpwd.empty()) {
+      // Curl keeps a copy of each string option.
+      const std::string sigv4 = "aws:amz:" + s3t.region + ":s3";
+      curl_easy_setopt(c, CURLOPT_AWS_SIGV4, sigv4.c_str());
+      curl_easy_setopt(c, CURLOPT_USERPWD, s3t.userpwd.c_str());
+      // The payload hash of a GET (no body), which S3 wants signed.
+      add_header(
+          "x-amz-content-sha256: "
+          "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+      if (!s3t.token.empty()) add_header("x-amz-security-token: " + s3t.token);
+    }
+  }
+
   [[noreturn]] void fail(const Transfer& t, const std::string& why) {
     throw DataError(t.label.prefix() + "cannot download: " + why);
   }
@@ -578,6 +719,83 @@ std::optional<CachedFile> Fetcher::fetch(const Request& request) {
                         state_->who);
   evict(state_->dir, cache_bound(state_->options));
   return file;
+}
+
+namespace {
+
+Head head_of(Downloader& d, const std::string& url, std::uint64_t bytes, const fs::path& dir,
+             std::string_view who) {
+  const FileLabel label{who, url};
+  // A file in the cache answers for the server.
+  if (auto fd = open_held(entry_path(dir, url), label)) {
+    struct stat st {};
+    if (::fstat(fd->get(), &st) == 0) {
+      Head out;
+      out.size = static_cast<std::uint64_t>(st.st_size);
+      out.bytes.resize(static_cast<std::size_t>(std::min(bytes, out.size)));
+      std::size_t got = 0;
+      while (got < out.bytes.size()) {
+        const ssize_t n = ::pread(fd->get(), out.bytes.data() + got, out.bytes.size() - got,
+                                  static_cast<off_t>(got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        got += static_cast<std::size_t>(n);
+      }
+      if (got == out.bytes.size()) return out;
+    }
+  }
+  return d.head(url, bytes);
+}
+
+}  // namespace
+
+Head read_head(const std::string& url, std::uint64_t bytes, const RemoteOptions& options,
+               std::string_view who) {
+  check_options(options, who);
+  Downloader d(options, who);
+  return head_of(d, url, bytes, cache_dir(options), who);
+}
+
+std::vector<Head> read_heads(const std::vector<std::string>& urls, std::uint64_t bytes,
+                             const RemoteOptions& options, std::string_view who) {
+  check_options(options, who);
+  const fs::path dir = cache_dir(options);
+  std::vector<Head> out(urls.size());
+  std::vector<std::exception_ptr> errors(urls.size());
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> failed{false};
+  const auto work = [&] {
+    Downloader d(options, who);
+    for (std::size_t i; (i = next.fetch_add(1)) < urls.size();) {
+      if (failed.load()) return;
+      try {
+        out[i] = head_of(d, urls[i], bytes, dir, who);
+      } catch (...) {
+        errors[i] = std::current_exception();
+        failed = true;
+      }
+    }
+  };
+  const std::size_t threads =
+      std::min<std::size_t>(urls.size(), static_cast<std::size_t>(options.connections));
+  if (threads <= 1) {
+    work();
+  } else {
+    std::vector<std::thread> pool;
+    pool.reserve(threads);
+    try {
+      for (std::size_t i = 0; i < threads; ++i) pool.emplace_back(work);
+    } catch (...) {
+      failed = true;
+      for (std::thread& th : pool) th.join();
+      throw;
+    }
+    for (std::thread& th : pool) th.join();
+  }
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  return out;
 }
 
 LocalFile local_file(const fs::path& name, const RemoteOptions& options, std::string_view who) {

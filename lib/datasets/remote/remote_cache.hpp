@@ -2,7 +2,8 @@
 
 // Files given as URLs: downloaded whole into a local cache shared by processes, then read as
 // local files. Written once here; the datasets call fetch_files() at open and keep the
-// CachedFiles for as long as they read them.
+// CachedFiles for as long as they read them, or read only a file's head at open (read_head())
+// and fetch the file while reading (Prefetcher, through a Fetcher).
 //
 // The cache folder (RemoteOptions::cache_dir, else $FERRY_CACHE_DIR, else ~/.cache/ferry):
 // * "<16 hex of the URL's FNV-1a>-<the URL's last segment>": a downloaded file, complete (it
@@ -96,6 +97,28 @@ struct LocalFile {
 /// \throws DataError as fetch_files() for a URL that cannot be fetched.
 LocalFile local_file(const std::filesystem::path& name, const RemoteOptions& options,
                      std::string_view who);
+
+/// What a dataset that fetches a file only when it reads it needs at open: the file's size
+/// and its first bytes (a header).
+struct Head {
+  std::uint64_t size = 0;        ///< the whole file's
+  std::vector<std::byte> bytes;  ///< its first min(size, asked) bytes
+};
+
+/// `url`'s size and first `bytes` bytes, without downloading the file: from the cache when the
+/// file is there (used as it is, and counted as a use), else one ranged GET ("Range:
+/// bytes=0-<bytes - 1>"; the size from its Content-Range, or from the Content-Length of a
+/// server that answers with the whole file, of which only `bytes` are read). Retried as
+/// downloads are. Nothing is written to the cache.
+/// 	hrows DataError "<who>: <url>: cannot download: ..." as fetch_files(), or when the server
+/// tells no size.
+Head read_head(const std::string& url, std::uint64_t bytes, const RemoteOptions& options,
+               std::string_view who);
+
+/// read_head() of each URL, at most options.connections at once; the results in the URLs'
+/// order. 	hrows the first failure once every request has ended; ConfigError for bad options.
+std::vector<Head> read_heads(const std::vector<std::string>& urls, std::uint64_t bytes,
+                             const RemoteOptions& options, std::string_view who);
 
 /// One transfer thread's fetcher: fetches one request at a time as fetch_files() does, keeping
 /// its curl handle (and so its connections) between files. `cancel`, when set, makes a transfer

@@ -1,8 +1,12 @@
 #include "ferry/token_dataset.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <limits>
@@ -16,6 +20,7 @@
 #include "core/checked.hpp"
 #include "datasets/common/file_io.hpp"
 #include "datasets/common/npy_header.hpp"
+#include "datasets/remote/prefetcher.hpp"
 #include "datasets/remote/remote_cache.hpp"
 #include "ferry/error.hpp"
 
@@ -102,44 +107,77 @@ std::pair<std::size_t, std::int64_t> first_misfit(const std::byte* src, std::siz
   return {n, 0};
 }
 
+// A URL's head: enough for an llm.c header and a .npy header of any usual length.
+constexpr std::uint64_t kHeadBytes = 4096;
+
+// Where the header of a .npy file whose first bytes are `head` ends, or 0 when they do not
+// tell (not a .npy file, or too few bytes).
+std::uint64_t npy_header_end(std::span<const std::byte> head) noexcept {
+  if (head.size() < 12 || std::memcmp(head.data(), kNpyMagic.data(), kNpyMagic.size()) != 0) {
+    return 0;
+  }
+  const auto major = static_cast<unsigned>(head[6]);
+  if (major == 1) return 10 + std::uint64_t{load_le<std::uint16_t>(head.data() + 8)};
+  if (major == 2 || major == 3) return 12 + std::uint64_t{load_le<std::uint32_t>(head.data() + 8)};
+  return 0;
+}
+
+// Reads out.size() bytes of `fd` at `offset`. \throws DataError when fewer are there.
+void pread_all(int fd, std::span<std::byte> out, std::uint64_t offset,
+               const detail::FileLabel& label) {
+  std::size_t got = 0;
+  while (got < out.size()) {
+    const ssize_t n =
+        ::pread(fd, out.data() + got, out.size() - got, static_cast<off_t>(offset + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      throw DataError(label.at(offset + got) +
+                      "cannot read the cached file: " + std::system_category().message(errno));
+    }
+    if (n == 0) {
+      throw DataError(label.at(offset + got) + "the cached file ends " +
+                      std::to_string(out.size() - got) + " bytes short of the window");
+    }
+    got += static_cast<std::size_t>(n);
+  }
+}
+
 }  // namespace
 
 // ---- one file ---------------------------------------------------------------------------
 
 struct TokenDataset::File {
-  // `path` as given (a URL, for messages and its extension); `local` the file mapped: the
-  // same, or the cached copy of a URL, held by `cached` while the dataset lives.
-  File(const std::filesystem::path& path, const std::filesystem::path& local,
-       std::optional<detail::remote::CachedFile> held, const TokenOptions& options)
-      : name(path.string()),
-        label{kWho, name},
-        cached(std::move(held)),
-        map(local, label, /*populate=*/false) {
-    const std::span<const std::byte> bytes = map.bytes();
-    const bool npy_name = path.extension() == ".npy";
-    const bool npy_magic = bytes.size() >= kNpyMagic.size() &&
-                           std::memcmp(bytes.data(), kNpyMagic.data(), kNpyMagic.size()) == 0;
-    std::int32_t magic = 0;
-    if (bytes.size() >= 4) magic = load_le<std::int32_t>(bytes.data());
-    if (npy_name || npy_magic) {
-      open_npy();
-    } else if (magic == kLlmcMagicU16 || magic == kLlmcMagicU32) {
-      open_llmc(magic);
-    } else {
-      open_raw(options.raw_dtype);
-    }
+  static constexpr std::size_t kLocal = ~std::size_t{0};
+
+  // A local file: mapped, read in place.
+  File(const std::filesystem::path& path, const TokenOptions& options)
+      : name(path.string()), label{kWho, name} {
+    map.emplace(path, label, /*populate=*/false);
+    local_fd = detail::OpenFile(path, label).take();
+    parse(path, map->bytes(), map->bytes().size(), options);
+    data = map->bytes().data() + data_offset;
   }
 
-  // Where token k of this file is.
+  // A URL: its head (first bytes) and size read at open; the file itself is fetch number
+  // `fetch_index` of the dataset's Prefetcher.
+  File(const std::filesystem::path& path, std::span<const std::byte> head, std::uint64_t size,
+       std::size_t fetch_index, const TokenOptions& options)
+      : name(path.string()), label{kWho, name}, fetch(fetch_index) {
+    parse(path, head, size, options);
+  }
+
+  // Where token k of a local file is.
   const std::byte* token(std::uint64_t k) const noexcept {
     return data + static_cast<std::size_t>(k) * dtype_size(dtype);
   }
 
   std::string name;
-  detail::FileLabel label;  // views name
-  std::optional<detail::remote::CachedFile> cached;
-  detail::MappedFile map;
-  const std::byte* data = nullptr;  // the first token
+  detail::FileLabel label;                // views name
+  std::optional<detail::MappedFile> map;  // a local file's
+  detail::FileDescriptor local_fd;        // and a descriptor of it, to see it cut short
+  std::size_t fetch = kLocal;             // a URL's number in the Prefetcher
+  std::uint64_t file_size = 0;
+  const std::byte* data = nullptr;  // a local file's first token
   std::size_t data_offset = 0;      // its byte in the file
   std::uint64_t tokens = 0;
   DType dtype = DType::u16;
@@ -147,19 +185,40 @@ struct TokenDataset::File {
   std::size_t windows = 0;
 
  private:
+  // Decides the format from the first bytes (`head`, all of them up to a header's end) and
+  // the file's size, and checks them against each other.
+  void parse(const std::filesystem::path& path, std::span<const std::byte> head, std::uint64_t size,
+             const TokenOptions& options) {
+    head_ = head;
+    size_ = size;
+    file_size = size;
+    const bool npy_name = path.extension() == ".npy";
+    const bool npy_magic = head.size() >= kNpyMagic.size() &&
+                           std::memcmp(head.data(), kNpyMagic.data(), kNpyMagic.size()) == 0;
+    std::int32_t magic = 0;
+    if (head.size() >= 4) magic = load_le<std::int32_t>(head.data());
+    if (npy_name || npy_magic) {
+      open_npy();
+    } else if (magic == kLlmcMagicU16 || magic == kLlmcMagicU32) {
+      open_llmc(magic);
+    } else {
+      open_raw(options.raw_dtype);
+    }
+    head_ = {};
+  }
+
   void set_data(std::size_t offset, std::uint64_t count, DType t, const char* what) {
     data_offset = offset;
-    data = map.bytes().data() + offset;
     tokens = count;
     dtype = t;
     format = what;
   }
 
   void open_llmc(std::int32_t magic) {
-    const std::span<const std::byte> bytes = map.bytes();
-    if (bytes.size() < kLlmcHeaderBytes) {
+    const std::span<const std::byte> bytes = head_;
+    if (size_ < kLlmcHeaderBytes || bytes.size() < kLlmcHeaderBytes) {
       throw DataError(label.prefix() + "an llm.c shard (magic " + std::to_string(magic) +
-                      ") cut short: " + std::to_string(bytes.size()) +
+                      ") cut short: " + std::to_string(size_) +
                       " bytes, less than its header of 256 int32 (1024 bytes)");
     }
     const auto version = load_le<std::int32_t>(bytes.data() + 4);
@@ -179,7 +238,7 @@ struct TokenDataset::File {
     const std::string what = label.at(8) + "the llm.c header's token count";
     const auto data_bytes = detail::checked_mul<std::uint64_t, DataError>(
         static_cast<std::uint64_t>(count), dtype_size(t), what);
-    const std::uint64_t after = bytes.size() - kLlmcHeaderBytes;
+    const std::uint64_t after = size_ - kLlmcHeaderBytes;
     if (data_bytes != after) {
       throw DataError(label.at(8) + "the llm.c header says " + std::to_string(count) + " " +
                       std::string(dtype_name(t)) + " tokens (" + std::to_string(data_bytes) +
@@ -190,7 +249,7 @@ struct TokenDataset::File {
   }
 
   void open_npy() {
-    const std::span<const std::byte> bytes = map.bytes();
+    const std::span<const std::byte> bytes = head_;
     if (bytes.size() < 10 || std::memcmp(bytes.data(), kNpyMagic.data(), kNpyMagic.size()) != 0) {
       throw DataError(
           label.at(0) + "not a NumPy .npy file: it does not start with \\x93NUMPY" +
@@ -215,10 +274,13 @@ struct TokenDataset::File {
                       "." + std::to_string(minor) + " (1.0, 2.0 and 3.0 are read)");
     }
     const std::uint64_t header_end = header_at + header_len;  // at most 12 + 2^32
-    if (header_end > bytes.size()) {
+    if (header_end > size_) {
       throw DataError(label.at(8) + ".npy header of " + std::to_string(header_len) +
-                      " bytes runs past the end of the file (" + std::to_string(bytes.size()) +
-                      " bytes)");
+                      " bytes runs past the end of the file (" + std::to_string(size_) + " bytes)");
+    }
+    if (header_end > bytes.size()) {  // open() reads a URL's head up to the header's end
+      throw DataError(label.at(8) + ".npy header of " + std::to_string(header_len) +
+                      " bytes not read whole (" + std::to_string(bytes.size()) + " bytes read)");
     }
     const std::string_view text(reinterpret_cast<const char*>(bytes.data()) + header_at,
                                 static_cast<std::size_t>(header_len));
@@ -232,7 +294,7 @@ struct TokenDataset::File {
     const std::uint64_t n = h.shape[0];
     const std::string what = label.at(header_at) + ".npy shape (" + std::to_string(n) + ",)";
     const auto data_bytes = detail::checked_mul<std::uint64_t, DataError>(n, dtype_size(t), what);
-    const std::uint64_t after = bytes.size() - header_end;
+    const std::uint64_t after = size_ - header_end;
     if (data_bytes != after) {
       throw DataError(what + " of " + std::string(dtype_name(t)) + " is " +
                       std::to_string(data_bytes) + " bytes of data, the file has " +
@@ -243,7 +305,7 @@ struct TokenDataset::File {
   }
 
   void open_raw(DType t) {
-    const std::size_t size = map.bytes().size();
+    const std::uint64_t size = size_;
     if (size % dtype_size(t) != 0) {
       throw DataError(label.prefix() + "a raw token file (no llm.c or .npy header) of " +
                       std::to_string(size) + " bytes is not a whole number of " +
@@ -253,6 +315,9 @@ struct TokenDataset::File {
     set_data(0, size / dtype_size(t), t, "raw file");
   }
 
+  std::span<const std::byte> head_;  // while parse() runs
+  std::uint64_t size_ = 0;
+
   static std::string shape_text(const std::vector<std::uint64_t>& shape) {
     std::string s;
     for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
@@ -261,6 +326,10 @@ struct TokenDataset::File {
 };
 
 // ---- the dataset ------------------------------------------------------------------------
+
+struct TokenDataset::Remote {
+  std::unique_ptr<detail::remote::Prefetcher> prefetcher;  // file i: the i-th URL given
+};
 
 std::shared_ptr<TokenDataset> TokenDataset::open(std::vector<std::filesystem::path> files,
                                                  TokenOptions options) {
@@ -291,21 +360,36 @@ std::shared_ptr<TokenDataset> TokenDataset::open(std::vector<std::filesystem::pa
   ds->options_ = options;
   ds->files_.reserve(files.size());
   ds->first_window_.reserve(files.size() + 1);
-  // URLs are fetched into the cache first, all of them, then read as local files.
-  std::vector<detail::remote::Request> requests;
+  // Of URLs, the heads only: the files come while reading.
+  std::vector<std::string> urls;
   for (const auto& path : files) {
-    if (detail::remote::is_url(path.native())) requests.push_back({path.string(), {}, false});
+    if (detail::remote::is_url(path.native())) urls.push_back(path.string());
   }
-  std::vector<std::optional<detail::remote::CachedFile>> cached;
-  if (!requests.empty()) cached = detail::remote::fetch_files(requests, options.remote, who);
+  std::vector<detail::remote::Head> heads;
+  std::vector<std::uint64_t> sizes;
+  if (!urls.empty()) {
+    heads = detail::remote::read_heads(urls, kHeadBytes, options.remote, who);
+    for (std::size_t i = 0; i < urls.size(); ++i) {
+      // A .npy header longer than the head: read up to its end.
+      const std::uint64_t end = npy_header_end(heads[i].bytes);
+      if (end > heads[i].bytes.size() && end <= heads[i].size) {
+        heads[i] = detail::remote::read_head(urls[i], end, options.remote, who);
+      }
+      sizes.push_back(heads[i].size);
+    }
+  }
   std::size_t total = 0;
   const File* longest = nullptr;
-  std::size_t next_cached = 0;
+  std::size_t next_url = 0;
   for (const auto& path : files) {
-    std::optional<detail::remote::CachedFile> held;
-    if (detail::remote::is_url(path.native())) held = std::move(cached[next_cached++]);
-    const std::filesystem::path local = held ? held->path() : path;
-    auto f = std::make_unique<File>(path, local, std::move(held), options);
+    std::unique_ptr<File> f;
+    if (detail::remote::is_url(path.native())) {
+      const detail::remote::Head& head = heads[next_url];
+      f = std::make_unique<File>(path, head.bytes, head.size, next_url, options);
+      ++next_url;
+    } else {
+      f = std::make_unique<File>(path, options);
+    }
     if (f->tokens >= span) f->windows = static_cast<std::size_t>((f->tokens - span) / stride + 1);
     ds->first_window_.push_back(total);
     total = detail::checked_add<std::size_t, DataError>(total, f->windows,
@@ -325,10 +409,47 @@ std::shared_ptr<TokenDataset> TokenDataset::open(std::vector<std::filesystem::pa
   }
   ds->size_ = total;
   ds->paths_ = std::move(files);
+  if (!urls.empty()) {
+    ds->remote_ = std::make_unique<Remote>();
+    ds->remote_->prefetcher = std::make_unique<detail::remote::Prefetcher>(
+        std::move(urls), std::move(sizes), options.remote, who);
+  }
   return ds;
 }
 
 TokenDataset::~TokenDataset() = default;
+
+std::size_t TokenDataset::file_of(std::size_t index) const noexcept {
+  // The last file whose first window is at or before index: the one holding it (a file of no
+  // windows shares its first window with the next, which upper_bound steps past).
+  const auto it = std::upper_bound(first_window_.begin(), first_window_.end(), index) - 1;
+  return static_cast<std::size_t>(it - first_window_.begin());
+}
+
+void TokenDataset::will_read(std::span<const std::size_t> indices) const noexcept {
+  if (!remote_) return;
+  try {
+    // The files fetched while reading, in the order of their first window among `indices`,
+    // and how many reads each will have.
+    detail::remote::Prefetcher& p = *remote_->prefetcher;
+    std::vector<std::size_t> order;
+    std::vector<std::size_t> reads(p.size(), 0);
+    for (const std::size_t i : indices) {
+      if (i >= size_) continue;
+      const std::size_t fetch = files_[file_of(i)]->fetch;
+      if (fetch == File::kLocal) continue;
+      if (reads[fetch]++ == 0) order.push_back(fetch);
+    }
+    p.plan(order, reads);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): a hint; without it, fetching goes in order
+  }
+}
+
+bool TokenDataset::wants_read_order() const noexcept { return remote_ != nullptr; }
+
+double TokenDataset::network_wait_seconds() const noexcept {
+  return remote_ ? remote_->prefetcher->wait_seconds() : 0.0;
+}
 
 std::vector<FieldSpec> TokenDataset::fields() const {
   return {{"input", options_.dtype, {options_.seq_len}},
@@ -400,14 +521,48 @@ void TokenDataset::read(std::size_t index, SampleRef out) const {
     throw ConfigError(std::string(kWho) + ": sample index " + std::to_string(index) +
                       " out of range (" + std::to_string(size_) + " windows)");
   }
-  // The last file whose first window is at or before index: the one holding it (a file of no
-  // windows shares its first window with the next, which upper_bound steps past).
-  const auto it = std::upper_bound(first_window_.begin(), first_window_.end(), index) - 1;
-  const File& f = *files_[static_cast<std::size_t>(it - first_window_.begin())];
-  const std::uint64_t start =
-      static_cast<std::uint64_t>(index - *it) * static_cast<std::uint64_t>(options_.stride);
-  const std::byte* src = f.token(start);
+  const std::size_t file = file_of(index);
+  const File& f = *files_[file];
+  const std::uint64_t start = static_cast<std::uint64_t>(index - first_window_[file]) *
+                              static_cast<std::uint64_t>(options_.stride);
   const auto t = static_cast<std::size_t>(options_.seq_len);
+  const std::byte* src = nullptr;
+  // A URL's file: fetched (waiting for it first where it is not here yet) and held while its
+  // window is read into this thread's buffer; the read counts against the plan however it ends.
+  class Done {
+   public:
+    explicit Done(detail::remote::Prefetcher* p, std::size_t i) : p_(p), i_(i) {}
+    Done(const Done&) = delete;
+    Done& operator=(const Done&) = delete;
+    ~Done() {
+      if (p_ != nullptr) p_->read_done(i_);
+    }
+
+   private:
+    detail::remote::Prefetcher* p_;
+    std::size_t i_;
+  } done(f.fetch == File::kLocal ? nullptr : remote_->prefetcher.get(), f.fetch);
+  if (f.fetch == File::kLocal) {
+    // A page of a mapping past the file's end faults (SIGBUS): a file cut short since open is
+    // refused here instead (one fstat a window; a file cut during the copy itself still faults).
+    const std::uint64_t end = f.data_offset + (start + t + 1) * dtype_size(f.dtype);
+    struct stat st {};
+    if (::fstat(f.local_fd.get(), &st) == 0 && static_cast<std::uint64_t>(st.st_size) < end) {
+      throw DataError(f.label.at(end - 1) + "the file has " + std::to_string(st.st_size) +
+                      " bytes now, " + std::to_string(f.file_size) +
+                      " when it was opened: it was cut short (token files must not change "
+                      "while the dataset is open)");
+    }
+    src = f.token(start);
+  } else {
+    const std::shared_ptr<const detail::remote::CachedFile> held =
+        remote_->prefetcher->get(f.fetch);
+    thread_local std::vector<std::byte> window;
+    window.resize((t + 1) * dtype_size(f.dtype));
+    const std::uint64_t at = f.data_offset + start * dtype_size(f.dtype);
+    pread_all(held->fd(), window, at, f.label);
+    src = window.data();
+  }
   const bool ok = options_.dtype == DType::i32
                       ? fill_as<std::int32_t>(f.dtype, src, t, out.data(0), out.data(1))
                       : fill_as<std::int64_t>(f.dtype, src, t, out.data(0), out.data(1));
