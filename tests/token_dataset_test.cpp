@@ -165,22 +165,6 @@ TEST_F(TokenFiles, LlmcU16ShardGivesInputAndTargetShiftedByOne) {
   }
 }
 
-TEST_F(TokenFiles, AFileCutShortAfterOpenIsADataErrorNotAFault) {
-  // Mapped pages past a file's end fault (SIGBUS); read() refuses such a window instead.
-  const std::vector<std::int64_t> toks = tokens(40'000);
-  const fs::path file = write("cut.bin", llmc_u16(toks));
-  const auto ds = TokenDataset::open({file}, small(1000));
-  ASSERT_EQ(ds->size(), 39U);
-  const auto [in, out] = window(*ds, 38);
-  EXPECT_EQ(in.front(), toks[38'000]);
-  fs::resize_file(file, 1024 + 2 * 20'000);             // half the tokens
-  EXPECT_EQ(window(*ds, 3).first.front(), toks[3000]);  // before the cut: as it was
-  const std::string m = expect_error<DataError>(
-      [&] { (void)window(*ds, 38); }, {"TokenDataset: " + file.string() + ": byte ",
-                                       "the file has 41024 bytes now, 81024 when", "cut short"});
-  EXPECT_NE(m.find("must not change"), std::string::npos) << m;
-}
-
 TEST_F(TokenFiles, LlmcU32ShardOfVersionSevenOrOne) {
   const std::vector<std::int64_t> toks = {0, 1, 65536, 0x7fffffff, 0x80000000, 0xffffffff, 5, 6};
   const Bytes data = le_bytes(toks, DType::u32);

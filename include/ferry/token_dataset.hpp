@@ -77,9 +77,8 @@ class FERRY_API TokenDataset final : public Dataset {
   /// Widens window `index`'s T + 1 tokens into "input" and "target". Called from many threads.
   /// \throws DataError naming the file and the token's position when a token does not fit
   /// TokenOptions::dtype (a u32 or i64 token beyond i32, for an i32 output); DataError naming
-  /// the URL when its file cannot be fetched (or is not of the size its head said); DataError
-  /// naming a local file cut short since open that no longer holds the window (checked before
-  /// the mapping is touched, which would fault); ConfigError for an index out of range.
+  /// the URL when its file cannot be fetched (or is not of the size its head said); ConfigError
+  /// for an index out of range.
   void read(std::size_t index, SampleRef out) const override;
   /// Of a dataset with URLs: fetches their files ahead in the order of `indices` (see
   /// Dataset::will_read). Does nothing for local files.

@@ -1,6 +1,5 @@
 #include "ferry/token_dataset.hpp"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -153,7 +152,6 @@ struct TokenDataset::File {
   File(const std::filesystem::path& path, const TokenOptions& options)
       : name(path.string()), label{kWho, name} {
     map.emplace(path, label, /*populate=*/false);
-    local_fd = detail::OpenFile(path, label).take();
     parse(path, map->bytes(), map->bytes().size(), options);
     data = map->bytes().data() + data_offset;
   }
@@ -174,7 +172,6 @@ struct TokenDataset::File {
   std::string name;
   detail::FileLabel label;                // views name
   std::optional<detail::MappedFile> map;  // a local file's
-  detail::FileDescriptor local_fd;        // and a descriptor of it, to see it cut short
   std::size_t fetch = kLocal;             // a URL's number in the Prefetcher
   std::uint64_t file_size = 0;
   const std::byte* data = nullptr;  // a local file's first token
@@ -543,16 +540,6 @@ void TokenDataset::read(std::size_t index, SampleRef out) const {
     std::size_t i_;
   } done(f.fetch == File::kLocal ? nullptr : remote_->prefetcher.get(), f.fetch);
   if (f.fetch == File::kLocal) {
-    // A page of a mapping past the file's end faults (SIGBUS): a file cut short since open is
-    // refused here instead (one fstat a window; a file cut during the copy itself still faults).
-    const std::uint64_t end = f.data_offset + (start + t + 1) * dtype_size(f.dtype);
-    struct stat st {};
-    if (::fstat(f.local_fd.get(), &st) == 0 && static_cast<std::uint64_t>(st.st_size) < end) {
-      throw DataError(f.label.at(end - 1) + "the file has " + std::to_string(st.st_size) +
-                      " bytes now, " + std::to_string(f.file_size) +
-                      " when it was opened: it was cut short (token files must not change "
-                      "while the dataset is open)");
-    }
     src = f.token(start);
   } else {
     const std::shared_ptr<const detail::remote::CachedFile> held =
