@@ -13,11 +13,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <new>
 #include <string>
 #include <vector>
 
 #include "ferry/ferry.hpp"
+#include "ferry/mixture.hpp"
 #include "pipeline/sampler.hpp"
 
 namespace {
@@ -341,6 +343,104 @@ TEST(EpochPlan, ANegativeLengthIsADataErrorNamingTheSample) {
     EXPECT_NE(std::string(e.what()).find("sample 70000 has -3 rows"), std::string::npos)
         << e.what();
   }
+}
+
+// Chooses its epochs' samples and gives each position's index directly (as a Mixture that is
+// not stratified): position p of epoch e is sample hash(seed, e, p) mod size(). Counts the
+// epoch lists asked for, which a loader must not need. Sample i's tokens are i, i + 1, ...
+class Indexing : public Lengths {
+ public:
+  Indexing(std::size_t n, std::size_t epoch) : Lengths(n), epoch_(epoch) {}
+  std::uint64_t selection_key() const noexcept override { return 77; }
+  std::size_t epoch_size() const override { return epoch_; }
+  bool indexes_epoch() const noexcept override { return true; }
+  std::uint64_t epoch_index(std::uint64_t seed, std::uint64_t epoch,
+                            std::uint64_t position) const override {
+    return ferry::detail::mix64(ferry::detail::mix64(seed ^ (epoch << 32)) ^ position) % size();
+  }
+  std::vector<std::uint64_t> epoch_indices(std::uint64_t seed, std::uint64_t epoch) const override {
+    lists.fetch_add(1);
+    std::vector<std::uint64_t> out(epoch_);
+    for (std::size_t p = 0; p < epoch_; ++p) out[p] = epoch_index(seed, epoch, p);
+    return out;
+  }
+  void read(std::size_t index, ferry::SampleRef out) const override {
+    auto* t = out.as<std::int32_t>(0);
+    for (std::int64_t j = 0; j < len(index); ++j)
+      t[j] = static_cast<std::int32_t>(static_cast<std::int64_t>(index) + j);
+  }
+  mutable std::atomic<int> lists{0};
+
+ private:
+  std::size_t epoch_;
+};
+
+TEST(EpochPlan, ADatasetThatIndexesItsEpochsIsNeverAskedForTheList) {
+  const auto data = std::make_shared<Indexing>(1000, 5000);
+  for (const bool budgeted : {false, true}) {
+    LoaderOptions o = budget(32);
+    o.workers = 2;
+    if (!budgeted) o.max_tokens = 0;
+    // The epoch's order: its positions permuted, each position's index asked.
+    const ferry::detail::Sampler s(5000, {1, true, o.seed, false, 0, 1});
+    const auto order = s.order(3);
+    std::vector<std::uint64_t> want(5000);
+    for (std::size_t p = 0; p < want.size(); ++p) want[p] = data->epoch_index(o.seed, 3, order(p));
+    ferry::Loader loader(data, o);
+    std::vector<std::uint64_t> got;
+    for (const ferry::Batch& b : loader.epoch(3)) {
+      const ferry::Tensor t = b["tokens"];
+      const ferry::Tensor lengths = b.lengths("tokens");
+      std::size_t at = 0;
+      for (std::size_t i = 0; i < b.size(); ++i) {
+        const std::uint64_t index = b.indices()[i];
+        ASSERT_EQ(lengths.data<std::int64_t>()[i], Lengths::len(index));
+        ASSERT_EQ(t.data<std::int32_t>()[at], static_cast<std::int32_t>(index));  // its bytes
+        at += static_cast<std::size_t>(Lengths::len(index));
+        got.push_back(index);
+      }
+      if (budgeted && b.size() > 1) {
+        EXPECT_LE(tokens(std::vector<std::uint64_t>(b.indices().begin(), b.indices().end())),
+                  o.max_tokens);
+      }
+    }
+    EXPECT_EQ(got, want) << "max_tokens " << o.max_tokens;
+    EXPECT_EQ(data->lists.load(), 0) << "the epoch's list was built";
+  }
+}
+
+ferry::MixtureOptions mixture_options(std::size_t epoch_size) {
+  ferry::MixtureOptions o;
+  o.epoch_size = epoch_size;
+  return o;
+}
+
+TEST(EpochPlan, AMixtureOfTenMillionSamplesPlansInABoundedHeap) {
+  // A mixture's epoch of 10^7 samples (two sources, one up-sampled, one down-sampled): no list
+  // of the epoch (80 MB) is made, by the plan or its order.
+  constexpr std::size_t kEpoch = 10'000'000;
+  constexpr std::uint64_t kBound = 4'000'000;  // bytes
+  const auto mixture = ferry::Mixture::open(
+      {{std::make_shared<Lengths>(3'000'000), 1}, {std::make_shared<Lengths>(9'000'000), 1}},
+      mixture_options(kEpoch));
+  ASSERT_TRUE(mixture->indexes_epoch());
+  LoaderOptions o = budget(256, 8, 3);
+  o.max_tokens = 8192;
+  const std::uint64_t before = g_live.load();
+  g_peak.store(before);
+  std::vector<std::uint64_t> per_source(2, 0);
+  {
+    EpochPlan plan(*mixture, 0, o, 1);
+    std::vector<std::uint64_t> batch;
+    for (std::size_t k = 0; k < plan.batches(); ++k) {
+      plan.batch(k, batch);
+      for (const std::uint64_t i : batch) ++per_source[mixture->source_of(i)];
+    }
+  }
+  EXPECT_LT(g_peak.load() - before, kBound) << "the plan's heap grows with the epoch";
+  // Rank 3 of 8 gets about an eighth of each source's share.
+  EXPECT_NEAR(static_cast<double>(per_source[0]), kEpoch / 2 / 8.0, kEpoch / 2 / 80.0);
+  EXPECT_NEAR(static_cast<double>(per_source[1]), kEpoch / 2 / 8.0, kEpoch / 2 / 80.0);
 }
 
 }  // namespace
