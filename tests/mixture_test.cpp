@@ -586,6 +586,37 @@ TEST(Mixture, MixtureOfMixtures) {
   EXPECT_EQ(got, multiset(outer->epoch_indices(5, 2)));
 }
 
+TEST(Mixture, EpochIndexGivesEachPositionOfTheListDirectly) {
+  std::mt19937_64 rng(29);
+  auto d = [](std::size_t n) { return std::make_shared<IndexDataset>(n, kWidth); };
+  std::vector<std::shared_ptr<Mixture>> mixes;
+  for (int t = 0; t < 30; ++t) mixes.push_back(random_mix(rng).mixture);
+  // Nested: the inner mixture gives its epochs by position too.
+  const auto inner = Mixture::open({{d(10), 3}, {d(30), 1}}, epochs(20));
+  mixes.push_back(Mixture::open({{inner, 2}, {d(8), 1}}, epochs(60)));
+  mixes.push_back(Mixture::open({{inner, 1}, {d(8), 1}}, epochs(25)));
+  for (const auto& m : mixes) {
+    ASSERT_TRUE(m->indexes_epoch());
+    for (const std::uint64_t seed : {0u, 9u}) {
+      for (std::uint64_t e = 0; e < 7; ++e) {
+        const Flat list = m->epoch_indices(seed, e);
+        for (std::size_t p = 0; p < list.size(); ++p) {
+          ASSERT_EQ(m->epoch_index(seed, e, p), list[p]) << "epoch " << e << " position " << p;
+        }
+      }
+    }
+  }
+  // A stratified mixture keeps its list (and its epoch_index() reads it); so does one over it.
+  MixtureOptions mo = epochs(30);
+  mo.stratified = 8;
+  const auto stratified = Mixture::open({{d(10), 1}, {d(20), 2}}, mo);
+  EXPECT_FALSE(stratified->indexes_epoch());
+  EXPECT_FALSE(Mixture::open({{stratified, 1}, {d(5), 1}})->indexes_epoch());
+  const Flat list = stratified->epoch_indices(4, 2);
+  for (std::size_t p = 0; p < list.size(); ++p)
+    EXPECT_EQ(stratified->epoch_index(4, 2, p), list[p]);
+}
+
 TEST(Mixture, StratifiedBatchesHoldEachSourcesShareToWithinOne) {
   within(120s, [] {
     std::mt19937_64 rng(17);

@@ -142,6 +142,16 @@ class FERRY_API Dataset {
   /// a stratified Mixture): the loader then deals it as it is, whatever LoaderOptions::shuffle.
   /// The default: false, the loader orders the positions itself.
   virtual bool orders_epoch() const noexcept { return false; }
+  /// Whether epoch_index() gives any position of an epoch directly, in O(1) and without the
+  /// epoch's list (a Mixture that is not stratified): the loader then never builds an epoch's
+  /// list of indices (8 bytes a sample), it asks each position's index when it plans it. The
+  /// default: false.
+  virtual bool indexes_epoch() const noexcept { return false; }
+  /// epoch_indices(seed, epoch)[position]: the index at `position` of epoch `epoch`, computed
+  /// without the list where indexes_epoch() says so. Called from the loader's planner thread and
+  /// the caller's, at once. \pre position < epoch_size(). The default builds the list (O(epoch)).
+  virtual std::uint64_t epoch_index(std::uint64_t seed, std::uint64_t epoch,
+                                    std::uint64_t position) const;
   /// For a dataset made of sources (ferry::Mixture): how many; 0 (the default) otherwise.
   /// LoaderStats::source_samples counts the samples delivered from each.
   virtual std::size_t num_sources() const noexcept { return 0; }

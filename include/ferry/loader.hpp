@@ -48,8 +48,10 @@ struct FERRY_API LoaderOptions {
   /// > 0: dynamic batches. Consecutive samples of the epoch's order form a batch while its
   /// tokens stay <= max_tokens (pack: the sum of the lengths of the first ragged field; pad:
   /// N x Lmax after pad_multiple), at most batch_size of them; a sample over the budget alone is
-  /// a batch of one. Batches are then dealt to the ranks in turn (wrapping, or dropping the
-  /// remainder with drop_last). Deterministic from (seed, epoch); resumable at any batch.
+  /// a batch of one. A batch never crosses the end of a planning window of the order (65,536
+  /// samples, or bucket_window), so an epoch is planned a window at a time, whatever its size.
+  /// Batches are then dealt to the ranks in turn (wrapping, or dropping the remainder with
+  /// drop_last). Deterministic from (seed, epoch); resumable at any batch.
   std::size_t max_tokens = 0;
   /// > 0: length bucketing. Each window of this many samples of the shuffled order is sorted by
   /// the first ragged field's length before it is cut into batches, and the window's batches

@@ -72,11 +72,20 @@ class FERRY_API Mixture final : public Dataset {
   std::uint64_t selection_key() const noexcept override { return key_; }
   std::size_t epoch_size() const override { return epoch_size_; }
   /// Source by source, in their order: each sample of the source q times in index order, then
-  /// the epoch's r samples from the stream of passes, ascending (see the class comment).
+  /// the epoch's r samples in the order of the stream of passes (see the class comment).
   /// Stratified: the same samples in blocks (MixtureOptions::stratified).
   std::vector<std::uint64_t> epoch_indices(std::uint64_t seed, std::uint64_t epoch) const override;
   /// Whether the mixture is stratified: it orders its epochs itself.
   bool orders_epoch() const noexcept override { return stratified_ > 0; }
+  /// Not stratified, and every source that chooses its epochs' samples gives them by position
+  /// too: then epoch_index() is O(1) (a binary search over the sources, then the copy or the
+  /// pass that holds the position: one Feistel permutation, per level of nested mixtures), so
+  /// no loader builds an epoch's list. A stratified mixture keeps its list (its blocks are laid
+  /// out in one walk over the epoch).
+  bool indexes_epoch() const noexcept override { return indexes_; }
+  /// epoch_indices(seed, epoch)[position], directly when indexes_epoch().
+  std::uint64_t epoch_index(std::uint64_t seed, std::uint64_t epoch,
+                            std::uint64_t position) const override;
   std::size_t num_sources() const noexcept override { return sources_.size(); }
   /// \pre index < size().
   std::size_t source_of(std::size_t index) const override;
@@ -97,12 +106,18 @@ class FERRY_API Mixture final : public Dataset {
   std::vector<std::size_t> offsets_;  // per source, then size()
   std::vector<std::size_t> sizes_;    // per source: its size(), or its epoch_size() if it selects
   std::vector<std::size_t> shares_;
+  std::vector<std::size_t> share_starts_;  // per source, the epoch's position of its first; then
+                                           // epoch_size()
   std::vector<FieldSpec> fields_;
   std::size_t size_ = 0;
   std::size_t epoch_size_ = 0;
   std::uint64_t key_ = 1;
   bool source_field_ = false;
   std::size_t stratified_ = 0;
+  bool indexes_ = false;  // indexes_epoch()
+  // Sample `p` (< shares_[k]) of source k's part of an epoch, as an index of the source.
+  std::uint64_t source_index(std::size_t k, std::uint64_t seed, std::uint64_t epoch,
+                             std::uint64_t p) const;
 };
 
 }  // namespace ferry

@@ -5,7 +5,6 @@
 
 #include "ferry/error.hpp"
 #include "pipeline/ragged.hpp"
-#include "pipeline/sampler.hpp"
 
 namespace ferry::detail {
 
@@ -32,27 +31,137 @@ std::uint64_t EpochPlan::plan_key(const LoaderOptions& options) noexcept {
 
 namespace {
 
-struct Item {
-  std::uint64_t index;
-  std::int64_t length;
-};
+// The epoch's order as the sampler has it (no shard windows: a planned epoch is permuted whole).
+Sampler::Order epoch_order(const Dataset& dataset, const LoaderOptions& o, std::uint64_t epoch,
+                           std::size_t n) {
+  const Sampler sampler(n,
+                        {o.batch_size, o.shuffle, o.seed, o.drop_last,
+                         static_cast<std::size_t>(o.rank), static_cast<std::size_t>(o.world_size)},
+                        {}, 0, dataset.selection_key() != 0 ? &dataset : nullptr);
+  return sampler.order(epoch);
+}
 
-// Cuts items [begin, end) into batches, greedily, appending [first, last) ranges to `out`.
-void cut(const std::vector<Item>& items, std::size_t begin, std::size_t end,
-         const LoaderOptions& options, std::vector<std::pair<std::uint64_t, std::uint64_t>>& out) {
-  const std::size_t cap = std::max<std::size_t>(options.batch_size, 1);
-  std::size_t first = begin;
+std::string name_of(const Dataset& dataset, std::size_t field) {
+  const std::vector<FieldSpec> fields = dataset.fields();
+  return field < fields.size() ? fields[field].name : std::to_string(field);
+}
+
+}  // namespace
+
+EpochPlan::EpochPlan(const Dataset& dataset, std::size_t field, const LoaderOptions& options,
+                     std::uint64_t epoch, std::uint64_t start)
+    : dataset_(&dataset),
+      field_(field),
+      options_(options),
+      epoch_(epoch),
+      order_(epoch_order(dataset, options, epoch, epoch_length(dataset))),
+      field_name_(name_of(dataset, field)),
+      n_(epoch_length(dataset)),
+      window_(options.bucket_window == 0 ? kWindow : options.bucket_window),
+      rank_(static_cast<std::size_t>(options.rank)),
+      world_(static_cast<std::size_t>(options.world_size)) {
+  start = std::min<std::uint64_t>(start, n_);
+  // Where the plan starts: 0, unless `start` falls inside a batch of its window (another
+  // batch_size or max_tokens cut the epoch before). Without bucketing that window is then cut
+  // from `start`, the windows after it as always; with it, the samples before `start` are not a
+  // prefix of this plan's batches.
+  if (start > 0 && start < n_) {
+    const std::uint64_t lo = start / window_ * window_;
+    plan(lo, std::min(n_, lo + window_), cached_);
+    std::uint64_t at = lo;
+    bool boundary = at == start;
+    for (const auto& [first, last] : cached_.batches) {
+      at += last - first;
+      boundary = boundary || at == start;
+    }
+    if (!boundary) {
+      if (options.bucket_window != 0) {
+        throw ConfigError("Loader: the state's position " + std::to_string(start) +
+                          " falls inside a batch of epoch " + std::to_string(epoch) +
+                          "'s bucketed plan; resume a bucketed epoch with the same bucket_window, "
+                          "batch_size, max_tokens, ragged and pad_multiple");
+      }
+      origin_ = start;
+    }
+  }
+  // The counting walk: each window planned once, keeping its batch count and the positions that
+  // this rank's batches end at.
+  bool found = false;
+  std::uint64_t at = origin_;
+  before_.push_back(0);
+  for (std::size_t j = 0;; ++j) {
+    const auto [lo, hi] = window_range(j);
+    if (lo >= hi) break;
+    plan(lo, hi, cached_);
+    cached_index_ = j;
+    for (const auto& [first, last] : cached_.batches) {
+      if (!found && at == start) {
+        found = true;
+        first_ = global_;
+      }
+      if (found && (global_ - first_) % world_ == 0) after_.push_back(at);
+      at += last - first;
+      ++global_;
+    }
+    before_.push_back(global_);
+  }
+  if (!found) first_ = global_;  // start is the epoch's end
+  const auto rank_batches = [&](std::size_t global) {
+    return options.drop_last ? global / world_
+                             : global / world_ + static_cast<std::size_t>(global % world_ != 0);
+  };
+  count_ = rank_batches(global_ - first_);
+  if (first_ == global_) {
+    number_offset_ = rank_batches(global_);
+  } else if (first_ % world_ == 0) {
+    number_offset_ = first_ / world_;
+  }
+}
+
+std::pair<std::uint64_t, std::uint64_t> EpochPlan::window_range(std::size_t j) const noexcept {
+  const std::uint64_t base = origin_ / window_ * window_;
+  const std::uint64_t lo = j == 0 ? origin_ : base + j * window_;
+  if (lo >= n_) return {n_, n_};
+  return {lo, std::min(n_, base + (j + 1) * window_)};
+}
+
+void EpochPlan::plan(std::uint64_t lo, std::uint64_t hi, Window& out) const {
+  const LoaderOptions& o = options_;
+  std::vector<Item>& items = out.items;
+  items.resize(hi - lo);
+  for (std::uint64_t p = lo; p < hi; ++p) {
+    const std::uint64_t index = order_(p);
+    std::int64_t l = 0;
+    try {
+      l = dataset_->length(index, field_);
+    } catch (const ConfigError& e) {
+      throw ConfigError("Loader: field \"" + field_name_ + "\" is ragged: " + e.what());
+    }
+    if (l < 0) {
+      throw DataError("Loader: field \"" + field_name_ + "\": sample " + std::to_string(index) +
+                      " has " + std::to_string(l) + " rows");
+    }
+    items[p - lo] = {index, l};
+  }
+  if (o.bucket_window != 0) {
+    std::stable_sort(items.begin(), items.end(),
+                     [](const Item& a, const Item& b) { return a.length < b.length; });
+  }
+  // Greedy cuts: a batch takes samples while they fit the budget and batch_size.
+  auto& batches = out.batches;
+  batches.clear();
+  const std::size_t cap = std::max<std::size_t>(o.batch_size, 1);
+  std::size_t first = 0;
   std::int64_t longest = 0;
   std::uint64_t sum = 0;
-  for (std::size_t i = begin; i < end; ++i) {
+  for (std::size_t i = 0; i < items.size(); ++i) {
     const std::size_t in = i - first;
     const std::int64_t l = items[i].length;
-    const bool fits = in < cap && (options.max_tokens == 0 ||
-                                   EpochPlan::tokens(in + 1, std::max(longest, l),
-                                                     sum + static_cast<std::uint64_t>(l),
-                                                     options) <= options.max_tokens);
+    const bool fits = in < cap && (o.max_tokens == 0 ||
+                                   tokens(in + 1, std::max(longest, l),
+                                          sum + static_cast<std::uint64_t>(l), o) <= o.max_tokens);
     if (in > 0 && !fits) {
-      out.emplace_back(first, i);
+      batches.emplace_back(first, i);
       first = i;
       longest = 0;
       sum = 0;
@@ -60,101 +169,40 @@ void cut(const std::vector<Item>& items, std::size_t begin, std::size_t end,
     longest = std::max(longest, l);
     sum += static_cast<std::uint64_t>(l);
   }
-  if (first < end) out.emplace_back(first, end);
-}
-
-}  // namespace
-
-EpochPlan::EpochPlan(const Dataset& dataset, std::size_t field, const LoaderOptions& options,
-                     std::uint64_t epoch, std::uint64_t start)
-    : rank_(static_cast<std::size_t>(options.rank)),
-      world_(static_cast<std::size_t>(options.world_size)) {
-  const std::size_t n = epoch_length(dataset);
-  start = std::min<std::uint64_t>(start, n);
-  // The same order as the sampler's: the epoch's positions permuted, each position's sample
-  // (the dataset's choice of indices for the epoch, when it makes one) with its length.
-  std::vector<Item> items(n);
-  const Permutation perm = epoch_permutation(n, options.seed, epoch);
-  const auto selected = selected_indices(dataset, options.seed, epoch);
-  const bool shuffle = options.shuffle && !(selected && dataset.orders_epoch());
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::uint64_t p = shuffle ? perm(i) : i;
-    const std::uint64_t index = selected ? (*selected)[p] : p;
-    items[i] = {index, dataset.length(index, field)};
-  }
-
-  const std::size_t window =
-      options.bucket_window == 0 ? std::max<std::size_t>(n, 1) : options.bucket_window;
-  for (std::size_t w0 = 0; w0 < n; w0 += window) {
-    const std::size_t w1 = std::min(n, w0 + window);
-    if (options.bucket_window != 0) {
-      std::stable_sort(items.begin() + static_cast<std::ptrdiff_t>(w0),
-                       items.begin() + static_cast<std::ptrdiff_t>(w1),
-                       [](const Item& a, const Item& b) { return a.length < b.length; });
+  if (first < items.size()) batches.emplace_back(first, items.size());
+  if (o.bucket_window != 0 && o.shuffle) {
+    // The window's batches in a random order, from (seed, epoch, window) only, so that lengths
+    // do not come in rising order.
+    std::uint64_t state = mix64(mix64(o.seed ^ 0x6275636b6574ULL) ^ mix64(epoch_) ^ lo);
+    for (std::size_t i = batches.size() - 1; i > 0; --i) {
+      state = mix64(state + 0x9e3779b97f4a7c15ULL);
+      const std::size_t j = state % (i + 1);
+      std::swap(batches[i], batches[j]);
     }
-    const std::size_t first_batch = global_.size();
-    cut(items, w0, w1, options, global_);
-    if (options.bucket_window != 0 && options.shuffle) {
-      // The window's batches in a random order, from (seed, epoch, window) only, so that lengths
-      // do not come in rising order.
-      std::uint64_t state = mix64(mix64(options.seed ^ 0x6275636b6574ULL) ^ mix64(epoch) ^ w0);
-      for (std::size_t i = global_.size() - 1; i > first_batch; --i) {
-        state = mix64(state + 0x9e3779b97f4a7c15ULL);
-        const std::size_t j = first_batch + state % (i - first_batch + 1);
-        std::swap(global_[i], global_[j]);
-      }
-    }
-  }
-  // Where the run starts: the global batch after which `start` samples were delivered. A start
-  // inside a batch (another batch_size or max_tokens cut the epoch before): without bucketing,
-  // the batches are cut again from there; with it, the samples before it are not a prefix of
-  // this plan's batches.
-  const auto sum_up = [&] {
-    prefix_.assign(global_.size() + 1, origin_);
-    for (std::size_t g = 0; g < global_.size(); ++g) {
-      prefix_[g + 1] = prefix_[g] + (global_[g].second - global_[g].first);
-    }
-  };
-  sum_up();
-  const auto at = std::lower_bound(prefix_.begin(), prefix_.end(), start);
-  if (at != prefix_.end() && *at == start) {
-    first_ = static_cast<std::size_t>(at - prefix_.begin());
-  } else if (options.bucket_window == 0) {
-    global_.clear();
-    origin_ = start;
-    cut(items, static_cast<std::size_t>(start), n, options, global_);
-    sum_up();
-  } else {
-    throw ConfigError("Loader: the state's position " + std::to_string(start) +
-                      " falls inside a batch of epoch " + std::to_string(epoch) +
-                      "'s bucketed plan; resume a bucketed epoch with the same bucket_window, "
-                      "batch_size, max_tokens, ragged and pad_multiple");
-  }
-  order_.resize(n - static_cast<std::size_t>(origin_));
-  for (std::size_t i = 0; i < order_.size(); ++i) order_[i] = items[origin_ + i].index;
-  const auto rank_batches = [&](std::size_t global) {
-    return options.drop_last ? global / world_
-                             : global / world_ + static_cast<std::size_t>(global % world_ != 0);
-  };
-  count_ = rank_batches(global_.size() - first_);
-  if (first_ == global_.size()) {
-    number_offset_ = rank_batches(global_.size());
-  } else if (first_ % world_ == 0) {
-    number_offset_ = first_ / world_;
   }
 }
 
-void EpochPlan::batch(std::size_t k, std::vector<std::uint64_t>& out) const {
+void EpochPlan::batch(std::size_t k, std::vector<std::uint64_t>& out) {
   // Past the last global batch, padding wraps around to the plan's first ones.
-  const auto [first, last] = global_[(first_ + rank_ + k * world_) % global_.size()];
-  out.assign(order_.begin() + static_cast<std::ptrdiff_t>(first - origin_),
-             order_.begin() + static_cast<std::ptrdiff_t>(last - origin_));
+  const std::size_t g = (first_ + rank_ + k * world_) % global_;
+  const auto j = static_cast<std::size_t>(std::upper_bound(before_.begin(), before_.end(), g) -
+                                          before_.begin() - 1);
+  if (j != cached_index_) {
+    cached_index_ = kNone;  // until planned whole
+    const auto [lo, hi] = window_range(j);
+    plan(lo, hi, cached_);
+    cached_index_ = j;
+  }
+  const auto [first, last] = cached_.batches[g - before_[j]];
+  out.resize(last - first);
+  for (std::size_t i = first; i < last; ++i) out[i - first] = cached_.items[i].index;
 }
 
 std::uint64_t EpochPlan::position_after(std::size_t k) const noexcept {
   // count_ x world_ <= global batches + world_: no overflow.
-  const std::size_t done = std::min(global_.size() - first_, std::min(k, count_) * world_);
-  return prefix_[first_ + done];
+  const std::size_t done = std::min(global_ - first_, std::min(k, count_) * world_);
+  if (done == global_ - first_) return n_;
+  return after_[done / world_];
 }
 
 }  // namespace ferry::detail

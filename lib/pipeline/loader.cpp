@@ -252,7 +252,8 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, const LoaderOpt
           "has none");
     }
     budget_field = static_cast<std::size_t>(first - fields.begin());
-    planned_batches.store(EpochPlan(*dataset, budget_field, options, 0).batches());
+    // The count is planned when first asked (batches_per_epoch) or when an epoch starts, not
+    // here: a plan walks the epoch's lengths.
   }
   layout = std::make_unique<BatchLayout>(fields, capacity, field_ops(fields, rows, *ragged),
                                          ragged->region_rows);
@@ -400,7 +401,13 @@ Epoch Loader::resume(const LoaderState& state) {
 }
 
 std::size_t Loader::batches_per_epoch() const {
-  return impl_->planned ? impl_->planned_batches.load() : impl_->sampler.batches();
+  if (!impl_->planned) return impl_->sampler.batches();
+  std::size_t known = impl_->planned_batches.load();
+  if (known != detail::LoaderImpl::kUnplanned) return known;
+  // No epoch started yet: epoch 0's count, unless an epoch's start recorded its own meanwhile.
+  const std::size_t count =
+      detail::EpochPlan(*impl_->dataset, impl_->budget_field, impl_->options, 0).batches();
+  return impl_->planned_batches.compare_exchange_strong(known, count) ? count : known;
 }
 
 LoaderState Loader::state() const {

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -59,11 +60,13 @@ struct LoaderImpl {
   std::unique_ptr<CopyEngine> engine;    // with a copy stage
   bool host_engine = false;              // the engine is the simulated one
   std::unique_ptr<RaggedFields> ragged;  // the ragged fields' bounds and padding
-  // max_tokens or bucket_window: each epoch's batches are planned whole (EpochPlan), counting
+  // max_tokens or bucket_window: each epoch's batches are planned (EpochPlan), counting
   // the tokens of this field (the first ragged one).
   bool planned = false;
   std::size_t budget_field = 0;
-  std::atomic<std::size_t> planned_batches{0};  // of the epoch last started
+  // Of the epoch last started; kUnplanned until one starts or batches_per_epoch() plans epoch 0.
+  static constexpr std::size_t kUnplanned = std::numeric_limits<std::size_t>::max();
+  std::atomic<std::size_t> planned_batches{kUnplanned};
   std::unique_ptr<BatchLayout> layout;
   std::unique_ptr<BufferRing> ring;
   int start_slots = 1;  // slots in use at the start (prefetch, or autotune's first choice)

@@ -126,7 +126,13 @@ Sampler::Order Sampler::order(std::uint64_t epoch) const {
   if (options_.shuffle && !ordered && windows_.window > 0) {
     o.windows_.emplace(windows_.starts, windows_.window, options_.seed, epoch);
   }
-  if (selecting_ != nullptr) o.selected_ = selected_indices(*selecting_, options_.seed, epoch);
+  if (selecting_ != nullptr && selecting_->indexes_epoch()) {
+    o.indexing_ = selecting_;
+    o.seed_ = options_.seed;
+    o.epoch_ = epoch;
+  } else if (selecting_ != nullptr) {
+    o.selected_ = selected_indices(*selecting_, options_.seed, epoch);
+  }
   return o;
 }
 

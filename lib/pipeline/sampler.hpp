@@ -135,19 +135,22 @@ class Sampler {
   std::size_t batch_size(std::size_t k) const noexcept;
   /// The global order of `epoch`: a permutation of the positions, or its shard windows (none
   /// for a dataset that orders its epochs itself, Dataset::orders_epoch), then the selecting
-  /// dataset's epoch_indices(). Built once per epoch (the windows cost O(shards),
-  /// the indices O(epoch)); it refers to this sampler, which must outlive it.
+  /// dataset's epoch_indices() (or its epoch_index() of each position, when it
+  /// indexes_epoch()). Built once per epoch (the windows cost O(shards), the indices O(epoch),
+  /// none by position); it refers to this sampler, and to the selecting dataset, which must
+  /// outlive it.
   /// \throws ConfigError as selected_indices().
   class Order {
    public:
     /// The dataset index at global position `position` (< the dataset size).
-    std::uint64_t operator()(std::uint64_t position) const noexcept {
+    std::uint64_t operator()(std::uint64_t position) const {
       std::uint64_t p = position;
       if (windows_) {
         p = (*windows_)(position);
       } else if (shuffle_) {
         p = permutation_(position);
       }
+      if (indexing_ != nullptr) return indexing_->epoch_index(seed_, epoch_, p);
       return selected_ ? (*selected_)[p] : p;
     }
 
@@ -160,6 +163,10 @@ class Sampler {
     std::optional<ShardWindows> windows_;
     // The epoch's indices, of a dataset that chooses them: position p's sample is selected_[p].
     std::shared_ptr<const std::vector<std::uint64_t>> selected_;
+    // Or, of one that gives them by position (Dataset::indexes_epoch), no list: it is asked.
+    const Dataset* indexing_ = nullptr;
+    std::uint64_t seed_ = 0;
+    std::uint64_t epoch_ = 0;
   };
   Order order(std::uint64_t epoch) const;
   /// Writes batch k's dataset indices, in the epoch `order`, into `out` (resized).

@@ -57,6 +57,11 @@ std::vector<std::uint64_t> Dataset::epoch_indices(std::uint64_t seed, std::uint6
   return all;
 }
 
+std::uint64_t Dataset::epoch_index(std::uint64_t seed, std::uint64_t epoch,
+                                   std::uint64_t position) const {
+  return epoch_indices(seed, epoch).at(position);
+}
+
 namespace detail {
 
 void BatchRows::reset(std::size_t ragged_fields, std::size_t samples) {

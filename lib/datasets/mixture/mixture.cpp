@@ -199,6 +199,14 @@ std::shared_ptr<Mixture> Mixture::open(std::vector<MixtureSource> sources, Mixtu
   key = mix(key ^ m->epoch_size_);
   for (const std::size_t share : m->shares_) key = mix(key ^ share);
   m->stratified_ = options.stratified;
+  m->share_starts_.assign(1, 0);
+  for (const std::size_t share : m->shares_) {
+    m->share_starts_.push_back(m->share_starts_.back() + share);
+  }
+  m->indexes_ = m->stratified_ == 0 &&
+                std::all_of(sources.begin(), sources.end(), [](const MixtureSource& s) {
+                  return s.dataset->selection_key() == 0 || s.dataset->indexes_epoch();
+                });
   if (m->stratified_ > 0) key = mix(key ^ mix(m->stratified_ ^ 0x737472617461ULL));
   m->key_ = key == 0 ? 1 : key;
   m->sources_ = std::move(sources);
@@ -252,9 +260,9 @@ std::vector<std::uint64_t> Mixture::epoch_indices(std::uint64_t seed, std::uint6
       }
     }
     if (r == 0) continue;
-    // Positions [epoch x r, (epoch + 1) x r) of the stream of passes: pass c, place j.
+    // Positions [epoch x r, (epoch + 1) x r) of the stream of passes: pass c, place j, in the
+    // stream's order (so that epoch_index() finds any of them directly).
     const u128 first = static_cast<u128>(epoch) * r;
-    const std::size_t begin = out.size();
     std::uint64_t current = UINT64_MAX;
     std::vector<std::uint64_t> list;
     std::optional<PassOrder> order;
@@ -271,10 +279,41 @@ std::vector<std::uint64_t> Mixture::epoch_indices(std::uint64_t seed, std::uint6
       const std::uint64_t at = (*order)(j);
       out.push_back(base + (selects ? list[at] : at));
     }
-    std::sort(out.begin() + static_cast<std::ptrdiff_t>(begin), out.end());
   }
   if (stratified_ == 0) return out;
   return stratify(out, seed, epoch);
+}
+
+std::uint64_t Mixture::source_index(std::size_t k, std::uint64_t seed, std::uint64_t epoch,
+                                    std::uint64_t p) const {
+  // As epoch_indices(): q copies of the source, then the stream of passes from epoch x r.
+  const std::uint64_t n = sizes_[k];
+  const std::uint64_t s = shares_[k];
+  const std::uint64_t q = s / n;
+  const std::uint64_t r = s % n;
+  const Dataset& d = *sources_[k].dataset;
+  const bool selects = d.selection_key() != 0;
+  if (p < q * n) {
+    const std::uint64_t i = p % n;
+    return selects ? d.epoch_index(full_seed(seed, k), epoch * q + p / n, i) : i;
+  }
+  const u128 at = static_cast<u128>(epoch) * r + (p - q * n);
+  const auto c = static_cast<std::uint64_t>(at / n);
+  const auto j = static_cast<std::uint64_t>(at % n);
+  const std::uint64_t ks = stream_seed(seed, k);
+  const std::uint64_t placed = PassOrder(n, mix(ks ^ mix(c + 1)))(j);
+  return selects ? d.epoch_index(ks, c, placed) : placed;
+}
+
+std::uint64_t Mixture::epoch_index(std::uint64_t seed, std::uint64_t epoch,
+                                   std::uint64_t position) const {
+  if (!indexes_) return Dataset::epoch_index(seed, epoch, position);
+  // The source whose part of the epoch holds the position (the last of equal starts: sources
+  // without a share hold none).
+  const auto k = static_cast<std::size_t>(
+      std::upper_bound(share_starts_.begin(), share_starts_.end(), position) -
+      share_starts_.begin() - 1);
+  return offsets_[k] + source_index(k, seed, epoch, position - share_starts_[k]);
 }
 
 std::vector<std::uint64_t> Mixture::stratify(const std::vector<std::uint64_t>& by_source,
