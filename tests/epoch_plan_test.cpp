@@ -377,6 +377,12 @@ class Indexing : public Lengths {
 
 TEST(EpochPlan, ADatasetThatIndexesItsEpochsIsNeverAskedForTheList) {
   const auto data = std::make_shared<Indexing>(1000, 5000);
+  // An epoch this short would take the list: asked by position here as a long one is.
+  const std::size_t limit = ferry::detail::listed_epoch_limit.exchange(0);
+  struct Restore {
+    std::size_t limit;
+    ~Restore() { ferry::detail::listed_epoch_limit = limit; }
+  } restore{limit};
   for (const bool budgeted : {false, true}) {
     LoaderOptions o = budget(32);
     o.workers = 2;
@@ -407,6 +413,21 @@ TEST(EpochPlan, ADatasetThatIndexesItsEpochsIsNeverAskedForTheList) {
     EXPECT_EQ(got, want) << "max_tokens " << o.max_tokens;
     EXPECT_EQ(data->lists.load(), 0) << "the epoch's list was built";
   }
+  // Under the limit, the list is taken, and gives the same batches.
+  ferry::detail::listed_epoch_limit = limit;
+  LoaderOptions o = budget(32);
+  o.workers = 2;
+  std::vector<std::vector<std::uint64_t>> listed;
+  std::vector<std::vector<std::uint64_t>> asked;
+  for (const ferry::Batch& b : ferry::Loader(data, o).epoch(3)) {
+    listed.emplace_back(b.indices().begin(), b.indices().end());
+  }
+  EXPECT_GT(data->lists.load(), 0);
+  ferry::detail::listed_epoch_limit = 0;
+  for (const ferry::Batch& b : ferry::Loader(data, o).epoch(3)) {
+    asked.emplace_back(b.indices().begin(), b.indices().end());
+  }
+  EXPECT_EQ(listed, asked);
 }
 
 ferry::MixtureOptions mixture_options(std::size_t epoch_size) {

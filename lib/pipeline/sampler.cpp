@@ -126,7 +126,8 @@ Sampler::Order Sampler::order(std::uint64_t epoch) const {
   if (options_.shuffle && !ordered && windows_.window > 0) {
     o.windows_.emplace(windows_.starts, windows_.window, options_.seed, epoch);
   }
-  if (selecting_ != nullptr && selecting_->indexes_epoch()) {
+  if (selecting_ != nullptr && selecting_->indexes_epoch() &&
+      n_ > listed_epoch_limit.load(std::memory_order_relaxed)) {
     o.indexing_ = selecting_;
     o.seed_ = options_.seed;
     o.epoch_ = epoch;

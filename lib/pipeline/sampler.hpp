@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -62,6 +63,12 @@ std::size_t epoch_length(const Dataset& dataset);
 std::shared_ptr<const std::vector<std::uint64_t>> selected_indices(const Dataset& dataset,
                                                                    std::uint64_t seed,
                                                                    std::uint64_t epoch);
+
+/// Epochs of at most this many samples take the list of a dataset that also gives its indices
+/// by position (Dataset::indexes_epoch): a lookup in the list (8 bytes a sample) costs less than
+/// asking the dataset per sample (a Mixture: a search over its sources and a division), which the
+/// planner thread pays in series. Longer epochs are asked by position. Tests lower it.
+inline std::atomic<std::size_t> listed_epoch_limit{std::size_t{1} << 22};
 
 /// The shard-window order of an epoch (LoaderOptions::shuffle_window): the dataset's shards
 /// (groups of consecutive samples, from their first samples `starts`, size() last) are permuted,
