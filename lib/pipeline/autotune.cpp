@@ -19,23 +19,20 @@ constexpr auto kMaxWindow = std::chrono::milliseconds(100);
 // The consumer waits above kWaits of the window: input-bound; under kIdle: compute-bound.
 constexpr double kWaits = 0.10;
 constexpr double kIdle = 0.02;
-// Workers above kBusy of their capacity are the bottleneck; a worker goes when the others
-// would stay under kSpare without it.
-constexpr double kBusy = 0.60;
+// A worker goes when the others would stay under kSpare of their capacity without it.
 constexpr double kSpare = 0.50;
 // Idle windows in a row after which the floors (slots, workers) go down by one.
 constexpr int kFloorWindows = 8;
-// A raise is judged on the batches/s of this many windows after it, and kept when they beat
-// the rate before by kGain; an undone raise of the same kind waits kRetryWindows windows
-// before it is tried again, twice as long after each failure, up to kMaxBackoff.
+// A raise is judged on the batches/s of kTrialWindows windows after the first one (which holds
+// the change's transient: slots made, a worker joining), and kept when they beat the rate
+// before by kGain; an undone raise of the same kind waits kRetryWindows windows before it is
+// tried again, twice as long after each failure, up to kMaxBackoff.
 constexpr int kTrialWindows = 4;
-constexpr double kGain = 0.03;
+constexpr double kGain = 0.02;
 constexpr std::uint64_t kRetryWindows = 8;
 constexpr std::uint64_t kMaxBackoff = 256;
 // The weight of a window's rate against the ones before it in the rate of a setting.
 constexpr double kSettledDecay = 0.75;
-// Workers above kSaturated of their capacity gain nothing from more batches in flight.
-constexpr double kSaturated = 0.90;
 // Fewer slots in use than this would stop batches overlapping the consumer.
 constexpr int kMinSlotsInUse = 2;
 
@@ -137,21 +134,31 @@ void tuning_step(LoaderImpl& impl) {
                                       (t.budget - fixed) / std::max<std::uint64_t>(1, t.slot_bytes))
             : 0;
   }
-  const int deeper = std::min(static_cast<int>(affordable), slots + std::max(1, slots / 2));
+  // Deeper by doubling: few trials to reach a deep queue, each with an effect the noise of a
+  // shared machine hides less.
+  const int deeper = std::min(static_cast<int>(affordable), 2 * slots);
   const double seconds = span * 1e-9;
   const auto count = static_cast<double>(delivered);
   ++t.window_count;
   t.waiting_windows = wait > kWaits ? t.waiting_windows + 1 : 0;
   t.idle_windows = wait < kIdle ? t.idle_windows + 1 : 0;
 
+  if (!t.trial.active) {
+    // The rate of the setting in use: every window since it changed, the last few weighing
+    // most (a stall that made the consumer wait is one of them, not the whole base).
+    t.settled_batches = t.settled_batches * kSettledDecay + count;
+    t.settled_seconds = t.settled_seconds * kSettledDecay + seconds;
+  }
   if (t.trial.active) {
     // A raise on trial: kept only when the batches/s of the windows since beat those of the
     // setting before by kGain; else undone, and not tried again for a while (twice as long
     // after each failure), since more is not always faster (deeper queues leave the caches, more
     // workers share the cores with the consumer).
-    t.trial.batches += count;
-    t.trial.seconds += seconds;
-    if (++t.trial.windows < kTrialWindows) return;
+    if (t.trial.windows++ > 0) {
+      t.trial.batches += count;
+      t.trial.seconds += seconds;
+    }
+    if (t.trial.windows <= kTrialWindows) return;
     t.trial.active = false;
     const double after = t.trial.batches / t.trial.seconds;
     const double before = t.trial.base_rate;
@@ -177,15 +184,13 @@ void tuning_step(LoaderImpl& impl) {
   } else if (wait > kWaits) {
     // The consumer waits: try a worker more first, as long as the cores and the budget allow
     // (the workers' read time cannot say whether they are the bottleneck: waking a worker for
-    // each batch, or a machine shared with other work, is not in it); then a deeper queue,
-    // while the workers are not saturated. From the second waiting window in a row, so that
-    // one stall of the machine changes nothing. The rate of the setting in use is a moving
-    // average that weighs the last few windows most.
-    t.settled_batches = t.settled_batches * kSettledDecay + count;
-    t.settled_seconds = t.settled_seconds * kSettledDecay + seconds;
+    // each batch, or a machine shared with other work, is not in it); then a deeper queue
+    // (read time cannot say either whether the workers would gain from it: on a machine shared
+    // with other work, a deeper queue hides the planner's and the workers' late wake-ups; on a
+    // fast dataset, it may leave the caches). From the second waiting window in a row, so that
+    // one stall of the machine changes nothing.
     const bool want_worker = can_add_worker && t.window_count >= t.worker_kind.blocked_until;
-    const bool slots_ok =
-        deeper > slots && busy < kSaturated && t.window_count >= t.slot_kind.blocked_until;
+    const bool slots_ok = deeper > slots && t.window_count >= t.slot_kind.blocked_until;
     if (t.waiting_windows >= 2 && (want_worker || slots_ok)) {
       t.trial = Trial{};
       t.trial.active = true;
