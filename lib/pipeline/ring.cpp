@@ -28,29 +28,29 @@ BufferRing::BufferRing(const Sizes& sizes, CopyEngine* engine)
 
 std::uint32_t BufferRing::add_slot() {
   const std::size_t next = unmade_.back();
-  // An id made before keeps its Slot (its Event and counters); only the buffers are new.
-  auto slot = slots_[next] ? std::move(slots_[next]) : std::make_unique<Slot>();
+  // An id made before keeps its Slot (its Event and counters) in place; only the buffers are
+  // new. No other thread refers to an id without a buffer.
+  if (!slots_[next]) slots_[next] = std::make_unique<Slot>();
+  Slot& slot = *slots_[next];
   if (sizes_.pinned) {
     PinnedBuffer b = PinnedBuffer::allocate(sizes_.staging_bytes);
-    slot->data = static_cast<std::byte*>(b.data());
-    slot->pinned = b.locked();
+    slot.data = static_cast<std::byte*>(b.data());
+    slot.pinned = b.locked();
     staging_[next] = std::move(b);
   } else {
     HostBuffer b = HostBuffer::allocate(sizes_.staging_bytes);
-    slot->data = static_cast<std::byte*>(b.data());
+    slot.data = static_cast<std::byte*>(b.data());
     staging_[next] = std::move(b);
   }
   try {
-    slot->indices.reserve(sizes_.capacity);
-    slot->failures.resize(sizes_.capacity);
-    slot->rows.reset(sizes_.ragged_fields, sizes_.capacity);
+    slot.indices.reserve(sizes_.capacity);
+    slot.failures.resize(sizes_.capacity);
+    slot.rows.reset(sizes_.ragged_fields, sizes_.capacity);
   } catch (...) {
     staging_[next] = std::monostate{};
-    slot->data = nullptr;
-    slots_[next] = std::move(slot);
+    slot.data = nullptr;
     throw;
   }
-  slots_[next] = std::move(slot);
   unmade_.pop_back();
   allocations_.fetch_add(1, std::memory_order_relaxed);
   // slot(next) may be read from now on: it reaches other threads through the planner's queue.
