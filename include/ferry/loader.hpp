@@ -158,8 +158,9 @@ struct FERRY_API LoaderStats {
   double consumer_wait_seconds = 0;    ///< next() waited for data
   double wall_seconds = 0;             ///< epochs' wall time
   double first_batch_seconds = 0;      ///< epoch start to first batch, last epoch
-  std::uint64_t staging_allocations =
-      0;  ///< staging slots ever allocated (prefetch; autotune: as made)
+  /// Staging slots ever allocated (prefetch; autotune: as made, again when made after autotune
+  /// gave one back).
+  std::uint64_t staging_allocations = 0;
   std::uint64_t device_allocations = 0;  ///< device buffers ever allocated
   /// Times the consumer's thread was blocked by the loader until device work finished (inside
   /// next() and when a batch is let go): 0 per batch once an epoch runs (ferry::host_sync_count

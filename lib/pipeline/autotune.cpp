@@ -19,11 +19,20 @@ constexpr auto kMaxWindow = std::chrono::milliseconds(100);
 // The consumer waits above kWaits of the window: input-bound; under kIdle: compute-bound.
 constexpr double kWaits = 0.10;
 constexpr double kIdle = 0.02;
-// Workers above kBusy of their capacity are the bottleneck; under kSpare one can go.
-constexpr double kBusy = 0.60;
+// A worker goes when the others would stay under kSpare of their capacity without it.
 constexpr double kSpare = 0.50;
-// Workers above kSaturated of their capacity gain nothing from more batches in flight.
-constexpr double kSaturated = 0.90;
+// Idle windows in a row after which the floors (slots, workers) go down by one.
+constexpr int kFloorWindows = 8;
+// A raise is judged on the batches/s of kTrialWindows windows after the first one (which holds
+// the change's transient: slots made, a worker joining), and kept when they beat the rate
+// before by kGain; an undone raise of the same kind waits kRetryWindows windows before it is
+// tried again, twice as long after each failure, up to kMaxBackoff.
+constexpr int kTrialWindows = 4;
+constexpr double kGain = 0.02;
+constexpr std::uint64_t kRetryWindows = 8;
+constexpr std::uint64_t kMaxBackoff = 256;
+// The weight of a window's rate against the ones before it in the rate of a setting.
+constexpr double kSettledDecay = 0.75;
 // Fewer slots in use than this would stop batches overlapping the consumer.
 constexpr int kMinSlotsInUse = 2;
 
@@ -115,36 +124,101 @@ void tuning_step(LoaderImpl& impl) {
       "the consumer waited " + pct(wait) + " while workers were " + pct(busy) + " busy";
   const bool can_add_worker = workers < t.max_workers &&
                               t.fits(made, static_cast<std::uint64_t>(std::max(high, workers + 1)));
+  // The slots the budget lets exist with the scratch already counted.
+  std::uint64_t affordable = ring.slot_capacity();
+  if (t.budget != 0) {
+    const std::uint64_t fixed = t.bytes(0, static_cast<std::uint64_t>(high));
+    affordable =
+        t.budget > fixed
+            ? std::min<std::uint64_t>(affordable,
+                                      (t.budget - fixed) / std::max<std::uint64_t>(1, t.slot_bytes))
+            : 0;
+  }
+  // Deeper by doubling: few trials to reach a deep queue, each with an effect the noise of a
+  // shared machine hides less.
+  const int deeper = std::min(static_cast<int>(affordable), 2 * slots);
+  const double seconds = span * 1e-9;
+  const auto count = static_cast<double>(delivered);
+  ++t.window_count;
   t.waiting_windows = wait > kWaits ? t.waiting_windows + 1 : 0;
-  if (wait > kWaits) {
-    if (busy >= kBusy && can_add_worker) {
-      // The workers are the bottleneck: one more, as the cores and the budget (its scratch)
-      // allow.
-      new_workers = workers + 1;
-      why = "raised workers: " + measured;
-    } else if (busy < kSaturated && t.waiting_windows >= 2) {
-      // Workers idle part of the time while the consumer waits (or no worker can be added):
-      // too few batches in flight to keep them going between batches. Deepen, up to the slots
-      // the budget lets exist with the scratch already counted.
-      std::uint64_t affordable = ring.slot_capacity();
-      if (t.budget != 0) {
-        const std::uint64_t fixed = t.bytes(0, static_cast<std::uint64_t>(high));
-        affordable =
-            t.budget > fixed
-                ? std::min<std::uint64_t>(
-                      affordable, (t.budget - fixed) / std::max<std::uint64_t>(1, t.slot_bytes))
-                : 0;
+  t.idle_windows = wait < kIdle ? t.idle_windows + 1 : 0;
+
+  if (!t.trial.active) {
+    // The rate of the setting in use: every window since it changed, the last few weighing
+    // most (a stall that made the consumer wait is one of them, not the whole base).
+    t.settled_batches = t.settled_batches * kSettledDecay + count;
+    t.settled_seconds = t.settled_seconds * kSettledDecay + seconds;
+  }
+  if (t.trial.active) {
+    // A raise on trial: kept only when the batches/s of the windows since beat those of the
+    // setting before by kGain; else undone, and not tried again for a while (twice as long
+    // after each failure), since more is not always faster (deeper queues leave the caches, more
+    // workers share the cores with the consumer).
+    if (t.trial.windows++ > 0) {
+      t.trial.batches += count;
+      t.trial.seconds += seconds;
+    }
+    if (t.trial.windows <= kTrialWindows) return;
+    t.trial.active = false;
+    const double after = t.trial.batches / t.trial.seconds;
+    const double before = t.trial.base_rate;
+    Trial::Kind& kind = t.trial.worker ? t.worker_kind : t.slot_kind;
+    if (after >= before * (1 + kGain)) {
+      kind.backoff = kRetryWindows;
+      if (t.trial.worker) {
+        t.workers_floor = std::max(t.workers_floor, workers);
+      } else {
+        t.slots_floor = std::max(t.slots_floor, t.trial.slots + 1);
       }
-      const int deeper = std::min(static_cast<int>(affordable), slots + std::max(1, slots / 2));
-      if (deeper > slots) {
+      t.settled_batches = t.trial.batches;  // the rate of the setting kept
+      t.settled_seconds = t.trial.seconds;
+      return;
+    }
+    kind.blocked_until = t.window_count + kind.backoff;
+    kind.backoff = std::min(kind.backoff * 2, kMaxBackoff);
+    new_workers = t.trial.workers;
+    new_slots = t.trial.slots;
+    why = std::string("undid raised ") + (t.trial.worker ? "workers" : "prefetch") +
+          ": no faster (" + std::to_string(std::lround(after)) + " batches/s against " +
+          std::to_string(std::lround(before)) + ")";
+  } else if (wait > kWaits) {
+    // The consumer waits: try a worker more first, as long as the cores and the budget allow
+    // (the workers' read time cannot say whether they are the bottleneck: waking a worker for
+    // each batch, or a machine shared with other work, is not in it); then a deeper queue
+    // (read time cannot say either whether the workers would gain from it: on a machine shared
+    // with other work, a deeper queue hides the planner's and the workers' late wake-ups; on a
+    // fast dataset, it may leave the caches). From the second waiting window in a row, so that
+    // one stall of the machine changes nothing.
+    const bool want_worker = can_add_worker && t.window_count >= t.worker_kind.blocked_until;
+    const bool slots_ok = deeper > slots && t.window_count >= t.slot_kind.blocked_until;
+    if (t.waiting_windows >= 2 && (want_worker || slots_ok)) {
+      t.trial = Trial{};
+      t.trial.active = true;
+      t.trial.worker = want_worker;
+      t.trial.workers = workers;
+      t.trial.slots = slots;
+      t.trial.base_rate = t.settled_batches / std::max(t.settled_seconds, 1e-9);
+      if (want_worker) {
+        new_workers = workers + 1;
+        why = "raised workers: " + measured;
+      } else {
         new_slots = deeper;
-        t.slots_floor = std::max(t.slots_floor, slots + 1);
         why = "raised prefetch: " + measured;
       }
     }
   } else if (wait < kIdle) {
-    // The consumer sets the pace: give back a worker it does not need, and a slot.
-    if (workers > 1 && busy < kSpare) new_workers = workers - 1;
+    // The consumer sets the pace: give back a worker it does not need, and a slot. Not below
+    // what it was seen waiting at (a floor that each kFloorWindows idle windows in a row lower
+    // by one, so that a consumer that turned slow gets its memory back), and a worker only when
+    // the others would stay under kSpare without it (else the next window adds it back).
+    if (t.idle_windows >= kFloorWindows) {
+      t.idle_windows = 0;
+      t.slots_floor = std::max(kMinSlotsInUse, t.slots_floor - 1);
+      t.workers_floor = std::max(1, t.workers_floor - 1);
+    }
+    if (workers > std::max(1, t.workers_floor) && busy * workers / (workers - 1) < kSpare) {
+      new_workers = workers - 1;
+    }
     // Batches the user keeps hold slots too: never so few that the ring stalls.
     if (slots > std::max({kMinSlotsInUse, t.slots_floor, ring.kept() + kMinSlotsInUse})) {
       new_slots = slots - 1;
@@ -154,6 +228,9 @@ void tuning_step(LoaderImpl& impl) {
     }
   }
   if (why.empty()) return;
+  // The rate of a setting is measured from the window after it changed.
+  t.settled_batches = 0;
+  t.settled_seconds = 0;
   if (new_slots != slots) ring.set_limit(new_slots);
   if (new_workers != workers) {
     if (new_workers > high) t.workers_high.store(new_workers);

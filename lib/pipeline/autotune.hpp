@@ -33,6 +33,21 @@ namespace ferry::detail {
 
 struct LoaderImpl;
 
+/// A raise being tried (see tuning_step): kept when the rate after beats the rate before.
+struct Trial {
+  bool active = false;
+  bool worker = false;         // a worker more; else more slots
+  int workers = 0, slots = 0;  // the setting before, restored when undone
+  double base_rate = 0;        // batches/s before
+  int windows = 0;             // windows measured since
+  double batches = 0, seconds = 0;
+  /// Per kind of raise: from which window it may be tried again, and the wait after a failure.
+  struct Kind {
+    std::uint64_t blocked_until = 0;
+    std::uint64_t backoff = 8;
+  };
+};
+
 struct Tuning {
   bool enabled = false;
   std::uint64_t budget = 0;              // 0: none
@@ -46,9 +61,19 @@ struct Tuning {
   // Slots in use are not lowered below a depth the consumer was seen waiting at (planner only):
   // giving back a slot that was needed would only make it wait again.
   int slots_floor = 2;
+  // The same for workers: not lowered below a count the consumer was seen waiting with.
+  int workers_floor = 1;
   // Windows in a row in which the consumer waited: slots are added only from the second, so
   // that one stall of the machine does not leave a deeper floor behind (planner only).
   int waiting_windows = 0;
+  // Raises on trial and the rate of the setting in use (planner only).
+  Trial trial;
+  Trial::Kind worker_kind, slot_kind;
+  std::uint64_t window_count = 0;
+  double settled_batches = 0, settled_seconds = 0;  // since the setting last changed
+  // Windows in a row in which the consumer never waited: each kFloorWindows of them lower the
+  // floors by one, so that a consumer that became the bottleneck gets memory back.
+  int idle_windows = 0;
 
   /// The loader's memory with `slots` slots made and `workers` workers' scratch.
   std::uint64_t bytes(std::uint64_t slots_made, std::uint64_t worker_count) const noexcept {

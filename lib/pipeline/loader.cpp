@@ -272,7 +272,7 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, const LoaderOpt
   plan_memory(sizes);
   ring = std::make_unique<BufferRing>(sizes, engine.get());
   ring->set_limit(start_slots);
-  staging_allocations = ring->slot_count();
+  staging_allocations = ring->slot_allocations();
   device_allocations = ring->device_count();
 }
 
@@ -464,7 +464,7 @@ LoaderStats Loader::stats() const {
   s.device_allocations = i.device_allocations;
   s.host_syncs = i.host_syncs.load();
   s.background_syncs = i.background_syncs.load();
-  s.staging_allocations = i.ring->slot_count();
+  s.staging_allocations = i.ring->slot_allocations();
   s.workers = i.tuning.workers.load();
   s.prefetch = i.ring->limit();
   s.memory_bytes = detail::memory_now(i);

@@ -13,6 +13,8 @@ BufferRing::BufferRing(const Sizes& sizes, CopyEngine* engine)
       limit_(sizes.slots),
       free_slots_(slots_.size()),
       free_device_(static_cast<std::size_t>(sizes.device_buffers)) {
+  unmade_.reserve(slots_.size());
+  for (std::size_t id = slots_.size(); id-- > 0;) unmade_.push_back(static_cast<std::uint32_t>(id));
   for (int i = 0; i < sizes.slots; ++i) push_free(add_slot());
   for (int i = 0; i < sizes.device_buffers; ++i) {
     auto dev = std::make_unique<DeviceSlot>();
@@ -25,33 +27,62 @@ BufferRing::BufferRing(const Sizes& sizes, CopyEngine* engine)
 }
 
 std::uint32_t BufferRing::add_slot() {
-  const std::size_t next = made_.load(std::memory_order_relaxed);
-  auto slot = std::make_unique<Slot>();
+  const std::size_t next = unmade_.back();
+  // An id made before keeps its Slot (its Event and counters) in place; only the buffers are
+  // new. No other thread refers to an id without a buffer.
+  if (!slots_[next]) slots_[next] = std::make_unique<Slot>();
+  Slot& slot = *slots_[next];
   if (sizes_.pinned) {
     PinnedBuffer b = PinnedBuffer::allocate(sizes_.staging_bytes);
-    slot->data = static_cast<std::byte*>(b.data());
-    slot->pinned = b.locked();
+    slot.data = static_cast<std::byte*>(b.data());
+    slot.pinned = b.locked();
     staging_[next] = std::move(b);
   } else {
     HostBuffer b = HostBuffer::allocate(sizes_.staging_bytes);
-    slot->data = static_cast<std::byte*>(b.data());
+    slot.data = static_cast<std::byte*>(b.data());
     staging_[next] = std::move(b);
   }
   try {
-    slot->indices.reserve(sizes_.capacity);
-    slot->failures.resize(sizes_.capacity);
-    slot->rows.reset(sizes_.ragged_fields, sizes_.capacity);
+    slot.indices.reserve(sizes_.capacity);
+    slot.failures.resize(sizes_.capacity);
+    slot.rows.reset(sizes_.ragged_fields, sizes_.capacity);
   } catch (...) {
     staging_[next] = std::monostate{};
+    slot.data = nullptr;
     throw;
   }
-  slots_[next] = std::move(slot);
-  made_.store(next + 1, std::memory_order_release);  // slot(next) may be read from now on
+  unmade_.pop_back();
+  allocations_.fetch_add(1, std::memory_order_relaxed);
+  // slot(next) may be read from now on: it reaches other threads through the planner's queue.
+  made_.fetch_add(1, std::memory_order_acq_rel);
   return static_cast<std::uint32_t>(next);
 }
 
+void BufferRing::give_back_slots() noexcept {
+  while (slot_count() > static_cast<std::size_t>(limit())) {
+    std::uint32_t id = 0;
+    if (!free_slots_.pop(id)) return;  // the others are in use: freed when they come back
+    Slot& slot = *slots_[id];
+    try {
+      slot.copied.synchronize();  // the copy stage may still read the buffer
+    } catch (...) {
+      push_free(id);  // the planner meets the failure when it takes the slot
+      return;
+    }
+    slot.copied = Event();
+    staging_[id] = std::monostate{};
+    slot.data = nullptr;
+    slot.pinned = false;
+    slot.indices = {};
+    slot.failures = {};
+    slot.rows.reset(0, 0);
+    unmade_.push_back(id);
+    made_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
 bool BufferRing::make_slot(std::uint32_t& id) noexcept {
-  if (grow_failed_ || slot_count() >= slots_.size()) return false;
+  if (grow_failed_ || unmade_.empty()) return false;
   try {
     id = add_slot();
     return true;

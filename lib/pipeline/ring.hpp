@@ -8,7 +8,9 @@
 // Under autotune the ring holds up to max_slots slots but makes them lazily: the planner (the
 // only thread that acquires slots) makes one when it may use more than are made and none is
 // free, after asking whether the memory budget allows it. At most limit() slots are in use
-// (acquired and not yet released) at once; lowering the limit leaves the others idle.
+// (acquired and not yet released) at once. Lowering the limit gives memory back: while more
+// slots are made than the limit, the planner frees the staging buffer of each slot it finds
+// free (after the copy out of it), and its id waits to be made again.
 
 #include <atomic>
 #include <boost/lockfree/queue.hpp>
@@ -105,8 +107,12 @@ class BufferRing {
   BufferRing(const BufferRing&) = delete;
   BufferRing& operator=(const BufferRing&) = delete;
 
-  /// Slots made so far.
+  /// Slots made and not given back: the staging buffers that exist now.
   std::size_t slot_count() const noexcept { return made_.load(std::memory_order_acquire); }
+  /// Staging buffers allocated so far, those given back and made again included.
+  std::uint64_t slot_allocations() const noexcept {
+    return allocations_.load(std::memory_order_relaxed);
+  }
   /// Slots the ring may ever hold.
   std::size_t slot_capacity() const noexcept { return slots_.size(); }
   std::size_t staging_bytes() const noexcept { return staging_bytes_; }
@@ -116,13 +122,15 @@ class BufferRing {
 
   /// Slots in use at most (acquired and not yet released).
   int limit() const noexcept { return limit_.load(std::memory_order_acquire); }
-  /// Sets limit() (1 to slot_capacity()); a lower one takes effect as slots come back.
+  /// Sets limit() (1 to slot_capacity()); a lower one takes effect as slots come back, and
+  /// the planner's next acquire_slot() frees the made slots above it that are free.
   void set_limit(int slots) noexcept;
 
   /// A free slot, waiting for one while limit() slots are in use; nothing when `stop()` turned
-  /// true first. With none free but fewer than limit() made, it makes one if `may_make()` (the
-  /// budget allows it); a slot that cannot be allocated is not retried (the limit stays where
-  /// the slots are). Called by one thread at a time (the planner).
+  /// true first. First, while more slots are made than limit(), it frees free ones (see
+  /// give_back_slots). With none free but fewer than limit() made, it makes one if `may_make()`
+  /// (the budget allows it); a slot that cannot be allocated is not retried (the limit stays
+  /// where the slots are). Called by one thread at a time (the planner).
   template <class Stop, class MayMake>
   std::optional<std::uint32_t> acquire_slot(Stop stop, std::atomic<std::uint64_t>* waited_ns,
                                             MayMake may_make) {
@@ -131,6 +139,7 @@ class BufferRing {
     wait_until(
         slot_returned_,
         [&] {
+          give_back_slots();
           if (in_use_.load(std::memory_order_acquire) >= limit()) return false;
           got = free_slots_.pop(id);
           if (!got && slot_count() < static_cast<std::size_t>(limit()) && may_make()) {
@@ -179,8 +188,12 @@ class BufferRing {
     return id;
   }
 
-  /// Makes slot slot_count() and returns its id. \throws what the allocation throws.
+  /// Makes a slot of an id without one (the last of unmade_) and returns its id.
+  /// \throws what the allocation throws.
   std::uint32_t add_slot();
+  /// While more slots are made than limit(): frees the staging buffer of a free slot, once the
+  /// copy out of it has finished (a copy that fails to finish keeps it). Planner only.
+  void give_back_slots() noexcept;
   /// add_slot() as `id`, under the capacity; false when its memory cannot be had.
   bool make_slot(std::uint32_t& id) noexcept;
   void push_free(std::uint32_t id) noexcept;
@@ -191,7 +204,9 @@ class BufferRing {
   // slot made is read by every stage while the planner makes the next one.
   std::vector<std::variant<std::monostate, HostBuffer, PinnedBuffer>> staging_;
   std::vector<std::unique_ptr<Slot>> slots_;
-  std::atomic<std::size_t> made_{0};
+  std::atomic<std::size_t> made_{0};  // slots with a staging buffer
+  std::atomic<std::uint64_t> allocations_{0};
+  std::vector<std::uint32_t> unmade_;  // ids without one, the next to make last (planner only)
   std::atomic<int> limit_{1};
   std::atomic<int> in_use_{0};
   bool grow_failed_ = false;  // an allocation failed: make no more (planner only)

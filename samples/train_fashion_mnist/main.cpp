@@ -1,6 +1,6 @@
 // train_fashion_mnist: trains a small classifier on Fashion-MNIST with batches from ferry.
 //
-//   train_fashion_mnist [--epochs N] [--batch N] [--seed S] [--data DIR]
+//   train_fashion_mnist [--epochs N] [--batch N] [--seed S] [--data DIR] [--autotune]
 //
 // Copy it as a starting point for a training loop: open a dataset, make a Loader on
 // Device::best() ("cuda if available else cpu"), and for each epoch take batches that are
@@ -55,16 +55,19 @@ struct Options {
   std::size_t batch = 256;
   std::uint64_t seed = 1;
   std::filesystem::path data = "/usr/share/datasets/fashion-mnist";
+  bool autotune = false;
 };
 
 constexpr const char* kUsage =
-    "usage: train_fashion_mnist [--epochs N] [--batch N] [--seed S] [--data DIR]\n"
+    "usage: train_fashion_mnist [--epochs N] [--batch N] [--seed S] [--data DIR] [--autotune]\n"
     "  --epochs N   passes over the training set (default 10)\n"
     "  --batch N    samples per batch (default 256)\n"
     "  --seed S     seed of the shuffle and the initial weights (default 1)\n"
     "  --data DIR   folder with Fashion-MNIST's four .gz IDX files\n"
     "               (default /usr/share/datasets/fashion-mnist, from Debian's\n"
-    "               dataset-fashion-mnist package)\n";
+    "               dataset-fashion-mnist package)\n"
+    "  --autotune   let the training loader choose its workers and prefetch while it runs\n"
+    "               (LoaderOptions::autotune; the same batches)\n";
 
 Options parse_options(int argc, char** argv) {
   Options options;
@@ -73,6 +76,10 @@ Options parse_options(int argc, char** argv) {
     if (flag == "--help" || flag == "-h") {
       std::fputs(kUsage, stdout);
       std::exit(0);
+    }
+    if (flag == "--autotune") {
+      options.autotune = true;
+      continue;
     }
     if (i + 1 == argc) throw std::invalid_argument("unknown option or missing value: " + flag);
     const std::string value = argv[++i];
@@ -127,10 +134,13 @@ int train(const Options& options) {
   train_options.seed = options.seed;
   train_options.workers = 0;
   train_options.device = device;
-  ferry::Loader train_loader(train_set, train_options);
-
   ferry::LoaderOptions test_options = train_options;
   test_options.shuffle = false;
+  // --autotune: workers and prefetch are chosen while training runs (the options above are its
+  // starting point); the batches are the same bytes in the same order.
+  train_options.autotune = options.autotune;
+  ferry::Loader train_loader(train_set, train_options);
+
   ferry::Loader test_loader(test_set, test_options);
 
   std::printf("ferry %s on %s: %zu training and %zu test images, batches of %zu\n", ferry::kVersion,
