@@ -55,6 +55,20 @@ void operator delete(void* p) noexcept { counted_delete(p); }
 void operator delete[](void* p) noexcept { counted_delete(p); }
 void operator delete(void* p, std::size_t /*n*/) noexcept { counted_delete(p); }
 void operator delete[](void* p, std::size_t /*n*/) noexcept { counted_delete(p); }
+// The nothrow forms too (std::stable_sort's buffer): under ASan they would otherwise be the
+// sanitizer's own, and their blocks come back through the delete above.
+void* operator new(std::size_t n, const std::nothrow_t& /*tag*/) noexcept {
+  try {
+    return counted_new(n);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void* operator new[](std::size_t n, const std::nothrow_t& tag) noexcept {
+  return operator new(n, tag);
+}
+void operator delete(void* p, const std::nothrow_t& /*tag*/) noexcept { counted_delete(p); }
+void operator delete[](void* p, const std::nothrow_t& /*tag*/) noexcept { counted_delete(p); }
 
 namespace {
 
