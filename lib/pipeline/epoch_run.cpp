@@ -262,9 +262,16 @@ const Batch* EpochRun::next() {
   impl.batches.fetch_add(1);
   impl.samples.fetch_add(count);
   if (impl.sources > 0) {
+    // Counted here, then one atomic add a source, not one a sample.
+    source_counts_.assign(impl.sources, 0);
     for (const std::uint64_t index : current_.indices_) {
       const std::size_t k = impl.dataset->source_of(static_cast<std::size_t>(index));
-      if (k < impl.sources) impl.source_samples[k].fetch_add(1, std::memory_order_relaxed);
+      if (k < impl.sources) ++source_counts_[k];
+    }
+    for (std::size_t k = 0; k < impl.sources; ++k) {
+      if (source_counts_[k] > 0) {
+        impl.source_samples[k].fetch_add(source_counts_[k], std::memory_order_relaxed);
+      }
     }
   }
   std::size_t bytes = 0;

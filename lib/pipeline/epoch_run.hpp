@@ -8,6 +8,7 @@
 #include <exception>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "ferry/loader.hpp"
 #include "pipeline/copy_stage.hpp"
@@ -41,6 +42,7 @@ class EpochRun {
   std::unique_ptr<CopyStage> stage_;
   std::size_t next_;  // the batch the consumer receives next
   Batch current_;
+  std::vector<std::uint64_t> source_counts_;  // a batch's samples per source, before the atomics
   bool over_ = false;
   bool shut_down_ = false;
   bool first_ = true;
