@@ -129,6 +129,44 @@ TEST(Loader, WillReadGetsEachEpochsOrderBeforeItsReadsOnlyWhereTheDatasetWantsIt
   EXPECT_EQ(other.stats().network_wait_seconds, 0.0);
 }
 
+// Records the order in which samples are read.
+class ReadOrderDataset : public IndexDataset {
+ public:
+  using IndexDataset::IndexDataset;
+  void read(std::size_t index, ferry::SampleRef out) const override {
+    {
+      const std::lock_guard lock(mutex_);
+      reads_.push_back(index);
+    }
+    IndexDataset::read(index, out);
+  }
+  std::vector<std::uint64_t> reads() const {
+    const std::lock_guard lock(mutex_);
+    return reads_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  mutable std::vector<std::uint64_t> reads_;
+};
+
+TEST(Loader, BatchesAreFilledInTheirOrderSoOneWorkerReadsInTheEpochsOrder) {
+  // Fills wait in one queue, oldest first, whatever order oneTBB runs its enqueued tasks in:
+  // with one worker and many slots ahead, the reads follow the delivered order exactly.
+  for (const bool copy_stage : {false, true}) {
+    auto data = std::make_shared<ReadOrderDataset>(2000);
+    LoaderOptions o = cpu_options(4, true, 17);
+    o.workers = 1;
+    o.prefetch = 16;
+    Loader loader = make_loader(data, o, copy_stage);
+    std::vector<std::uint64_t> delivered;
+    for (const Batch& b : loader.epoch(0)) {
+      delivered.insert(delivered.end(), b.indices().begin(), b.indices().end());
+    }
+    EXPECT_EQ(data->reads(), delivered) << (copy_stage ? "copy stage" : "no copy stage");
+  }
+}
+
 TEST(Loader, DropLastDropsThePartialBatch) {
   auto ds = std::make_shared<IndexDataset>(1000);
   LoaderOptions o = cpu_options(64, true, 5);

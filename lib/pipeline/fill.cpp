@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -27,20 +28,20 @@
 
 namespace ferry::detail {
 
-namespace {
-
-/// The address the TBB edges are marked on.
-constexpr char tsan_edge = 0;
-
-/// What a fill task needs, handed to it by pointer: the task object that oneTBB copies holds
-/// nothing else.
+/// A batch's fill, waiting in LoaderImpl::fill_queue until a task of its arena takes it.
 struct FillJob {
   RunState* run;
   std::uint32_t slot;
   std::uint64_t number;
   std::shared_ptr<std::atomic<int>> in_flight;
-  int workers;  // the concurrency of the arena it runs in
+  int workers;             // the concurrency of the arena it runs in
+  tbb::task_arena* arena;  // that arena
 };
+
+namespace {
+
+/// The address the TBB edges are marked on.
+constexpr char tsan_edge = 0;
 
 /// The samples [begin, end) of a slot: read each, then run its fields' operations on it when
 /// there is no copy stage to run them for the whole batch.
@@ -190,16 +191,29 @@ void run_fill_job(FillJob* job) {
   in_flight->notify_all();
 }
 
-/// The task enqueued in the arena for one batch; its copies are marked as FillRange's are.
+/// The task enqueued in an arena for one batch: when it runs, it takes the oldest waiting job
+/// of its arena (one is there: each job has its task). Its copies are marked as FillRange's are.
 struct FillTask {
-  FillJob* job;
-  explicit FillTask(FillJob* j) : job(j) {}
-  FillTask(const FillTask& other) : job((FERRY_TSAN_ACQUIRE(&tsan_edge), other.job)) {
+  LoaderImpl* impl;
+  tbb::task_arena* arena;
+  FillTask(LoaderImpl* i, tbb::task_arena* a) : impl(i), arena(a) {}
+  FillTask(const FillTask& other)
+      : impl((FERRY_TSAN_ACQUIRE(&tsan_edge), other.impl)), arena(other.arena) {
     FERRY_TSAN_RELEASE(&tsan_edge);
   }
   FillTask& operator=(const FillTask&) = delete;
   void operator()() const {
     FERRY_TSAN_ACQUIRE(&tsan_edge);
+    FillJob* job = nullptr;
+    {
+      const std::lock_guard lock(impl->fill_mutex);
+      auto& queue = impl->fill_queue;
+      const auto at = std::find_if(queue.begin(), queue.end(),
+                                   [&](const FillJob* j) { return j->arena == arena; });
+      if (at == queue.end()) return;  // never: a job is queued before its task
+      job = *at;
+      queue.erase(at);
+    }
     run_fill_job(job);
   }
 };
@@ -209,12 +223,22 @@ struct FillTask {
 void enqueue_fill(RunState& run, std::uint32_t slot, std::uint64_t number) {
   int workers = 1;
   tbb::task_arena& arena = fill_arena(*run.impl, workers);
-  auto job = std::make_unique<FillJob>(FillJob{&run, slot, number, run.in_flight, workers});
+  LoaderImpl& impl = *run.impl;
+  auto job = std::make_unique<FillJob>(FillJob{&run, slot, number, run.in_flight, workers, &arena});
   run.in_flight->fetch_add(1);
   FERRY_TSAN_RELEASE(job.get());
+  {
+    const std::lock_guard lock(impl.fill_mutex);
+    impl.fill_queue.push_back(job.get());
+  }
   try {
-    arena.enqueue(FillTask{job.get()});
+    arena.enqueue(FillTask{&impl, &arena});
   } catch (...) {
+    {
+      const std::lock_guard lock(impl.fill_mutex);
+      auto& queue = impl.fill_queue;
+      queue.erase(std::find(queue.begin(), queue.end(), job.get()));
+    }
     run.in_flight->fetch_sub(1);
     throw;
   }

@@ -15,6 +15,7 @@
 #include <boost/lockfree/spsc_queue.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <limits>
 #include <memory>
@@ -34,6 +35,8 @@
 #include "pipeline/testing.hpp"
 
 namespace ferry::detail {
+
+struct FillJob;
 
 class EpochRun;
 
@@ -78,6 +81,11 @@ struct LoaderImpl {
   std::optional<tbb::global_control> parallelism;
   tbb::task_arena arena;  // without autotune; with it, tuning.arenas
   Tuning tuning;          // workers and slots in use, and the memory they hold
+  // Fills waiting for a worker, oldest first (fill.cpp): each task enqueued in an arena takes
+  // the oldest job of its arena when it runs, so batches start filling in their order whatever
+  // order oneTBB runs its enqueued tasks in.
+  std::mutex fill_mutex;
+  std::deque<FillJob*> fill_queue;
 
   std::mutex run_mutex;                    // epoch() one at a time
   std::atomic<EpochRun*> active{nullptr};  // the epoch being iterated, until it ends
