@@ -1249,6 +1249,45 @@ TEST_F(ImageFolderTest, ScratchGrownByOneLargeImageIsReleased) {
   EXPECT_LE(decode_scratch_bytes(), kScratchKeepBytes);
 }
 
+// The JPEG without its Huffman tables (the DHT segments before its first scan): an abbreviated
+// stream, which only a decoder that kept an earlier image's tables could read.
+Bytes without_huffman_tables(const Bytes& jpeg) {
+  const auto from = [&](std::size_t i) { return jpeg.begin() + static_cast<std::ptrdiff_t>(i); };
+  Bytes out(jpeg.begin(), from(2));  // SOI
+  std::size_t at = 2;
+  while (at + 4 <= jpeg.size() && jpeg[at] == 0xFF) {
+    const std::uint8_t marker = jpeg[at + 1];
+    const std::size_t length = (std::size_t{jpeg[at + 2]} << 8) | jpeg[at + 3];
+    if (marker == 0xDA) break;  // SOS: the scan and the rest stay as they are
+    if (marker != 0xC4) out.insert(out.end(), from(at), from(at + 2 + length));
+    at += 2 + length;
+  }
+  out.insert(out.end(), from(at), jpeg.end());
+  return out;
+}
+
+TEST(ImageDecode, AJpegIsDecodedAloneWhateverImageCameBeforeIt) {
+  // libjpeg keeps the tables an image defines in its decompressor: a JPEG without them must
+  // fail the same way after another image as alone, not decode with that image's tables.
+  // Progressive: its tables are optimized for it, so the standard ones libjpeg falls back on
+  // do not read it.
+  const Bytes whole =
+      encode_jpeg(pattern(16, 16, 3), 16, 16, TJPF_RGB, TJSAMP_444, 95, TJFLAG_PROGRESSIVE);
+  const Bytes bare = without_huffman_tables(whole);
+  ASSERT_LT(bare.size(), whole.size());
+  const ImageOptions o = identity(16, 16, 3);
+  Bytes out(std::size_t{16} * 16 * 3);
+  const auto decode = [&](const Bytes& b, const char* name) {
+    ferry::detail::decode_image(std::span<const std::uint8_t>(b), o, 0, out.data(), name);
+  };
+  EXPECT_THROW(decode(bare, "bare.jpg"), DataError);
+  decode(whole, "whole.jpg");
+  const Bytes first = out;
+  EXPECT_THROW(decode(bare, "bare.jpg"), DataError);  // not decoded with whole.jpg's tables
+  decode(whole, "whole.jpg");
+  EXPECT_EQ(out, first);
+}
+
 TEST_F(ImageFolderTest, FilesTooLargeOrNotRegularAreRefusedUnread) {
   write("c/a.png", png8(pattern(4, 4, 3), 4, 4, 3));
   write("c/b.png", png8(pattern(4, 4, 3), 4, 4, 3));

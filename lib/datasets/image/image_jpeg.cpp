@@ -43,8 +43,10 @@ extern "C" void on_jpeg_message(j_common_ptr cinfo, int level) {
   if (level < 0) on_jpeg_error(cinfo);  // a warning; trace messages (level >= 0) are ignored
 }
 
-// This thread's decompressor, reused image after image (a decompressor must not be used by
-// two threads at once).
+// This thread's decompressor, made anew for each image (a decompressor must not be used by two
+// threads at once). Not reused: libjpeg keeps the Huffman and quantization tables an image
+// defines in the decompressor for the images after it (abbreviated streams), so an image that
+// uses a table it does not define would decode with an earlier image's, or fail only after one.
 class JpegDecoder {
  public:
   JpegDecoder() = default;
@@ -53,14 +55,17 @@ class JpegDecoder {
   ~JpegDecoder() {
     if (created_) jpeg_destroy_decompress(&cinfo_);
   }
-  jpeg_decompress_struct* get() {
-    if (!created_) {
-      cinfo_.err = jpeg_std_error(&errors_.pub);
-      errors_.pub.error_exit = on_jpeg_error;
-      errors_.pub.emit_message = on_jpeg_message;
-      if (!create(&cinfo_)) throw std::bad_alloc();  // it fails only without memory
-      created_ = true;
+  /// A decompressor that has seen no image.
+  jpeg_decompress_struct* fresh() {
+    if (created_) {
+      jpeg_destroy_decompress(&cinfo_);
+      created_ = false;
     }
+    cinfo_.err = jpeg_std_error(&errors_.pub);
+    errors_.pub.error_exit = on_jpeg_error;
+    errors_.pub.emit_message = on_jpeg_message;
+    if (!create(&cinfo_)) throw std::bad_alloc();  // it fails only without memory
+    created_ = true;
     return &cinfo_;
   }
   const char* message() const noexcept { return errors_.message; }
@@ -169,7 +174,7 @@ int scaled(int size, JpegScale s) {
 
 void decode_jpeg(std::span<const std::uint8_t> bytes, const ImageOptions& o, std::uint64_t seed,
                  std::uint8_t* out, std::string_view name) {
-  j_decompress_ptr c = jpeg_decoder().get();
+  j_decompress_ptr c = jpeg_decoder().fresh();
   const Abort abort(c);
   if (!read_header(c, bytes.data(), bytes.size())) jpeg_fail(name, "corrupt JPEG header", true);
   const auto width = static_cast<int>(c->image_width);
