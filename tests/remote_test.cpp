@@ -1189,6 +1189,42 @@ TEST_F(Remote, AnEpochLargerThanTheCacheStaysWithinItsBound) {
   EXPECT_EQ(nginx_->gets_settled("bound/p-0.tar", 2), 2);
 }
 
+TEST_F(Remote, AMixtureOfShardsFromUrlsTellsEachSourceItsReadsSoItsHoldsStayBounded) {
+  // Without the order, a source's shards would each stay held once fetched (all ten here).
+  constexpr unsigned kShards = 5;
+  const auto local_a = indexed_shards(base_ / "www", "mixa", kShards);
+  const auto local_b = indexed_shards(base_ / "www", "mixb", kShards);
+  const std::uint64_t shard = fs::file_size(local_a[0]);
+  const std::uint64_t bound = 2 * shard + (64 << 10);
+  ferry::WebDatasetOptions o;
+  o.remote = remote(bound);
+  o.remote.connections = 2;
+  const auto source_a = ferry::WebDataset::open(urls_of(*nginx_, "mixa", kShards), o);
+  const auto source_b = ferry::WebDataset::open(urls_of(*nginx_, "mixb", kShards), o);
+  const auto remote_mix = ferry::Mixture::open({{source_a, 1}, {source_b, 1}});
+  const auto local_mix = ferry::Mixture::open(
+      {{ferry::WebDataset::open(local_a, {}), 1}, {ferry::WebDataset::open(local_b, {}), 1}});
+  ASSERT_TRUE(remote_mix->wants_read_order());
+  EXPECT_FALSE(local_mix->wants_read_order());
+  const std::vector<std::string> expected = samples_of(local_mix);
+  ferry::Loader loader(remote_mix, cpu_loader());
+  std::vector<std::string> got;
+  std::uint64_t most = 0;
+  for (const ferry::Batch& b : loader.epoch(0)) {
+    most = std::max(most, cache_bytes(cache_));
+    for (const ferry::FieldSpec& f : remote_mix->fields()) {
+      got.emplace_back(static_cast<const char*>(b[f.name].data()), b[f.name].nbytes());
+    }
+  }
+  EXPECT_TRUE(got == expected);
+  // Each source keeps its own bound (its fetches ahead), so two sources hold at most twice it,
+  // plus the shard being read.
+  EXPECT_LE(most, 2 * bound + shard);
+  EXPECT_LT(most, 2 * kShards * shard);
+  EXPECT_EQ(remote_mix->network_wait_seconds(),
+            source_a->network_wait_seconds() + source_b->network_wait_seconds());
+}
+
 // ---- CsvDataset and IdxDataset: fetched once at open ------------------------------------------
 
 // An IDX file, uncompressed: big-endian magic 0x000008<ndims> and dimensions, then the bytes.

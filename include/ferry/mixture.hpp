@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,13 @@ class FERRY_API Mixture final : public Dataset {
   void read(std::size_t index, SampleRef out) const override;
   std::int64_t length(std::size_t index, std::size_t field) const override;
   void prefetch(std::size_t index) const noexcept override;
+  /// Each source that wants the read order (a WebDataset or TokenDataset of URLs) is told its
+  /// own samples among `indices`, in their order, as its own indices.
+  void will_read(std::span<const std::size_t> indices) const noexcept override;
+  /// Whether any source wants the read order.
+  bool wants_read_order() const noexcept override;
+  /// The sources' waits for the network, summed.
+  double network_wait_seconds() const noexcept override;
 
   std::uint64_t selection_key() const noexcept override { return key_; }
   std::size_t epoch_size() const override { return epoch_size_; }

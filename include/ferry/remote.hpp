@@ -30,9 +30,10 @@ namespace ferry {
 /// The cache is a folder that several processes may share: each file is downloaded once (a
 /// lock per file; the others wait for it, then use it), only complete files are visible (a
 /// download is written to a temporary file, checked against the server's Content-Length, then
-/// renamed), and it holds at most `cache_bytes`: after a download the least recently used files
-/// go, except those being read (a file fetched while reading is held from its fetch to its last
-/// read of the epoch; fetching ahead stops while such files fill the bound).
+/// renamed), and it holds at most `cache_bytes`: before and after a download the least recently
+/// used files go, except those being read (a file fetched while reading is held from its fetch to
+/// its last read of the epoch; fetching ahead stops while such files fill the bound). The bound
+/// on files held is each dataset's own: a Mixture of m datasets of URLs may hold m times it.
 struct RemoteOptions {
   std::filesystem::path cache_dir;  ///< empty: $FERRY_CACHE_DIR, else ~/.cache/ferry
   std::uint64_t cache_bytes = 0;    ///< most bytes kept in the cache; 0: 50 GiB

@@ -235,6 +235,32 @@ void Mixture::prefetch(std::size_t index) const noexcept {
   sources_[k].dataset->prefetch(index - offsets_[k]);
 }
 
+void Mixture::will_read(std::span<const std::size_t> indices) const noexcept {
+  try {
+    for (std::size_t k = 0; k < sources_.size(); ++k) {
+      const Dataset& d = *sources_[k].dataset;
+      if (!d.wants_read_order()) continue;
+      std::vector<std::size_t> own;
+      for (const std::size_t i : indices) {
+        if (i < size_ && source_of(i) == k) own.push_back(i - offsets_[k]);
+      }
+      d.will_read(own);
+    }
+  } catch (...) {  // NOLINT(bugprone-empty-catch): a hint; without it, sources read in order
+  }
+}
+
+bool Mixture::wants_read_order() const noexcept {
+  return std::any_of(sources_.begin(), sources_.end(),
+                     [](const MixtureSource& s) { return s.dataset->wants_read_order(); });
+}
+
+double Mixture::network_wait_seconds() const noexcept {
+  double total = 0;
+  for (const MixtureSource& s : sources_) total += s.dataset->network_wait_seconds();
+  return total;
+}
+
 std::vector<std::uint64_t> Mixture::epoch_indices(std::uint64_t seed, std::uint64_t epoch) const {
   std::vector<std::uint64_t> out;
   out.reserve(epoch_size_);
