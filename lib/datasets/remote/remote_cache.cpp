@@ -594,6 +594,47 @@ bool is_lock_or_temporary(const std::string& name) {
          (name.size() > 5 && name.compare(name.size() - 5, 5, ".lock") == 0);
 }
 
+// Runs job(downloader, i) for each i in [0, count) on at most options.connections threads, each
+// with a Downloader of its own. After a failure no job starts; once every thread has ended, the
+// failure of the lowest i is thrown.
+template <class Job>
+void run_transfers(std::size_t count, const RemoteOptions& options, std::string_view who, Job job) {
+  std::vector<std::exception_ptr> errors(count);
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> failed{false};
+  const auto work = [&] {
+    Downloader d(options, who);
+    for (std::size_t i; (i = next.fetch_add(1)) < count;) {
+      if (failed.load()) return;  // the first failure is thrown: start nothing more
+      try {
+        job(d, i);
+      } catch (...) {
+        errors[i] = std::current_exception();
+        failed = true;
+      }
+    }
+  };
+  const std::size_t threads =
+      std::min<std::size_t>(count, static_cast<std::size_t>(options.connections));
+  if (threads <= 1) {
+    work();
+  } else {
+    std::vector<std::thread> pool;
+    pool.reserve(threads);
+    try {
+      for (std::size_t i = 0; i < threads; ++i) pool.emplace_back(work);
+    } catch (...) {
+      failed = true;
+      for (std::thread& th : pool) th.join();
+      throw;
+    }
+    for (std::thread& th : pool) th.join();
+  }
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
 }  // namespace
 
 bool is_url(std::string_view name) noexcept {
@@ -660,40 +701,9 @@ std::vector<std::optional<CachedFile>> fetch_files(const std::vector<Request>& r
   check_options(options, who);
   const fs::path dir = cache_dir(options);
   std::vector<std::optional<CachedFile>> out(requests.size());
-  std::vector<std::exception_ptr> errors(requests.size());
-  std::atomic<std::size_t> next{0};
-  std::atomic<bool> failed{false};
-  const auto work = [&] {
-    Downloader d(options, who);
-    for (std::size_t i; (i = next.fetch_add(1)) < requests.size();) {
-      if (failed.load()) return;  // the first failure is thrown: start nothing more
-      try {
-        out[i] = fetch_one(d, requests[i], dir, cache_bound(options), who);
-      } catch (...) {
-        errors[i] = std::current_exception();
-        failed = true;
-      }
-    }
-  };
-  const std::size_t threads =
-      std::min<std::size_t>(requests.size(), static_cast<std::size_t>(options.connections));
-  if (threads <= 1) {
-    work();
-  } else {
-    std::vector<std::thread> pool;
-    pool.reserve(threads);
-    try {
-      for (std::size_t i = 0; i < threads; ++i) pool.emplace_back(work);
-    } catch (...) {
-      failed = true;
-      for (std::thread& th : pool) th.join();
-      throw;
-    }
-    for (std::thread& th : pool) th.join();
-  }
-  for (const std::exception_ptr& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  run_transfers(requests.size(), options, who, [&](Downloader& d, std::size_t i) {
+    out[i] = fetch_one(d, requests[i], dir, cache_bound(options), who);
+  });
   // Every file asked for is held now (none of them can go): the others make room.
   evict(dir, cache_bound(options));
   return out;
@@ -761,40 +771,9 @@ std::vector<Head> read_heads(const std::vector<std::string>& urls, std::uint64_t
   check_options(options, who);
   const fs::path dir = cache_dir(options);
   std::vector<Head> out(urls.size());
-  std::vector<std::exception_ptr> errors(urls.size());
-  std::atomic<std::size_t> next{0};
-  std::atomic<bool> failed{false};
-  const auto work = [&] {
-    Downloader d(options, who);
-    for (std::size_t i; (i = next.fetch_add(1)) < urls.size();) {
-      if (failed.load()) return;
-      try {
-        out[i] = head_of(d, urls[i], bytes, dir, who);
-      } catch (...) {
-        errors[i] = std::current_exception();
-        failed = true;
-      }
-    }
-  };
-  const std::size_t threads =
-      std::min<std::size_t>(urls.size(), static_cast<std::size_t>(options.connections));
-  if (threads <= 1) {
-    work();
-  } else {
-    std::vector<std::thread> pool;
-    pool.reserve(threads);
-    try {
-      for (std::size_t i = 0; i < threads; ++i) pool.emplace_back(work);
-    } catch (...) {
-      failed = true;
-      for (std::thread& th : pool) th.join();
-      throw;
-    }
-    for (std::thread& th : pool) th.join();
-  }
-  for (const std::exception_ptr& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  run_transfers(urls.size(), options, who, [&](Downloader& d, std::size_t i) {
+    out[i] = head_of(d, urls[i], bytes, dir, who);
+  });
   return out;
 }
 
