@@ -390,4 +390,99 @@ TEST(LoaderRagged, ABatchPastItsSlotsRegionIsADataErrorNamingTheSample) {
   }
 }
 
+// SequenceDataset's samples with each ragged field's longest declared (Dataset::max_length:
+// `tokens_max` and 3, or -1 for neither, as a dataset that does not know), counting the lengths
+// the loader asks.
+class DeclaredSequences : public SequenceDataset {
+ public:
+  DeclaredSequences(std::size_t n, std::int64_t tokens_max)
+      : SequenceDataset(n), max_(tokens_max) {}
+  std::int64_t length(std::size_t index, std::size_t field) const override {
+    asked.fetch_add(1);
+    return SequenceDataset::length(index, field);
+  }
+  std::int64_t max_length(std::size_t field) const override {
+    return max_ < 0 ? -1 : field == 0 ? max_ : 3;
+  }
+  mutable std::atomic<std::uint64_t> asked{0};
+
+ private:
+  std::int64_t max_;
+};
+
+TEST(LoaderRagged, ADatasetThatDeclaresItsLongestSampleIsAskedNoLengthWhenTheLoaderIsMade) {
+  constexpr std::size_t kSamples = 200'000;
+  for (const bool copy_stage : {false, true}) {
+    SCOPED_TRACE(copy_stage ? "copy stage" : "cpu");
+    // Declared (the true longest, 12 tokens, and a loose 40): no length is asked until batches
+    // are planned, and then only theirs.
+    for (const std::int64_t declared : {12, 40}) {
+      auto ds = std::make_shared<DeclaredSequences>(kSamples, declared);
+      LoaderOptions o = cpu_options(16, true, 3);
+      o.prefetch = 2;
+      Loader loader = make_loader(ds, o, copy_stage);
+      EXPECT_EQ(ds->asked.load(), 0U);
+      within(30s, [&] {
+        ferry::Epoch epoch = loader.epoch(0);
+        for (int k = 0; k < 3; ++k) {
+          const Batch* b = epoch.next();
+          ASSERT_NE(b, nullptr);
+          EXPECT_TRUE(padded_ok(*b, 1, 0, 0.f));
+        }
+      });
+      // Three batches taken, a few more planned ahead: two fields of 16 samples each.
+      EXPECT_LE(ds->asked.load(), 2U * 16 * 16) << "declared " << declared;
+    }
+    // Not declared: every sample's two lengths, once, when the loader is made.
+    auto unknown = std::make_shared<DeclaredSequences>(kSamples, -1);
+    Loader loader = make_loader(unknown, cpu_options(16, true, 3), copy_stage);
+    EXPECT_EQ(unknown->asked.load(), 2 * kSamples);
+  }
+  // The same batches, declared or not (a short epoch, every batch checked).
+  Order declared;
+  Order walked;
+  for (const std::int64_t max : {40, -1}) {
+    Loader loader =
+        make_loader(std::make_shared<DeclaredSequences>(203, max), cpu_options(16, true, 8), false);
+    within(30s, [&] {
+      for (const Batch& b : loader.epoch(1)) {
+        EXPECT_TRUE(padded_ok(b, 1, 0, 0.f));
+        (max < 0 ? walked : declared).emplace_back(b.indices().begin(), b.indices().end());
+      }
+    });
+  }
+  EXPECT_EQ(declared.size(), 13U);
+  EXPECT_EQ(declared, walked);
+}
+
+TEST(LoaderRagged, ASampleLongerThanItsDatasetsMaxLengthIsADataErrorNamingItAfterTheBatchesBefore) {
+  // Tokens of samples 0 to 7: 0, 7, 1, 8, 2, 9, 3, 10. Declared at most 8: batch 1 (samples 4
+  // to 7) holds sample 5, 9 rows.
+  for (const bool copy_stage : {false, true}) {
+    for (const RaggedBatch mode : {RaggedBatch::pad, RaggedBatch::pack}) {
+      SCOPED_TRACE(std::string(copy_stage ? "copy stage, " : "cpu, ") +
+                   (mode == RaggedBatch::pack ? "pack" : "pad"));
+      LoaderOptions o = cpu_options(4);
+      o.ragged = mode;
+      Loader loader = make_loader(std::make_shared<DeclaredSequences>(40, 8), o, copy_stage);
+      std::vector<std::uint64_t> delivered;
+      within(30s, [&] {
+        try {
+          for (const Batch& b : loader.epoch(0)) {
+            EXPECT_TRUE(mode == RaggedBatch::pad ? padded_ok(b, 1, 0, 0.f) : packed_ok(b));
+            delivered.insert(delivered.end(), b.indices().begin(), b.indices().end());
+          }
+          ADD_FAILURE() << "no error";
+        } catch (const ferry::DataError& e) {
+          EXPECT_NE(std::string(e.what()).find("sample 5 has 9 rows"), std::string::npos)
+              << e.what();
+          EXPECT_NE(std::string(e.what()).find("max_length() said at most 8"), std::string::npos)
+              << e.what();
+        }
+      });
+      EXPECT_EQ(delivered, (std::vector<std::uint64_t>{0, 1, 2, 3}));
+    }
+  }
+}
+
 }  // namespace

@@ -707,6 +707,51 @@ class Texts : public ferry::Dataset {
   std::int64_t salt_;
 };
 
+// Texts that know their longest sample (Dataset::max_length), as a WebDataset does.
+class DeclaredTexts : public Texts {
+ public:
+  DeclaredTexts(std::size_t n, std::int64_t salt, std::int64_t longest)
+      : Texts(n, salt), longest_(longest) {}
+  std::int64_t max_length(std::size_t /*field*/) const override { return longest_; }
+
+ private:
+  std::int64_t longest_;
+};
+
+TEST(Mixture, MaxLengthIsTheSourcesLongestOrUnknownWhenASourceDoesNotKnowIt) {
+  const auto known = Mixture::open({{std::make_shared<DeclaredTexts>(40, 0, 30), 1},
+                                    {std::make_shared<DeclaredTexts>(9, 5, 44), 3}},
+                                   epochs(64));
+  EXPECT_EQ(known->max_length(0), 44);
+  const auto nested =
+      Mixture::open({{known, 1}, {std::make_shared<DeclaredTexts>(5, 1, 50), 1}}, epochs(20));
+  EXPECT_EQ(nested->max_length(0), 50);
+  const auto partly = Mixture::open(
+      {{std::make_shared<DeclaredTexts>(40, 0, 30), 1}, {std::make_shared<Texts>(9, 5), 3}},
+      epochs(64));
+  EXPECT_EQ(partly->max_length(0), -1);
+  // A loader over the declared mixture (no length asked when it is made) gives the batches, byte
+  // for byte, of one over the same sources undeclared.
+  const auto plain = Mixture::open(
+      {{std::make_shared<Texts>(40, 0), 1}, {std::make_shared<Texts>(9, 5), 3}}, epochs(64));
+  within(60s, [&] {
+    std::vector<std::string> got[2];
+    for (int k = 0; k < 2; ++k) {
+      LoaderOptions o = options(16, true, 4);
+      o.max_tokens = 120;
+      o.ragged = ferry::RaggedBatch::pack;
+      Loader loader(k == 0 ? known : plain, o);
+      for (const Batch& b : loader.epoch(1)) {
+        const ferry::Tensor t = b["tokens"].cpu();
+        got[k].emplace_back(static_cast<const char*>(t.data()), t.nbytes());
+        got[k].back() += std::to_string(b.size());
+      }
+    }
+    EXPECT_GT(got[0].size(), 4U);
+    EXPECT_EQ(got[0], got[1]);
+  });
+}
+
 TEST(Mixture, RaggedFieldsUnderMaxTokens) {
   within(60s, [] {
     const auto m = Mixture::open(

@@ -242,6 +242,18 @@ TEST_F(WebDatasetTest, MissingFieldRaisesOrIsSkippedAndCounted) {
   const auto ds = WebDataset::open({shard});
   ASSERT_EQ(ds->size(), 4U);
   EXPECT_EQ(ds->length(2, 1), 0);
+  // Each ragged field's longest sample, from the index alone (the loader sizes its slots by it).
+  const std::vector<ferry::FieldSpec> fields = ds->fields();
+  for (std::size_t f = 0; f < fields.size(); ++f) {
+    if (!fields[f].is_ragged()) {
+      EXPECT_THROW((void)ds->max_length(f), ferry::ConfigError);
+      continue;
+    }
+    std::int64_t longest = 0;
+    for (std::size_t i = 0; i < ds->size(); ++i) longest = std::max(longest, ds->length(i, f));
+    EXPECT_GT(longest, 0);
+    EXPECT_EQ(ds->max_length(f), longest) << fields[f].name;
+  }
   {
     ferry::Loader loader(ds, cpu_options());
     expect_error<DataError>(

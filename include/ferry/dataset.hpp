@@ -90,10 +90,20 @@ class FERRY_API Dataset {
   /// Writes sample `index` into `out`'s fields. Throws (preferably DataError naming the file
   /// and place) when the sample cannot be read; the loader adds the sample index.
   virtual void read(std::size_t index, SampleRef out) const = 0;
-  /// Rows (shape[0]) of sample `index`'s ragged field `field`; asked before read(), and of
-  /// every sample when a loader is made, so it must be cheap and always give the same answer.
-  /// The default throws ConfigError: a dataset with ragged fields overrides it.
+  /// Rows (shape[0]) of sample `index`'s ragged field `field`; asked before read() (and of
+  /// every sample when a loader is made, if max_length() does not answer), so it must be cheap
+  /// and always give the same answer. The default throws ConfigError: a dataset with ragged
+  /// fields overrides it.
   virtual std::int64_t length(std::size_t index, std::size_t field) const;
+  /// The most rows any sample has in ragged field `field`, when the dataset knows it without
+  /// asking every sample (from an index it holds, a header): a loader sizes its staging slots
+  /// by it and asks length() only of the samples it plans. -1 (the default): not known, and a
+  /// loader asks length() of every sample once, when it is made. A sample found longer when its
+  /// batch is planned is a DataError naming it.
+  virtual std::int64_t max_length(std::size_t field) const {
+    static_cast<void>(field);
+    return -1;
+  }
   /// A hint that read(index) follows soon on this thread (the loader gives it a few samples
   /// ahead). The default does nothing; a dataset in memory can start loading the sample's cache
   /// lines, so that reads in shuffled order do not wait on each miss in turn.

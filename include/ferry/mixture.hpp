@@ -68,6 +68,8 @@ class FERRY_API Mixture final : public Dataset {
   std::vector<FieldSpec> fields() const override { return fields_; }
   void read(std::size_t index, SampleRef out) const override;
   std::int64_t length(std::size_t index, std::size_t field) const override;
+  /// The most of the sources' max_length(field); -1 when a source does not know its own.
+  std::int64_t max_length(std::size_t field) const override;
   void prefetch(std::size_t index) const noexcept override;
   /// Each source that wants the read order (a WebDataset or TokenDataset of URLs) is told its
   /// own samples among `indices`, in their order, as its own indices.

@@ -88,6 +88,9 @@ class FERRY_API WebDataset final : public Dataset {
   /// Rows of a ragged field: an "npy" member's first dimension, another member's byte count
   /// (0 for a sample lacking the field, whose read() raises DataError).
   std::int64_t length(std::size_t index, std::size_t field) const override;
+  /// The longest sample's rows in a ragged field, from the index read at open (no shard is
+  /// read for it). ConfigError for a field that is not ragged.
+  std::int64_t max_length(std::size_t field) const override;
   /// Asks the kernel to start reading sample `index`'s members (posix_fadvise WILLNEED).
   void prefetch(std::size_t index) const noexcept override;
   /// Orders the fetching of the shards still to come from the server by the first read of each

@@ -20,6 +20,7 @@ std::int64_t round_up_rows(std::int64_t n, std::int64_t multiple) {
 RaggedFields::RaggedFields(const Dataset& dataset, const std::vector<FieldSpec>& fields,
                            const LoaderOptions& options, std::size_t capacity, bool device_path)
     : longest(fields.size(), 0),
+      declared(fields.size(), false),
       region_rows(fields.size(), 0),
       padded_rows(fields.size(), 0),
       pad_bits(fields.size(), 0),
@@ -37,8 +38,10 @@ RaggedFields::RaggedFields(const Dataset& dataset, const std::vector<FieldSpec>&
     if (!fields[f].is_ragged()) continue;
     any = true;
     const std::string what = "Loader: field \"" + fields[f].name + "\"";
-    std::int64_t most = 0;
-    for (std::size_t i = 0; i < n; ++i) {
+    // The dataset's own bound where it knows one; else every sample's length, once.
+    std::int64_t most = dataset.max_length(f);
+    declared[f] = most >= 0;
+    for (std::size_t i = 0; most < 0 && i < n; ++i) {
       std::int64_t l = 0;
       try {
         l = dataset.length(i, f);
@@ -49,9 +52,10 @@ RaggedFields::RaggedFields(const Dataset& dataset, const std::vector<FieldSpec>&
         throw DataError(what + ": sample " + std::to_string(i) + " has " + std::to_string(l) +
                         " rows");
       }
-      most = std::max(most, l);
+      longest[f] = std::max(longest[f], l);
     }
-    longest[f] = most;
+    if (most >= 0) longest[f] = most;
+    most = longest[f];
     // Rows a batch may take, padded and packed; the budget bounds the first ragged field's
     // batch, but for a sample over it alone.
     const auto bound = [&](std::int64_t per_sample) {
@@ -92,7 +96,8 @@ void RaggedFields::plan(const Dataset& dataset, const SlotLayout& layout,
       if (l < 0 || l > longest[f]) {
         throw DataError("Loader: sample " + std::to_string(indices[i]) + " has " +
                         std::to_string(l) + " rows of field " + std::to_string(f) +
-                        "; when the loader was made its samples had 0 to " +
+                        (declared[f] ? "; the dataset's max_length() said at most "
+                                     : "; when the loader was made its samples had 0 to ") +
                         std::to_string(longest[f]));
       }
       rows.lengths[base + i] = l;

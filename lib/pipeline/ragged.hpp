@@ -1,8 +1,9 @@
 #pragma once
 
 // Ragged fields (FieldSpec::shape[0] == ragged): each sample has its own number of rows
-// (Dataset::length). A slot's region for such a field is sized once, from the longest sample
-// seen when the loader was made; per batch the planner places the samples (padded: sample i at
+// (Dataset::length). A slot's region for such a field is sized once, from the longest sample:
+// the dataset's Dataset::max_length() where it knows it, else every sample's length asked when
+// the loader is made; per batch the planner places the samples (padded: sample i at
 // i x Lmax; packed: one after another), the workers write their rows there and pad the rest,
 // and the lengths (i64 [N]) and starts (i32 [N + 1]) travel with the batch.
 
@@ -23,7 +24,8 @@ std::int64_t round_up_rows(std::int64_t n, std::int64_t multiple);
 
 /// What the loader knows of its ragged fields, from the dataset at construction.
 struct RaggedFields {
-  /// Asks every sample's length of every ragged field.
+  /// Takes each ragged field's longest sample from Dataset::max_length(), or, where the dataset
+  /// does not know it, asks every sample's length.
   /// \throws ConfigError for options that do not fit (pad_multiple < 1, packed rows beyond i32),
   /// DataError for a negative length naming the sample.
   /// With a copy stage (`device_path`), padded fields travel packed and are padded on the
@@ -32,6 +34,7 @@ struct RaggedFields {
                const LoaderOptions& options, std::size_t capacity, bool device_path);
 
   std::vector<std::int64_t> longest;         ///< per field: the longest sample (0: fixed)
+  std::vector<bool> declared;                ///< per field: longest is the dataset's max_length()
   std::vector<std::uint64_t> region_rows;    ///< per field: rows a slot's region holds
   std::vector<std::uint64_t> padded_rows;    ///< per field: rows a padded batch may take
   std::vector<std::uint64_t> pad_bits;       ///< per field: pad_value as one element, low bytes

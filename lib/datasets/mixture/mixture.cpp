@@ -229,6 +229,16 @@ std::int64_t Mixture::length(std::size_t index, std::size_t field) const {
   return sources_[k].dataset->length(index - offsets_[k], field);
 }
 
+std::int64_t Mixture::max_length(std::size_t field) const {
+  std::int64_t most = 0;
+  for (const MixtureSource& source : sources_) {
+    const std::int64_t l = source.dataset->max_length(field);
+    if (l < 0) return -1;
+    most = std::max(most, l);
+  }
+  return most;
+}
+
 void Mixture::prefetch(std::size_t index) const noexcept {
   if (index >= size_) return;
   const std::size_t k = source_of(index);

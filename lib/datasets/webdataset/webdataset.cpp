@@ -338,6 +338,14 @@ std::shared_ptr<WebDataset> WebDataset::open(std::vector<fs::path> shards,
                     ": no samples (members named <key>.<extension>)");
   }
   detail::wds::finish_npy_fields(impl, npy_first);
+  // Each ragged field's longest sample, for max_length(): the loader sizes its slots by it.
+  impl.longest.assign(impl.fields.size(), 0);
+  for (std::size_t f = 0; f < impl.fields.size(); ++f) {
+    if (!impl.fields[f].is_ragged()) continue;
+    for (std::size_t i = 0; i < impl.keys.size(); ++i) {
+      impl.longest[f] = std::max(impl.longest[f], impl.loc(i, f).rows);
+    }
+  }
   if (!deferred_urls.empty()) {
     impl.prefetcher = std::make_unique<detail::remote::Prefetcher>(
         std::move(deferred_urls), std::move(deferred_sizes), impl.options.remote, who);

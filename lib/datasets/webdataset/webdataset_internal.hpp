@@ -94,6 +94,7 @@ struct WebDataset::Impl {
   std::vector<FieldSpec> fields;
   std::vector<detail::wds::Kind> kinds;
   std::vector<detail::wds::Loc> locs;  // sample-major: locs[i * fields.size() + f]
+  std::vector<std::int64_t> longest;   // per field: the most rows of a sample (0: not ragged)
 
   Impl() = default;
   Impl(const Impl&) = delete;

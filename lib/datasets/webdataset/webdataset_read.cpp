@@ -232,6 +232,15 @@ std::int64_t WebDataset::length(std::size_t index, std::size_t field) const {
   return impl.loc(index, field).rows;
 }
 
+std::int64_t WebDataset::max_length(std::size_t field) const {
+  const Impl& impl = *impl_;
+  if (field >= impl.fields.size() || !impl.fields[field].is_ragged()) {
+    throw ConfigError(std::string(kWebDatasetWho) + ": field " + std::to_string(field) +
+                      " is not ragged");
+  }
+  return impl.longest[field];
+}
+
 void WebDataset::prefetch(std::size_t index) const noexcept {
   const Impl& impl = *impl_;
   if (index >= impl.keys.size()) return;
