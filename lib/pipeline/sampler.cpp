@@ -59,13 +59,19 @@ std::shared_ptr<const std::vector<std::uint64_t>> selected_indices(const Dataset
                       " indices; its epoch_size() is " + std::to_string(want));
   }
   const std::size_t n = dataset.size();
-  for (const std::uint64_t i : *indices) {
+  bool identity = want == n;
+  for (std::size_t p = 0; p < want; ++p) {
+    const std::uint64_t i = (*indices)[p];
     if (i >= n) {
       throw ConfigError("Loader: the dataset's epoch_indices() of epoch " + std::to_string(epoch) +
                         " hold index " + std::to_string(i) + ", past its " + std::to_string(n) +
                         " samples");
     }
+    identity = identity && i == p;
   }
+  // An epoch of every sample once, in index order (a mixture whose shares are its sources'
+  // sizes): position p is sample p, and no list need be read.
+  if (identity) return nullptr;
   return indices;
 }
 
@@ -145,8 +151,16 @@ void Sampler::batch(const Order& order, std::size_t k, std::vector<std::uint64_t
     const std::size_t j = k * options_.batch_size + i;  // this rank's j-th sample of the run
     // start + j x w + rank < n + w (j < per_rank), which the loader checks does not overflow;
     // past n, padding wraps around to the epoch's first positions.
-    out[i] = order((start_ + j * w + options_.rank) % n_);
+    out[i] = order.place((start_ + j * w + options_.rank) % n_);
   }
+  if (!order.listed()) {
+    for (std::size_t i = 0; i < count; ++i) out[i] = order.index(out[i]);
+    return;
+  }
+  // The epoch's list is read in shuffled order: every entry of the batch is asked for before
+  // any is used, so that their cache misses overlap instead of coming one after another.
+  for (std::size_t i = 0; i < count; ++i) order.prefetch_index(out[i]);
+  for (std::size_t i = 0; i < count; ++i) out[i] = order.index(out[i]);
 }
 
 std::size_t Sampler::number_offset() const noexcept {

@@ -58,8 +58,9 @@ inline Permutation epoch_permutation(std::uint64_t n, std::uint64_t seed,
 std::size_t epoch_length(const Dataset& dataset);
 
 /// The indices epoch `epoch` of a dataset that chooses them holds (Dataset::epoch_indices),
-/// checked: epoch_length() of them, each below size(). Null for any other dataset (an epoch's
-/// position p is then sample p). \throws ConfigError naming what is wrong.
+/// checked: epoch_length() of them, each below size(). Null for any other dataset, and for an
+/// epoch that holds every sample once in index order (an epoch's position p is then sample p).
+/// \throws ConfigError naming what is wrong.
 std::shared_ptr<const std::vector<std::uint64_t>> selected_indices(const Dataset& dataset,
                                                                    std::uint64_t seed,
                                                                    std::uint64_t epoch);
@@ -150,15 +151,22 @@ class Sampler {
   class Order {
    public:
     /// The dataset index at global position `position` (< the dataset size).
-    std::uint64_t operator()(std::uint64_t position) const {
-      std::uint64_t p = position;
-      if (windows_) {
-        p = (*windows_)(position);
-      } else if (shuffle_) {
-        p = permutation_(position);
-      }
+    std::uint64_t operator()(std::uint64_t position) const { return index(place(position)); }
+    /// The epoch's position that global position `position` is dealt (shuffled or not).
+    std::uint64_t place(std::uint64_t position) const noexcept {
+      if (windows_) return (*windows_)(position);
+      return shuffle_ ? permutation_(position) : position;
+    }
+    /// The dataset index at an epoch's position `p` (place()'s result).
+    std::uint64_t index(std::uint64_t p) const {
       if (indexing_ != nullptr) return indexing_->epoch_index(seed_, epoch_, p);
       return selected_ ? (*selected_)[p] : p;
+    }
+    /// Whether index() maps through the epoch's list of indices, whose entries are read in
+    /// shuffled order: prefetch_index() starts loading one.
+    bool listed() const noexcept { return selected_ != nullptr; }
+    void prefetch_index(std::uint64_t p) const noexcept {
+      __builtin_prefetch(selected_->data() + p);
     }
 
    private:

@@ -1,5 +1,8 @@
 #include "ferry/mixture.hpp"
 
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -297,23 +300,42 @@ std::vector<std::uint64_t> Mixture::epoch_indices(std::uint64_t seed, std::uint6
     }
     if (r == 0) continue;
     // Positions [epoch x r, (epoch + 1) x r) of the stream of passes: pass c, place j, in the
-    // stream's order (so that epoch_index() finds any of them directly).
+    // stream's order (so that epoch_index() finds any of them directly). Each place is a
+    // permutation's value, worked out on the idle workers in pieces (the loader asks for an
+    // epoch's indices as it starts), but for a source that selects, whose pass is one list.
     const u128 first = static_cast<u128>(epoch) * r;
-    std::uint64_t current = UINT64_MAX;
-    std::vector<std::uint64_t> list;
-    std::optional<PassOrder> order;
-    for (std::size_t i = 0; i < r; ++i) {
-      const u128 p = first + i;
-      const auto c = static_cast<std::uint64_t>(p / n);
-      const auto j = static_cast<std::uint64_t>(p % n);
-      if (c != current || !order) {
-        current = c;
-        const std::uint64_t ks = stream_seed(seed, k);
-        order.emplace(n, mix(ks ^ mix(c + 1)));
-        if (selects) list = pass_list(ks, c);
+    const std::size_t at_out = out.size();
+    out.resize(at_out + r);
+    const auto places = [&, base, n, k](std::size_t begin, std::size_t end) {
+      // Pass c, place j of the piece's first position (one 128-bit division), then counted on.
+      const u128 p = first + begin;
+      auto c = static_cast<std::uint64_t>(p / n);
+      auto j = static_cast<std::uint64_t>(p % n);
+      const std::uint64_t ks = stream_seed(seed, k);
+      std::vector<std::uint64_t> list;
+      std::optional<PassOrder> order;
+      for (std::size_t i = begin; i < end; ++i, ++j) {
+        if (j == n) {
+          j = 0;
+          ++c;
+          order.reset();
+        }
+        if (!order) {
+          order.emplace(n, mix(ks ^ mix(c + 1)));
+          if (selects) list = pass_list(ks, c);
+        }
+        const std::uint64_t at = (*order)(j);
+        out[at_out + i] = base + (selects ? list[at] : at);
       }
-      const std::uint64_t at = (*order)(j);
-      out.push_back(base + (selects ? list[at] : at));
+    };
+    constexpr std::size_t kPiece = 8192;
+    if (selects || r < 2 * kPiece) {
+      places(0, r);
+    } else {
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, r, kPiece),
+                        [&](const tbb::blocked_range<std::size_t>& piece) {
+                          places(piece.begin(), piece.end());
+                        });
     }
   }
   if (stratified_ == 0) return out;
