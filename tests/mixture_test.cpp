@@ -718,6 +718,74 @@ class DeclaredTexts : public Texts {
   std::int64_t longest_;
 };
 
+// Writes the SampleRef's seed ("seed") and 1 to 3 tokens of its index ("tokens", ragged).
+class Seeds : public ferry::Dataset {
+ public:
+  explicit Seeds(std::size_t n) : n_(n) {}
+  std::size_t size() const override { return n_; }
+  std::vector<FieldSpec> fields() const override {
+    return {{"tokens", DType::i32, {ferry::ragged}}, {"seed", DType::i64, {}}};
+  }
+  std::int64_t length(std::size_t index, std::size_t) const override {
+    return 1 + static_cast<std::int64_t>(index % 3);
+  }
+  void read(std::size_t index, ferry::SampleRef out) const override {
+    auto* t = out.as<std::int32_t>(0);
+    std::fill(t, t + length(index, 0), static_cast<std::int32_t>(index));
+    *out.as<std::int64_t>(1) = static_cast<std::int64_t>(out.seed());
+  }
+
+ private:
+  std::size_t n_;
+};
+
+TEST(Mixture, EachCopyOfARepeatedSampleHasItsOwnSeedWhateverTheBatchingRanksOrWorkers) {
+  // 18 of the epoch's 24 samples from a source of 4 (each given 4 or 5 times), 6 of 10 from
+  // the other.
+  const auto m = Mixture::open({{std::make_shared<Seeds>(4), 3}, {std::make_shared<Seeds>(10), 1}},
+                               epochs(24));
+  using Pairs = std::multiset<std::pair<std::uint64_t, std::int64_t>>;
+  const auto run = [&](LoaderOptions o) {
+    Pairs got;
+    Loader loader(m, o);
+    for (const Batch& b : loader.epoch(3)) {
+      const ferry::Tensor seed = b["seed"].cpu();
+      for (std::size_t i = 0; i < b.size(); ++i) {
+        got.emplace(b.indices()[i], seed.data<std::int64_t>()[i]);
+      }
+    }
+    return got;
+  };
+  within(60s, [&] {
+    LoaderOptions one = options(5, true, 9);
+    one.workers = 1;
+    const Pairs want = run(one);
+    ASSERT_EQ(want.size(), 24U);
+    // Each copy its own seed: as many seeds of a sample as it has copies.
+    std::map<std::uint64_t, std::set<std::int64_t>> seeds;
+    std::map<std::uint64_t, std::size_t> copies;
+    for (const auto& [index, seed] : want) {
+      seeds[index].insert(seed);
+      ++copies[index];
+    }
+    for (const auto& [index, n] : copies) {
+      EXPECT_EQ(seeds[index].size(), n) << "sample " << index << ": copies share a seed";
+    }
+    EXPECT_GE(copies[0], 4U);
+    // Two ranks of batch 3, and dynamic batches under a token budget: the same seeds.
+    Pairs ranks;
+    for (int rank = 0; rank < 2; ++rank) {
+      const Pairs part = run(options(3, true, 9, rank, 2));
+      ranks.insert(part.begin(), part.end());
+    }
+    EXPECT_EQ(ranks, want);
+    LoaderOptions budget = options(8, true, 9);
+    budget.max_tokens = 6;
+    budget.ragged = ferry::RaggedBatch::pack;
+    EXPECT_EQ(run(budget), want);
+  });
+}
+
 TEST(Mixture, MaxLengthIsTheSourcesLongestOrUnknownWhenASourceDoesNotKnowIt) {
   const auto known = Mixture::open({{std::make_shared<DeclaredTexts>(40, 0, 30), 1},
                                     {std::make_shared<DeclaredTexts>(9, 5, 44), 3}},

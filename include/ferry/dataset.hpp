@@ -60,7 +60,9 @@ class FERRY_API SampleRef {
     return static_cast<T*>(data(field));
   }
   /// A seed for this sample's randomness (augmentation), from (seed, epoch, index) only: the
-  /// same whatever the worker count or timing.
+  /// same whatever the worker count, world size or timing. For a dataset that selects its
+  /// epochs' samples (a Mixture), the sample's position in the epoch takes the index's place, so
+  /// that each copy of a sample the epoch holds twice has a seed of its own.
   std::uint64_t seed() const noexcept { return seed_; }
 
  private:

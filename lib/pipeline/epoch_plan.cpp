@@ -130,7 +130,8 @@ void EpochPlan::plan(std::uint64_t lo, std::uint64_t hi, Window& out) const {
   std::vector<Item>& items = out.items;
   items.resize(hi - lo);
   for (std::uint64_t p = lo; p < hi; ++p) {
-    const std::uint64_t index = order_(p);
+    const std::uint64_t place = order_.place(p);
+    const std::uint64_t index = order_.index(place);
     std::int64_t l = 0;
     try {
       l = dataset_->length(index, field_);
@@ -141,7 +142,7 @@ void EpochPlan::plan(std::uint64_t lo, std::uint64_t hi, Window& out) const {
       throw DataError("Loader: field \"" + field_name_ + "\": sample " + std::to_string(index) +
                       " has " + std::to_string(l) + " rows");
     }
-    items[p - lo] = {index, l};
+    items[p - lo] = {index, l, place};
   }
   if (o.bucket_window != 0) {
     std::stable_sort(items.begin(), items.end(),
@@ -182,7 +183,8 @@ void EpochPlan::plan(std::uint64_t lo, std::uint64_t hi, Window& out) const {
   }
 }
 
-void EpochPlan::batch(std::size_t k, std::vector<std::uint64_t>& out) {
+void EpochPlan::batch(std::size_t k, std::vector<std::uint64_t>& out,
+                      std::vector<std::uint64_t>* places) {
   // Past the last global batch, padding wraps around to the plan's first ones.
   const std::size_t g = (first_ + rank_ + k * world_) % global_;
   const auto j = static_cast<std::size_t>(std::upper_bound(before_.begin(), before_.end(), g) -
@@ -196,6 +198,9 @@ void EpochPlan::batch(std::size_t k, std::vector<std::uint64_t>& out) {
   const auto [first, last] = cached_.batches[g - before_[j]];
   out.resize(last - first);
   for (std::size_t i = first; i < last; ++i) out[i - first] = cached_.items[i].index;
+  if (places == nullptr) return;
+  places->resize(last - first);
+  for (std::size_t i = first; i < last; ++i) (*places)[i - first] = cached_.items[i].place;
 }
 
 std::uint64_t EpochPlan::position_after(std::size_t k) const noexcept {

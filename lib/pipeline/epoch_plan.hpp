@@ -55,10 +55,12 @@ class EpochPlan {
 
   /// Batches of this rank in the run.
   std::size_t batches() const noexcept { return count_; }
-  /// Writes batch k's dataset indices into `out` (resized within its capacity). Plans the
+  /// Writes batch k's dataset indices into `out` (resized within its capacity), and their
+  /// epoch positions (Sampler::Order::place()) into `places` when given. Plans the
   /// batch's window unless it is the one planned last: one thread at a time (the planner's).
   /// \pre k < batches(). \throws as the constructor.
-  void batch(std::size_t k, std::vector<std::uint64_t>& out);
+  void batch(std::size_t k, std::vector<std::uint64_t>& out,
+             std::vector<std::uint64_t>* places = nullptr);
   /// The epoch's global position once every rank has received the run's first k batches.
   std::uint64_t position_after(std::size_t k) const noexcept;
   /// The number of the run's first batch among a run from 0's: the batch reaching the run's
@@ -79,6 +81,7 @@ class EpochPlan {
   struct Item {
     std::uint64_t index;
     std::int64_t length;
+    std::uint64_t place;  // its epoch position, before a selecting dataset's list
   };
   /// One window planned: its samples (sorted by length with bucketing) and its batches,
   /// [first, last) of them, in the window's batch order.

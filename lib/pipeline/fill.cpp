@@ -63,9 +63,12 @@ void fill_range(RunState& run, Slot& slot, std::size_t begin, std::size_t end,
     if (i + kAhead < end) dataset.prefetch(slot.indices[i + kAhead]);
     const std::uint64_t index = slot.indices[i];
     try {
-      dataset.read(index,
-                   SampleRefs::make(&layout.written, slot.data, i,
-                                    sample_seed(impl.options.seed, run.epoch, index), &slot.rows));
+      // The seed follows the sample's epoch position, which is its index but for a dataset
+      // that selects its epochs (a Mixture): a sample given twice gets two seeds.
+      dataset.read(
+          index,
+          SampleRefs::make(&layout.written, slot.data, i,
+                           sample_seed(impl.options.seed, run.epoch, slot.places[i]), &slot.rows));
       if (impl.ragged->any) impl.ragged->pad_sample(layout.written, slot.rows, i, slot.data);
       if (ops_here) {
         for (const FieldPlan& plan : layout.plans) plan.run(host, OpSpan{slot.data, nullptr, i, 1});

@@ -70,9 +70,9 @@ void run_planner(RunState& run) {
       slot.copied = Event();
       fault(FaultPoint::planner, k);
       if (run.plan) {
-        run.plan->batch(k, slot.indices);
+        run.plan->batch(k, slot.indices, &slot.places);
       } else {
-        run.sampler.batch(run.order, k, slot.indices);
+        run.sampler.batch(run.order, k, slot.indices, &slot.places);
       }
       if (impl.layout->gather) {
         // Nothing to read: the slot carries the indices, the copy stage gathers the rows.

@@ -71,6 +71,7 @@ struct Slot {
   std::byte* data = nullptr;
   bool pinned = false;                       ///< data's pages are locked
   std::vector<std::uint64_t> indices;        ///< the batch's dataset indices
+  std::vector<std::uint64_t> places;         ///< their epoch positions (their samples' seeds)
   std::vector<std::exception_ptr> failures;  ///< per position, set by workers
   std::size_t number = 0;                    ///< the batch's number in its epoch
   std::exception_ptr error;                  ///< the batch failed

@@ -143,7 +143,8 @@ Sampler::Order Sampler::order(std::uint64_t epoch) const {
   return o;
 }
 
-void Sampler::batch(const Order& order, std::size_t k, std::vector<std::uint64_t>& out) const {
+void Sampler::batch(const Order& order, std::size_t k, std::vector<std::uint64_t>& out,
+                    std::vector<std::uint64_t>* places) const {
   const std::size_t count = batch_size(k);
   out.resize(count);
   const std::size_t w = std::max<std::size_t>(options_.world_size, 1);
@@ -153,6 +154,7 @@ void Sampler::batch(const Order& order, std::size_t k, std::vector<std::uint64_t
     // past n, padding wraps around to the epoch's first positions.
     out[i] = order.place((start_ + j * w + options_.rank) % n_);
   }
+  if (places != nullptr) places->assign(out.begin(), out.end());
   if (!order.listed()) {
     for (std::size_t i = 0; i < count; ++i) out[i] = order.index(out[i]);
     return;

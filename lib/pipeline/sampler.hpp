@@ -184,9 +184,12 @@ class Sampler {
     std::uint64_t epoch_ = 0;
   };
   Order order(std::uint64_t epoch) const;
-  /// Writes batch k's dataset indices, in the epoch `order`, into `out` (resized).
+  /// Writes batch k's dataset indices, in the epoch `order`, into `out` (resized), and, when
+  /// `places` is given, their epoch positions (Order::place(), before the selecting dataset's
+  /// list: a sample an epoch holds twice is at two places).
   /// \pre k < batches(); `order` is this sampler's.
-  void batch(const Order& order, std::size_t k, std::vector<std::uint64_t>& out) const;
+  void batch(const Order& order, std::size_t k, std::vector<std::uint64_t>& out,
+             std::vector<std::uint64_t>* places = nullptr) const;
   /// The same with the order of `epoch` built for this one batch.
   void batch(std::uint64_t epoch, std::size_t k, std::vector<std::uint64_t>& out) const {
     batch(order(epoch), k, out);
