@@ -140,13 +140,20 @@ std::uint64_t tokens(const std::vector<std::uint64_t>& batch) {
 
 TEST(EpochPlan, TenMillionSamplesPlanInABoundedHeap) {
   // 10^7 samples: planned whole, the epoch would take 16 bytes a sample (160 MB) while planning
-  // and 8 kept. Window by window, the plan holds one window (16 bytes a sample of it), a count
-  // per window and a position per batch of this rank: about 1 MB here, whatever the epoch.
+  // and 8 kept. Window by window, the plan holds the windows being planned (16 bytes a sample
+  // of each; two at once here, one per worker), a count per window and a position per batch of
+  // this rank: about 3 MB here, whatever the epoch.
   constexpr std::size_t kSamples = 10'000'000;
   constexpr std::uint64_t kBound = 4'000'000;  // bytes
   const Lengths data(kSamples);
   LoaderOptions o = budget(256, 4, 1);
   o.max_tokens = 8192;
+  o.workers = 2;  // windows planned two at a time
+  {
+    // oneTBB's own state, made once for the process and kept: made before counting.
+    const Lengths warm(3 * kWindow);
+    const EpochPlan plan(warm, 0, o, 0);
+  }
   const std::uint64_t before = g_live.load();
   g_peak.store(before);
   std::uint64_t samples = 0;
@@ -174,6 +181,37 @@ TEST(EpochPlan, TenMillionSamplesPlanInABoundedHeap) {
   EXPECT_LT(samples, kSamples / 4 * 11 / 10);
   EXPECT_GE(data.asked.load(), 2 * kSamples);
   EXPECT_LE(data.asked.load(), 2 * kSamples + kWindow);
+}
+
+TEST(EpochPlan, WindowsCountedOnSeveralThreadsGiveThePlanOfOne) {
+  const std::size_t n = 5 * kWindow + 777;
+  const Lengths data(n);
+  for (const std::size_t bucket : {std::size_t{0}, std::size_t{5000}}) {
+    for (const std::uint64_t start : {std::uint64_t{0}, std::uint64_t{kWindow + 3}}) {
+      if (bucket != 0 && start != 0) continue;  // a bucketed plan resumes at batch ends only
+      SCOPED_TRACE("bucket_window " + std::to_string(bucket) + ", start " + std::to_string(start));
+      std::vector<Batches> plans;
+      std::vector<std::vector<std::uint64_t>> afters;
+      for (const int workers : {1, 2, 3}) {
+        LoaderOptions o = budget(64, 3, 2);
+        o.bucket_window = bucket;
+        o.workers = workers;
+        EpochPlan plan(data, 0, o, 4, start);
+        plans.push_back(all_batches(plan));
+        afters.emplace_back();
+        for (std::size_t k = 0; k <= plan.batches(); ++k) {
+          afters.back().push_back(plan.position_after(k));
+        }
+        afters.back().push_back(plan.number_offset());
+        afters.back().push_back(plan.global_batches());
+      }
+      EXPECT_GT(plans[0].size(), 100U);
+      EXPECT_EQ(plans[1], plans[0]);
+      EXPECT_EQ(plans[2], plans[0]);
+      EXPECT_EQ(afters[1], afters[0]);
+      EXPECT_EQ(afters[2], afters[0]);
+    }
+  }
 }
 
 TEST(EpochPlan, BatchesFollowTheOrderAndNeverCrossAWindow) {

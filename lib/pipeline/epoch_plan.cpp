@@ -1,6 +1,10 @@
 #include "pipeline/epoch_plan.hpp"
 
+#include <oneapi/tbb/parallel_pipeline.h>
+#include <oneapi/tbb/task_arena.h>
+
 #include <algorithm>
+#include <memory>
 #include <string>
 
 #include "ferry/error.hpp"
@@ -85,16 +89,13 @@ EpochPlan::EpochPlan(const Dataset& dataset, std::size_t field, const LoaderOpti
     }
   }
   // The counting walk: each window planned once, keeping its batch count and the positions that
-  // this rank's batches end at.
+  // this rank's batches end at. Windows are planned on `workers` threads at once, a few ahead,
+  // and counted in their order.
   bool found = false;
   std::uint64_t at = origin_;
   before_.push_back(0);
-  for (std::size_t j = 0;; ++j) {
-    const auto [lo, hi] = window_range(j);
-    if (lo >= hi) break;
-    plan(lo, hi, cached_);
-    cached_index_ = j;
-    for (const auto& [first, last] : cached_.batches) {
+  const auto count = [&](const Window& window) {
+    for (const auto& [first, last] : window.batches) {
       if (!found && at == start) {
         found = true;
         first_ = global_;
@@ -104,6 +105,47 @@ EpochPlan::EpochPlan(const Dataset& dataset, std::size_t field, const LoaderOpti
       ++global_;
     }
     before_.push_back(global_);
+  };
+  const std::size_t windows = window_count();
+  const int threads =
+      options.workers > 0 ? options.workers : tbb::this_task_arena::max_concurrency();
+  // The last window planned stays planned (cached_), for the batches that come from it.
+  if (threads <= 1 || windows <= 1) {
+    for (std::size_t j = 0; j < windows; ++j) {
+      const auto [lo, hi] = window_range(j);
+      plan(lo, hi, cached_);
+      cached_index_ = j;
+      count(cached_);
+    }
+  } else {
+    tbb::task_arena arena(threads);
+    arena.execute([&] {
+      std::size_t next = 0;
+      tbb::parallel_pipeline(
+          static_cast<std::size_t>(threads),
+          tbb::make_filter<void, std::size_t>(tbb::filter_mode::serial_in_order,
+                                              [&](tbb::flow_control& fc) -> std::size_t {
+                                                if (next == windows) fc.stop();
+                                                return next++;
+                                              }) &
+              tbb::make_filter<std::size_t, std::shared_ptr<Window>>(
+                  tbb::filter_mode::parallel,
+                  [&](std::size_t j) {
+                    auto window = std::make_shared<Window>();
+                    const auto [lo, hi] = window_range(j);
+                    plan(lo, hi, *window);
+                    if (j + 1 < windows) window->items = {};  // only its batches are counted
+                    return window;
+                  }) &
+              tbb::make_filter<std::shared_ptr<Window>, void>(
+                  tbb::filter_mode::serial_in_order, [&](const std::shared_ptr<Window>& window) {
+                    count(*window);
+                    if (before_.size() - 1 == windows) {  // the last
+                      cached_ = std::move(*window);
+                      cached_index_ = windows - 1;
+                    }
+                  }));
+    });
   }
   if (!found) first_ = global_;  // start is the epoch's end
   const auto rank_batches = [&](std::size_t global) {
@@ -116,6 +158,12 @@ EpochPlan::EpochPlan(const Dataset& dataset, std::size_t field, const LoaderOpti
   } else if (first_ % world_ == 0) {
     number_offset_ = first_ / world_;
   }
+}
+
+std::size_t EpochPlan::window_count() const noexcept {
+  if (origin_ >= n_) return 0;
+  const std::uint64_t base = origin_ / window_ * window_;
+  return static_cast<std::size_t>((n_ - base + window_ - 1) / window_);
 }
 
 std::pair<std::uint64_t, std::uint64_t> EpochPlan::window_range(std::size_t j) const noexcept {
@@ -142,7 +190,7 @@ void EpochPlan::plan(std::uint64_t lo, std::uint64_t hi, Window& out) const {
       throw DataError("Loader: field \"" + field_name_ + "\": sample " + std::to_string(index) +
                       " has " + std::to_string(l) + " rows");
     }
-    items[p - lo] = {index, l, place};
+    items[p - lo] = {place, l};
   }
   if (o.bucket_window != 0) {
     std::stable_sort(items.begin(), items.end(),
@@ -197,7 +245,9 @@ void EpochPlan::batch(std::size_t k, std::vector<std::uint64_t>& out,
   }
   const auto [first, last] = cached_.batches[g - before_[j]];
   out.resize(last - first);
-  for (std::size_t i = first; i < last; ++i) out[i - first] = cached_.items[i].index;
+  for (std::size_t i = first; i < last; ++i) {
+    out[i - first] = order_.index(cached_.items[i].place);
+  }
   if (places == nullptr) return;
   places->resize(last - first);
   for (std::size_t i = first; i < last; ++i) (*places)[i - first] = cached_.items[i].place;

@@ -79,9 +79,8 @@ class EpochPlan {
 
  private:
   struct Item {
-    std::uint64_t index;
+    std::uint64_t place;  // its epoch position (its index before a selecting dataset's list)
     std::int64_t length;
-    std::uint64_t place;  // its epoch position, before a selecting dataset's list
   };
   /// One window planned: its samples (sorted by length with bucketing) and its batches,
   /// [first, last) of them, in the window's batch order.
@@ -91,6 +90,8 @@ class EpochPlan {
   };
   /// Plans the window of positions [lo, hi) into `out`.
   void plan(std::uint64_t lo, std::uint64_t hi, Window& out) const;
+  /// The plan's windows (from the origin to the epoch's end).
+  std::size_t window_count() const noexcept;
   /// Positions of the plan's window j (window 0 starts at the origin).
   std::pair<std::uint64_t, std::uint64_t> window_range(std::size_t j) const noexcept;
 
