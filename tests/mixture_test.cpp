@@ -586,6 +586,31 @@ TEST(Mixture, MixtureOfMixtures) {
   EXPECT_EQ(got, multiset(outer->epoch_indices(5, 2)));
 }
 
+TEST(Mixture, ALongEpochsListWorkedOutInPiecesIsTheListByPosition) {
+  // Shares 70,000, 5,000 and 25,000: remainders of 20,000 and 25,000 samples, whose places are
+  // worked out in pieces on several threads, and must be what epoch_index() gives position by
+  // position.
+  const auto m = Mixture::open({{std::make_shared<IndexDataset>(50'000, kWidth), 14},
+                                {std::make_shared<IndexDataset>(30'000, kWidth), 1},
+                                {std::make_shared<IndexDataset>(40'000, kWidth), 5}},
+                               epochs(100'000));
+  for (const std::uint64_t epoch : {std::uint64_t{0}, std::uint64_t{3}}) {
+    const std::vector<std::uint64_t> list = m->epoch_indices(6, epoch);
+    ASSERT_EQ(list.size(), 100'000U);
+    std::size_t differ = 0;
+    for (std::uint64_t p = 0; p < list.size(); ++p)
+      differ += list[p] != m->epoch_index(6, epoch, p);
+    EXPECT_EQ(differ, 0U) << "epoch " << epoch;
+    // Epoch 0 is the first 25,000 of the third source's first pass: no sample twice. (Epoch 3
+    // holds the last 5,000 of pass 1, then 20,000 of pass 2.)
+    const std::set<std::uint64_t> third(list.begin() + 75'000, list.end());
+    if (epoch == 0) {
+      EXPECT_EQ(third.size(), 25'000U);
+    }
+    EXPECT_GE(*third.begin(), 80'000U);
+  }
+}
+
 TEST(Mixture, EpochIndexGivesEachPositionOfTheListDirectly) {
   std::mt19937_64 rng(29);
   auto d = [](std::size_t n) { return std::make_shared<IndexDataset>(n, kWidth); };

@@ -4,9 +4,9 @@
 #include <oneapi/tbb/task_arena.h>
 
 #include <algorithm>
-#include <memory>
 #include <string>
 
+#include "core/tsan.hpp"
 #include "ferry/error.hpp"
 #include "pipeline/ragged.hpp"
 
@@ -34,6 +34,11 @@ std::uint64_t EpochPlan::plan_key(const LoaderOptions& options) noexcept {
 }
 
 namespace {
+
+// The address that marks for ThreadSanitizer how the counting walk's stages hand windows and
+// counts to each other through oneTBB (core/tsan.hpp): at namespace scope, so that a stage names
+// it without first reading its closure, which the caller's thread wrote.
+constexpr char plan_edge = 0;
 
 // The epoch's order as the sampler has it (no shard windows: a planned epoch is permuted whole).
 Sampler::Order epoch_order(const Dataset& dataset, const LoaderOptions& o, std::uint64_t epoch,
@@ -119,33 +124,45 @@ EpochPlan::EpochPlan(const Dataset& dataset, std::size_t field, const LoaderOpti
     }
   } else {
     tbb::task_arena arena(threads);
-    arena.execute([&] {
-      std::size_t next = 0;
-      tbb::parallel_pipeline(
-          static_cast<std::size_t>(threads),
-          tbb::make_filter<void, std::size_t>(tbb::filter_mode::serial_in_order,
-                                              [&](tbb::flow_control& fc) -> std::size_t {
-                                                if (next == windows) fc.stop();
-                                                return next++;
-                                              }) &
-              tbb::make_filter<std::size_t, std::shared_ptr<Window>>(
-                  tbb::filter_mode::parallel,
-                  [&](std::size_t j) {
-                    auto window = std::make_shared<Window>();
-                    const auto [lo, hi] = window_range(j);
-                    plan(lo, hi, *window);
-                    if (j + 1 < windows) window->items = {};  // only its batches are counted
-                    return window;
-                  }) &
-              tbb::make_filter<std::shared_ptr<Window>, void>(
-                  tbb::filter_mode::serial_in_order, [&](const std::shared_ptr<Window>& window) {
-                    count(*window);
-                    if (before_.size() - 1 == windows) {  // the last
-                      cached_ = std::move(*window);
-                      cached_index_ = windows - 1;
-                    }
-                  }));
-    });
+    // At most `threads` windows are between the first stage and the last, so window j can be
+    // planned into planned[j % threads]; the stages pass on j alone.
+    std::vector<Window> planned(static_cast<std::size_t>(threads));
+    const auto slot = [&](std::size_t j) -> Window& { return planned[j % planned.size()]; };
+    std::size_t next = 0;
+    const tbb::filter<void, void> stages =
+        tbb::make_filter<void, std::size_t>(tbb::filter_mode::serial_in_order,
+                                            [&](tbb::flow_control& fc) -> std::size_t {
+                                              FERRY_TSAN_ACQUIRE(&plan_edge);
+                                              if (next == windows) fc.stop();
+                                              const std::size_t j = next++;
+                                              FERRY_TSAN_RELEASE(&plan_edge);
+                                              return j;
+                                            }) &
+        tbb::make_filter<std::size_t, std::size_t>(tbb::filter_mode::parallel,
+                                                   [&](std::size_t j) {
+                                                     FERRY_TSAN_ACQUIRE(&plan_edge);
+                                                     const auto [lo, hi] = window_range(j);
+                                                     plan(lo, hi, slot(j));
+                                                     FERRY_TSAN_RELEASE(&plan_edge);
+                                                     return j;
+                                                   }) &
+        tbb::make_filter<std::size_t, void>(tbb::filter_mode::serial_in_order, [&](std::size_t j) {
+          FERRY_TSAN_ACQUIRE(&plan_edge);
+          count(slot(j));
+          if (j + 1 == windows) {
+            cached_ = std::move(slot(j));
+            cached_index_ = j;
+          }
+          FERRY_TSAN_RELEASE(&plan_edge);
+        });
+    FERRY_TSAN_RELEASE(&plan_edge);  // the stages and all before them, to the threads that run them
+    try {
+      arena.execute([&] { tbb::parallel_pipeline(planned.size(), stages); });
+    } catch (...) {  // a window that could not be planned: its error, once the stages are done
+      FERRY_TSAN_ACQUIRE(&plan_edge);
+      throw;
+    }
+    FERRY_TSAN_ACQUIRE(&plan_edge);
   }
   if (!found) first_ = global_;  // start is the epoch's end
   const auto rank_batches = [&](std::size_t global) {

@@ -11,20 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "core/tsan.hpp"
 #include "pipeline/fault.hpp"
-
-#if defined(__SANITIZE_THREAD__)
-#include <sanitizer/tsan_interface.h>
-// oneTBB as packaged is not instrumented, so ThreadSanitizer cannot see how it hands a task to
-// a worker or joins a parallel_for. These mark exactly those edges for it (and
-// tests/tsan.supp silences reports whose top frame is inside oneTBB's headers, or the two
-// functors below reading their own members, which oneTBB wrote).
-#define FERRY_TSAN_RELEASE(p) __tsan_release(const_cast<void*>(static_cast<const void*>(p)))
-#define FERRY_TSAN_ACQUIRE(p) __tsan_acquire(const_cast<void*>(static_cast<const void*>(p)))
-#else
-#define FERRY_TSAN_RELEASE(p) static_cast<void>(p)
-#define FERRY_TSAN_ACQUIRE(p) static_cast<void>(p)
-#endif
 
 namespace ferry::detail {
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <utility>
 
+#include "core/tsan.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry {
@@ -87,6 +88,11 @@ std::string field_difference(const FieldSpec& a, const FieldSpec& b) {
   if (a.normalize != b.normalize) return "normalize";
   return {};
 }
+
+// The address that marks for ThreadSanitizer how oneTBB hands out and joins the pieces of an
+// epoch's list (core/tsan.hpp): at namespace scope, so that a piece names it without first
+// reading its closure.
+constexpr char pieces_edge = 0;
 
 // Seeds of source k's streams: the extra samples' passes, and the full passes.
 std::uint64_t stream_seed(std::uint64_t seed, std::size_t k) noexcept {
@@ -332,10 +338,15 @@ std::vector<std::uint64_t> Mixture::epoch_indices(std::uint64_t seed, std::uint6
     if (selects || r < 2 * kPiece) {
       places(0, r);
     } else {
+      // Pieces handed out and joined by oneTBB: `pieces_edge` marks that for ThreadSanitizer.
+      FERRY_TSAN_RELEASE(&pieces_edge);
       tbb::parallel_for(tbb::blocked_range<std::size_t>(0, r, kPiece),
                         [&](const tbb::blocked_range<std::size_t>& piece) {
+                          FERRY_TSAN_ACQUIRE(&pieces_edge);
                           places(piece.begin(), piece.end());
+                          FERRY_TSAN_RELEASE(&pieces_edge);
                         });
+      FERRY_TSAN_ACQUIRE(&pieces_edge);
     }
   }
   if (stratified_ == 0) return out;
