@@ -205,6 +205,17 @@ py::list field_list(const Dataset& d) {
   return out;
 }
 
+// The index of field `name`, which must be ragged. \throws KeyError naming it otherwise.
+std::size_t ragged_field(const Dataset& d, const std::string& name) {
+  const std::vector<FieldSpec> fields = d.fields();
+  for (std::size_t f = 0; f < fields.size(); ++f) {
+    if (fields[f].name != name) continue;
+    if (!fields[f].is_ragged()) throw py::key_error("field \"" + name + "\" is not ragged");
+    return f;
+  }
+  throw py::key_error("no field \"" + name + "\"");
+}
+
 }  // namespace
 
 std::shared_ptr<const Dataset> to_dataset(const py::handle& obj) {
@@ -275,7 +286,25 @@ cache_bytes (0: 50 GiB), over `connections` parallel transfers, each retried `re
 Random-access samples: the base of ferry's datasets. len(dataset) is its size; `fields` lists
 (name, dtype, shape) per sample, None standing for a ragged (variable) first dimension.)doc")
       .def("__len__", &Dataset::size)
-      .def_property_readonly("fields", &field_list);
+      .def_property_readonly("fields", &field_list)
+      .def(
+          "length",
+          [](const Dataset& d, std::size_t index, const std::string& field) {
+            return d.length(index, ragged_field(d, field));
+          },
+          py::arg("index"), py::arg("field"),
+          "Rows of sample `index`'s ragged field `field` (its first dimension).")
+      .def(
+          "max_length",
+          [](const Dataset& d, const std::string& field) -> std::optional<std::int64_t> {
+            const std::int64_t most = d.max_length(ragged_field(d, field));
+            if (most < 0) return std::nullopt;
+            return most;
+          },
+          py::arg("field"),
+          "The longest sample's rows in ragged field `field` when the dataset knows it without "
+          "asking every sample (a WebDataset from its index, a Mixture from its sources), else "
+          "None: a loader then asks every sample's length once, when it is made.");
 
   py::class_<TensorDataset, Dataset, std::shared_ptr<TensorDataset>>(m, "TensorDataset", R"doc(
 Tensors that share dimension 0 (the sample), by field name, without a copy:

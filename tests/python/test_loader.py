@@ -411,3 +411,41 @@ def test_files_as_urls(ferry, tmp_path):
     np.testing.assert_array_equal(a["input"].numpy(), b["input"].numpy())
     with pytest.raises(ferry.DataError, match="missing.bin"):
         ferry.TokenDataset(["file://" + str(tmp_path / "missing.bin")], seq_len=8, remote=remote)
+
+
+def test_ragged_lengths_and_the_longest_from_a_webdatasets_index(ferry, tmp_path):
+    import io
+    import tarfile
+
+    texts = [b"abc", b"abcdefg", b"a", b"abcdefghij", b"abcde"]
+
+    def shard(name, items):
+        path = tmp_path / name
+        with tarfile.open(path, "w") as tar:
+            for key, data in items:
+                for ext, payload in (("txt", data), ("cls", str(len(data)).encode())):
+                    info = tarfile.TarInfo(f"{key}.{ext}")
+                    info.size = len(payload)
+                    tar.addfile(info, io.BytesIO(payload))
+        return path
+
+    a = ferry.WebDataset([shard("a.tar", [(f"s{i}", t) for i, t in enumerate(texts)])])
+    b = ferry.WebDataset([shard("b.tar", [("t0", b"x" * 12), ("t1", b"y" * 2)])])
+    assert [a.length(i, "txt") for i in range(len(a))] == [3, 7, 1, 10, 5]
+    assert a.max_length("txt") == 10
+    with pytest.raises(KeyError, match="not ragged"):
+        a.max_length("cls")
+    with pytest.raises(KeyError, match="no field"):
+        a.length(0, "png")
+    mix = ferry.Mixture([(a, 1), (b, 1)], epoch_size=7)
+    assert mix.max_length("txt") == 12
+    # Packed batches of the mixture: each sample's bytes, their lengths from the index.
+    loader = ferry.Loader(mix, batch_size=7, device="cpu", ragged="pack")
+    batch = next(iter(loader.epoch(0)))
+    lengths = batch.lengths("txt").numpy()
+    offsets = batch.offsets("txt").numpy()
+    data = batch["txt"].numpy().tobytes()
+    expected = texts + [b"x" * 12, b"y" * 2]
+    for i, index in enumerate(batch.indices):
+        assert lengths[i] == len(expected[index])
+        assert data[offsets[i]:offsets[i + 1]] == expected[index]
