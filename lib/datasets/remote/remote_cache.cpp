@@ -41,14 +41,16 @@ struct PartDownload {
         size(bytes),
         part_bytes(part),
         parts(static_cast<std::size_t>((bytes + part - 1) / part)),
-        writer(target, label) {}
+        writer(std::in_place, target, label) {}
   const std::string url;
   const std::string who;
   const FileLabel label;
   const std::uint64_t size;
   const std::uint64_t part_bytes;
   const std::size_t parts;
-  AtomicFileWriter writer;  // each part writes its bytes at their offset
+  // Each part writes its bytes at their offset; the owner removes it (reset) once no part is
+  // under way, unless it is complete.
+  std::optional<AtomicFileWriter> writer;
   // A failure, a change of the file or a cancel: the parts under way end, no part is taken.
   std::atomic<bool> stop{false};
   // A server that ignores Range is sending the whole file to one transfer: the others end.
@@ -405,7 +407,13 @@ class Downloader {
   bool help(PartDownload& d) {
     const std::optional<std::size_t> k = take(d);
     if (!k) return false;
-    settle(d, fetch_part(d, *k));
+    bool complete = false;
+    try {
+      complete = fetch_part(d, *k);
+    } catch (...) {
+      fail_download(d, std::current_exception());
+    }
+    settle(d, complete);
     return true;
   }
 
@@ -571,20 +579,30 @@ class Downloader {
         board.downloads[url] = d;
         board.coming.erase(url);
       }
-      if (board.posted) board.posted();
-      while (help(*d)) {
-      }
+      struct Unpost {  // off the board however this ends
+        PartBoard::Impl& board;
+        const std::shared_ptr<PartDownload>& d;
+        ~Unpost() {
+          d->stop = true;
+          const std::lock_guard lock(board.mutex);
+          const auto it = board.downloads.find(d->url);
+          if (it != board.downloads.end() && it->second == d) board.downloads.erase(it);
+        }
+      };
       {
+        const Unpost unpost{board, d};
+        if (board.posted) board.posted();
+        while (help(*d)) {
+        }
         std::unique_lock lock(d->mutex);
         d->settled.wait(lock, [&] { return d->running == 0; });
       }
-      {
-        const std::lock_guard lock(board.mutex);
-        const auto it = board.downloads.find(url);
-        if (it != board.downloads.end() && it->second == d) board.downloads.erase(it);
-      }
-      // No part is under way: what they left is read without the lock.
-      if (cancelled()) throw DataError(d->label.prefix() + "cannot download: cancelled");
+      // No part is under way: what they left is read without the lock, and a temporary file
+      // that is not complete goes now (not when the last thread that helped lets the download go).
+      const bool complete = d->whole_done || d->done == d->parts;
+      const bool cancel = cancelled();
+      if (cancel || d->error || !d->change.empty() || !complete) d->writer.reset();
+      if (cancel) throw DataError(d->label.prefix() + "cannot download: cancelled");
       if (d->error) std::rethrow_exception(d->error);
       if (!d->change.empty()) {
         if (attempt + 1 < attempts) continue;
@@ -592,11 +610,11 @@ class Downloader {
                         "during the download (" + d->change + ") (after " +
                         std::to_string(attempts) + (attempts == 1 ? " try)" : " tries)"));
       }
-      if (!d->whole_done && d->done != d->parts) {  // every part ended, not every part came
+      if (!complete) {  // every part ended, not every part came
         throw DataError(d->label.prefix() + "cannot download: " + std::to_string(d->done) + " of " +
                         std::to_string(d->parts) + " parts came");
       }
-      d->writer.commit();
+      d->writer->commit();
       write_meta(url, target, size, d->etag);
       return;
     }
@@ -627,6 +645,15 @@ class Downloader {
     const std::lock_guard lock(d.mutex);
     if (d.change.empty()) d.change = how;
     d.stop = true;
+  }
+  // The server's file is not of the size the download was asked for (the size a dataset
+  // learned at open): not retried.
+  static void other_size(PartDownload& d, std::uint64_t bytes) {
+    fail_download(d, std::make_exception_ptr(DataError(
+                         d.label.prefix() + "cannot download: the file has " +
+                         std::to_string(bytes) + " bytes on the server, " + std::to_string(d.size) +
+                         " when the dataset was opened (the file changed on the server: give a "
+                         "changed file a new name; not retried)")));
   }
   // Whether a response with `etag` is of the file being downloaded (the first response's ETag).
   static bool same_file(PartDownload& d, const std::string& etag) {
@@ -676,18 +703,14 @@ class Downloader {
                     (h.range_total ? std::to_string(*h.range_total) : std::string("?")) +
                     " bytes; asked from " + std::to_string(s.pos) + " of " +
                     std::to_string(d.size) + ")";
-            if (h.range_total && *h.range_total != d.size) {
-              changed(d, "its size went from " + std::to_string(d.size) + " to " +
-                             std::to_string(*h.range_total) + " bytes");
-            }
+            if (h.range_total && *h.range_total != d.size) other_size(d, *h.range_total);
             return 0;
           }
           if (!same_file(d, h.response_etag)) return 0;
         } else if (status == 200) {
           // The server ignores Range: the whole file comes, and this transfer writes it all.
           if (h.content_length && *h.content_length != d.size) {
-            changed(d, "its size went from " + std::to_string(d.size) + " to " +
-                           std::to_string(*h.content_length) + " bytes");
+            other_size(d, *h.content_length);
             return 0;
           }
           if (!same_file(d, h.response_etag)) return 0;
@@ -709,7 +732,7 @@ class Downloader {
       }
       if (d.stop.load() || (d.whole.load() && !s.whole)) return 0;
       const auto take = static_cast<std::size_t>(std::min<std::uint64_t>(size * n, s.end - s.pos));
-      d.writer.write_at(s.pos, {reinterpret_cast<const std::byte*>(data), take});
+      d.writer->write_at(s.pos, {reinterpret_cast<const std::byte*>(data), take});
       s.pos += take;
       return take;  // more than the part asked for: cut
     } catch (...) {
