@@ -19,12 +19,13 @@ namespace ferry {
 /// IdxDataset files), a file may be a URL: "http://...", "https://...", "file://..." or
 /// "s3://bucket/key" (endpoint from $AWS_ENDPOINT_URL, else AWS's for $AWS_REGION; credentials
 /// from $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY and $AWS_SESSION_TOKEN; signed with SigV4).
-/// Each one is downloaded whole into the cache (at most `connections` transfers at once) and then
-/// read from there: at open, except a WebDataset shard whose index "<url>.idx" the server has, and
-/// a TokenDataset file (of which open reads the first 4 KiB and the size alone), which are fetched
-/// while the epochs run, in the order the loader announces (Dataset::will_read), a read of a file
-/// not here yet waiting for that file alone. A file already in the cache is used as it is: the
-/// cache assumes that what a URL names does not change (give a changed file a new name).
+/// Each one is downloaded into the cache (at most `connections` transfers at once; a large file
+/// fetched while reading comes in parts: `part_bytes`) and then read from there: at open, except
+/// a WebDataset shard whose index "<url>.idx" the server has, and a TokenDataset file (of which
+/// open reads the first 4 KiB and the size alone), which are fetched while the epochs run, in
+/// the order the loader announces (Dataset::will_read), a read of a file not here yet waiting
+/// for that file alone. A file already in the cache is used as it is: the cache assumes that
+/// what a URL names does not change (give a changed file a new name).
 ///
 /// The cache is a folder that several processes may share: each file is downloaded once (a
 /// lock per file; the others wait for it, then use it), only complete files are visible (a

@@ -1,14 +1,16 @@
 #pragma once
 
-// Files given as URLs: downloaded whole into a local cache shared by processes, then read as
-// local files. Written once here; the datasets call fetch_files() at open and keep the
-// CachedFiles for as long as they read them, or read only a file's head at open (read_head())
-// and fetch the file while reading (Prefetcher, through a Fetcher).
+// Files given as URLs: downloaded into a local cache shared by processes (whole, or in parts
+// that several threads fetch at once), then read as local files. Written once here; the datasets
+// call fetch_files() at open and keep the CachedFiles for as long as they read them, or read only a
+// file's head at open (read_head()) and fetch the file while reading (Prefetcher, through a
+// Fetcher).
 //
 // The cache folder (RemoteOptions::cache_dir, else $FERRY_CACHE_DIR, else ~/.cache/ferry):
 // * "<16 hex of the URL's FNV-1a>-<the URL's last segment>": a downloaded file, complete (it
 //   was written through AtomicFileWriter and renamed only once its size matched the server's
-//   Content-Length); "<that>.meta" records the URL, the size and the server's ETag;
+//   Content-Length, or every part of it came); "<that>.meta" records the URL, the size and the
+//   server's ETag;
 //   "<that>.idx" is a WebDataset shard's index (fetched from the server or built here);
 // * "<entry>.lock": held (flock LOCK_EX) by whoever downloads the entry; others wait on it,
 //   then find the file there. Lock files stay (empty files).
