@@ -300,6 +300,7 @@ class FaultProxy {
     truncate,   // half the body, then a clean close
     drop,       // half the body, then a reset (RST)
     stall,      // half the body, then silence for 3 s, then a close
+    etag,       // the whole answer, its ETag another one each time (the file changed meanwhile)
   };
 
   explicit FaultProxy(int upstream) : upstream_(upstream) {
@@ -406,6 +407,14 @@ class FaultProxy {
       ::close(up);
     }
     const std::size_t body = response.find("\r\n\r\n");
+    if (fault == Fault::etag && body != std::string::npos) {
+      const std::size_t at = response.find("\r\nETag: ");
+      if (at != std::string::npos && at < body) {
+        const std::size_t from = at + 8, end = response.find("\r\n", from);
+        response.replace(from, end - from, "\"changed-" + std::to_string(++changes_) + "\"");
+      }
+      fault = Fault::pass;
+    }
     if (fault == Fault::pass || body == std::string::npos) {
       send_all(client, response);
       ::close(client);
@@ -434,6 +443,7 @@ class FaultProxy {
   std::deque<Fault> faults_;
   std::vector<std::string> requests_;
   std::vector<std::thread> handlers_;  // the accepting thread's own
+  std::atomic<int> changes_{0};
   std::thread thread_;
 };
 
@@ -1480,6 +1490,33 @@ TEST_F(Remote, AFileInPartsSurvivesDroppedCutAndRefusedPartsAndIsNeverTakenParti
   // The next epoch downloads it again, whole and right.
   expect_same_file(g, ferry::TokenDataset::open({www("faults/g.bin")}, tokens()), cache_,
                    www("faults/g.bin"));
+}
+
+TEST_F(Remote, AFileThatChangesMidDownloadStartsOverAndIsNeverTornElseADataError) {
+  FaultProxy proxy(nginx_->port());
+  fs::create_directories(www("change"));
+  write_bytes(www("change/f.bin"), random_bytes(1'000'000, 71));
+  ferry::TokenOptions o = tokens(0, 2);
+  o.remote.connections = 4;
+  o.remote.part_bytes = 100'000;
+  const auto url = ferry::TokenDataset::open({proxy.url("change/f.bin")}, o);
+  // The second part's answer carries another ETag: the first try stops, the next starts over
+  // (a new temporary file: nothing of the first try is kept) and brings the file whole.
+  proxy.push(FaultProxy::Fault::pass);
+  proxy.push(FaultProxy::Fault::etag);
+  expect_same_file(url, ferry::TokenDataset::open({www("change/f.bin")}, tokens()), cache_,
+                   www("change/f.bin"));
+  // The head, some parts of the first try, all ten of the second.
+  EXPECT_GE(proxy.requests().size(), 1U + 2U + 10U);
+
+  // A file that changes at every try: a DataError naming the URL and the change.
+  write_bytes(www("change/g.bin"), random_bytes(1'000'000, 72));
+  const auto g = ferry::TokenDataset::open({proxy.url("change/g.bin")}, o);
+  for (int i = 0; i < 100; ++i) proxy.push(FaultProxy::Fault::etag);
+  expect_error<DataError>([&] { (void)samples_of(g); },
+                          {"TokenDataset: " + proxy.url("change/g.bin") + ": cannot download",
+                           "the file changed on the server during the download", "after 3 tries"});
+  EXPECT_TRUE(cached_copy(cache_, "g.bin").empty());
 }
 
 TEST_F(Remote, AServerThatIgnoresRangeAndFileUrlsSendFilesInPartsWhole) {
