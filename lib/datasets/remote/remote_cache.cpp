@@ -648,10 +648,11 @@ class Downloader {
   }
   // The server's file is not of the size the download was asked for (the size a dataset
   // learned at open): not retried.
-  static void other_size(PartDownload& d, std::uint64_t bytes) {
+  static void other_size(PartDownload& d, std::uint64_t bytes, bool at_least = false) {
     fail_download(d, std::make_exception_ptr(DataError(
                          d.label.prefix() + "cannot download: the file has " +
-                         std::to_string(bytes) + " bytes on the server, " + std::to_string(d.size) +
+                         (at_least ? "more than " : "") + std::to_string(bytes) +
+                         " bytes on the server, " + std::to_string(d.size) +
                          " when the dataset was opened (the file changed on the server: give a "
                          "changed file a new name; not retried)")));
   }
@@ -731,6 +732,10 @@ class Downloader {
         return size * n;
       }
       if (d.stop.load() || (d.whole.load() && !s.whole)) return 0;
+      if (s.whole && size * n > s.end - s.pos) {  // a whole file (no Content-Length) too long
+        other_size(d, s.end, true);
+        return 0;
+      }
       const auto take = static_cast<std::size_t>(std::min<std::uint64_t>(size * n, s.end - s.pos));
       d.writer->write_at(s.pos, {reinterpret_cast<const std::byte*>(data), take});
       s.pos += take;
