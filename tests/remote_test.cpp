@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <numeric>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -1517,6 +1518,33 @@ TEST_F(Remote, AFileThatChangesMidDownloadStartsOverAndIsNeverTornElseADataError
                           {"TokenDataset: " + proxy.url("change/g.bin") + ": cannot download",
                            "the file changed on the server during the download", "after 3 tries"});
   EXPECT_TRUE(cached_copy(cache_, "g.bin").empty());
+}
+
+TEST_F(Remote, ClosingADatasetStopsEveryPartUnderWayAndLeavesNothingBehind) {
+  // 8 MiB at 1 MiB/s a connection, on 4: some 2 s of transfers, stopped well before.
+  Nginx slow(base_ / "nginx-cancel", base_ / "www", "limit_rate 1m;");
+  ASSERT_TRUE(slow.up()) << slow.error_log();
+  fs::create_directories(www("cancel"));
+  write_bytes(www("cancel/f.bin"), random_bytes(8U << 20, 81));
+  ferry::TokenOptions o = tokens();
+  o.remote.connections = 4;
+  o.remote.part_bytes = 1U << 20;
+  const auto start = Clock::now();
+  {
+    const auto ds = ferry::TokenDataset::open({slow.url("cancel/f.bin")}, o);
+    std::vector<std::size_t> all(ds->size());
+    std::iota(all.begin(), all.end(), std::size_t{0});
+    ds->will_read(all);    // the plan: the download in parts starts
+    bool started = false;  // its temporary file is there (within 5 s)
+    for (int i = 0; i < 500 && !started; ++i) {
+      for (const std::string& name : cache_files(cache_)) started |= name.ends_with(".tmp");
+      if (!started) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_TRUE(started);
+  }  // the dataset goes: its transfers stop, and its threads end
+  // Had the parts gone on, the file would be here: neither it nor its temporary file is.
+  EXPECT_TRUE(cache_files(cache_).empty()) << cache_files(cache_).front();
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
 }
 
 TEST_F(Remote, AServerThatIgnoresRangeAndFileUrlsSendFilesInPartsWhole) {
