@@ -1547,6 +1547,23 @@ TEST_F(Remote, ClosingADatasetStopsEveryPartUnderWayAndLeavesNothingBehind) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
 }
 
+TEST_F(Remote, AFileInPartsGoneFromTheServerIsADataErrorAtOnceNamingItsUrl) {
+  fs::create_directories(www("gone"));
+  write_bytes(www("gone/f.bin"), random_bytes(1'000'000, 91));
+  ferry::TokenOptions o = tokens();
+  o.remote.connections = 4;
+  o.remote.part_bytes = 100'000;
+  const std::string url = nginx_->url("gone/f.bin");
+  const auto ds = ferry::TokenDataset::open({url}, o);
+  fs::remove(www("gone/f.bin"));
+  const auto start = Clock::now();
+  expect_error<DataError>(
+      [&] { (void)samples_of(ds); },
+      {"TokenDataset: " + url + ": cannot download", "HTTP 404", "not retried"});
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(3));  // no backoff: not retried
+  EXPECT_TRUE(cache_files(cache_).empty()) << cache_files(cache_).front();
+}
+
 TEST_F(Remote, AServerThatIgnoresRangeAndFileUrlsSendFilesInPartsWhole) {
   // nginx with max_ranges 0 answers every GET with the whole file (200).
   Nginx plain(base_ / "nginx-norange", base_ / "www", "max_ranges 0;");
