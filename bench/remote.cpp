@@ -1,12 +1,13 @@
 // bench/remote: WebDataset shards read from a server against the same shards read locally.
 //
 //   ferry_bench_remote --shards DIR --base URL --cache DIR [--connections N] [--workers W]
-//                      [--batch B]
+//                      [--batch B] [--part-bytes P]
 //
 // DIR's *.tar (samples/make_shards' PNG shards, with the "<shard>.idx" a local open writes) are
 // read through the loader three ways, each an epoch of every sample, PNGs decoded to 28x28 and
 // normalized on the CPU: from DIR; as URLs "<URL>/<name>" into an empty cache (epoch 1: the
-// shards fetched while the epoch runs); and again from the same dataset (epoch 2: the cache).
+// shards fetched while the epoch runs, in parts of P bytes, RemoteOptions::part_bytes, whose
+// default is the library's); and again from the same dataset (epoch 2: the cache).
 // Prints, for each, samples/s, the time to the first batch, and the loader's network wait.
 
 #include <algorithm>
@@ -61,6 +62,7 @@ int main(int argc, char** argv) {
   std::string base;
   int connections = 8, workers = 4;
   std::size_t batch = 256;
+  std::uint64_t part_bytes = ferry::RemoteOptions{}.part_bytes;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--shards")
@@ -75,11 +77,13 @@ int main(int argc, char** argv) {
       workers = std::atoi(v.c_str());
     else if (k == "--batch")
       batch = static_cast<std::size_t>(std::atoll(v.c_str()));
+    else if (k == "--part-bytes")
+      part_bytes = std::strtoull(v.c_str(), nullptr, 10);
   }
   if (shards.empty() || base.empty() || cache.empty()) {
     std::fprintf(stderr,
                  "usage: ferry_bench_remote --shards DIR --base URL --cache DIR [--connections N] "
-                 "[--workers W] [--batch B]\n");
+                 "[--workers W] [--batch B] [--part-bytes P]\n");
     return 2;
   }
   std::vector<fs::path> local, urls;
@@ -103,8 +107,9 @@ int main(int argc, char** argv) {
   lo.workers = workers;
   lo.device = ferry::Device::cpu();
   lo.pin_memory = false;
-  std::printf("%zu shards, %.1f MB; %d workers, batch %zu, %d connections\n", local.size(),
-              static_cast<double>(bytes) / 1e6, workers, batch, connections);
+  std::printf("%zu shards, %.1f MB; %d workers, batch %zu, %d connections, parts of %llu bytes\n",
+              local.size(), static_cast<double>(bytes) / 1e6, workers, batch, connections,
+              static_cast<unsigned long long>(part_bytes));
 
   auto t = Clock::now();
   const auto l = ferry::WebDataset::open(local, o);
@@ -118,6 +123,7 @@ int main(int argc, char** argv) {
   }
   o.remote.cache_dir = cache;
   o.remote.connections = connections;
+  o.remote.part_bytes = part_bytes;
   t = Clock::now();
   const auto u = ferry::WebDataset::open(urls, o);
   open_s = seconds_since(t);

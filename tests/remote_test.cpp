@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <numeric>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -158,10 +159,10 @@ class Nginx {
           << ";\nerror_log " << (dir / "error.log").string()
           << ";\nevents { worker_connections 64; }\nhttp {\n  log_format ranged "
           << "'$remote_addr [$time_local] \"$request\" $status $body_bytes_sent "
-          << "range=\"$http_range\"';\n  access_log " << (dir / "access.log").string()
-          << " ranged;\n  client_body_temp_path " << (dir / "tmp").string()
-          << ";\n  proxy_temp_path " << (dir / "tmp").string() << ";\n  fastcgi_temp_path "
-          << (dir / "tmp").string()
+          << "range=\"$http_range\" conn=$connection';\n  access_log "
+          << (dir / "access.log").string() << " ranged;\n  client_body_temp_path "
+          << (dir / "tmp").string() << ";\n  proxy_temp_path " << (dir / "tmp").string()
+          << ";\n  fastcgi_temp_path " << (dir / "tmp").string()
           << ";\n  default_type application/octet-stream;\n  server { listen 127.0.0.1:" << port_
           << "; root " << root.string() << "; " << extra << " }\n}\n";
       const pid_t pid = ::fork();
@@ -228,12 +229,49 @@ class Nginx {
     }
     return gets(name);
   }
+  // heads(name) once it reaches `n`, or after 2 s whatever it is.
+  int heads_settled(const std::string& name, int n) const {
+    for (int i = 0; i < 200 && heads(name) < n; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return heads(name);
+  }
   std::string error_log() const { return read_text(dir_ / "error.log"); }
-  // Whether an access log line is a request for a file's first bytes alone.
+  // Whether an access log line is a request for a file's first bytes alone (fewer than 64 KiB:
+  // a download's first part asks for more).
   static bool is_head(const std::string& line) {
     const std::size_t at = line.find("range=\"bytes=0-");
-    return at != std::string::npos && line.size() > at + 15 &&
-           std::isdigit(static_cast<unsigned char>(line[at + 15])) != 0;
+    if (at == std::string::npos || line.size() <= at + 15 ||
+        std::isdigit(static_cast<unsigned char>(line[at + 15])) == 0) {
+      return false;
+    }
+    return std::strtoull(line.c_str() + at + 15, nullptr, 10) < 65535;
+  }
+  // GET requests for /<name> that start a download: whole, or its first part.
+  int starts(const std::string& name) const {
+    int n = 0;
+    for (const std::string& line : lines_of(read_text(dir_ / "access.log"))) {
+      if (line.find("\"GET /" + name + " ") == std::string::npos || is_head(line)) continue;
+      if (line.find("range=\"\"") != std::string::npos ||
+          line.find("range=\"bytes=0-") != std::string::npos) {
+        ++n;
+      }
+    }
+    return n;
+  }
+  // The ranged GET requests for /<name> that are not heads: each one's "<first>-<last>" and
+  // the number of the connection it came on.
+  std::vector<std::pair<std::string, std::string>> ranged(const std::string& name) const {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const std::string& line : lines_of(read_text(dir_ / "access.log"))) {
+      if (line.find("\"GET /" + name + " ") == std::string::npos || is_head(line)) continue;
+      const std::size_t at = line.find("range=\"bytes=");
+      const std::size_t conn = line.find(" conn=");
+      if (at == std::string::npos || conn == std::string::npos) continue;
+      const std::size_t from = at + 13;
+      out.emplace_back(line.substr(from, line.find('"', from) - from), line.substr(conn + 6));
+    }
+    return out;
   }
   // The paths of the GET requests in the access log, in the order nginx logged them.
   std::vector<std::string> get_paths() const {
@@ -263,6 +301,7 @@ class FaultProxy {
     truncate,   // half the body, then a clean close
     drop,       // half the body, then a reset (RST)
     stall,      // half the body, then silence for 3 s, then a close
+    etag,       // the whole answer, its ETag another one each time (the file changed meanwhile)
   };
 
   explicit FaultProxy(int upstream) : upstream_(upstream) {
@@ -369,6 +408,14 @@ class FaultProxy {
       ::close(up);
     }
     const std::size_t body = response.find("\r\n\r\n");
+    if (fault == Fault::etag && body != std::string::npos) {
+      const std::size_t at = response.find("\r\nETag: ");
+      if (at != std::string::npos && at < body) {
+        const std::size_t from = at + 8, end = response.find("\r\n", from);
+        response.replace(from, end - from, "\"changed-" + std::to_string(++changes_) + "\"");
+      }
+      fault = Fault::pass;
+    }
     if (fault == Fault::pass || body == std::string::npos) {
       send_all(client, response);
       ::close(client);
@@ -397,6 +444,7 @@ class FaultProxy {
   std::deque<Fault> faults_;
   std::vector<std::string> requests_;
   std::vector<std::thread> handlers_;  // the accepting thread's own
+  std::atomic<int> changes_{0};
   std::thread thread_;
 };
 
@@ -536,7 +584,7 @@ TEST_F(Remote, TokenFilesOverHttpArriveByteForByteAsLocalOnesAndASecondOpenUsesT
   EXPECT_TRUE(url->wants_read_order());
   EXPECT_FALSE(local->wants_read_order());
   // Open read each file's head alone (one ranged GET), and downloaded nothing.
-  EXPECT_EQ(nginx_->heads("tokens.bin"), 1);
+  EXPECT_EQ(nginx_->heads_settled("tokens.bin", 1), 1);
   EXPECT_EQ(nginx_->gets("tokens.bin"), 0);
   EXPECT_TRUE(cache_files(cache_).empty()) << cache_files(cache_).front();
   EXPECT_EQ(samples_of(url), samples_of(local));
@@ -842,7 +890,9 @@ TEST_F(Remote, A503IsRetriedAndAlways503IsADataErrorAfterTheRetries) {
 TEST_F(Remote, ABodyCutShortResumesWithARangeRequest) {
   FaultProxy proxy(nginx_->port());
   const auto local = ferry::TokenDataset::open({www("big.bin")}, tokens());
-  const auto url = ferry::TokenDataset::open({proxy.url("big.bin")}, tokens());
+  ferry::TokenOptions whole = tokens();
+  whole.remote.part_bytes = 0;  // the file in one transfer (parts: AFileInPartsSurvives...)
+  const auto url = ferry::TokenDataset::open({proxy.url("big.bin")}, whole);
   proxy.push(FaultProxy::Fault::truncate);  // the file's download, after its head
   EXPECT_EQ(samples_of(url), samples_of(local));
   const auto requests = proxy.requests();
@@ -860,6 +910,7 @@ TEST_F(Remote, AResetConnectionAndAStalledOneAreRetried) {
   FaultProxy proxy(nginx_->port());
   ferry::TokenOptions o = tokens();
   o.remote.timeout_seconds = 1;  // the stall: no progress for 1 s fails the transfer
+  o.remote.part_bytes = 0;       // the file in one transfer
   const auto start = Clock::now();
   const auto local = ferry::TokenDataset::open({www("big.bin")}, tokens());
   const auto url = ferry::TokenDataset::open({proxy.url("big.bin")}, o);
@@ -936,7 +987,7 @@ TEST_F(Remote, ADeadDownloadsTemporaryFileGoesAfterADay) {
 TEST_F(Remote, TwoProcessesOpeningTheSameUrlDownloadItOnce) {
   const std::string url = nginx_->url("big.bin");
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // earlier tests' log lines
-  const int before = nginx_->gets("big.bin");
+  const int before = nginx_->starts("big.bin");
   int go[2];
   ASSERT_EQ(::pipe(go), 0);
   std::vector<pid_t> children;
@@ -978,7 +1029,12 @@ TEST_F(Remote, TwoProcessesOpeningTheSameUrlDownloadItOnce) {
     }
     EXPECT_EQ(WEXITSTATUS(status), 0);
   }
-  EXPECT_EQ(nginx_->gets_settled("big.bin", before + 1), before + 1);
+  // (Its download in parts: the first part's request starts it.)
+  for (int i = 0; i < 200 && nginx_->starts("big.bin") < before + 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(nginx_->starts("big.bin"), before + 1);
 }
 
 // ---- shards fetched while the epoch runs ------------------------------------------------------
@@ -1273,6 +1329,264 @@ TEST_F(Remote, CsvAndIdxFilesOverHttpArriveAsLocalOnesFetchedOnce) {
       {nginx_->url("tables/labels.idx")});
 }
 
+// ---- files in parts ----------------------------------------------------------------------------
+
+// The bytes of the cached copy of the file whose name ends with "-<leaf>" in `cache`, or "" when
+// there is none (temporary files aside).
+std::string cached_copy(const fs::path& cache, const std::string& leaf) {
+  for (const std::string& name : cache_files(cache)) {
+    if (name[0] != '.' && name.ends_with("-" + leaf)) return read_text(cache / name);
+  }
+  return {};
+}
+
+// Every window of `url` read through a loader, against the local file's, and the cached copy
+// against the file itself.
+void expect_same_file(const std::shared_ptr<const ferry::Dataset>& url,
+                      const std::shared_ptr<const ferry::Dataset>& local, const fs::path& cache,
+                      const fs::path& file) {
+  EXPECT_TRUE(samples_of(url) == samples_of(local)) << file;
+  EXPECT_TRUE(cached_copy(cache, file.filename().string()) == read_text(file)) << file;
+}
+
+// The ranges "<first>-<last>" a download in parts of `size` bytes asks, in parts of `part`.
+std::vector<std::string> part_ranges(std::uint64_t size, std::uint64_t part) {
+  std::vector<std::string> out;
+  for (std::uint64_t a = 0; a < size; a += part) {
+    out.push_back(std::to_string(a) + "-" + std::to_string(std::min(size, a + part) - 1));
+  }
+  return out;
+}
+
+TEST_F(Remote, AFileInPartsArrivesByteForByteWhateverThePartSize) {
+  fs::create_directories(www("parts"));
+  // A file that is an exact multiple of two of the part sizes, and one whose last part is short.
+  const std::vector<std::pair<std::string, std::uint64_t>> files = {{"exact.bin", 1U << 20},
+                                                                    {"short.bin", 1'000'002}};
+  for (const auto& [name, size] : files) {
+    write_bytes(www("parts/" + name), random_bytes(size, size));
+  }
+  for (const std::uint64_t part :
+       {std::uint64_t{65536}, std::uint64_t{100'000}, std::uint64_t{262'144}}) {
+    for (const auto& [name, size] : files) {
+      SCOPED_TRACE(name + " in parts of " + std::to_string(part));
+      // A name of its own for each part size: each is downloaded afresh.
+      const std::string served = "parts/" + std::to_string(part) + "-" + name;
+      fs::copy_file(www("parts/" + name), www(served), fs::copy_options::overwrite_existing);
+      ferry::TokenOptions o = tokens();
+      o.remote.connections = 4;
+      o.remote.part_bytes = part;
+      const auto url = ferry::TokenDataset::open({nginx_->url(served)}, o);
+      expect_same_file(url, ferry::TokenDataset::open({www(served)}, tokens()), cache_,
+                       www(served));
+      // One ranged GET per part, each asking its own bytes.
+      const std::vector<std::string> want = part_ranges(size, part);
+      std::vector<std::string> asked;
+      for (int i = 0; i < 200; ++i) {
+        asked.clear();
+        for (const auto& [range, conn] : nginx_->ranged(served)) asked.push_back(range);
+        if (asked.size() >= want.size()) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      std::sort(asked.begin(), asked.end());
+      std::vector<std::string> sorted = want;
+      std::sort(sorted.begin(), sorted.end());
+      EXPECT_EQ(asked, sorted);
+      EXPECT_EQ(nginx_->gets(served), static_cast<int>(want.size()));
+    }
+  }
+  // A file no larger than a part comes whole, in one GET without a Range.
+  ferry::TokenOptions o = tokens();
+  o.remote.part_bytes = 1U << 20;
+  const auto url = ferry::TokenDataset::open({nginx_->url("parts/exact.bin")}, o);
+  expect_same_file(url, ferry::TokenDataset::open({www("parts/exact.bin")}, tokens()), cache_,
+                   www("parts/exact.bin"));
+  EXPECT_EQ(nginx_->gets_settled("parts/exact.bin", 1), 1);
+  EXPECT_TRUE(nginx_->ranged("parts/exact.bin").empty());
+}
+
+TEST_F(Remote, TheFileAReadWaitsForComesOnSeveralConnectionsAtOnce) {
+  // A server that sends each connection 4 MB/s: 16 parts of 64 KiB take one connection ~0.26 s,
+  // time enough for the idle threads to take parts too.
+  Nginx slow(base_ / "nginx-slow", base_ / "www", "limit_rate 4m;");
+  ASSERT_TRUE(slow.up()) << slow.error_log();
+  fs::create_directories(www("wait"));
+  write_bytes(www("wait/first.bin"), random_bytes(1U << 20, 41));
+  write_bytes(www("wait/second.bin"), random_bytes(1U << 20, 42));
+  ferry::TokenOptions o = tokens();
+  o.remote.connections = 4;
+  o.remote.part_bytes = 65536;
+  const auto url =
+      ferry::TokenDataset::open({slow.url("wait/first.bin"), slow.url("wait/second.bin")}, o);
+  const auto local =
+      ferry::TokenDataset::open({www("wait/first.bin"), www("wait/second.bin")}, tokens());
+  {
+    // The first window: the loader waits for the first file.
+    ferry::Loader loader(url, cpu_loader());
+    ferry::Epoch epoch = loader.epoch(0);
+    ASSERT_NE(epoch.next(), nullptr);
+  }
+  std::vector<std::pair<std::string, std::string>> parts;
+  for (int i = 0; i < 300 && (parts = slow.ranged("wait/first.bin")).size() < 16; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(parts.size(), 16U);
+  std::vector<std::string> connections;
+  for (const auto& [range, conn] : parts) connections.push_back(conn);
+  std::sort(connections.begin(), connections.end());
+  connections.erase(std::unique(connections.begin(), connections.end()), connections.end());
+  EXPECT_GE(connections.size(), 3U)
+      << "the first file's parts came on " << connections.size() << " connection(s)";
+  expect_same_file(url, local, cache_, www("wait/first.bin"));
+  EXPECT_TRUE(cached_copy(cache_, "second.bin") == read_text(www("wait/second.bin")));
+}
+
+TEST_F(Remote, AFileInPartsSurvivesDroppedCutAndRefusedPartsAndIsNeverTakenPartial) {
+  FaultProxy proxy(nginx_->port());
+  fs::create_directories(www("faults"));
+  write_bytes(www("faults/f.bin"), random_bytes(1'000'000, 51));
+  const auto local = ferry::TokenDataset::open({www("faults/f.bin")}, tokens());
+  ferry::TokenOptions o = tokens(0, 4);
+  o.remote.connections = 4;
+  o.remote.part_bytes = 100'000;
+  const auto url = ferry::TokenDataset::open({proxy.url("faults/f.bin")}, o);
+  // The first three part requests fail: cut short (a clean close), dropped (a reset), a 503.
+  proxy.push(FaultProxy::Fault::truncate);
+  proxy.push(FaultProxy::Fault::drop);
+  proxy.push(FaultProxy::Fault::status503);
+  expect_same_file(url, local, cache_, www("faults/f.bin"));
+  // The head, ten parts, and three more: the two broken parts resumed from where they stopped
+  // (not from a part's start), the refused one asked again.
+  const std::vector<std::string> requests = proxy.requests();
+  EXPECT_EQ(requests.size(), 14U);
+  int resumed = 0, if_match = 0;
+  for (std::size_t r = 1; r < requests.size(); ++r) {
+    const std::size_t at = requests[r].find("Range: bytes=");
+    ASSERT_NE(at, std::string::npos) << requests[r];
+    const std::uint64_t first = std::strtoull(requests[r].c_str() + at + 13, nullptr, 10);
+    if (first % 100'000 != 0) ++resumed;
+    if (requests[r].find("If-Match: \"") != std::string::npos) ++if_match;
+  }
+  EXPECT_GE(resumed, 2) << [&] {
+    std::string all;
+    for (const std::string& r : requests) all += r.substr(0, r.find("User-Agent")) + "\n";
+    return all;
+  }();
+  EXPECT_GE(if_match, 3);  // at least the three asked again, once an ETag was known
+
+  // Without retries a broken part fails the download: a DataError naming the URL, and nothing
+  // in the cache that a later read could take for the file.
+  write_bytes(www("faults/g.bin"), random_bytes(1'000'000, 52));
+  ferry::TokenOptions none = o;
+  none.remote.retries = 0;
+  const auto g = ferry::TokenDataset::open({proxy.url("faults/g.bin")}, none);
+  proxy.push(FaultProxy::Fault::truncate);
+  expect_error<DataError>([&] { (void)samples_of(g); },
+                          {"TokenDataset: " + proxy.url("faults/g.bin") + ": cannot download",
+                           "HTTP 206", "after 1 try"});
+  EXPECT_TRUE(cached_copy(cache_, "g.bin").empty());
+  for (const std::string& name : cache_files(cache_)) {
+    EXPECT_FALSE(name.find("g.bin") != std::string::npos && name.ends_with(".tmp")) << name;
+  }
+  // The next epoch downloads it again, whole and right.
+  expect_same_file(g, ferry::TokenDataset::open({www("faults/g.bin")}, tokens()), cache_,
+                   www("faults/g.bin"));
+}
+
+TEST_F(Remote, AFileThatChangesMidDownloadStartsOverAndIsNeverTornElseADataError) {
+  FaultProxy proxy(nginx_->port());
+  fs::create_directories(www("change"));
+  write_bytes(www("change/f.bin"), random_bytes(1'000'000, 71));
+  ferry::TokenOptions o = tokens(0, 2);
+  o.remote.connections = 4;
+  o.remote.part_bytes = 100'000;
+  const auto url = ferry::TokenDataset::open({proxy.url("change/f.bin")}, o);
+  // The second part's answer carries another ETag: the first try stops, the next starts over
+  // (a new temporary file: nothing of the first try is kept) and brings the file whole.
+  proxy.push(FaultProxy::Fault::pass);
+  proxy.push(FaultProxy::Fault::etag);
+  expect_same_file(url, ferry::TokenDataset::open({www("change/f.bin")}, tokens()), cache_,
+                   www("change/f.bin"));
+  // The head, some parts of the first try, all ten of the second.
+  EXPECT_GE(proxy.requests().size(), 1U + 2U + 10U);
+
+  // A file that changes at every try: a DataError naming the URL and the change.
+  write_bytes(www("change/g.bin"), random_bytes(1'000'000, 72));
+  const auto g = ferry::TokenDataset::open({proxy.url("change/g.bin")}, o);
+  for (int i = 0; i < 100; ++i) proxy.push(FaultProxy::Fault::etag);
+  expect_error<DataError>([&] { (void)samples_of(g); },
+                          {"TokenDataset: " + proxy.url("change/g.bin") + ": cannot download",
+                           "the file changed on the server during the download", "after 3 tries"});
+  EXPECT_TRUE(cached_copy(cache_, "g.bin").empty());
+}
+
+TEST_F(Remote, ClosingADatasetStopsEveryPartUnderWayAndLeavesNothingBehind) {
+  // 8 MiB at 1 MiB/s a connection, on 4: some 2 s of transfers, stopped well before.
+  Nginx slow(base_ / "nginx-cancel", base_ / "www", "limit_rate 1m;");
+  ASSERT_TRUE(slow.up()) << slow.error_log();
+  fs::create_directories(www("cancel"));
+  write_bytes(www("cancel/f.bin"), random_bytes(8U << 20, 81));
+  ferry::TokenOptions o = tokens();
+  o.remote.connections = 4;
+  o.remote.part_bytes = 1U << 20;
+  const auto start = Clock::now();
+  {
+    const auto ds = ferry::TokenDataset::open({slow.url("cancel/f.bin")}, o);
+    std::vector<std::size_t> all(ds->size());
+    std::iota(all.begin(), all.end(), std::size_t{0});
+    ds->will_read(all);    // the plan: the download in parts starts
+    bool started = false;  // its temporary file is there (within 5 s)
+    for (int i = 0; i < 500 && !started; ++i) {
+      for (const std::string& name : cache_files(cache_)) started |= name.ends_with(".tmp");
+      if (!started) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_TRUE(started);
+  }  // the dataset goes: its transfers stop, and its threads end
+  // Had the parts gone on, the file would be here: neither it nor its temporary file is.
+  EXPECT_TRUE(cache_files(cache_).empty()) << cache_files(cache_).front();
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+}
+
+TEST_F(Remote, AFileInPartsGoneFromTheServerIsADataErrorAtOnceNamingItsUrl) {
+  fs::create_directories(www("gone"));
+  write_bytes(www("gone/f.bin"), random_bytes(1'000'000, 91));
+  ferry::TokenOptions o = tokens();
+  o.remote.connections = 4;
+  o.remote.part_bytes = 100'000;
+  const std::string url = nginx_->url("gone/f.bin");
+  const auto ds = ferry::TokenDataset::open({url}, o);
+  fs::remove(www("gone/f.bin"));
+  const auto start = Clock::now();
+  expect_error<DataError>(
+      [&] { (void)samples_of(ds); },
+      {"TokenDataset: " + url + ": cannot download", "HTTP 404", "not retried"});
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(3));  // no backoff: not retried
+  EXPECT_TRUE(cache_files(cache_).empty()) << cache_files(cache_).front();
+}
+
+TEST_F(Remote, AServerThatIgnoresRangeAndFileUrlsSendFilesInPartsWhole) {
+  // nginx with max_ranges 0 answers every GET with the whole file (200).
+  Nginx plain(base_ / "nginx-norange", base_ / "www", "max_ranges 0;");
+  ASSERT_TRUE(plain.up()) << plain.error_log();
+  fs::create_directories(www("norange"));
+  write_bytes(www("norange/f.bin"), random_bytes(1'000'000, 61));
+  ferry::TokenOptions o = tokens();
+  o.remote.connections = 4;
+  o.remote.part_bytes = 65536;
+  const auto local = ferry::TokenDataset::open({www("norange/f.bin")}, tokens());
+  const auto url = ferry::TokenDataset::open({plain.url("norange/f.bin")}, o);
+  expect_same_file(url, local, cache_, www("norange/f.bin"));
+  // The first answer brought the whole file; the parts asked meanwhile (at most one a
+  // connection) ended, and no part was asked after.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the log's last lines
+  EXPECT_LE(plain.ranged("norange/f.bin").size(), 4U);
+  // file:// comes whole.
+  ferry::TokenOptions f = o;
+  f.remote.cache_dir = cache_ / "file";
+  const auto file = ferry::TokenDataset::open({"file://" + www("norange/f.bin").string()}, f);
+  expect_same_file(file, local, cache_ / "file", www("norange/f.bin"));
+}
+
 // ---- S3: a real server (s3rver) -----------------------------------------------------------------
 
 // s3rver on a free port of 127.0.0.1 (tests/remote/s3rver.js: a bucket "ferry", keys
@@ -1324,6 +1638,7 @@ class S3rver {
     }
   }
   bool up() const { return pid_ > 0; }
+  int port() const { return port_; }
   std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
   // PUTs `file` as s3://ferry/<key>, signed by curl (--aws-sigv4).
   bool upload(const fs::path& file, const std::string& key) const {
@@ -1366,6 +1681,37 @@ TEST_F(Remote, S3FromARealServerArrivesByteForByteAndAWrongKeyOrSecretIsADataErr
     const auto shards =
         ferry::WebDataset::open({"s3://ferry/shards/p-0.tar", "s3://ferry/shards/p-1.tar"}, o);
     EXPECT_TRUE(samples_of(shards) == samples_of(ferry::WebDataset::open(local, {})));
+  }
+  {
+    // In parts (through a proxy that shows the requests): ten ranged GETs, each signed.
+    FaultProxy proxy(s3.port());
+    const ScopedEnv env({{"AWS_ENDPOINT_URL", proxy.url("")},
+                         {"AWS_REGION", "us-east-1"},
+                         {"AWS_ACCESS_KEY_ID", "S3RVER"},
+                         {"AWS_SECRET_ACCESS_KEY", "S3RVER"}});
+    ferry::TokenOptions parted = tokens();
+    parted.remote.cache_dir = cache_ / "parts";
+    parted.remote.connections = 4;
+    parted.remote.part_bytes = 65536;
+    const auto in_parts = ferry::TokenDataset::open({"s3://ferry/data/tokens.bin"}, parted);
+    EXPECT_TRUE(samples_of(in_parts) ==
+                samples_of(ferry::TokenDataset::open({www("tokens.bin")}, tokens())));
+    EXPECT_TRUE(cached_copy(cache_ / "parts", "tokens.bin") == read_text(www("tokens.bin")));
+    const auto requests = proxy.requests();
+    ASSERT_EQ(requests.size(), 11U);  // the head, then ten parts of 64 KiB (600,002 bytes)
+    std::vector<std::string> ranges;
+    for (std::size_t r = 1; r < requests.size(); ++r) {
+      const std::string head = lower(requests[r]);
+      EXPECT_NE(head.find("authorization: aws4-hmac-sha256 credential=s3rver/"), std::string::npos)
+          << requests[r];
+      const std::size_t at = head.find("range: bytes=");
+      ASSERT_NE(at, std::string::npos) << requests[r];
+      ranges.push_back(head.substr(at + 13, head.find('\r', at) - at - 13));
+    }
+    std::sort(ranges.begin(), ranges.end());
+    std::vector<std::string> want = part_ranges(600'002, 65536);
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(ranges, want);
   }
   // An unknown key id is refused (403 InvalidAccessKeyId), and so is a wrong secret (403
   // SignatureDoesNotMatch: tests/remote/s3rver.js checks SigV4 signatures), each a DataError

@@ -19,13 +19,13 @@ namespace ferry {
 /// IdxDataset files), a file may be a URL: "http://...", "https://...", "file://..." or
 /// "s3://bucket/key" (endpoint from $AWS_ENDPOINT_URL, else AWS's for $AWS_REGION; credentials
 /// from $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY and $AWS_SESSION_TOKEN; signed with SigV4).
-/// Each one is downloaded whole into the cache (at most `connections` at once) and then read
-/// from there: at open, except a WebDataset shard whose index "<url>.idx" the server has, and a
-/// TokenDataset file (of which open reads the first 4 KiB and the size alone), which are
-/// fetched while the epochs run, in the order the loader announces (Dataset::will_read), a read
-/// of a file not here yet waiting for that file alone. A file
-/// already in the cache is used as it is: the cache assumes that what a URL names does not
-/// change (give a changed file a new name).
+/// Each one is downloaded into the cache (at most `connections` transfers at once; a large file
+/// fetched while reading comes in parts: `part_bytes`) and then read from there: at open, except
+/// a WebDataset shard whose index "<url>.idx" the server has, and a TokenDataset file (of which
+/// open reads the first 4 KiB and the size alone), which are fetched while the epochs run, in
+/// the order the loader announces (Dataset::will_read), a read of a file not here yet waiting
+/// for that file alone. A file already in the cache is used as it is: the cache assumes that
+/// what a URL names does not change (give a changed file a new name).
 ///
 /// The cache is a folder that several processes may share: each file is downloaded once (a
 /// lock per file; the others wait for it, then use it), only complete files are visible (a
@@ -40,6 +40,14 @@ struct RemoteOptions {
   int connections = 8;              ///< parallel transfers per process, >= 1
   int retries = 5;                  ///< per file, with exponential backoff and jitter, >= 0
   double timeout_seconds = 60;      ///< a transfer that makes no progress this long fails, > 0
+  /// A file fetched while the epochs run (a WebDataset shard, a TokenDataset file) that is larger
+  /// than this comes in parts of this many bytes (the last one shorter), each one ranged GET,
+  /// and the transfer threads with nothing else to do take parts of the files under way: the
+  /// file a read waits for first, so that it comes on several connections at once. Each part
+  /// costs a request: a server slow to answer one (S3: tens of milliseconds) wants larger
+  /// parts. 0: every file whole. Files fetched at open (indexes, CSV and IDX files), file://
+  /// URLs, and servers that ignore Range come whole.
+  std::uint64_t part_bytes = std::uint64_t{4} << 20;
 };
 
 /// Expands webdataset's brace notation: "train-{0000..0003}.tar" gives the four names

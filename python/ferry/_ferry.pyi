@@ -78,12 +78,14 @@ class Normalize:
 
 class RemoteOptions:
     def __init__(self, *, cache_dir: _Path | None = None, cache_bytes: int = 0,
-                 connections: int = 8, retries: int = 5, timeout_seconds: float = 60.0) -> None: ...
+                 connections: int = 8, retries: int = 5, timeout_seconds: float = 60.0,
+                 part_bytes: int = 4194304) -> None: ...
     cache_dir: str
     cache_bytes: int
     connections: int
     retries: int
     timeout_seconds: float
+    part_bytes: int
 
 def expand_braces(pattern: str) -> list[str]: ...
 

@@ -260,25 +260,30 @@ Per-channel normalization of u8 images, done on the loader's device after the co
 How files given as URLs ("https://...", "http://...", "s3://bucket/key", "file://...") are
 fetched: into a local cache (cache_dir; None: $FERRY_CACHE_DIR, else ~/.cache/ferry) of at most
 cache_bytes (0: 50 GiB), over `connections` parallel transfers, each retried `retries` times
-(exponential backoff, jitter), a transfer without progress for timeout_seconds failing.)doc")
+(exponential backoff, jitter), a transfer without progress for timeout_seconds failing; a file
+fetched while reading that is larger than part_bytes (0: never) comes in parts of that size on
+several connections at once (include/ferry/remote.hpp).)doc")
       .def(py::init([](const std::optional<std::filesystem::path>& cache_dir,
                        std::uint64_t cache_bytes, int connections, int retries,
-                       double timeout_seconds) {
+                       double timeout_seconds, std::uint64_t part_bytes) {
              RemoteOptions r;
              if (cache_dir) r.cache_dir = *cache_dir;
              r.cache_bytes = cache_bytes;
              r.connections = connections;
              r.retries = retries;
              r.timeout_seconds = timeout_seconds;
+             r.part_bytes = part_bytes;
              return r;
            }),
            py::kw_only(), py::arg("cache_dir") = py::none(), py::arg("cache_bytes") = 0,
-           py::arg("connections") = 8, py::arg("retries") = 5, py::arg("timeout_seconds") = 60.0)
+           py::arg("connections") = 8, py::arg("retries") = 5, py::arg("timeout_seconds") = 60.0,
+           py::arg("part_bytes") = RemoteOptions{}.part_bytes)
       .def_readwrite("cache_dir", &RemoteOptions::cache_dir)
       .def_readwrite("cache_bytes", &RemoteOptions::cache_bytes)
       .def_readwrite("connections", &RemoteOptions::connections)
       .def_readwrite("retries", &RemoteOptions::retries)
-      .def_readwrite("timeout_seconds", &RemoteOptions::timeout_seconds);
+      .def_readwrite("timeout_seconds", &RemoteOptions::timeout_seconds)
+      .def_readwrite("part_bytes", &RemoteOptions::part_bytes);
   m.def("expand_braces", &expand_braces, py::arg("pattern"),
         "webdataset's brace notation: \"s3://b/train-{0000..0003}.tar\" gives the four names.");
 

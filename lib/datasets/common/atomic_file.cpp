@@ -88,6 +88,21 @@ void AtomicFileWriter::write(std::span<const std::byte> bytes) {
   }
 }
 
+void AtomicFileWriter::write_at(std::uint64_t offset, std::span<const std::byte> bytes) {
+  if (!fd_ || committed_) throw DataError(label_.prefix() + "cannot write: the file is closed");
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::pwrite(fd_.get(), bytes.data() + done, bytes.size() - done,
+                               static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int code = n < 0 ? errno : ENOSPC;
+      throw DataError(label_.prefix() + "cannot write: " + errno_text(code));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+}
+
 void AtomicFileWriter::commit() {
   if (!fd_ || committed_) throw DataError(label_.prefix() + "cannot write: the file is closed");
   // close() reports what a delayed write could not do (a full disk on NFS).

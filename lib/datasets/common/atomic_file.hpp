@@ -13,6 +13,7 @@
 // that its readers check (a crash may leave the old file, or a new one the reader refuses).
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <span>
 #include <string>
@@ -36,6 +37,10 @@ class AtomicFileWriter {
 
   /// Appends `bytes`. \throws DataError label.prefix() + "cannot write: <why>".
   void write(std::span<const std::byte> bytes);
+  /// Writes `bytes` at byte `offset` of the file (pwrite: the file position stays; several
+  /// threads may write disjoint ranges at once, not while commit() runs).
+  /// \throws DataError label.prefix() + "cannot write: <why>".
+  void write_at(std::uint64_t offset, std::span<const std::byte> bytes);
   /// Closes the temporary file and renames it over the target. \throws DataError
   /// label.prefix() + "cannot write: <why>" (the temporary file is then removed).
   void commit();

@@ -8,6 +8,13 @@
 // plan or a read); a read of a file not yet here (get()) puts that file first and waits for it
 // alone.
 //
+// Parts (RemoteOptions::part_bytes): a file over part_bytes comes in parts that the threads
+// share through a PartBoard. A thread with work to take takes, in this order: a part of a file
+// that a get() waits for; a file that a get() waits for and no one fetches yet; a part of a file
+// under way (the first started first); the plan's next file. So the file a read waits for comes
+// on every connection at once, the files come one after the other rather than side by side, and
+// the epoch's last file is not left to one connection.
+//
 // Holding: a fetched file stays held (flock LOCK_SH, so no process evicts it) while reads of it
 // are still planned; after its last planned read (read_done()) the hold goes once no read has
 // the file in hand, and the cache may evict it (it is fetched again when read again). Without a
@@ -70,12 +77,23 @@ class Prefetcher {
     State state = State::pending;
     std::shared_ptr<const CachedFile> held;
     std::exception_ptr error;
-    std::size_t left = 0;  // planned reads not yet done
+    std::size_t left = 0;     // planned reads not yet done
+    std::size_t waiting = 0;  // get() calls waiting for it
   };
 
   void work(Fetcher& fetcher);
-  // The next file to fetch, or npos; under mutex_.
-  std::size_t next_locked();
+  // Whether file i comes in parts (Fetcher's rule: a size over part_bytes, not file://).
+  bool in_parts(std::size_t i) const noexcept;
+  // Fetches file i (state fetching already); `lock` (on mutex_) is let go meanwhile.
+  void fetch_locked(Fetcher& fetcher, std::unique_lock<std::mutex>& lock, std::size_t i);
+  // A file a get() waits for that no one fetches yet, or npos; under mutex_.
+  std::size_t urgent_locked();
+  // The plan's next file to fetch, or npos; under mutex_.
+  std::size_t planned_locked();
+  // A file under way with a part no one took (only one that a get() waits for, when `waited`),
+  // the first started first, or npos; `soon` tells whether such a file's parts are about to be
+  // posted. Under mutex_.
+  std::size_t helpable_locked(bool waited, bool& soon) const;
   std::uint64_t held_bytes_locked() const;
 
   std::vector<std::string> urls_;
@@ -87,9 +105,11 @@ class Prefetcher {
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<Entry> entries_;
-  std::vector<std::size_t> order_;   // what to fetch, first first
-  std::size_t cursor_ = 0;           // order_[..cursor_) need no look
-  std::vector<std::size_t> urgent_;  // files a get() waits for, latest last
+  std::vector<std::size_t> order_;      // what to fetch, first first
+  std::size_t cursor_ = 0;              // order_[..cursor_) need no look
+  std::vector<std::size_t> urgent_;     // files a get() waits for, latest last
+  std::vector<std::size_t> under_way_;  // files being fetched, in the order they started
+  PartBoard parts_;                     // their downloads in parts
   bool planned_ = false;
   bool asked_ = false;  // a get() came: without a plan, fetch ahead in index order
   std::atomic<bool> stop_{false};

@@ -1,14 +1,16 @@
 #pragma once
 
-// Files given as URLs: downloaded whole into a local cache shared by processes, then read as
-// local files. Written once here; the datasets call fetch_files() at open and keep the
-// CachedFiles for as long as they read them, or read only a file's head at open (read_head())
-// and fetch the file while reading (Prefetcher, through a Fetcher).
+// Files given as URLs: downloaded into a local cache shared by processes (whole, or in parts
+// that several threads fetch at once), then read as local files. Written once here; the datasets
+// call fetch_files() at open and keep the CachedFiles for as long as they read them, or read only a
+// file's head at open (read_head()) and fetch the file while reading (Prefetcher, through a
+// Fetcher).
 //
 // The cache folder (RemoteOptions::cache_dir, else $FERRY_CACHE_DIR, else ~/.cache/ferry):
 // * "<16 hex of the URL's FNV-1a>-<the URL's last segment>": a downloaded file, complete (it
 //   was written through AtomicFileWriter and renamed only once its size matched the server's
-//   Content-Length); "<that>.meta" records the URL, the size and the server's ETag;
+//   Content-Length, or every part of it came); "<that>.meta" records the URL, the size and the
+//   server's ETag;
 //   "<that>.idx" is a WebDataset shard's index (fetched from the server or built here);
 // * "<entry>.lock": held (flock LOCK_EX) by whoever downloads the entry; others wait on it,
 //   then find the file there. Lock files stay (empty files).
@@ -24,10 +26,23 @@
 // and short bodies are retried (RemoteOptions::retries times) after an exponential backoff
 // with jitter; a transfer broken mid-file resumes with a Range request (If-Range: the ETag, so
 // a file changed meanwhile comes whole). Other HTTP errors (403, 404, ...) fail at once.
+//
+// Parts: a Fetcher given a PartBoard fetches a file of a known size over
+// RemoteOptions::part_bytes (http, https, s3) in parts, each one ranged GET ("Range:
+// bytes=<a>-<b>") written at its offset (pwrite) into the one temporary file, and posts the
+// download on the board, where other Fetchers of the board take its parts (help()). Every part's
+// response must be a 206 of that range, of the same total, with the ETag of the first response
+// (If-Match: it, where it is strong); a part broken mid-body resumes from where it stopped with
+// the retries above; the file is renamed into place only once every part is complete. A change
+// on the server mid-download (another ETag, 412) starts the download over (at most
+// RemoteOptions::retries times); a failure of a part stops the others and is the download's. A
+// server that answers a ranged GET with the whole file (200) has it written whole by that
+// transfer, and no part is taken after.
 
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -120,18 +135,50 @@ Head read_head(const std::string& url, std::uint64_t bytes, const RemoteOptions&
 std::vector<Head> read_heads(const std::vector<std::string>& urls, std::uint64_t bytes,
                              const RemoteOptions& options, std::string_view who);
 
+/// The downloads in parts under way of a set of Fetchers (one Prefetcher's), keyed by URL, whose
+/// parts not yet taken any of them may take. Thread-safe.
+class PartBoard {
+ public:
+  /// `posted` is called when a download in parts starts (on its thread, no lock of the board
+  /// held): a thread waiting for work may take its parts.
+  explicit PartBoard(std::function<void()> posted);
+  ~PartBoard();
+  PartBoard(const PartBoard&) = delete;
+  PartBoard& operator=(const PartBoard&) = delete;
+  /// What `url`'s download offers: `part`, a part that no one has taken yet; `soon`, nothing
+  /// yet, but a Fetcher is about to post its download in parts (announce()); `none`.
+  enum class Offer { none, soon, part };
+  Offer offer(const std::string& url) const;
+  /// `url` is about to be fetched in parts: offer() says `soon` until its download is posted, or
+  /// its Fetcher finds it in the cache, waits for another process that downloads it, or ends.
+  void announce(const std::string& url);
+
+  struct Impl;
+  Impl& impl() const noexcept { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
 /// One transfer thread's fetcher: fetches one request at a time as fetch_files() does, keeping
 /// its curl handle (and so its connections) between files. `cancel`, when set, makes a transfer
-/// under way stop (a DataError "cancelled"). Not for several threads at once.
+/// under way stop (a DataError "cancelled"). With a `board` (that outlives it), a file of a known
+/// size over RemoteOptions::part_bytes comes in parts that the board's other Fetchers may take.
+/// Not for several threads at once.
 class Fetcher {
  public:
-  Fetcher(const RemoteOptions& options, std::string who, const std::atomic<bool>* cancel);
+  Fetcher(const RemoteOptions& options, std::string who, const std::atomic<bool>* cancel,
+          PartBoard* board = nullptr);
   ~Fetcher();
   Fetcher(const Fetcher&) = delete;
   Fetcher& operator=(const Fetcher&) = delete;
   /// The file in the cache, held; nothing for an optional one that the server does not have.
-  /// Evicts after a download. \throws DataError as fetch_files().
+  /// Evicts after a download. \throws DataError as fetch_files(); a download in parts throws
+  /// the first failure of any of its parts, once none is under way.
   std::optional<CachedFile> fetch(const Request& request);
+  /// Takes one part not yet taken of `url`'s download in parts on the board, and fetches it
+  /// (its failure is the download's: nothing is thrown here). False when there was none.
+  bool help(const std::string& url);
 
  private:
   struct State;
