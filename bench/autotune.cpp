@@ -20,11 +20,12 @@
 // thread (the consumer's loop only takes batches). Every
 // figure is the median of R rounds (--rounds, 5); the configurations of a round run one after
 // another, autotune between the grid's halves, so a noisy stretch hits them alike.
-// --history prints the decisions of the last autotune run of each workload; --trace FILE writes
+// --history prints the decisions of the last autotune run of each workload; --grid the median of
+// every grid point; --trace FILE writes
 // one autotune run of --trace-workload (jpeg, consumer none) batch by batch as CSV (time, batches,
 // samples, workers, prefetch, memory), the input of bench/plot-autotune.
 //
-// Usage: autotune [--quick] [--rounds R] [--seconds S] [--only NAME] [--history]
+// Usage: autotune [--quick] [--rounds R] [--seconds S] [--only NAME] [--history] [--grid]
 //                 [--trace FILE] [--trace-workload NAME] [--dir DIR]
 
 #include <spng.h>
@@ -301,6 +302,7 @@ int main(int argc, char** argv) try {
   int rounds = 5;
   double seconds = 1.0;
   bool history = false;
+  bool show_grid = false;
   std::string only, trace_file, trace_workload = "jpeg, consumer none";
   fs::path dir;
   for (int i = 1; i < argc; ++i) {
@@ -317,6 +319,8 @@ int main(int argc, char** argv) try {
       only = argv[++i];
     } else if (a == "--history") {
       history = true;
+    } else if (a == "--grid") {
+      show_grid = true;
     } else if (a == "--trace" && more) {
       trace_file = argv[++i];
     } else if (a == "--trace-workload" && more) {
@@ -326,7 +330,7 @@ int main(int argc, char** argv) try {
     } else {
       std::fprintf(stderr,
                    "usage: autotune [--quick] [--rounds R] [--seconds S] [--only NAME] "
-                   "[--history] [--trace FILE] [--trace-workload NAME] [--dir DIR]\n");
+                   "[--history] [--grid] [--trace FILE] [--trace-workload NAME] [--dir DIR]\n");
       return 2;
     }
   }
@@ -444,6 +448,15 @@ int main(int argc, char** argv) try {
                   static_cast<double>(best->bytes) / mib, tuned_name, rate,
                   rate / median(best->rates), static_cast<double>(median(tuned_peaks)) / mib,
                   static_cast<double>(budget) / mib, ratios.c_str());
+      if (show_grid) {
+        std::string line = "    grid medians (samples/s):";
+        for (const Point& p : grid) {
+          char buf[48];
+          std::snprintf(buf, sizeof buf, " w%d p%d %.0f", p.workers, p.prefetch, median(p.rates));
+          line += buf;
+        }
+        std::printf("%s\n", line.c_str());
+      }
       if (history) {
         for (const ferry::AutotuneDecision& d : last.decisions) {
           std::printf("    batch %6llu: w%d p%d  %s\n", static_cast<unsigned long long>(d.batch),
