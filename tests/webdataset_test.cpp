@@ -56,7 +56,8 @@ class WebDatasetTest : public ::testing::Test {
   // The fixtures of tests/webdataset/make_fixtures.py, written by Python's tarfile.
   bool python_fixtures() {
     if (!have("python3")) return false;
-    const fs::path script = fs::path(__FILE__).parent_path() / "webdataset" / "make_fixtures.py";
+    const fs::path script =
+        fs::path(FERRY_SOURCE_DIR) / "tests" / "webdataset" / "make_fixtures.py";
     const std::string cmd = "python3 " + script.string() + " " + dir_.string();
     return std::system(cmd.c_str()) == 0;
   }
