@@ -60,6 +60,7 @@ void open_window(LoaderImpl& impl) noexcept {
   t.window_batches = impl.batches.load();
   t.window_wait_ns = impl.consumer_wait_ns.load();
   t.window_read_ns = impl.read_ns.load();
+  t.window_inside_ns = impl.consumer_inside_ns.load();
 }
 
 }  // namespace
@@ -103,15 +104,20 @@ void tuning_step(LoaderImpl& impl) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count());
   const std::uint64_t wait_ns = impl.consumer_wait_ns.load();
   const std::uint64_t read_ns = impl.read_ns.load();
+  const std::uint64_t inside_ns = impl.consumer_inside_ns.load();
   const int workers = t.workers.load();
   const double span = std::max(1.0, static_cast<double>(window_ns));
   const double wait = static_cast<double>(wait_ns - t.window_wait_ns) / span;
   const double busy = static_cast<double>(read_ns - t.window_read_ns) / (span * workers);
+  // The loader sets the pace when the consumer spends its time inside next(): waiting for a
+  // batch, or (on cores the workers fill) runnable there but not running.
+  const double inside = std::max(wait, static_cast<double>(inside_ns - t.window_inside_ns) / span);
   t.capacity_ns.fetch_add(window_ns * static_cast<std::uint64_t>(workers));
   t.window_start = now;
   t.window_batches = batches;
   t.window_wait_ns = wait_ns;
   t.window_read_ns = read_ns;
+  t.window_inside_ns = inside_ns;
 
   BufferRing& ring = *impl.ring;
   const int slots = ring.limit();
@@ -120,8 +126,8 @@ void tuning_step(LoaderImpl& impl) {
   int new_workers = workers;
   int new_slots = slots;
   std::string why;
-  const std::string measured =
-      "the consumer waited " + pct(wait) + " while workers were " + pct(busy) + " busy";
+  const std::string measured = "the consumer waited " + pct(wait) + " (" + pct(inside) +
+                               " in the loader) while workers were " + pct(busy) + " busy";
   const bool can_add_worker = workers < t.max_workers &&
                               t.fits(made, static_cast<std::uint64_t>(std::max(high, workers + 1)));
   // The slots the budget lets exist with the scratch already counted.
@@ -140,7 +146,7 @@ void tuning_step(LoaderImpl& impl) {
   const double seconds = span * 1e-9;
   const auto count = static_cast<double>(delivered);
   ++t.window_count;
-  t.waiting_windows = wait > kWaits ? t.waiting_windows + 1 : 0;
+  t.waiting_windows = inside > kWaits ? t.waiting_windows + 1 : 0;
   t.idle_windows = wait < kIdle ? t.idle_windows + 1 : 0;
 
   if (!t.trial.active) {
@@ -181,7 +187,7 @@ void tuning_step(LoaderImpl& impl) {
     why = std::string("undid raised ") + (t.trial.worker ? "workers" : "prefetch") +
           ": no faster (" + std::to_string(std::lround(after)) + " batches/s against " +
           std::to_string(std::lround(before)) + ")";
-  } else if (wait > kWaits) {
+  } else if (inside > kWaits) {
     // The consumer waits: try a worker more first, as long as the cores and the budget allow
     // (the workers' read time cannot say whether they are the bottleneck: waking a worker for
     // each batch, or a machine shared with other work, is not in it); then a deeper queue

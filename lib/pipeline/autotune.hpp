@@ -87,7 +87,7 @@ struct Tuning {
   bool run_open = false;     // between tuning_begin and tuning_end
   bool window_open = false;  // a window is being measured
   Clock::time_point window_start;
-  std::uint64_t window_batches = 0, window_wait_ns = 0, window_read_ns = 0;
+  std::uint64_t window_batches = 0, window_wait_ns = 0, window_read_ns = 0, window_inside_ns = 0;
   std::uint64_t run_start_batches = 0;        // batches delivered when the run began
   std::atomic<std::uint64_t> capacity_ns{0};  // worker-nanoseconds of closed windows
 

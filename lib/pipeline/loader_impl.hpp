@@ -94,6 +94,10 @@ struct LoaderImpl {
   std::atomic<std::uint64_t> batches{0}, samples{0}, bytes{0}, skipped{0};
   std::atomic<std::uint64_t> read_ns{0}, slot_wait_ns{0};
   std::atomic<std::uint64_t> consumer_wait_ns{0}, wall_ns{0}, first_batch_ns{0};
+  // The consumer's time inside next(), its wait included: on a machine whose cores the workers
+  // fill, a consumer that does nothing else may wait little yet spend its time in the loader
+  // (descheduled in it, or handing slots back), which is the loader setting the pace too.
+  std::atomic<std::uint64_t> consumer_inside_ns{0};
   std::atomic<std::uint64_t> host_syncs{0}, background_syncs{0};
   std::uint64_t staging_allocations = 0, device_allocations = 0;
   double network_wait_base = 0;  // dataset->network_wait_seconds() when the loader was made
