@@ -316,6 +316,38 @@ TEST(LoaderAutotune, AnInputBoundConsumerGetsMoreWorkersOrSlots) {
   });
 }
 
+// Epochs shorter than a tuning window (8 batches against its 16), with a pause between them
+// longer than an epoch (evaluation, checkpoints): the window spans epochs, so an input-bound
+// consumer still gets a raise; and the pause is not in it, so the consumer's wait is not
+// diluted by time the loader was not asked for anything.
+TEST(LoaderAutotune, WindowsSpanEpochsShorterThanAWindowWithoutTheGapsBetweenThem) {
+  within(120s, [] {
+    auto ds = std::make_shared<SlowDataset>(32, 13, 1000);
+    LoaderOptions o = tuned(4);
+    o.shuffle = false;
+    Loader loader(ds, o);
+    std::vector<std::uint64_t> seen;
+    for (std::uint64_t e = 0; e < 16; ++e) {
+      seen.clear();
+      for (const Batch& b : loader.epoch(e)) {
+        EXPECT_TRUE(holds_its_samples(b));
+        seen.insert(seen.end(), b.indices().begin(), b.indices().end());
+      }
+      ASSERT_EQ(seen.size(), 32U);
+      for (std::size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], i) << "epoch " << e;
+      std::this_thread::sleep_for(300ms);
+    }
+    const ferry::LoaderStats s = loader.stats();
+    std::string all;
+    std::size_t raised = 0;
+    for (const ferry::AutotuneDecision& d : s.autotune_decisions) {
+      if (d.reason.rfind("raised", 0) == 0) ++raised;
+      all += "batch " + std::to_string(d.batch) + ": " + d.reason + "\n";
+    }
+    EXPECT_GE(raised, 1U) << s.summary() << "\n" << all;
+  });
+}
+
 // Fast reads and a consumer that spins per batch (CPU training): workers and slots in use are
 // given back (raises only as trials, undone), and the slots' memory is freed.
 TEST(LoaderAutotune, AComputeBoundConsumerGivesBackWorkersAndSlots) {

@@ -47,14 +47,16 @@ void record(LoaderImpl& impl, std::uint64_t batch, int workers, int prefetch, st
   t.decisions.push_back(AutotuneDecision{batch, workers, prefetch, std::move(why)});
 }
 
-}  // namespace
-
-namespace {
+// The worker time since the capacity was last counted joins it.
+void add_capacity(Tuning& t) noexcept {
+  const auto now = Clock::now();
+  t.capacity_ns.fetch_add(nanos_since(t.capacity_start) *
+                          static_cast<std::uint64_t>(t.workers.load()));
+  t.capacity_start = now;
+}
 
 void open_window(LoaderImpl& impl) noexcept {
   Tuning& t = impl.tuning;
-  t.capacity_ns.fetch_add(nanos_since(t.window_start) *
-                          static_cast<std::uint64_t>(t.workers.load()));
   t.window_open = true;
   t.window_start = Clock::now();
   t.window_batches = impl.batches.load();
@@ -63,33 +65,61 @@ void open_window(LoaderImpl& impl) noexcept {
   t.window_inside_ns = impl.consumer_inside_ns.load();
 }
 
+// The window paused at the last run's end goes on from here: its snapshots move forward by what
+// happened since the pause (the gap between runs, this run's start-up and first batch).
+void resume_window(LoaderImpl& impl) noexcept {
+  Tuning& t = impl.tuning;
+  t.window_open = true;
+  t.window_paused = false;
+  t.window_start += Clock::now() - t.paused_at;
+  t.window_batches += impl.batches.load() - t.paused_batches;
+  t.window_wait_ns += impl.consumer_wait_ns.load() - t.paused_wait_ns;
+  t.window_read_ns += impl.read_ns.load() - t.paused_read_ns;
+  t.window_inside_ns += impl.consumer_inside_ns.load() - t.paused_inside_ns;
+}
+
 }  // namespace
 
 void tuning_begin(LoaderImpl& impl) noexcept {
   Tuning& t = impl.tuning;
   if (!t.enabled) return;
-  // The first window opens once the run has delivered a batch: the wait for the first one is
-  // the epoch's start-up, not what the settings do.
+  // The window opens (or a paused one resumes) once the run has delivered a batch: the wait for
+  // the first one is the run's start-up, not what the settings do.
   t.window_open = false;
   t.run_open = true;
   t.run_start_batches = impl.batches.load();
-  t.window_start = Clock::now();  // the worker time until the first window counts too
+  t.capacity_start = Clock::now();  // the worker time until the first window counts too
 }
 
 void tuning_end(LoaderImpl& impl) noexcept {
   Tuning& t = impl.tuning;
   if (!t.enabled || !t.run_open) return;  // a planner that never started
+  if (t.window_open) {
+    // Paused, with what the consumer took after the planner's last step (the run's last
+    // batches) in it.
+    t.window_paused = true;
+    t.paused_at = Clock::now();
+    t.paused_batches = impl.batches.load();
+    t.paused_wait_ns = impl.consumer_wait_ns.load();
+    t.paused_read_ns = impl.read_ns.load();
+    t.paused_inside_ns = impl.consumer_inside_ns.load();
+  }
   t.window_open = false;
   t.run_open = false;
-  t.capacity_ns.fetch_add(nanos_since(t.window_start) *
-                          static_cast<std::uint64_t>(t.workers.load()));
+  add_capacity(t);
 }
 
 void tuning_step(LoaderImpl& impl) {
   Tuning& t = impl.tuning;
   if (!t.enabled) return;
   if (!t.window_open) {
-    if (impl.batches.load() > t.run_start_batches) open_window(impl);
+    if (impl.batches.load() > t.run_start_batches) {
+      if (t.window_paused) {
+        resume_window(impl);
+      } else {
+        open_window(impl);
+      }
+    }
     return;
   }
   const auto now = Clock::now();
@@ -112,7 +142,7 @@ void tuning_step(LoaderImpl& impl) {
   // The loader sets the pace when the consumer spends its time inside next(): waiting for a
   // batch, or (on cores the workers fill) runnable there but not running.
   const double inside = std::max(wait, static_cast<double>(inside_ns - t.window_inside_ns) / span);
-  t.capacity_ns.fetch_add(window_ns * static_cast<std::uint64_t>(workers));
+  add_capacity(t);
   t.window_start = now;
   t.window_batches = batches;
   t.window_wait_ns = wait_ns;

@@ -83,13 +83,22 @@ struct Tuning {
     return budget == 0 || bytes(slots_made, worker_count) <= budget;
   }
 
-  // The planner's window (planner thread only, and the epoch's end after it is joined).
-  bool run_open = false;     // between tuning_begin and tuning_end
-  bool window_open = false;  // a window is being measured
+  // The planner's window (planner thread only, and the epoch's end after it is joined). A
+  // window spans runs: the end of a run pauses it and the next run's first batch resumes it, its
+  // start shifted by what passed in between (time, batches, waits, reads), so that epochs shorter
+  // than a window are measured too, without the gap between runs or a run's start-up.
+  bool run_open = false;       // between tuning_begin and tuning_end
+  bool window_open = false;    // a window is being measured
+  bool window_paused = false;  // a window was open when the last run ended
   Clock::time_point window_start;
   std::uint64_t window_batches = 0, window_wait_ns = 0, window_read_ns = 0, window_inside_ns = 0;
-  std::uint64_t run_start_batches = 0;        // batches delivered when the run began
-  std::atomic<std::uint64_t> capacity_ns{0};  // worker-nanoseconds of closed windows
+  Clock::time_point paused_at;  // the counters when the window was paused
+  std::uint64_t paused_batches = 0, paused_wait_ns = 0, paused_read_ns = 0, paused_inside_ns = 0;
+  std::uint64_t run_start_batches = 0;  // batches delivered when the run began
+  // Worker capacity (stats' worker_capacity_seconds): worker-nanoseconds of the runs so far,
+  // counted from capacity_start, on a clock of its own (the window's start moves).
+  Clock::time_point capacity_start;
+  std::atomic<std::uint64_t> capacity_ns{0};
 
   std::vector<std::unique_ptr<tbb::task_arena>> arenas;  // [n]: concurrency n (planner only)
 
