@@ -358,6 +358,7 @@ int main(int argc, char** argv) try {
   base.batch_size = batch;
   base.shuffle = true;
   base.device = ferry::Device::cpu();
+  base.autotune = false;  // the grid: fixed settings (autotune: `tuned` below)
 
   std::printf("autotune bench: %d cores, batch %zu, %d round(s) of %.2f s runs\n", cores, batch,
               rounds, seconds);

@@ -308,6 +308,7 @@ Timing epoch_seconds(const fs::path& file, std::size_t rows) {
   const Stopwatch watch;
   const auto ds = ferry::CsvDataset::open(file, csv_options());
   ferry::LoaderOptions o;
+  o.autotune = false;  // the settings this bench states, fixed
   o.batch_size = kBatch;
   o.shuffle = true;
   o.seed = 1;

@@ -385,6 +385,7 @@ struct Checksums {
 
 ferry::LoaderOptions loader_options(const Args& a, bool shuffle) {
   ferry::LoaderOptions o;
+  o.autotune = false;  // the settings this bench states, fixed
   o.batch_size = a.batch;
   o.shuffle = shuffle;
   o.seed = a.seed;

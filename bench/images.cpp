@@ -345,6 +345,7 @@ Row measure(const std::string& name, const fs::path& root, const ferry::ImageOpt
   };
   auto make = [&](int workers) {
     ferry::LoaderOptions lo;
+    lo.autotune = false;  // the settings this bench states, fixed
     lo.batch_size = kBatch;
     lo.shuffle = true;
     lo.seed = 1;

@@ -215,6 +215,7 @@ int run(const Options& o) {
   };
 
   ferry::LoaderOptions lo;
+  lo.autotune = false;  // the settings this bench states, fixed
   lo.batch_size = o.batch;
   lo.shuffle = o.shuffle;
   lo.seed = 42;

@@ -177,6 +177,7 @@ class CostlyDataset final : public ferry::Dataset {
 
 ferry::LoaderOptions base_options(int workers) {
   ferry::LoaderOptions o;
+  o.autotune = false;  // the settings this bench states, fixed
   o.batch_size = kBatch;
   o.shuffle = true;
   o.seed = kSeed;

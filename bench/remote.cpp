@@ -103,6 +103,7 @@ int main(int argc, char** argv) {
   o.image.geometry = ferry::Geometry::resize;
   o.image.normalize = ferry::Normalize{};
   ferry::LoaderOptions lo;
+  lo.autotune = false;  // the settings this bench states, fixed
   lo.batch_size = batch;
   lo.workers = workers;
   lo.device = ferry::Device::cpu();

@@ -263,6 +263,7 @@ int run(const Options& o) {
   for (const fs::path& p : paths) shards.emplace_back(p);
 
   ferry::LoaderOptions lo;
+  lo.autotune = false;  // the settings this bench states, fixed
   lo.batch_size = o.batch;
   lo.prefetch = o.prefetch;
   lo.shuffle = true;

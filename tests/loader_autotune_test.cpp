@@ -6,6 +6,7 @@
 // timings).
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -130,6 +131,7 @@ TEST(LoaderAutotune, OffChangesNothingAndReportsTheFixedChoice) {
   LoaderOptions o = ferry::testing::cpu_options(8);
   o.workers = 3;
   o.prefetch = 5;
+  o.autotune = false;
   Loader loader(ds, o);
   EXPECT_EQ(collect(loader, 0).size(), 13U);
   const ferry::LoaderStats s = loader.stats();
@@ -152,6 +154,32 @@ TEST(LoaderAutotune, OffChangesNothingAndReportsTheFixedChoice) {
               std::string::npos)
         << e.what();
   }
+}
+
+// Autotune is the default, and so is its budget: an eighth of the memory (physical, or the
+// cgroup's limit where lower), or what the starting options need where that is more.
+TEST(LoaderAutotune, IsOnByDefaultWithADefaultBudget) {
+  EXPECT_TRUE(LoaderOptions{}.autotune);
+  const std::uint64_t physical = static_cast<std::uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                                 static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+  const std::uint64_t budget = ferry::default_memory_budget();
+  EXPECT_GT(budget, 0U);
+  EXPECT_LE(budget, physical / 8);
+  auto ds = std::make_shared<IndexDataset>(100);
+  LoaderOptions o = ferry::testing::cpu_options(8);
+  Loader loader(ds, o);
+  EXPECT_EQ(collect(loader, 0).size(), 13U);
+  const ferry::LoaderStats s = loader.stats();
+  EXPECT_TRUE(s.autotune);
+  EXPECT_EQ(s.memory_budget, budget);
+  EXPECT_LE(s.memory_bytes, s.memory_budget);
+  EXPECT_NE(s.summary().find(" MiB budget"), std::string::npos) << s.summary();
+  // A budget given is the budget kept to; without autotune and without a budget, there is none.
+  o.memory_budget = 1 << 20;
+  EXPECT_EQ(Loader(ds, o).stats().memory_budget, 1U << 20);
+  o.memory_budget = 0;
+  o.autotune = false;
+  EXPECT_EQ(Loader(ds, o).stats().memory_budget, 0U);
 }
 
 TEST(LoaderAutotune, ABudgetBelowTheSmallestPipelineIsAConfigErrorSayingWhatItNeeds) {

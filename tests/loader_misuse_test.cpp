@@ -239,6 +239,7 @@ TEST_F(FaultTest, ABackgroundFailureReachesNextInOrderAndTheLoaderRecovers) {
                    std::to_string(c.copy_stage) + " kind " + std::to_string(kind));
       LoaderOptions o = cpu_options(10, true, 8);
       o.prefetch = 3;
+      o.autotune = false;  // three slots, allocated once
       Loader loader = make_loader(ds, o, c.copy_stage);
       const Order expected = collect(loader, 4);
       within(30s, [&] {

@@ -67,50 +67,62 @@ TEST(LoaderSoak, TwoHundredEpochsKeepMemoryDescriptorsAndThreadsFlat) {
   constexpr std::int64_t kWidth = 2000;
   auto ds = std::make_shared<FlakyDataset>(1000, kWidth);
   for (const bool copy_stage : {false, true}) {
-    SCOPED_TRACE(copy_stage ? "copy stage" : "cpu path");
-    LoaderOptions o = cpu_options(50, true, 11);
-    Loader loader = make_loader(ds, o, copy_stage);
-    std::size_t fds = 0;
-    std::size_t threads = 0;
-    std::size_t rss = 0;
-    std::size_t errors = 0;
-    std::uint64_t delivered = 0;
-    within(120s, [&] {
-      for (std::uint64_t e = 0; e < 200; ++e) {
-        if (e == 20) {  // warmed up: the pool's threads exist, the allocator has its arenas
-          fds = entries("/proc/self/fd");
-          threads = entries("/proc/self/task");
-          rss = resident_bytes();
-        }
-        Batch kept;
-        try {
-          for (const Batch& b : loader.epoch(e)) {
-            if (e % 10 == 0) {
-              ASSERT_TRUE(holds_its_samples(b, kWidth));
-            }
-            delivered += b.size();
-            if (b.number() == 3) kept = b;  // held across the epoch's end, then dropped
-            if (e % 7 == 3 && b.number() == 5) break;
+    for (const bool tuned : {false, true}) {
+      const std::string name = std::string(copy_stage ? "copy stage" : "cpu path") +
+                               (tuned ? ", autotune" : ", fixed setting");
+      SCOPED_TRACE(name);
+      LoaderOptions o = cpu_options(50, true, 11);
+      o.autotune = tuned;
+      Loader loader = make_loader(ds, o, copy_stage);
+      std::size_t fds = 0;
+      std::size_t threads = 0;
+      std::size_t rss = 0;
+      std::size_t errors = 0;
+      std::uint64_t delivered = 0;
+      within(120s, [&] {
+        for (std::uint64_t e = 0; e < 200; ++e) {
+          if (e == 20) {  // warmed up: the pool's threads exist, the allocator has its arenas
+            fds = entries("/proc/self/fd");
+            threads = entries("/proc/self/task");
+            rss = resident_bytes();
           }
-        } catch (const ferry::DataError&) {
-          ++errors;
+          Batch kept;
+          try {
+            for (const Batch& b : loader.epoch(e)) {
+              if (e % 10 == 0) {
+                ASSERT_TRUE(holds_its_samples(b, kWidth));
+              }
+              delivered += b.size();
+              if (b.number() == 3) kept = b;  // held across the epoch's end, then dropped
+              if (e % 7 == 3 && b.number() == 5) break;
+            }
+          } catch (const ferry::DataError&) {
+            ++errors;
+          }
         }
+      });
+      EXPECT_GT(errors, 10U);
+      EXPECT_LT(errors, 100U);
+      EXPECT_GT(delivered, 50000U);
+      const ferry::LoaderStats s = loader.stats();
+      if (tuned) {
+        // Slots come and go with the choices; the memory they hold never passes the budget.
+        EXPECT_LE(s.memory_bytes, s.memory_budget);
+        EXPECT_GT(s.memory_budget, 0U);
+      } else {
+        EXPECT_EQ(s.staging_allocations, 4U);
       }
-    });
-    EXPECT_GT(errors, 10U);
-    EXPECT_LT(errors, 100U);
-    EXPECT_GT(delivered, 50000U);
-    EXPECT_EQ(loader.stats().staging_allocations, 4U);
-    EXPECT_EQ(loader.stats().device_allocations, copy_stage ? 2U : 0U);
-    std::cout << (copy_stage ? "copy stage" : "cpu path") << ": " << errors << " failed epochs, "
-              << delivered << " samples; resident " << (rss >> 10) << " KiB after 20 epochs, "
-              << (resident_bytes() >> 10) << " KiB after 200; " << fds << " fds, " << threads
-              << " threads\n";
-    EXPECT_EQ(entries("/proc/self/fd"), fds);
-    EXPECT_LE(entries("/proc/self/task"), threads);
-    if (kResidentMemoryMeaningful) {
-      EXPECT_LT(resident_bytes(), rss + (4U << 20))
-          << "resident memory grew from " << rss << " to " << resident_bytes();
+      EXPECT_EQ(s.device_allocations, copy_stage ? 2U : 0U);
+      std::cout << name << ": " << errors << " failed epochs, " << delivered
+                << " samples; resident " << (rss >> 10) << " KiB after 20 epochs, "
+                << (resident_bytes() >> 10) << " KiB after 200; " << fds << " fds, " << threads
+                << " threads\n";
+      EXPECT_EQ(entries("/proc/self/fd"), fds);
+      EXPECT_LE(entries("/proc/self/task"), threads);
+      if (kResidentMemoryMeaningful) {
+        EXPECT_LT(resident_bytes(), rss + (4U << 20))
+            << "resident memory grew from " << rss << " to " << resident_bytes();
+      }
     }
   }
 }

@@ -158,6 +158,7 @@ TEST(Loader, BatchesAreFilledInTheirOrderSoOneWorkerReadsInTheEpochsOrder) {
     LoaderOptions o = cpu_options(4, true, 17);
     o.workers = 1;
     o.prefetch = 16;
+    o.autotune = false;  // one worker throughout
     Loader loader = make_loader(data, o, copy_stage);
     std::vector<std::uint64_t> delivered;
     for (const Batch& b : loader.epoch(0)) {
@@ -285,6 +286,7 @@ TEST(Loader, LeavingEarlyOrDestroyingMidEpochStopsPromptlyAndFreesTheRing) {
   auto ds = std::make_shared<SlowDataset>(200000, 200us);
   for (const bool copy_stage : {false, true}) {
     LoaderOptions o = cpu_options(256, true, 1);
+    o.autotune = false;  // the ring's four slots, allocated once
     auto loader = std::make_unique<Loader>(make_loader(ds, o, copy_stage));
     within(20s, [&] {
       for (const Batch& b : loader->epoch(0)) {
@@ -382,6 +384,7 @@ TEST(Loader, MemoryStaysBoundedOverTwoHundredEpochs) {
   LoaderOptions o = cpu_options(32, true, 8);
   o.prefetch = 3;
   o.device_buffers = 2;
+  o.autotune = false;  // fixed slots, allocated once (under autotune: LoaderSoak)
   Loader loader = make_loader(ds, o, true);
   within(120s, [&] {
     std::size_t after_warmup = 0;

@@ -135,7 +135,8 @@ def epoch(loader, e, names, sums=None):
 
 def check(ferry, ds, names, args, out):
     loader = ferry.Loader(ds, batch_size=args.batch, shuffle=False, seed=args.seed,
-                          workers=args.workers, prefetch=args.prefetch, device="cpu")
+                          workers=args.workers, prefetch=args.prefetch, device="cpu",
+                          autotune=False)
     sums, layout, offset, batch = [], [], 0, None
     with open(args.check, "wb") as dump, loader.epoch(0) as ep:
         for batch in ep:
@@ -155,7 +156,8 @@ def check(ferry, ds, names, args, out):
 
 def timed(ferry, ds, names, args, parse_s, out):
     loader = ferry.Loader(ds, batch_size=args.batch, shuffle=True, seed=args.seed,
-                          workers=args.workers, prefetch=args.prefetch, device="cpu")
+                          workers=args.workers, prefetch=args.prefetch, device="cpu",
+                          autotune=False)
     sums, e = [], 0
     for w in range(args.warmup):
         epoch(loader, e, names, sums if w == 0 else None)

@@ -68,14 +68,16 @@ struct FERRY_API LoaderOptions {
   /// `to_dlpack(stream)` with this same stream hands a batch over with no wait at all.
   CUstream_st* stream = nullptr;
   /// Choose workers and prefetch while the loader runs, from its own measurements (the
-  /// consumer's wait, the workers' busy time), within memory_budget. `workers` (0: half the
-  /// cores) and `prefetch` are where it starts; it never goes above the machine's cores. The
-  /// batches are the same, bit for bit, whatever it chooses. LoaderStats::autotune_decisions
-  /// says what it did and why.
-  bool autotune = false;
+  /// consumer's wait, the workers' busy time), within memory_budget. On by default; false keeps
+  /// `workers` and `prefetch` as given. `workers` (0: half the cores) and `prefetch` are where
+  /// it starts; it never goes above the machine's cores. The batches are the same, bit for bit,
+  /// whatever it chooses. LoaderStats::autotune_decisions says what it did and why.
+  bool autotune = true;
   /// Bytes the loader may hold: staging slots, device buffers, and an estimate of the workers'
-  /// per-thread scratch (one sample's bytes per worker). 0: no cap beyond the options. Under
-  /// autotune it caps the slots and workers it adds; without, the options must fit in it.
+  /// per-thread scratch (one sample's bytes per worker). Under autotune a hard cap on the slots
+  /// and workers it adds; 0 there: default_memory_budget(), or what the options ask for at the
+  /// start (`prefetch` slots, the device buffers, `workers`) where that is more, so no options
+  /// are refused for the default. Without autotune the options must fit in it; 0: no cap.
   /// \throws ConfigError (at construction) when it cannot hold the minimum pipeline (one slot,
   /// the device buffers, one worker) or, without autotune, what the options ask for.
   std::uint64_t memory_budget = 0;
@@ -92,6 +94,11 @@ struct FERRY_API LoaderOptions {
   /// DeviceError naming LOCAL_RANK and the GPU count when GPUs exist but not that one.
   static LoaderOptions from_env();
 };
+
+/// The memory budget autotune keeps to when LoaderOptions::memory_budget is 0: an eighth of the
+/// memory this process may use (the machine's physical memory, or its cgroup's memory limit
+/// where that is lower).
+FERRY_API std::uint64_t default_memory_budget() noexcept;
 
 /// Where a run stands, to resume it exactly, on this job or on one of another world size or
 /// batch_size:
@@ -172,6 +179,9 @@ struct FERRY_API LoaderStats {
   int workers = 0;                 ///< workers in use now (autotune's choice, or the option's)
   int prefetch = 0;                ///< staging slots in use now (autotune's choice, or the option)
   std::uint64_t memory_bytes = 0;  ///< the loader's own memory now (see memory_budget)
+  /// The cap it keeps to: LoaderOptions::memory_budget, or under autotune the default (see
+  /// there) when that is 0; 0: none.
+  std::uint64_t memory_budget = 0;
   bool autotune = false;           ///< LoaderOptions::autotune
   /// Autotune's last 64 changes, oldest first.
   std::vector<AutotuneDecision> autotune_decisions;

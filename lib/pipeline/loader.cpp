@@ -4,7 +4,11 @@
 
 #include "ferry/loader.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <thread>
@@ -112,6 +116,22 @@ std::size_t staging_capacity(std::size_t dataset_size, const LoaderOptions& o) {
 
 int core_count() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
 
+// A cgroup's memory limit from its file ("max", or bytes); 0 when none is set or readable.
+std::uint64_t cgroup_limit(const char* path) noexcept {
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);  // NOLINT(cppcoreguidelines-pro-type-vararg)
+  if (fd < 0) return 0;
+  char text[32] = {};
+  const ssize_t got = ::read(fd, text, sizeof(text) - 1);
+  ::close(fd);
+  std::uint64_t value = 0;
+  int digits = 0;
+  for (ssize_t i = 0; i < got && text[i] >= '0' && text[i] <= '9'; ++i, ++digits) {
+    if (digits == 19) return 0;  // past any real limit (cgroup v1 writes ~2^63 for "none")
+    value = value * 10 + static_cast<std::uint64_t>(text[i] - '0');
+  }
+  return value;
+}
+
 // Workers to start with: the option, else one per core (autotune: half the cores).
 int worker_count(const LoaderOptions& o) {
   if (o.workers > 0) return o.workers;
@@ -185,6 +205,20 @@ std::vector<std::vector<std::unique_ptr<detail::FieldOp>>> field_ops(
 }
 
 }  // namespace
+
+std::uint64_t default_memory_budget() noexcept {
+  std::uint64_t memory = 0;
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) memory = static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page);
+  for (const char* path :
+       {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    const std::uint64_t limit = cgroup_limit(path);
+    if (limit > 0 && (memory == 0 || limit < memory)) memory = limit;
+  }
+  constexpr std::uint64_t kUnknown = std::uint64_t{8} << 30;  // a machine that says nothing
+  return (memory == 0 ? kUnknown : memory) / 8;
+}
 
 detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, const LoaderOptions& o,
                                const SimulatedCopy& sim)
@@ -284,6 +318,13 @@ void detail::LoaderImpl::plan_memory(BufferRing::Sizes& sizes) {
   t.device_bytes = static_cast<std::uint64_t>(sizes.device_buffers) * sizes.device_bytes;
   t.scratch_per_worker = (layout->written.bytes + capacity - 1) / capacity;
   t.budget = options.memory_budget;
+  if (t.enabled && t.budget == 0) {
+    // The default: a share of the memory, and never less than the options ask for at the start
+    // (so no options are refused for it).
+    t.budget = std::max(default_memory_budget(),
+                        t.bytes(static_cast<std::uint64_t>(options.prefetch),
+                                static_cast<std::uint64_t>(workers)));
+  }
   const int devices = sizes.device_buffers;
   const auto parts = [&](int slots, int w) {
     return budget_parts(t.bytes(static_cast<std::uint64_t>(slots), static_cast<std::uint64_t>(w)),
@@ -468,6 +509,7 @@ LoaderStats Loader::stats() const {
   s.workers = i.tuning.workers.load();
   s.prefetch = i.ring->limit();
   s.memory_bytes = detail::memory_now(i);
+  s.memory_budget = i.tuning.budget;
   s.autotune = i.tuning.enabled;
   if (i.tuning.enabled) {
     // Worker time of the windows closed so far (the workers changed between them).

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <sstream>
@@ -306,6 +307,17 @@ double LoaderStats::worker_busy_fraction() const noexcept {
   return worker_capacity_seconds > 0 ? read_seconds / worker_capacity_seconds : 0;
 }
 
+namespace {
+
+// Bytes as MiB with one decimal ("0.4", "3072.0").
+std::string mebibytes(std::uint64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return text;
+}
+
+}  // namespace
+
 std::string LoaderStats::summary() const {
   const double wait = consumer_wait_fraction();
   const double busy = worker_busy_fraction();
@@ -334,7 +346,8 @@ std::string LoaderStats::summary() const {
   if (skipped > 0) os << "; " << skipped << " samples skipped";
   if (autotune) {
     os << "; autotune: " << workers << (workers == 1 ? " worker" : " workers") << ", prefetch "
-       << prefetch;
+       << prefetch << ", " << mebibytes(memory_bytes) << " MiB";
+    if (memory_budget > 0) os << " of a " << mebibytes(memory_budget) << " MiB budget";
     if (autotune_decisions.empty()) {
       os << " (as started)";
     } else {

@@ -40,6 +40,7 @@ from ._ferry import (  # noqa: F401  (the public names)
     cuda_device_count,
     cuda_is_available,
     cuda_unavailable_reason,
+    default_memory_budget,
     empty,
     expand_braces,
     from_dlpack,

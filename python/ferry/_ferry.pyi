@@ -180,6 +180,7 @@ class LoaderStats:
     workers: int
     prefetch: int
     memory_bytes: int
+    memory_budget: int
     autotune: bool
     source_samples: list[int]
     def consumer_wait_fraction(self) -> float: ...
@@ -207,6 +208,8 @@ class Epoch:
     def __enter__(self) -> Epoch: ...
     def __exit__(self, *args: Any) -> None: ...
 
+def default_memory_budget() -> int: ...
+
 class Loader:
     def __init__(self, dataset: Any, *, batch_size: int = 32, shuffle: bool = False, seed: int = 0,
                  drop_last: bool = False, workers: int = 0, prefetch: int = 4,
@@ -214,7 +217,7 @@ class Loader:
                  rank: int | None = None, world_size: int | None = None, on_error: str = "raise",
                  ragged: str = "pad", pad_value: float = 0.0, pad_multiple: int = 1,
                  max_tokens: int = 0, bucket_window: int = 0, shuffle_window: int = 0,
-                 stream: int = 0, autotune: bool = False, memory_budget: int = 0,
+                 stream: int = 0, autotune: bool = True, memory_budget: int = 0,
                  from_env: bool = False) -> None: ...
     def epoch(self, epoch: int, start_batch: int = 0) -> Epoch: ...
     def resume(self, state: str | Mapping[str, Any]) -> Epoch: ...

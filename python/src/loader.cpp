@@ -264,6 +264,7 @@ void bind_loader(py::module_& m) {
       .def_readonly("workers", &LoaderStats::workers)
       .def_readonly("prefetch", &LoaderStats::prefetch)
       .def_readonly("memory_bytes", &LoaderStats::memory_bytes)
+      .def_readonly("memory_budget", &LoaderStats::memory_budget)
       .def_readonly("autotune", &LoaderStats::autotune)
       .def_readonly("source_samples", &LoaderStats::source_samples)
       .def("consumer_wait_fraction", &LoaderStats::consumer_wait_fraction)
@@ -341,6 +342,10 @@ Dropping it early (break, del) stops the pipeline promptly. close() does so at o
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyEpoch& self, const py::args&) { self.close(); });
 
+  m.def("default_memory_budget", &default_memory_budget,
+        "The budget autotune keeps to when memory_budget is 0: an eighth of the memory this "
+        "process may use (physical memory, or its cgroup's limit where lower), in bytes.");
+
   py::class_<PyLoader>(m, "Loader", R"doc(
 Feeds a training loop: batches of `dataset` already on `device`, read and batched on ferry's
 worker threads (no worker processes), staged in pinned memory and copied ahead of the loop.
@@ -354,7 +359,10 @@ Every option of C++'s LoaderOptions is a keyword argument. device=None is Device
 (cuda:0 where a GPU is usable, else cpu); rank and world_size None are 0 and 1, or the
 launcher's with from_env=True (torchrun's RANK / WORLD_SIZE / LOCAL_RANK, or mpirun's),
 which also picks cuda:LOCAL_RANK. stream: the consumer's CUDA stream (a cudaStream_t as an
-int; 0 is the default stream). iter(loader) plays epochs 0, 1, 2, ... one per iter().)doc")
+int; 0 is the default stream). autotune=True (the default) chooses workers and prefetch while
+the loader runs (workers and prefetch are where it starts), never above memory_budget (0:
+ferry.default_memory_budget(), or what the starting options need where that is more);
+autotune=False keeps them as given. iter(loader) plays epochs 0, 1, 2, ... one per iter().)doc")
       .def(py::init([](const py::object& dataset, std::size_t batch_size, bool shuffle,
                        std::uint64_t seed, bool drop_last, int workers, int prefetch,
                        int device_buffers, const py::object& device, bool pin_memory,
@@ -381,7 +389,7 @@ int; 0 is the default stream). iter(loader) plays epochs 0, 1, 2, ... one per it
            py::arg("rank") = py::none(), py::arg("world_size") = py::none(),
            py::arg("on_error") = "raise", py::arg("ragged") = "pad", py::arg("pad_value") = 0.0,
            py::arg("pad_multiple") = 1, py::arg("max_tokens") = 0, py::arg("bucket_window") = 0,
-           py::arg("shuffle_window") = 0, py::arg("stream") = 0, py::arg("autotune") = false,
+           py::arg("shuffle_window") = 0, py::arg("stream") = 0, py::arg("autotune") = true,
            py::arg("memory_budget") = 0, py::arg("from_env") = false)
       .def(
           "epoch",

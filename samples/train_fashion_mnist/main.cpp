@@ -1,6 +1,6 @@
 // train_fashion_mnist: trains a small classifier on Fashion-MNIST with batches from ferry.
 //
-//   train_fashion_mnist [--epochs N] [--batch N] [--seed S] [--data DIR] [--autotune]
+//   train_fashion_mnist [--epochs N] [--batch N] [--seed S] [--data DIR] [--no-autotune]
 //
 // Copy it as a starting point for a training loop: open a dataset, make a Loader on
 // Device::best() ("cuda if available else cpu"), and for each epoch take batches that are
@@ -55,19 +55,20 @@ struct Options {
   std::size_t batch = 256;
   std::uint64_t seed = 1;
   std::filesystem::path data = "/usr/share/datasets/fashion-mnist";
-  bool autotune = false;
+  bool autotune = true;
 };
 
 constexpr const char* kUsage =
-    "usage: train_fashion_mnist [--epochs N] [--batch N] [--seed S] [--data DIR] [--autotune]\n"
+    "usage: train_fashion_mnist [--epochs N] [--batch N] [--seed S] [--data DIR] [--no-autotune]\n"
     "  --epochs N   passes over the training set (default 10)\n"
     "  --batch N    samples per batch (default 256)\n"
     "  --seed S     seed of the shuffle and the initial weights (default 1)\n"
     "  --data DIR   folder with Fashion-MNIST's four .gz IDX files\n"
     "               (default /usr/share/datasets/fashion-mnist, from Debian's\n"
     "               dataset-fashion-mnist package)\n"
-    "  --autotune   let the training loader choose its workers and prefetch while it runs\n"
-    "               (LoaderOptions::autotune; the same batches)\n";
+    "  --no-autotune  keep the training loader's workers (one per core) and prefetch (4)\n"
+    "               fixed instead of letting it choose them while it runs (LoaderOptions::\n"
+    "               autotune, the default; the same batches either way)\n";
 
 Options parse_options(int argc, char** argv) {
   Options options;
@@ -77,8 +78,8 @@ Options parse_options(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       std::exit(0);
     }
-    if (flag == "--autotune") {
-      options.autotune = true;
+    if (flag == "--autotune" || flag == "--no-autotune") {  // --autotune: the default
+      options.autotune = flag == "--autotune";
       continue;
     }
     if (i + 1 == argc) throw std::invalid_argument("unknown option or missing value: " + flag);
@@ -136,8 +137,9 @@ int train(const Options& options) {
   train_options.device = device;
   ferry::LoaderOptions test_options = train_options;
   test_options.shuffle = false;
-  // --autotune: workers and prefetch are chosen while training runs (the options above are its
-  // starting point); the batches are the same bytes in the same order.
+  // Autotune (the default; --no-autotune turns it off): workers and prefetch are chosen while
+  // training runs (the options above are its starting point); the batches are the same bytes in
+  // the same order either way.
   train_options.autotune = options.autotune;
   ferry::Loader train_loader(train_set, train_options);
 

@@ -384,14 +384,25 @@ def test_csv_columns_of_text(ferry, tmp_path):
 
 def test_autotune_within_a_budget(ferry):
     ds = ferry.TensorDataset({"i": np.arange(5000, dtype=np.int64)})
-    fixed = indices_of(ferry.Loader(ds, batch_size=50, shuffle=True, seed=4, device="cpu").epoch(0))
-    l = ferry.Loader(ds, batch_size=50, shuffle=True, seed=4, device="cpu", autotune=True,
-                     memory_budget=1 << 20)
+    fixed_loader = ferry.Loader(ds, batch_size=50, shuffle=True, seed=4, device="cpu",
+                                autotune=False, workers=2, prefetch=4)
+    fixed = indices_of(fixed_loader.epoch(0))
+    s = fixed_loader.stats()
+    # (one slot more than prefetch: the batch the loop holds)
+    assert not s.autotune and (s.workers, s.prefetch, s.memory_budget) == (2, 5, 0)
+    l = ferry.Loader(ds, batch_size=50, shuffle=True, seed=4, device="cpu", memory_budget=1 << 20)
     assert indices_of(l.epoch(0)) == fixed  # the same batches whatever the tuning
     s = l.stats()
     assert s.autotune and 1 <= s.workers and 1 <= s.prefetch and 0 < s.memory_bytes <= 1 << 20
     with pytest.raises(ferry.ConfigError, match="bytes"):
         ferry.Loader(ds, batch_size=50, device="cpu", autotune=True, memory_budget=10)
+    # On by default, within the default budget: an eighth of the memory at most.
+    d = ferry.Loader(ds, batch_size=50, device="cpu")
+    assert len(indices_of(d.epoch(0))) == 100
+    s = d.stats()
+    physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert s.autotune and s.memory_budget == ferry.default_memory_budget() <= physical // 8
+    assert 0 < s.memory_bytes <= s.memory_budget and "MiB budget" in s.summary()
 
 
 def test_files_as_urls(ferry, tmp_path):
