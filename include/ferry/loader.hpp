@@ -182,7 +182,7 @@ struct FERRY_API LoaderStats {
   /// The cap it keeps to: LoaderOptions::memory_budget, or under autotune the default (see
   /// there) when that is 0; 0: none.
   std::uint64_t memory_budget = 0;
-  bool autotune = false;           ///< LoaderOptions::autotune
+  bool autotune = false;  ///< LoaderOptions::autotune
   /// Autotune's last 64 changes, oldest first.
   std::vector<AutotuneDecision> autotune_decisions;
   /// Samples delivered from each source of a dataset made of sources (Dataset::num_sources(),

@@ -210,7 +210,8 @@ std::uint64_t default_memory_budget() noexcept {
   std::uint64_t memory = 0;
   const long pages = ::sysconf(_SC_PHYS_PAGES);
   const long page = ::sysconf(_SC_PAGESIZE);
-  if (pages > 0 && page > 0) memory = static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page);
+  if (pages > 0 && page > 0)
+    memory = static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page);
   for (const char* path :
        {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
     const std::uint64_t limit = cgroup_limit(path);
@@ -321,9 +322,9 @@ void detail::LoaderImpl::plan_memory(BufferRing::Sizes& sizes) {
   if (t.enabled && t.budget == 0) {
     // The default: a share of the memory, and never less than the options ask for at the start
     // (so no options are refused for it).
-    t.budget = std::max(default_memory_budget(),
-                        t.bytes(static_cast<std::uint64_t>(options.prefetch),
-                                static_cast<std::uint64_t>(workers)));
+    t.budget = std::max(
+        default_memory_budget(),
+        t.bytes(static_cast<std::uint64_t>(options.prefetch), static_cast<std::uint64_t>(workers)));
   }
   const int devices = sizes.device_buffers;
   const auto parts = [&](int slots, int w) {
