@@ -4,9 +4,6 @@
 
 #include "ferry/loader.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <span>
@@ -22,6 +19,7 @@
 #include "pipeline/epoch_run.hpp"
 #include "pipeline/field_ops.hpp"
 #include "pipeline/loader_impl.hpp"
+#include "pipeline/memory_limit.hpp"
 #include "pipeline/testing.hpp"
 #include "runtime/cuda_api.hpp"
 
@@ -116,22 +114,6 @@ std::size_t staging_capacity(std::size_t dataset_size, const LoaderOptions& o) {
 
 int core_count() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
 
-// A cgroup's memory limit from its file ("max", or bytes); 0 when none is set or readable.
-std::uint64_t cgroup_limit(const char* path) noexcept {
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);  // NOLINT(cppcoreguidelines-pro-type-vararg)
-  if (fd < 0) return 0;
-  char text[32] = {};
-  const ssize_t got = ::read(fd, text, sizeof(text) - 1);
-  ::close(fd);
-  std::uint64_t value = 0;
-  int digits = 0;
-  for (ssize_t i = 0; i < got && text[i] >= '0' && text[i] <= '9'; ++i, ++digits) {
-    if (digits == 19) return 0;  // past any real limit (cgroup v1 writes ~2^63 for "none")
-    value = value * 10 + static_cast<std::uint64_t>(text[i] - '0');
-  }
-  return value;
-}
-
 // Workers to start with: the option, else one per core (autotune: half the cores).
 int worker_count(const LoaderOptions& o) {
   if (o.workers > 0) return o.workers;
@@ -207,17 +189,8 @@ std::vector<std::vector<std::unique_ptr<detail::FieldOp>>> field_ops(
 }  // namespace
 
 std::uint64_t default_memory_budget() noexcept {
-  std::uint64_t memory = 0;
-  const long pages = ::sysconf(_SC_PHYS_PAGES);
-  const long page = ::sysconf(_SC_PAGESIZE);
-  if (pages > 0 && page > 0)
-    memory = static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page);
-  for (const char* path :
-       {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
-    const std::uint64_t limit = cgroup_limit(path);
-    if (limit > 0 && (memory == 0 || limit < memory)) memory = limit;
-  }
   constexpr std::uint64_t kUnknown = std::uint64_t{8} << 30;  // a machine that says nothing
+  const std::uint64_t memory = detail::process_memory_limit();
   return (memory == 0 ? kUnknown : memory) / 8;
 }
 
