@@ -55,14 +55,16 @@ void add_capacity(Tuning& t) noexcept {
   t.capacity_start = now;
 }
 
+TuningCounters counters(const LoaderImpl& impl) noexcept {
+  return {impl.batches.load(), impl.consumer_wait_ns.load(), impl.read_ns.load(),
+          impl.consumer_inside_ns.load()};
+}
+
 void open_window(LoaderImpl& impl) noexcept {
   Tuning& t = impl.tuning;
   t.window_open = true;
   t.window_start = Clock::now();
-  t.window_batches = impl.batches.load();
-  t.window_wait_ns = impl.consumer_wait_ns.load();
-  t.window_read_ns = impl.read_ns.load();
-  t.window_inside_ns = impl.consumer_inside_ns.load();
+  t.window = counters(impl);
 }
 
 // The window paused at the last run's end goes on from here: its snapshots move forward by what
@@ -72,10 +74,7 @@ void resume_window(LoaderImpl& impl) noexcept {
   t.window_open = true;
   t.window_paused = false;
   t.window_start += Clock::now() - t.paused_at;
-  t.window_batches += impl.batches.load() - t.paused_batches;
-  t.window_wait_ns += impl.consumer_wait_ns.load() - t.paused_wait_ns;
-  t.window_read_ns += impl.read_ns.load() - t.paused_read_ns;
-  t.window_inside_ns += impl.consumer_inside_ns.load() - t.paused_inside_ns;
+  t.window += counters(impl) - t.paused;
 }
 
 }  // namespace
@@ -99,10 +98,7 @@ void tuning_end(LoaderImpl& impl) noexcept {
     // batches) in it.
     t.window_paused = true;
     t.paused_at = Clock::now();
-    t.paused_batches = impl.batches.load();
-    t.paused_wait_ns = impl.consumer_wait_ns.load();
-    t.paused_read_ns = impl.read_ns.load();
-    t.paused_inside_ns = impl.consumer_inside_ns.load();
+    t.paused = counters(impl);
   }
   t.window_open = false;
   t.run_open = false;
@@ -124,30 +120,26 @@ void tuning_step(LoaderImpl& impl) {
   }
   const auto now = Clock::now();
   const auto elapsed = now - t.window_start;
-  const std::uint64_t batches = impl.batches.load();
-  const std::uint64_t delivered = batches - t.window_batches;
+  const TuningCounters now_counters = counters(impl);
+  const TuningCounters in_window = now_counters - t.window;
+  const std::uint64_t batches = now_counters.batches;
+  const std::uint64_t delivered = in_window.batches;
   if (!(delivered >= kWindowBatches && elapsed >= kMinWindow) &&
       !(delivered >= 2 && elapsed >= kMaxWindow)) {
     return;
   }
   const auto window_ns = static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count());
-  const std::uint64_t wait_ns = impl.consumer_wait_ns.load();
-  const std::uint64_t read_ns = impl.read_ns.load();
-  const std::uint64_t inside_ns = impl.consumer_inside_ns.load();
   const int workers = t.workers.load();
   const double span = std::max(1.0, static_cast<double>(window_ns));
-  const double wait = static_cast<double>(wait_ns - t.window_wait_ns) / span;
-  const double busy = static_cast<double>(read_ns - t.window_read_ns) / (span * workers);
+  const double wait = static_cast<double>(in_window.wait_ns) / span;
+  const double busy = static_cast<double>(in_window.read_ns) / (span * workers);
   // The loader sets the pace when the consumer spends its time inside next(): waiting for a
   // batch, or (on cores the workers fill) runnable there but not running.
-  const double inside = std::max(wait, static_cast<double>(inside_ns - t.window_inside_ns) / span);
+  const double inside = std::max(wait, static_cast<double>(in_window.inside_ns) / span);
   add_capacity(t);
   t.window_start = now;
-  t.window_batches = batches;
-  t.window_wait_ns = wait_ns;
-  t.window_read_ns = read_ns;
-  t.window_inside_ns = inside_ns;
+  t.window = now_counters;
 
   BufferRing& ring = *impl.ring;
   const int slots = ring.limit();

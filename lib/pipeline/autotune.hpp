@@ -48,6 +48,23 @@ struct Trial {
   };
 };
 
+/// The counters a window is measured by, as read at one moment (the others only add to them).
+struct TuningCounters {
+  std::uint64_t batches = 0, wait_ns = 0, read_ns = 0, inside_ns = 0;
+  /// What has been added since `earlier`.
+  TuningCounters operator-(const TuningCounters& earlier) const noexcept {
+    return {batches - earlier.batches, wait_ns - earlier.wait_ns, read_ns - earlier.read_ns,
+            inside_ns - earlier.inside_ns};
+  }
+  TuningCounters& operator+=(const TuningCounters& more) noexcept {
+    batches += more.batches;
+    wait_ns += more.wait_ns;
+    read_ns += more.read_ns;
+    inside_ns += more.inside_ns;
+    return *this;
+  }
+};
+
 struct Tuning {
   bool enabled = false;
   std::uint64_t budget = 0;              // 0: none
@@ -91,9 +108,9 @@ struct Tuning {
   bool window_open = false;    // a window is being measured
   bool window_paused = false;  // a window was open when the last run ended
   Clock::time_point window_start;
-  std::uint64_t window_batches = 0, window_wait_ns = 0, window_read_ns = 0, window_inside_ns = 0;
-  Clock::time_point paused_at;  // the counters when the window was paused
-  std::uint64_t paused_batches = 0, paused_wait_ns = 0, paused_read_ns = 0, paused_inside_ns = 0;
+  TuningCounters window;  // the counters at the window's start
+  Clock::time_point paused_at;
+  TuningCounters paused;                // the counters when the window was paused
   std::uint64_t run_start_batches = 0;  // batches delivered when the run began
   // Worker capacity (stats' worker_capacity_seconds): worker-nanoseconds of the runs so far,
   // counted from capacity_start, on a clock of its own (the window's start moves).
