@@ -14,6 +14,11 @@ namespace fs = std::filesystem;
 // v1 writes a value near 2^63 for "no limit"; no machine has a quarter of that.
 constexpr std::uint64_t kNoLimit = std::uint64_t{1} << 62;
 
+// Keeps the lower of two limits, 0 being none.
+void take_lower(std::uint64_t& lowest, std::uint64_t limit) noexcept {
+  if (limit > 0 && (lowest == 0 || limit < lowest)) lowest = limit;
+}
+
 // A limit file's value: bytes, or 0 for "max", v1's "none", or anything unreadable.
 std::uint64_t read_limit(const fs::path& file) {
   std::ifstream in(file);
@@ -35,8 +40,7 @@ std::uint64_t lowest_up_the_tree(const fs::path& mount, std::string_view path,
   std::uint64_t lowest = 0;
   fs::path at = fs::path(std::string(path)).relative_path();
   while (true) {
-    const std::uint64_t limit = read_limit(mount / at / file_name);
-    if (limit > 0 && (lowest == 0 || limit < lowest)) lowest = limit;
+    take_lower(lowest, read_limit(mount / at / file_name));
     if (at.empty()) break;
     at = at.parent_path();
   }
@@ -47,9 +51,6 @@ std::uint64_t lowest_up_the_tree(const fs::path& mount, std::string_view path,
 
 std::uint64_t cgroup_memory_limit(std::string_view cgroups, const fs::path& root) {
   std::uint64_t lowest = 0;
-  const auto take = [&](std::uint64_t limit) {
-    if (limit > 0 && (lowest == 0 || limit < lowest)) lowest = limit;
-  };
   // Lines "hierarchy-id:controllers:path"; v2's is "0::path".
   while (!cgroups.empty()) {
     const std::size_t end = cgroups.find('\n');
@@ -63,7 +64,7 @@ std::uint64_t cgroup_memory_limit(std::string_view cgroups, const fs::path& root
     const std::string_view controllers = line.substr(first + 1, second - first - 1);
     const std::string_view path = line.substr(second + 1);
     if (id == "0" && controllers.empty()) {
-      take(lowest_up_the_tree(root, path, "memory.max"));
+      take_lower(lowest, lowest_up_the_tree(root, path, "memory.max"));
       continue;
     }
     // A v1 hierarchy with the memory controller, alone or among others ("cpu,memory").
@@ -71,7 +72,8 @@ std::uint64_t cgroup_memory_limit(std::string_view cgroups, const fs::path& root
     while (!rest.empty()) {
       const std::size_t comma = rest.find(',');
       if (rest.substr(0, comma) == "memory") {
-        take(lowest_up_the_tree(root / std::string(controllers), path, "memory.limit_in_bytes"));
+        take_lower(lowest, lowest_up_the_tree(root / std::string(controllers), path,
+                                              "memory.limit_in_bytes"));
         break;
       }
       rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
@@ -91,8 +93,7 @@ std::uint64_t process_memory_limit() noexcept {
     std::ifstream in("/proc/self/cgroup");
     std::string text;
     for (std::string line; std::getline(in, line);) text += line + '\n';
-    const std::uint64_t limit = cgroup_memory_limit(text, "/sys/fs/cgroup");
-    if (limit > 0 && (memory == 0 || limit < memory)) memory = limit;
+    take_lower(memory, cgroup_memory_limit(text, "/sys/fs/cgroup"));
   } catch (...) {  // NOLINT(bugprone-empty-catch): no cgroup limit known, the physical memory
   }
   return memory;
