@@ -1,5 +1,5 @@
 // The loader's public façade: options checked, the loader's state built (engine, layout, ring,
-// arena), and the Loader, Epoch and Batch classes. The stages live beside it (see
+// arena), and the Loader class (Epoch and Batch: epoch.cpp). The stages live beside it (see
 // loader_impl.hpp for the map).
 
 #include "ferry/loader.hpp"
@@ -21,88 +21,12 @@
 #include "pipeline/loader_impl.hpp"
 #include "pipeline/memory_limit.hpp"
 #include "pipeline/testing.hpp"
+#include "pipeline/validate.hpp"
 #include "runtime/cuda_api.hpp"
 
 namespace ferry {
 
 namespace {
-
-// Bounds on counts of threads and buffers: beyond them a loader is a mistake, not a choice.
-constexpr int kMaxWorkers = 1024;
-constexpr int kMaxBuffers = 1024;
-
-void validate(const Dataset* dataset, const LoaderOptions& o, const detail::SimulatedCopy& sim) {
-  if (sim.enabled && !o.device.is_cpu()) {
-    throw ConfigError(
-        "Loader: the simulated copy stands in for a GPU; the device must be cpu, not " +
-        o.device.str());
-  }
-  if (dataset == nullptr) throw ConfigError("Loader: no dataset");
-  if (o.batch_size == 0) throw ConfigError("Loader: batch_size must be at least 1");
-  if (o.prefetch < 1) {
-    throw ConfigError("Loader: prefetch must be at least 1, got " + std::to_string(o.prefetch));
-  }
-  if (o.device_buffers < 2) {
-    throw ConfigError("Loader: device_buffers must be at least 2, got " +
-                      std::to_string(o.device_buffers));
-  }
-  if (o.workers < 0 || o.workers > kMaxWorkers) {
-    throw ConfigError("Loader: workers must lie in [0, " + std::to_string(kMaxWorkers) + "], got " +
-                      std::to_string(o.workers));
-  }
-  if (o.prefetch > kMaxBuffers || o.device_buffers > kMaxBuffers) {
-    throw ConfigError("Loader: prefetch and device_buffers must be at most " +
-                      std::to_string(kMaxBuffers) + ", got " + std::to_string(o.prefetch) +
-                      " and " + std::to_string(o.device_buffers));
-  }
-  if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size) {
-    throw ConfigError("Loader: rank " + std::to_string(o.rank) + " is outside world_size " +
-                      std::to_string(o.world_size));
-  }
-  const auto fields = dataset->fields();
-  if (fields.empty()) throw ConfigError("Loader: the dataset has no fields");
-  const std::size_t size = dataset->size();
-  const std::size_t epoch = detail::epoch_length(*dataset);
-  const std::span<const Tensor> rows = dataset->rows_in_memory();
-  if (!rows.empty()) {
-    // The rows stand for the samples: they must be exactly what fields() and size() say.
-    if (rows.size() != fields.size()) {
-      throw ConfigError("Loader: the dataset has " + std::to_string(fields.size()) +
-                        " fields but " + std::to_string(rows.size()) + " tensors of rows");
-    }
-    for (std::size_t f = 0; f < rows.size(); ++f) {
-      const Tensor& t = rows[f];
-      std::vector<int64_t> shape{static_cast<int64_t>(size)};
-      shape.insert(shape.end(), fields[f].shape.begin(), fields[f].shape.end());
-      if (!t.defined() || t.dtype() != fields[f].dtype || t.shape() != shape ||
-          t.device() != rows[0].device()) {
-        throw ConfigError("Loader: the dataset's rows of field \"" + fields[f].name +
-                          "\" are not its samples (dtype, shape or device)");
-      }
-    }
-    const Device where = rows[0].device();
-    if (!where.is_cpu() && where != o.device) {
-      throw ConfigError("Loader: the dataset's rows live on " + where.str() +
-                        "; its loader must run there too, not on " + o.device.str());
-    }
-  }
-  if (epoch > 0 && static_cast<std::size_t>(o.world_size) > epoch) {
-    throw ConfigError("Loader: world_size " + std::to_string(o.world_size) + " exceeds the " +
-                      std::to_string(epoch) + " samples" + (epoch != size ? " of an epoch" : ""));
-  }
-  // The sampler pads a rank's share by wrapping: size + world_size must not overflow.
-  static_cast<void>(detail::checked_add(epoch, o.world_size, "Loader: dataset size + world_size"));
-  for (const FieldSpec& f : fields) {
-    const std::string what = "Loader: field \"" + f.name + "\"";
-    // A ragged field's size is its row's (shape[1:]); the rows come from Dataset::length.
-    const std::span<const std::int64_t> shape(f.shape.data() + (f.is_ragged() ? 1 : 0),
-                                              f.shape.size() - (f.is_ragged() ? 1 : 0));
-    static_cast<void>(detail::checked_nbytes(shape, dtype_size(f.dtype), what));
-    if (f.is_ragged() && f.normalize) {
-      throw ConfigError(what + ": a ragged field cannot be normalized as an image");
-    }
-  }
-}
 
 // Samples one slot holds: batch_size, or all this rank's epoch has when that is fewer.
 std::size_t staging_capacity(std::size_t dataset_size, const LoaderOptions& o) {
@@ -123,7 +47,7 @@ int worker_count(const LoaderOptions& o) {
 // Slots autotune may make at most (the budget may allow fewer): enough to keep every core's
 // batch in flight twice over, and at least 16.
 int autotune_slot_cap(const LoaderOptions& o, int max_workers) {
-  return std::min(kMaxBuffers, std::max({o.prefetch, 16, 2 * max_workers}));
+  return std::min(detail::kMaxBuffers, std::max({o.prefetch, 16, 2 * max_workers}));
 }
 
 // "N bytes (one staging slot of S, D device buffers of B, one worker's scratch of C)".
@@ -196,7 +120,7 @@ std::uint64_t default_memory_budget() noexcept {
 
 detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, const LoaderOptions& o,
                                const SimulatedCopy& sim)
-    : dataset((validate(d.get(), o, sim), std::move(d))),
+    : dataset((detail::validate_options(d.get(), o, sim), std::move(d))),
       options(o),
       simulated(sim),
       fields(dataset->fields()),
@@ -494,71 +418,6 @@ LoaderStats Loader::stats() const {
   s.source_samples.resize(i.sources);
   for (std::size_t k = 0; k < i.sources; ++k) s.source_samples[k] = i.source_samples[k].load();
   return s;
-}
-
-// ---- Epoch ------------------------------------------------------------------------------
-
-Epoch::Epoch(std::unique_ptr<detail::EpochRun> run) noexcept : run_(std::move(run)) {}
-Epoch::Epoch(Epoch&&) noexcept = default;
-Epoch& Epoch::operator=(Epoch&&) noexcept = default;
-Epoch::~Epoch() = default;
-
-const Batch* Epoch::next() { return run_ ? run_->next() : nullptr; }
-
-std::size_t Epoch::size() const noexcept { return run_ ? run_->size() : 0; }
-
-void Epoch::cancel() noexcept {
-  if (run_) run_->cancel();
-}
-
-Epoch::iterator Epoch::begin() { return iterator(this); }
-
-Epoch::iterator::iterator(Epoch* epoch) : epoch_(epoch), batch_(epoch->next()) {}
-
-Epoch::iterator& Epoch::iterator::operator++() {
-  batch_ = epoch_->next();
-  return *this;
-}
-
-// ---- Batch ------------------------------------------------------------------------------
-
-const Tensor& Batch::operator[](std::string_view field) const {
-  return tensors_[field_index(field)];
-}
-
-std::size_t Batch::field_index(std::string_view field) const {
-  if (names_) {
-    for (std::size_t i = 0; i < names_->size() && i < tensors_.size(); ++i) {
-      if ((*names_)[i] == field) return i;
-    }
-  }
-  throw ConfigError("Batch: no field \"" + std::string(field) + "\"");
-}
-
-const Tensor& Batch::lengths(std::string_view field) const {
-  const std::size_t i = field_index(field);
-  if (i >= lengths_.size() || !lengths_[i].defined()) {
-    throw ConfigError("Batch: field \"" + std::string(field) + "\" is not ragged");
-  }
-  return lengths_[i];
-}
-
-const Tensor& Batch::offsets(std::string_view field) const {
-  const std::size_t i = field_index(field);
-  if (i >= offsets_.size() || !offsets_[i].defined()) {
-    throw ConfigError("Batch: field \"" + std::string(field) +
-                      "\" has no offsets: it is not ragged, or the loader pads it "
-                      "(RaggedBatch::pack gives offsets)");
-  }
-  return offsets_[i];
-}
-
-const Tensor& Batch::at(std::size_t field) const {
-  if (field >= tensors_.size()) {
-    throw ConfigError("Batch: no field " + std::to_string(field) + "; the batch has " +
-                      std::to_string(tensors_.size()));
-  }
-  return tensors_[field];
 }
 
 }  // namespace ferry
