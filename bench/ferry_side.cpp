@@ -15,9 +15,9 @@
 //   ferry_side limits --fmnist DIR [--png ROOT] [--jpeg ROOT] [--csv FILE]
 //
 // Loader options: --workers N (2) --batch N (256) --prefetch N (4) --seed S (42); device cpu,
-// shuffled. --warmup N (1) untimed epochs, then --epochs N (1) timed ones: the JSON gives each
-// epoch's seconds and their median. --rss-epochs adds the resident set size after every epoch
-// (the driver's check that memory does not grow with epochs).
+// shuffled, autotune off (--autotune: on). --warmup N (1) untimed epochs, then --epochs N (1) timed
+// ones: the JSON gives each epoch's seconds and their median. --rss-epochs adds the resident set
+// size after every epoch (the driver's check that memory does not grow with epochs).
 //
 // --check DUMP: no timing; the first 3 batches of an unshuffled epoch are summed (float64, per
 // field, in memory order) and the first 64 samples of each are written to DUMP as raw bytes,
@@ -73,7 +73,7 @@ constexpr std::size_t kLimitPngImages = 10'000;  // PNG decode limit: at most th
 constexpr const char* kUsage =
     "usage: ferry_side inmem|png|jpeg|csv|shards-png|shards-jpeg --data PATH [--size N]\n"
     "                  [--workers N] [--batch N] [--prefetch N] [--epochs N] [--warmup N]\n"
-    "                  [--seed S] [--rss-epochs] [--check DUMP]\n"
+    "                  [--seed S] [--rss-epochs] [--autotune] [--check DUMP]\n"
     "       ferry_side limits --fmnist DIR [--png ROOT] [--jpeg ROOT] [--csv FILE] [--reps N]";
 
 struct Args {
@@ -87,7 +87,8 @@ struct Args {
   int warmup = 1;
   std::uint64_t seed = 42;
   bool rss_epochs = false;
-  fs::path check;  // non-empty: check mode
+  bool autotune = false;  // --autotune: the loader's default, workers and prefetch where it starts
+  fs::path check;         // non-empty: check mode
   // limits
   fs::path fmnist, png, jpeg, csv;
   int reps = 3;
@@ -137,6 +138,8 @@ Args parse(int argc, char** argv) {
       a.seed = count(0);
     } else if (arg == "--rss-epochs") {
       a.rss_epochs = true;
+    } else if (arg == "--autotune") {
+      a.autotune = true;
     } else if (arg == "--check") {
       a.check = value();
     } else if (arg == "--fmnist") {
@@ -385,7 +388,7 @@ struct Checksums {
 
 ferry::LoaderOptions loader_options(const Args& a, bool shuffle) {
   ferry::LoaderOptions o;
-  o.autotune = false;  // the settings this bench states, fixed
+  o.autotune = a.autotune;  // off by default: the settings this bench states, fixed
   o.batch_size = a.batch;
   o.shuffle = shuffle;
   o.seed = a.seed;

@@ -429,3 +429,63 @@ TEST(LoaderMisuse, CancelFromAnotherThreadWakesAWaitingNextAndTheLoaderGoesOn) {
       EXPECT_EQ(expected, 40U);
     }
 }
+
+/// Reads of samples from 4 on take 30 ms each: the consumer waits for every batch after the first.
+class SlowDataset : public IndexDataset {
+ public:
+  explicit SlowDataset(std::size_t n) : IndexDataset(n) {}
+  void read(std::size_t index, ferry::SampleRef out) const override {
+    if (index >= 4) std::this_thread::sleep_for(30ms);
+    IndexDataset::read(index, out);
+  }
+};
+
+TEST(LoaderMisuse, TryNextWaitsInSlicesAndLosesNothing) {
+  // A caller that waits in short slices (a binding running signal handlers between them) gets
+  // every batch once, whole and in order, whichever stage delivers it, and sees the slices end.
+  for (const bool copy_stage : {false, true}) {
+    SCOPED_TRACE(copy_stage ? "copy stage" : "no copy stage");
+    auto data = std::make_shared<SlowDataset>(40);
+    LoaderOptions o = cpu_options(4);
+    o.workers = 2;
+    Loader loader = make_loader(data, o, copy_stage);
+    within(30s, [&] {
+      ferry::Epoch epoch = loader.epoch(0);
+      std::uint64_t expected = 0;
+      std::size_t timeouts = 0;
+      for (;;) {
+        const Batch* b = nullptr;
+        if (!epoch.try_next(2ms, b)) {
+          ++timeouts;
+          continue;
+        }
+        if (b == nullptr) break;
+        EXPECT_TRUE(holds_its_samples(*b));
+        for (const std::uint64_t i : b->indices()) EXPECT_EQ(i, expected++);
+      }
+      EXPECT_EQ(expected, 40U);
+      EXPECT_GT(timeouts, 0U);  // reads of 30 ms: some 2 ms slices end before their batch
+      const Batch* after = nullptr;
+      EXPECT_TRUE(epoch.try_next(0ms, after));
+      EXPECT_EQ(after, nullptr);
+    });
+    // A slice that ends, then a cancel: the epoch throws, gives its buffers back, and the
+    // loader goes on.
+    within(30s, [&] {
+      ferry::Epoch epoch = loader.epoch(1);
+      const Batch* b = nullptr;
+      while (!epoch.try_next(1ms, b)) {
+      }
+      ASSERT_NE(b, nullptr);
+      EXPECT_FALSE(epoch.try_next(1ms, b));  // batch 1's reads take 120 ms
+      epoch.cancel();
+      EXPECT_THROW(static_cast<void>(epoch.try_next(1s, b)), ferry::Error);
+    });
+    const Order order = collect(loader, 2);
+    std::uint64_t expected = 0;
+    for (const auto& batch : order) {
+      for (const std::uint64_t i : batch) EXPECT_EQ(i, expected++);
+    }
+    EXPECT_EQ(expected, 40U);
+  }
+}

@@ -17,7 +17,8 @@ with ferry_side's keys (the driver reads the last line that starts with '{').
                                                   a dataset written in Python (bench/py/pyobj.py)
 
 Loader options as ferry_side's: --workers N (2) --batch N (256) --prefetch N (4) --seed S (42);
-device cpu, shuffled. --warmup N (1) untimed epochs, then --epochs N (1) timed ones; the consumer
+device cpu, shuffled, autotune off (--autotune: on). --plain: the timed loop only takes each
+field (`x = batch[name]`), as a training loop does, and reads nothing. --warmup N (1) untimed epochs, then --epochs N (1) timed ones; the consumer
 reads one element of every field of every batch (ferry_side reads one byte), and the first 3
 batches of the first epoch are summed. --check DUMP: ferry_side's check mode (no timing; the
 first 3 batches of an unshuffled epoch summed, their first 64 samples written to DUMP).
@@ -115,6 +116,15 @@ def field_sums(batch, names):
     return fields
 
 
+def plain_epoch(loader, e, names):
+    """Seconds for epoch `e` as a plain training loop takes it: `x = batch[name]`, nothing read."""
+    start = time.perf_counter()
+    for batch in loader.epoch(e):
+        for name in names:
+            x = batch[name]  # noqa: F841
+    return time.perf_counter() - start
+
+
 def epoch(loader, e, names, sums=None):
     """Seconds for epoch `e`, from epoch() until it is over and closed; every batch's fields
     touched (one element read), the first batches summed into `sums` if given."""
@@ -157,7 +167,9 @@ def check(ferry, ds, names, args, out):
 def timed(ferry, ds, names, args, parse_s, out):
     loader = ferry.Loader(ds, batch_size=args.batch, shuffle=True, seed=args.seed,
                           workers=args.workers, prefetch=args.prefetch, device="cpu",
-                          autotune=False)
+                          autotune=args.autotune)
+    if args.plain:
+        globals()["epoch"] = lambda loader, e, names, sums=None: plain_epoch(loader, e, names)
     sums, e = [], 0
     for w in range(args.warmup):
         epoch(loader, e, names, sums if w == 0 else None)
@@ -198,6 +210,8 @@ def main():
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--seq-len", type=int, default=1024)
     p.add_argument("--rss-epochs", action="store_true")
+    p.add_argument("--autotune", action="store_true")
+    p.add_argument("--plain", action="store_true")
     p.add_argument("--check")
     p.add_argument("--mark", action="store_true")
     p.add_argument("--import-torch", action="store_true")

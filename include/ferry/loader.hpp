@@ -294,6 +294,11 @@ class FERRY_API Epoch {
   /// it was; each after the batches before it were delivered. The epoch is over then, its
   /// buffers are back in the ring, and the loader can start another.
   const Batch* next();
+  /// next(), waiting at most `timeout` for data: false when none came in time (nothing is lost;
+  /// call again), else true with `batch` what next() returns. A caller that must stay
+  /// responsive while it waits (to run signal handlers, say) waits in such slices.
+  /// \throws as next().
+  bool try_next(std::chrono::nanoseconds timeout, const Batch*& batch);
   /// Batches this epoch yields in all (from its start batch).
   std::size_t size() const noexcept;
   /// Stops the epoch from any thread (a watchdog, a signal's helper): a next() waiting for data
@@ -340,6 +345,10 @@ class FERRY_API Loader {
   /// \throws ConfigError when the state's seed, dataset size, shuffle or plan is not this
   /// loader's, or a bucketed epoch's position falls inside one of this loader's batches.
   Epoch resume(const LoaderState& state);
+  /// What resume() checks before it starts anything: whether `state` belongs to this loader's
+  /// order (seed, dataset size, selection, shuffle, plan, position). \throws ConfigError as
+  /// resume().
+  void check_state(const LoaderState& state) const;
   /// Batches per epoch for this rank.
   std::size_t batches_per_epoch() const;
   /// Where the consumer stands: the epoch last started, the next batch it would receive and

@@ -13,12 +13,13 @@ namespace ferry::detail {
 namespace {
 
 /// Takes the next planned slot in order, or nothing when the run stops or failed first.
-std::optional<Planned> next_planned(RunState& run) {
+std::optional<Planned> next_planned(RunState& run,
+                                    Clock::time_point deadline = Clock::time_point::max()) {
   Planned p;
   bool got = false;
   wait_until(
       run.planned_signal, [&] { return got = run.planned.pop(p); },
-      [&] { return run.stop_requested() || run.failed.load(); }, nullptr);
+      [&] { return run.stop_requested() || run.failed.load(); }, deadline);
   if (!got) return std::nullopt;
   return p;
 }
@@ -28,19 +29,30 @@ class IdentityStage final : public CopyStage {
  public:
   explicit IdentityStage(RunState& run) noexcept : run_(run) {}
 
-  std::optional<ReadyBatch> take() override {
-    const std::optional<Planned> p = next_planned(run_);
-    if (!p) return std::nullopt;
-    Slot& slot = run_.impl->ring->slot(p->slot);
-    run_.wait_filled(slot, p->number);
+  std::optional<ReadyBatch> take(Clock::time_point deadline, bool& timed_out) override {
+    timed_out = false;
+    if (!waiting_) {
+      waiting_ = next_planned(run_, deadline);
+      if (!waiting_) {
+        timed_out = !run_.stop_requested() && !run_.failed.load();
+        return std::nullopt;
+      }
+    }
+    const Planned p = *waiting_;
+    Slot& slot = run_.impl->ring->slot(p.slot);
+    if (!run_.wait_filled(slot, p.number, deadline)) {
+      timed_out = true;  // the batch stays taken: the next call waits for it again
+      return std::nullopt;
+    }
+    waiting_.reset();
     if (run_.stop_requested()) {
       // Stopped (cancelled): fill tasks skip the samples they had not begun, so a slot that
       // reads as filled may not be. The slot goes back in drain(), once they are done with it.
-      unfilled_ = p->slot;
+      unfilled_ = p.slot;
       return std::nullopt;
     }
     ReadyBatch b;
-    b.id = p->slot;
+    b.id = p.slot;
     b.base = slot.data;
     b.pinned = slot.pinned;
     b.indices = &slot.indices;
@@ -49,12 +61,15 @@ class IdentityStage final : public CopyStage {
     return b;
   }
   void drain() noexcept override {
+    if (waiting_) unfilled_ = waiting_->slot;  // a wait for its fill ended at a deadline
+    waiting_.reset();
     if (unfilled_) run_.impl->ring->release_slot(*unfilled_);
     unfilled_.reset();
   }
 
  private:
   RunState& run_;
+  std::optional<Planned> waiting_;         // taken from the planner; its fill not yet seen over
   std::optional<std::uint32_t> unfilled_;  // taken, then stopped before its fill ended
 };
 
@@ -79,12 +94,12 @@ class DeviceStage final : public CopyStage {
     if (thread_.joinable()) thread_.join();
   }
 
-  std::optional<ReadyBatch> take() override {
+  std::optional<ReadyBatch> take(Clock::time_point deadline, bool& timed_out) override {
     std::uint32_t d = 0;
     bool got = false;
-    wait_until(
+    timed_out = !wait_until(
         run_.ready_signal, [&] { return got = ready_.pop(d); },
-        [&] { return run_.stop_requested() || run_.failed.load(); }, nullptr);
+        [&] { return run_.stop_requested() || run_.failed.load(); }, deadline);
     if (!got) return std::nullopt;
     LoaderImpl& impl = *run_.impl;
     DeviceSlot& dev = impl.ring->device(d);

@@ -39,8 +39,10 @@ class CopyStage {
   virtual void start() {}
   /// Joins the stage's thread after the run was asked to stop.
   virtual void join() noexcept {}
-  /// The next batch in order, waiting for it; nothing when the run stops or failed first.
-  virtual std::optional<ReadyBatch> take() = 0;
+  /// The next batch in order, waiting for it until `deadline` (time_point::max(): as long as it
+  /// takes); nothing when the run stops or failed first, or, with `timed_out` set, when the
+  /// deadline passed first (nothing is lost: call again).
+  virtual std::optional<ReadyBatch> take(Clock::time_point deadline, bool& timed_out) = 0;
   /// Returns every batch not taken to the ring (after join()).
   virtual void drain() noexcept = 0;
 };

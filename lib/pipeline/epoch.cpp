@@ -21,6 +21,16 @@ Epoch::~Epoch() = default;
 
 const Batch* Epoch::next() { return run_ ? run_->next() : nullptr; }
 
+bool Epoch::try_next(std::chrono::nanoseconds timeout, const Batch*& batch) {
+  batch = nullptr;
+  if (!run_) return true;
+  const auto now = detail::Clock::now();
+  const auto deadline = timeout >= detail::Clock::time_point::max() - now
+                            ? detail::Clock::time_point::max()
+                            : now + std::chrono::duration_cast<detail::Clock::duration>(timeout);
+  return run_->next_until(deadline, batch);
+}
+
 std::size_t Epoch::size() const noexcept { return run_ ? run_->size() : 0; }
 
 void Epoch::cancel() noexcept {

@@ -51,10 +51,10 @@ void RunState::fail(std::exception_ptr error) noexcept {
   ready_signal.notify();
 }
 
-void RunState::wait_filled(const Slot& slot, std::uint64_t number) {
-  wait_until(
+bool RunState::wait_filled(const Slot& slot, std::uint64_t number, Clock::time_point deadline) {
+  return wait_until(
       filled, [&] { return slot.filled.load(std::memory_order_acquire) == number + 1; },
-      [&] { return stop_requested(); }, nullptr);
+      [&] { return stop_requested(); }, deadline);
 }
 
 std::string describe(const std::exception_ptr& e) {
@@ -185,6 +185,13 @@ class InsideNext {
 }  // namespace
 
 const Batch* EpochRun::next() {
+  const Batch* batch = nullptr;
+  next_until(Clock::time_point::max(), batch);
+  return batch;
+}
+
+bool EpochRun::next_until(Clock::time_point deadline, const Batch*& batch) {
+  batch = nullptr;
   LoaderImpl& impl = *run_.impl;
   const SyncScope syncs(&impl.host_syncs);  // what blocks the training loop
   const InsideNext inside(impl.consumer_inside_ns);
@@ -192,10 +199,10 @@ const Batch* EpochRun::next() {
   // Cancelled: the threads were asked to stop; they are joined when the epoch is destroyed, so
   // that a read still running (a Python dataset's, a stalled file) does not hold up the caller.
   if (cancelled_.load()) throw Error("Loader: the epoch was cancelled");
-  if (over_) return nullptr;
+  if (over_) return true;
   if (next_ >= run_.end) {
     shutdown();  // the loader may start the next epoch while this object lives on
-    return nullptr;
+    return true;
   }
   if (impl.ring->stalled()) {
     throw ConfigError("Loader: all " +
@@ -208,7 +215,12 @@ const Batch* EpochRun::next() {
                       (impl.device_path ? "device_buffers" : "prefetch"));
   }
   const auto wait_start = Clock::now();
-  const std::optional<ReadyBatch> got = stage_->take();
+  bool timed_out = false;
+  const std::optional<ReadyBatch> got = stage_->take(deadline, timed_out);
+  if (timed_out) {
+    impl.consumer_wait_ns.fetch_add(nanos_since(wait_start));
+    return false;
+  }
   if (!got) {
     if (cancelled_.load() && !run_.failed.load()) throw Error("Loader: the epoch was cancelled");
     fail_epoch(run_.background_error);
@@ -300,7 +312,8 @@ const Batch* EpochRun::next() {
     first_ = false;
     impl.first_batch_ns.store(nanos_since(started_));
   }
-  return &current_;
+  batch = &current_;
+  return true;
 }
 
 }  // namespace ferry::detail

@@ -28,6 +28,8 @@ class EpochRun {
 
   /// The next batch in order, or nullptr after the last (see Epoch::next).
   const Batch* next();
+  /// next() waiting for data until `deadline`: false when it passed first (see Epoch::try_next).
+  bool next_until(Clock::time_point deadline, const Batch*& batch);
   std::size_t size() const noexcept { return run_.end - run_.start; }
   /// Stops the run from another thread; next() then throws (see Epoch::cancel).
   void cancel() noexcept;

@@ -2,8 +2,10 @@
 
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
+#include <pthread.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -30,6 +32,18 @@ namespace {
 
 /// The address the TBB edges are marked on.
 constexpr char tsan_edge = 0;
+
+// oneTBB's pool does not survive fork(): in a child of a process whose pool had started, tasks
+// enqueued in an arena wait for workers that do not exist there. A child of such a fork fills
+// batches on the planner's thread, one after another, without oneTBB: slower, never stuck.
+std::atomic<bool> g_pool_started{false};
+std::atomic<bool> g_pool_lost{false};
+
+void after_fork_in_child() noexcept {
+  if (g_pool_started.load()) g_pool_lost.store(true);
+}
+
+[[maybe_unused]] const int g_fork_handler = pthread_atfork(nullptr, nullptr, after_fork_in_child);
 
 /// The samples [begin, end) of a slot: read each, then run its fields' operations on it when
 /// there is no copy stage to run them for the whole batch.
@@ -158,10 +172,14 @@ void fill(RunState& run, std::uint32_t slot_id, std::uint64_t number, int worker
       fault(FaultPoint::fill, number);
       const std::size_t grain =
           std::max<std::size_t>(1, count / (4 * static_cast<std::size_t>(workers)));
-      FERRY_TSAN_RELEASE(&tsan_edge);
-      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, count, grain),
-                        FillRange{&run, &slot, &any_failed});
-      FERRY_TSAN_ACQUIRE(&tsan_edge);
+      if (g_pool_lost.load()) {
+        fill_range(run, slot, 0, count, any_failed);
+      } else {
+        FERRY_TSAN_RELEASE(&tsan_edge);
+        tbb::parallel_for(tbb::blocked_range<std::size_t>(0, count, grain),
+                          FillRange{&run, &slot, &any_failed});
+        FERRY_TSAN_ACQUIRE(&tsan_edge);
+      }
     }
     if (any_failed.load() && !run.stopping.load()) settle_failures(run, slot);
   } catch (...) {
@@ -217,6 +235,11 @@ void enqueue_fill(RunState& run, std::uint32_t slot, std::uint64_t number) {
   LoaderImpl& impl = *run.impl;
   auto job = std::make_unique<FillJob>(FillJob{&run, slot, number, run.in_flight, workers, &arena});
   run.in_flight->fetch_add(1);
+  if (g_pool_lost.load()) {
+    run_fill_job(job.release());  // a forked child: on this thread, now
+    return;
+  }
+  g_pool_started.store(true);
   FERRY_TSAN_RELEASE(job.get());
   {
     const std::lock_guard lock(impl.fill_mutex);

@@ -144,11 +144,7 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, const LoaderOpt
   tuning.max_workers = options.autotune ? std::max(workers, core_count()) : workers;
   // The arena's threads come from oneTBB's pool, which by default has one fewer than the cores:
   // ask for enough that `workers` can all fill slots.
-  if (static_cast<std::size_t>(tuning.max_workers) + 1 >
-      tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism)) {
-    parallelism.emplace(tbb::global_control::max_allowed_parallelism,
-                        static_cast<std::size_t>(tuning.max_workers) + 1);
-  }
+  parallelism.emplace(static_cast<std::size_t>(tuning.max_workers) + 1);
   if (options.device.is_cuda()) {
     engine = cuda::make_engine(options.device.index());
   } else if (simulated.enabled) {
@@ -298,6 +294,11 @@ Epoch Loader::epoch(std::uint64_t e, std::size_t start_batch) {
 }
 
 Epoch Loader::resume(const LoaderState& state) {
+  check_state(state);
+  return Epoch(begin_run(impl_, state.epoch, 0, state.position));
+}
+
+void Loader::check_state(const LoaderState& state) const {
   const LoaderOptions& o = impl_->options;
   const std::uint64_t n = impl_->epoch_samples;
   const auto refuse = [](const std::string& what, const std::string& saved,
@@ -336,7 +337,6 @@ Epoch Loader::resume(const LoaderState& state) {
     throw ConfigError("Loader: the state's position " + std::to_string(state.position) +
                       " lies past the epoch's " + std::to_string(n) + " samples");
   }
-  return Epoch(begin_run(impl_, state.epoch, 0, state.position));
 }
 
 std::size_t Loader::batches_per_epoch() const {

@@ -29,6 +29,7 @@
 #include "pipeline/autotune.hpp"
 #include "pipeline/batch_layout.hpp"
 #include "pipeline/epoch_plan.hpp"
+#include "pipeline/parallelism.hpp"
 #include "pipeline/ragged.hpp"
 #include "pipeline/ring.hpp"
 #include "pipeline/sampler.hpp"
@@ -78,9 +79,9 @@ struct LoaderImpl {
   /// autotune) what the options ask for.
   void plan_memory(BufferRing::Sizes& sizes);
 
-  std::optional<tbb::global_control> parallelism;
-  tbb::task_arena arena;  // without autotune; with it, tuning.arenas
-  Tuning tuning;          // workers and slots in use, and the memory they hold
+  std::optional<ParallelismLease> parallelism;  // before the arenas: they go first
+  tbb::task_arena arena;                        // without autotune; with it, tuning.arenas
+  Tuning tuning;  // workers and slots in use, and the memory they hold
   // Fills waiting for a worker, oldest first (fill.cpp): each task enqueued in an arena takes
   // the oldest job of its arena when it runs, so batches start filling in their order whatever
   // order oneTBB runs its enqueued tasks in.
@@ -160,8 +161,10 @@ struct RunState {
   void stop() noexcept;
   /// Records a stage's failure (the first one) and wakes the consumer.
   void fail(std::exception_ptr error) noexcept;
-  /// Waits until `slot` holds batch `number` filled, or the run stops.
-  void wait_filled(const Slot& slot, std::uint64_t number);
+  /// Waits until `slot` holds batch `number` filled, or the run stops; false when `deadline`
+  /// passed first.
+  bool wait_filled(const Slot& slot, std::uint64_t number,
+                   Clock::time_point deadline = Clock::time_point::max());
 };
 
 /// The message of an exception.

@@ -15,10 +15,12 @@
 #include <atomic>
 #include <boost/lockfree/queue.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <variant>
 #include <vector>
@@ -39,18 +41,42 @@ inline std::uint64_t nanos_since(Clock::time_point start) noexcept {
 
 /// A counter to wait on without spinning: whoever changes something a waiter may want calls
 /// notify(). A waiter reads version(), checks its condition, and only then wait(version), so no
-/// wake-up is lost.
+/// wake-up is lost. notify() takes the lock only while someone waits; a wait may end at a
+/// deadline (the consumer's next() waits in slices, so that its caller can run signal handlers).
 class Signal {
  public:
-  std::uint32_t version() const noexcept { return value_.load(std::memory_order_acquire); }
-  void wait(std::uint32_t seen) const noexcept { value_.wait(seen, std::memory_order_acquire); }
+  std::uint32_t version() const noexcept { return value_.load(std::memory_order_seq_cst); }
+  /// Waits until the version moves from `seen`.
+  void wait(std::uint32_t seen) const noexcept {
+    std::unique_lock<std::mutex> lock(mutex_);
+    waiters_.fetch_add(1, std::memory_order_seq_cst);
+    changed_.wait(lock, [&] { return value_.load(std::memory_order_seq_cst) != seen; });
+    waiters_.fetch_sub(1, std::memory_order_seq_cst);
+  }
+  /// Waits until the version moves from `seen` or `deadline` passes; false at the deadline.
+  bool wait_until(std::uint32_t seen, Clock::time_point deadline) const noexcept {
+    std::unique_lock<std::mutex> lock(mutex_);
+    waiters_.fetch_add(1, std::memory_order_seq_cst);
+    const bool moved = changed_.wait_until(
+        lock, deadline, [&] { return value_.load(std::memory_order_seq_cst) != seen; });
+    waiters_.fetch_sub(1, std::memory_order_seq_cst);
+    return moved;
+  }
   void notify() noexcept {
-    value_.fetch_add(1, std::memory_order_acq_rel);
-    value_.notify_all();
+    value_.fetch_add(1, std::memory_order_seq_cst);
+    // A waiter counts itself, under the lock, before it checks the version: either it sees the
+    // new version, or this sees it waiting and wakes it (under the lock, so not before it
+    // sleeps).
+    if (waiters_.load(std::memory_order_seq_cst) == 0) return;
+    const std::lock_guard<std::mutex> lock(mutex_);
+    changed_.notify_all();
   }
 
  private:
   std::atomic<std::uint32_t> value_{0};
+  mutable std::atomic<std::uint32_t> waiters_{0};
+  mutable std::mutex mutex_;
+  mutable std::condition_variable changed_;
 };
 
 /// Waits on `signal` until `ready()` or `stop()` is true (checked in that order, so what is
@@ -64,6 +90,21 @@ void wait_until(Signal& signal, Ready ready, Stop stop, std::atomic<std::uint64_
     signal.wait(seen);
   }
   if (waited_ns != nullptr) waited_ns->fetch_add(nanos_since(start));
+}
+
+/// wait_until() that gives up at `deadline` (time_point::max(): never): false then, with neither
+/// `ready()` nor `stop()` true.
+template <class Ready, class Stop>
+bool wait_until(Signal& signal, Ready ready, Stop stop, Clock::time_point deadline) {
+  for (;;) {
+    const std::uint32_t seen = signal.version();
+    if (ready() || stop()) return true;
+    if (deadline == Clock::time_point::max()) {
+      signal.wait(seen);
+    } else if (!signal.wait_until(seen, deadline)) {
+      return ready() || stop();
+    }
+  }
 }
 
 /// One staging slot: a batch's bytes in (page-locked) host memory, and what the workers leave.

@@ -13,6 +13,8 @@ object with __len__ and __getitem__(i) returning a dict of arrays. ferry.torch y
 """
 
 import atexit as _atexit
+import collections.abc as _abc
+import os as _os
 
 from ._ferry import (  # noqa: F401  (the public names)
     Batch,
@@ -59,3 +61,8 @@ __all__ = [
 # Epochs still running at interpreter exit are stopped before it finalizes: a worker reading a
 # Python dataset must not wait for the GIL then.
 _atexit.register(_ferry._stop_all)
+# A child of os.fork() starts clean: the parent's loaders and epochs are forgotten there (their
+# threads exist only in the parent) and refuse use with a ConfigError; new ones work.
+_os.register_at_fork(after_in_child=_ferry._after_fork_in_child)
+# A batch is a read-only mapping of field name to tensor: .get, ==, keys/values/items.
+_abc.Mapping.register(Batch)

@@ -8,6 +8,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -34,6 +35,9 @@ Tensor tensor_from_object(const py::handle& obj);
 /// A ferry dataset as is; any object with __len__ and __getitem__ as a Python dataset.
 std::shared_ptr<const Dataset> to_dataset(const py::handle& obj);
 
+/// The object a Python dataset reads (a borrowed reference), or nullptr for any other dataset.
+PyObject* python_source(const Dataset& dataset) noexcept;
+
 /// True while the interpreter may still run Python code from another thread.
 bool python_usable() noexcept;
 
@@ -42,22 +46,25 @@ bool python_usable() noexcept;
 /// DataError's text as a note. Returns an empty object when none is kept. Needs the GIL.
 py::object take_python_failure(const Dataset& dataset, std::uint64_t index);
 
-/// While it lives, on the main thread, a SIGINT (Ctrl-C) cancels `epoch` (Epoch::cancel) so that
-/// a next() waiting for data returns within milliseconds; Python's own handler still runs, so
-/// the KeyboardInterrupt is raised once the module checks signals. Elsewhere it does nothing.
-/// Made with the GIL held.
-class InterruptScope {
+/// Whether this is the interpreter's main thread (where Python runs signal handlers).
+bool is_main_thread() noexcept;
+/// Forgets the main thread's identity (a fork's child has its own). GIL held.
+void reset_main_thread();
+
+/// Releases the GIL while it lives, like py::gil_scoped_release, except that a thread other than
+/// the main one that would take it back while the interpreter finalizes stops there for good.
+/// One that was already waiting for it when finalization began is ended by Python
+/// (pthread_exit): its destructor lets that unwinding pass (pybind11 rethrows it), where a
+/// noexcept one would abort the process ("exception not rethrown").
+class ReleaseGil {
  public:
-  explicit InterruptScope(Epoch* epoch);
-  ~InterruptScope();
-  InterruptScope(const InterruptScope&) = delete;
-  InterruptScope& operator=(const InterruptScope&) = delete;
-  /// Whether a SIGINT cancelled the epoch while the scope lived.
-  bool interrupted() const noexcept;
+  ReleaseGil() noexcept;
+  ~ReleaseGil() noexcept(false);
+  ReleaseGil(const ReleaseGil&) = delete;
+  ReleaseGil& operator=(const ReleaseGil&) = delete;
 
  private:
-  bool active_ = false;
-  bool installed_ = false;
+  PyThreadState* state_;
 };
 
 }  // namespace ferry::python

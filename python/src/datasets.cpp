@@ -76,6 +76,8 @@ class PyDataset final : public Dataset {
 
   std::size_t size() const override { return size_; }
   std::vector<FieldSpec> fields() const override { return fields_; }
+  /// The Python object read (for the garbage collector's traversal).
+  PyObject* source() const noexcept { return source_.ptr(); }
 
   void read(std::size_t index, SampleRef out) const override {
     if (!python_usable()) throw Error("Python dataset: the interpreter is exiting");
@@ -227,6 +229,11 @@ std::shared_ptr<const Dataset> to_dataset(const py::handle& obj) {
       "ferry: a dataset is a ferry dataset or an object with __len__ and "
       "__getitem__, not " +
       py::repr(py::type::of(obj)).cast<std::string>());
+}
+
+PyObject* python_source(const Dataset& dataset) noexcept {
+  const auto* d = dynamic_cast<const PyDataset*>(&dataset);
+  return d != nullptr ? d->source() : nullptr;
 }
 
 py::object take_python_failure(const Dataset& dataset, std::uint64_t index) {

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <charconv>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -23,22 +24,44 @@ namespace ferry::python {
 
 namespace {
 
-struct PyLoader;
+/// Forks since the module was loaded: objects made before the last fork belong to the parent,
+/// whose threads do not exist in this process.
+std::atomic<std::uint64_t> g_generation{0};
+/// Set by the atexit hook: the interpreter is going; no epoch starts any more.
+std::atomic<bool> g_exiting{false};
 
-/// An epoch being iterated from Python. Live ones are listed so that interpreter exit can stop
-/// them before it finalizes (a worker must not wait for the GIL then).
+/// Refuses an object made in the parent of a fork.
+void check_generation(std::uint64_t generation, const char* what) {
+  if (generation == g_generation.load()) return;
+  throw ConfigError(std::string("ferry: this ") + what +
+                    " was made before os.fork(), in the parent process; its threads do not "
+                    "exist in this child. Make a new Loader in the child (datasets made before "
+                    "the fork can be given to it)");
+}
+
+/// An epoch being iterated from Python. next() and close() may come from any Python thread:
+/// next() calls are serialized, and close() wakes a next() in progress (it then ends the loop)
+/// and waits for it before the epoch goes. Live ones are listed so that interpreter exit can
+/// stop them before it finalizes (a worker must not wait for the GIL then).
 struct PyEpoch {
-  std::unique_ptr<Epoch> epoch;
+  std::unique_ptr<Epoch> epoch;  // replaced only with next_mutex and state_mutex held
   std::shared_ptr<const Dataset> dataset;
   std::shared_ptr<const std::vector<std::string>> names;
   std::size_t size = 0;
-  std::atomic<bool> in_next{false};  // a thread is inside next() (GIL released)
+  std::uint64_t generation = g_generation.load();
+  std::mutex next_mutex;            // one next() (or the teardown) at a time
+  std::mutex state_mutex;           // guards cancelling `epoch` against its teardown
+  std::atomic<int> in_next{0};      // threads inside next_batch()
+  std::atomic<bool> closed{false};  // close() was called: next() ends the loop
 
   PyEpoch(std::unique_ptr<Epoch> e, std::shared_ptr<const Dataset> d);
   PyEpoch(const PyEpoch&) = delete;
   PyEpoch& operator=(const PyEpoch&) = delete;
   ~PyEpoch();
+  /// Stops the epoch: wakes a next() in progress, waits for it, then joins the pipeline.
   void close();
+  /// Asks the pipeline to stop without waiting (interpreter exit).
+  void cancel();
 };
 
 std::mutex g_live_mutex;
@@ -49,12 +72,19 @@ PyEpoch::PyEpoch(std::unique_ptr<Epoch> e, std::shared_ptr<const Dataset> d)
   auto n = std::make_shared<std::vector<std::string>>();
   for (const FieldSpec& f : dataset->fields()) n->push_back(f.name);
   names = std::move(n);
-  size = epoch->size();
+  size = epoch ? epoch->size() : 0;
+  closed.store(!epoch);
   const std::lock_guard<std::mutex> lock(g_live_mutex);
   g_live.insert(this);
 }
 
 PyEpoch::~PyEpoch() {
+  if (generation != g_generation.load()) {
+    // Made in the parent of a fork: its threads are not here to join. Left as it is.
+    static_cast<void>(epoch.release());
+    static_cast<void>(new std::shared_ptr<const Dataset>(std::move(dataset)));
+    return;
+  }
   {
     const std::lock_guard<std::mutex> lock(g_live_mutex);
     g_live.erase(this);
@@ -62,15 +92,38 @@ PyEpoch::~PyEpoch() {
   close();
 }
 
-/// Stops the pipeline (promptly: its fill tasks may be waiting for the GIL, which is released).
+void PyEpoch::cancel() {
+  closed.store(true);
+  const std::lock_guard<std::mutex> lock(state_mutex);
+  if (epoch) epoch->cancel();
+}
+
 void PyEpoch::close() {
-  if (!epoch) return;
-  std::unique_ptr<Epoch> doomed = std::move(epoch);
+  if (closed.exchange(true) && in_next.load() == 0) {
+    // Closed before and nobody inside next(): nothing to wake, and nothing to join unless a
+    // close() in progress still joins it, which takes next_mutex as below.
+    const std::lock_guard<std::mutex> lock(state_mutex);
+    if (!epoch) return;  // without releasing the GIL (a destructor at interpreter exit)
+  }
+  {
+    // A next() waiting for data wakes (and ends the loop) rather than make close() wait for it.
+    const std::lock_guard<std::mutex> lock(state_mutex);
+    if (epoch && in_next.load() > 0) epoch->cancel();
+  }
+  const auto teardown = [this] {
+    std::unique_ptr<Epoch> doomed;
+    const std::lock_guard<std::mutex> next_lock(next_mutex);
+    {
+      const std::lock_guard<std::mutex> lock(state_mutex);
+      doomed = std::move(epoch);
+    }
+    doomed.reset();  // joins the pipeline: its fill tasks may be waiting for the GIL
+  };
   if (PyGILState_Check() != 0) {
-    const py::gil_scoped_release release;
-    doomed.reset();
+    const ReleaseGil release;
+    teardown();
   } else {
-    doomed.reset();
+    teardown();
   }
 }
 
@@ -86,46 +139,51 @@ struct PyLoader {
   std::unique_ptr<Loader> loader;
   std::uint64_t next_epoch = 0;        // what iter(loader) plays next
   std::optional<LoaderState> pending;  // load_state_dict's, for the next iter(loader)
+  bool buffer_added = false;           // the loop's own buffer (make_options) was added
+  std::uint64_t generation = g_generation.load();
+  // References to `dataset` held by this object and its Loader, none by anything else: then the
+  // Python dataset it reads is this object's to report to the garbage collector (a dataset
+  // that refers to its loader makes a cycle that only the collector can free).
+  long sole_owner_count = 0;
 
   PyLoader() = default;
   PyLoader(const PyLoader&) = delete;
   PyLoader& operator=(const PyLoader&) = delete;
   ~PyLoader() {
-    const py::gil_scoped_release release;
+    if (generation != g_generation.load()) {
+      static_cast<void>(loader.release());  // the parent's, as PyEpoch's
+      static_cast<void>(new std::shared_ptr<const Dataset>(std::move(dataset)));
+      return;
+    }
+    const ReleaseGil release;
     loader.reset();
     dataset.reset();
   }
+  Loader& get() {
+    check_generation(generation, "Loader");
+    if (!loader) throw ConfigError("ferry: this Loader was cleared by the garbage collector");
+    return *loader;
+  }
 };
 
-/// next() of an epoch, GIL released, Ctrl-C able to wake it. Raises what the epoch raised: a
-/// Python dataset's own exception as it was (with the loader's text as a note), KeyboardInterrupt
-/// after Ctrl-C, ferry's errors as their classes.
-const Batch* next_batch(PyEpoch& self) {
-  if (!self.epoch) return nullptr;
-  std::exception_ptr error;
-  const Batch* b = nullptr;
-  bool interrupted = false;
-  {
-    const InterruptScope scope(self.epoch.get());
-    {
-      self.in_next.store(true);
-      const py::gil_scoped_release release;
-      try {
-        b = self.epoch->next();
-      } catch (...) {
-        error = std::current_exception();
-      }
-      self.in_next.store(false);
-    }
-    interrupted = scope.interrupted();
-  }
-  if (!error) return b;
-  if (interrupted) {
-    // The epoch is cancelled; it is joined when it goes (a read still running ends first).
-    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-    PyErr_SetNone(PyExc_KeyboardInterrupt);
-    throw py::error_already_set();
-  }
+/// How long the main thread waits for data between checks for signals.
+constexpr std::chrono::milliseconds kSignalSlice{20};
+
+/// Counts a thread inside next_batch() while it lives.
+class InNext {
+ public:
+  explicit InNext(std::atomic<int>& count) noexcept : count_(count) { count_.fetch_add(1); }
+  InNext(const InNext&) = delete;
+  InNext& operator=(const InNext&) = delete;
+  ~InNext() { count_.fetch_sub(1); }
+
+ private:
+  std::atomic<int>& count_;
+};
+
+/// Raises a pipeline's failure: a Python dataset's own exception as it was (with the loader's
+/// text as a note), ferry's errors as their classes.
+[[noreturn]] void raise_failure(PyEpoch& self, const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
   } catch (const DataError& e) {
@@ -150,6 +208,55 @@ const Batch* next_batch(PyEpoch& self) {
   }
 }
 
+/// next() of an epoch, GIL released. On the main thread it waits in slices and runs Python's
+/// signal handlers between them, so that a handler runs promptly and whatever it raises (a
+/// KeyboardInterrupt, say) leaves next() with the epoch intact; a handler that returns lets the
+/// wait go on. Nothing when the epoch is over or closed.
+std::optional<Batch> next_batch(PyEpoch& self) {
+  check_generation(self.generation, "Epoch");
+  if (self.closed.load()) return std::nullopt;  // without releasing the GIL
+  const bool main = is_main_thread();
+  for (;;) {
+    std::optional<Batch> got;
+    std::exception_ptr error;
+    bool end = false;
+    {
+      const InNext inside(self.in_next);
+      const ReleaseGil release;
+      const std::lock_guard<std::mutex> lock(self.next_mutex);
+      if (!self.epoch || self.closed.load()) {
+        end = true;
+      } else {
+        try {
+          const Batch* b = nullptr;
+          bool done = true;
+          if (main) {
+            done = self.epoch->try_next(kSignalSlice, b);
+          } else {
+            b = self.epoch->next();
+          }
+          if (done) {
+            if (b != nullptr) {
+              got = *b;
+            } else {
+              end = true;
+            }
+          }
+        } catch (...) {
+          error = std::current_exception();
+        }
+      }
+    }
+    if (error) {
+      if (self.closed.load()) return std::nullopt;  // close() woke it: the loop ends
+      raise_failure(self, error);
+    }
+    if (end) return std::nullopt;
+    if (got) return got;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  }
+}
+
 LoaderOptions make_options(std::size_t batch_size, bool shuffle, std::uint64_t seed, bool drop_last,
                            int workers, int prefetch, int device_buffers, const py::object& device,
                            bool pin_memory, const py::object& rank, const py::object& world_size,
@@ -170,8 +277,15 @@ LoaderOptions make_options(std::size_t batch_size, bool shuffle, std::uint64_t s
   o.device_buffers = device_buffers;
   if (!device.is_none() || !from_env) o.device = to_device(device);
   o.pin_memory = pin_memory;
-  if (!rank.is_none()) o.rank = rank.cast<int>();
-  if (!world_size.is_none()) o.world_size = world_size.cast<int>();
+  const auto whole = [](const py::object& value, const char* name) {
+    if (!py::isinstance<py::int_>(value) || py::isinstance<py::bool_>(value)) {
+      throw py::type_error(std::string("Loader: ") + name + " is an int or None, not " +
+                           py::repr(value).cast<std::string>());
+    }
+    return value.cast<int>();
+  };
+  if (!rank.is_none()) o.rank = whole(rank, "rank");
+  if (!world_size.is_none()) o.world_size = whole(world_size, "world_size");
   if (on_error == "raise") {
     o.on_error = ErrorPolicy::raise;
   } else if (on_error == "skip") {
@@ -192,15 +306,6 @@ LoaderOptions make_options(std::size_t batch_size, bool shuffle, std::uint64_t s
   o.bucket_window = bucket_window;
   o.shuffle_window = shuffle_window;
   o.stream = reinterpret_cast<CUstream_st*>(stream);
-  // A Python for loop still holds the previous batch while it asks for the next one (the loop
-  // variable is rebound only after __next__ returns), so one buffer more than asked is made:
-  // the loop's own, so that prefetch (or device_buffers) batches stay in flight behind it, and
-  // prefetch=1 does not stall.
-  if (o.device.is_cpu()) {
-    o.prefetch += 1;
-  } else {
-    o.device_buffers += 1;
-  }
   return o;
 }
 
@@ -211,27 +316,98 @@ LoaderState to_state(const py::handle& state) {
   return LoaderState::parse(state.cast<std::string>());
 }
 
+/// A Python for loop still holds the previous batch while it asks for the next one (the loop
+/// variable is rebound only after __next__ returns), so one buffer more than asked is made: the
+/// loop's own, so that prefetch (or device_buffers) batches stay in flight behind it, and
+/// prefetch=1 does not stall. The options are checked as the user gave them first, so that
+/// what they set is what errors and stats() quote.
+LoaderOptions with_loop_buffer(LoaderOptions o, bool& added) {
+  constexpr int kMaxBuffers = 1024;  // LoaderOptions' bound for both
+  if (o.prefetch < 1) {
+    throw ConfigError("Loader: prefetch must be at least 1, got " + std::to_string(o.prefetch));
+  }
+  if (o.device_buffers < 2) {
+    throw ConfigError("Loader: device_buffers must be at least 2, got " +
+                      std::to_string(o.device_buffers));
+  }
+  if (o.prefetch > kMaxBuffers || o.device_buffers > kMaxBuffers) {
+    throw ConfigError("Loader: prefetch and device_buffers must be at most " +
+                      std::to_string(kMaxBuffers) + ", got " + std::to_string(o.prefetch) +
+                      " and " + std::to_string(o.device_buffers));
+  }
+  int& buffers = o.device.is_cpu() ? o.prefetch : o.device_buffers;
+  added = buffers < kMaxBuffers;
+  if (added) buffers += 1;
+  return o;
+}
+
 std::unique_ptr<PyEpoch> start(PyLoader& self, const std::function<Epoch(Loader&)>& make) {
+  Loader& loader = self.get();
   std::unique_ptr<Epoch> e;
+  if (g_exiting.load()) {
+    // The interpreter is exiting: an epoch started now (by a daemon thread) yields nothing.
+    return std::make_unique<PyEpoch>(nullptr, self.dataset);
+  }
   {
-    const py::gil_scoped_release release;
-    e = std::make_unique<Epoch>(make(*self.loader));
+    const ReleaseGil release;
+    e = std::make_unique<Epoch>(make(loader));
   }
   return std::make_unique<PyEpoch>(std::move(e), self.dataset);
 }
 
 /// iter(loader): the epoch load_state_dict() left off in, else the next one of 0, 1, 2, ...
+/// The loader's position moves only once the epoch has started.
 std::unique_ptr<PyEpoch> next_epoch(PyLoader& self) {
   if (self.pending) {
     const LoaderState state = *self.pending;
+    std::unique_ptr<PyEpoch> rest = start(self, [&](Loader& l) { return l.resume(state); });
     self.pending.reset();
     self.next_epoch = state.epoch + 1;
-    std::unique_ptr<PyEpoch> rest = start(self, [&](Loader& l) { return l.resume(state); });
     if (rest->size != 0) return rest;
     rest.reset();  // that epoch was over: go on with the next
   }
-  const std::uint64_t e = self.next_epoch++;
-  return start(self, [e](Loader& l) { return l.epoch(e); });
+  const std::uint64_t e = self.next_epoch;
+  std::unique_ptr<PyEpoch> epoch = start(self, [e](Loader& l) { return l.epoch(e); });
+  self.next_epoch = e + 1;
+  return epoch;
+}
+
+/// The garbage collector's view of a Loader: the Python dataset it reads, where it alone holds it.
+int traverse_loader(PyObject* self, visitproc visit, void* arg) {
+#if PY_VERSION_HEX >= 0x03090000
+  Py_VISIT(Py_TYPE(self));
+#endif
+  auto& inst = *reinterpret_cast<py::detail::instance*>(self);
+  const py::detail::value_and_holder vh = inst.get_value_and_holder(nullptr, false);
+  if (!vh || !vh.holder_constructed()) return 0;
+  const auto* loader = vh.value_ptr<PyLoader>();
+  if (loader == nullptr || !loader->dataset || !loader->loader) return 0;
+  if (loader->dataset.use_count() != loader->sole_owner_count) return 0;
+  if (loader->generation != g_generation.load()) return 0;
+  PyObject* source = python_source(*loader->dataset);
+  Py_VISIT(source);
+  return 0;
+}
+
+/// Breaks a cycle through a Loader: the loader goes (its threads joined), then its dataset.
+int clear_loader(PyObject* self) {
+  auto& inst = *reinterpret_cast<py::detail::instance*>(self);
+  const py::detail::value_and_holder vh = inst.get_value_and_holder(nullptr, false);
+  if (!vh || !vh.holder_constructed()) return 0;
+  auto* loader = vh.value_ptr<PyLoader>();
+  if (loader == nullptr || loader->generation != g_generation.load()) return 0;
+  {
+    const ReleaseGil release;
+    loader->loader.reset();
+  }
+  loader->dataset.reset();
+  return 0;
+}
+
+/// The loader's state, or the one load_state_dict() gave until an epoch starts from it.
+LoaderState current_state(PyLoader& self) {
+  Loader& loader = self.get();
+  return self.pending ? *self.pending : loader.state();
 }
 
 py::array indices_array(const Batch& b) {
@@ -278,10 +454,33 @@ One batch: a mapping of field name to ferry.Tensor ([batch, ...field shape], on 
 device). batch.indices are the samples' dataset indices; batch.size their count. A batch (or any
 tensor of it) kept past its iteration keeps its buffer out of the ring until it is gone; keeping
 as many as there are buffers raises ferry.ConfigError instead of waiting.)doc")
-      .def("__getitem__", [](const PyBatch& b, const std::string& name) { return b.batch[name]; })
+      .def("__getitem__",
+           [](const PyBatch& b, const py::object& key) {
+             if (py::isinstance<py::str>(key)) {
+               const auto name = key.cast<std::string>();
+               for (std::size_t f = 0; f < b.names->size(); ++f) {
+                 if ((*b.names)[f] == name) return b.batch.at(f);
+               }
+             }
+             throw py::key_error(py::repr(key).cast<std::string>());
+           })
+      .def(
+          "get",
+          [](const PyBatch& b, const py::object& key, const py::object& fallback) -> py::object {
+            if (py::isinstance<py::str>(key)) {
+              const auto name = key.cast<std::string>();
+              for (std::size_t f = 0; f < b.names->size(); ++f) {
+                if ((*b.names)[f] == name) return py::cast(b.batch.at(f));
+              }
+            }
+            return fallback;
+          },
+          py::arg("key"), py::arg("default") = py::none())
       .def("__len__", [](const PyBatch& b) { return b.names->size(); })
       .def("__contains__",
-           [](const PyBatch& b, const std::string& name) {
+           [](const PyBatch& b, const py::object& key) {
+             if (!py::isinstance<py::str>(key)) return false;
+             const auto name = key.cast<std::string>();
              for (const auto& n : *b.names) {
                if (n == name) return true;
              }
@@ -330,12 +529,12 @@ Dropping it early (break, del) stops the pipeline promptly. close() does so at o
       .def("__iter__", [](py::object self) { return self; })
       .def("__next__",
            [](PyEpoch& self) {
-             const Batch* b = next_batch(self);
-             if (b == nullptr) {
+             std::optional<Batch> b = next_batch(self);
+             if (!b) {
                self.close();
                throw py::stop_iteration();
              }
-             return PyBatch{*b, self.names};
+             return PyBatch{std::move(*b), self.names};
            })
       .def("__len__", [](const PyEpoch& self) { return self.size; })
       .def("close", &PyEpoch::close, "Stops the epoch now; its batches already taken stay valid.")
@@ -346,7 +545,13 @@ Dropping it early (break, del) stops the pipeline promptly. close() does so at o
         "The budget autotune keeps to when memory_budget is 0: an eighth of the memory this "
         "process may use (physical memory, or its cgroup's limit where lower), in bytes.");
 
-  py::class_<PyLoader>(m, "Loader", R"doc(
+  py::class_<PyLoader>(m, "Loader", py::custom_type_setup([](PyHeapTypeObject* heap) {
+                         auto* type = &heap->ht_type;
+                         type->tp_flags |= Py_TPFLAGS_HAVE_GC;
+                         type->tp_traverse = traverse_loader;
+                         type->tp_clear = clear_loader;
+                       }),
+                       R"doc(
 Feeds a training loop: batches of `dataset` already on `device`, read and batched on ferry's
 worker threads (no worker processes), staged in pinned memory and copied ahead of the loop.
 
@@ -373,13 +578,17 @@ autotune=False keeps them as given. iter(loader) plays epochs 0, 1, 2, ... one p
                        std::uint64_t memory_budget, bool from_env) {
              auto self = std::make_unique<PyLoader>();
              self->dataset = to_dataset(dataset);
-             const LoaderOptions o =
+             const LoaderOptions o = with_loop_buffer(
                  make_options(batch_size, shuffle, seed, drop_last, workers, prefetch,
                               device_buffers, device, pin_memory, rank, world_size, on_error,
                               ragged, pad_value, pad_multiple, max_tokens, bucket_window,
-                              shuffle_window, stream, autotune, memory_budget, from_env);
-             const py::gil_scoped_release release;
-             self->loader = std::make_unique<Loader>(self->dataset, o);
+                              shuffle_window, stream, autotune, memory_budget, from_env),
+                 self->buffer_added);
+             {
+               const ReleaseGil release;
+               self->loader = std::make_unique<Loader>(self->dataset, o);
+             }
+             self->sole_owner_count = self->dataset.use_count();
              return self;
            }),
            py::arg("dataset"), py::kw_only(), py::arg("batch_size") = 32,
@@ -394,8 +603,10 @@ autotune=False keeps them as given. iter(loader) plays epochs 0, 1, 2, ... one p
       .def(
           "epoch",
           [](PyLoader& self, std::uint64_t e, std::size_t start_batch) {
+            std::unique_ptr<PyEpoch> epoch =
+                start(self, [&](Loader& l) { return l.epoch(e, start_batch); });
             self.next_epoch = e + 1;
-            return start(self, [&](Loader& l) { return l.epoch(e, start_batch); });
+            return epoch;
           },
           py::arg("epoch"), py::arg("start_batch") = 0, py::keep_alive<0, 1>(),
           "Epoch `epoch` from batch `start_batch`: the same batches, in the same order, as an "
@@ -404,56 +615,96 @@ autotune=False keeps them as given. iter(loader) plays epochs 0, 1, 2, ... one p
           "resume",
           [](PyLoader& self, const py::object& state) {
             const LoaderState s = to_state(state);
+            std::unique_ptr<PyEpoch> epoch = start(self, [&](Loader& l) { return l.resume(s); });
             self.next_epoch = s.epoch + 1;
-            return start(self, [&](Loader& l) { return l.resume(s); });
+            return epoch;
           },
           py::arg("state"), py::keep_alive<0, 1>(),
           "The rest of the epoch where `state` (from state(), perhaps of another process or "
           "world size) left off.")
       .def("__iter__", &next_epoch, py::keep_alive<0, 1>())
-      .def("__len__", [](const PyLoader& self) { return self.loader->batches_per_epoch(); })
+      .def("__len__", [](PyLoader& self) { return self.get().batches_per_epoch(); })
       .def_property_readonly("batches_per_epoch",
-                             [](const PyLoader& self) { return self.loader->batches_per_epoch(); })
+                             [](PyLoader& self) { return self.get().batches_per_epoch(); })
       .def(
-          "state", [](const PyLoader& self) { return self.loader->state().str(); },
-          "Where the consumer stands, as text: the epoch, the next batch and the job's position.")
+          "state", [](PyLoader& self) { return current_state(self).str(); },
+          "Where the consumer stands, as text: the epoch, the next batch and the job's position "
+          "(after load_state_dict(), the loaded position until its epoch starts).")
       .def(
           "state_dict",
-          [](const PyLoader& self) {
+          [](PyLoader& self) {
             py::dict d;
-            d["state"] = self.loader->state().str();
+            d["state"] = current_state(self).str();
             return d;
           },
           "torchdata StatefulDataLoader's convention: {\"state\": state()}.")
       .def(
-          "load_state_dict", [](PyLoader& self, const py::dict& d) { self.pending = to_state(d); },
+          "load_state_dict",
+          [](PyLoader& self, const py::object& d) {
+            if (!py::isinstance<py::dict>(d) || !d.cast<py::dict>().contains("state")) {
+              throw py::type_error(
+                  "Loader.load_state_dict: state_dict is a dict with a "
+                  "\"state\" text (from state_dict()), not " +
+                  py::repr(d).cast<std::string>());
+            }
+            const py::object text = d.cast<py::dict>()["state"];
+            if (!py::isinstance<py::str>(text)) {
+              throw py::type_error("Loader.load_state_dict: state_dict[\"state\"] is a text, not " +
+                                   py::repr(text).cast<std::string>());
+            }
+            const LoaderState state = LoaderState::parse(text.cast<std::string>());
+            self.get().check_state(state);  // refused: nothing changes
+            self.pending = state;
+          },
           py::arg("state_dict"),
-          "The next iter(loader) continues where the state dict left off (resume()).")
+          "The next iter(loader) continues where the state dict left off (resume()). A state of "
+          "another order is refused (ConfigError) and changes nothing.")
       .def(
-          "stats", [](const PyLoader& self) { return self.loader->stats(); },
+          "stats",
+          [](PyLoader& self) {
+            LoaderStats s = self.get().stats();
+            // The loop's own buffer (with_loop_buffer) is the binding's, not the user's.
+            if (self.buffer_added && self.get().options().device.is_cpu() && s.prefetch > 1) {
+              s.prefetch -= 1;
+            }
+            return s;
+          },
           "The loader's statistics; stats().summary() names the bottleneck.")
-      .def_property_readonly("device",
-                             [](const PyLoader& self) { return self.loader->options().device; })
+      .def_property_readonly("device", [](PyLoader& self) { return self.get().options().device; })
       .def_property_readonly("dataset", [](const PyLoader& self) -> py::object {
         auto d = std::const_pointer_cast<Dataset>(self.dataset);
         return py::cast(d);
       });
 
   // Interpreter exit: stop every epoch still running before finalization starts, while the
-  // loader's workers can still take the GIL to finish a Python dataset's read.
+  // loader's workers can still take the GIL to finish a Python dataset's read. Each is closed: a
+  // thread inside its next() is woken (its loop ends), the reads in flight end, the pipeline is
+  // joined; after that no thread of ferry's takes the GIL. Epochs started later yield nothing.
   m.def("_stop_all", [] {
+    g_exiting.store(true);
     std::vector<PyEpoch*> live;
     {
       const std::lock_guard<std::mutex> lock(g_live_mutex);
       live.assign(g_live.begin(), g_live.end());
     }
+    // Their Python objects, held while they are closed: another thread may drop its last
+    // reference meanwhile (close() releases the GIL).
+    std::vector<py::object> held;
     for (PyEpoch* e : live) {
-      if (e->epoch) e->epoch->cancel();
+      held.push_back(py::cast(e, py::return_value_policy::reference));
+      e->cancel();
     }
-    // Joined here, GIL released, unless another (daemon) thread is inside its next().
-    for (PyEpoch* e : live) {
-      if (!e->in_next.load()) e->close();
-    }
+    for (PyEpoch* e : live) e->close();
+  });
+
+  // os.register_at_fork's after_in_child: the child starts clean. Epochs and loaders of the parent
+  // are forgotten (their threads are not here) and refuse use; new ones work.
+  m.def("_after_fork_in_child", [] {
+    g_generation.fetch_add(1);
+    g_exiting.store(false);
+    reset_main_thread();
+    const std::lock_guard<std::mutex> lock(g_live_mutex);
+    g_live.clear();
   });
 }
 

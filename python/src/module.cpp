@@ -2,6 +2,7 @@
 
 #include <pybind11/operators.h>
 #include <pybind11/stl.h>
+#include <unistd.h>
 
 #include <string>
 
@@ -15,6 +16,26 @@ bool python_usable() noexcept {
 #else
   return Py_IsInitialized() != 0 && _Py_IsFinalizing() == 0;
 #endif
+}
+
+namespace {
+std::atomic<unsigned long> g_main_thread{0};  // the main thread's PyThread ident; 0: not known
+}  // namespace
+
+void reset_main_thread() {
+  g_main_thread.store(
+      py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>());
+}
+
+bool is_main_thread() noexcept { return PyThread_get_thread_ident() == g_main_thread.load(); }
+
+ReleaseGil::ReleaseGil() noexcept : state_(PyEval_SaveThread()) {}
+
+ReleaseGil::~ReleaseGil() noexcept(false) {
+  if (!python_usable() && !is_main_thread()) {
+    for (;;) pause();  // the interpreter is going, and the process with it
+  }
+  PyEval_RestoreThread(state_);
 }
 
 void bind_errors(py::module_& m) {
@@ -112,4 +133,5 @@ PYBIND11_MODULE(_ferry, m) {
   ferry::python::bind_tensor(m);
   ferry::python::bind_datasets(m);
   ferry::python::bind_loader(m);
+  ferry::python::reset_main_thread();
 }
