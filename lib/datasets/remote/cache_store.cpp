@@ -34,9 +34,13 @@ std::uint64_t fnv1a(std::string_view s) {
   return h;
 }
 
-bool is_lock_or_temporary(const std::string& name) {
-  return name.empty() || name[0] == '.' ||
-         (name.size() > 5 && name.compare(name.size() - 5, 5, ".lock") == 0);
+// Whether `name` is of an entry's form, "<16 hex>-<name>" (its own files and its companions
+// "<entry>.meta" and "<entry>.idx"): exactly those count against the bound. The cache's own
+// files (locks, temporaries) start with '.', which no entry does.
+bool is_entry_name(std::string_view name) {
+  if (name.size() < 18 || name[16] != '-') return false;
+  return std::all_of(name.begin(), name.begin() + 16,
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 }  // namespace
@@ -66,7 +70,11 @@ std::optional<FileDescriptor> open_held(const fs::path& path, const FileLabel& l
 
 FileDescriptor lock_download(const fs::path& target, const FileLabel& label,
                              const std::function<void()>& before_wait) {
-  const fs::path lock = target.string() + ".lock";
+  // ".<entry>.lock": a file of the cache's own (a leading '.'), never counted as an entry.
+  std::string lock_name = target.filename().string();
+  lock_name.insert(0, 1, '.');
+  lock_name += ".lock";
+  const fs::path lock = target.parent_path() / lock_name;
   FileDescriptor fd(
       ::open(lock.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644));
   if (!fd) {
@@ -131,7 +139,7 @@ std::uint64_t cache_size(const fs::path& dir) noexcept {
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code e2;
-    if (!it->is_regular_file(e2) || is_lock_or_temporary(it->path().filename().string())) {
+    if (!it->is_regular_file(e2) || !is_entry_name(it->path().filename().string())) {
       continue;
     }
     const auto size = it->file_size(e2);
@@ -164,7 +172,7 @@ std::uint64_t evict(const fs::path& dir, std::uint64_t bound) noexcept {
         }
         continue;
       }
-      if (is_lock_or_temporary(name) || name.size() < 17 || name[16] != '-') continue;
+      if (!is_entry_name(name)) continue;
       Entry& e = entries[name.substr(0, 16)];
       const auto bytes = static_cast<std::uint64_t>(st.st_size);
       e.files.emplace_back(it->path(), bytes);

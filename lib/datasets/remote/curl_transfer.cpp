@@ -7,6 +7,8 @@
 #include <mutex>
 #include <system_error>
 
+#include "ferry/error.hpp"
+
 namespace ferry::detail::remote {
 
 namespace {
@@ -54,6 +56,20 @@ std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
     t.range_total.reset();
     t.response_etag.clear();
     t.body_started = false;
+    // "HTTP/1.1 200 OK": the status, for the check at the headers' end.
+    const std::size_t sp = line.find(' ');
+    t.header_status =
+        sp == std::string_view::npos ? 0 : std::atol(std::string(line.substr(sp + 1, 3)).c_str());
+  } else if (trim(line).empty()) {  // the headers' end: an answer larger than the file may be
+    // is refused before its body (which may never come, or come slowly).
+    const std::optional<std::uint64_t> announced =
+        t.header_status == 200 ? t.content_length
+                               : (t.header_status == 206 ? t.range_total : std::nullopt);
+    if (announced && *announced > t.limit) {
+      t.status = t.header_status;
+      t.error = over_limit(t, *announced, false);
+      return 0;
+    }
   } else if (starts_with_ci(line, "content-length:")) {
     const std::string v = trim(line.substr(15));
     char* end = nullptr;
@@ -73,6 +89,18 @@ std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
     t.response_etag = trim(line.substr(5));
   }
   return size * n;
+}
+
+std::exception_ptr over_limit(const Transfer& t, std::uint64_t bytes, bool came) {
+  const std::string size = std::to_string(t.limit) + " bytes";
+  const std::string bound = t.limit_is_size
+                                ? "the file's known size of " + size
+                                : "the cache's room of " + size + " (RemoteOptions::cache_bytes)";
+  const std::string answer =
+      came ? "more than " + std::to_string(bytes) + " bytes came"
+           : (t.status == 206 ? "Content-Range total " : "Content-Length ") + std::to_string(bytes);
+  return std::make_exception_ptr(DataError(t.label.prefix() + "cannot download: the answer (" +
+                                           answer + ") is larger than " + bound + "; not retried"));
 }
 
 void keep_error_body(Transfer& t, const char* data, std::size_t n) {
@@ -113,8 +141,16 @@ std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user) {
             t.got = 0;
             return 0;
           }
+          if (t.range_total && *t.range_total > t.limit) {
+            t.error = over_limit(t, *t.range_total, false);
+            return 0;
+          }
           t.total = t.range_total;
         } else {  // 200: the whole file, from its first byte
+          if (t.content_length && *t.content_length > t.limit) {
+            t.error = over_limit(t, *t.content_length, false);
+            return 0;
+          }
           if (t.got > 0 || !t.writer) t.new_writer();
           t.total = t.content_length;
           t.etag = t.response_etag;
@@ -126,6 +162,10 @@ std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user) {
     if (t.discard) {
       keep_error_body(t, data, size * n);
       return size * n;
+    }
+    if (size * n > t.limit - t.got) {  // no Content-Length, or a server that sends more than it
+      t.error = over_limit(t, t.limit, true);
+      return 0;
     }
     t.writer->write({reinterpret_cast<const std::byte*>(data), size * n});
     t.got += size * n;

@@ -48,8 +48,14 @@ struct Transfer {
   std::uint64_t got = 0;               ///< bytes written to the temporary file
   std::optional<std::uint64_t> total;  ///< the file's size, once a response told it
   std::string etag;                    ///< of the file being written
+  /// The most bytes the file may have: its known size, or, where none is known, the cache's
+  /// room. An answer larger (its Content-Length or Content-Range, or the bytes that came) is
+  /// refused at once, not retried (`error`).
+  std::uint64_t limit = ~std::uint64_t{0};
+  bool limit_is_size = false;  ///< `limit` is the file's known size (else the cache's room)
   // This response's headers.
   long status = 0;
+  long header_status = 0;  ///< the status line's, as the headers come
   std::optional<std::uint64_t> content_length;
   std::optional<std::uint64_t> range_start, range_total;
   std::string response_etag;
@@ -63,6 +69,10 @@ struct Transfer {
 
 /// CURLOPT_HEADERFUNCTION, its data a Transfer: records the headers of each response.
 std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user);
+
+/// The DataError of an answer of `bytes` (or, `came`, more than `bytes` came) larger than
+/// t.limit, naming the URL and both sizes.
+std::exception_ptr over_limit(const Transfer& t, std::uint64_t bytes, bool came);
 
 /// Keeps the first bytes of an error response's body in t.error_body.
 void keep_error_body(Transfer& t, const char* data, std::size_t n);

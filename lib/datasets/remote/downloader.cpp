@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <thread>
 
+#include "datasets/remote/file_url.hpp"
 #include "datasets/remote/part_download.hpp"
 #include "ferry/error.hpp"
 
@@ -12,6 +14,12 @@ namespace ferry::detail::remote {
 namespace fs = std::filesystem;
 
 namespace {
+
+std::string seconds_text(double s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", s);
+  return text;
+}
 
 // What a head's body callback fills: at most `want` bytes; `cut` once it stopped a whole
 // file's transfer after them.
@@ -63,13 +71,21 @@ bool Downloader::download(const std::string& url, const fs::path& target, bool o
     return true;
   }
   if (board != nullptr) board->impl().withdraw(url);  // whole: no parts to wait for
+  // What the file may hold: its known size, else the cache's room.
+  const std::uint64_t limit = size > 0 ? size : cache_bound(options_);
+  if (starts_with_ci(url, "file://")) {
+    const bool there = copy_file_url(url, target, optional, limit, size > 0, FileLabel{who_, url});
+    if (there) write_meta(url, target, fs::file_size(target), "");
+    return there;
+  }
   const bool s3 = starts_with_ci(url, "s3://");
   const S3Target s3t = s3 ? s3_target(url) : S3Target{};
   Transfer t;
   t.target = target;
   t.label_name = url;
   t.label = FileLabel{who_, t.label_name};
-  t.http = !starts_with_ci(url, "file://");
+  t.limit = limit;
+  t.limit_is_size = size > 0;
   const int attempts = options_.retries + 1;
   std::string last;  // the last failure, for the message
   for (int attempt = 0; attempt < attempts; ++attempt) {
@@ -100,21 +116,22 @@ bool Downloader::download(const std::string& url, const fs::path& target, bool o
     t.error_body.clear();
     const CURLcode rc = curl_easy_perform(c);
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &t.status);
-    if (t.error) std::rethrow_exception(t.error);  // the cache cannot be written
+    // The cache cannot be written, or the answer is larger than the file may be.
+    if (t.error) std::rethrow_exception(t.error);
     if (cancelled()) fail(t, "cancelled");
-    const std::string curl_text = errbuf[0] != '\0' ? errbuf : curl_easy_strerror(rc);
-    if (rc == CURLE_OK && t.http && t.status != 200 && t.status != 206) {
-      if ((t.status == 404 || t.status == 410) && optional) return false;
+    if (rc == CURLE_OK && t.status != 200 && t.status != 206) {
+      // An optional file (a shard's index) that the server does not have, or does not let us
+      // see (S3 answers 403 for a missing key to a caller that may not list the bucket).
+      if (optional && (t.status == 401 || t.status == 403 || t.status == 404 || t.status == 410)) {
+        return false;
+      }
       last = "HTTP " + std::to_string(t.status) + error_text(t.error_body);
       if (!retryable_status(t.status)) fail(t, last + " (not retried)");
       continue;
     }
     if (rc != CURLE_OK) {
-      if (rc == CURLE_FILE_COULDNT_READ_FILE && optional) return false;
-      last = (t.status != 0 ? "HTTP " + std::to_string(t.status) + ", " : std::string()) +
-             "curl: " + curl_text;
+      last = failure_text(rc, t.status, errbuf);
       if (!retryable_curl(rc)) fail(t, last + " (not retried)");
-      if (!t.http) t.writer.reset();  // file:// starts over
       continue;
     }
     if (!t.writer) t.new_writer();  // an empty file
@@ -133,12 +150,12 @@ bool Downloader::download(const std::string& url, const fs::path& target, bool o
 
 // `url`'s size and first `bytes` bytes (read_head()).
 Head Downloader::head(const std::string& url, std::uint64_t bytes) {
+  if (starts_with_ci(url, "file://")) return file_url_head(url, bytes, FileLabel{who_, url});
   const bool s3 = starts_with_ci(url, "s3://");
   const S3Target s3t = s3 ? s3_target(url) : S3Target{};
   Transfer t;  // its headers only: the body goes to `body`
   t.label_name = url;
   t.label = FileLabel{who_, t.label_name};
-  t.http = !starts_with_ci(url, "file://");
   const int attempts = options_.retries + 1;
   std::string last;
   for (int attempt = 0; attempt < attempts; ++attempt) {
@@ -154,9 +171,9 @@ Head Downloader::head(const std::string& url, std::uint64_t bytes) {
     curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_head_body);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
-    // file:// reads the file's first bytes and stops; a server is asked for them alone.
+    // The server is asked for the first bytes alone.
     const std::string range = "0-" + std::to_string(bytes > 0 ? bytes - 1 : 0);
-    if (t.http) curl_easy_setopt(c, CURLOPT_RANGE, range.c_str());
+    curl_easy_setopt(c, CURLOPT_RANGE, range.c_str());
     if (headers) curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
     t.status = 0;
     t.body_started = false;
@@ -164,29 +181,27 @@ Head Downloader::head(const std::string& url, std::uint64_t bytes) {
     const CURLcode rc = curl_easy_perform(c);
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &t.status);
     if (cancelled()) fail(t, "cancelled");
-    const std::string curl_text = errbuf[0] != '\0' ? errbuf : curl_easy_strerror(rc);
     const bool done = rc == CURLE_OK || (rc == CURLE_WRITE_ERROR && body.cut);
     if (!done) {
-      last = (t.status != 0 ? "HTTP " + std::to_string(t.status) + ", " : std::string()) +
-             "curl: " + curl_text;
+      last = failure_text(rc, t.status, errbuf);
       if (!retryable_curl(rc)) fail(t, last + " (not retried)");
       continue;
     }
     Head out;
-    if (t.http && t.status == 416 && t.range_total.value_or(0) == 0) {
+    if (t.status == 416 && t.range_total.value_or(0) == 0) {
       return out;  // an empty file: it has no byte 0
     }
-    if (t.http && t.status != 200 && t.status != 206) {
+    if (t.status != 200 && t.status != 206) {
       last = "HTTP " + std::to_string(t.status) + error_text(t.error_body);
       if (!retryable_status(t.status)) fail(t, last + " (not retried)");
       continue;
     }
-    if (t.http && t.status == 206) {
+    if (t.status == 206) {
       if (!t.range_start || *t.range_start != 0 || !t.range_total) {
         fail(t, "HTTP 206 without the Content-Range of the bytes asked for (not retried)");
       }
       out.size = *t.range_total;
-    } else {  // the whole file was coming (200, or file://): its length is the size
+    } else {  // the whole file was coming (200): its length is the size
       curl_off_t length = -1;
       curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
       if (length < 0) fail(t, "the server tells no size (no Content-Length; not retried)");
@@ -212,24 +227,29 @@ void Downloader::configure(CURL* c, const std::string& url, const S3Target& s3t,
   const bool s3 = starts_with_ci(url, "s3://");
   curl_easy_reset(c);
   curl_easy_setopt(c, CURLOPT_URL, s3 ? s3t.url.c_str() : url.c_str());
-  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https,file");
+  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
   curl_easy_setopt(c, CURLOPT_MAXREDIRS, 10L);
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(c, CURLOPT_USERAGENT, "ferry");
   curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
-  const long timeout_ms = std::max(1L, std::lround(options_.timeout_seconds * 1000));
-  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
-  curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME,
-                   std::max(1L, std::lround(std::ceil(options_.timeout_seconds))));
-  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-  if (cancel_ != nullptr || part_stop_ != nullptr) {
-    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
-    curl_easy_setopt(c, CURLOPT_XFERINFODATA, this);
+  // timeout_seconds is a time without progress (no byte received), measured by on_progress
+  // from the last byte; curl's own low-speed limit would average over a window of seconds.
+  // The connection's setup is bounded alike; a timeout past kNeverSeconds (inf) is none.
+  if (options_.timeout_seconds < kNeverSeconds) {
+    const auto connect_ms = static_cast<long>(std::ceil(options_.timeout_seconds * 1000));
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, std::max(1L, connect_ms));
+  } else {
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(kNeverSeconds * 1000));
   }
+  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+  curl_easy_setopt(c, CURLOPT_XFERINFODATA, this);
+  last_progress_ = std::chrono::steady_clock::now();
+  last_received_ = 0;
+  stalled_ = false;
   if (s3) sign_s3(c, s3t, headers);
 }
 
@@ -237,8 +257,30 @@ void Downloader::configure(CURL* c, const std::string& url, const S3Target& s3t,
   throw DataError(t.label.prefix() + "cannot download: " + why);
 }
 
-int Downloader::on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
-  return static_cast<const Downloader*>(user)->stopping() ? 1 : 0;
+int Downloader::on_progress(void* user, curl_off_t, curl_off_t received, curl_off_t, curl_off_t) {
+  auto& self = *static_cast<Downloader*>(user);
+  if (self.stopping()) return 1;
+  const auto now = std::chrono::steady_clock::now();
+  if (received != self.last_received_) {
+    self.last_received_ = received;
+    self.last_progress_ = now;
+    return 0;
+  }
+  if (std::chrono::duration<double>(now - self.last_progress_).count() >
+      self.options_.timeout_seconds) {
+    self.stalled_ = true;
+    return 1;
+  }
+  return 0;
+}
+
+std::string Downloader::failure_text(CURLcode rc, long status, const char* errbuf) const {
+  const std::string http = status != 0 ? "HTTP " + std::to_string(status) + ", " : std::string();
+  if (rc == CURLE_ABORTED_BY_CALLBACK && stalled_) {
+    return http + "no progress for " + seconds_text(options_.timeout_seconds) +
+           " s (RemoteOptions::timeout_seconds)";
+  }
+  return http + "curl: " + (errbuf[0] != '\0' ? std::string(errbuf) : curl_easy_strerror(rc));
 }
 
 void Downloader::backoff(int attempt) {

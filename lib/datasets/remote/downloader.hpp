@@ -5,6 +5,7 @@
 // and the parts of a download in parts (part_download.cpp).
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -19,6 +20,9 @@
 namespace ferry::detail::remote {
 
 struct PartDownload;
+
+/// A RemoteOptions::timeout_seconds of this many or more is no timeout (inf: never).
+inline constexpr double kNeverSeconds = 1e9;
 
 class Downloader {
  public:
@@ -50,7 +54,11 @@ class Downloader {
   bool stopping() const noexcept {
     return cancelled() || (part_stop_ != nullptr && part_stop_->load());
   }
-  static int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t);
+  // CURLOPT_XFERINFOFUNCTION: stops a transfer that is cancelled, or that received nothing for
+  // timeout_seconds.
+  static int on_progress(void* user, curl_off_t, curl_off_t received, curl_off_t, curl_off_t);
+  // What a failed curl_easy_perform() says, for a DataError.
+  std::string failure_text(CURLcode rc, long status, const char* errbuf) const;
   void backoff(int attempt);
   static void write_meta(const std::string& url, const std::filesystem::path& target,
                          std::uint64_t size, const std::string& etag);
@@ -61,6 +69,11 @@ class Downloader {
   const std::atomic<bool>* part_stop_ = nullptr;  // the stop of the download whose part is ours
   Curl curl_;
   std::mt19937_64 rng_;
+  // The transfer under way: when it last received a byte, how many it had then, and whether
+  // on_progress stopped it for no progress.
+  std::chrono::steady_clock::time_point last_progress_;
+  curl_off_t last_received_ = 0;
+  bool stalled_ = false;
 };
 
 }  // namespace ferry::detail::remote

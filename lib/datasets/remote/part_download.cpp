@@ -279,7 +279,6 @@ bool Downloader::fetch_part(PartDownload& d, std::size_t k) {
       return false;
     }
     if (stopping() || (d.whole.load() && !sink.whole)) return false;
-    const std::string curl_text = errbuf[0] != '\0' ? errbuf : curl_easy_strerror(rc);
     if (sink.refused) {
       last = sink.why;
       continue;
@@ -298,8 +297,7 @@ bool Downloader::fetch_part(PartDownload& d, std::size_t k) {
       continue;
     }
     if (rc != CURLE_OK && !(rc == CURLE_WRITE_ERROR && sink.pos == sink.end)) {
-      last = (h.status != 0 ? "HTTP " + std::to_string(h.status) + ", " : std::string()) +
-             "curl: " + curl_text;
+      last = failure_text(rc, h.status, errbuf);
       if (!retryable_curl(rc)) {
         fail_download(d, std::make_exception_ptr(DataError(
                              d.label.prefix() + "cannot download: " + last + " (not retried)")));

@@ -93,6 +93,15 @@ void run_transfers(std::size_t count, const RemoteOptions& options, std::string_
 
 }  // namespace
 
+std::string url_with_suffix(std::string_view url, std::string_view suffix) {
+  std::size_t end = url.find_first_of("?#");
+  if (end == std::string_view::npos) end = url.size();
+  std::string out(url.substr(0, end));
+  out += suffix;
+  out += url.substr(end);
+  return out;
+}
+
 bool is_url(std::string_view name) noexcept {
   return starts_with_ci(name, "http://") || starts_with_ci(name, "https://") ||
          starts_with_ci(name, "file://") || starts_with_ci(name, "s3://");
@@ -108,9 +117,10 @@ void check_options(const RemoteOptions& o, std::string_view who) {
     throw ConfigError(w + ": RemoteOptions::retries is " + std::to_string(o.retries) +
                       "; it must be >= 0");
   }
-  if (!(o.timeout_seconds > 0)) {
+  if (!(o.timeout_seconds > 0)) {  // NaN too
     throw ConfigError(w + ": RemoteOptions::timeout_seconds is " +
-                      std::to_string(o.timeout_seconds) + "; it must be > 0");
+                      std::to_string(o.timeout_seconds) +
+                      "; it must be > 0 (seconds without progress; inf: never)");
   }
 }
 
