@@ -130,33 +130,29 @@ std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user) {
     if (!t.body_started) {
       t.body_started = true;
       t.discard = false;
-      if (t.http) {
-        if (t.status != 200 && t.status != 206) {
-          t.discard = true;
-        } else if (t.status == 206) {
-          // A resumed transfer: it must continue where the file stands.
-          if (!t.range_start || *t.range_start != t.got ||
-              (t.total && t.range_total && *t.range_total != *t.total)) {
-            t.writer.reset();  // refused: the next attempt starts over
-            t.got = 0;
-            return 0;
-          }
-          if (t.range_total && *t.range_total > t.limit) {
-            t.error = over_limit(t, *t.range_total, false);
-            return 0;
-          }
-          t.total = t.range_total;
-        } else {  // 200: the whole file, from its first byte
-          if (t.content_length && *t.content_length > t.limit) {
-            t.error = over_limit(t, *t.content_length, false);
-            return 0;
-          }
-          if (t.got > 0 || !t.writer) t.new_writer();
-          t.total = t.content_length;
-          t.etag = t.response_etag;
+      if (t.status != 200 && t.status != 206) {
+        t.discard = true;
+      } else if (t.status == 206) {
+        // A resumed transfer: it must continue where the file stands.
+        if (!t.range_start || *t.range_start != t.got ||
+            (t.total && t.range_total && *t.range_total != *t.total)) {
+          t.writer.reset();  // refused: the next attempt starts over
+          t.got = 0;
+          return 0;
         }
-      } else if (t.got > 0 || !t.writer) {
-        t.new_writer();
+        if (t.range_total && *t.range_total > t.limit) {
+          t.error = over_limit(t, *t.range_total, false);
+          return 0;
+        }
+        t.total = t.range_total;
+      } else {  // 200: the whole file, from its first byte
+        if (t.content_length && *t.content_length > t.limit) {
+          t.error = over_limit(t, *t.content_length, false);
+          return 0;
+        }
+        if (t.got > 0 || !t.writer) t.new_writer();
+        t.total = t.content_length;
+        t.etag = t.response_etag;
       }
     }
     if (t.discard) {

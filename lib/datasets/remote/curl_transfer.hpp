@@ -43,7 +43,6 @@ struct Transfer {
   std::filesystem::path target;
   std::string label_name;  ///< the URL, for messages
   FileLabel label;
-  bool http = true;
   std::optional<AtomicFileWriter> writer;
   std::uint64_t got = 0;               ///< bytes written to the temporary file
   std::optional<std::uint64_t> total;  ///< the file's size, once a response told it

@@ -37,7 +37,7 @@ std::size_t on_head_body(char* data, std::size_t size, std::size_t n, void* user
     h.t->body_started = true;
     curl_easy_getinfo(h.curl, CURLINFO_RESPONSE_CODE, &h.t->status);
   }
-  if (h.t->http && h.t->status != 200 && h.t->status != 206) {  // an error's
+  if (h.t->status != 200 && h.t->status != 206) {  // an error's
     keep_error_body(*h.t, data, size * n);
     return size * n;
   }
@@ -104,7 +104,7 @@ bool Downloader::download(const std::string& url, const fs::path& target, bool o
     const auto add_header = [&](const std::string& h) {
       headers.reset(curl_slist_append(headers.release(), h.c_str()));
     };
-    const bool resume = t.http && t.writer && t.got > 0;
+    const bool resume = t.writer && t.got > 0;
     if (resume) {
       curl_easy_setopt(c, CURLOPT_RESUME_FROM_LARGE, static_cast<curl_off_t>(t.got));
       if (!t.etag.empty()) add_header("If-Range: " + t.etag);
