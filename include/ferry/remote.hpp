@@ -39,7 +39,9 @@ struct RemoteOptions {
   std::uint64_t cache_bytes = 0;    ///< most bytes kept in the cache; 0: 50 GiB
   int connections = 8;              ///< parallel transfers per process, >= 1
   int retries = 5;                  ///< per file, with exponential backoff and jitter, >= 0
-  double timeout_seconds = 60;      ///< a transfer that makes no progress this long fails, > 0
+  /// A transfer that receives no byte this long fails (counted from the last byte), > 0;
+  /// inf (or anything huge) is never. 0, negative or NaN is a ConfigError.
+  double timeout_seconds = 60;
   /// A file fetched while the epochs run (a WebDataset shard, a TokenDataset file) that is larger
   /// than this comes in parts of this many bytes (the last one shorter), each one ranged GET,
   /// and the transfer threads with nothing else to do take parts of the files under way: the

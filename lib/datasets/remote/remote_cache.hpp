@@ -12,8 +12,11 @@
 //   Content-Length, or every part of it came); "<that>.meta" records the URL, the size and the
 //   server's ETag;
 //   "<that>.idx" is a WebDataset shard's index (fetched from the server or built here);
-// * "<entry>.lock": held (flock LOCK_EX) by whoever downloads the entry; others wait on it,
+// * ".<entry>.lock": held (flock LOCK_EX) by whoever downloads the entry; others wait on it,
 //   then find the file there. Lock files stay (empty files).
+// * ".<entry>.<16 random hex>.tmp": a download under way (AtomicFileWriter).
+// The cache's own files (locks, temporaries) start with '.', entries never do: exactly the names
+// of the entry form ("<16 hex>-...") count against cache_bytes, whatever the URL's suffix.
 // A file being read is held with flock(LOCK_SH) on a descriptor of it (CachedFile). Before a
 // download of a known size (making room for it) and after a fetch, the entries whose files pass
 // cache_bytes go, least recently used first (each use
@@ -22,10 +25,13 @@
 // finds its file unlinked under it (evicted between its open and its lock) downloads again.
 //
 // Transfers: libcurl, one easy handle per transfer thread, at most RemoteOptions::connections
-// threads per fetch_files() call. Timeouts, broken connections, HTTP 408/429/500/502/503/504
-// and short bodies are retried (RemoteOptions::retries times) after an exponential backoff
-// with jitter; a transfer broken mid-file resumes with a Range request (If-Range: the ETag, so
-// a file changed meanwhile comes whole). Other HTTP errors (403, 404, ...) fail at once.
+// threads per fetch_files() call; file:// URLs are read as local files are (OpenFile: once,
+// without blocking, regular files only), not through curl. A transfer that receives nothing for
+// RemoteOptions::timeout_seconds stops (inf: never). Timeouts, broken connections, HTTP
+// 408/429/500/502/503/504 and short bodies are retried (RemoteOptions::retries times) after an
+// exponential backoff with jitter; a transfer broken mid-file resumes with a Range request
+// (If-Range: the ETag, so a file changed meanwhile comes whole). Other HTTP errors (403, 404, ...)
+// fail at once.
 //
 // Parts: a Fetcher given a PartBoard fetches a file of a known size over
 // RemoteOptions::part_bytes (http, https, s3) in parts, each one ranged GET ("Range:
@@ -60,10 +66,15 @@ bool is_url(std::string_view name) noexcept;
 /// The cache folder the options name (created if missing). \throws DataError when it cannot be.
 std::filesystem::path cache_dir(const RemoteOptions& options);
 
+/// `url` with `suffix` at the end of its path, before a query or fragment: "<shard>.idx" of a
+/// presigned "https://h/s.tar?X-Amz-Signature=..." is "https://h/s.tar.idx?X-Amz-Signature=...".
+std::string url_with_suffix(std::string_view url, std::string_view suffix);
+
 /// Where `url`'s file lives in `dir`.
 std::filesystem::path entry_path(const std::filesystem::path& dir, std::string_view url);
 
-/// \throws ConfigError (naming `who`) for connections < 1, retries < 0, timeout_seconds <= 0.
+/// \throws ConfigError (naming `who` and the option) for connections < 1, retries < 0,
+/// timeout_seconds <= 0 or NaN (inf, or anything huge, is taken: no timeout).
 void check_options(const RemoteOptions& options, std::string_view who);
 
 /// A complete file of the cache, held for reading: a shared flock on it while this lives, so
@@ -86,10 +97,14 @@ struct Request {
   std::string url;
   /// Where it goes; empty: entry_path(cache, url).
   std::filesystem::path target;
-  /// A 404 (or, for file://, a missing file) gives no file instead of an error.
+  /// A 404 or 410, or a 401 or 403 (S3 forbids a missing key to a caller that may not list the
+  /// bucket), or for file:// a missing file, gives no file instead of an error.
   bool optional = false;
   /// The file's size when known beforehand (0: not known): the cache makes room for it before
-  /// the download starts, so that files no longer held leave at once, not one download later.
+  /// the download starts, so that files no longer held leave at once, not one download later;
+  /// and an answer larger than it (its Content-Length, or the bytes that come) stops the
+  /// download at once (a DataError naming the URL and both sizes). A download of unknown size is
+  /// bounded by the cache's room (cache_bound()) alike.
   std::uint64_t expected_bytes = 0;
 };
 
@@ -193,7 +208,7 @@ std::uint64_t cache_bound(const RemoteOptions& options) noexcept;
 /// process that died). Returns the bytes the folder's files then hold.
 std::uint64_t evict(const std::filesystem::path& dir, std::uint64_t bound) noexcept;
 
-/// Bytes held by the files of `dir` (lock and temporary files aside).
+/// Bytes held by the entries of `dir` (the names of the entry form: locks and temporaries aside).
 std::uint64_t cache_size(const std::filesystem::path& dir) noexcept;
 
 }  // namespace ferry::detail::remote

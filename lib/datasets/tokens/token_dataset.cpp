@@ -21,19 +21,16 @@
 #include "datasets/common/npy_header.hpp"
 #include "datasets/remote/prefetcher.hpp"
 #include "datasets/remote/remote_cache.hpp"
+#include "datasets/tokens/token_format.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry {
 namespace {
 
+using detail::tokens::load_le;
+using detail::tokens::npy_header_end;
+
 constexpr const char* kWho = "TokenDataset";
-
-// llm.c's shards (dev/data/data_common.py): 256 int32, then the tokens.
-constexpr std::size_t kLlmcHeaderBytes = std::size_t{256} * 4;
-constexpr std::int32_t kLlmcMagicU16 = 20240520;  // GPT-2 tokens, version 1
-constexpr std::int32_t kLlmcMagicU32 = 20240801;  // Llama 3 tokens, version 7
-
-constexpr std::string_view kNpyMagic = "\x93NUMPY";
 
 bool is_integer(DType t) noexcept {
   return t == DType::u8 || t == DType::u16 || t == DType::u32 || t == DType::i32 || t == DType::i64;
@@ -42,24 +39,6 @@ bool is_integer(DType t) noexcept {
 std::string dtype_text(DType t) {
   const std::string_view name = dtype_name(t);
   return name == "?" ? "dtype " + std::to_string(static_cast<int>(t)) : std::string(name);
-}
-
-// A little-endian integer of type T at p (any alignment).
-template <class T>
-T load_le(const std::byte* p) noexcept {
-  T v{};
-  std::memcpy(&v, p, sizeof v);
-  if constexpr (std::endian::native == std::endian::big && sizeof(T) > 1) {
-    using U = std::make_unsigned_t<T>;
-    auto u = static_cast<U>(v);
-    U r = 0;
-    for (std::size_t i = 0; i < sizeof(T); ++i) {
-      r = static_cast<U>((r << 8) | (u & 0xffu));
-      u = static_cast<U>(u >> 8);
-    }
-    v = static_cast<T>(r);
-  }
-  return v;
 }
 
 // ---- widening a window ------------------------------------------------------------------
@@ -108,18 +87,6 @@ std::pair<std::size_t, std::int64_t> first_misfit(const std::byte* src, std::siz
 
 // A URL's head: enough for an llm.c header and a .npy header of any usual length.
 constexpr std::uint64_t kHeadBytes = 4096;
-
-// Where the header of a .npy file whose first bytes are `head` ends, or 0 when they do not
-// tell (not a .npy file, or too few bytes).
-std::uint64_t npy_header_end(std::span<const std::byte> head) noexcept {
-  if (head.size() < 12 || std::memcmp(head.data(), kNpyMagic.data(), kNpyMagic.size()) != 0) {
-    return 0;
-  }
-  const auto major = static_cast<unsigned>(head[6]);
-  if (major == 1) return 10 + std::uint64_t{load_le<std::uint16_t>(head.data() + 8)};
-  if (major == 2 || major == 3) return 12 + std::uint64_t{load_le<std::uint32_t>(head.data() + 8)};
-  return 0;
-}
 
 // Reads out.size() bytes of `fd` at `offset`. \throws DataError when fewer are there.
 void pread_all(int fd, std::span<std::byte> out, std::uint64_t offset,
@@ -186,139 +153,13 @@ struct TokenDataset::File {
   // the file's size, and checks them against each other.
   void parse(const std::filesystem::path& path, std::span<const std::byte> head, std::uint64_t size,
              const TokenOptions& options) {
-    head_ = head;
-    size_ = size;
     file_size = size;
-    const bool npy_name = path.extension() == ".npy";
-    const bool npy_magic = head.size() >= kNpyMagic.size() &&
-                           std::memcmp(head.data(), kNpyMagic.data(), kNpyMagic.size()) == 0;
-    std::int32_t magic = 0;
-    if (head.size() >= 4) magic = load_le<std::int32_t>(head.data());
-    if (npy_name || npy_magic) {
-      open_npy();
-    } else if (magic == kLlmcMagicU16 || magic == kLlmcMagicU32) {
-      open_llmc(magic);
-    } else {
-      open_raw(options.raw_dtype);
-    }
-    head_ = {};
-  }
-
-  void set_data(std::size_t offset, std::uint64_t count, DType t, const char* what) {
-    data_offset = offset;
-    tokens = count;
-    dtype = t;
-    format = what;
-  }
-
-  void open_llmc(std::int32_t magic) {
-    const std::span<const std::byte> bytes = head_;
-    if (size_ < kLlmcHeaderBytes || bytes.size() < kLlmcHeaderBytes) {
-      throw DataError(label.prefix() + "an llm.c shard (magic " + std::to_string(magic) +
-                      ") cut short: " + std::to_string(size_) +
-                      " bytes, less than its header of 256 int32 (1024 bytes)");
-    }
-    const auto version = load_le<std::int32_t>(bytes.data() + 4);
-    const auto count = load_le<std::int32_t>(bytes.data() + 8);
-    const bool u16 = magic == kLlmcMagicU16;
-    // llm.c writes version 1 for u16 tokens and 7 for u32; 1 is taken for either.
-    if (version != 1 && (u16 || version != 7)) {
-      throw DataError(label.at(4) + "llm.c shard of version " + std::to_string(version) +
-                      " for magic " + std::to_string(magic) + "; expected " +
-                      (u16 ? "1" : "7 (or 1)"));
-    }
-    if (count < 0) {
-      throw DataError(label.at(8) + "llm.c shard with a negative token count, " +
-                      std::to_string(count));
-    }
-    const DType t = u16 ? DType::u16 : DType::u32;
-    const std::string what = label.at(8) + "the llm.c header's token count";
-    const auto data_bytes = detail::checked_mul<std::uint64_t, DataError>(
-        static_cast<std::uint64_t>(count), dtype_size(t), what);
-    const std::uint64_t after = size_ - kLlmcHeaderBytes;
-    if (data_bytes != after) {
-      throw DataError(label.at(8) + "the llm.c header says " + std::to_string(count) + " " +
-                      std::string(dtype_name(t)) + " tokens (" + std::to_string(data_bytes) +
-                      " bytes after the 1024-byte header), the file has " + std::to_string(after) +
-                      (data_bytes > after ? " (cut short)" : " (bytes beyond the tokens)"));
-    }
-    set_data(kLlmcHeaderBytes, static_cast<std::uint64_t>(count), t, "llm.c shard");
-  }
-
-  void open_npy() {
-    const std::span<const std::byte> bytes = head_;
-    if (bytes.size() < 10 || std::memcmp(bytes.data(), kNpyMagic.data(), kNpyMagic.size()) != 0) {
-      throw DataError(
-          label.at(0) + "not a NumPy .npy file: it does not start with \\x93NUMPY" +
-          (bytes.size() < 10 ? " and a version (" + std::to_string(bytes.size()) + " bytes)" : ""));
-    }
-    const auto major = static_cast<unsigned>(bytes[6]);
-    const auto minor = static_cast<unsigned>(bytes[7]);
-    std::size_t header_at = 0;
-    std::uint64_t header_len = 0;
-    if (major == 1) {
-      header_at = 10;
-      header_len = load_le<std::uint16_t>(bytes.data() + 8);
-    } else if (major == 2 || major == 3) {
-      if (bytes.size() < 12) {
-        throw DataError(label.at(8) + ".npy version " + std::to_string(major) +
-                        ".0 header length cut short");
-      }
-      header_at = 12;
-      header_len = load_le<std::uint32_t>(bytes.data() + 8);
-    } else {
-      throw DataError(label.at(6) + "unsupported .npy format version " + std::to_string(major) +
-                      "." + std::to_string(minor) + " (1.0, 2.0 and 3.0 are read)");
-    }
-    const std::uint64_t header_end = header_at + header_len;  // at most 12 + 2^32
-    if (header_end > size_) {
-      throw DataError(label.at(8) + ".npy header of " + std::to_string(header_len) +
-                      " bytes runs past the end of the file (" + std::to_string(size_) + " bytes)");
-    }
-    if (header_end > bytes.size()) {  // open() reads a URL's head up to the header's end
-      throw DataError(label.at(8) + ".npy header of " + std::to_string(header_len) +
-                      " bytes not read whole (" + std::to_string(bytes.size()) + " bytes read)");
-    }
-    const std::string_view text(reinterpret_cast<const char*>(bytes.data()) + header_at,
-                                static_cast<std::size_t>(header_len));
-    const detail::NpyHeader h = detail::parse_npy_header(text, header_at, label);
-    const DType t = detail::npy_dtype(h.descr, label, header_at);
-    if (h.shape.size() != 1) {
-      throw DataError(label.at(header_at) + ".npy array of shape (" + shape_text(h.shape) + "), " +
-                      std::to_string(h.shape.size()) + "-D; token files are 1-D, shape (n,)");
-    }
-    // A 1-D array is laid out alike in C and Fortran order, so fortran_order does not matter.
-    const std::uint64_t n = h.shape[0];
-    const std::string what = label.at(header_at) + ".npy shape (" + std::to_string(n) + ",)";
-    const auto data_bytes = detail::checked_mul<std::uint64_t, DataError>(n, dtype_size(t), what);
-    const std::uint64_t after = size_ - header_end;
-    if (data_bytes != after) {
-      throw DataError(what + " of " + std::string(dtype_name(t)) + " is " +
-                      std::to_string(data_bytes) + " bytes of data, the file has " +
-                      std::to_string(after) + " after its header" +
-                      (data_bytes > after ? " (cut short)" : ""));
-    }
-    set_data(static_cast<std::size_t>(header_end), n, t, ".npy file");
-  }
-
-  void open_raw(DType t) {
-    const std::uint64_t size = size_;
-    if (size % dtype_size(t) != 0) {
-      throw DataError(label.prefix() + "a raw token file (no llm.c or .npy header) of " +
-                      std::to_string(size) + " bytes is not a whole number of " +
-                      std::string(dtype_name(t)) + " tokens of " + std::to_string(dtype_size(t)) +
-                      " bytes (TokenOptions::raw_dtype)");
-    }
-    set_data(0, size / dtype_size(t), t, "raw file");
-  }
-
-  std::span<const std::byte> head_;  // while parse() runs
-  std::uint64_t size_ = 0;
-
-  static std::string shape_text(const std::vector<std::uint64_t>& shape) {
-    std::string s;
-    for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-    return shape.size() == 1 ? s + "," : s;
+    const detail::tokens::TokenLayout l = detail::tokens::parse_token_file(
+        path.extension() == ".npy", head, size, options.raw_dtype, label);
+    data_offset = l.data_offset;
+    tokens = l.tokens;
+    dtype = l.dtype;
+    format = l.format;
   }
 };
 

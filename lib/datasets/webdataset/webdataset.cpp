@@ -232,7 +232,9 @@ std::shared_ptr<WebDataset> WebDataset::open(std::vector<fs::path> shards,
       const fs::path sidecar = detail::sidecar_path(local[s]);
       std::error_code ec;
       if (impl.options.index_files && !fs::exists(sidecar, ec)) {
-        requests.push_back({name + ".idx", sidecar, true});
+        // "<url>.idx" at the end of the path (a presigned URL's query stays last); optional:
+        // a server that has none, or forbids it (401, 403), gives none.
+        requests.push_back({detail::remote::url_with_suffix(name, ".idx"), sidecar, true});
       }
     }
     if (!requests.empty()) {

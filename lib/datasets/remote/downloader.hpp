@@ -1,0 +1,79 @@
+#pragma once
+
+// One transfer thread's libcurl handle, reused for its files (connections stay open): a whole
+// file's download with its retries and resumes (downloader.cpp), a file's head (read_head()),
+// and the parts of a download in parts (part_download.cpp).
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <string_view>
+
+#include "datasets/remote/curl_transfer.hpp"
+#include "datasets/remote/remote_cache.hpp"
+#include "datasets/remote/s3_request.hpp"
+
+namespace ferry::detail::remote {
+
+struct PartDownload;
+
+/// A RemoteOptions::timeout_seconds of this many or more is no timeout (inf: never).
+inline constexpr double kNeverSeconds = 1e9;
+
+class Downloader {
+ public:
+  Downloader(const RemoteOptions& options, std::string_view who,
+             const std::atomic<bool>* cancel = nullptr);
+
+  /// Downloads `url` to `target`: true once the file is there, false for an optional file that
+  /// the server does not have. With a `board`, a file of a known `size` over part_bytes comes in
+  /// parts that the board's other downloaders may take.
+  bool download(const std::string& url, const std::filesystem::path& target, bool optional,
+                std::uint64_t size = 0, PartBoard* board = nullptr);
+  /// Fetches one part not yet taken of `d`; false when there was none.
+  bool help(PartDownload& d);
+  /// `url`'s size and first `bytes` bytes (read_head()).
+  Head head(const std::string& url, std::uint64_t bytes);
+
+ private:
+  // The options every transfer of `url` takes (the callbacks aside).
+  void configure(CURL* c, const std::string& url, const S3Target& s3t, char* errbuf,
+                 Slist& headers);
+  // The download in parts of `url` (part_download.cpp).
+  void download_parts(const std::string& url, const std::filesystem::path& target,
+                      std::uint64_t size, PartBoard::Impl& board);
+  // Fetches part `k` of `d` (part_download.cpp).
+  bool fetch_part(PartDownload& d, std::size_t k);
+  [[noreturn]] void fail(const Transfer& t, const std::string& why);
+  bool cancelled() const noexcept { return cancel_ != nullptr && cancel_->load(); }
+  // Cancelled, or the download in parts whose part this thread fetches stopped.
+  bool stopping() const noexcept {
+    return cancelled() || (part_stop_ != nullptr && part_stop_->load());
+  }
+  // CURLOPT_XFERINFOFUNCTION: stops a transfer that is cancelled, or that received nothing for
+  // timeout_seconds.
+  static int on_progress(void* user, curl_off_t, curl_off_t received, curl_off_t, curl_off_t);
+  // What a failed curl_easy_perform() says, for a DataError.
+  std::string failure_text(CURLcode rc, long status, const char* errbuf) const;
+  void backoff(int attempt);
+  static void write_meta(const std::string& url, const std::filesystem::path& target,
+                         std::uint64_t size, const std::string& etag);
+
+  const RemoteOptions& options_;
+  std::string_view who_;
+  const std::atomic<bool>* cancel_;
+  const std::atomic<bool>* part_stop_ = nullptr;  // the stop of the download whose part is ours
+  Curl curl_;
+  std::mt19937_64 rng_;
+  // The transfer under way: when it last received a byte, how many it had then, and whether
+  // on_progress stopped it for no progress.
+  std::chrono::steady_clock::time_point last_progress_;
+  curl_off_t last_received_ = 0;
+  bool stalled_ = false;
+};
+
+}  // namespace ferry::detail::remote

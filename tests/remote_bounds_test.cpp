@@ -1,0 +1,454 @@
+// The bounds of files fetched from a server (lib/datasets/remote/), against small misbehaving
+// HTTP servers run here on 127.0.0.1 (a thread, a socket): a timeout counted from the last byte,
+// downloads stopped at the size known (or the cache's room), file:// URLs opened as local files
+// are, the cache's own files kept apart from its entries, and the optional shard index.
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <future>
+#include <limits>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "datasets/remote/remote_cache.hpp"
+#include "expect_error.hpp"
+#include "ferry/ferry.hpp"
+#include "webdataset/tar_bytes.hpp"
+
+namespace fs = std::filesystem;
+using ferry::ConfigError;
+using ferry::DataError;
+using ferry::testing::expect_error;
+using Clock = std::chrono::steady_clock;
+namespace remote = ferry::detail::remote;
+
+namespace {
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// An HTTP server on 127.0.0.1: each connection's request head goes to `handler` (on a thread of
+// its own), which answers on the socket as it likes; the connection is closed after it.
+class TinyServer {
+ public:
+  // The request's path (with its query) and the connected socket.
+  using Handler = std::function<void(const std::string& path, int fd, const TinyServer&)>;
+
+  explicit TinyServer(Handler handler) : handler_(std::move(handler)) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (::bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::listen(listener_, 16) != 0 ||
+        ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      throw std::runtime_error("TinyServer: cannot listen");
+    }
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  TinyServer(const TinyServer&) = delete;
+  TinyServer& operator=(const TinyServer&) = delete;
+  ~TinyServer() {
+    stop_ = true;
+    thread_.join();
+    for (std::thread& t : handlers_) t.join();
+    ::close(listener_);
+  }
+
+  std::string url(const std::string& path) const {
+    return "http://127.0.0.1:" + std::to_string(port_) + "/" + path;
+  }
+  // The paths asked for, in order.
+  std::vector<std::string> paths() const {
+    const std::lock_guard lock(mutex_);
+    return paths_;
+  }
+  bool stopping() const { return stop_.load(); }
+
+  // Sends all of `bytes`; false once the client is gone.
+  static bool send_all(int fd, std::string_view bytes) {
+    while (!bytes.empty()) {
+      const ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      bytes.remove_prefix(static_cast<std::size_t>(n));
+    }
+    return true;
+  }
+  // A whole answer: `status` with `body` and its Content-Length.
+  static void answer(int fd, int status, const std::string& body) {
+    send_all(fd, "HTTP/1.1 " + std::to_string(status) + " X\r\nContent-Length: " +
+                     std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
+  }
+  // Sleeps up to `seconds`, less when the server stops.
+  void pause(double seconds) const {
+    const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                          std::chrono::duration<double>(seconds));
+    while (!stop_ && Clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      pollfd p{listener_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      const int client = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (client < 0) continue;
+      handlers_.emplace_back([this, client] {
+        std::string head;
+        char buf[4096];
+        while (head.find("\r\n\r\n") == std::string::npos) {
+          pollfd q{client, POLLIN, 0};
+          if (::poll(&q, 1, 5000) <= 0) break;
+          const ssize_t n = ::recv(client, buf, sizeof buf, 0);
+          if (n <= 0) break;
+          head.append(buf, static_cast<std::size_t>(n));
+        }
+        // "GET /<path> HTTP/1.1"
+        const std::size_t from = head.find(' ') + 2, to = head.find(' ', from);
+        const std::string path =
+            from < head.size() && to != std::string::npos ? head.substr(from, to - from) : "";
+        {
+          const std::lock_guard lock(mutex_);
+          paths_.push_back(path);
+        }
+        handler_(path, client, *this);
+        ::close(client);
+      });
+    }
+  }
+
+  Handler handler_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  mutable std::mutex mutex_;
+  std::vector<std::string> paths_;
+  std::vector<std::thread> handlers_;
+  std::thread thread_;
+};
+
+class RemoteBounds : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           ("ferry_remote_bounds_" + std::to_string(::getpid()) + "_" + info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "cache");
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  ferry::RemoteOptions options(double timeout = 5, int retries = 0) const {
+    ferry::RemoteOptions o;
+    o.cache_dir = dir_ / "cache";
+    o.retries = retries;
+    o.timeout_seconds = timeout;
+    o.connections = 1;
+    return o;
+  }
+  // The cache's files that are not its own (no leading '.').
+  std::vector<std::string> entries() const {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir_ / "cache")) {
+      const std::string name = e.path().filename().string();
+      if (name[0] != '.') names.push_back(name);
+    }
+    return names;
+  }
+  fs::path dir_;
+};
+
+std::string bytes_of(std::size_t n, char c = 'x') { return std::string(n, c); }
+
+// ---- 1. timeout_seconds: no progress for that long ------------------------------------------
+
+TEST_F(RemoteBounds, AStallAfterTheFirstBytesFailsAfterTimeoutSecondsNotAnAverageLater) {
+  const TinyServer server([](const std::string&, int fd, const TinyServer& s) {
+    TinyServer::send_all(fd,
+                         "HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n" + bytes_of(200'000));
+    s.pause(15);  // then nothing
+  });
+  const std::string url = server.url("stall.bin");
+  const auto start = Clock::now();
+  expect_error<DataError>(
+      [&] {
+        (void)remote::fetch_files({{url, {}, false}}, options(1), "T");
+      },
+      {"T: " + url + ": cannot download", "no progress for 1 s", "RemoteOptions::timeout_seconds"});
+  // 1 s without a byte, and the progress callback's period: not curl's window of seconds.
+  EXPECT_LT(seconds_since(start), 3.0);
+}
+
+TEST_F(RemoteBounds, AnInfiniteOrHugeTimeoutMeansNever) {
+  const std::string body = bytes_of(100'000, 'b');
+  const TinyServer server([&](const std::string&, int fd, const TinyServer& s) {
+    TinyServer::send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) +
+                                 "\r\nConnection: close\r\n\r\n");
+    s.pause(2.5);  // the body after a pause longer than an integer conversion's 1 s
+    TinyServer::send_all(fd, body);
+  });
+  for (const double never : {std::numeric_limits<double>::infinity(), 1e300, 1e12}) {
+    const std::string url = server.url("slow-" + std::to_string(std::log10(never)) + ".bin");
+    const auto got = remote::fetch_files({{url, {}, false}}, options(never), "T");
+    ASSERT_TRUE(got.at(0).has_value()) << never;
+    EXPECT_EQ(fs::file_size(got[0]->path()), body.size()) << never;
+  }
+}
+
+TEST_F(RemoteBounds, AZeroNegativeOrNanTimeoutIsAConfigErrorNamingTheOption) {
+  for (const double bad : {0.0, -1.0, std::numeric_limits<double>::quiet_NaN(),
+                           -std::numeric_limits<double>::infinity()}) {
+    expect_error<ConfigError>(
+        [&] {
+          (void)remote::fetch_files({{"http://127.0.0.1:1/x", {}, false}}, options(bad), "T");
+        },
+        {"T: RemoteOptions::timeout_seconds", "must be > 0"});
+  }
+}
+
+// ---- 2. downloads bounded by what is known ---------------------------------------------------
+
+TEST_F(RemoteBounds, AContentLengthAboveTheKnownSizeIsRefusedAtOnce) {
+  const TinyServer server([](const std::string&, int fd, const TinyServer& s) {
+    TinyServer::send_all(fd,
+                         "HTTP/1.1 200 OK\r\nContent-Length: 50000000\r\n\r\n" + bytes_of(1 << 20));
+    s.pause(10);  // the rest comes slowly: waiting for it is what must not happen
+  });
+  const std::string url = server.url("big.tar");
+  const auto start = Clock::now();
+  expect_error<DataError>(
+      [&] {
+        (void)remote::fetch_files({{url, {}, false, 1000}}, options(30), "T");
+      },
+      {"T: " + url + ": cannot download", "Content-Length 50000000", "known size of 1000 bytes",
+       "not retried"});
+  EXPECT_LT(seconds_since(start), 3.0);
+  EXPECT_TRUE(entries().empty());
+}
+
+TEST_F(RemoteBounds, ABodyPastTheKnownSizeIsCutThereWithoutContentLength) {
+  std::atomic<std::uint64_t> sent{0};
+  const TinyServer server([&](const std::string&, int fd, const TinyServer& s) {
+    if (!TinyServer::send_all(fd, "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")) return;
+    const std::string chunk = bytes_of(64 << 10);
+    for (int i = 0; i < 3200 && !s.stopping(); ++i) {  // 200 MiB, unless stopped
+      if (!TinyServer::send_all(fd, chunk)) return;
+      sent += chunk.size();
+    }
+  });
+  const std::string url = server.url("endless.tar");
+  expect_error<DataError>(
+      [&] {
+        (void)remote::fetch_files({{url, {}, false, 100'000}}, options(30), "T");
+      },
+      {"T: " + url + ": cannot download", "more than 100000 bytes came",
+       "known size of 100000 bytes"});
+  EXPECT_LT(sent.load(), std::uint64_t{64} << 20);  // stopped, not read to the end
+  EXPECT_TRUE(entries().empty());
+}
+
+TEST_F(RemoteBounds, AnUnknownLengthIsBoundedByTheCachesRoom) {
+  const TinyServer server([](const std::string& path, int fd, const TinyServer& s) {
+    if (path == "announced.csv") {
+      TinyServer::send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 90000000\r\n\r\n");
+      s.pause(10);
+      return;
+    }
+    if (!TinyServer::send_all(fd, "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")) return;
+    const std::string chunk = bytes_of(64 << 10);
+    for (int i = 0; i < 3200 && !s.stopping(); ++i) {
+      if (!TinyServer::send_all(fd, chunk)) return;
+    }
+  });
+  ferry::RemoteOptions o = options(30);
+  o.cache_bytes = 1'000'000;
+  for (const std::string name : {"endless.csv", "announced.csv"}) {
+    const std::string url = server.url(name);
+    const auto start = Clock::now();
+    expect_error<DataError>(
+        [&] {
+          (void)remote::fetch_files({{url, {}, false}}, o, "T");
+        },
+        {"T: " + url + ": cannot download",
+         "the cache's room of 1000000 bytes (RemoteOptions::cache_bytes)"});
+    EXPECT_LT(seconds_since(start), 3.0) << name;
+  }
+  EXPECT_TRUE(entries().empty());
+}
+
+// ---- 3. file:// URLs follow the file rules -----------------------------------------------------
+
+TEST_F(RemoteBounds, AFileUrlOfAFifoFailsAtOnceAndOfAFolderOrDeviceToo) {
+  const fs::path fifo = dir_ / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string url = "file://" + fifo.string();
+  auto fetched = std::async(std::launch::async, [&] {
+    try {
+      (void)remote::fetch_files({{url, {}, false}}, options(), "T");
+      return std::string("nothing thrown");
+    } catch (const DataError& e) {
+      return std::string(e.what());
+    }
+  });
+  if (fetched.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    // Blocked in open(): a writer lets it go, so that the test ends.
+    const int w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (w >= 0) ::close(w);
+    ADD_FAILURE() << "opening a FIFO named by a file:// URL blocked";
+  }
+  const std::string message = fetched.get();
+  EXPECT_NE(message.find("T: " + url + ": cannot download"), std::string::npos) << message;
+  EXPECT_NE(message.find("not a regular file"), std::string::npos) << message;
+
+  const std::string folder = "file://" + dir_.string();
+  expect_error<DataError>(
+      [&] {
+        (void)remote::fetch_files({{folder, {}, false}}, options(), "T");
+      },
+      {"T: " + folder + ": cannot download", "folder"});
+  expect_error<DataError>([&] { (void)remote::read_head(url, 4096, options(), "T"); },
+                          {"T: " + url + ": cannot download", "not a regular file"});
+  // A device (an endless one, /dev/zero, would fill the cache's disk): /dev/null stands for it.
+  expect_error<DataError>(
+      [&] {
+        (void)remote::fetch_files({{"file:///dev/null", {}, false}}, options(), "T");
+      },
+      {"T: file:///dev/null: cannot download", "not a regular file"});
+  EXPECT_TRUE(entries().empty());
+}
+
+TEST_F(RemoteBounds, AFileUrlOfARegularFileIsCopiedWithinItsKnownSize) {
+  const fs::path file = dir_ / "f.bin";
+  std::ofstream(file, std::ios::binary) << bytes_of(5000, 'f');
+  const std::string url = "file://" + file.string();
+  expect_error<DataError>(
+      [&] {
+        (void)remote::fetch_files({{url, {}, false, 4000}}, options(), "T");
+      },
+      {"T: " + url + ": cannot download", "5000 bytes", "known size of 4000 bytes"});
+  const auto got = remote::fetch_files({{url, {}, false, 5000}}, options(), "T");
+  ASSERT_TRUE(got.at(0).has_value());
+  EXPECT_EQ(fs::file_size(got[0]->path()), 5000U);
+  EXPECT_EQ(remote::read_head(url, 10, options(), "T").size, 5000U);
+  // An optional file that is not there gives nothing.
+  const auto none =
+      remote::fetch_files({{"file://" + (dir_ / "nope").string(), {}, true}}, options(), "T");
+  EXPECT_FALSE(none.at(0).has_value());
+}
+
+// ---- 4. the cache's own files apart from its entries -------------------------------------------
+
+TEST_F(RemoteBounds, AUrlEndingInTheLockOrTemporarySuffixCountsAgainstTheBoundAndIsEvicted) {
+  const TinyServer server([](const std::string&, int fd, const TinyServer&) {
+    TinyServer::answer(fd, 200, bytes_of(600));
+  });
+  ferry::RemoteOptions o = options();
+  o.cache_bytes = 1000;
+  const fs::path cache = dir_ / "cache";
+  for (const std::string name : {"evil.lock", "evil.tmp", "evil.meta"}) {
+    const std::string url = server.url(name);
+    {
+      const auto held = remote::fetch_files({{url, {}, false}}, o, "T");
+      ASSERT_TRUE(held.at(0).has_value());
+      // Held: it counts (600 bytes and its note), and stays however small the bound.
+      EXPECT_GE(remote::cache_size(cache), 600U) << name;
+    }
+    // Another file of 600 bytes: the first, no longer held, goes to keep the bound.
+    const auto other =
+        remote::fetch_files({{server.url("other-" + name + ".bin"), {}, false}}, o, "T");
+    EXPECT_FALSE(fs::exists(remote::entry_path(cache, url))) << name;
+    EXPECT_LE(remote::cache_size(cache), 1000U) << name;
+  }
+  // The locks are the cache's own files, apart from the entries by their leading '.'.
+  for (const auto& e : fs::directory_iterator(cache)) {
+    const std::string name = e.path().filename().string();
+    if (name.ends_with(".lock")) {
+      EXPECT_EQ(name[0], '.') << name;
+      EXPECT_EQ(e.file_size(), 0U) << name;
+    }
+  }
+}
+
+// ---- 5. the optional shard index --------------------------------------------------------------
+
+std::string shard_tar() {
+  std::string tar;
+  for (std::size_t i = 0; i < 3; ++i) {
+    const std::string key = std::string(1, 's') + std::to_string(i);
+    tar += ferry::testing::tar_member(key + ".bin", bytes_of(100 + i, 'a'));
+    tar += ferry::testing::tar_member(key + ".cls", std::to_string(i));
+  }
+  return tar + std::string(1024, '\0');
+}
+
+TEST_F(RemoteBounds, AnIndexTheServerForbidsIsAbsentNotAFailure) {
+  for (const int status : {401, 403}) {
+    const std::string tar = shard_tar();
+    const TinyServer server([&](const std::string& path, int fd, const TinyServer&) {
+      if (path.starts_with("shard.tar.idx")) {
+        TinyServer::answer(fd, status, "<Error><Code>AccessDenied</Code></Error>");
+      } else if (path.starts_with("shard.tar")) {
+        TinyServer::answer(fd, 200, tar);
+      } else {
+        TinyServer::answer(fd, 404, "");
+      }
+    });
+    ferry::WebDatasetOptions o;
+    o.remote = options();
+    o.remote.cache_dir = dir_ / ("cache" + std::to_string(status));
+    const auto ds = ferry::WebDataset::open({server.url("shard.tar")}, o);
+    EXPECT_EQ(ds->size(), 3U) << status;
+    EXPECT_EQ(ds->key(2), "s2") << status;
+  }
+}
+
+TEST_F(RemoteBounds, APresignedShardsIndexIsAskedForBeforeTheQuery) {
+  const std::string tar = shard_tar();
+  const TinyServer server([&](const std::string& path, int fd, const TinyServer&) {
+    const std::string file = path.substr(0, path.find('?'));
+    if (file == "shard.tar") {
+      TinyServer::answer(fd, 200, tar);
+    } else {
+      TinyServer::answer(fd, 404, "");
+    }
+  });
+  EXPECT_EQ(remote::url_with_suffix("https://h/s.tar?X-Amz-Signature=ab&X=1", ".idx"),
+            "https://h/s.tar.idx?X-Amz-Signature=ab&X=1");
+  EXPECT_EQ(remote::url_with_suffix("https://h/s.tar#f", ".idx"), "https://h/s.tar.idx#f");
+  EXPECT_EQ(remote::url_with_suffix("s3://b/s.tar", ".idx"), "s3://b/s.tar.idx");
+  ferry::WebDatasetOptions o;
+  o.remote = options();
+  const auto ds = ferry::WebDataset::open({server.url("shard.tar?X-Amz-Signature=abc")}, o);
+  EXPECT_EQ(ds->size(), 3U);
+  const std::vector<std::string> paths = server.paths();
+  EXPECT_NE(std::find(paths.begin(), paths.end(), "shard.tar.idx?X-Amz-Signature=abc"),
+            paths.end());
+  for (const std::string& p : paths) EXPECT_FALSE(p.ends_with(".idx")) << p;
+}
+
+}  // namespace
