@@ -66,7 +66,10 @@ EpochPlan::EpochPlan(const Dataset& dataset, std::size_t field, const LoaderOpti
       order_(epoch_order(dataset, options, epoch, epoch_length(dataset))),
       field_name_(name_of(dataset, field)),
       n_(epoch_length(dataset)),
-      window_(options.bucket_window == 0 ? kWindow : options.bucket_window),
+      // A window longer than the epoch is the whole epoch (its end, lo + window, would
+      // overflow near the top of size_t and leave the epoch without a window).
+      window_(std::min<std::uint64_t>(options.bucket_window == 0 ? kWindow : options.bucket_window,
+                                      std::max<std::uint64_t>(n_, 1))),
       rank_(static_cast<std::size_t>(options.rank)),
       world_(static_cast<std::size_t>(options.world_size)) {
   start = std::min<std::uint64_t>(start, n_);
