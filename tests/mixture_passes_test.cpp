@@ -184,11 +184,13 @@ TEST(MixturePasses, ANestOfSixtyMixturesCostsTheSameAtEveryEpoch) {
       ASSERT_EQ(list.size(), top->epoch_size());
       for (const std::uint64_t i : list) ASSERT_LT(i, top->size());
     }
-    // Lists worked out per epoch: a few per level at most, never growing with the epoch.
+    // Lists worked out per epoch: the top's alone where every level gives its epochs by
+    // position; one per level at most where they are kept (stratified). Never more than at the
+    // first epoch (with slack), where lists of every touched pass once grew into thousands.
+    EXPECT_LE(work[0], stratified == 0 ? 1U : 61U);
     for (std::uint64_t e = 1; e < 10; ++e) {
-      EXPECT_LE(work[e], 2 * work[0] + 4 * 60)
-          << "stratified " << stratified << ": epoch " << e << " worked out " << work[e]
-          << " lists, epoch 0 " << work[0];
+      EXPECT_LE(work[e], 2 * work[0]) << "stratified " << stratified << ": epoch " << e
+                                      << " worked out " << work[e] << " lists, epoch 0 " << work[0];
     }
     // Through a loader, 10 epochs, each sample of the epoch delivered once.
     Loader loader(top, options(16, 2));
