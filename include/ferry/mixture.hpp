@@ -67,8 +67,10 @@ class FERRY_API Mixture final : public Dataset {
  public:
   /// \throws ConfigError for no sources, a null dataset, a weight that is not positive and
   /// finite, a source whose fields differ from the first's (naming the source and the field),
-  /// a source without samples that has a share, or a source_field that names a field already
-  /// there.
+  /// a source without samples that has a share, a source_field that names a field already
+  /// there, or a stratified epoch_size whose lists (24 bytes a sample) would not fit in the
+  /// machine's memory. epoch_indices() too throws ConfigError, naming epoch_size, for a list that
+  /// would not fit (a loader asks such an epoch by position instead, unless it is stratified).
   static std::shared_ptr<Mixture> open(std::vector<MixtureSource> sources,
                                        MixtureOptions options = {});
 
