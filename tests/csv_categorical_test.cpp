@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "datasets/csv/csv_internal.hpp"
 #include "datasets/csv/csv_parse.hpp"
 #include "ferry/ferry.hpp"
 #include "loader_test_util.hpp"
@@ -165,6 +166,32 @@ TEST_F(CsvCategorical, TextsAreTrimmedUnquotedAndSortedByByte) {
                                         "two\nlines", "\xc3\xa9vian"}));
   EXPECT_EQ(ds->codes("t"), (Codes{4, 4, 5, 3, 0, 1, 2, 7, 6, 5}));
   EXPECT_EQ(ds->features(), (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
+}
+
+TEST_F(CsvCategorical, QuotedTextsWithDoubledQuotesAreStoredOncePerDistinctText) {
+  // 60,000 rows of two texts with doubled quotes, as a category and as a label: the texts are
+  // unescaped into one buffer and kept once per piece of the file, never once per row.
+  constexpr std::size_t kRows = 60'000;
+  std::string text = "x,t,label\n";
+  for (std::size_t i = 0; i < kRows; ++i) {
+    text += i % 3 == 0 ? "1,\"a\"\"b\",\"l\"\"1\"\n" : "2,\"c\"\"d\",\"l\"\"2\"\n";
+  }
+  CsvOptions o = with_categorical({Column::name("t")});
+  const std::uint64_t before = ferry::detail::csv::unquoted_stored.load();
+  const auto ds = open(text, o);
+  const std::uint64_t stored = ferry::detail::csv::unquoted_stored.load() - before;
+  // Four distinct texts in each of at most a few hundred pieces.
+  EXPECT_LE(stored, 4U * 256) << "texts stored for " << 2 * kRows << " quoted fields";
+  EXPECT_EQ(ds->categories("t"), (Texts{"a\"b", "c\"d"}));
+  EXPECT_EQ(ds->classes(), (Texts{"l\"1", "l\"2"}));
+  const Codes& codes = ds->codes("t");
+  const Codes& labels = ds->labels();
+  ASSERT_EQ(codes.size(), kRows);
+  ASSERT_EQ(labels.size(), kRows);
+  for (std::size_t i = 0; i < kRows; ++i) {
+    ASSERT_EQ(codes[i], i % 3 == 0 ? 0 : 1) << "row " << i;
+    ASSERT_EQ(labels[i], i % 3 == 0 ? 0 : 1) << "row " << i;
+  }
 }
 
 TEST_F(CsvCategorical, WithoutAHeaderColumnsAreNamedByPosition) {

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <new>
 #include <string>
@@ -244,6 +245,38 @@ TEST(EpochPlan, BatchesFollowTheOrderAndNeverCrossAWindow) {
     EXPECT_EQ(plan.position_after(k + 1), at);
   }
   EXPECT_EQ(at, n);
+}
+
+TEST(EpochPlan, ABucketWindowNearTheTopOfSizeTIsTheWholeEpoch) {
+  // A window longer than the epoch buckets the whole epoch: every sample once, never an empty
+  // epoch from a window end that overflows.
+  const std::size_t n = 1000;
+  const auto data = std::make_shared<Lengths>(n);
+  const std::size_t top = std::numeric_limits<std::size_t>::max();
+  for (const std::size_t window : {top, top - 1, top - 999, top / 2 + 1, n + 1, n}) {
+    for (const bool shuffle : {true, false}) {
+      LoaderOptions o = budget(32);
+      o.bucket_window = window;
+      o.shuffle = shuffle;
+      o.workers = 2;
+      EpochPlan plan(*data, 0, o, 2);
+      std::vector<std::size_t> seen(n, 0);
+      for (const auto& b : all_batches(plan)) {
+        for (const std::uint64_t i : b) ++seen[i];
+      }
+      for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(seen[i], 1U) << "window " << window;
+      // Through a loader, resumed halfway too.
+      ferry::Loader loader(data, o);
+      std::vector<std::size_t> got(n, 0);
+      std::size_t batches = 0;
+      for (const ferry::Batch& b : loader.epoch(2)) {
+        for (const std::uint64_t i : b.indices()) ++got[i];
+        ++batches;
+      }
+      for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], 1U) << "window " << window;
+      EXPECT_EQ(batches, loader.batches_per_epoch());
+    }
+  }
 }
 
 TEST(EpochPlan, RanksTogetherGetEverySampleOnceAndAsManyBatches) {

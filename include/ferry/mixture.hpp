@@ -43,12 +43,20 @@ struct FERRY_API MixtureOptions {
 /// then one more for the sources with the largest fractional parts, ties to the earlier
 /// source), so the shares sum to epoch_size. Within source k of n samples and share
 /// s = q x n + r: every sample is given q times, plus r more samples, taken from an endless
-/// stream of passes over the source, each pass a permutation of it from (seed, k, pass): epoch e
-/// takes the stream's positions [e x r, (e + 1) x r). So every sample is given floor(s / n) or
-/// ceil(s / n) times in an epoch, and a down-sampled source (s < n) gives a different subset each
-/// epoch and no sample twice until all of its samples have been given. A source that itself
-/// chooses its epochs' samples (a Mixture) is sampled over its own epochs instead of its
-/// indices: its passes are its epochs (from a seed of (seed, k)), each permuted.
+/// stream of passes over the source: epoch e takes the stream's positions [e x r, (e + 1) x r).
+/// The epochs come in cycles of n / gcd(n, r) epochs, which take exactly r / gcd(n, r) passes;
+/// every pass of a cycle is the same permutation of the source, from (seed, k, cycle), so the r
+/// positions of an epoch are r consecutive places of that permutation taken round, all different
+/// even where the epoch spans two passes. So every sample is given floor(s / n) or ceil(s / n)
+/// times in each epoch (and floor or ceil of E x s / n times in any E consecutive epochs from
+/// epoch 0), and a down-sampled source (s < n) gives a different subset each epoch, no sample
+/// twice in an epoch, and no sample again until all of its samples have been given. A source
+/// that itself chooses its epochs' samples (a Mixture) is sampled over its own epochs instead of
+/// its indices: its passes are its epochs (from a seed of (seed, k)), each permuted; such a
+/// source's positions are asked one by one where it gives them by position (so a nest of
+/// mixtures costs the same at every epoch), else its lists are kept for the next epoch. Every
+/// index such a source gives is checked (ConfigError naming the source, the position and its
+/// size).
 ///
 /// Which samples an epoch holds and their order come from (LoaderOptions::seed, epoch) only: the
 /// loader asks epoch_indices() and shuffles, deals to ranks, plans max_tokens batches and
@@ -59,8 +67,10 @@ class FERRY_API Mixture final : public Dataset {
  public:
   /// \throws ConfigError for no sources, a null dataset, a weight that is not positive and
   /// finite, a source whose fields differ from the first's (naming the source and the field),
-  /// a source without samples that has a share, or a source_field that names a field already
-  /// there.
+  /// a source without samples that has a share, a source_field that names a field already
+  /// there, or a stratified epoch_size whose lists (24 bytes a sample) would not fit in the
+  /// machine's memory. epoch_indices() too throws ConfigError, naming epoch_size, for a list that
+  /// would not fit (a loader asks such an epoch by position instead, unless it is stratified).
   static std::shared_ptr<Mixture> open(std::vector<MixtureSource> sources,
                                        MixtureOptions options = {});
 
@@ -125,6 +135,17 @@ class FERRY_API Mixture final : public Dataset {
   bool source_field_ = false;
   std::size_t stratified_ = 0;
   bool indexes_ = false;  // indexes_epoch()
+  // The last epoch lists of the sources that select (and of this mixture, when it does not
+  // index its epochs), kept for the next epoch, which often spans the same passes.
+  struct ListCache;
+  std::shared_ptr<ListCache> lists_;
+  // Source k's epoch `pass` (seed `seed`), as a list, checked, and kept in lists_ if `keep`.
+  std::shared_ptr<const std::vector<std::uint64_t>> inner_list(std::size_t k, std::uint64_t seed,
+                                                               std::uint64_t pass,
+                                                               bool keep = true) const;
+  // Source k's index at `position` of its epoch `pass`, checked against its size.
+  std::uint64_t inner_index(std::size_t k, std::uint64_t seed, std::uint64_t pass,
+                            std::uint64_t position) const;
   // Sample `p` (< shares_[k]) of source k's part of an epoch, as an index of the source.
   std::uint64_t source_index(std::size_t k, std::uint64_t seed, std::uint64_t epoch,
                              std::uint64_t p) const;

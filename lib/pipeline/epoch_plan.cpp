@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <string>
 
+#include "core/memory_need.hpp"
 #include "core/tsan.hpp"
 #include "ferry/error.hpp"
 #include "pipeline/ragged.hpp"
@@ -66,9 +67,17 @@ EpochPlan::EpochPlan(const Dataset& dataset, std::size_t field, const LoaderOpti
       order_(epoch_order(dataset, options, epoch, epoch_length(dataset))),
       field_name_(name_of(dataset, field)),
       n_(epoch_length(dataset)),
-      window_(options.bucket_window == 0 ? kWindow : options.bucket_window),
+      // A window longer than the epoch is the whole epoch (its end, lo + window, would
+      // overflow near the top of size_t and leave the epoch without a window).
+      window_(std::min<std::uint64_t>(options.bucket_window == 0 ? kWindow : options.bucket_window,
+                                      std::max<std::uint64_t>(n_, 1))),
       rank_(static_cast<std::size_t>(options.rank)),
       world_(static_cast<std::size_t>(options.world_size)) {
+  // A window's plan holds an Item a sample: checked against the machine's memory first.
+  if (options.bucket_window != 0) {
+    check_need("Loader: bucket_window " + std::to_string(options.bucket_window), window_,
+               sizeof(Item), "for a window's plan");
+  }
   start = std::min<std::uint64_t>(start, n_);
   // Where the plan starts: 0, unless `start` falls inside a batch of its window (another
   // batch_size or max_tokens cut the epoch before). Without bucketing that window is then cut
@@ -193,7 +202,8 @@ std::pair<std::uint64_t, std::uint64_t> EpochPlan::window_range(std::size_t j) c
 void EpochPlan::plan(std::uint64_t lo, std::uint64_t hi, Window& out) const {
   const LoaderOptions& o = options_;
   std::vector<Item>& items = out.items;
-  items.resize(hi - lo);
+  allocating("Loader: bucket_window " + std::to_string(o.bucket_window), hi - lo, sizeof(Item),
+             "for a window's plan", [&] { items.resize(hi - lo); });
   for (std::uint64_t p = lo; p < hi; ++p) {
     const std::uint64_t place = order_.place(p);
     const std::uint64_t index = order_.index(place);

@@ -15,6 +15,7 @@
 #include "copy/cuda_engines.hpp"
 #include "copy/host/host_copy_engine.hpp"
 #include "core/checked.hpp"
+#include "core/memory_need.hpp"
 #include "core/tensor_access.hpp"
 #include "pipeline/epoch_run.hpp"
 #include "pipeline/field_ops.hpp"
@@ -198,7 +199,15 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, const LoaderOpt
   sizes.device_bytes = layout->bytes;
   sizes.ragged_fields = layout->written.ragged_count();
   plan_memory(sizes);
-  ring = std::make_unique<BufferRing>(sizes, engine.get());
+  // Each slot holds a batch of `capacity` samples (batch_size, at most the epoch): checked
+  // against the machine's memory first, so that a batch_size too large is a ConfigError. (The
+  // device buffers are the GPU's, whose allocator answers with a DeviceError.)
+  const std::string need = "Loader: batch_size " + std::to_string(options.batch_size) + " (" +
+                           std::to_string(capacity) + " samples a batch, " +
+                           std::to_string(sizes.slots) + " staging slots)";
+  detail::allocating(need, static_cast<std::uint64_t>(sizes.slots), sizes.staging_bytes,
+                     "of staging",
+                     [&] { ring = std::make_unique<BufferRing>(sizes, engine.get()); });
   ring->set_limit(start_slots);
   staging_allocations = ring->slot_allocations();
   device_allocations = ring->device_count();

@@ -135,12 +135,20 @@ Sampler::Order Sampler::order(std::uint64_t epoch) const {
   if (selecting_ != nullptr && selecting_->indexes_epoch() &&
       n_ > listed_epoch_limit.load(std::memory_order_relaxed)) {
     o.indexing_ = selecting_;
+    o.size_ = selecting_->size();
     o.seed_ = options_.seed;
     o.epoch_ = epoch;
   } else if (selecting_ != nullptr) {
     o.selected_ = selected_indices(*selecting_, options_.seed, epoch);
   }
   return o;
+}
+
+void Sampler::Order::refuse_index(std::uint64_t position, std::uint64_t index) const {
+  throw ConfigError("Loader: the dataset's epoch_index(" + std::to_string(seed_) + ", " +
+                    std::to_string(epoch_) + ", position " + std::to_string(position) +
+                    ") gave index " + std::to_string(index) + ", past its " +
+                    std::to_string(size_) + " samples");
 }
 
 void Sampler::batch(const Order& order, std::size_t k, std::vector<std::uint64_t>& out,

@@ -158,8 +158,14 @@ class Sampler {
       return shuffle_ ? permutation_(position) : position;
     }
     /// The dataset index at an epoch's position `p` (place()'s result).
+    /// \throws ConfigError when a dataset that gives its indices by position gives one past
+    /// its size (as selected_indices() checks a list).
     std::uint64_t index(std::uint64_t p) const {
-      if (indexing_ != nullptr) return indexing_->epoch_index(seed_, epoch_, p);
+      if (indexing_ != nullptr) {
+        const std::uint64_t i = indexing_->epoch_index(seed_, epoch_, p);
+        if (i >= size_) refuse_index(p, i);
+        return i;
+      }
       return selected_ ? (*selected_)[p] : p;
     }
     /// Whether index() maps through the epoch's list of indices, whose entries are read in
@@ -180,7 +186,9 @@ class Sampler {
     std::shared_ptr<const std::vector<std::uint64_t>> selected_;
     // Or, of one that gives them by position (Dataset::indexes_epoch), no list: it is asked.
     const Dataset* indexing_ = nullptr;
+    std::uint64_t size_ = 0;  // indexing_'s size()
     std::uint64_t seed_ = 0;
+    [[noreturn]] void refuse_index(std::uint64_t position, std::uint64_t index) const;
     std::uint64_t epoch_ = 0;
   };
   Order order(std::uint64_t epoch) const;

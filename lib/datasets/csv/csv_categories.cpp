@@ -137,7 +137,7 @@ const char* RowParser::quoted_category(const char* p, std::size_t c, std::size_t
   // texts in the file's order, and keeps each one's first offset.
   Chunk::Pending& wait = ch.pending[((ch.rows - 1) & 1) * l_.categorical + k];
   if (f.doubled) {
-    const std::string& text = ch.unquoted.emplace_back(unquote(f));
+    const std::string& text = ch.intern_unquoted(f);
     wait.key = text_key(text, text.data() + text.size());
   } else {
     wait.key = text_key(f.view(), s_.end());

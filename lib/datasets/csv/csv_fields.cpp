@@ -71,12 +71,24 @@ std::string shown(std::string_view text) {
 
 std::string unquote(const Field& f) {
   std::string out;
+  unquote_into(f, out);
+  return out;
+}
+
+void unquote_into(const Field& f, std::string& out) {
+  out.clear();
   out.reserve(f.size);
   for (std::size_t i = 0; i < f.size; ++i) {
     out += f.begin[i];
     if (f.begin[i] == '"') ++i;  // the second of a pair
   }
-  return out;
+}
+
+const std::string& Chunk::intern_unquoted(const Field& f) {
+  unquote_into(f, scratch);
+  if (const auto it = unquoted.find(scratch); it != unquoted.end()) return *it;
+  unquoted_stored.fetch_add(1, std::memory_order_relaxed);
+  return *unquoted.insert(scratch).first;
 }
 
 Number to_float(const char* b, const char* e, float& value) {

@@ -6,15 +6,16 @@
 // the columns and the options). Internal to lib/datasets/csv.
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -199,7 +200,12 @@ struct Chunk {
   std::vector<float> features;  // [rows, F], with room to spare while parsing
   std::vector<LabelCell> labels;
   std::vector<float> targets;
-  std::deque<std::string> unquoted;  // label texts that had doubled quotes (stable addresses)
+  // Texts that had doubled quotes (labels and categories), unescaped: each distinct text once
+  // (a set's elements keep their addresses), however many rows hold it.
+  std::unordered_set<std::string> unquoted;
+  std::string scratch;  // where a text is unescaped before it is looked up in `unquoted`
+  // The field's text unescaped, as stored (once) in `unquoted`.
+  const std::string& intern_unquoted(const Field& f);
   bool all_integer = true;
   Fault bad_id;  // the first integer label that cannot be a class id
   Fault fault;   // what stopped it
@@ -250,6 +256,11 @@ std::string shown(std::string_view text);
 
 // A quoted field's content with its doubled quotes made single.
 std::string unquote(const Field& f);
+// The same into `out` (its memory reused).
+void unquote_into(const Field& f, std::string& out);
+
+// Texts stored in the pieces' sets of unescaped texts (Chunk::unquoted), counted for tests.
+inline std::atomic<std::uint64_t> unquoted_stored{0};
 
 // The number that is the whole of [b, e): std::from_chars, then its range.
 Number to_float(const char* b, const char* e, float& value);

@@ -190,7 +190,7 @@ const char* RowParser::label(const char* p, std::size_t c, Chunk& ch) const {
     return nullptr;
   }
   if (f.doubled) {
-    const std::string& text = ch.unquoted.emplace_back(unquote(f));
+    const std::string& text = ch.intern_unquoted(f);
     ch.labels.push_back({text.data(), text.size(), 0});
     ch.all_integer = false;
   } else if (const ParsedInteger v = parse_integer_text(f.view());

@@ -7,68 +7,26 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
+#include "core/memory_need.hpp"
 #include "core/tsan.hpp"
+#include "datasets/mixture/mixture_detail.hpp"
+#include "datasets/mixture/pass_order.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry {
 
 namespace {
 
-// Stream positions are epoch x share, which may pass 2^64 before the division by a pass.
-__extension__ using u128 = unsigned __int128;
-
-constexpr std::uint64_t mix(std::uint64_t x) noexcept {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
-
-// A keyed bijection on [0, n): a Feistel network on the smallest even bit width covering n,
-// walking its cycles back into range. One pass of a source over its samples.
-class PassOrder {
- public:
-  PassOrder(std::uint64_t n, std::uint64_t key) noexcept : n_(n) {
-    unsigned bits = n <= 4 ? 2 : static_cast<unsigned>(std::bit_width(n - 1));
-    bits += bits & 1u;
-    half_ = bits / 2;
-    mask_ = (std::uint64_t{1} << half_) - 1;
-    std::uint64_t k = mix(key);
-    for (auto& r : keys_) {
-      k = mix(k + 0x9e3779b97f4a7c15ULL);
-      r = k;
-    }
-  }
-  std::uint64_t operator()(std::uint64_t position) const noexcept {
-    std::uint64_t x = round_trip(position);
-    while (x >= n_) x = round_trip(x);
-    return x;
-  }
-
- private:
-  std::uint64_t round_trip(std::uint64_t x) const noexcept {
-    std::uint64_t left = x >> half_;
-    std::uint64_t right = x & mask_;
-    for (const std::uint64_t key : keys_) {
-      const std::uint64_t next = left ^ (mix(right ^ key) & mask_);
-      left = right;
-      right = next;
-    }
-    return (left << half_) | right;
-  }
-  std::uint64_t n_;
-  unsigned half_;
-  std::uint64_t mask_;
-  std::uint64_t keys_[6];
-};
+using mixture_detail::mix;
+using mixture_detail::PassOrder;
+using mixture_detail::u128;
 
 std::string shape_text(const std::vector<std::int64_t>& shape) {
   std::string s = "[";
@@ -102,7 +60,44 @@ std::uint64_t full_seed(std::uint64_t seed, std::size_t k) noexcept {
   return mix(mix(seed ^ 0x66756c6c70617373ULL) + k);
 }
 
+// Where position p (< r) of epoch e's r extra samples of a source of n (0 < r < n) lies in the
+// stream of passes. The epochs come in cycles of n / g epochs (g = gcd(n, r)), which take
+// exactly r / g passes; every pass of a cycle is the same permutation (cycle_order()), so an
+// epoch's r positions are r consecutive places of it, taken round: all different.
+struct StreamAt {
+  std::uint64_t cycle;  // the cycle, which keys its passes' permutation
+  std::uint64_t pass;   // the pass, counted from the stream's start
+  std::uint64_t place;  // the place within the pass, before the permutation
+};
+StreamAt stream_at(std::uint64_t n, std::uint64_t r, std::uint64_t epoch, std::uint64_t p) {
+  const std::uint64_t g = std::gcd(n, r);
+  const std::uint64_t epochs = n / g;
+  const std::uint64_t cycle = epoch / epochs;
+  const u128 x = static_cast<u128>(epoch % epochs) * r + p;  // < n x r / g: within the cycle
+  // cycle x (r / g) <= epoch x r / n < epoch: no overflow.
+  return {cycle, cycle * (r / g) + static_cast<std::uint64_t>(x / n),
+          static_cast<std::uint64_t>(x % n)};
+}
+PassOrder cycle_order(std::uint64_t n, std::uint64_t stream, std::uint64_t cycle) noexcept {
+  return {n, mix(stream ^ mix(cycle + 1))};
+}
+
+// Lists kept by inner_list() (at most, in indices: 128 MiB).
+constexpr std::size_t kKeptLists = 8;
+constexpr std::size_t kKeptIndices = std::size_t{1} << 24;
+
 }  // namespace
+
+struct Mixture::ListCache {
+  struct Entry {
+    std::size_t k;
+    std::uint64_t seed;
+    std::uint64_t pass;
+    std::shared_ptr<const std::vector<std::uint64_t>> list;
+  };
+  std::mutex mutex;
+  std::vector<Entry> entries;  // the most recent last
+};
 
 std::shared_ptr<Mixture> Mixture::open(std::vector<MixtureSource> sources, MixtureOptions options) {
   if (sources.empty()) throw ConfigError("Mixture: no sources");
@@ -145,7 +140,8 @@ std::shared_ptr<Mixture> Mixture::open(std::vector<MixtureSource> sources, Mixtu
     m->source_field_ = true;
   }
 
-  std::uint64_t key = mix(0x6d6978ULL ^ sources.size());
+  // (The constant names the stream's layout: a state of another layout is refused.)
+  std::uint64_t key = mix(0x6d69780000000002ULL ^ sources.size());
   std::size_t offset = 0;
   std::size_t all = 0;
   for (const MixtureSource& s : sources) {
@@ -208,6 +204,12 @@ std::shared_ptr<Mixture> Mixture::open(std::vector<MixtureSource> sources, Mixtu
   key = mix(key ^ m->epoch_size_);
   for (const std::size_t share : m->shares_) key = mix(key ^ share);
   m->stratified_ = options.stratified;
+  if (m->stratified_ > 0) {
+    // Its epochs are always listed: the list by source, shuffled, and in blocks.
+    detail::check_need("Mixture: epoch_size " + std::to_string(e) + " with stratified " +
+                           std::to_string(m->stratified_),
+                       e, 3 * sizeof(std::uint64_t), "for a stratified epoch's three lists");
+  }
   m->share_starts_.assign(1, 0);
   for (const std::size_t share : m->shares_) {
     m->share_starts_.push_back(m->share_starts_.back() + share);
@@ -219,6 +221,7 @@ std::shared_ptr<Mixture> Mixture::open(std::vector<MixtureSource> sources, Mixtu
   if (m->stratified_ > 0) key = mix(key ^ mix(m->stratified_ ^ 0x737472617461ULL));
   m->key_ = key == 0 ? 1 : key;
   m->sources_ = std::move(sources);
+  m->lists_ = std::make_shared<ListCache>();
   return m;
 }
 
@@ -227,13 +230,22 @@ std::size_t Mixture::source_of(std::size_t index) const {
   return static_cast<std::size_t>(at - offsets_.begin()) - 1;
 }
 
+namespace {
+[[noreturn]] void refuse_index(std::size_t index, std::size_t size) {
+  throw ConfigError("Mixture: index " + std::to_string(index) + " is past its " +
+                    std::to_string(size) + " samples");
+}
+}  // namespace
+
 void Mixture::read(std::size_t index, SampleRef out) const {
+  if (index >= size_) refuse_index(index, size_);
   const std::size_t k = source_of(index);
   sources_[k].dataset->read(index - offsets_[k], out);
   if (source_field_) *out.as<std::int64_t>(fields_.size() - 1) = static_cast<std::int64_t>(k);
 }
 
 std::int64_t Mixture::length(std::size_t index, std::size_t field) const {
+  if (index >= size_) refuse_index(index, size_);
   const std::size_t k = source_of(index);
   return sources_[k].dataset->length(index - offsets_[k], field);
 }
@@ -280,9 +292,68 @@ double Mixture::network_wait_seconds() const noexcept {
   return total;
 }
 
+std::shared_ptr<const std::vector<std::uint64_t>> Mixture::inner_list(std::size_t k,
+                                                                      std::uint64_t seed,
+                                                                      std::uint64_t pass,
+                                                                      bool keep) const {
+  {
+    const std::lock_guard lock(lists_->mutex);
+    for (const ListCache::Entry& e : lists_->entries) {
+      if (e.k == k && e.seed == seed && e.pass == pass) return e.list;
+    }
+  }
+  const Dataset& d = *sources_[k].dataset;
+  auto list = std::make_shared<const std::vector<std::uint64_t>>(d.epoch_indices(seed, pass));
+  const std::size_t n = offsets_[k + 1] - offsets_[k];
+  if (list->size() != sizes_[k]) {
+    throw ConfigError("Mixture: source " + std::to_string(k) + "'s epoch_indices(" +
+                      std::to_string(seed) + ", " + std::to_string(pass) + ") gave " +
+                      std::to_string(list->size()) + " indices; its epoch_size() is " +
+                      std::to_string(sizes_[k]));
+  }
+  for (std::size_t p = 0; p < list->size(); ++p) {
+    if ((*list)[p] >= n) {
+      throw ConfigError("Mixture: source " + std::to_string(k) + "'s epoch_indices(" +
+                        std::to_string(seed) + ", " + std::to_string(pass) + ") hold index " +
+                        std::to_string((*list)[p]) + " at position " + std::to_string(p) +
+                        ", past its " + std::to_string(n) + " samples");
+    }
+  }
+  if (keep && list->size() <= kKeptIndices) {
+    const std::lock_guard lock(lists_->mutex);
+    std::vector<ListCache::Entry>& kept = lists_->entries;
+    kept.push_back({k, seed, pass, list});
+    std::size_t indices = 0;
+    for (const ListCache::Entry& e : kept) indices += e.list->size();
+    while (kept.size() > kKeptLists || indices > kKeptIndices) {
+      indices -= kept.front().list->size();
+      kept.erase(kept.begin());
+    }
+  }
+  return list;
+}
+
+std::uint64_t Mixture::inner_index(std::size_t k, std::uint64_t seed, std::uint64_t pass,
+                                   std::uint64_t position) const {
+  const Dataset& d = *sources_[k].dataset;
+  if (!d.indexes_epoch()) return (*inner_list(k, seed, pass))[position];
+  const std::uint64_t i = d.epoch_index(seed, pass, position);
+  const std::size_t n = offsets_[k + 1] - offsets_[k];
+  if (i >= n) {
+    throw ConfigError("Mixture: source " + std::to_string(k) + "'s epoch_index(" +
+                      std::to_string(seed) + ", " + std::to_string(pass) + ", position " +
+                      std::to_string(position) + ") gave index " + std::to_string(i) +
+                      ", past its " + std::to_string(n) + " samples");
+  }
+  return i;
+}
+
 std::vector<std::uint64_t> Mixture::epoch_indices(std::uint64_t seed, std::uint64_t epoch) const {
+  detail::mixture_lists.fetch_add(1, std::memory_order_relaxed);
   std::vector<std::uint64_t> out;
-  out.reserve(epoch_size_);
+  detail::allocating("Mixture: epoch_size " + std::to_string(epoch_size_), epoch_size_,
+                     sizeof(std::uint64_t), "for an epoch's list",
+                     [&] { out.reserve(epoch_size_); });
   for (std::size_t k = 0; k < sources_.size(); ++k) {
     const std::size_t n = sizes_[k];
     const std::size_t s = shares_[k];
@@ -290,52 +361,57 @@ std::vector<std::uint64_t> Mixture::epoch_indices(std::uint64_t seed, std::uint6
     const Dataset& d = *sources_[k].dataset;
     const bool selects = d.selection_key() != 0;
     const std::uint64_t base = offsets_[k];
-    // A pass of a source that selects is one of its epochs, from a seed of its own.
-    const auto pass_list = [&](std::uint64_t pass_seed, std::uint64_t pass) {
-      return d.epoch_indices(pass_seed, pass);
-    };
     const std::size_t q = s / n;
     const std::size_t r = s % n;
+    // A pass of a source that selects is one of its epochs, from a seed of its own; a whole
+    // pass is read as its list (each of its indices is used).
     for (std::size_t t = 0; t < q; ++t) {
       if (selects) {
-        const auto list = pass_list(full_seed(seed, k), epoch * q + t);
-        for (const std::uint64_t i : list) out.push_back(base + i);
+        const auto list = inner_list(k, full_seed(seed, k), epoch * q + t, /*keep=*/false);
+        for (const std::uint64_t i : *list) out.push_back(base + i);
       } else {
         for (std::size_t i = 0; i < n; ++i) out.push_back(base + i);
       }
     }
     if (r == 0) continue;
-    // Positions [epoch x r, (epoch + 1) x r) of the stream of passes: pass c, place j, in the
-    // stream's order (so that epoch_index() finds any of them directly). Each place is a
-    // permutation's value, worked out on the idle workers in pieces (the loader asks for an
-    // epoch's indices as it starts), but for a source that selects, whose pass is one list.
-    const u128 first = static_cast<u128>(epoch) * r;
+    // The epoch's r positions of the stream of passes, in the stream's order (so that
+    // epoch_index() finds any of them directly), all in one cycle, so of one permutation. Each
+    // place is a permutation's value, worked out on the idle workers in pieces (the loader asks
+    // for an epoch's indices as it starts). A source that selects is asked its index at each
+    // place where it gives them by position (a nest of mixtures then costs O(depth) a sample,
+    // whatever the epoch), else its pass's list (kept for the next epoch, which often reads the
+    // same pass).
+    const std::uint64_t ks = stream_seed(seed, k);
+    const StreamAt first = stream_at(n, r, epoch, 0);
+    const PassOrder order = cycle_order(n, ks, first.cycle);
+    const bool by_position = !selects || d.indexes_epoch();
     const std::size_t at_out = out.size();
     out.resize(at_out + r);
-    const auto places = [&, base, n, k](std::size_t begin, std::size_t end) {
+    const auto places = [&, base, n, r, k](std::size_t begin, std::size_t end) {
       // Pass c, place j of the piece's first position (one 128-bit division), then counted on.
-      const u128 p = first + begin;
-      auto c = static_cast<std::uint64_t>(p / n);
-      auto j = static_cast<std::uint64_t>(p % n);
-      const std::uint64_t ks = stream_seed(seed, k);
-      std::vector<std::uint64_t> list;
-      std::optional<PassOrder> order;
+      const StreamAt at = stream_at(n, r, epoch, begin);
+      std::uint64_t c = at.pass;
+      std::uint64_t j = at.place;
+      std::shared_ptr<const std::vector<std::uint64_t>> list;
       for (std::size_t i = begin; i < end; ++i, ++j) {
         if (j == n) {
           j = 0;
           ++c;
-          order.reset();
+          list.reset();
         }
-        if (!order) {
-          order.emplace(n, mix(ks ^ mix(c + 1)));
-          if (selects) list = pass_list(ks, c);
+        const std::uint64_t placed = order(j);
+        std::uint64_t index = placed;
+        if (selects && by_position) {
+          index = inner_index(k, ks, c, placed);
+        } else if (selects) {
+          if (!list) list = inner_list(k, ks, c);
+          index = (*list)[placed];
         }
-        const std::uint64_t at = (*order)(j);
-        out[at_out + i] = base + (selects ? list[at] : at);
+        out[at_out + i] = base + index;
       }
     };
     constexpr std::size_t kPiece = 8192;
-    if (selects || r < 2 * kPiece) {
+    if (!by_position || r < 2 * kPiece) {
       places(0, r);
     } else {
       // Pieces handed out and joined by oneTBB: `pieces_edge` marks that for ThreadSanitizer.
@@ -355,7 +431,7 @@ std::vector<std::uint64_t> Mixture::epoch_indices(std::uint64_t seed, std::uint6
 
 std::uint64_t Mixture::source_index(std::size_t k, std::uint64_t seed, std::uint64_t epoch,
                                     std::uint64_t p) const {
-  // As epoch_indices(): q copies of the source, then the stream of passes from epoch x r.
+  // As epoch_indices(): q copies of the source, then the epoch's positions of the stream.
   const std::uint64_t n = sizes_[k];
   const std::uint64_t s = shares_[k];
   const std::uint64_t q = s / n;
@@ -364,14 +440,12 @@ std::uint64_t Mixture::source_index(std::size_t k, std::uint64_t seed, std::uint
   const bool selects = d.selection_key() != 0;
   if (p < q * n) {
     const std::uint64_t i = p % n;
-    return selects ? d.epoch_index(full_seed(seed, k), epoch * q + p / n, i) : i;
+    return selects ? inner_index(k, full_seed(seed, k), epoch * q + p / n, i) : i;
   }
-  const u128 at = static_cast<u128>(epoch) * r + (p - q * n);
-  const auto c = static_cast<std::uint64_t>(at / n);
-  const auto j = static_cast<std::uint64_t>(at % n);
   const std::uint64_t ks = stream_seed(seed, k);
-  const std::uint64_t placed = PassOrder(n, mix(ks ^ mix(c + 1)))(j);
-  return selects ? d.epoch_index(ks, c, placed) : placed;
+  const StreamAt at = stream_at(n, r, epoch, p - q * n);
+  const std::uint64_t placed = cycle_order(n, ks, at.cycle)(at.place);
+  return selects ? inner_index(k, ks, at.pass, placed) : placed;
 }
 
 std::uint64_t Mixture::epoch_index(std::uint64_t seed, std::uint64_t epoch,
@@ -383,68 +457,6 @@ std::uint64_t Mixture::epoch_index(std::uint64_t seed, std::uint64_t epoch,
       std::upper_bound(share_starts_.begin(), share_starts_.end(), position) -
       share_starts_.begin() - 1);
   return offsets_[k] + source_index(k, seed, epoch, position - share_starts_[k]);
-}
-
-std::vector<std::uint64_t> Mixture::stratify(const std::vector<std::uint64_t>& by_source,
-                                             std::uint64_t seed, std::uint64_t epoch) const {
-  const std::size_t m = sources_.size();
-  const std::size_t e = epoch_size_;
-  if (e == 0) return {};
-  // Each source's samples of the epoch (by_source holds them source after source), shuffled.
-  std::vector<std::size_t> first(m + 1, 0);
-  for (std::size_t k = 0; k < m; ++k) first[k + 1] = first[k] + shares_[k];
-  std::vector<std::uint64_t> shuffled(e);
-  for (std::size_t k = 0; k < m; ++k) {
-    const std::size_t s = shares_[k];
-    if (s == 0) continue;
-    const PassOrder order(s, mix(mix(seed ^ 0x7368756666ULL) ^ mix(epoch + 1) ^ mix(k + 1)));
-    for (std::size_t j = 0; j < s; ++j) shuffled[first[k] + j] = by_source[first[k] + order(j)];
-  }
-  // Blocks of `stratified_` positions (the last one shorter): block g of size b holds
-  // floor(b x share_k / e) of source k, and the samples those floors leave over go one per block
-  // to the sources with the most left, block by block (which always fits: a source has fewer left
-  // than blocks remain, and taking the largest keeps it so), so each block holds floor or ceil.
-  const std::size_t bsize = stratified_;
-  const std::size_t blocks = e / bsize + static_cast<std::size_t>(e % bsize != 0);
-  const auto block_size = [&](std::size_t g) { return std::min(bsize, e - g * bsize); };
-  const auto floor_of = [&](std::size_t b, std::size_t k) {
-    return static_cast<std::size_t>(static_cast<u128>(b) * shares_[k] / e);
-  };
-  std::vector<std::size_t> left(m);
-  for (std::size_t k = 0; k < m; ++k) {
-    std::size_t floors = 0;
-    // All blocks but the last are full.
-    if (blocks > 1) floors = (blocks - 1) * floor_of(bsize, k);
-    floors += floor_of(block_size(blocks - 1), k);
-    left[k] = shares_[k] - floors;
-  }
-  std::vector<std::uint64_t> out;
-  out.reserve(e);
-  std::vector<std::size_t> cursor(first.begin(), first.end() - 1);
-  std::vector<std::size_t> count(m);
-  std::vector<std::size_t> most(m);
-  for (std::size_t g = 0; g < blocks; ++g) {
-    const std::size_t b = block_size(g);
-    std::size_t taken = 0;
-    for (std::size_t k = 0; k < m; ++k) {
-      count[k] = floor_of(b, k);
-      taken += count[k];
-    }
-    std::iota(most.begin(), most.end(), std::size_t{0});
-    std::stable_sort(most.begin(), most.end(),
-                     [&](std::size_t a, std::size_t c) { return left[a] > left[c]; });
-    for (std::size_t i = 0; taken < b; ++i) {
-      const std::size_t k = most[i];  // i < m: fewer than m are left over in a block
-      if (left[k] == 0) throw std::logic_error("Mixture: a stratified block cannot be filled");
-      ++count[k];
-      --left[k];
-      ++taken;
-    }
-    for (std::size_t k = 0; k < m; ++k) {
-      for (std::size_t j = 0; j < count[k]; ++j) out.push_back(shuffled[cursor[k]++]);
-    }
-  }
-  return out;
 }
 
 }  // namespace ferry
