@@ -5,10 +5,13 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "binding.hpp"
@@ -30,11 +33,41 @@ struct DLManagedTensorVersioned {
   std::uint64_t flags;
   DLTensor dl_tensor;
 };
+constexpr std::uint64_t kFlagIsReadOnly = 1ULL << 0;
 constexpr std::uint64_t kFlagIsCopied = 1ULL << 1;
 constexpr const char* kLegacyName = "dltensor";
 constexpr const char* kVersionedName = "dltensor_versioned";
 constexpr int kDLDeviceCpu = 1;
 constexpr int kDLDeviceCuda = 2;
+
+// ---- read-only memory ---------------------------------------------------------------------
+
+/// The host memory of the read-only arrays ferry views (np.frombuffer, np.memmap(mode="r")), as
+/// [begin, end) ranges, while it does. A tensor whose data lies in one is read-only: numpy()
+/// gives a read-only view of it and a DLPack export says so (or is refused where it cannot).
+std::mutex read_only_mutex;
+std::vector<std::pair<std::uintptr_t, std::uintptr_t>> read_only_ranges;  // guarded by the mutex
+
+void add_read_only(std::uintptr_t begin, std::uintptr_t end) {
+  const std::lock_guard<std::mutex> lock(read_only_mutex);
+  read_only_ranges.emplace_back(begin, end);
+}
+
+void remove_read_only(std::uintptr_t begin, std::uintptr_t end) {
+  const std::lock_guard<std::mutex> lock(read_only_mutex);
+  const auto it = std::find(read_only_ranges.begin(), read_only_ranges.end(),
+                            std::pair<std::uintptr_t, std::uintptr_t>(begin, end));
+  if (it != read_only_ranges.end()) read_only_ranges.erase(it);
+}
+
+bool is_read_only(const Tensor& t) {
+  if (!t.device().is_cpu() || t.nbytes() == 0) return false;
+  const std::lock_guard<std::mutex> lock(read_only_mutex);
+  if (read_only_ranges.empty()) return false;
+  const auto at = reinterpret_cast<std::uintptr_t>(t.data());
+  return std::any_of(read_only_ranges.begin(), read_only_ranges.end(),
+                     [&](const auto& r) { return r.first <= at && at < r.second; });
+}
 
 // ---- export ------------------------------------------------------------------------------
 
@@ -83,43 +116,82 @@ CUstream_st* consumer_stream(const py::object& stream, bool* none_wanted) {
   return reinterpret_cast<CUstream_st*>(static_cast<std::uintptr_t>(value));
 }
 
+/// DLPack's max_version: None, or a (major, minor) tuple of ints. Whether the consumer takes a
+/// versioned capsule (major >= 1). \throws TypeError naming the argument otherwise.
+bool wants_versioned(const py::object& max_version) {
+  if (max_version.is_none()) return false;
+  const auto bad = [&] {
+    return py::type_error(
+        "__dlpack__: max_version is None or a (major, minor) tuple of ints, "
+        "not " +
+        py::repr(max_version).cast<std::string>());
+  };
+  if (!py::isinstance<py::tuple>(max_version) && !py::isinstance<py::list>(max_version)) {
+    throw bad();
+  }
+  const auto version = max_version.cast<py::sequence>();
+  if (version.size() != 2) throw bad();
+  for (const py::handle part : version) {
+    if (!py::isinstance<py::int_>(part) || py::isinstance<py::bool_>(part)) throw bad();
+  }
+  return version[0].cast<std::int64_t>() >= 1;
+}
+
 py::object dlpack(const Tensor& self, const py::object& stream, const py::object& max_version,
                   const py::object& dl_device, const py::object& copy) {
-  Tensor t = self;
-  bool copied = false;
+  // Every argument is checked before anything is exported or copied.
+  const bool versioned = wants_versioned(max_version);
+  if (!copy.is_none() && !py::isinstance<py::bool_>(copy)) {
+    throw py::type_error("__dlpack__: copy is None, True or False, not " +
+                         py::repr(copy).cast<std::string>());
+  }
   const bool copy_allowed = copy.is_none() || copy.cast<bool>();
+  bool to_cpu = false;
   if (!dl_device.is_none()) {
-    const auto wanted = dl_device.cast<py::tuple>();
-    const int type = wanted[0].cast<int>();
-    const int id = wanted[1].cast<int>();
-    if (type != dl_device_type(t) || id != dl_device_id(t)) {
+    int type = 0;
+    int id = 0;
+    try {
+      const auto wanted = dl_device.cast<py::tuple>();
+      if (wanted.size() != 2) throw py::cast_error();
+      type = wanted[0].cast<int>();
+      id = wanted[1].cast<int>();
+    } catch (const py::cast_error&) {
+      throw py::type_error(
+          "__dlpack__: dl_device is None or a (device_type, device_id) tuple "
+          "of ints, not " +
+          py::repr(dl_device).cast<std::string>());
+    }
+    if (type != dl_device_type(self) || id != dl_device_id(self)) {
       if (type != kDLDeviceCpu || !copy_allowed) {
-        throw py::buffer_error("__dlpack__: a tensor on " + t.device().str() +
+        throw py::buffer_error("__dlpack__: a tensor on " + self.device().str() +
                                " cannot be exported to DLPack device (" + std::to_string(type) +
                                ", " + std::to_string(id) + ")" +
                                (copy_allowed ? "" : " without a copy"));
       }
-      const py::gil_scoped_release release;
-      t = t.cpu();
-      copied = true;
+      to_cpu = true;
     }
   }
-  if (!copy.is_none() && copy.cast<bool>() && !copied) {
-    const py::gil_scoped_release release;
-    t = t.clone();
-    copied = true;
+  bool none_wanted = false;
+  CUstream_st* consumer = self.device().is_cuda() ? consumer_stream(stream, &none_wanted) : nullptr;
+  const bool copies = to_cpu || (!copy.is_none() && copy.cast<bool>());
+  const bool read_only = !copies && is_read_only(self);
+  if (read_only && !versioned) {
+    throw py::buffer_error(
+        "__dlpack__: this tensor views a read-only array, and a DLPack capsule without "
+        "max_version >= (1, 0) cannot say so; pass max_version=(1, 0), copy=True, or use "
+        "numpy() (a read-only view)");
   }
+
+  Tensor t = self;
   DLManagedTensor* managed = nullptr;
   {
-    bool none_wanted = false;
-    CUstream_st* consumer = t.device().is_cuda() ? consumer_stream(stream, &none_wanted) : nullptr;
     const py::gil_scoped_release release;
+    if (to_cpu) {
+      t = t.cpu();
+    } else if (copies) {
+      t = t.clone();
+    }
     managed = t.device().is_cuda() && !none_wanted ? t.to_dlpack(consumer) : t.to_dlpack();
-  }
-  bool versioned = false;
-  if (!max_version.is_none()) {
-    const auto version = max_version.cast<py::tuple>();
-    versioned = version.size() >= 1 && version[0].cast<int>() >= 1;
   }
   if (!versioned) {
     PyObject* capsule = PyCapsule_New(managed, kLegacyName, legacy_capsule_destructor);
@@ -129,8 +201,12 @@ py::object dlpack(const Tensor& self, const py::object& stream, const py::object
     }
     return py::reinterpret_steal<py::object>(capsule);
   }
-  auto* v = new DLManagedTensorVersioned{
-      {1, 0}, managed, versioned_deleter, copied ? kFlagIsCopied : 0, managed->dl_tensor};
+  auto* v =
+      new DLManagedTensorVersioned{{1, 0},
+                                   managed,
+                                   versioned_deleter,
+                                   (copies ? kFlagIsCopied : 0) | (read_only ? kFlagIsReadOnly : 0),
+                                   managed->dl_tensor};
   PyObject* capsule = PyCapsule_New(v, kVersionedName, versioned_capsule_destructor);
   if (capsule == nullptr) {
     versioned_deleter(v);
@@ -195,6 +271,83 @@ Tensor from_capsule(const py::handle& capsule) {
   return Tensor::from_dlpack(&imported->outer);
 }
 
+/// A read-only numpy array (np.frombuffer of bytes, np.memmap(mode="r")) as ferry takes it: its
+/// buffer, described as DLPack (which numpy will not export read-only), holding a reference to
+/// the array; the memory is marked read-only while it is viewed.
+struct ReadOnlyArray {
+  DLManagedTensor managed{};
+  std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> strides;
+  PyObject* array = nullptr;  // a reference
+  std::uintptr_t begin = 0;
+  std::uintptr_t end = 0;
+};
+
+void read_only_deleter(DLManagedTensor* self) {
+  auto* held = static_cast<ReadOnlyArray*>(self->manager_ctx);
+  if (held->end != held->begin) remove_read_only(held->begin, held->end);
+  if (python_usable()) {
+    const PyGILState_STATE state = PyGILState_Ensure();
+    Py_XDECREF(held->array);
+    PyGILState_Release(state);
+  }
+  delete held;
+}
+
+Tensor from_read_only_array(const py::array& a) {
+  const py::dtype dtype = a.dtype();
+  const char kind = dtype.kind();
+  if (!dtype.attr("isnative").cast<bool>()) {
+    throw py::buffer_error("ferry.from_dlpack: an array of non-native byte order (" +
+                           py::str(py::object(dtype)).cast<std::string>() + ")");
+  }
+  DLDataType type{};
+  switch (kind) {
+    case 'u':
+      type.code = kDLUInt;
+      break;
+    case 'i':
+      type.code = kDLInt;
+      break;
+    case 'f':
+      type.code = kDLFloat;
+      break;
+    case 'c':
+      type.code = kDLComplex;
+      break;
+    default:
+      type.code = 6;
+      break;  // kDLBool (DLPack 0.8), or another kind ferry refuses
+  }
+  type.bits = static_cast<std::uint8_t>(dtype.itemsize() * 8);
+  type.lanes = 1;
+  auto* held = new ReadOnlyArray;
+  const auto n = static_cast<std::size_t>(a.ndim());
+  held->shape.assign(a.shape(), a.shape() + n);
+  held->strides.resize(n);
+  for (std::size_t d = 0; d < n; ++d) {
+    held->strides[d] = a.strides(static_cast<py::ssize_t>(d)) / dtype.itemsize();
+  }
+  held->array = a.inc_ref().ptr();
+  held->managed.manager_ctx = held;
+  held->managed.deleter = read_only_deleter;
+  DLTensor& dl = held->managed.dl_tensor;
+  dl.data = const_cast<void*>(a.data());  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+  dl.device = {kDLCPU, 0};
+  dl.ndim = static_cast<std::int32_t>(n);
+  dl.dtype = type;
+  dl.shape = held->shape.data();
+  dl.strides = held->strides.data();
+  dl.byte_offset = 0;
+  const auto bytes = static_cast<std::uintptr_t>(a.nbytes());
+  if (bytes != 0) {
+    held->begin = reinterpret_cast<std::uintptr_t>(a.data());
+    held->end = held->begin + bytes;
+    add_read_only(held->begin, held->end);
+  }
+  return Tensor::from_dlpack(&held->managed);  // its deleter runs on failure too
+}
+
 py::dtype numpy_dtype(DType dtype) {
   switch (dtype) {
     case DType::u8:
@@ -239,7 +392,9 @@ py::array to_numpy(const Tensor& t) {
   }
   // The array keeps a copy of the tensor, so its storage (a batch's buffer too) lives as long.
   const py::capsule owner(new Tensor(t), [](void* p) { delete static_cast<Tensor*>(p); });
-  return {dtype, shape, strides, data, owner};
+  py::array a(dtype, shape, strides, data, owner);
+  if (is_read_only(t)) a.attr("setflags")(py::arg("write") = false);
+  return a;
 }
 
 py::tuple shape_tuple(const std::vector<int64_t>& shape) {
@@ -278,6 +433,11 @@ Tensor to(const Tensor& t, const py::object& device_or_dtype, const py::object& 
 Tensor tensor_from_object(const py::handle& obj) {
   if (py::isinstance<Tensor>(obj)) return obj.cast<Tensor>();
   if (PyCapsule_CheckExact(obj.ptr()) != 0) return from_capsule(obj);
+  // numpy refuses to export a read-only array as DLPack; ferry only reads it, so it views the
+  // array's buffer itself.
+  if (py::isinstance<py::array>(obj) && !py::reinterpret_borrow<py::array>(obj).writeable()) {
+    return from_read_only_array(py::reinterpret_borrow<py::array>(obj));
+  }
   if (!py::hasattr(obj, "__dlpack__")) {
     throw py::type_error("ferry.from_dlpack: " + py::repr(py::type::of(obj)).cast<std::string>() +
                          " exports no DLPack tensor (no __dlpack__); numpy arrays, torch "
