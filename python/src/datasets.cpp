@@ -23,7 +23,8 @@ namespace {
 
 /// A dataset written in Python. Fields come from sample 0: one per key of its dict, with the
 /// dtype and shape numpy gives the value (np.asarray); every sample's values are converted to
-/// that dtype and must have that shape.
+/// that dtype where no value changes (converted()) and must have that shape. A failure keeps the
+/// Python exception, traceback included, for the module to raise (take_python_failure).
 class PyDataset final : public Dataset {
  public:
   explicit PyDataset(py::object source) : source_(std::move(source)) {
@@ -414,7 +415,8 @@ Random-access samples: the base of ferry's datasets. len(dataset) is its size; `
   py::class_<TensorDataset, Dataset, std::shared_ptr<TensorDataset>>(m, "TensorDataset", R"doc(
 Tensors that share dimension 0 (the sample), by field name, without a copy:
 ferry.TensorDataset({"image": images, "label": labels}). The arrays may be numpy arrays,
-torch tensors, ferry tensors or any DLPack producer; they are kept alive by the dataset.)doc")
+torch tensors, ferry tensors or any DLPack producer, read-only numpy arrays too (np.frombuffer,
+np.memmap(mode="r")); they are kept alive by the dataset. An error names the field.)doc")
       .def(py::init([](const py::dict& tensors) {
              std::vector<std::pair<std::string, Tensor>> pairs;
              for (const auto& [name, value] : tensors) {

@@ -533,7 +533,9 @@ The array API standard's export. Without max_version, or below (1, 0): a legacy 
 capsule (what numpy 1.24 and torch 1.13 take); otherwise a DLPack 1.0 "dltensor_versioned" one.
 On CUDA, `stream` (the consumer's) waits for the tensor's pending writes on the GPU, and the host
 does not wait. A request that cannot be honoured (another device without copy, stream 0) raises
-BufferError or ValueError.)doc")
+BufferError or ValueError, and arguments of the wrong type TypeError, before anything is
+exported. A tensor viewing a read-only array is exported with DLPack 1.0's read-only flag; a
+legacy capsule, which cannot carry it, is refused (BufferError) unless copy=True.)doc")
       .def(
           "__dlpack_device__",
           [](const Tensor& t) { return py::make_tuple(dl_device_type(t), dl_device_id(t)); },
@@ -553,7 +555,9 @@ BufferError or ValueError.)doc")
       R"doc(
 A ferry.Tensor viewing `obj`'s memory, without a copy: a numpy array, a torch tensor, any
 object with __dlpack__, or a DLPack capsule. The producer is kept alive while ferry uses it.
-Non-contiguous arrays are refused (ferry.ConfigError).)doc");
+A read-only numpy array (np.frombuffer, np.memmap(mode="r")) is viewed through its buffer and
+stays read-only (numpy() views it read-only). Non-contiguous arrays are refused
+(ferry.ConfigError).)doc");
   m.def(
       "empty",
       [](const std::vector<int64_t>& shape, const py::object& dtype, const py::object& device,
