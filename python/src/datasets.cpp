@@ -190,9 +190,15 @@ class PyDataset final : public Dataset {
     py::array a;
     try {
       a = given.attr("astype")(want);
-    } catch (...) {
+    } catch (py::error_already_set& e) {  // "abc", a list of lists of unequal lengths
       quiet.attr("__exit__")(py::none(), py::none(), py::none());
-      throw;
+      throw DataError("Python dataset: field \"" + fields_[f].name + "\" of sample " +
+                      std::to_string(index) + ": " + shown(given) + " (" +
+                      py::str(given.dtype()).cast<std::string>() + ") cannot be converted to " +
+                      py::str(py::object(want)).cast<std::string>() +
+                      " (sample 0's dtype for the field): " +
+                      py::str(py::type::of(e.value()).attr("__name__")).cast<std::string>() + ": " +
+                      py::str(e.value()).cast<std::string>());
     }
     quiet.attr("__exit__")(py::none(), py::none(), py::none());
     bool same = true;
@@ -206,16 +212,21 @@ class PyDataset final : public Dataset {
       same = array_equal_(a.attr("astype")(given.dtype()), given).cast<bool>();
     }
     if (!same) {
-      std::string shown = py::repr(given.ndim() == 0 ? given.attr("item")() : given.attr("ravel")())
-                              .cast<std::string>();
-      if (shown.size() > 80) shown = shown.substr(0, 77) + "...";
       throw DataError("Python dataset: field \"" + fields_[f].name + "\" of sample " +
-                      std::to_string(index) + ": " + shown + " (" +
+                      std::to_string(index) + ": " + shown(given) + " (" +
                       py::str(given.dtype()).cast<std::string>() + ") does not fit " +
                       py::str(py::object(want)).cast<std::string>() +
                       " (sample 0's dtype for the field) without changing a value");
     }
     return a;
+  }
+
+  /// A value as an error shows it: its repr, flattened, at most 80 characters.
+  static std::string shown(const py::array& value) {
+    std::string text = py::repr(value.ndim() == 0 ? value.attr("item")() : value.attr("ravel")())
+                           .cast<std::string>();
+    if (text.size() > 80) text = text.substr(0, 77) + "...";
+    return text;
   }
 
   void keep_failure(std::uint64_t index, py::object error) const {

@@ -157,6 +157,15 @@ def test_a_conversion_that_changes_a_value_is_an_error_naming_sample_and_field(
     assert "does not fit" in str(e)
 
 
+@pytest.mark.parametrize("field,value", [("x", ["a", "b"]), ("z", "many"), ("y", object())])
+def test_a_value_that_cannot_be_converted_is_an_error_naming_sample_and_field(
+        ferry, field, value):
+    e = first_error(ferry, Values(8, {3: {field: value}}))
+    assert isinstance(e, ferry.DataError)
+    assert "Loader: sample 3" in str(e) and f'field "{field}" of sample 3' in str(e)
+    assert "cannot be converted" in str(e)
+
+
 def test_a_changing_conversion_is_skipped_under_skip(ferry):
     loader = ferry.Loader(Values(8, {2: {"x": [256, 0]}, 6: {"y": -0.5}}), batch_size=4,
                           on_error="skip", device="cpu")
