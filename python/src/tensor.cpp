@@ -141,6 +141,11 @@ py::object dlpack(const Tensor& self, const py::object& stream, const py::object
                   const py::object& dl_device, const py::object& copy) {
   // Every argument is checked before anything is exported or copied.
   const bool versioned = wants_versioned(max_version);
+  if (!stream.is_none() &&
+      (!py::isinstance<py::int_>(stream) || py::isinstance<py::bool_>(stream))) {
+    throw py::type_error("__dlpack__: stream is None or an int, not " +
+                         py::repr(stream).cast<std::string>());
+  }
   if (!copy.is_none() && !py::isinstance<py::bool_>(copy)) {
     throw py::type_error("__dlpack__: copy is None, True or False, not " +
                          py::repr(copy).cast<std::string>());
@@ -403,6 +408,23 @@ py::tuple shape_tuple(const std::vector<int64_t>& shape) {
   return out;
 }
 
+/// `call`'s argument `keyword` as a dtype or a device. \throws ConfigError naming them otherwise.
+DType dtype_argument(const py::handle& obj, const char* call, const char* keyword) {
+  try {
+    return to_dtype(obj);
+  } catch (const Error& e) {
+    throw ConfigError(std::string(call) + ": " + keyword + ": " + e.what());
+  }
+}
+
+Device device_argument(const py::handle& obj, const char* call, const char* keyword) {
+  try {
+    return obj.is_none() ? Device::cpu() : to_device(obj);
+  } catch (const Error& e) {
+    throw ConfigError(std::string(call) + ": " + keyword + ": " + e.what());
+  }
+}
+
 Tensor to(const Tensor& t, const py::object& device_or_dtype, const py::object& dtype,
           bool non_blocking, std::uintptr_t stream) {
   std::optional<Device> device;
@@ -413,13 +435,13 @@ Tensor to(const Tensor& t, const py::object& device_or_dtype, const py::object& 
     } else {
       const std::string text = py::str(device_or_dtype).cast<std::string>();
       if (text == "cpu" || text.rfind("cuda", 0) == 0) {
-        device = Device::parse(text);
+        device = device_argument(device_or_dtype, "Tensor.to", "device");
       } else {
-        to_type = to_dtype(device_or_dtype);
+        to_type = dtype_argument(device_or_dtype, "Tensor.to", "device (a device or a dtype)");
       }
     }
   }
-  if (!dtype.is_none()) to_type = to_dtype(dtype);
+  if (!dtype.is_none()) to_type = dtype_argument(dtype, "Tensor.to", "dtype");
   auto* s = reinterpret_cast<CUstream_st*>(stream);
   const py::gil_scoped_release release;
   if (device && to_type) return t.to(*device, *to_type, non_blocking, s);
@@ -562,16 +584,16 @@ stays read-only (numpy() views it read-only). Non-contiguous arrays are refused
       "empty",
       [](const std::vector<int64_t>& shape, const py::object& dtype, const py::object& device,
          bool pinned) {
-        return Tensor::empty(shape, to_dtype(dtype),
-                             device.is_none() ? Device::cpu() : to_device(device), pinned);
+        return Tensor::empty(shape, dtype_argument(dtype, "ferry.empty", "dtype"),
+                             device_argument(device, "ferry.empty", "device"), pinned);
       },
       py::arg("shape"), py::arg("dtype") = "f32", py::arg("device") = py::none(),
       py::arg("pinned") = false, "An uninitialised tensor (on the CPU unless `device`).");
   m.def(
       "zeros",
       [](const std::vector<int64_t>& shape, const py::object& dtype, const py::object& device) {
-        return Tensor::zeros(shape, to_dtype(dtype),
-                             device.is_none() ? Device::cpu() : to_device(device));
+        return Tensor::zeros(shape, dtype_argument(dtype, "ferry.zeros", "dtype"),
+                             device_argument(device, "ferry.zeros", "device"));
       },
       py::arg("shape"), py::arg("dtype") = "f32", py::arg("device") = py::none(),
       "A tensor of zeros (on the CPU unless `device`).");

@@ -122,6 +122,19 @@ def test_wrong_arguments_name_the_keyword(ferry, tmp_path):
         ferry.CsvDataset(str(csv), label=1.5)
     with pytest.raises(TypeError, match=r"CsvDataset: vocabulary is a CsvDataset or a dict"):
         ferry.CsvDataset(str(csv), categorical=["a"], vocabulary={"a": 3})
+    t = ferry.from_dlpack(np.zeros(3, dtype=np.float32))
+    with pytest.raises(ferry.ConfigError, match=r"Tensor.to: dtype: .*bool"):
+        t.to(dtype="bool")
+    with pytest.raises(ferry.ConfigError, match=r"Tensor.to: device .*: .*bool"):
+        t.to("bool")
+    with pytest.raises(ferry.ConfigError, match=r"Tensor.to: device: .*cuda:x"):
+        t.to("cuda:x")
+    with pytest.raises(ferry.ConfigError, match=r"ferry.empty: dtype: "):
+        ferry.empty([2], dtype="bool")
+    with pytest.raises(ferry.ConfigError, match=r"ferry.zeros: device: .*tpu"):
+        ferry.zeros([2], device="tpu")
+    with pytest.raises(TypeError, match=r"__dlpack__: stream is None or an int"):
+        t.__dlpack__(stream="s")
     # pybind11's own check of a keyword's type names it too
     with pytest.raises(TypeError, match=r"seq_len='long'"):
         ferry.TokenDataset(str(tokens), seq_len="long")
