@@ -140,6 +140,31 @@ def test_wrong_arguments_name_the_keyword(ferry, tmp_path):
         ferry.TokenDataset(str(tokens), seq_len="long")
 
 
+# ---- a worker's Python thread state --------------------------------------------------------------
+
+
+def test_a_worker_keeps_its_python_thread_state_between_reads(ferry):
+    # threading.local lives in the thread state: a worker that kept none between reads (making
+    # one per sample, the cost of a Python dataset's read) would see a fresh one at every read.
+    import threading
+
+    made = []
+
+    class PerWorker(Indexed):
+        local = threading.local()
+
+        def __getitem__(self, i):
+            if not hasattr(self.local, "handle"):
+                self.local.handle = i
+                made.append(i)
+            return super().__getitem__(i)
+
+    loader = ferry.Loader(PerWorker(400), batch_size=16, workers=2, autotune=False, device="cpu")
+    seen = [i for b in loader.epoch(0) for i in b.indices.tolist()]
+    assert seen == list(range(400))
+    assert 1 <= len(made) <= 8, f"{len(made)} thread states for 400 samples"
+
+
 # ---- conversions that change a value -----------------------------------------------------------
 
 
