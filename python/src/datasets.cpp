@@ -286,6 +286,19 @@ Column to_column(const py::handle& obj, const std::string& keyword) {
   return Column::index(static_cast<std::size_t>(i));
 }
 
+/// None (no columns given) or a list of column names or indices.
+std::vector<Column> to_columns(const py::handle& obj, const std::string& keyword) {
+  std::vector<Column> out;
+  if (obj.is_none()) return out;
+  if (py::isinstance<py::str>(obj) || !py::isinstance<py::iterable>(obj)) {
+    throw py::type_error("CsvDataset: " + keyword +
+                         " is None or a list of column names or indices, not " +
+                         py::repr(obj).cast<std::string>());
+  }
+  for (const py::handle c : obj) out.push_back(to_column(c, keyword));
+  return out;
+}
+
 std::vector<std::filesystem::path> to_paths(const py::handle& obj, const std::string& where,
                                             const std::string& keyword) {
   if (py::isinstance<py::str>(obj) || py::hasattr(obj, "__fspath__")) {
@@ -506,13 +519,8 @@ False: an f32 target. missing: "error" or "nan" for empty features.)doc")
              CsvOptions o;
              if (remote) o.remote = *remote;
              o.label = to_column(label, "label");
-             if (!features.is_none()) {
-               for (const py::handle f : features) o.features.push_back(to_column(f, "features"));
-             }
-             if (!categorical.is_none()) {
-               for (const py::handle c : categorical)
-                 o.categorical.push_back(to_column(c, "categorical"));
-             }
+             o.features = to_columns(features, "features");
+             o.categorical = to_columns(categorical, "categorical");
              if (py::isinstance<CsvDataset>(vocabulary)) {
                o.categories_from(*vocabulary.cast<std::shared_ptr<CsvDataset>>());
              } else if (!vocabulary.is_none()) {

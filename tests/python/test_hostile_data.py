@@ -120,6 +120,12 @@ def test_wrong_arguments_name_the_keyword(ferry, tmp_path):
     csv.write_text("a,b,label\n1,2,0\n3,4,1\n")
     with pytest.raises(TypeError, match=r"CsvDataset: label is a column name or index, not 1.5"):
         ferry.CsvDataset(str(csv), label=1.5)
+    with pytest.raises(TypeError, match=r"CsvDataset: features is None or a list of column"):
+        ferry.CsvDataset(str(csv), features=5)
+    with pytest.raises(TypeError, match=r"CsvDataset: categorical is None or a list of column"):
+        ferry.CsvDataset(str(csv), categorical="a")
+    with pytest.raises(TypeError, match=r"CsvDataset: features is a column name or index, not"):
+        ferry.CsvDataset(str(csv), features=["a", 2.5])
     with pytest.raises(TypeError, match=r"CsvDataset: vocabulary is a CsvDataset or a dict"):
         ferry.CsvDataset(str(csv), categorical=["a"], vocabulary={"a": 3})
     t = ferry.from_dlpack(np.zeros(3, dtype=np.float32))
