@@ -60,11 +60,10 @@ void remove_read_only(std::uintptr_t begin, std::uintptr_t end) {
   if (it != read_only_ranges.end()) read_only_ranges.erase(it);
 }
 
-bool is_read_only(const Tensor& t) {
-  if (!t.device().is_cpu() || t.nbytes() == 0) return false;
+/// Whether host address `data` lies in read-only memory ferry views.
+bool is_read_only(const void* data) {
+  const auto at = reinterpret_cast<std::uintptr_t>(data);
   const std::lock_guard<std::mutex> lock(read_only_mutex);
-  if (read_only_ranges.empty()) return false;
-  const auto at = reinterpret_cast<std::uintptr_t>(t.data());
   return std::any_of(read_only_ranges.begin(), read_only_ranges.end(),
                      [&](const auto& r) { return r.first <= at && at < r.second; });
 }
@@ -179,13 +178,6 @@ py::object dlpack(const Tensor& self, const py::object& stream, const py::object
   bool none_wanted = false;
   CUstream_st* consumer = self.device().is_cuda() ? consumer_stream(stream, &none_wanted) : nullptr;
   const bool copies = to_cpu || (!copy.is_none() && copy.cast<bool>());
-  const bool read_only = !copies && is_read_only(self);
-  if (read_only && !versioned) {
-    throw py::buffer_error(
-        "__dlpack__: this tensor views a read-only array, and a DLPack capsule without "
-        "max_version >= (1, 0) cannot say so; pass max_version=(1, 0), copy=True, or use "
-        "numpy() (a read-only view)");
-  }
 
   Tensor t = self;
   DLManagedTensor* managed = nullptr;
@@ -197,6 +189,17 @@ py::object dlpack(const Tensor& self, const py::object& stream, const py::object
       t = t.clone();
     }
     managed = t.device().is_cuda() && !none_wanted ? t.to_dlpack(consumer) : t.to_dlpack();
+  }
+  // A host tensor's export has waited for its writes: its address is known without waiting.
+  const bool read_only = !copies && t.device().is_cpu() && t.nbytes() != 0 &&
+                         is_read_only(static_cast<std::byte*>(managed->dl_tensor.data) +
+                                      managed->dl_tensor.byte_offset);
+  if (read_only && !versioned) {
+    managed->deleter(managed);
+    throw py::buffer_error(
+        "__dlpack__: this tensor views a read-only array, and a DLPack capsule without "
+        "max_version >= (1, 0) cannot say so; pass max_version=(1, 0), copy=True, or use "
+        "numpy() (a read-only view)");
   }
   if (!versioned) {
     PyObject* capsule = PyCapsule_New(managed, kLegacyName, legacy_capsule_destructor);
@@ -320,19 +323,29 @@ Tensor from_read_only_array(const py::array& a) {
     case 'c':
       type.code = kDLComplex;
       break;
+    case 'b':
+      type.code = 6;  // kDLBool (DLPack 0.8): ferry refuses it by name
+      break;
     default:
-      type.code = 6;
-      break;  // kDLBool (DLPack 0.8), or another kind ferry refuses
+      throw py::buffer_error("ferry.from_dlpack: an array of dtype " +
+                             py::str(py::object(dtype)).cast<std::string>() +
+                             " (ferry takes numbers)");
   }
-  type.bits = static_cast<std::uint8_t>(dtype.itemsize() * 8);
+  const py::ssize_t item = dtype.itemsize();
+  type.bits = static_cast<std::uint8_t>(item * 8);
   type.lanes = 1;
-  auto* held = new ReadOnlyArray;
   const auto n = static_cast<std::size_t>(a.ndim());
-  held->shape.assign(a.shape(), a.shape() + n);
-  held->strides.resize(n);
+  std::vector<std::int64_t> strides(n);
   for (std::size_t d = 0; d < n; ++d) {
-    held->strides[d] = a.strides(static_cast<py::ssize_t>(d)) / dtype.itemsize();
+    const py::ssize_t stride = a.strides(static_cast<py::ssize_t>(d));
+    if (stride % item != 0) {
+      throw py::buffer_error("ferry.from_dlpack: an array whose strides are not whole items");
+    }
+    strides[d] = stride / item;
   }
+  auto* held = new ReadOnlyArray;
+  held->shape.assign(a.shape(), a.shape() + n);
+  held->strides = std::move(strides);
   held->array = a.inc_ref().ptr();
   held->managed.manager_ctx = held;
   held->managed.deleter = read_only_deleter;
@@ -398,7 +411,7 @@ py::array to_numpy(const Tensor& t) {
   // The array keeps a copy of the tensor, so its storage (a batch's buffer too) lives as long.
   const py::capsule owner(new Tensor(t), [](void* p) { delete static_cast<Tensor*>(p); });
   py::array a(dtype, shape, strides, data, owner);
-  if (is_read_only(t)) a.attr("setflags")(py::arg("write") = false);
+  if (t.nbytes() != 0 && is_read_only(data)) a.attr("setflags")(py::arg("write") = false);
   return a;
 }
 

@@ -345,9 +345,16 @@ def test_read_only_arrays_convert_without_a_copy_and_stay_read_only(ferry):
         t.__dlpack__()
     assert t.__dlpack__(max_version=(1, 0)) is not None
     assert t.clone().numpy().flags.writeable
-    # a non-native byte order is refused, not misread
+    # a non-native byte order, a non-number, strides across items are refused, not misread
     with pytest.raises(BufferError, match="byte order"):
         ferry.from_dlpack(np.frombuffer(base, dtype=">i4"))
+    with pytest.raises(BufferError, match="ferry takes numbers"):
+        ferry.from_dlpack(np.frombuffer(base, dtype=[("a", "u1"), ("b", "u1")]))
+    with pytest.raises(ferry.ConfigError, match="contiguous"):
+        ferry.from_dlpack(a[:, ::2])
+    with pytest.raises(BufferError, match="whole items"):
+        ferry.from_dlpack(np.lib.stride_tricks.as_strided(
+            np.frombuffer(base, dtype=np.uint16), shape=(5,), strides=(3,)))
 
 
 def test_the_versioned_export_of_a_read_only_tensor_carries_the_read_only_flag(ferry):
