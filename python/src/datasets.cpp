@@ -56,6 +56,7 @@ class PyDataset final : public Dataset {
     array_equal_ = np.attr("array_equal");
     isinf_ = np.attr("isinf");
     errstate_ = np.attr("errstate");
+    clear_frames_ = py::module_::import("traceback").attr("clear_frames");
     size_ = py::len(source_);
     if (size_ == 0) throw ConfigError("Python dataset: it is empty (len() == 0)");
     const py::object first = source_[py::int_(0)];
@@ -97,6 +98,7 @@ class PyDataset final : public Dataset {
       static_cast<void>(array_equal_.release());
       static_cast<void>(isinf_.release());
       static_cast<void>(errstate_.release());
+      static_cast<void>(clear_frames_.release());
       for (auto& d : dtypes_) static_cast<void>(d.release());
       for (auto& k : keys_) static_cast<void>(k.release());
       for (auto& [i, e] : failures_) static_cast<void>(e.release());
@@ -109,6 +111,7 @@ class PyDataset final : public Dataset {
     array_equal_ = py::object();
     isinf_ = py::object();
     errstate_ = py::object();
+    clear_frames_ = py::object();
     dtypes_.clear();
     keys_.clear();
     failures_.clear();
@@ -160,8 +163,16 @@ class PyDataset final : public Dataset {
   [[noreturn]] void fail(std::size_t index, const py::error_already_set& e) const {
     std::string what = py::str(py::type::of(e.value()).attr("__name__")).cast<std::string>() +
                        ": " + py::str(e.value()).cast<std::string>();
-    // The value alone is kept: raised again, it brings the traceback it holds.
-    if (e.trace()) PyException_SetTraceback(e.value().ptr(), e.trace().ptr());
+    // The value alone is kept: raised again, it brings the traceback it holds. Its frames'
+    // locals are let go (a decoded image, say): under on_error="skip" up to 256 failures wait
+    // here; the frames' code and lines, which a traceback shows, stay.
+    if (e.trace()) {
+      PyException_SetTraceback(e.value().ptr(), e.trace().ptr());
+      try {
+        clear_frames_(e.trace());
+      } catch (py::error_already_set&) {  // a frame still running: its locals stay
+      }
+    }
     keep_failure(index, e.value());
     throw DataError("Python dataset: " + what);
   }
@@ -241,7 +252,8 @@ class PyDataset final : public Dataset {
   py::object contiguous_;   // np.ascontiguousarray, for a strided array
   py::object array_equal_;  // np.array_equal and np.isinf: a conversion's check
   py::object isinf_;
-  py::object errstate_;  // np.errstate: a conversion's overflow warnings are not shown
+  py::object errstate_;      // np.errstate: a conversion's overflow warnings are not shown
+  py::object clear_frames_;  // traceback.clear_frames: a kept failure's locals go
   std::size_t size_ = 0;
   std::vector<FieldSpec> fields_;
   std::vector<py::dtype> dtypes_;

@@ -51,6 +51,32 @@ def test_a_python_datasets_exception_keeps_its_traceback(ferry):
     assert names.index("first_error") < names.index("__getitem__") < names.index("decode_record")
 
 
+def test_a_kept_failure_does_not_keep_its_frames_locals(ferry):
+    import gc
+    import weakref
+
+    class Big:
+        pass
+
+    held = []
+
+    class Failing(Indexed):
+        def __getitem__(self, i):
+            if i % 3 == 1:
+                decoded = Big()  # a local of the failing frame, as a decoded image would be
+                held.append(weakref.ref(decoded))
+                raise ValueError(f"sample {i} does not decode")
+            return super().__getitem__(i)
+
+    loader = ferry.Loader(Failing(60), batch_size=8, on_error="skip", device="cpu")
+    assert sum(b.size for b in loader.epoch(0)) == 40
+    gc.collect()
+    assert len(held) == 20 and all(r() is None for r in held)
+    # and the traceback of a raised one still shows the line
+    e = first_error(ferry, Failing(8))
+    assert "__getitem__" in [f.name for f in traceback.extract_tb(e.__traceback__)]
+
+
 @pytest.mark.parametrize("bad_source", [0, 1])
 def test_an_exception_in_a_mixtures_source_keeps_its_type(ferry, bad_source):
     sources = [Indexed(10), Indexed(10)]
