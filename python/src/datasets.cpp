@@ -56,6 +56,7 @@ class PyDataset final : public Dataset {
     array_equal_ = np.attr("array_equal");
     isinf_ = np.attr("isinf");
     errstate_ = np.attr("errstate");
+    can_cast_ = np.attr("can_cast");
     clear_frames_ = py::module_::import("traceback").attr("clear_frames");
     size_ = py::len(source_);
     if (size_ == 0) throw ConfigError("Python dataset: it is empty (len() == 0)");
@@ -98,6 +99,7 @@ class PyDataset final : public Dataset {
       static_cast<void>(array_equal_.release());
       static_cast<void>(isinf_.release());
       static_cast<void>(errstate_.release());
+      static_cast<void>(can_cast_.release());
       static_cast<void>(clear_frames_.release());
       for (auto& d : dtypes_) static_cast<void>(d.release());
       for (auto& k : keys_) static_cast<void>(k.release());
@@ -111,6 +113,7 @@ class PyDataset final : public Dataset {
     array_equal_ = py::object();
     isinf_ = py::object();
     errstate_ = py::object();
+    can_cast_ = py::object();
     clear_frames_ = py::object();
     dtypes_.clear();
     keys_.clear();
@@ -195,14 +198,20 @@ class PyDataset final : public Dataset {
     py::array given = asarray_(value);
     const py::dtype& want = dtypes_[f];
     if (given.dtype().equal(want)) return given;
-    // numpy's warnings for a cast that overflows are left out: the error below says more.
-    const py::object quiet = errstate_(py::arg("all") = "ignore");
-    quiet.attr("__enter__")();
+    // A safe cast changes no value (numpy 1.x judges a scalar by its value: 7 into u8, 1.5 into
+    // f32); whatever it does not call safe is converted and compared below.
+    if (can_cast_(given, want).cast<bool>()) return given.attr("astype")(want);
+    // numpy's warnings for a float that overflows or is not an integer are left out: the error
+    // below says more.
+    const char kind = given.dtype().kind();
+    const py::object quiet =
+        kind == 'f' || kind == 'c' ? errstate_(py::arg("all") = "ignore") : py::object();
+    if (quiet) quiet.attr("__enter__")();
     py::array a;
     try {
       a = given.attr("astype")(want);
     } catch (py::error_already_set& e) {  // "abc", a list of lists of unequal lengths
-      quiet.attr("__exit__")(py::none(), py::none(), py::none());
+      if (quiet) quiet.attr("__exit__")(py::none(), py::none(), py::none());
       throw DataError("Python dataset: field \"" + fields_[f].name + "\" of sample " +
                       std::to_string(index) + ": " + shown(given) + " (" +
                       py::str(given.dtype()).cast<std::string>() + ") cannot be converted to " +
@@ -211,16 +220,17 @@ class PyDataset final : public Dataset {
                       py::str(py::type::of(e.value()).attr("__name__")).cast<std::string>() + ": " +
                       py::str(e.value()).cast<std::string>());
     }
-    quiet.attr("__exit__")(py::none(), py::none(), py::none());
+    if (quiet) quiet.attr("__exit__")(py::none(), py::none(), py::none());
     bool same = true;
-    if (float_fields_[f] && given.dtype().kind() == 'f') {
+    if (float_fields_[f] && kind == 'f') {
       // Rounding to a narrower float is expected; overflow to infinity is not.
       same = array_equal_(isinf_(a), isinf_(given)).cast<bool>();
-    } else if (given.dtype().kind() == 'f' || given.dtype().kind() == 'c') {
+    } else if (kind == 'f' || kind == 'c') {
       same = array_equal_(a.attr("astype")(given.dtype()), given, py::arg("equal_nan") = true)
                  .cast<bool>();
     } else {
-      same = array_equal_(a.attr("astype")(given.dtype()), given).cast<bool>();
+      // The same shape on both sides: == compares element by element.
+      same = a.attr("astype")(given.dtype()).attr("__eq__")(given).attr("all")().cast<bool>();
     }
     if (!same) {
       throw DataError("Python dataset: field \"" + fields_[f].name + "\" of sample " +
@@ -254,6 +264,7 @@ class PyDataset final : public Dataset {
   py::object isinf_;
   py::object errstate_;      // np.errstate: a conversion's overflow warnings are not shown
   py::object clear_frames_;  // traceback.clear_frames: a kept failure's locals go
+  py::object can_cast_;      // np.can_cast: a conversion known safe is not compared
   std::size_t size_ = 0;
   std::vector<FieldSpec> fields_;
   std::vector<py::dtype> dtypes_;
