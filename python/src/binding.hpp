@@ -43,7 +43,9 @@ bool python_usable() noexcept;
 
 /// A Python dataset's failure for a sample, as raised there: the loader's DataError names the
 /// sample, and the module raises the original exception (its type and message) with that
-/// DataError's text as a note. Returns an empty object when none is kept. Needs the GIL.
+/// DataError's text as a note. `dataset` may be a Mixture (nested too): the failure is looked up
+/// in the source that `index` belongs to. The exception keeps its traceback (its frames' code and
+/// lines; their locals are let go). Returns an empty object when none is kept. Needs the GIL.
 py::object take_python_failure(const Dataset& dataset, std::uint64_t index);
 
 /// Whether this is the interpreter's main thread (where Python runs signal handlers).

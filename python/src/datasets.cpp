@@ -21,15 +21,43 @@ namespace ferry::python {
 
 namespace {
 
+/// The GIL, taken on one of ferry's worker threads for a read. A thread's first read makes its
+/// Python thread state and keeps it (one count of PyGILState_Ensure never released), so that
+/// later reads only take and give back the GIL: making and clearing a thread state for each
+/// sample, as a plain PyGILState_Ensure/Release pair does on a thread Python did not start, cost
+/// more than the read itself (about 100 us a sample for a trivial dataset).
+class ReaderGil {
+ public:
+  ReaderGil() : state_(PyGILState_Ensure()) {
+    thread_local bool kept = false;
+    if (!kept) {
+      static_cast<void>(PyGILState_Ensure());  // held for the thread's life
+      kept = true;
+    }
+  }
+  ~ReaderGil() { PyGILState_Release(state_); }
+  ReaderGil(const ReaderGil&) = delete;
+  ReaderGil& operator=(const ReaderGil&) = delete;
+
+ private:
+  PyGILState_STATE state_;
+};
+
 /// A dataset written in Python. Fields come from sample 0: one per key of its dict, with the
 /// dtype and shape numpy gives the value (np.asarray); every sample's values are converted to
-/// that dtype and must have that shape.
+/// that dtype where no value changes (converted()) and must have that shape. A failure keeps the
+/// Python exception, traceback included, for the module to raise (take_python_failure).
 class PyDataset final : public Dataset {
  public:
   explicit PyDataset(py::object source) : source_(std::move(source)) {
     const py::module_ np = py::module_::import("numpy");
     asarray_ = np.attr("asarray");
     contiguous_ = np.attr("ascontiguousarray");
+    array_equal_ = np.attr("array_equal");
+    isinf_ = np.attr("isinf");
+    errstate_ = np.attr("errstate");
+    can_cast_ = np.attr("can_cast");
+    clear_frames_ = py::module_::import("traceback").attr("clear_frames");
     size_ = py::len(source_);
     if (size_ == 0) throw ConfigError("Python dataset: it is empty (len() == 0)");
     const py::object first = source_[py::int_(0)];
@@ -42,10 +70,18 @@ class PyDataset final : public Dataset {
       const py::array a = asarray_(value);
       FieldSpec f;
       f.name = py::str(key).cast<std::string>();
-      f.dtype = to_dtype(a.dtype());
+      try {
+        f.dtype = to_dtype(a.dtype());
+      } catch (const Error&) {
+        throw ConfigError("Python dataset: field \"" + f.name + "\" of sample 0 has dtype " +
+                          py::str(a.dtype()).cast<std::string>() +
+                          ", which ferry does not take (u8, u16, u32, i32, i64, f16, bf16, f32, "
+                          "f64; convert it, e.g. a bool to u8)");
+      }
       f.shape.assign(a.shape(), a.shape() + a.ndim());
       fields_.push_back(std::move(f));
       dtypes_.push_back(a.dtype());
+      float_fields_.push_back(a.dtype().kind() == 'f');
       keys_.push_back(py::reinterpret_borrow<py::object>(key));
     }
     if (fields_.empty()) throw ConfigError("Python dataset: sample 0 has no fields");
@@ -60,6 +96,11 @@ class PyDataset final : public Dataset {
       static_cast<void>(source_.release());
       static_cast<void>(asarray_.release());
       static_cast<void>(contiguous_.release());
+      static_cast<void>(array_equal_.release());
+      static_cast<void>(isinf_.release());
+      static_cast<void>(errstate_.release());
+      static_cast<void>(can_cast_.release());
+      static_cast<void>(clear_frames_.release());
       for (auto& d : dtypes_) static_cast<void>(d.release());
       for (auto& k : keys_) static_cast<void>(k.release());
       for (auto& [i, e] : failures_) static_cast<void>(e.release());
@@ -69,6 +110,11 @@ class PyDataset final : public Dataset {
     source_ = py::object();
     asarray_ = py::object();
     contiguous_ = py::object();
+    array_equal_ = py::object();
+    isinf_ = py::object();
+    errstate_ = py::object();
+    can_cast_ = py::object();
+    clear_frames_ = py::object();
     dtypes_.clear();
     keys_.clear();
     failures_.clear();
@@ -81,7 +127,7 @@ class PyDataset final : public Dataset {
 
   void read(std::size_t index, SampleRef out) const override {
     if (!python_usable()) throw Error("Python dataset: the interpreter is exiting");
-    const py::gil_scoped_acquire gil;
+    const ReaderGil gil;
     try {
       const py::object sample = source_[py::int_(index)];
       if (!py::isinstance<py::dict>(sample)) {
@@ -94,7 +140,7 @@ class PyDataset final : public Dataset {
           throw py::key_error("sample " + std::to_string(index) + " lacks field \"" +
                               fields_[f].name + "\"");
         }
-        py::array a = asarray_(dict[keys_[f]], dtypes_[f]);
+        py::array a = converted(dict[keys_[f]], f, index);
         if ((a.flags() & py::array::c_style) == 0) a = contiguous_(a);
         const std::vector<int64_t>& shape = fields_[f].shape;
         bool same = a.ndim() == static_cast<py::ssize_t>(shape.size());
@@ -116,15 +162,24 @@ class PyDataset final : public Dataset {
     }
   }
 
-  /// Keeps a Python exception for the module to raise as it was (take_python_failure); the
-  /// loader's DataError carries its type and message. Needs the GIL.
+  /// Keeps a Python exception for the module to raise as it was (take_python_failure), with its
+  /// traceback (the frames of __getitem__ that raised it); the loader's DataError carries its
+  /// type and message. Needs the GIL.
   [[noreturn]] void fail(std::size_t index, const py::error_already_set& e) const {
-    {
-      std::string what = py::str(py::type::of(e.value()).attr("__name__")).cast<std::string>() +
-                         ": " + py::str(e.value()).cast<std::string>();
-      keep_failure(index, e.value());
-      throw DataError("Python dataset: " + what);
+    std::string what = py::str(py::type::of(e.value()).attr("__name__")).cast<std::string>() +
+                       ": " + py::str(e.value()).cast<std::string>();
+    // The value alone is kept: raised again, it brings the traceback it holds. Its frames'
+    // locals are let go (a decoded image, say): under on_error="skip" up to 256 failures wait
+    // here; the frames' code and lines, which a traceback shows, stay.
+    if (e.trace()) {
+      PyException_SetTraceback(e.value().ptr(), e.trace().ptr());
+      try {
+        clear_frames_(e.trace());
+      } catch (py::error_already_set&) {  // a frame still running: its locals stay
+      }
     }
+    keep_failure(index, e.value());
+    throw DataError("Python dataset: " + what);
   }
 
   py::object take_failure(std::uint64_t index) const {
@@ -137,6 +192,66 @@ class PyDataset final : public Dataset {
   }
 
  private:
+  /// Sample `index`'s value of field f as an array of sample 0's dtype for that field. A
+  /// conversion that changes a value (300 or -1 into u8, 3.7 into an integer, a finite float
+  /// that overflows) is a DataError naming the sample and the field; one that keeps every value
+  /// (3 into f32, a float rounded to a narrower float) is done. Needs the GIL.
+  py::array converted(const py::handle& value, std::size_t f, std::size_t index) const {
+    py::array given = asarray_(value);
+    const py::dtype& want = dtypes_[f];
+    if (given.dtype().equal(want)) return given;
+    // A safe cast changes no value (numpy 1.x judges a scalar by its value: 7 into u8, 1.5 into
+    // f32); whatever it does not call safe is converted and compared below.
+    if (can_cast_(given, want).cast<bool>()) return given.attr("astype")(want);
+    // numpy's warnings for a float that overflows or is not an integer are left out: the error
+    // below says more.
+    const char kind = given.dtype().kind();
+    const py::object quiet =
+        kind == 'f' || kind == 'c' ? errstate_(py::arg("all") = "ignore") : py::object();
+    if (quiet) quiet.attr("__enter__")();
+    py::array a;
+    try {
+      a = given.attr("astype")(want);
+    } catch (py::error_already_set& e) {  // "abc", a list of lists of unequal lengths
+      if (quiet) quiet.attr("__exit__")(py::none(), py::none(), py::none());
+      throw DataError("Python dataset: field \"" + fields_[f].name + "\" of sample " +
+                      std::to_string(index) + ": " + shown(given) + " (" +
+                      py::str(given.dtype()).cast<std::string>() + ") cannot be converted to " +
+                      py::str(py::object(want)).cast<std::string>() +
+                      " (sample 0's dtype for the field): " +
+                      py::str(py::type::of(e.value()).attr("__name__")).cast<std::string>() + ": " +
+                      py::str(e.value()).cast<std::string>());
+    }
+    if (quiet) quiet.attr("__exit__")(py::none(), py::none(), py::none());
+    bool same = true;
+    if (float_fields_[f] && kind == 'f') {
+      // Rounding to a narrower float is expected; overflow to infinity is not.
+      same = array_equal_(isinf_(a), isinf_(given)).cast<bool>();
+    } else if (kind == 'f' || kind == 'c') {
+      same = array_equal_(a.attr("astype")(given.dtype()), given, py::arg("equal_nan") = true)
+                 .cast<bool>();
+    } else {
+      // The same shape on both sides: == compares element by element.
+      same = a.attr("astype")(given.dtype()).attr("__eq__")(given).attr("all")().cast<bool>();
+    }
+    if (!same) {
+      throw DataError("Python dataset: field \"" + fields_[f].name + "\" of sample " +
+                      std::to_string(index) + ": " + shown(given) + " (" +
+                      py::str(given.dtype()).cast<std::string>() + ") does not fit " +
+                      py::str(py::object(want)).cast<std::string>() +
+                      " (sample 0's dtype for the field) without changing a value");
+    }
+    return a;
+  }
+
+  /// A value as an error shows it: its repr, flattened, at most 80 characters.
+  static std::string shown(const py::array& value) {
+    std::string text = py::repr(value.ndim() == 0 ? value.attr("item")() : value.attr("ravel")())
+                           .cast<std::string>();
+    if (text.size() > 80) text = text.substr(0, 77) + "...";
+    return text;
+  }
+
   void keep_failure(std::uint64_t index, py::object error) const {
     const std::lock_guard<std::mutex> lock(mutex_);
     // Bounded: under on_error="skip" nothing takes them.
@@ -145,30 +260,77 @@ class PyDataset final : public Dataset {
   }
 
   py::object source_;
-  py::object asarray_;     // np.asarray (0-d for a scalar)
-  py::object contiguous_;  // np.ascontiguousarray, for a strided array
+  py::object asarray_;      // np.asarray (0-d for a scalar)
+  py::object contiguous_;   // np.ascontiguousarray, for a strided array
+  py::object array_equal_;  // np.array_equal and np.isinf: a conversion's check
+  py::object isinf_;
+  py::object errstate_;      // np.errstate: a conversion's overflow warnings are not shown
+  py::object clear_frames_;  // traceback.clear_frames: a kept failure's locals go
+  py::object can_cast_;      // np.can_cast: a conversion known safe is not compared
   std::size_t size_ = 0;
   std::vector<FieldSpec> fields_;
   std::vector<py::dtype> dtypes_;
+  std::vector<bool> float_fields_;  // per field: its dtype is a float
   std::vector<py::object> keys_;
   mutable std::mutex mutex_;
   mutable std::map<std::uint64_t, py::object> failures_;  // guarded by mutex_ (and the GIL)
 };
 
-Column to_column(const py::handle& obj) {
+/// `obj`, the value of `where`'s argument `keyword`, as T. \throws TypeError naming the
+/// argument, what it takes (`expected`) and what it was given otherwise.
+template <class T>
+T argument(const py::handle& obj, const std::string& where, const std::string& keyword,
+           const char* expected) {
+  try {
+    return obj.cast<T>();
+  } catch (const py::cast_error&) {
+    throw py::type_error(where + ": " + keyword + " is " + expected + ", not " +
+                         py::repr(obj).cast<std::string>() + " (" +
+                         py::str(py::type::of(obj).attr("__name__")).cast<std::string>() + ")");
+  }
+}
+
+/// A dtype given as `where`'s argument `keyword`. \throws ConfigError naming it otherwise.
+DType dtype_argument(const py::handle& obj, const std::string& where, const std::string& keyword) {
+  try {
+    return to_dtype(obj);
+  } catch (const Error& e) {
+    throw ConfigError(where + ": " + keyword + ": " + e.what());
+  }
+}
+
+Column to_column(const py::handle& obj, const std::string& keyword) {
   if (obj.is_none()) return Column::none();
   if (py::isinstance<py::str>(obj)) return Column::name(obj.cast<std::string>());
-  const auto i = obj.cast<std::int64_t>();
+  const auto i = argument<std::int64_t>(obj, "CsvDataset", keyword, "a column name or index");
   if (i == -1) return Column::last();
-  if (i < 0) throw ConfigError("CsvDataset: a column index is >= 0, or -1 for the last column");
+  if (i < 0) {
+    throw ConfigError("CsvDataset: " + keyword +
+                      ": a column index is >= 0, or -1 for the last column");
+  }
   return Column::index(static_cast<std::size_t>(i));
 }
 
-std::vector<std::filesystem::path> to_paths(const py::handle& obj) {
-  if (py::isinstance<py::str>(obj) || py::hasattr(obj, "__fspath__")) {
-    return {obj.cast<std::filesystem::path>()};
+/// None (no columns given) or a list of column names or indices.
+std::vector<Column> to_columns(const py::handle& obj, const std::string& keyword) {
+  std::vector<Column> out;
+  if (obj.is_none()) return out;
+  if (py::isinstance<py::str>(obj) || !py::isinstance<py::iterable>(obj)) {
+    throw py::type_error("CsvDataset: " + keyword +
+                         " is None or a list of column names or indices, not " +
+                         py::repr(obj).cast<std::string>());
   }
-  return obj.cast<std::vector<std::filesystem::path>>();
+  for (const py::handle c : obj) out.push_back(to_column(c, keyword));
+  return out;
+}
+
+std::vector<std::filesystem::path> to_paths(const py::handle& obj, const std::string& where,
+                                            const std::string& keyword) {
+  if (py::isinstance<py::str>(obj) || py::hasattr(obj, "__fspath__")) {
+    return {argument<std::filesystem::path>(obj, where, keyword, "a path")};
+  }
+  return argument<std::vector<std::filesystem::path>>(obj, where, keyword,
+                                                      "a path or a list of paths");
 }
 
 Geometry to_geometry(const std::string& text) {
@@ -237,8 +399,16 @@ PyObject* python_source(const Dataset& dataset) noexcept {
 }
 
 py::object take_python_failure(const Dataset& dataset, std::uint64_t index) {
-  const auto* d = dynamic_cast<const PyDataset*>(&dataset);
-  return d != nullptr ? d->take_failure(index) : py::object();
+  // A Mixture's sample is its source's: look there, through nested mixtures.
+  const Dataset* d = &dataset;
+  while (const auto* mix = dynamic_cast<const Mixture*>(d)) {
+    if (index >= mix->size()) return {};
+    const std::size_t k = mix->source_of(index);
+    index -= mix->offset(k);
+    d = mix->source(k).dataset.get();
+  }
+  const auto* py_dataset = dynamic_cast<const PyDataset*>(d);
+  return py_dataset != nullptr ? py_dataset->take_failure(index) : py::object();
 }
 
 void bind_datasets(py::module_& m) {
@@ -251,7 +421,7 @@ Per-channel normalization of u8 images, done on the loader's device after the co
              n.mean = std::move(mean);
              n.std = std::move(std);
              n.scale = scale;
-             n.dtype = to_dtype(dtype);
+             n.dtype = dtype_argument(dtype, "Normalize", "dtype");
              return n;
            }),
            py::kw_only(), py::arg("mean") = std::vector<float>{0.0F},
@@ -321,11 +491,28 @@ Random-access samples: the base of ferry's datasets. len(dataset) is its size; `
   py::class_<TensorDataset, Dataset, std::shared_ptr<TensorDataset>>(m, "TensorDataset", R"doc(
 Tensors that share dimension 0 (the sample), by field name, without a copy:
 ferry.TensorDataset({"image": images, "label": labels}). The arrays may be numpy arrays,
-torch tensors, ferry tensors or any DLPack producer; they are kept alive by the dataset.)doc")
+torch tensors, ferry tensors or any DLPack producer, read-only numpy arrays too (np.frombuffer,
+np.memmap(mode="r")); they are kept alive by the dataset. An error names the field.)doc")
       .def(py::init([](const py::dict& tensors) {
              std::vector<std::pair<std::string, Tensor>> pairs;
              for (const auto& [name, value] : tensors) {
-               pairs.emplace_back(py::str(name).cast<std::string>(), tensor_from_object(value));
+               std::string field = py::str(name).cast<std::string>();
+               const std::string where = "TensorDataset: field \"" + field + "\": ";
+               try {
+                 pairs.emplace_back(std::move(field), tensor_from_object(value));
+               } catch (const ConfigError& e) {
+                 throw ConfigError(where + e.what());
+               } catch (py::error_already_set& e) {
+                 const std::string what = where + py::str(e.value()).cast<std::string>();
+                 PyErr_SetString(e.type().ptr(), what.c_str());
+                 throw py::error_already_set();
+               } catch (const py::builtin_exception& e) {  // TypeError, BufferError
+                 e.set_error();
+                 const py::error_already_set raised;
+                 const std::string what = where + e.what();
+                 PyErr_SetString(raised.type().ptr(), what.c_str());
+                 throw py::error_already_set();
+               }
              }
              return std::make_shared<TensorDataset>(std::move(pairs));
            }),
@@ -361,17 +548,15 @@ False: an f32 target. missing: "error" or "nan" for empty features.)doc")
                        const std::optional<RemoteOptions>& remote) {
              CsvOptions o;
              if (remote) o.remote = *remote;
-             o.label = to_column(label);
-             if (!features.is_none()) {
-               for (const py::handle f : features) o.features.push_back(to_column(f));
-             }
-             if (!categorical.is_none()) {
-               for (const py::handle c : categorical) o.categorical.push_back(to_column(c));
-             }
+             o.label = to_column(label, "label");
+             o.features = to_columns(features, "features");
+             o.categorical = to_columns(categorical, "categorical");
              if (py::isinstance<CsvDataset>(vocabulary)) {
                o.categories_from(*vocabulary.cast<std::shared_ptr<CsvDataset>>());
              } else if (!vocabulary.is_none()) {
-               o.vocabulary = vocabulary.cast<std::map<std::string, std::vector<std::string>>>();
+               o.vocabulary = argument<std::map<std::string, std::vector<std::string>>>(
+                   vocabulary, "CsvDataset", "vocabulary",
+                   "a CsvDataset or a dict of column name to a list of texts");
              }
              if (unknown == "error") {
                o.unknown = Unknown::error;
@@ -465,9 +650,9 @@ Language-model windows over token files (llm.c shards, .npy, raw tokens), memory
              if (remote) o.remote = *remote;
              o.seq_len = seq_len;
              o.stride = stride;
-             o.dtype = to_dtype(dtype);
-             o.raw_dtype = to_dtype(raw_dtype);
-             std::vector<std::filesystem::path> paths = to_paths(files);
+             o.dtype = dtype_argument(dtype, "TokenDataset", "dtype");
+             o.raw_dtype = dtype_argument(raw_dtype, "TokenDataset", "raw_dtype");
+             std::vector<std::filesystem::path> paths = to_paths(files, "TokenDataset", "files");
              const py::gil_scoped_release release;
              return TokenDataset::open(std::move(paths), o);
            }),
@@ -489,7 +674,7 @@ one field per member extension of the first sample, sorted; images decode as Ima
              o.image = image_options(height, width, channels, geometry, resize, random_flip,
                                      normalize, max_pixels, max_jpeg_scans);
              o.index_files = index_files;
-             std::vector<std::filesystem::path> paths = to_paths(shards);
+             std::vector<std::filesystem::path> paths = to_paths(shards, "WebDataset", "shards");
              const py::gil_scoped_release release;
              return WebDataset::open(std::move(paths), o);
            }),
@@ -513,12 +698,18 @@ orders its epochs itself, whatever the loader's shuffle.)doc")
       .def(py::init([](const py::sequence& sources, std::size_t epoch_size,
                        const std::string& source_field, std::size_t stratified) {
              std::vector<MixtureSource> list;
+             std::size_t k = 0;
              for (const py::handle item : sources) {
-               const auto pair = item.cast<py::tuple>();
-               if (pair.size() != 2) {
-                 throw ConfigError("Mixture: each source is a (dataset, weight) pair");
+               const std::string name = "sources[" + std::to_string(k++) + "]";
+               if (!(py::isinstance<py::tuple>(item) || py::isinstance<py::list>(item)) ||
+                   py::len(item) != 2) {
+                 throw ConfigError("Mixture: " + name + " is a (dataset, weight) pair, not " +
+                                   py::repr(item).cast<std::string>());
                }
-               list.push_back({to_dataset(pair[0]), pair[1].cast<double>()});
+               const auto pair = item.cast<py::tuple>();
+               const double weight =
+                   argument<double>(pair[1], "Mixture", name + "'s weight", "a number");
+               list.push_back({to_dataset(pair[0]), weight});
              }
              MixtureOptions o;
              o.epoch_size = epoch_size;

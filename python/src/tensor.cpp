@@ -5,10 +5,13 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "binding.hpp"
@@ -30,11 +33,40 @@ struct DLManagedTensorVersioned {
   std::uint64_t flags;
   DLTensor dl_tensor;
 };
+constexpr std::uint64_t kFlagIsReadOnly = 1ULL << 0;
 constexpr std::uint64_t kFlagIsCopied = 1ULL << 1;
 constexpr const char* kLegacyName = "dltensor";
 constexpr const char* kVersionedName = "dltensor_versioned";
 constexpr int kDLDeviceCpu = 1;
 constexpr int kDLDeviceCuda = 2;
+
+// ---- read-only memory ---------------------------------------------------------------------
+
+/// The host memory of the read-only arrays ferry views (np.frombuffer, np.memmap(mode="r")), as
+/// [begin, end) ranges, while it does. A tensor whose data lies in one is read-only: numpy()
+/// gives a read-only view of it and a DLPack export says so (or is refused where it cannot).
+std::mutex read_only_mutex;
+std::vector<std::pair<std::uintptr_t, std::uintptr_t>> read_only_ranges;  // guarded by the mutex
+
+void add_read_only(std::uintptr_t begin, std::uintptr_t end) {
+  const std::lock_guard<std::mutex> lock(read_only_mutex);
+  read_only_ranges.emplace_back(begin, end);
+}
+
+void remove_read_only(std::uintptr_t begin, std::uintptr_t end) {
+  const std::lock_guard<std::mutex> lock(read_only_mutex);
+  const auto it = std::find(read_only_ranges.begin(), read_only_ranges.end(),
+                            std::pair<std::uintptr_t, std::uintptr_t>(begin, end));
+  if (it != read_only_ranges.end()) read_only_ranges.erase(it);
+}
+
+/// Whether host address `data` lies in read-only memory ferry views.
+bool is_read_only(const void* data) {
+  const auto at = reinterpret_cast<std::uintptr_t>(data);
+  const std::lock_guard<std::mutex> lock(read_only_mutex);
+  return std::any_of(read_only_ranges.begin(), read_only_ranges.end(),
+                     [&](const auto& r) { return r.first <= at && at < r.second; });
+}
 
 // ---- export ------------------------------------------------------------------------------
 
@@ -83,43 +115,91 @@ CUstream_st* consumer_stream(const py::object& stream, bool* none_wanted) {
   return reinterpret_cast<CUstream_st*>(static_cast<std::uintptr_t>(value));
 }
 
+/// DLPack's max_version: None, or a (major, minor) tuple of ints. Whether the consumer takes a
+/// versioned capsule (major >= 1). \throws TypeError naming the argument otherwise.
+bool wants_versioned(const py::object& max_version) {
+  if (max_version.is_none()) return false;
+  const auto bad = [&] {
+    return py::type_error(
+        "__dlpack__: max_version is None or a (major, minor) tuple of ints, "
+        "not " +
+        py::repr(max_version).cast<std::string>());
+  };
+  if (!py::isinstance<py::tuple>(max_version) && !py::isinstance<py::list>(max_version)) {
+    throw bad();
+  }
+  const auto version = max_version.cast<py::sequence>();
+  if (version.size() != 2) throw bad();
+  for (const py::handle part : version) {
+    if (!py::isinstance<py::int_>(part) || py::isinstance<py::bool_>(part)) throw bad();
+  }
+  return version[0].cast<std::int64_t>() >= 1;
+}
+
 py::object dlpack(const Tensor& self, const py::object& stream, const py::object& max_version,
                   const py::object& dl_device, const py::object& copy) {
-  Tensor t = self;
-  bool copied = false;
+  // Every argument is checked before anything is exported or copied.
+  const bool versioned = wants_versioned(max_version);
+  if (!stream.is_none() &&
+      (!py::isinstance<py::int_>(stream) || py::isinstance<py::bool_>(stream))) {
+    throw py::type_error("__dlpack__: stream is None or an int, not " +
+                         py::repr(stream).cast<std::string>());
+  }
+  if (!copy.is_none() && !py::isinstance<py::bool_>(copy)) {
+    throw py::type_error("__dlpack__: copy is None, True or False, not " +
+                         py::repr(copy).cast<std::string>());
+  }
   const bool copy_allowed = copy.is_none() || copy.cast<bool>();
+  bool to_cpu = false;
   if (!dl_device.is_none()) {
-    const auto wanted = dl_device.cast<py::tuple>();
-    const int type = wanted[0].cast<int>();
-    const int id = wanted[1].cast<int>();
-    if (type != dl_device_type(t) || id != dl_device_id(t)) {
+    int type = 0;
+    int id = 0;
+    try {
+      const auto wanted = dl_device.cast<py::tuple>();
+      if (wanted.size() != 2) throw py::cast_error();
+      type = wanted[0].cast<int>();
+      id = wanted[1].cast<int>();
+    } catch (const py::cast_error&) {
+      throw py::type_error(
+          "__dlpack__: dl_device is None or a (device_type, device_id) tuple "
+          "of ints, not " +
+          py::repr(dl_device).cast<std::string>());
+    }
+    if (type != dl_device_type(self) || id != dl_device_id(self)) {
       if (type != kDLDeviceCpu || !copy_allowed) {
-        throw py::buffer_error("__dlpack__: a tensor on " + t.device().str() +
+        throw py::buffer_error("__dlpack__: a tensor on " + self.device().str() +
                                " cannot be exported to DLPack device (" + std::to_string(type) +
                                ", " + std::to_string(id) + ")" +
                                (copy_allowed ? "" : " without a copy"));
       }
-      const py::gil_scoped_release release;
-      t = t.cpu();
-      copied = true;
+      to_cpu = true;
     }
   }
-  if (!copy.is_none() && copy.cast<bool>() && !copied) {
-    const py::gil_scoped_release release;
-    t = t.clone();
-    copied = true;
-  }
+  bool none_wanted = false;
+  CUstream_st* consumer = self.device().is_cuda() ? consumer_stream(stream, &none_wanted) : nullptr;
+  const bool copies = to_cpu || (!copy.is_none() && copy.cast<bool>());
+
+  Tensor t = self;
   DLManagedTensor* managed = nullptr;
   {
-    bool none_wanted = false;
-    CUstream_st* consumer = t.device().is_cuda() ? consumer_stream(stream, &none_wanted) : nullptr;
     const py::gil_scoped_release release;
+    if (to_cpu) {
+      t = t.cpu();
+    } else if (copies) {
+      t = t.clone();
+    }
     managed = t.device().is_cuda() && !none_wanted ? t.to_dlpack(consumer) : t.to_dlpack();
   }
-  bool versioned = false;
-  if (!max_version.is_none()) {
-    const auto version = max_version.cast<py::tuple>();
-    versioned = version.size() >= 1 && version[0].cast<int>() >= 1;
+  // A host tensor's export has waited for its writes: its address is known without waiting.
+  const bool read_only = !copies && t.device().is_cpu() && t.nbytes() != 0 &&
+                         is_read_only(static_cast<std::byte*>(managed->dl_tensor.data) +
+                                      managed->dl_tensor.byte_offset);
+  if (read_only && !versioned) {
+    managed->deleter(managed);
+    throw py::buffer_error(
+        "__dlpack__: this tensor views a read-only array, and a DLPack capsule without "
+        "max_version >= (1, 0) cannot say so; pass max_version=(1, 0), copy=True, or use "
+        "numpy() (a read-only view)");
   }
   if (!versioned) {
     PyObject* capsule = PyCapsule_New(managed, kLegacyName, legacy_capsule_destructor);
@@ -129,8 +209,12 @@ py::object dlpack(const Tensor& self, const py::object& stream, const py::object
     }
     return py::reinterpret_steal<py::object>(capsule);
   }
-  auto* v = new DLManagedTensorVersioned{
-      {1, 0}, managed, versioned_deleter, copied ? kFlagIsCopied : 0, managed->dl_tensor};
+  auto* v =
+      new DLManagedTensorVersioned{{1, 0},
+                                   managed,
+                                   versioned_deleter,
+                                   (copies ? kFlagIsCopied : 0) | (read_only ? kFlagIsReadOnly : 0),
+                                   managed->dl_tensor};
   PyObject* capsule = PyCapsule_New(v, kVersionedName, versioned_capsule_destructor);
   if (capsule == nullptr) {
     versioned_deleter(v);
@@ -195,6 +279,93 @@ Tensor from_capsule(const py::handle& capsule) {
   return Tensor::from_dlpack(&imported->outer);
 }
 
+/// A read-only numpy array (np.frombuffer of bytes, np.memmap(mode="r")) as ferry takes it: its
+/// buffer, described as DLPack (which numpy will not export read-only), holding a reference to
+/// the array; the memory is marked read-only while it is viewed.
+struct ReadOnlyArray {
+  DLManagedTensor managed{};
+  std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> strides;
+  PyObject* array = nullptr;  // a reference
+  std::uintptr_t begin = 0;
+  std::uintptr_t end = 0;
+};
+
+void read_only_deleter(DLManagedTensor* self) {
+  auto* held = static_cast<ReadOnlyArray*>(self->manager_ctx);
+  if (held->end != held->begin) remove_read_only(held->begin, held->end);
+  if (python_usable()) {
+    const PyGILState_STATE state = PyGILState_Ensure();
+    Py_XDECREF(held->array);
+    PyGILState_Release(state);
+  }
+  delete held;
+}
+
+Tensor from_read_only_array(const py::array& a) {
+  const py::dtype dtype = a.dtype();
+  const char kind = dtype.kind();
+  if (!dtype.attr("isnative").cast<bool>()) {
+    throw py::buffer_error("ferry.from_dlpack: an array of non-native byte order (" +
+                           py::str(py::object(dtype)).cast<std::string>() + ")");
+  }
+  DLDataType type{};
+  switch (kind) {
+    case 'u':
+      type.code = kDLUInt;
+      break;
+    case 'i':
+      type.code = kDLInt;
+      break;
+    case 'f':
+      type.code = kDLFloat;
+      break;
+    case 'c':
+      type.code = kDLComplex;
+      break;
+    case 'b':
+      type.code = 6;  // kDLBool (DLPack 0.8): ferry refuses it by name
+      break;
+    default:
+      throw py::buffer_error("ferry.from_dlpack: an array of dtype " +
+                             py::str(py::object(dtype)).cast<std::string>() +
+                             " (ferry takes numbers)");
+  }
+  const py::ssize_t item = dtype.itemsize();
+  type.bits = static_cast<std::uint8_t>(item * 8);
+  type.lanes = 1;
+  const auto n = static_cast<std::size_t>(a.ndim());
+  std::vector<std::int64_t> strides(n);
+  for (std::size_t d = 0; d < n; ++d) {
+    const py::ssize_t stride = a.strides(static_cast<py::ssize_t>(d));
+    if (stride % item != 0) {
+      throw py::buffer_error("ferry.from_dlpack: an array whose strides are not whole items");
+    }
+    strides[d] = stride / item;
+  }
+  auto* held = new ReadOnlyArray;
+  held->shape.assign(a.shape(), a.shape() + n);
+  held->strides = std::move(strides);
+  held->array = a.inc_ref().ptr();
+  held->managed.manager_ctx = held;
+  held->managed.deleter = read_only_deleter;
+  DLTensor& dl = held->managed.dl_tensor;
+  dl.data = const_cast<void*>(a.data());  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+  dl.device = {kDLCPU, 0};
+  dl.ndim = static_cast<std::int32_t>(n);
+  dl.dtype = type;
+  dl.shape = held->shape.data();
+  dl.strides = held->strides.data();
+  dl.byte_offset = 0;
+  const auto bytes = static_cast<std::uintptr_t>(a.nbytes());
+  if (bytes != 0) {
+    held->begin = reinterpret_cast<std::uintptr_t>(a.data());
+    held->end = held->begin + bytes;
+    add_read_only(held->begin, held->end);
+  }
+  return Tensor::from_dlpack(&held->managed);  // its deleter runs on failure too
+}
+
 py::dtype numpy_dtype(DType dtype) {
   switch (dtype) {
     case DType::u8:
@@ -239,13 +410,32 @@ py::array to_numpy(const Tensor& t) {
   }
   // The array keeps a copy of the tensor, so its storage (a batch's buffer too) lives as long.
   const py::capsule owner(new Tensor(t), [](void* p) { delete static_cast<Tensor*>(p); });
-  return {dtype, shape, strides, data, owner};
+  py::array a(dtype, shape, strides, data, owner);
+  if (t.nbytes() != 0 && is_read_only(data)) a.attr("setflags")(py::arg("write") = false);
+  return a;
 }
 
 py::tuple shape_tuple(const std::vector<int64_t>& shape) {
   py::tuple out(shape.size());
   for (std::size_t i = 0; i < shape.size(); ++i) out[i] = py::int_(shape[i]);
   return out;
+}
+
+/// `call`'s argument `keyword` as a dtype or a device. \throws ConfigError naming them otherwise.
+DType dtype_argument(const py::handle& obj, const char* call, const char* keyword) {
+  try {
+    return to_dtype(obj);
+  } catch (const Error& e) {
+    throw ConfigError(std::string(call) + ": " + keyword + ": " + e.what());
+  }
+}
+
+Device device_argument(const py::handle& obj, const char* call, const char* keyword) {
+  try {
+    return obj.is_none() ? Device::cpu() : to_device(obj);
+  } catch (const Error& e) {
+    throw ConfigError(std::string(call) + ": " + keyword + ": " + e.what());
+  }
 }
 
 Tensor to(const Tensor& t, const py::object& device_or_dtype, const py::object& dtype,
@@ -258,13 +448,13 @@ Tensor to(const Tensor& t, const py::object& device_or_dtype, const py::object& 
     } else {
       const std::string text = py::str(device_or_dtype).cast<std::string>();
       if (text == "cpu" || text.rfind("cuda", 0) == 0) {
-        device = Device::parse(text);
+        device = device_argument(device_or_dtype, "Tensor.to", "device");
       } else {
-        to_type = to_dtype(device_or_dtype);
+        to_type = dtype_argument(device_or_dtype, "Tensor.to", "device (a device or a dtype)");
       }
     }
   }
-  if (!dtype.is_none()) to_type = to_dtype(dtype);
+  if (!dtype.is_none()) to_type = dtype_argument(dtype, "Tensor.to", "dtype");
   auto* s = reinterpret_cast<CUstream_st*>(stream);
   const py::gil_scoped_release release;
   if (device && to_type) return t.to(*device, *to_type, non_blocking, s);
@@ -278,6 +468,11 @@ Tensor to(const Tensor& t, const py::object& device_or_dtype, const py::object& 
 Tensor tensor_from_object(const py::handle& obj) {
   if (py::isinstance<Tensor>(obj)) return obj.cast<Tensor>();
   if (PyCapsule_CheckExact(obj.ptr()) != 0) return from_capsule(obj);
+  // numpy refuses to export a read-only array as DLPack; ferry only reads it, so it views the
+  // array's buffer itself.
+  if (py::isinstance<py::array>(obj) && !py::reinterpret_borrow<py::array>(obj).writeable()) {
+    return from_read_only_array(py::reinterpret_borrow<py::array>(obj));
+  }
   if (!py::hasattr(obj, "__dlpack__")) {
     throw py::type_error("ferry.from_dlpack: " + py::repr(py::type::of(obj)).cast<std::string>() +
                          " exports no DLPack tensor (no __dlpack__); numpy arrays, torch "
@@ -373,7 +568,9 @@ The array API standard's export. Without max_version, or below (1, 0): a legacy 
 capsule (what numpy 1.24 and torch 1.13 take); otherwise a DLPack 1.0 "dltensor_versioned" one.
 On CUDA, `stream` (the consumer's) waits for the tensor's pending writes on the GPU, and the host
 does not wait. A request that cannot be honoured (another device without copy, stream 0) raises
-BufferError or ValueError.)doc")
+BufferError or ValueError, and arguments of the wrong type TypeError, before anything is
+exported. A tensor viewing a read-only array is exported with DLPack 1.0's read-only flag; a
+legacy capsule, which cannot carry it, is refused (BufferError) unless copy=True.)doc")
       .def(
           "__dlpack_device__",
           [](const Tensor& t) { return py::make_tuple(dl_device_type(t), dl_device_id(t)); },
@@ -393,21 +590,23 @@ BufferError or ValueError.)doc")
       R"doc(
 A ferry.Tensor viewing `obj`'s memory, without a copy: a numpy array, a torch tensor, any
 object with __dlpack__, or a DLPack capsule. The producer is kept alive while ferry uses it.
-Non-contiguous arrays are refused (ferry.ConfigError).)doc");
+A read-only numpy array (np.frombuffer, np.memmap(mode="r")) is viewed through its buffer and
+stays read-only (numpy() views it read-only). Non-contiguous arrays are refused
+(ferry.ConfigError).)doc");
   m.def(
       "empty",
       [](const std::vector<int64_t>& shape, const py::object& dtype, const py::object& device,
          bool pinned) {
-        return Tensor::empty(shape, to_dtype(dtype),
-                             device.is_none() ? Device::cpu() : to_device(device), pinned);
+        return Tensor::empty(shape, dtype_argument(dtype, "ferry.empty", "dtype"),
+                             device_argument(device, "ferry.empty", "device"), pinned);
       },
       py::arg("shape"), py::arg("dtype") = "f32", py::arg("device") = py::none(),
       py::arg("pinned") = false, "An uninitialised tensor (on the CPU unless `device`).");
   m.def(
       "zeros",
       [](const std::vector<int64_t>& shape, const py::object& dtype, const py::object& device) {
-        return Tensor::zeros(shape, to_dtype(dtype),
-                             device.is_none() ? Device::cpu() : to_device(device));
+        return Tensor::zeros(shape, dtype_argument(dtype, "ferry.zeros", "dtype"),
+                             device_argument(device, "ferry.zeros", "device"));
       },
       py::arg("shape"), py::arg("dtype") = "f32", py::arg("device") = py::none(),
       "A tensor of zeros (on the CPU unless `device`).");
