@@ -41,40 +41,37 @@ inline std::uint64_t nanos_since(Clock::time_point start) noexcept {
 
 /// A counter to wait on without spinning: whoever changes something a waiter may want calls
 /// notify(). A waiter reads version(), checks its condition, and only then wait(version), so no
-/// wake-up is lost. notify() takes the lock only while someone waits; a wait may end at a
-/// deadline (the consumer's next() waits in slices, so that its caller can run signal handlers).
+/// wake-up is lost. A wait may also end at a deadline (the consumer's next() waits in slices,
+/// so that its caller can run signal handlers): such waits sleep on a condition variable, which
+/// notify() touches only while one is waiting.
 class Signal {
  public:
   std::uint32_t version() const noexcept { return value_.load(std::memory_order_seq_cst); }
   /// Waits until the version moves from `seen`.
-  void wait(std::uint32_t seen) const noexcept {
-    std::unique_lock<std::mutex> lock(mutex_);
-    waiters_.fetch_add(1, std::memory_order_seq_cst);
-    changed_.wait(lock, [&] { return value_.load(std::memory_order_seq_cst) != seen; });
-    waiters_.fetch_sub(1, std::memory_order_seq_cst);
-  }
+  void wait(std::uint32_t seen) const noexcept { value_.wait(seen, std::memory_order_seq_cst); }
   /// Waits until the version moves from `seen` or `deadline` passes; false at the deadline.
   bool wait_until(std::uint32_t seen, Clock::time_point deadline) const noexcept {
     std::unique_lock<std::mutex> lock(mutex_);
-    waiters_.fetch_add(1, std::memory_order_seq_cst);
+    timed_waiters_.fetch_add(1, std::memory_order_seq_cst);
     const bool moved = changed_.wait_until(
         lock, deadline, [&] { return value_.load(std::memory_order_seq_cst) != seen; });
-    waiters_.fetch_sub(1, std::memory_order_seq_cst);
+    timed_waiters_.fetch_sub(1, std::memory_order_seq_cst);
     return moved;
   }
   void notify() noexcept {
     value_.fetch_add(1, std::memory_order_seq_cst);
-    // A waiter counts itself, under the lock, before it checks the version: either it sees the
-    // new version, or this sees it waiting and wakes it (under the lock, so not before it
-    // sleeps).
-    if (waiters_.load(std::memory_order_seq_cst) == 0) return;
+    value_.notify_all();
+    // A timed waiter counts itself, under the lock, before it checks the version: either it
+    // sees the new version, or this sees it waiting and wakes it (under the lock, so not before
+    // it sleeps).
+    if (timed_waiters_.load(std::memory_order_seq_cst) == 0) return;
     const std::lock_guard<std::mutex> lock(mutex_);
     changed_.notify_all();
   }
 
  private:
   std::atomic<std::uint32_t> value_{0};
-  mutable std::atomic<std::uint32_t> waiters_{0};
+  mutable std::atomic<std::uint32_t> timed_waiters_{0};
   mutable std::mutex mutex_;
   mutable std::condition_variable changed_;
 };
