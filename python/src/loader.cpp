@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "binding.hpp"
+#include "pipeline/testing.hpp"
+#include "pipeline/validate.hpp"
 
 namespace ferry::python {
 
@@ -321,22 +323,10 @@ LoaderState to_state(const py::handle& state) {
 /// loop's own, so that prefetch (or device_buffers) batches stay in flight behind it, and
 /// prefetch=1 does not stall. The options are checked as the user gave them first, so that
 /// what they set is what errors and stats() quote.
-LoaderOptions with_loop_buffer(LoaderOptions o, bool& added) {
-  constexpr int kMaxBuffers = 1024;  // LoaderOptions' bound for both
-  if (o.prefetch < 1) {
-    throw ConfigError("Loader: prefetch must be at least 1, got " + std::to_string(o.prefetch));
-  }
-  if (o.device_buffers < 2) {
-    throw ConfigError("Loader: device_buffers must be at least 2, got " +
-                      std::to_string(o.device_buffers));
-  }
-  if (o.prefetch > kMaxBuffers || o.device_buffers > kMaxBuffers) {
-    throw ConfigError("Loader: prefetch and device_buffers must be at most " +
-                      std::to_string(kMaxBuffers) + ", got " + std::to_string(o.prefetch) +
-                      " and " + std::to_string(o.device_buffers));
-  }
+LoaderOptions with_loop_buffer(const Dataset& dataset, LoaderOptions o, bool& added) {
+  detail::validate_options(&dataset, o, detail::SimulatedCopy{});
   int& buffers = o.device.is_cpu() ? o.prefetch : o.device_buffers;
-  added = buffers < kMaxBuffers;
+  added = buffers < detail::kMaxBuffers;
   if (added) buffers += 1;
   return o;
 }
@@ -410,6 +400,16 @@ LoaderState current_state(PyLoader& self) {
   return self.pending ? *self.pending : loader.state();
 }
 
+/// The position of field `key` in a batch; nothing for a name it lacks or a key not a str.
+std::optional<std::size_t> field_of(const PyBatch& b, const py::object& key) {
+  if (!py::isinstance<py::str>(key)) return std::nullopt;
+  const auto name = key.cast<std::string>();
+  for (std::size_t f = 0; f < b.names->size(); ++f) {
+    if ((*b.names)[f] == name) return f;
+  }
+  return std::nullopt;
+}
+
 py::array indices_array(const Batch& b) {
   py::array_t<std::int64_t> out(static_cast<py::ssize_t>(b.size()));
   auto* p = out.mutable_data();
@@ -456,36 +456,20 @@ tensor of it) kept past its iteration keeps its buffer out of the ring until it 
 as many as there are buffers raises ferry.ConfigError instead of waiting.)doc")
       .def("__getitem__",
            [](const PyBatch& b, const py::object& key) {
-             if (py::isinstance<py::str>(key)) {
-               const auto name = key.cast<std::string>();
-               for (std::size_t f = 0; f < b.names->size(); ++f) {
-                 if ((*b.names)[f] == name) return b.batch.at(f);
-               }
-             }
-             throw py::key_error(py::repr(key).cast<std::string>());
+             const std::optional<std::size_t> f = field_of(b, key);
+             if (!f) throw py::key_error(py::repr(key).cast<std::string>());
+             return b.batch.at(*f);
            })
       .def(
           "get",
           [](const PyBatch& b, const py::object& key, const py::object& fallback) -> py::object {
-            if (py::isinstance<py::str>(key)) {
-              const auto name = key.cast<std::string>();
-              for (std::size_t f = 0; f < b.names->size(); ++f) {
-                if ((*b.names)[f] == name) return py::cast(b.batch.at(f));
-              }
-            }
-            return fallback;
+            const std::optional<std::size_t> f = field_of(b, key);
+            return f ? py::cast(b.batch.at(*f)) : fallback;
           },
           py::arg("key"), py::arg("default") = py::none())
       .def("__len__", [](const PyBatch& b) { return b.names->size(); })
       .def("__contains__",
-           [](const PyBatch& b, const py::object& key) {
-             if (!py::isinstance<py::str>(key)) return false;
-             const auto name = key.cast<std::string>();
-             for (const auto& n : *b.names) {
-               if (n == name) return true;
-             }
-             return false;
-           })
+           [](const PyBatch& b, const py::object& key) { return field_of(b, key).has_value(); })
       .def("__iter__", [](const PyBatch& b) { return py::iter(py::cast(*b.names)); })
       .def("keys", [](const PyBatch& b) { return *b.names; })
       .def("values",
@@ -579,6 +563,7 @@ autotune=False keeps them as given. iter(loader) plays epochs 0, 1, 2, ... one p
              auto self = std::make_unique<PyLoader>();
              self->dataset = to_dataset(dataset);
              const LoaderOptions o = with_loop_buffer(
+                 *self->dataset,
                  make_options(batch_size, shuffle, seed, drop_last, workers, prefetch,
                               device_buffers, device, pin_memory, rank, world_size, on_error,
                               ragged, pad_value, pad_multiple, max_tokens, bucket_window,
