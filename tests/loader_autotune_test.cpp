@@ -401,14 +401,19 @@ TEST(LoaderAutotune, AComputeBoundConsumerGivesBackWorkersAndSlots) {
     }
     // A worker was given back, and slots. (The end may find a raise on trial: a loaded machine
     // can stall a worker long enough for two windows to see the consumer wait; the trial undoes
-    // it when batches come no faster.)
-    int least_workers = o.workers, least_prefetch = o.prefetch;
+    // it when batches come no faster. A stall at the start may even make a raise that is kept,
+    // with its slots as a floor that idle windows lower one by one: slots given back are counted
+    // from whatever the setting was before each decision, not from the options.)
+    int least_workers = o.workers;
+    int prefetch_before = o.prefetch;
+    std::size_t slots_given_back = 0;
     for (const ferry::AutotuneDecision& d : s.autotune_decisions) {
       least_workers = std::min(least_workers, d.workers);
-      least_prefetch = std::min(least_prefetch, d.prefetch);
+      if (d.reason.rfind("lowered", 0) == 0 && d.prefetch < prefetch_before) ++slots_given_back;
+      prefetch_before = d.prefetch;
     }
     EXPECT_EQ(least_workers, 1) << s.summary() << "\n" << decisions;
-    EXPECT_LT(least_prefetch, o.prefetch) << decisions;
+    EXPECT_GE(slots_given_back, 1U) << decisions;
     // The slots given back were freed: the memory went down from its peak (six slots made).
     EXPECT_LT(least_later, peak) << decisions;
     // Mostly lowering: raises are trials, each undone (a decision too) when it did not help.
