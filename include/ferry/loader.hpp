@@ -188,6 +188,9 @@ struct FERRY_API LoaderStats {
   /// Samples delivered from each source of a dataset made of sources (Dataset::num_sources(),
   /// a Mixture's, in their order); empty for any other dataset.
   std::vector<std::uint64_t> source_samples;
+  /// What a front end adds (the Python module: why a Python dataset runs on threads, not worker
+  /// processes); summary() ends with them.
+  std::vector<std::string> notes;
 
   /// Fraction of wall time the consumer waited for data.
   double consumer_wait_fraction() const noexcept;

@@ -322,7 +322,11 @@ std::string LoaderStats::summary() const {
   const double wait = consumer_wait_fraction();
   const double busy = worker_busy_fraction();
   const double copy = wall_seconds > 0 ? copy_seconds / wall_seconds : 0;
-  if (wall_seconds <= 0) return "no epoch has run";
+  if (wall_seconds <= 0) {
+    std::string text = "no epoch has run";
+    for (const std::string& note : notes) text += "; " + note;
+    return text;
+  }
   // Whole percents, but a small non-zero share reads "<1%", not "0%".
   auto pct = [](double fraction) {
     if (fraction > 0 && fraction < 0.005) return std::string("<1%");
@@ -354,6 +358,7 @@ std::string LoaderStats::summary() const {
       os << " (" << autotune_decisions.back().reason << ")";
     }
   }
+  for (const std::string& note : notes) os << "; " << note;
   return os.str();
 }
 

@@ -15,6 +15,7 @@ object with __len__ and __getitem__(i) returning a dict of arrays. ferry.torch y
 import atexit as _atexit
 import collections.abc as _abc
 import os as _os
+import sys as _sys
 
 from ._ferry import (  # noqa: F401  (the public names)
     Batch,
@@ -49,6 +50,7 @@ from ._ferry import (  # noqa: F401  (the public names)
     zeros,
 )
 from . import _ferry
+from ._worker import WorkerInfo, worker_info  # noqa: F401
 
 __all__ = [
     "Batch", "ConfigError", "CsvDataset", "DataError", "Dataset", "Device", "DeviceError",
@@ -56,6 +58,7 @@ __all__ = [
     "Tensor",
     "TensorDataset", "TokenDataset", "WebDataset", "built_with_cuda", "cuda_device_count",
     "cuda_is_available", "cuda_unavailable_reason", "empty", "expand_braces", "from_dlpack", "zeros",
+    "WorkerInfo", "worker_info",
 ]
 
 # Epochs still running at interpreter exit are stopped before it finalizes: a worker reading a
@@ -64,5 +67,32 @@ _atexit.register(_ferry._stop_all)
 # A child of os.fork() starts clean: the parent's loaders and epochs are forgotten there (their
 # threads exist only in the parent) and refuse use with a ConfigError; new ones work.
 _os.register_at_fork(after_in_child=_ferry._after_fork_in_child)
+
+
+# ferry's workers seed numpy's global generator before each sample of a Python dataset; its lock
+# (a threading.Lock) may be held by one of them, between two bytecodes, when another thread
+# forks. The fork waits for it, so that the child does not inherit it held for ever.
+def _numpy_random_lock():
+    mtrand = _sys.modules.get("numpy.random.mtrand")
+    generator = getattr(getattr(mtrand, "_rand", None), "_bit_generator", None)
+    return getattr(generator, "lock", None)
+
+
+_held = []
+
+
+def _before_fork():
+    lock = _numpy_random_lock()
+    if lock is not None and lock.acquire(timeout=5):
+        _held.append(lock)
+
+
+def _after_fork():
+    while _held:
+        _held.pop().release()
+
+
+_os.register_at_fork(before=_before_fork, after_in_parent=_after_fork,
+                     after_in_child=_after_fork)
 # A batch is a read-only mapping of field name to tensor: .get, ==, keys/values/items.
 _abc.Mapping.register(Batch)

@@ -1,6 +1,6 @@
 # Type stubs of ferry's extension module (python/src); the docstrings are in the module itself.
 from os import PathLike
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -183,6 +183,7 @@ class LoaderStats:
     memory_budget: int
     autotune: bool
     source_samples: list[int]
+    notes: list[str]
     def consumer_wait_fraction(self) -> float: ...
     def worker_busy_fraction(self) -> float: ...
     def summary(self) -> str: ...
@@ -218,7 +219,10 @@ class Loader:
                  ragged: str = "pad", pad_value: float = 0.0, pad_multiple: int = 1,
                  max_tokens: int = 0, bucket_window: int = 0, shuffle_window: int = 0,
                  stream: int = 0, autotune: bool = True, memory_budget: int = 0,
-                 from_env: bool = False) -> None: ...
+                 from_env: bool = False, processes: int | None = None,
+                 start_method: str = "forkserver",
+                 worker_init_fn: Callable[[int], None] | None = None, timeout: float = 0.0,
+                 seed_python: bool = True) -> None: ...
     def epoch(self, epoch: int, start_batch: int = 0) -> Epoch: ...
     def resume(self, state: str | Mapping[str, Any]) -> Epoch: ...
     def __iter__(self) -> Epoch: ...

@@ -23,12 +23,20 @@ def to_torch(tensor):
     return _torch.utils.dlpack.from_dlpack(tensor)
 
 
-def _convert(batch, fields, as_dict):
+def _positional(loader):
+    """Whether the loader's fields are a tuple's items ("0", "1", ...): a Python dataset whose
+    __getitem__ gives tuples or lists."""
+    names = [name for name, _, _ in loader.dataset.fields]
+    return bool(names) and names == [str(i) for i in range(len(names))]
+
+
+def _convert(batch, fields, as_dict, positional=False):
     names = list(batch.keys()) if fields is None else list(fields)
     if as_dict:
         return {n: to_torch(batch[n]) for n in names}
     out = tuple(to_torch(batch[n]) for n in names)
-    return out[0] if len(out) == 1 else out
+    # A dataset that gives tuples gets tuples back, one field too (as torch's DataLoader does).
+    return out[0] if len(out) == 1 and not positional else out
 
 
 def batches(loader, epoch=None, fields=None, as_dict=False):
@@ -36,23 +44,77 @@ def batches(loader, epoch=None, fields=None, as_dict=False):
     when None), a single tensor for one field, or a dict with as_dict=True. epoch=None plays the
     loader's next epoch (iter(loader))."""
     ep = iter(loader) if epoch is None else loader.epoch(epoch)
+    positional = fields is None and _positional(loader)
     try:
         for batch in ep:
-            yield _convert(batch, fields, as_dict)
+            yield _convert(batch, fields, as_dict, positional)
     finally:
         ep.close()
 
 
+# torch DataLoader keywords with no meaning in ferry, and what to use instead.
+_INSTEAD = {
+    "collate_fn": "ferry stacks each field itself (ragged first dimensions: ragged='pad' or "
+                  "'pack'); return arrays from __getitem__, and change the batch in the loop",
+    "sampler": "use shuffle= and seed= (and rank=/world_size= for several processes): ferry's "
+               "order keeps resume exact",
+    "batch_sampler": "use batch_size= (max_tokens= for batches by a token budget)",
+}
+
+
 class DataLoader:
-    """A torch-style loader over any ferry dataset: `for x, y in DataLoader(ds, batch_size=64)`.
+    """torch.utils.data.DataLoader's signature over ferry: `for x, y in DataLoader(ds, 64)`.
+
+    A Python dataset runs in num_workers worker processes (0: ferry's threads); ferry's own
+    datasets read on its threads (num_workers sets how many). worker_init_fn, timeout,
+    multiprocessing_context (the start method), prefetch_factor (staging slots per worker),
+    generator (its initial_seed() is the seed), drop_last, shuffle and pin_memory mean what they
+    mean in torch; persistent_workers is always true. collate_fn, sampler and batch_sampler have
+    no meaning here: a TypeError says what to use instead. Further keyword arguments are
+    ferry.Loader's (seed, device, on_error, ...); `fields` picks and orders the fields yielded.
+    A dataset whose __getitem__ gives tuples yields tuples.
 
     Every iter() plays the next epoch (0, 1, 2, ...); set_epoch(e) chooses it, as
-    DistributedSampler.set_epoch does. Keyword arguments are ferry.Loader's; `fields` picks and
-    orders the fields yielded. state_dict() and load_state_dict() resume mid-epoch.
+    DistributedSampler.set_epoch does. state_dict() and load_state_dict() resume mid-epoch.
     """
 
-    def __init__(self, dataset, fields=None, as_dict=False, **options):
-        self.loader = _ferry.Loader(dataset, **options)
+    def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None,
+                 num_workers=0, collate_fn=None, pin_memory=False, drop_last=False, timeout=0,
+                 worker_init_fn=None, multiprocessing_context=None, generator=None, *,
+                 prefetch_factor=None, persistent_workers=False, pin_memory_device="",
+                 fields=None, as_dict=False, **options):
+        for name, value in (("collate_fn", collate_fn), ("sampler", sampler),
+                            ("batch_sampler", batch_sampler)):
+            if value is not None:
+                raise TypeError("ferry.torch.DataLoader: %s has no meaning here: %s"
+                                % (name, _INSTEAD[name]))
+        if batch_size is None:
+            raise TypeError("ferry.torch.DataLoader: batch_size=None (samples one by one) has "
+                            "no meaning here: use batch_size=1")
+        if not isinstance(num_workers, int) or num_workers < 0:
+            raise ValueError("ferry.torch.DataLoader: num_workers is an int >= 0, not %r"
+                             % (num_workers,))
+        del persistent_workers, pin_memory_device  # ferry's workers persist; device= places
+        options.setdefault("shuffle", bool(shuffle))
+        options.setdefault("drop_last", drop_last)
+        options.setdefault("pin_memory", pin_memory)
+        if generator is not None:
+            options.setdefault("seed", generator.initial_seed())
+        if prefetch_factor is not None:
+            options.setdefault("prefetch", max(2, prefetch_factor * max(1, num_workers)))
+        if isinstance(dataset, _ferry.Dataset):
+            if num_workers > 0:
+                options.setdefault("workers", num_workers)
+        else:
+            options.setdefault("processes", num_workers)
+            options.setdefault("timeout", float(timeout))
+            options.setdefault("worker_init_fn", worker_init_fn)
+            if multiprocessing_context is not None:
+                method = multiprocessing_context
+                if not isinstance(method, str):
+                    method = method.get_start_method()
+                options.setdefault("start_method", method)
+        self.loader = _ferry.Loader(dataset, batch_size=batch_size, **options)
         self.fields = fields
         self.as_dict = as_dict
         self._epoch = None

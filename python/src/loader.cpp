@@ -5,6 +5,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <chrono>
@@ -15,12 +16,15 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "binding.hpp"
 #include "pipeline/testing.hpp"
 #include "pipeline/validate.hpp"
+#include "py_dataset.hpp"
+#include "workers.hpp"
 
 namespace ferry::python {
 
@@ -55,6 +59,9 @@ struct PyEpoch {
   std::mutex state_mutex;           // guards cancelling `epoch` against its teardown
   std::atomic<int> in_next{0};      // threads inside next_batch()
   std::atomic<bool> closed{false};  // close() was called: next() ends the loop
+  // next() gave the end or raised: the loader no longer counts the epoch as iterated (another may
+  // start), so closing it must not touch reads in flight, which may be the next epoch's.
+  std::atomic<bool> finished{false};
 
   PyEpoch(std::unique_ptr<Epoch> e, std::shared_ptr<const Dataset> d);
   PyEpoch(const PyEpoch&) = delete;
@@ -111,6 +118,12 @@ void PyEpoch::close() {
     // A next() waiting for data wakes (and ends the loop) rather than make close() wait for it.
     const std::lock_guard<std::mutex> lock(state_mutex);
     if (epoch && in_next.load() > 0) epoch->cancel();
+    // Left early: reads waiting for a worker process give up now (the processes' answers are
+    // discarded when they come), so that teardown does not wait for a __getitem__ in progress.
+    if (epoch && !finished.load()) {
+      epoch->cancel();
+      for (PyDataset* d : python_datasets(*dataset)) d->abandon_reads();
+    }
   }
   const auto teardown = [this] {
     std::unique_ptr<Epoch> doomed;
@@ -147,6 +160,8 @@ struct PyLoader {
   // Python dataset it reads is this object's to report to the garbage collector (a dataset
   // that refers to its loader makes a cycle that only the collector can free).
   long sole_owner_count = 0;
+  std::vector<std::string> notes;  // stats().summary()'s: where a Python dataset runs, and why
+  bool uses_processes = false;     // its Python datasets' worker processes count it as a user
 
   PyLoader() = default;
   PyLoader(const PyLoader&) = delete;
@@ -157,9 +172,18 @@ struct PyLoader {
       static_cast<void>(new std::shared_ptr<const Dataset>(std::move(dataset)));
       return;
     }
+    // Worker processes first: reads waiting for them wake, so that the loader's teardown does not
+    // wait for a __getitem__ in progress.
+    release_processes();
     const ReleaseGil release;
     loader.reset();
     dataset.reset();
+  }
+  /// This loader's use of its Python datasets' worker processes ends (the last user stops them).
+  void release_processes() {
+    if (!uses_processes || !dataset) return;
+    uses_processes = false;
+    for (PyDataset* d : python_datasets(*dataset)) d->stop_processes();
   }
   Loader& get() {
     check_generation(generation, "Loader");
@@ -242,10 +266,12 @@ std::optional<Batch> next_batch(PyEpoch& self) {
               got = *b;
             } else {
               end = true;
+              self.finished.store(true);
             }
           }
         } catch (...) {
           error = std::current_exception();
+          self.finished.store(true);
         }
       }
     }
@@ -257,6 +283,72 @@ std::optional<Batch> next_batch(PyEpoch& self) {
     if (got) return got;
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
   }
+}
+
+/// Where the Python datasets in `dataset` run: worker processes (`processes` of them; None: as
+/// many as `workers`, 0 there meaning half the cores, when the datasets can be pickled; returns
+/// their number) or ferry's threads (returns 0). `notes`, for stats().summary(), gets which and
+/// why.
+int use_processes(const Dataset& dataset, const py::object& processes, ProcessOptions options,
+                  int workers, std::vector<std::string>& notes) {
+  const std::vector<PyDataset*> python = python_datasets(dataset);
+  for (PyDataset* d : python) d->set_seed_python(options.seed_python);
+  if (!(options.timeout >= 0) || options.timeout > 1e9) {
+    throw ConfigError("Loader: timeout is seconds >= 0 (0: no limit), not " +
+                      std::to_string(options.timeout));
+  }
+  if (!options.worker_init_fn.is_none() && !PyCallable_Check(options.worker_init_fn.ptr())) {
+    throw py::type_error("Loader: worker_init_fn is None or a callable(worker_id), not " +
+                         py::repr(options.worker_init_fn).cast<std::string>());
+  }
+  const bool automatic = processes.is_none();
+  if (automatic) {
+    if (python.empty()) return 0;
+    const int cores = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+    options.count = workers > 0 ? workers : std::max(1, cores / 2);
+  } else {
+    if (!py::isinstance<py::int_>(processes) || py::isinstance<py::bool_>(processes)) {
+      throw py::type_error("Loader: processes is None or an int, not " +
+                           py::repr(processes).cast<std::string>());
+    }
+    options.count = processes.cast<int>();
+    if (options.count < 0 || options.count > 1024) {
+      throw ConfigError("Loader: processes is 0 (threads), 1..1024, or None, not " +
+                        std::to_string(options.count));
+    }
+    if (options.count == 0) return 0;
+    if (python.empty()) {
+      throw ConfigError("Loader: processes=" + std::to_string(options.count) +
+                        " is for datasets written in Python; ferry's own datasets already read "
+                        "on every core with its threads (use workers)");
+    }
+  }
+  if (automatic) {
+    // A dataset that cannot be pickled stays on threads, and the summary says why.
+    const py::object dumps = py::module_::import("pickle").attr("dumps");
+    const py::object unpicklable = py::module_::import("ferry._worker").attr("unpicklable_here");
+    for (PyDataset* d : python) {
+      std::string why;
+      try {
+        static_cast<void>(dumps(py::handle(d->source())));
+        const py::object reason = unpicklable(py::handle(d->source()));
+        if (!reason.is_none()) why = reason.cast<std::string>();
+      } catch (py::error_already_set& e) {
+        why = "it cannot be pickled (" +
+              py::str(py::type::of(e.value()).attr("__name__")).cast<std::string>() + ": " +
+              py::str(e.value()).cast<std::string>() + ")";
+      }
+      if (!why.empty()) {
+        notes.push_back("the Python dataset runs on ferry's threads, not worker processes: " + why);
+        return 0;
+      }
+    }
+  }
+  for (PyDataset* d : python) d->use_processes(options);
+  notes.push_back("the Python dataset runs in " + std::to_string(options.count) +
+                  " worker process" + (options.count == 1 ? "" : "es") + " (" +
+                  options.start_method + ")");
+  return options.count;
 }
 
 LoaderOptions make_options(std::size_t batch_size, bool shuffle, std::uint64_t seed, bool drop_last,
@@ -386,6 +478,7 @@ int clear_loader(PyObject* self) {
   if (!vh || !vh.holder_constructed()) return 0;
   auto* loader = vh.value_ptr<PyLoader>();
   if (loader == nullptr || loader->generation != g_generation.load()) return 0;
+  loader->release_processes();
   {
     const ReleaseGil release;
     loader->loader.reset();
@@ -443,6 +536,7 @@ void bind_loader(py::module_& m) {
       .def_readonly("memory_budget", &LoaderStats::memory_budget)
       .def_readonly("autotune", &LoaderStats::autotune)
       .def_readonly("source_samples", &LoaderStats::source_samples)
+      .def_readonly("notes", &LoaderStats::notes)
       .def("consumer_wait_fraction", &LoaderStats::consumer_wait_fraction)
       .def("worker_busy_fraction", &LoaderStats::worker_busy_fraction)
       .def("summary", &LoaderStats::summary,
@@ -559,16 +653,29 @@ autotune=False keeps them as given. iter(loader) plays epochs 0, 1, 2, ... one p
                        const std::string& on_error, const std::string& ragged, double pad_value,
                        std::int64_t pad_multiple, std::size_t max_tokens, std::size_t bucket_window,
                        std::size_t shuffle_window, std::uintptr_t stream, bool autotune,
-                       std::uint64_t memory_budget, bool from_env) {
+                       std::uint64_t memory_budget, bool from_env, const py::object& processes,
+                       const std::string& start_method, const py::object& worker_init_fn,
+                       double timeout, bool seed_python) {
              auto self = std::make_unique<PyLoader>();
              self->dataset = to_dataset(dataset);
-             const LoaderOptions o = with_loop_buffer(
+             LoaderOptions o = with_loop_buffer(
                  *self->dataset,
                  make_options(batch_size, shuffle, seed, drop_last, workers, prefetch,
                               device_buffers, device, pin_memory, rank, world_size, on_error,
                               ragged, pad_value, pad_multiple, max_tokens, bucket_window,
                               shuffle_window, stream, autotune, memory_budget, from_env),
                  self->buffer_added);
+             ProcessOptions po;
+             po.start_method = start_method;
+             po.worker_init_fn = worker_init_fn;
+             po.timeout = timeout;
+             po.seed = o.seed;
+             po.seed_python = seed_python;
+             const int count = use_processes(*self->dataset, processes, po, o.workers, self->notes);
+             self->uses_processes = count > 0;
+             // A worker thread drives one process at a time: as many threads as processes
+             // (autotune may use fewer, and so fewer processes).
+             if (count > 0) o.workers = count;
              {
                const ReleaseGil release;
                self->loader = std::make_unique<Loader>(self->dataset, o);
@@ -584,7 +691,10 @@ autotune=False keeps them as given. iter(loader) plays epochs 0, 1, 2, ... one p
            py::arg("on_error") = "raise", py::arg("ragged") = "pad", py::arg("pad_value") = 0.0,
            py::arg("pad_multiple") = 1, py::arg("max_tokens") = 0, py::arg("bucket_window") = 0,
            py::arg("shuffle_window") = 0, py::arg("stream") = 0, py::arg("autotune") = true,
-           py::arg("memory_budget") = 0, py::arg("from_env") = false)
+           py::arg("memory_budget") = 0, py::arg("from_env") = false,
+           py::arg("processes") = py::none(), py::arg("start_method") = "forkserver",
+           py::arg("worker_init_fn") = py::none(), py::arg("timeout") = 0.0,
+           py::arg("seed_python") = true)
       .def(
           "epoch",
           [](PyLoader& self, std::uint64_t e, std::size_t start_batch) {
@@ -648,6 +758,7 @@ autotune=False keeps them as given. iter(loader) plays epochs 0, 1, 2, ... one p
           "stats",
           [](PyLoader& self) {
             LoaderStats s = self.get().stats();
+            s.notes.insert(s.notes.end(), self.notes.begin(), self.notes.end());
             // The loop's own buffer (with_loop_buffer) is the binding's, not the user's.
             if (self.buffer_added && self.get().options().device.is_cpu() && s.prefetch > 1) {
               s.prefetch -= 1;

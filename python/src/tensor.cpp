@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "binding.hpp"
+#include "py_dataset.hpp"
 
 namespace ferry::python {
 
@@ -366,6 +367,8 @@ Tensor from_read_only_array(const py::array& a) {
   return Tensor::from_dlpack(&held->managed);  // its deleter runs on failure too
 }
 
+}  // namespace
+
 py::dtype numpy_dtype(DType dtype) {
   switch (dtype) {
     case DType::u8:
@@ -389,6 +392,8 @@ py::dtype numpy_dtype(DType dtype) {
   }
   throw py::type_error("numpy() of a bf16 tensor: numpy has no bfloat16 (use torch.from_dlpack)");
 }
+
+namespace {
 
 py::array to_numpy(const Tensor& t) {
   if (!t.device().is_cpu()) {

@@ -43,7 +43,8 @@ class Decoding(Indexed):
 
 
 def test_a_python_datasets_exception_keeps_its_traceback(ferry):
-    e = first_error(ferry, Decoding(12))
+    # On threads, the frames themselves (in worker processes, their text: test_pyworkers.py).
+    e = first_error(ferry, Decoding(12), processes=0)
     assert isinstance(e, ValueError) and "record 6 is truncated" in str(e)
     names = [frame.name for frame in traceback.extract_tb(e.__traceback__)]
     assert "decode_record" in names and "__getitem__" in names
@@ -68,25 +69,30 @@ def test_a_kept_failure_does_not_keep_its_frames_locals(ferry):
                 raise ValueError(f"sample {i} does not decode")
             return super().__getitem__(i)
 
-    loader = ferry.Loader(Failing(60), batch_size=8, on_error="skip", device="cpu")
+    loader = ferry.Loader(Failing(60), batch_size=8, on_error="skip", device="cpu", processes=0)
     assert sum(b.size for b in loader.epoch(0)) == 40
     gc.collect()
     assert len(held) == 20 and all(r() is None for r in held)
     # and the traceback of a raised one still shows the line
-    e = first_error(ferry, Failing(8))
+    e = first_error(ferry, Failing(8), processes=0)
     assert "__getitem__" in [f.name for f in traceback.extract_tb(e.__traceback__)]
 
 
+@pytest.mark.parametrize("processes", [0, 2])
 @pytest.mark.parametrize("bad_source", [0, 1])
-def test_an_exception_in_a_mixtures_source_keeps_its_type(ferry, bad_source):
+def test_an_exception_in_a_mixtures_source_keeps_its_type(ferry, bad_source, processes):
     sources = [Indexed(10), Indexed(10)]
     sources[bad_source] = Indexed(10, bad={4}, error=LookupError)
     mix = ferry.Mixture([(s, 1.0) for s in sources])
-    e = first_error(ferry, mix)
+    e = first_error(ferry, mix, processes=processes)
     assert type(e) is LookupError and "sample 4 is corrupt" in str(e)
     assert e.ferry_sample == 10 * bad_source + 4
-    names = [frame.name for frame in traceback.extract_tb(e.__traceback__)]
-    assert "__getitem__" in names
+    if processes == 0:  # the frames themselves
+        names = [frame.name for frame in traceback.extract_tb(e.__traceback__)]
+        assert "__getitem__" in names
+    else:  # their text, from the worker process
+        notes = "\n".join(e.__notes__)
+        assert "in the worker process" in notes and "in __getitem__" in notes, notes
 
 
 def test_an_exception_in_a_nested_mixture_keeps_its_type(ferry):

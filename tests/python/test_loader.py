@@ -101,7 +101,7 @@ def test_python_dataset_errors_at_construction(ferry):
             return 3
 
         def __getitem__(self, i):
-            return [1, 2]
+            return "12"  # a str is a sequence, but not a sample
 
     with pytest.raises(ferry.ConfigError, match="not a dict"):
         ferry.Loader(NotADict(), device="cpu")

@@ -1,0 +1,372 @@
+// Datasets written in Python: their samples as fields (SampleLayout), the generators seeded
+// before each __getitem__ (PythonSeeder), and PyDataset, read on ferry's worker threads under
+// the GIL or, with processes, in worker processes (workers.cpp).
+
+#include "py_dataset.hpp"
+
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "workers.hpp"
+
+namespace ferry::python {
+
+namespace {
+
+std::string type_name(const py::handle& obj) {
+  return py::repr(py::type::of(obj)).cast<std::string>();
+}
+
+/// A value as an error shows it: its repr, flattened, at most 80 characters.
+std::string shown(const py::array& value) {
+  std::string text = py::repr(value.ndim() == 0 ? value.attr("item")() : value.attr("ravel")())
+                         .cast<std::string>();
+  if (text.size() > 80) text = text.substr(0, 77) + "...";
+  return text;
+}
+
+std::string shape_text(const py::array& a) {
+  return py::str(py::tuple(a.attr("shape"))).cast<std::string>();
+}
+
+/// One (name, dtype, shape) of a `fields` declaration, shape's None a ragged first dimension.
+FieldSpec declared_field(const py::handle& item, std::size_t position) {
+  const std::string where = "Python dataset: fields[" + std::to_string(position) + "]";
+  if (!py::isinstance<py::sequence>(item) || py::isinstance<py::str>(item) || py::len(item) != 3) {
+    throw ConfigError(where + " is " + py::repr(item).cast<std::string>() +
+                      ", not a (name, dtype, shape) tuple");
+  }
+  const auto t = item.cast<py::sequence>();
+  FieldSpec f;
+  if (!py::isinstance<py::str>(t[0])) throw ConfigError(where + ": the name is not a str");
+  f.name = t[0].cast<std::string>();
+  try {
+    f.dtype = to_dtype(t[1]);
+  } catch (const Error& e) {
+    throw ConfigError(where + " (\"" + f.name + "\"): " + e.what());
+  }
+  const py::object shape = t[2];
+  if (!py::isinstance<py::sequence>(shape) || py::isinstance<py::str>(shape)) {
+    throw ConfigError(where + " (\"" + f.name + "\"): the shape is a tuple, not " +
+                      py::repr(shape).cast<std::string>());
+  }
+  std::size_t d = 0;
+  for (const py::handle dim : shape) {
+    if (dim.is_none() && d == 0) {
+      f.shape.push_back(ragged);
+    } else if (py::isinstance<py::int_>(dim) && dim.cast<std::int64_t>() >= 0) {
+      f.shape.push_back(dim.cast<std::int64_t>());
+    } else {
+      throw ConfigError(where + " (\"" + f.name + "\"): dimension " + std::to_string(d) + " is " +
+                        py::repr(dim).cast<std::string>() +
+                        "; dimensions are ints >= 0, and None only for the first (ragged)");
+    }
+    ++d;
+  }
+  return f;
+}
+
+}  // namespace
+
+// ---- SampleLayout
+
+SampleLayout::SampleLayout(const py::object& source, const py::object& first) {
+  const py::module_ np = py::module_::import("numpy");
+  asarray_ = np.attr("asarray");
+  contiguous_ = np.attr("ascontiguousarray");
+  array_equal_ = np.attr("array_equal");
+  isinf_ = np.attr("isinf");
+  errstate_ = np.attr("errstate");
+  can_cast_ = np.attr("can_cast");
+  positional_ = py::isinstance<py::tuple>(first) || py::isinstance<py::list>(first);
+  if (!positional_ && !py::isinstance<py::dict>(first)) {
+    throw ConfigError("Python dataset: __getitem__(0) gave " + type_name(first) +
+                      ", not a dict of field name to array or scalar, or a tuple or list of them");
+  }
+  const py::object declared = py::getattr(source, "fields", py::none());
+  if (!declared.is_none() && !py::isinstance<Dataset>(source)) {
+    declared_ = true;
+    if (!py::isinstance<py::sequence>(declared) || py::isinstance<py::str>(declared)) {
+      throw ConfigError("Python dataset: `fields` is a list of (name, dtype, shape), not " +
+                        py::repr(declared).cast<std::string>());
+    }
+    std::size_t position = 0;
+    for (const py::handle item : declared) {
+      FieldSpec f = declared_field(item, position);
+      py::object key = positional_ ? py::object(py::int_(position)) : py::object(py::str(f.name));
+      add_field(std::move(f), std::move(key));
+      ++position;
+    }
+    if (positional_ && py::len(first) != fields_.size()) {
+      throw ConfigError("Python dataset: sample 0 has " + std::to_string(py::len(first)) +
+                        " items; `fields` declares " + std::to_string(fields_.size()));
+    }
+  } else if (positional_) {
+    const auto items = first.cast<py::sequence>();
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const py::object value = items[i];
+      if (py::isinstance<py::dict>(value)) {
+        throw ConfigError("Python dataset: item " + std::to_string(i) +
+                          " of sample 0 is a dict: nested samples are not taken; return one flat "
+                          "dict or tuple of arrays");
+      }
+      const py::array a = asarray_(value);
+      FieldSpec f;
+      f.name = std::to_string(i);
+      f.dtype = to_dtype(a.dtype());
+      f.shape.assign(a.shape(), a.shape() + a.ndim());
+      add_field(std::move(f), py::int_(i));
+    }
+  } else {
+    for (const auto& [key, value] : first.cast<py::dict>()) {
+      const std::string name = py::str(key).cast<std::string>();
+      if (py::isinstance<py::dict>(value)) {
+        throw ConfigError("Python dataset: field \"" + name +
+                          "\" of sample 0 is a dict: nested dicts are not taken; flatten them "
+                          "(e.g. \"" +
+                          name + "/x\")");
+      }
+      const py::array a = asarray_(value);
+      FieldSpec f;
+      f.name = name;
+      try {
+        f.dtype = to_dtype(a.dtype());
+      } catch (const Error&) {
+        throw ConfigError("Python dataset: field \"" + f.name + "\" of sample 0 has dtype " +
+                          py::str(a.dtype()).cast<std::string>() +
+                          ", which ferry does not take (u8, u16, u32, i32, i64, f16, bf16, f32, "
+                          "f64; convert it, e.g. a bool to u8)");
+      }
+      f.shape.assign(a.shape(), a.shape() + a.ndim());
+      add_field(std::move(f), py::reinterpret_borrow<py::object>(key));
+    }
+  }
+  if (fields_.empty()) throw ConfigError("Python dataset: sample 0 has no fields");
+}
+
+SampleLayout::SampleLayout(const py::handle& description) {
+  const py::module_ np = py::module_::import("numpy");
+  asarray_ = np.attr("asarray");
+  contiguous_ = np.attr("ascontiguousarray");
+  array_equal_ = np.attr("array_equal");
+  isinf_ = np.attr("isinf");
+  errstate_ = np.attr("errstate");
+  can_cast_ = np.attr("can_cast");
+  const auto d = description.cast<py::tuple>();
+  positional_ = d[1].cast<bool>();
+  declared_ = d[2].cast<bool>();
+  std::size_t position = 0;
+  for (const py::handle item : d[0]) {
+    FieldSpec f = declared_field(item, position);
+    py::object key = positional_ ? py::object(py::int_(position)) : py::object(py::str(f.name));
+    add_field(std::move(f), std::move(key));
+    ++position;
+  }
+}
+
+SampleLayout::~SampleLayout() {
+  if (!python_usable()) {
+    abandon();
+    return;
+  }
+  const py::gil_scoped_acquire gil;
+  dtypes_.clear();
+  keys_.clear();
+  asarray_ = contiguous_ = array_equal_ = isinf_ = errstate_ = can_cast_ = py::object();
+}
+
+void SampleLayout::abandon() noexcept {
+  for (py::object* o : {&asarray_, &contiguous_, &array_equal_, &isinf_, &errstate_, &can_cast_})
+    static_cast<void>(o->release());
+  for (auto& d : dtypes_) static_cast<void>(d.release());
+  for (auto& k : keys_) static_cast<void>(k.release());
+  dtypes_.clear();
+  keys_.clear();
+}
+
+void SampleLayout::add_field(FieldSpec f, py::object key) {
+  const py::dtype dt = numpy_dtype(f.dtype);
+  float_fields_.push_back(dt.kind() == 'f');
+  dtypes_.push_back(dt);
+  keys_.push_back(std::move(key));
+  fields_.push_back(std::move(f));
+}
+
+py::tuple SampleLayout::describe() const {
+  py::list fields;
+  for (const FieldSpec& f : fields_) {
+    py::list shape;
+    for (const std::int64_t d : f.shape) {
+      shape.append(d == ragged ? py::object(py::none()) : py::object(py::int_(d)));
+    }
+    fields.append(py::make_tuple(f.name, std::string(dtype_name(f.dtype)), py::tuple(shape)));
+  }
+  return py::make_tuple(fields, positional_, declared_);
+}
+
+py::object SampleLayout::value_of(const py::handle& sample, std::size_t f,
+                                  std::size_t index) const {
+  if (positional_) {
+    if (!(py::isinstance<py::tuple>(sample) || py::isinstance<py::list>(sample))) {
+      throw py::type_error("__getitem__(" + std::to_string(index) + ") gave " + type_name(sample) +
+                           "; sample 0 was a tuple or list");
+    }
+    if (py::len(sample) != fields_.size()) {
+      throw py::value_error("__getitem__(" + std::to_string(index) + ") gave " +
+                            std::to_string(py::len(sample)) + " items; sample 0 had " +
+                            std::to_string(fields_.size()));
+    }
+    return sample.cast<py::sequence>()[f];
+  }
+  if (!py::isinstance<py::dict>(sample)) {
+    throw py::type_error("__getitem__(" + std::to_string(index) + ") gave " + type_name(sample) +
+                         ", not a dict");
+  }
+  const auto dict = py::reinterpret_borrow<py::dict>(sample);
+  if (!dict.contains(keys_[f])) {
+    throw py::key_error("sample " + std::to_string(index) + " lacks field \"" + fields_[f].name +
+                        "\"");
+  }
+  return dict[keys_[f]];
+}
+
+void SampleLayout::write(const py::handle& sample, std::size_t index,
+                         std::span<std::byte* const> dest,
+                         std::span<const std::size_t> nbytes) const {
+  for (std::size_t f = 0; f < fields_.size(); ++f) {
+    py::array a = converted(value_of(sample, f, index), f, index);
+    if ((a.flags() & py::array::c_style) == 0) a = contiguous_(a);
+    const FieldSpec& spec = fields_[f];
+    bool same = a.ndim() == static_cast<py::ssize_t>(spec.shape.size());
+    for (std::size_t d = spec.is_ragged() ? 1 : 0; same && d < spec.shape.size(); ++d) {
+      same = a.shape(static_cast<py::ssize_t>(d)) == spec.shape[d];
+    }
+    if (!same) {
+      py::list want;
+      for (const std::int64_t d : spec.shape) {
+        want.append(d == ragged ? py::object(py::str("L")) : py::object(py::int_(d)));
+      }
+      throw py::value_error("field \"" + spec.name + "\" of sample " + std::to_string(index) +
+                            " has shape " + shape_text(a) + "; " +
+                            (declared_ ? "`fields` declares " : "sample 0's is ") +
+                            py::str(py::tuple(want)).cast<std::string>());
+    }
+    if (static_cast<std::size_t>(a.nbytes()) != nbytes[f]) {
+      const std::size_t row = spec.sample_bytes();
+      throw DataError("Python dataset: field \"" + spec.name + "\" of sample " +
+                      std::to_string(index) + " has " + std::to_string(a.shape(0)) +
+                      " rows; length() gave " + std::to_string(row == 0 ? 0 : nbytes[f] / row));
+    }
+    if (nbytes[f] != 0) std::memcpy(dest[f], a.data(), nbytes[f]);
+  }
+}
+
+// A conversion that changes a value (300 or -1 into u8, 3.7 into an integer, a finite float that
+// overflows) is a DataError naming the sample and the field; one that keeps every value (3 into
+// f32, a float rounded to a narrower float) is done.
+py::array SampleLayout::converted(const py::handle& value, std::size_t f, std::size_t index) const {
+  py::array given = asarray_(value);
+  const py::dtype& want = dtypes_[f];
+  if (given.dtype().equal(want)) return given;
+  const std::string dtype_source = declared_ ? "the declared dtype" : "sample 0's dtype";
+  // A safe cast changes no value (numpy 1.x judges a scalar by its value: 7 into u8, 1.5 into
+  // f32); whatever it does not call safe is converted and compared below.
+  if (can_cast_(given, want).cast<bool>()) return given.attr("astype")(want);
+  // numpy's warnings for a float that overflows or is not an integer are left out: the error
+  // below says more.
+  const char kind = given.dtype().kind();
+  const py::object quiet =
+      kind == 'f' || kind == 'c' ? errstate_(py::arg("all") = "ignore") : py::object();
+  if (quiet) quiet.attr("__enter__")();
+  py::array a;
+  try {
+    a = given.attr("astype")(want);
+  } catch (py::error_already_set& e) {  // "abc", a list of lists of unequal lengths
+    if (quiet) quiet.attr("__exit__")(py::none(), py::none(), py::none());
+    throw DataError("Python dataset: field \"" + fields_[f].name + "\" of sample " +
+                    std::to_string(index) + ": " + shown(given) + " (" +
+                    py::str(given.dtype()).cast<std::string>() + ") cannot be converted to " +
+                    py::str(py::object(want)).cast<std::string>() + " (" + dtype_source +
+                    " for the field): " +
+                    py::str(py::type::of(e.value()).attr("__name__")).cast<std::string>() + ": " +
+                    py::str(e.value()).cast<std::string>());
+  }
+  if (quiet) quiet.attr("__exit__")(py::none(), py::none(), py::none());
+  bool same = true;
+  if (float_fields_[f] && kind == 'f') {
+    // Rounding to a narrower float is expected; overflow to infinity is not.
+    same = array_equal_(isinf_(a), isinf_(given)).cast<bool>();
+  } else if (kind == 'f' || kind == 'c') {
+    same = array_equal_(a.attr("astype")(given.dtype()), given, py::arg("equal_nan") = true)
+               .cast<bool>();
+  } else {
+    // The same shape on both sides: == compares element by element.
+    same = a.attr("astype")(given.dtype()).attr("__eq__")(given).attr("all")().cast<bool>();
+  }
+  if (!same) {
+    throw DataError("Python dataset: field \"" + fields_[f].name + "\" of sample " +
+                    std::to_string(index) + ": " + shown(given) + " (" +
+                    py::str(given.dtype()).cast<std::string>() + ") does not fit " +
+                    py::str(py::object(want)).cast<std::string>() + " (" + dtype_source +
+                    " for the field) without changing a value");
+  }
+  return a;
+}
+
+// ---- PythonSeeder
+
+PythonSeeder::PythonSeeder()
+    : random_seed_(py::module_::import("random").attr("seed")),
+      numpy_seed_(py::module_::import("numpy").attr("random").attr("seed")),
+      modules_(py::module_::import("sys").attr("modules")) {}
+
+PythonSeeder::~PythonSeeder() {
+  if (!python_usable()) {
+    abandon();
+    return;
+  }
+  const py::gil_scoped_acquire gil;
+  random_seed_ = numpy_seed_ = modules_ = py::object();
+}
+
+void PythonSeeder::abandon() noexcept {
+  static_cast<void>(random_seed_.release());
+  static_cast<void>(numpy_seed_.release());
+  static_cast<void>(modules_.release());
+}
+
+namespace {
+
+/// One generator's seed from the sample's: each generator its own (random and numpy's legacy
+/// generator are both MT19937 seeded the same way: one seed would make their draws equal, and a
+/// flip drawn from one and a crop from the other move together).
+std::uint64_t generator_seed(std::uint64_t seed, std::uint64_t generator) {
+  std::uint64_t z = seed + generator * 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30U)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27U)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31U);
+}
+
+}  // namespace
+
+void PythonSeeder::seed(std::uint64_t seed) const {
+  random_seed_(py::int_(generator_seed(seed, 1)));
+  // numpy's legacy generator takes 32-bit words.
+  const std::uint64_t numpy = generator_seed(seed, 2);
+  py::list words;
+  words.append(py::int_(numpy & 0xffffffffU));
+  words.append(py::int_(numpy >> 32U));
+  numpy_seed_(words);
+  const auto modules = py::reinterpret_borrow<py::dict>(modules_);
+  if (modules.contains("torch")) {
+    const py::object torch = modules["torch"];
+    if (py::hasattr(torch, "manual_seed")) {
+      torch.attr("manual_seed")(py::int_(generator_seed(seed, 3)));
+    }
+  }
+}
+
+}  // namespace ferry::python

@@ -1,0 +1,178 @@
+#pragma once
+
+// Datasets written in Python: any object with __len__ and __getitem__(i). How a sample becomes
+// fields (SampleLayout), the generators seeded before each __getitem__ (PythonSeeder), and the
+// dataset the loader reads (PyDataset): on ferry's worker threads under the GIL, or, with
+// processes, in worker processes (workers.hpp) that write each sample into shared memory.
+
+#include <pybind11/numpy.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "binding.hpp"
+
+namespace ferry::python {
+
+class ProcessPool;
+struct ProcessOptions;
+
+/// The GIL, taken on one of ferry's worker threads for a read. A thread's first read makes its
+/// Python thread state and keeps it (one count of PyGILState_Ensure never released), so that
+/// later reads only take and give back the GIL: making and clearing a thread state for each
+/// sample, as a plain PyGILState_Ensure/Release pair does on a thread Python did not start, cost
+/// more than the read itself (about 100 us a sample for a trivial dataset).
+class ReaderGil {
+ public:
+  ReaderGil();
+  ~ReaderGil();
+  ReaderGil(const ReaderGil&) = delete;
+  ReaderGil& operator=(const ReaderGil&) = delete;
+
+ private:
+  PyGILState_STATE state_;
+};
+
+/// numpy's dtype for a ferry dtype. \throws TypeError for bf16 (numpy has none).
+py::dtype numpy_dtype(DType dtype);
+
+/// How a Python dataset's samples become fields. Declared by the dataset (a `fields` attribute:
+/// (name, dtype, shape) with None for a ragged first dimension, and length(index, field) for
+/// those), or taken from sample 0: one field per key of a dict, or per item of a tuple or list
+/// (named "0", "1", ...), with numpy's dtype and shape for the value. write() converts each value
+/// to its field's dtype where no value changes and checks its shape. Needs the GIL throughout.
+class SampleLayout {
+ public:
+  /// The layout of `source`: its declaration, else its sample 0 (`first`).
+  SampleLayout(const py::object& source, const py::object& first);
+  /// A layout rebuilt from describe() (in a worker process).
+  explicit SampleLayout(const py::handle& description);
+  SampleLayout(const SampleLayout&) = delete;
+  SampleLayout& operator=(const SampleLayout&) = delete;
+  ~SampleLayout();
+
+  const std::vector<FieldSpec>& fields() const noexcept { return fields_; }
+  /// Samples are tuples or lists (fields "0", "1", ...), not dicts.
+  bool positional() const noexcept { return positional_; }
+  /// The fields were declared (`fields`), not taken from sample 0.
+  bool declared() const noexcept { return declared_; }
+  /// (fields as (name, dtype, shape) tuples, positional): what a worker process rebuilds it from.
+  py::tuple describe() const;
+
+  /// Writes `sample` (what __getitem__(index) gave) into dest[f], exactly nbytes[f] bytes per
+  /// field (a ragged field's rows are nbytes[f] / its row's bytes). \throws a Python exception
+  /// (TypeError, KeyError, ValueError) or DataError naming the sample and the field.
+  void write(const py::handle& sample, std::size_t index, std::span<std::byte* const> dest,
+             std::span<const std::size_t> nbytes) const;
+
+  /// Lets go of Python objects without touching Python (the interpreter is going).
+  void abandon() noexcept;
+
+ private:
+  void add_field(FieldSpec f, py::object key);
+  py::object value_of(const py::handle& sample, std::size_t f, std::size_t index) const;
+  py::array converted(const py::handle& value, std::size_t f, std::size_t index) const;
+
+  std::vector<FieldSpec> fields_;
+  std::vector<py::dtype> dtypes_;
+  std::vector<bool> float_fields_;
+  std::vector<py::object> keys_;
+  bool positional_ = false;
+  bool declared_ = false;
+  py::object asarray_;      // np.asarray (0-d for a scalar)
+  py::object contiguous_;   // np.ascontiguousarray, for a strided array
+  py::object array_equal_;  // np.array_equal and np.isinf: a conversion's check
+  py::object isinf_;
+  py::object errstate_;  // np.errstate: a conversion's overflow warnings are not shown
+  py::object can_cast_;  // np.can_cast: a conversion known safe is not compared
+};
+
+/// Seeds Python's `random`, numpy's legacy global generator and torch's CPU generator (where
+/// torch is imported) from a sample's seed, before its __getitem__. Needs the GIL.
+class PythonSeeder {
+ public:
+  PythonSeeder();
+  PythonSeeder(const PythonSeeder&) = delete;
+  PythonSeeder& operator=(const PythonSeeder&) = delete;
+  ~PythonSeeder();
+  void seed(std::uint64_t seed) const;
+  void abandon() noexcept;
+
+ private:
+  py::object random_seed_;
+  py::object numpy_seed_;
+  py::object modules_;  // sys.modules: torch is seeded only once something imported it
+};
+
+/// A dataset written in Python. A failure keeps the Python exception, traceback included, for
+/// the module to raise (take_python_failure).
+class PyDataset final : public Dataset {
+ public:
+  explicit PyDataset(py::object source);
+  PyDataset(const PyDataset&) = delete;
+  PyDataset& operator=(const PyDataset&) = delete;
+  ~PyDataset() override;
+
+  std::size_t size() const override { return size_; }
+  std::vector<FieldSpec> fields() const override { return layout_->fields(); }
+  std::int64_t length(std::size_t index, std::size_t field) const override;
+  std::int64_t max_length(std::size_t field) const override;
+  void read(std::size_t index, SampleRef out) const override;
+
+  /// The Python object read (for the garbage collector's traversal).
+  PyObject* source() const noexcept { return source_.ptr(); }
+  const SampleLayout& layout() const noexcept { return *layout_; }
+
+  /// Whether __getitem__ is seeded per sample (seed_python). GIL held.
+  void set_seed_python(bool on) noexcept { seed_python_ = on; }
+  /// Runs __getitem__ in worker processes from now on (GIL held; starts them). A second call
+  /// with other options is a ConfigError: a dataset object feeds one pool.
+  void use_processes(const ProcessOptions& options);
+  /// Reads waiting for a worker process give up (their epoch was left early). No GIL needed.
+  void abandon_reads() noexcept;
+  /// The worker processes, if any.
+  ProcessPool* pool() const noexcept { return pool_.get(); }
+  /// One loader fewer uses the worker processes; the last one stops them, waking reads that wait
+  /// for them (GIL held).
+  void stop_processes();
+
+  /// Keeps a Python exception for the module to raise as it was, with its traceback (its frames'
+  /// locals are let go). Needs the GIL. \throws DataError with its type and message.
+  [[noreturn]] void fail(std::size_t index, const py::error_already_set& e) const;
+  /// Keeps a worker process's failure: its exception pickled, and its traceback's text.
+  void keep_remote_failure(std::uint64_t index, std::string pickled, std::string traceback) const;
+  /// The failure kept for `index`, as an exception object; empty if none. GIL held.
+  py::object take_failure(std::uint64_t index) const;
+
+ private:
+  struct RemoteFailure {
+    std::string pickled;
+    std::string traceback;
+  };
+  void keep_failure(std::uint64_t index, py::object error) const;
+
+  py::object source_;
+  py::object length_;        // source.length, where declared
+  py::object max_length_;    // source.max_length, where declared
+  py::object clear_frames_;  // traceback.clear_frames: a kept failure's locals go
+  std::size_t size_ = 0;
+  std::unique_ptr<SampleLayout> layout_;
+  std::unique_ptr<PythonSeeder> seeder_;
+  bool seed_python_ = true;
+  std::unique_ptr<ProcessPool> pool_;
+  int pool_users_ = 0;  // loaders using pool_ (GIL held)
+  mutable std::mutex mutex_;
+  mutable std::map<std::uint64_t, py::object> failures_;  // guarded by mutex_ (and the GIL)
+  mutable std::map<std::uint64_t, RemoteFailure> remote_failures_;  // guarded by mutex_
+};
+
+/// The Python datasets in `dataset` (itself, or a Mixture's sources, nested too).
+std::vector<PyDataset*> python_datasets(const Dataset& dataset);
+
+}  // namespace ferry::python

@@ -1,0 +1,263 @@
+// PyDataset: a dataset written in Python, read on ferry's worker threads (each taking the GIL
+// for its call) or in worker processes (workers.cpp); and what a worker process runs of it
+// (_WorkerReader).
+
+#include <pybind11/stl.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "py_dataset.hpp"
+#include "workers.hpp"
+
+namespace ferry::python {
+
+ReaderGil::ReaderGil() : state_(PyGILState_Ensure()) {
+  thread_local bool kept = false;
+  if (!kept) {
+    static_cast<void>(PyGILState_Ensure());  // held for the thread's life
+    kept = true;
+  }
+}
+
+ReaderGil::~ReaderGil() { PyGILState_Release(state_); }
+
+PyDataset::PyDataset(py::object source) : source_(std::move(source)) {
+  clear_frames_ = py::module_::import("traceback").attr("clear_frames");
+  size_ = py::len(source_);
+  if (size_ == 0) throw ConfigError("Python dataset: it is empty (len() == 0)");
+  const py::object first = source_[py::int_(0)];
+  layout_ = std::make_unique<SampleLayout>(source_, first);
+  seeder_ = std::make_unique<PythonSeeder>();
+  bool has_ragged = false;
+  for (const FieldSpec& f : layout_->fields()) has_ragged = has_ragged || f.is_ragged();
+  if (has_ragged) {
+    length_ = py::getattr(source_, "length", py::none());
+    if (length_.is_none()) {
+      throw ConfigError(
+          "Python dataset: `fields` declares a ragged field (shape (None, ...)); the dataset "
+          "then gives length(index, field) -> rows");
+    }
+    max_length_ = py::getattr(source_, "max_length", py::none());
+  }
+}
+
+PyDataset::~PyDataset() {
+  if (!python_usable()) {
+    // The interpreter is going: its objects are left to it.
+    if (pool_) pool_.reset();
+    static_cast<void>(source_.release());
+    static_cast<void>(length_.release());
+    static_cast<void>(max_length_.release());
+    static_cast<void>(clear_frames_.release());
+    layout_->abandon();
+    seeder_->abandon();
+    for (auto& [i, e] : failures_) static_cast<void>(e.release());
+    return;
+  }
+  const py::gil_scoped_acquire gil;
+  pool_.reset();
+  source_ = length_ = max_length_ = clear_frames_ = py::object();
+  failures_.clear();
+}
+
+std::int64_t PyDataset::length(std::size_t index, std::size_t field) const {
+  if (!python_usable()) throw Error("Python dataset: the interpreter is exiting");
+  const ReaderGil gil;
+  try {
+    return length_(index, layout_->fields().at(field).name).cast<std::int64_t>();
+  } catch (py::error_already_set& e) {
+    throw ConfigError("Python dataset: length(" + std::to_string(index) + ", \"" +
+                      layout_->fields().at(field).name + "\"): " +
+                      py::str(py::type::of(e.value()).attr("__name__")).cast<std::string>() + ": " +
+                      py::str(e.value()).cast<std::string>());
+  } catch (py::cast_error&) {
+    throw ConfigError("Python dataset: length(" + std::to_string(index) + ", \"" +
+                      layout_->fields().at(field).name + "\") did not give an int");
+  }
+}
+
+std::int64_t PyDataset::max_length(std::size_t field) const {
+  if (max_length_.is_none() || !python_usable()) return -1;
+  const ReaderGil gil;
+  try {
+    return max_length_(layout_->fields().at(field).name).cast<std::int64_t>();
+  } catch (py::error_already_set& e) {
+    throw ConfigError("Python dataset: max_length(\"" + layout_->fields().at(field).name +
+                      "\"): " + py::str(e.value()).cast<std::string>());
+  }
+}
+
+void PyDataset::read(std::size_t index, SampleRef out) const {
+  if (pool_) {
+    pool_->read(*this, index, out);
+    return;
+  }
+  if (!python_usable()) throw Error("Python dataset: the interpreter is exiting");
+  const ReaderGil gil;
+  const std::size_t n = layout_->fields().size();
+  std::vector<std::byte*> dest(n);
+  std::vector<std::size_t> nbytes(n);
+  for (std::size_t f = 0; f < n; ++f) {
+    dest[f] = static_cast<std::byte*>(out.data(f));
+    nbytes[f] = out.nbytes(f);
+  }
+  try {
+    if (seed_python_) seeder_->seed(out.seed());
+    const py::object sample = source_[py::int_(index)];
+    layout_->write(sample, index, dest, nbytes);
+  } catch (py::builtin_exception& e) {  // the layout's own TypeError, KeyError, ...
+    e.set_error();
+    fail(index, py::error_already_set());
+  } catch (py::error_already_set& e) {
+    fail(index, e);
+  }
+}
+
+void PyDataset::use_processes(const ProcessOptions& options) {
+  if (pool_ && pool_users_ > 0) {
+    if (pool_->options() == options) {
+      ++pool_users_;
+      return;
+    }
+    throw ConfigError(
+        "Loader: this Python dataset already feeds another loader's worker processes, with other "
+        "options; give each loader its own dataset object");
+  }
+  pool_ = std::make_unique<ProcessPool>(*this, options);
+  pool_users_ = 1;
+}
+
+void PyDataset::abandon_reads() noexcept {
+  if (pool_) pool_->abandon();
+}
+
+void PyDataset::stop_processes() {
+  if (!pool_ || pool_users_ == 0) return;
+  if (--pool_users_ == 0) pool_->stop();
+}
+
+void PyDataset::fail(std::size_t index, const py::error_already_set& e) const {
+  std::string what = py::str(py::type::of(e.value()).attr("__name__")).cast<std::string>() + ": " +
+                     py::str(e.value()).cast<std::string>();
+  // The value alone is kept: raised again, it brings the traceback it holds. Its frames'
+  // locals are let go (a decoded image, say): under on_error="skip" up to 256 failures wait
+  // here; the frames' code and lines, which a traceback shows, stay.
+  if (e.trace()) {
+    PyException_SetTraceback(e.value().ptr(), e.trace().ptr());
+    try {
+      clear_frames_(e.trace());
+    } catch (py::error_already_set&) {  // a frame still running: its locals stay
+    }
+  }
+  keep_failure(index, e.value());
+  throw DataError("Python dataset: " + what);
+}
+
+void PyDataset::keep_failure(std::uint64_t index, py::object error) const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  // Bounded: under on_error="skip" nothing takes them.
+  if (failures_.size() >= 256) failures_.erase(failures_.begin());
+  failures_[index] = std::move(error);
+}
+
+void PyDataset::keep_remote_failure(std::uint64_t index, std::string pickled,
+                                    std::string traceback) const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (remote_failures_.size() >= 256) remote_failures_.erase(remote_failures_.begin());
+  remote_failures_[index] = RemoteFailure{std::move(pickled), std::move(traceback)};
+}
+
+py::object PyDataset::take_failure(std::uint64_t index) const {
+  RemoteFailure remote;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (const auto it = failures_.find(index); it != failures_.end()) {
+      py::object e = std::move(it->second);
+      failures_.erase(it);
+      return e;
+    }
+    const auto it = remote_failures_.find(index);
+    if (it == remote_failures_.end()) return {};
+    remote = std::move(it->second);
+    remote_failures_.erase(it);
+  }
+  // A worker process's exception: the same type and message, and its traceback's text as a note
+  // (its frames stay in the process that ran them).
+  py::object e;
+  try {
+    e = py::module_::import("pickle").attr("loads")(py::bytes(remote.pickled));
+  } catch (py::error_already_set&) {
+    return {};
+  }
+  if (py::hasattr(e, "add_note")) {
+    e.attr("add_note")("ferry: in the worker process:\n" + remote.traceback);
+  }
+  return e;
+}
+
+std::vector<PyDataset*> python_datasets(const Dataset& dataset) {
+  std::vector<PyDataset*> out;
+  // The loader holds its dataset const; the Python datasets in it are the module's own objects.
+  if (const auto* p = dynamic_cast<const PyDataset*>(&dataset)) {
+    out.push_back(const_cast<PyDataset*>(p));  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+  } else if (const auto* mix = dynamic_cast<const Mixture*>(&dataset)) {
+    for (std::size_t k = 0; k < mix->num_sources(); ++k) {
+      for (PyDataset* d : python_datasets(*mix->source(k).dataset)) out.push_back(d);
+    }
+  }
+  return out;
+}
+
+namespace {
+
+/// A worker process's reader: the dataset, its layout and the seeder (GIL held throughout).
+class WorkerReader {
+ public:
+  WorkerReader(py::object dataset, const py::tuple& layout, bool seed_python)
+      : dataset_(std::move(dataset)), layout_(layout), seed_python_(seed_python) {}
+
+  void read(std::uint64_t index, std::uint64_t seed, const py::buffer& scratch,
+            const std::vector<std::size_t>& nbytes) const {
+    const std::size_t n = layout_.fields().size();
+    if (nbytes.size() != n) throw py::value_error("a task for " + std::to_string(n) + " fields");
+    const py::buffer_info buffer = scratch.request(/*writable=*/true);
+    std::vector<std::byte*> dest(n);
+    std::size_t offset = 0;
+    auto* base = static_cast<std::byte*>(buffer.ptr);
+    const auto size = static_cast<std::size_t>(buffer.size * buffer.itemsize);
+    for (std::size_t f = 0; f < n; ++f) {
+      if (offset + nbytes[f] > size) throw py::value_error("the scratch region is too small");
+      dest[f] = base + offset;
+      offset += (nbytes[f] + 63) / 64 * 64;
+    }
+    if (seed_python_) seeder_.seed(seed);
+    const py::object sample = dataset_[py::int_(index)];
+    layout_.write(sample, index, dest, nbytes);
+  }
+
+ private:
+  py::object dataset_;
+  SampleLayout layout_;
+  PythonSeeder seeder_;
+  bool seed_python_;
+};
+
+}  // namespace
+
+void bind_workers(py::module_& m) {
+  py::class_<WorkerReader>(m, "_WorkerReader")
+      .def(py::init<py::object, py::tuple, bool>())
+      .def("read", &WorkerReader::read);
+  m.def("_worker_prepare", [] {
+    // The process ends with the one that started it (a spawn's parent: the training process; a
+    // forkserver's: the server, which ends with the training process).
+    static_cast<void>(::prctl(PR_SET_PDEATHSIG, SIGKILL));
+  });
+}
+
+}  // namespace ferry::python

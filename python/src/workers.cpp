@@ -1,0 +1,487 @@
+// Worker processes for a Python dataset: the parent's side (ferry/_worker.py is the child's).
+
+#include "workers.hpp"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <utility>
+
+#include "py_dataset.hpp"
+
+namespace ferry::python {
+
+namespace {
+
+constexpr std::size_t kAlign = 64;
+constexpr std::size_t kMinScratch = 1U << 20U;
+constexpr int kSliceMs = 100;
+
+std::size_t aligned(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+/// The threads of this process (fork is safe with one).
+std::size_t thread_count() {
+  std::size_t n = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/task", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    ++n;
+  }
+  return n;
+}
+
+/// Whole message, or false when the other side is gone.
+bool send_all(int fd, const std::byte* data, std::size_t n) {
+  while (n > 0) {
+    const ssize_t k = ::send(fd, data, n, MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    data += k;
+    n -= static_cast<std::size_t>(k);
+  }
+  return true;
+}
+
+bool read_all(int fd, std::byte* data, std::size_t n) {
+  while (n > 0) {
+    const ssize_t k = ::read(fd, data, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    data += k;
+    n -= static_cast<std::size_t>(k);
+  }
+  return true;
+}
+
+void put_u64(std::vector<std::byte>& out, std::uint64_t v) {
+  for (unsigned i = 0; i < 8; ++i) out.push_back(static_cast<std::byte>(v >> (8U * i)));
+}
+
+std::uint32_t get_u32(const std::byte* p) {
+  std::uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8U) | std::to_integer<std::uint32_t>(p[i]);
+  return v;
+}
+
+std::string seconds_text(double s) {
+  std::string t = std::to_string(s);
+  while (t.size() > 1 && t.back() == '0') t.pop_back();
+  if (!t.empty() && t.back() == '.') t.pop_back();
+  return t + " s";
+}
+
+}  // namespace
+
+ProcessPool::ProcessPool(const PyDataset& dataset, ProcessOptions options)
+    : options_(std::move(options)) {
+  if (options_.start_method != "forkserver" && options_.start_method != "spawn" &&
+      options_.start_method != "fork") {
+    throw ConfigError("Loader: start_method \"" + options_.start_method +
+                      "\" is none of forkserver, spawn, fork");
+  }
+  if (options_.start_method == "fork" && thread_count() > 1) {
+    throw ConfigError("Loader: start_method \"fork\" is refused: this process runs " +
+                      std::to_string(thread_count()) +
+                      " threads (ferry's, torch's or others'), and a forked child of a process "
+                      "with threads can deadlock; use forkserver (the default) or spawn");
+  }
+  try {
+    pickled_ = py::module_::import("pickle").attr("dumps")(py::handle(dataset.source()));
+  } catch (py::error_already_set& e) {
+    throw ConfigError("Loader: processes=" + std::to_string(options_.count) +
+                      ": the dataset cannot be pickled for the worker processes (" +
+                      py::str(py::type::of(e.value()).attr("__name__")).cast<std::string>() + ": " +
+                      py::str(e.value()).cast<std::string>() +
+                      "); define its class at a module's top level, or use processes=0 (threads)");
+  }
+  const py::module_ worker = py::module_::import("ferry._worker");
+  if (options_.start_method != "fork") {
+    const py::object why = worker.attr("unpicklable_here")(py::handle(dataset.source()));
+    if (!why.is_none()) {
+      throw ConfigError("Loader: processes=" + std::to_string(options_.count) + ": " +
+                        why.cast<std::string>() + ", or use processes=0 (threads)");
+    }
+  }
+  layout_ = dataset.layout().describe();
+  // torch, where this process imported it, is imported in each worker process before its first
+  // sample: its generator is then seeded before every sample there as here.
+  import_torch_ = py::module_::import("sys").attr("modules").contains("torch");
+  start_ = worker.attr("start");
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) throw Error(std::string("Loader: eventfd: ") + std::strerror(errno));
+  children_.resize(static_cast<std::size_t>(options_.count));
+  try {
+    for (std::size_t i = 0; i < children_.size(); ++i) {
+      children_[i].id = static_cast<int>(i);
+      start(children_[i]);
+    }
+  } catch (...) {
+    stop();
+    throw;
+  }
+}
+
+ProcessPool::~ProcessPool() {
+  stop();
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+  if (!python_usable()) {
+    static_cast<void>(start_.release());
+    static_cast<void>(pickled_.release());
+    static_cast<void>(layout_.release());
+    static_cast<void>(options_.worker_init_fn.release());
+    for (Child& c : children_) static_cast<void>(c.process.release());
+  }
+}
+
+std::uint64_t ProcessPool::started() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return started_;
+}
+
+void ProcessPool::start(Child& c) {
+  const std::size_t bytes = kMinScratch;
+  py::list close_fds;
+  if (options_.start_method == "fork") {
+    for (const Child& other : children_) {
+      if (other.fd >= 0) close_fds.append(other.fd);
+      if (other.memfd >= 0) close_fds.append(other.memfd);
+    }
+    close_fds.append(wake_fd_);
+  }
+  const std::uint64_t worker_seed =
+      options_.seed * std::uint64_t{0x9E3779B97F4A7C15} + 1 + static_cast<std::uint64_t>(c.id);
+  const py::object init = options_.worker_init_fn ? options_.worker_init_fn : py::none();
+  py::tuple started;
+  try {
+    started = start_(options_.start_method, pickled_, c.id, options_.count, worker_seed, layout_,
+                     options_.seed_python, init, bytes, close_fds, import_torch_);
+  } catch (py::error_already_set& e) {
+    throw DataError("Python dataset: worker process " + std::to_string(c.id) +
+                    " could not start (" +
+                    py::str(py::type::of(e.value()).attr("__name__")).cast<std::string>() + ": " +
+                    py::str(e.value()).cast<std::string>() + ")");
+  }
+  c.process = started[0];
+  c.pid = c.process.attr("pid").cast<long>();
+  c.fd = started[1].cast<int>();
+  c.memfd = started[2].cast<int>();
+  void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, c.memfd, 0);
+  if (map == MAP_FAILED) {
+    const int err = errno;
+    retire(c);
+    throw Error(std::string("Python dataset: mapping a worker's shared memory: ") +
+                std::strerror(err));
+  }
+  c.map = static_cast<std::byte*>(map);
+  c.map_size = bytes;
+  c.dead = false;
+  c.ready = false;
+  const std::lock_guard<std::mutex> lock(mutex_);
+  ++started_;
+}
+
+void ProcessPool::retire(Child& c) noexcept {
+  if (c.fd >= 0) ::close(c.fd);
+  c.fd = -1;
+  if (c.map != nullptr) ::munmap(c.map, c.map_size);
+  c.map = nullptr;
+  c.map_size = 0;
+  if (c.memfd >= 0) ::close(c.memfd);
+  c.memfd = -1;
+  c.dead = true;
+  c.stale = 0;
+}
+
+void ProcessPool::grow(Child& c, std::size_t bytes) {
+  if (::ftruncate(c.memfd, static_cast<off_t>(bytes)) != 0) {
+    throw Error(std::string("Python dataset: growing a worker's shared memory: ") +
+                std::strerror(errno));
+  }
+  void* map = ::mremap(c.map, c.map_size, bytes, MREMAP_MAYMOVE);
+  if (map == MAP_FAILED) {
+    throw Error(std::string("Python dataset: mapping a worker's shared memory: ") +
+                std::strerror(errno));
+  }
+  c.map = static_cast<std::byte*>(map);
+  c.map_size = bytes;
+}
+
+bool ProcessPool::drain(Child& c, bool wait) {
+  while (c.stale > 0) {
+    pollfd fd{c.fd, POLLIN, 0};
+    const int ready = ::poll(&fd, 1, wait ? kSliceMs : 0);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) {
+      if (!wait || stopping()) return false;
+      continue;
+    }
+    std::array<std::byte, 4> header{};
+    std::uint32_t size = 0;
+    bool ok = ready > 0 && read_all(c.fd, header.data(), header.size());
+    for (const std::byte b : header) size = (size << 8U) | std::to_integer<std::uint32_t>(b);
+    std::vector<std::byte> discarded(size);
+    ok = ok && read_all(c.fd, discarded.data(), size);
+    if (!ok) {  // it ended meanwhile: replaced before its next task
+      retire(c);
+      c.stale = 0;
+      return true;
+    }
+    --c.stale;
+  }
+  return true;
+}
+
+bool ProcessPool::stopping() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return stopping_;
+}
+
+ProcessPool::Child& ProcessPool::acquire() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    if (stopping_) throw Error("Python dataset: the loader's worker processes are stopping");
+    Child* draining = nullptr;
+    for (Child& c : children_) {
+      if (c.busy) continue;
+      c.busy = true;
+      if (c.stale > 0 && !c.dead) {
+        // Answers of abandoned reads: taken if they came, else another process is tried first.
+        lock.unlock();
+        const bool clean = drain(c, /*wait=*/false);
+        lock.lock();
+        if (!clean) {
+          c.busy = false;
+          draining = &c;
+          continue;
+        }
+      }
+      if (c.dead) {
+        lock.unlock();
+        try {
+          if (!python_usable()) throw Error("Python dataset: the interpreter is exiting");
+          const ReaderGil gil;
+          if (c.process) {
+            // Reaped: the process that ended (its replacement gets a new one).
+            c.process.attr("join")();
+            c.process = py::object();
+          }
+          start(c);
+        } catch (...) {
+          lock.lock();
+          c.busy = false;
+          idle_.notify_all();
+          throw;
+        }
+        lock.lock();
+      }
+      return c;
+    }
+    if (draining != nullptr && !draining->busy) {
+      // Every free process still owes an abandoned answer: wait for one.
+      Child& c = *draining;
+      c.busy = true;
+      lock.unlock();
+      drain(c, /*wait=*/true);
+      lock.lock();
+      c.busy = false;
+      continue;
+    }
+    idle_.wait(lock);
+  }
+}
+
+void ProcessPool::release(Child& c) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  c.busy = false;
+  idle_.notify_all();
+}
+
+std::string ProcessPool::ending(Child& c) {
+  if (!python_usable()) return "ended";
+  const ReaderGil gil;
+  try {
+    c.process.attr("join")(5.0);
+    const py::object code = c.process.attr("exitcode");
+    if (code.is_none()) return "stopped answering";
+    const int n = code.cast<int>();
+    if (n < 0) {
+      const char* name = ::sigabbrev_np(-n);
+      return "was killed by signal " + std::to_string(-n) +
+             (name != nullptr ? std::string(" (SIG") + name + ")" : std::string());
+    }
+    return "exited with code " + std::to_string(n);
+  } catch (py::error_already_set&) {
+    return "ended";
+  }
+}
+
+void ProcessPool::lost(Child& c, std::size_t index, const std::string& why) {
+  const std::string pid = std::to_string(c.pid);
+  retire(c);
+  release(c);
+  throw DataError("Python dataset: worker process " + std::to_string(c.id) + " (pid " + pid + ") " +
+                  why + " while reading sample " + std::to_string(index) +
+                  "; a fresh process takes its place");
+}
+
+std::vector<std::byte> ProcessPool::receive(Child& c, std::size_t index, bool answer) {
+  const auto begin = std::chrono::steady_clock::now();
+  const std::uint64_t round = abandoned_.load();
+  const bool timed = answer && options_.timeout > 0;
+  for (;;) {
+    if (abandoned_.load() != round) {
+      // Its epoch was left: an answer still to come is discarded when it comes.
+      {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        if (answer) ++c.stale;
+      }
+      release(c);
+      throw Error("Python dataset: the read of sample " + std::to_string(index) +
+                  " was abandoned (its epoch was left)");
+    }
+    std::array<pollfd, 2> fds{pollfd{c.fd, POLLIN, 0}, pollfd{wake_fd_, POLLIN, 0}};
+    int slice = kSliceMs;
+    if (timed) {
+      const double left =
+          options_.timeout -
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+      if (left <= 0) {
+        ::kill(static_cast<pid_t>(c.pid), SIGKILL);
+        const std::string how = ending(c);
+        lost(c, index,
+             "overran timeout=" + seconds_text(options_.timeout) + " and " +
+                 (how.rfind("was killed", 0) == 0 ? "was killed" : how));
+      }
+      slice = std::min(slice, static_cast<int>(left * 1000) + 1);
+    }
+    const int ready = ::poll(fds.data(), fds.size(), slice);
+    if (ready < 0 && errno != EINTR) lost(c, index, std::string("poll: ") + std::strerror(errno));
+    if (fds[1].revents != 0) {
+      release(c);
+      throw Error("Python dataset: the loader's worker processes are stopping");
+    }
+    if (ready > 0 && fds[0].revents != 0) break;
+  }
+  std::array<std::byte, 4> header{};
+  if (!read_all(c.fd, header.data(), header.size())) lost(c, index, ending(c));
+  std::uint32_t size = 0;
+  for (const std::byte b : header) size = (size << 8U) | std::to_integer<std::uint32_t>(b);
+  std::vector<std::byte> message(size);
+  if (size == 0 || !read_all(c.fd, message.data(), size)) lost(c, index, ending(c));
+  return message;
+}
+
+void ProcessPool::read(const PyDataset& dataset, std::size_t index, SampleRef out) {
+  const std::size_t fields = dataset.layout().fields().size();
+  Child& c = acquire();
+  std::vector<std::size_t> offsets(fields);
+  std::size_t total = 0;
+  for (std::size_t f = 0; f < fields; ++f) {
+    offsets[f] = total;
+    total += aligned(out.nbytes(f));
+  }
+  try {
+    if (total > c.map_size) grow(c, std::max(total, 2 * c.map_size));
+  } catch (...) {
+    release(c);
+    throw;
+  }
+  if (!c.ready) {
+    // Its first task waits until it has started (imports, unpickling, worker_init_fn): the
+    // timeout is per sample, not for the start.
+    static_cast<void>(receive(c, index, /*answer=*/false));
+    c.ready = true;
+  }
+  std::vector<std::byte> task(4);
+  put_u64(task, index);
+  put_u64(task, out.seed());
+  put_u64(task, c.map_size);
+  for (std::size_t f = 0; f < fields; ++f) put_u64(task, out.nbytes(f));
+  const auto n = static_cast<std::uint32_t>(task.size() - 4);
+  for (unsigned i = 0; i < 4; ++i) task[i] = static_cast<std::byte>(n >> (8U * (3 - i)));
+  if (!send_all(c.fd, task.data(), task.size())) {
+    lost(c, index, ending(c));
+  }
+  std::vector<std::byte> answer = receive(c, index, /*answer=*/true);
+  const std::size_t size = answer.size();
+  if (answer[0] == std::byte{0}) {
+    for (std::size_t f = 0; f < fields; ++f) {
+      if (out.nbytes(f) != 0) std::memcpy(out.data(f), c.map + offsets[f], out.nbytes(f));
+    }
+    release(c);
+    return;
+  }
+  release(c);
+  // A failure: its text, its traceback's text, the exception pickled.
+  const std::size_t head = 1 + 8;
+  const std::uint32_t text_size = size >= head ? get_u32(answer.data() + 1) : 0;
+  const std::uint32_t trace_size = size >= head ? get_u32(answer.data() + 5) : 0;
+  if (size < head || size - head < static_cast<std::size_t>(text_size) + trace_size) {
+    throw DataError("Python dataset: worker process " + std::to_string(c.id) +
+                    " gave a malformed answer for sample " + std::to_string(index));
+  }
+  const auto* p = reinterpret_cast<const char*>(answer.data() + head);
+  std::string text(p, text_size);
+  std::string trace(p + text_size, trace_size);
+  std::string pickled(p + text_size + trace_size, size - head - text_size - trace_size);
+  if (!pickled.empty()) dataset.keep_remote_failure(index, std::move(pickled), std::move(trace));
+  throw DataError("Python dataset: " + text);
+}
+
+void ProcessPool::stop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  stopping_ = true;
+  if (wake_fd_ >= 0) {
+    const std::uint64_t one = 1;
+    static_cast<void>(::write(wake_fd_, &one, sizeof one));
+  }
+  idle_.notify_all();
+  // Reads in flight wake (wake_fd_) and leave; then no thread uses a child.
+  const auto busy = [this] {
+    return std::any_of(children_.begin(), children_.end(), [](const Child& c) { return c.busy; });
+  };
+  if (busy()) {
+    lock.unlock();
+    {
+      const ReleaseGil release;
+      std::unique_lock<std::mutex> again(mutex_);
+      idle_.wait(again, [&] { return !busy(); });
+    }
+    lock.lock();
+  }
+  for (Child& c : children_) retire(c);  // their sockets close: idle processes end
+  lock.unlock();
+  if (!python_usable()) return;
+  // A process still in __getitem__ ends when it is done; one that takes longer than a second
+  // is killed.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  for (Child& c : children_) {
+    if (!c.process) continue;
+    try {
+      const double left = std::max(
+          0.0, std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count());
+      c.process.attr("join")(left);
+      if (!c.process.attr("exitcode").is_none()) {
+        c.process = py::object();
+        continue;
+      }
+      c.process.attr("kill")();
+      c.process.attr("join")();
+    } catch (py::error_already_set&) {
+    }
+    c.process = py::object();
+  }
+}
+
+}  // namespace ferry::python

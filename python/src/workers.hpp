@@ -1,0 +1,109 @@
+#pragma once
+
+// Worker processes for a Python dataset. Each process (started by ferry/_worker.py with
+// multiprocessing's forkserver or spawn) holds the dataset, unpickled once, and a scratch region
+// of shared memory (a memfd both sides map). One of ferry's worker threads at a time drives a
+// process: it sends a task record (index, seed, the fields' byte counts) over the process's
+// socket, the process seeds Python's generators, calls __getitem__ and writes each field's bytes
+// into the scratch region, and answers; the thread copies them into its sample's place in the
+// staging slot. No Python runs in the training process per sample. A process that dies or
+// overruns the timeout costs the sample it held (a DataError naming it, the exit code or the
+// signal) and is replaced by a fresh one before the next task.
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "binding.hpp"
+
+namespace ferry::python {
+
+class PyDataset;
+
+struct ProcessOptions {
+  int count = 1;
+  std::string start_method = "forkserver";
+  py::object worker_init_fn;  // None or a callable(worker_id)
+  double timeout = 0;         // seconds a sample may take; 0: no limit
+  std::uint64_t seed = 0;     // the loader's: worker_info().seed derives from it
+  bool seed_python = true;
+  friend bool operator==(const ProcessOptions& a, const ProcessOptions& b) {
+    return a.count == b.count && a.start_method == b.start_method &&
+           a.worker_init_fn.ptr() == b.worker_init_fn.ptr() && a.timeout == b.timeout &&
+           a.seed == b.seed && a.seed_python == b.seed_python;
+  }
+};
+
+class ProcessPool {
+ public:
+  /// Starts options.count processes for `dataset` (GIL held). \throws ConfigError when the
+  /// dataset cannot be pickled or the start method cannot be used here.
+  ProcessPool(const PyDataset& dataset, ProcessOptions options);
+  ProcessPool(const ProcessPool&) = delete;
+  ProcessPool& operator=(const ProcessPool&) = delete;
+  /// Stops the processes (GIL held, or the interpreter gone).
+  ~ProcessPool();
+
+  /// Sample `index` read by a worker process into `out`. Called on ferry's worker threads
+  /// without the GIL (taken only to replace a process). \throws DataError for a failed sample.
+  void read(const PyDataset& dataset, std::size_t index, SampleRef out);
+  /// Ends every process and wakes reads waiting for one; they throw. GIL held.
+  void stop();
+  /// Reads waiting for an answer give up (within a slice); each process's answer is discarded
+  /// when it comes, before its next task. No GIL needed.
+  void abandon() noexcept { abandoned_.fetch_add(1); }
+
+  const ProcessOptions& options() const noexcept { return options_; }
+  /// Processes started so far, replacements included.
+  std::uint64_t started() const;
+
+ private:
+  struct Child {
+    int id = 0;
+    py::object process;  // multiprocessing's Process
+    long pid = 0;
+    int fd = -1;     // this side of its socket (a multiprocessing Connection's framing)
+    int memfd = -1;  // its scratch region
+    std::byte* map = nullptr;
+    std::size_t map_size = 0;
+    bool busy = false;
+    bool dead = false;   // to be replaced before its next task
+    int stale = 0;       // answers still to come for abandoned reads: discarded
+    bool ready = false;  // it said it has started
+  };
+
+  void start(Child& c);  // GIL held
+  void retire(Child& c) noexcept;
+  Child& acquire();
+  void release(Child& c);
+  /// Reads the answers of c's abandoned reads that have come (all of them: wait), true when none
+  /// is left. c is busy (this thread's).
+  bool drain(Child& c, bool wait);
+  bool stopping();
+  /// c's next message (an answer, or the word that it has started), waiting in slices for it,
+  /// an abandon, a stop, or (an answer) the timeout. \throws what lost() throws when c ended.
+  std::vector<std::byte> receive(Child& c, std::size_t index, bool answer);
+  void grow(Child& c, std::size_t bytes);
+  /// Why c's process ended (its exit code or signal), after it did. Takes the GIL.
+  std::string ending(Child& c);
+  [[noreturn]] void lost(Child& c, std::size_t index, const std::string& why);
+
+  ProcessOptions options_;
+  py::object start_;   // ferry._worker.start
+  py::bytes pickled_;  // the dataset
+  py::tuple layout_;   // SampleLayout::describe()
+  bool import_torch_ = false;
+  std::vector<Child> children_;
+  mutable std::mutex mutex_;
+  std::condition_variable idle_;
+  bool stopping_ = false;
+  int wake_fd_ = -1;  // an eventfd that wakes reads when the pool stops
+  std::uint64_t started_ = 0;
+  std::atomic<std::uint64_t> abandoned_{0};
+};
+
+}  // namespace ferry::python

@@ -1,0 +1,453 @@
+# Python datasets in worker processes (processes=, start_method=, worker_init_fn=, timeout=,
+# seed_python=, ferry.worker_info()), and what a torch DataLoader user brings along: tuples,
+# DataLoader's keywords, seeded augmentation, ragged fields, datasets that cannot be pickled.
+# Real processes, real kills, real timeouts. The datasets are defined at module level, so that
+# the worker processes can unpickle them.
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+from conftest import Indexed, expected_x
+
+
+class Augmented:
+    """Sample i: its index, and draws from random, numpy's global generator and (if imported)
+    torch's, as a random augmentation would make them."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        try:  # its generator is seeded once torch is imported (in this process)
+            import torch  # noqa: PLC0415
+        except ImportError:
+            torch = None
+        draws = [random.random(), np.random.rand(), np.random.randint(1 << 30),
+                 float(torch.rand(1)) if torch is not None else 0.0]
+        return {"i": np.int64(i), "draws": np.array(draws, np.float64)}
+
+
+class Pairs:
+    """Tuples, as most torch datasets give them: (image u8 [2, 3], label)."""
+
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, i):
+        return np.full((2, 3), i, np.uint8), i
+
+
+class WhoReads:
+    """Sample i: its index, the reading process's pid, and worker_info()'s id, count and seed."""
+
+    def __len__(self):
+        return 40
+
+    def __getitem__(self, i):
+        import ferry
+
+        info = ferry.worker_info()
+        fields = (-1, -1, -1) if info is None else (info.id, info.count, info.seed % (1 << 62))
+        return {"i": np.int64(i), "pid": np.int64(os.getpid()),
+                "info": np.array(fields, np.int64),
+                "init": np.int64(getattr(sys.modules[__name__], "INITIALIZED", -1))}
+
+
+def initialize(worker_id):
+    sys.modules[__name__].INITIALIZED = 100 + worker_id
+
+
+class Dying(Indexed):
+    """Sample `victim` ends its process: os._exit(code), or a signal."""
+
+    def __init__(self, n, victim, how):
+        super().__init__(n)
+        self.victim = victim
+        self.how = how
+
+    def __getitem__(self, i):
+        if i == self.victim:
+            if self.how == "exit":
+                os._exit(3)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().__getitem__(i)
+
+
+class Slow(Indexed):
+    def __init__(self, n, slow, seconds):
+        super().__init__(n)
+        self.slow = slow
+        self.seconds = seconds
+
+    def __getitem__(self, i):
+        if i in self.slow:
+            time.sleep(self.seconds)
+        return super().__getitem__(i)
+
+
+def failing_deep(i):
+    raise KeyError(f"label of {i} is missing")
+
+
+class Failing(Indexed):
+    def __getitem__(self, i):
+        if i == 9:
+            failing_deep(i)
+        return super().__getitem__(i)
+
+
+class Tokens:
+    """Ragged: "tokens" i32 [L] with L = i % 5 + 1, declared as ferry's own datasets do."""
+
+    fields = [("tokens", "i32", (None,)), ("y", "i64", ())]
+
+    def __len__(self):
+        return 30
+
+    def length(self, index, field):
+        assert field == "tokens"
+        return index % 5 + 1
+
+    def max_length(self, field):
+        return 5
+
+    def __getitem__(self, i):
+        return {"tokens": np.arange(i % 5 + 1, dtype=np.int32) + i, "y": i}
+
+
+def batches_of(ferry, dataset, epoch=0, **options):
+    options.setdefault("device", "cpu")
+    options.setdefault("batch_size", 8)
+    loader = ferry.Loader(dataset, **options)
+    out = [{k: b[k].numpy().copy() for k in b.keys()} for b in loader.epoch(epoch)]
+    return out, loader
+
+
+# ---- the same results, whatever the processes -------------------------------------------------
+
+
+def test_processes_give_the_same_batches_bit_for_bit_as_threads(ferry):
+    pytest.importorskip("torch")  # torch's generator is seeded too, where torch is imported
+    runs = {}
+    for processes in (0, 1, 3):
+        runs[processes], loader = batches_of(ferry, Augmented(50), epoch=2, shuffle=True, seed=7,
+                                             processes=processes)
+        if processes:
+            assert f"runs in {processes} worker process" in loader.stats().summary()
+    order = [int(i) for b in runs[0] for i in b["i"]]
+    assert sorted(order) == list(range(50)) and order != list(range(50))
+    for processes in (1, 3):
+        assert len(runs[processes]) == len(runs[0])
+        for a, b in zip(runs[0], runs[processes]):
+            assert np.array_equal(a["i"], b["i"]) and np.array_equal(a["draws"], b["draws"])
+    # the draws differ between samples (seeded per sample, not once)
+    draws = np.concatenate([b["draws"] for b in runs[0]])
+    assert len(np.unique(draws[:, 0])) == 50
+    # and each generator its own seed: random's and numpy's draws differ
+    assert not np.isin(draws[:, 0], draws[:, 1]).any()
+
+
+def test_spawn_gives_the_same_batches(ferry):
+    a, _ = batches_of(ferry, Augmented(20), shuffle=True, seed=3, processes=2)
+    b, _ = batches_of(ferry, Augmented(20), shuffle=True, seed=3, processes=2, start_method="spawn")
+    assert all(np.array_equal(x["draws"], y["draws"]) for x, y in zip(a, b))
+
+
+def test_seed_python_false_leaves_the_generators_alone(ferry):
+    random.seed(1)
+    a, _ = batches_of(ferry, Augmented(16), processes=0, seed_python=False)
+    b, _ = batches_of(ferry, Augmented(16), processes=0, seed_python=False)
+    assert not np.array_equal(a[0]["draws"][:, 0], b[0]["draws"][:, 0])
+    c, _ = batches_of(ferry, Augmented(16), processes=0)
+    d, _ = batches_of(ferry, Augmented(16), processes=0)
+    assert np.array_equal(c[0]["draws"], d[0]["draws"])
+
+
+def test_worker_info_and_worker_init_fn(ferry):
+    assert ferry.worker_info() is None
+    got, _ = batches_of(ferry, WhoReads(), processes=2, seed=5, worker_init_fn=initialize)
+    rows = {int(i): (int(p), tuple(int(v) for v in info), int(init))
+            for b in got for i, p, info, init in zip(b["i"], b["pid"], b["info"], b["init"])}
+    assert sorted(rows) == list(range(40))
+    pids = {p for p, _, _ in rows.values()}
+    assert os.getpid() not in pids and 1 <= len(pids) <= 2
+    for pid, (worker, count, seed), init in rows.values():
+        assert count == 2 and worker in (0, 1) and init == 100 + worker
+    seeds = {info[0]: info[2] for _, info, _ in rows.values()}
+    other, _ = batches_of(ferry, WhoReads(), processes=2, seed=6)
+    other_seeds = {int(info[0]): int(info[2]) for b in other for info in b["info"]}
+    assert all(seeds[w] != other_seeds.get(w) for w in seeds if w in other_seeds)
+    # on threads, no worker process: None, and no init
+    got, _ = batches_of(ferry, WhoReads(), processes=0)
+    assert all(int(v) == -1 for b in got for v in b["info"].ravel())
+
+
+def test_resume_mid_epoch_under_processes(ferry):
+    whole, loader = batches_of(ferry, Augmented(40), shuffle=True, seed=2, processes=2)
+    loader = ferry.Loader(Augmented(40), batch_size=8, shuffle=True, seed=2, device="cpu",
+                          processes=2)
+    ep = loader.epoch(0)
+    next(ep)
+    next(ep)
+    state = loader.state_dict()
+    del ep
+    again = ferry.Loader(Augmented(40), batch_size=8, shuffle=True, seed=2, device="cpu",
+                         processes=1)
+    again.load_state_dict(state)
+    rest = [{k: b[k].numpy().copy() for k in b.keys()} for b in again]
+    assert len(rest) == 3
+    for a, b in zip(whole[2:], rest):
+        assert np.array_equal(a["i"], b["i"]) and np.array_equal(a["draws"], b["draws"])
+
+
+def test_a_mixture_of_python_and_ferry_datasets(ferry):
+    own = ferry.TensorDataset({"x": np.stack([expected_x(i).astype(np.uint8) for i in range(10)]),
+                               "y": np.arange(100, 110, dtype=np.int64)})
+    mix = ferry.Mixture([(Indexed(10), 1.0), (own, 1.0)])
+    threads, _ = batches_of(ferry, mix, shuffle=True, seed=4, processes=0)
+    procs, loader = batches_of(ferry, mix, shuffle=True, seed=4, processes=2)
+    assert "worker process" in loader.stats().summary()
+    ys = sorted(int(y) for b in procs for y in b["y"])
+    assert ys == list(range(10)) + list(range(100, 110))
+    assert all(np.array_equal(a["x"], b["x"]) and np.array_equal(a["y"], b["y"])
+               for a, b in zip(threads, procs))
+
+
+# ---- failures -----------------------------------------------------------------------------------
+
+
+def test_an_exception_keeps_type_message_traceback_text_and_sample(ferry):
+    with pytest.raises(KeyError) as info:
+        batches_of(ferry, Failing(20), processes=2)
+    e = info.value
+    assert "label of 9 is missing" in str(e) and e.ferry_sample == 9
+    notes = "\n".join(e.__notes__)
+    assert "in failing_deep" in notes and "in __getitem__" in notes and "sample 9" in notes
+
+
+@pytest.mark.parametrize("how", ["exit", "kill"])
+def test_a_dying_process_costs_its_sample_and_is_replaced(ferry, how):
+    with pytest.raises(ferry.DataError) as info:
+        batches_of(ferry, Dying(40, 13, how), processes=2)
+    text = str(info.value)
+    assert "sample 13" in text
+    assert ("exited with code 3" if how == "exit" else "killed by signal 9 (SIGKILL)") in text
+    # skipped: every other sample comes, and a fresh process went on
+    got, loader = batches_of(ferry, Dying(40, 13, how), processes=2, on_error="skip")
+    ys = sorted(int(y) for b in got for y in b["y"])
+    assert ys == [i for i in range(40) if i != 13]
+    stats = loader.stats()
+    assert stats.skipped == 1 and "sample 13" in stats.skip_reasons[0]
+    # and the next epoch too (sample 13 dies again there)
+    again = [int(y) for b in loader.epoch(1) for y in b["y"].numpy()]
+    assert sorted(again) == ys
+
+
+def test_a_sample_over_the_timeout_is_killed_and_skipped(ferry):
+    start = time.monotonic()
+    got, loader = batches_of(ferry, Slow(24, {5}, 60), processes=2, timeout=1.0, on_error="skip")
+    assert time.monotonic() - start < 20
+    ys = sorted(int(y) for b in got for y in b["y"])
+    assert ys == [i for i in range(24) if i != 5]
+    assert "overran timeout=1 s" in loader.stats().skip_reasons[0]
+
+
+# ---- teardown -----------------------------------------------------------------------------------
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie of this process's own: not running
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_gone(pids, seconds=10):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
+def test_deleting_a_loader_mid_epoch_leaves_no_process(ferry):
+    loader = ferry.Loader(WhoReads(), batch_size=4, device="cpu", processes=2)
+    ep = loader.epoch(0)
+    pids = {int(p) for p in next(ep)["pid"].numpy()}
+    start = time.monotonic()
+    del ep, loader
+    assert time.monotonic() - start < 5
+    assert wait_gone(pids) == []
+
+
+def test_teardown_does_not_wait_for_a_slow_getitem(ferry):
+    loader = ferry.Loader(Slow(40, set(range(8, 40)), 30), batch_size=4, device="cpu",
+                          processes=2)
+    ep = loader.epoch(0)
+    next(ep)
+    time.sleep(0.5)  # the workers are inside 30-second reads now
+    start = time.monotonic()
+    del ep, loader
+    assert time.monotonic() - start < 5
+
+
+def test_a_killed_trainer_leaves_no_process(tmp_path):
+    script = tmp_path / "trainer.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+        import ferry
+        from test_pyworkers import WhoReads
+        if __name__ == "__main__":
+            loader = ferry.Loader(WhoReads(), batch_size=4, device="cpu", processes=2)
+            ep = loader.epoch(0)
+            print(" ".join(str(int(p)) for p in next(ep)["pid"].numpy()), flush=True)
+            time.sleep(60)
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ))
+    try:
+        pids = {int(p) for p in proc.stdout.readline().split()}
+        assert pids and os.getpid() not in pids
+        proc.kill()
+        proc.wait(10)
+        assert wait_gone(pids) == []
+    finally:
+        proc.kill()
+
+
+def test_many_epochs_keep_processes_and_descriptors_flat(ferry):
+    loader = ferry.Loader(Indexed(64), batch_size=16, device="cpu", processes=2)
+    counts = []
+    for epoch in range(30):
+        assert sum(b.size for b in loader.epoch(epoch)) == 64
+        if epoch in (5, 29):
+            counts.append((len(os.listdir("/proc/self/fd")), len(os.listdir("/proc/self/task"))))
+    assert counts[0] == counts[1]
+
+
+# ---- options ------------------------------------------------------------------------------------
+
+
+def test_options_that_cannot_work_are_refused(ferry):
+    own = ferry.TensorDataset({"x": np.zeros((4, 2), np.float32)})
+    with pytest.raises(ferry.ConfigError, match="ferry's own datasets"):
+        ferry.Loader(own, processes=2)
+    with pytest.raises(ferry.ConfigError, match="start_method"):
+        ferry.Loader(Indexed(8), processes=1, start_method="threads")
+    with pytest.raises(ferry.ConfigError, match="timeout"):
+        ferry.Loader(Indexed(8), processes=1, timeout=-1)
+    with pytest.raises(TypeError, match="worker_init_fn"):
+        ferry.Loader(Indexed(8), processes=1, worker_init_fn=3)
+    with pytest.raises(ferry.ConfigError, match="processes"):
+        ferry.Loader(Indexed(8), processes=-2)
+
+
+def test_a_dataset_that_cannot_be_pickled(ferry):
+    class Local(Indexed):  # defined in a function: pickle cannot find it
+        pass
+
+    got, loader = batches_of(ferry, Local(16))
+    assert sorted(int(y) for b in got for y in b["y"]) == list(range(16))
+    summary = loader.stats().summary()
+    assert "runs on ferry's threads" in summary and "cannot be pickled" in summary, summary
+    with pytest.raises(ferry.ConfigError, match="cannot be pickled.*Local"):
+        ferry.Loader(Local(16), processes=2)
+
+
+# ---- what a DataLoader user brings along ------------------------------------------------------
+
+
+@pytest.mark.parametrize("processes", [0, 2])
+def test_tuples_are_fields_0_1(ferry, processes):
+    got, loader = batches_of(ferry, Pairs(), processes=processes)
+    assert [f[0] for f in loader.dataset.fields] == ["0", "1"]
+    assert np.array_equal(got[1]["0"], np.stack([np.full((2, 3), i, np.uint8) for i in range(8, 16)]))
+    assert list(got[1]["1"]) == list(range(8, 16))
+
+
+class Nested(Indexed):
+    def __getitem__(self, i):
+        return {"x": np.zeros(2), "meta": {"id": i}}
+
+
+def test_nested_dicts_are_refused_naming_the_path(ferry):
+    with pytest.raises(ferry.ConfigError, match='field "meta" .*nested'):
+        ferry.Loader(Nested(4))
+
+
+@pytest.mark.parametrize("processes", [0, 2])
+@pytest.mark.parametrize("ragged", ["pad", "pack"])
+def test_ragged_fields_declared_by_a_python_dataset(ferry, processes, ragged):
+    got, _ = batches_of(ferry, Tokens(), processes=processes, ragged=ragged, batch_size=6)
+    assert len(got) == 5
+    for b in got:
+        ys = [int(y) for y in b["y"]]
+        wants = [np.arange(y % 5 + 1, dtype=np.int32) + y for y in ys]
+        if ragged == "pad":
+            for row, want in enumerate(wants):
+                assert np.array_equal(b["tokens"][row, :want.size], want)
+                assert not b["tokens"][row, want.size:].any()
+        else:
+            assert np.array_equal(b["tokens"], np.concatenate(wants))
+
+
+class LyingLength(Tokens):
+    def __getitem__(self, i):
+        return {"tokens": np.arange(7 if i == 4 else i % 5 + 1, dtype=np.int32), "y": i}
+
+
+@pytest.mark.parametrize("processes", [0, 2])
+def test_a_sample_longer_than_its_length_is_an_error_naming_it(ferry, processes):
+    with pytest.raises(Exception, match=r"sample 4"):
+        batches_of(ferry, LyingLength(), processes=processes)
+
+
+def test_torch_dataloader_keywords(ferry):
+    torch = pytest.importorskip("torch")
+    import ferry.torch as ft
+
+    dl = ft.DataLoader(Pairs(), batch_size=8, shuffle=True, num_workers=2, drop_last=True,
+                       timeout=30, worker_init_fn=None, prefetch_factor=2,
+                       persistent_workers=True, pin_memory=False,
+                       generator=torch.Generator().manual_seed(11), device="cpu")
+    assert "2 worker processes" in dl.stats().summary()
+    batches = list(dl)
+    assert len(batches) == 3 and all(isinstance(b, tuple) and len(b) == 2 for b in batches)
+    images, labels = batches[0]
+    assert images.shape == (8, 2, 3) and labels.dtype == torch.int64
+    assert torch.equal(images[:, 0, 0].to(torch.int64), labels)
+    order = [int(v) for _, y in batches for v in y]
+    again = [int(v) for _, y in ft.DataLoader(Pairs(), batch_size=8, shuffle=True,
+                                               generator=torch.Generator().manual_seed(11),
+                                               device="cpu") for v in y]
+    assert order == again and order != sorted(order)
+    for keyword in ("collate_fn", "sampler", "batch_sampler"):
+        with pytest.raises(TypeError, match=keyword + " has no meaning here: "):
+            ft.DataLoader(Pairs(), batch_size=8, **{keyword: lambda *a: None})
+
+
+def test_torch_dataloader_yields_a_tuple_for_one_field(ferry):
+    torch = pytest.importorskip("torch")
+    import ferry.torch as ft
+
+    class One(Indexed):
+        def __getitem__(self, i):
+            return (np.float32(i),)
+
+    (x,) = next(iter(ft.DataLoader(One(8), batch_size=4, device="cpu")))
+    assert torch.equal(x, torch.arange(4, dtype=torch.float32))
