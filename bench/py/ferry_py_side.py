@@ -15,9 +15,13 @@ with ferry_side's keys (the driver reads the last line that starts with '{').
                                                   --seq-len (1024): "input", "target" i64
   ferry_py_side.py pyobj-numpy|pyobj-png|pyobj-jpeg --data PATH
                                                   a dataset written in Python (bench/py/pyobj.py)
+  ferry_py_side.py pyworkers-png|pyworkers-jpeg|pyworkers-numpy --data PATH --processes N
+                                                  the same in N worker processes
 
 Loader options as ferry_side's: --workers N (2) --batch N (256) --prefetch N (4) --seed S (42);
-device cpu, shuffled, autotune off (--autotune: on). --plain: the timed loop only takes each
+device cpu, shuffled, autotune off (--autotune: on); a Python dataset on ferry's threads
+(--processes 0, the default here) or in N worker processes. "trainer_cpu_s" is this process's
+CPU time (all its threads) per timed epoch, median. --plain: the timed loop only takes each
 field (`x = batch[name]`), as a training loop does, and reads nothing. --warmup N (1) untimed epochs, then --epochs N (1) timed ones; the consumer
 reads one element of every field of every batch (ferry_side reads one byte), and the first 3
 batches of the first epoch are summed. --check DUMP: ferry_side's check mode (no timing; the
@@ -45,7 +49,8 @@ sys.dont_write_bytecode = True
 
 CHECK_BATCHES = 3
 DUMP_SAMPLES = 64
-WORKLOADS = ["inmem", "png", "jpeg", "csv", "tokens", "pyobj-numpy", "pyobj-png", "pyobj-jpeg"]
+WORKLOADS = ["inmem", "png", "jpeg", "csv", "tokens", "pyobj-numpy", "pyobj-png", "pyobj-jpeg",
+             "pyworkers-png", "pyworkers-jpeg", "pyworkers-numpy"]
 NUMPY_DTYPE = {"u8": "uint8", "u16": "uint16", "u32": "uint32", "i32": "int32", "i64": "int64",
                "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64"}
 
@@ -143,10 +148,15 @@ def epoch(loader, e, names, sums=None):
     return time.perf_counter() - start
 
 
+def python_options(ferry, ds, args):
+    """processes= for a Python dataset (ferry's own datasets take none)."""
+    return {} if isinstance(ds, ferry.Dataset) else {"processes": args.processes}
+
+
 def check(ferry, ds, names, args, out):
     loader = ferry.Loader(ds, batch_size=args.batch, shuffle=False, seed=args.seed,
                           workers=args.workers, prefetch=args.prefetch, device="cpu",
-                          autotune=False)
+                          autotune=False, **python_options(ferry, ds, args))
     sums, layout, offset, batch = [], [], 0, None
     with open(args.check, "wb") as dump, loader.epoch(0) as ep:
         for batch in ep:
@@ -167,17 +177,19 @@ def check(ferry, ds, names, args, out):
 def timed(ferry, ds, names, args, parse_s, out):
     loader = ferry.Loader(ds, batch_size=args.batch, shuffle=True, seed=args.seed,
                           workers=args.workers, prefetch=args.prefetch, device="cpu",
-                          autotune=args.autotune)
+                          autotune=args.autotune, **python_options(ferry, ds, args))
     if args.plain:
         globals()["epoch"] = lambda loader, e, names, sums=None: plain_epoch(loader, e, names)
     sums, e = [], 0
     for w in range(args.warmup):
         epoch(loader, e, names, sums if w == 0 else None)
         e += 1
-    seconds, rss = [], []
+    seconds, rss, cpu = [], [], []
     mark(args, "begin")
     for r in range(args.epochs):
+        c = time.process_time()
         seconds.append(epoch(loader, e, names, sums if args.warmup == 0 and r == 0 else None))
+        cpu.append(time.process_time() - c)
         e += 1
         if args.rss_epochs:
             rss.append(current_rss_mb())
@@ -185,7 +197,7 @@ def timed(ferry, ds, names, args, parse_s, out):
     m = float(np.median(seconds))
     n = len(ds)
     out.update(samples=n, batches_per_epoch=loader.batches_per_epoch, epoch_s=m,
-               epochs_s=seconds, epoch_samples_per_s=n / m)
+               epochs_s=seconds, epoch_samples_per_s=n / m, trainer_cpu_s=float(np.median(cpu)))
     if parse_s > 0:
         total = parse_s + seconds[0]
         out.update(total_s=total, samples_per_s=n / total)
@@ -215,6 +227,7 @@ def main():
     p.add_argument("--check")
     p.add_argument("--mark", action="store_true")
     p.add_argument("--import-torch", action="store_true")
+    p.add_argument("--processes", type=int, default=0)
     args = p.parse_args()
     if args.import_torch:
         import torch  # noqa: F401

@@ -10,6 +10,13 @@ loaders alone differ. Each has __len__ and __getitem__(i) returning a dict of nu
                            side 256, bilinear) and center-cropped to 224: "image" uint8
                            [224, 224, 3], "label" int64 (some ms of C work per item, most of it
                            with the GIL released)
+
+The pyworkers part reads these in worker processes on both sides (bench/python):
+
+  pyworkers-png            PngFiles, flipped left-right at random with numpy (np.random)
+  pyworkers-jpeg           JpegFiles
+  pyworkers-numpy          rows of a 100,000 x 256 f32 array made in memory, standardized
+                           ((row - mean) / std): "x" f32 [256], "label" int64
 """
 
 import os
@@ -19,6 +26,7 @@ import numpy as np
 import make_data
 
 WORKLOADS = ("pyobj-numpy", "pyobj-png", "pyobj-jpeg")
+PYWORKERS = ("pyworkers-png", "pyworkers-jpeg", "pyworkers-numpy")
 PNG_ITEMS = 10_000  # pyobj-png reads this many of the folder's PNGs (all, if it has fewer)
 
 
@@ -84,6 +92,26 @@ class JpegFiles:
             return {"image": np.asarray(im), "label": np.int64(label)}
 
 
+class PngFlip(PngFiles):
+    def __getitem__(self, i):
+        item = super().__getitem__(i)
+        if np.random.rand() < 0.5:
+            item["image"] = np.ascontiguousarray(item["image"][:, ::-1])
+        return item
+
+
+class NumpyRows:
+    def __init__(self, rows=100_000, width=256):
+        self.x = np.random.default_rng(0).standard_normal((rows, width), dtype=np.float32)
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        row = self.x[i]
+        return {"x": (row - row.mean()) / (row.std() + 1e-6), "label": np.int64(i % 10)}
+
+
 def make(workload, data):
     """The dataset of a pyobj-* workload; `data` is the Fashion-MNIST dir, the PNG root or the
     JPEG root."""
@@ -91,6 +119,10 @@ def make(workload, data):
         return FashionArrays(data)
     if workload == "pyobj-png":
         return PngFiles(data)
-    if workload == "pyobj-jpeg":
+    if workload in ("pyobj-jpeg", "pyworkers-jpeg"):
         return JpegFiles(data)
+    if workload == "pyworkers-png":
+        return PngFlip(data)
+    if workload == "pyworkers-numpy":
+        return NumpyRows()
     raise ValueError(f"unknown workload {workload}")

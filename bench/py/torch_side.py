@@ -6,7 +6,7 @@ run, one JSON line of results on stdout (the driver reads the last line that sta
   torch_side.py jpeg  --data ROOT     torchvision ImageFolder + Resize(256) + CenterCrop(224)
                                       + ToTensor
   torch_side.py csv   --data FILE     pandas.read_csv + TensorDataset (parsing timed)
-  torch_side.py pyobj-numpy|pyobj-png|pyobj-jpeg --data PATH
+  torch_side.py pyobj-numpy|pyobj-png|pyobj-jpeg|pyworkers-* --data PATH
                                       a dataset written in Python (bench/py/pyobj.py; the same
                                       object bench/py/ferry_py_side.py reads through ferry)
 
@@ -59,7 +59,7 @@ def dataset(args, out):
     if args.workload == "inmem":
         x, y = make_data.fashion_mnist(args.data)
         return TensorDataset(torch.from_numpy(x.copy()), torch.from_numpy(y)), ["image", "label"]
-    if args.workload in pyobj.WORKLOADS:
+    if args.workload in pyobj.WORKLOADS + pyobj.PYWORKERS:
         ds = pyobj.make(args.workload, args.data)
         return ds, list(ds[0].keys())
     import torchvision
@@ -119,15 +119,20 @@ def check(ds, names, args, out):
 def epoch(loader, names=None, sums=None):
     """Seconds for one pass over `loader`; the first batches summed into `sums` if given."""
     start = time.perf_counter()
+    sink = 0.0
     for b, batch in enumerate(loader):
         if sums is not None and b < CHECK_BATCHES:
             sums.append({"batch": b, "fields": field_sums(batch, names)})
+        if names is not None:  # every batch's tensors touched, as ferry's side does
+            for t in tensors(batch, names):
+                sink += float(t.reshape(-1)[0])
     return time.perf_counter() - start
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("workload", choices=["inmem", "png", "jpeg", "csv", *pyobj.WORKLOADS])
+    p.add_argument("workload", choices=["inmem", "png", "jpeg", "csv", *pyobj.WORKLOADS,
+                                        *pyobj.PYWORKERS])
     p.add_argument("--data", required=True)
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--batch", type=int, default=256)
@@ -136,6 +141,8 @@ def main():
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--check")
     p.add_argument("--mark", action="store_true")
+    p.add_argument("--persistent", action="store_true",
+                   help="persistent_workers=True (the workers live across epochs)")
     args = p.parse_args()
     torch.manual_seed(args.seed)
     side = {"inmem": "pytorch", "png": "torchvision", "jpeg": "torchvision", "csv": "pandas"}
@@ -168,14 +175,19 @@ def main():
             check(ds, names, args, out)
         else:
             loader = DataLoader(ds, batch_size=args.batch, shuffle=True,
-                                num_workers=args.workers)
+                                num_workers=args.workers,
+                                persistent_workers=args.persistent and args.workers > 0)
             sums = []
             for w in range(args.warmup):
                 epoch(loader, names, sums if w == 0 else None)
             if args.mark:
                 print("@timed begin", file=sys.stderr, flush=True)
-            seconds = [epoch(loader, names, sums if args.warmup == 0 and e == 0 else None)
-                       for e in range(args.epochs)]
+            seconds, cpu = [], []
+            for e in range(args.epochs):
+                c = time.process_time()
+                seconds.append(epoch(loader, names, sums if args.warmup == 0 and e == 0 else None))
+                cpu.append(time.process_time() - c)
+            out["trainer_cpu_s"] = float(np.median(cpu))
             if args.mark:
                 print("@timed end", file=sys.stderr, flush=True)
             m = float(np.median(seconds))

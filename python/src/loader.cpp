@@ -430,6 +430,9 @@ std::unique_ptr<PyEpoch> start(PyLoader& self, const std::function<Epoch(Loader&
     // The interpreter is exiting: an epoch started now (by a daemon thread) yields nothing.
     return std::make_unique<PyEpoch>(nullptr, self.dataset);
   }
+  // Reads go to the worker processes again (an epoch left early had them give up). A loader
+  // runs one epoch at a time: none of another epoch's reads is in flight now.
+  for (PyDataset* d : python_datasets(*self.dataset)) d->resume_reads();
   {
     const ReleaseGil release;
     e = std::make_unique<Epoch>(make(loader));

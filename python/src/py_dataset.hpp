@@ -136,6 +136,8 @@ class PyDataset final : public Dataset {
   void use_processes(const ProcessOptions& options);
   /// Reads waiting for a worker process give up (their epoch was left early). No GIL needed.
   void abandon_reads() noexcept;
+  /// Reads go to the worker processes again (an epoch starts). No GIL needed.
+  void resume_reads() noexcept;
   /// The worker processes, if any.
   ProcessPool* pool() const noexcept { return pool_.get(); }
   /// One loader fewer uses the worker processes; the last one stops them, waking reads that wait

@@ -136,6 +136,10 @@ void PyDataset::abandon_reads() noexcept {
   if (pool_) pool_->abandon();
 }
 
+void PyDataset::resume_reads() noexcept {
+  if (pool_) pool_->resume();
+}
+
 void PyDataset::stop_processes() {
   if (!pool_ || pool_users_ == 0) return;
   if (--pool_users_ == 0) pool_->stop();

@@ -337,10 +337,9 @@ void ProcessPool::lost(Child& c, std::size_t index, const std::string& why) {
 
 std::vector<std::byte> ProcessPool::receive(Child& c, std::size_t index, bool answer) {
   const auto begin = std::chrono::steady_clock::now();
-  const std::uint64_t round = abandoned_.load();
   const bool timed = answer && options_.timeout > 0;
   for (;;) {
-    if (abandoned_.load() != round) {
+    if (abandoned_.load()) {
       // Its epoch was left: an answer still to come is discarded when it comes.
       {
         const std::lock_guard<std::mutex> lock(mutex_);
@@ -384,6 +383,10 @@ std::vector<std::byte> ProcessPool::receive(Child& c, std::size_t index, bool an
 
 void ProcessPool::read(const PyDataset& dataset, std::size_t index, SampleRef out) {
   const std::size_t fields = dataset.layout().fields().size();
+  if (abandoned_.load()) {
+    throw Error("Python dataset: the read of sample " + std::to_string(index) +
+                " was abandoned (its epoch was left)");
+  }
   Child& c = acquire();
   std::vector<std::size_t> offsets(fields);
   std::size_t total = 0;

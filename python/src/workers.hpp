@@ -53,9 +53,12 @@ class ProcessPool {
   void read(const PyDataset& dataset, std::size_t index, SampleRef out);
   /// Ends every process and wakes reads waiting for one; they throw. GIL held.
   void stop();
-  /// Reads waiting for an answer give up (within a slice); each process's answer is discarded
-  /// when it comes, before its next task. No GIL needed.
-  void abandon() noexcept { abandoned_.fetch_add(1); }
+  /// Reads waiting for an answer give up (within a slice), and reads give up at once until
+  /// resume(): each process's answer is discarded when it comes, before its next task. For an
+  /// epoch left early, so that its teardown waits for no __getitem__. No GIL needed.
+  void abandon() noexcept { abandoned_.store(true); }
+  /// Reads go to the processes again (an epoch starts). No GIL needed.
+  void resume() noexcept { abandoned_.store(false); }
 
   const ProcessOptions& options() const noexcept { return options_; }
   /// Processes started so far, replacements included.
@@ -103,7 +106,7 @@ class ProcessPool {
   bool stopping_ = false;
   int wake_fd_ = -1;  // an eventfd that wakes reads when the pool stops
   std::uint64_t started_ = 0;
-  std::atomic<std::uint64_t> abandoned_{0};
+  std::atomic<bool> abandoned_{false};
 };
 
 }  // namespace ferry::python
