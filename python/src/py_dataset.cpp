@@ -329,13 +329,14 @@ PythonSeeder::~PythonSeeder() {
     return;
   }
   const py::gil_scoped_acquire gil;
-  random_seed_ = numpy_seed_ = modules_ = py::object();
+  random_seed_ = numpy_seed_ = modules_ = torch_seed_ = py::object();
 }
 
 void PythonSeeder::abandon() noexcept {
   static_cast<void>(random_seed_.release());
   static_cast<void>(numpy_seed_.release());
   static_cast<void>(modules_.release());
+  static_cast<void>(torch_seed_.release());
 }
 
 namespace {
@@ -354,19 +355,19 @@ std::uint64_t generator_seed(std::uint64_t seed, std::uint64_t generator) {
 
 void PythonSeeder::seed(std::uint64_t seed) const {
   random_seed_(py::int_(generator_seed(seed, 1)));
-  // numpy's legacy generator takes 32-bit words.
-  const std::uint64_t numpy = generator_seed(seed, 2);
-  py::list words;
-  words.append(py::int_(numpy & 0xffffffffU));
-  words.append(py::int_(numpy >> 32U));
-  numpy_seed_(words);
-  const auto modules = py::reinterpret_borrow<py::dict>(modules_);
-  if (modules.contains("torch")) {
-    const py::object torch = modules["torch"];
-    if (py::hasattr(torch, "manual_seed")) {
-      torch.attr("manual_seed")(py::int_(generator_seed(seed, 3)));
-    }
+  // numpy's legacy generator takes a 32-bit seed (an int: its fast path; a list of words costs
+  // six times as much).
+  numpy_seed_(py::int_(generator_seed(seed, 2) & 0xffffffffU));
+  if (!torch_seed_) {
+    const auto modules = py::reinterpret_borrow<py::dict>(modules_);
+    if (!modules.contains("torch")) return;
+    // The CPU generator's own manual_seed: torch.manual_seed also seeds every CUDA device's
+    // generator and costs 35 times as much.
+    const py::object generator = py::getattr(modules["torch"], "default_generator", py::none());
+    if (generator.is_none()) return;
+    torch_seed_ = generator.attr("manual_seed");
   }
+  torch_seed_(py::int_(generator_seed(seed, 3)));
 }
 
 }  // namespace ferry::python

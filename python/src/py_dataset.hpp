@@ -107,7 +107,8 @@ class PythonSeeder {
  private:
   py::object random_seed_;
   py::object numpy_seed_;
-  py::object modules_;  // sys.modules: torch is seeded only once something imported it
+  py::object modules_;             // sys.modules: torch is seeded only once something imported it
+  mutable py::object torch_seed_;  // torch.default_generator.manual_seed, once torch is there
 };
 
 /// A dataset written in Python. A failure keeps the Python exception, traceback included, for
