@@ -119,6 +119,18 @@ class FERRY_API Dataset {
   virtual void will_read(std::span<const std::size_t> indices) const noexcept {
     static_cast<void>(indices);
   }
+  /// Reads of this thread's next samples, in this order, into these places (one worker's share
+  /// of a batch): read() follows for each of `indices` in turn, unless the batch stops first,
+  /// and end_reads() always follows, on the same thread. Lets a dataset that reads elsewhere (a
+  /// Python dataset's worker processes) start the reads ahead. The default does nothing. Never
+  /// throws: a hint that cannot be taken is dropped.
+  virtual void begin_reads(std::span<const std::size_t> indices,
+                           std::span<const SampleRef> out) const noexcept {
+    static_cast<void>(indices);
+    static_cast<void>(out);
+  }
+  /// The reads that begin_reads() announced are over (all made, or the batch stopped).
+  virtual void end_reads() const noexcept {}
   /// Whether will_read() uses its hint: the loader builds an epoch's order for it (8 bytes a
   /// sample) only then. The default, false, goes with the default will_read().
   virtual bool wants_read_order() const noexcept { return false; }

@@ -55,6 +55,25 @@ void fill_range(RunState& run, Slot& slot, std::size_t begin, std::size_t end,
   const BatchLayout& layout = *impl.layout;
   const bool ops_here = !impl.device_path && layout.has_ops();
   HostOps host;
+  // The whole share first (Dataset::begin_reads), for a dataset that reads it elsewhere; its
+  // end_reads() runs however the loop ends.
+  std::vector<std::size_t> share(slot.indices.begin() + static_cast<std::ptrdiff_t>(begin),
+                                 slot.indices.begin() + static_cast<std::ptrdiff_t>(end));
+  std::vector<SampleRef> places;
+  places.reserve(end - begin);
+  for (std::size_t i = begin; i != end; ++i) {
+    places.push_back(SampleRefs::make(&layout.written, slot.data, i,
+                                      sample_seed(impl.options.seed, run.epoch, slot.places[i]),
+                                      &slot.rows));
+  }
+  dataset.begin_reads(share, places);
+  struct EndReads {
+    const Dataset& dataset;
+    explicit EndReads(const Dataset& d) : dataset(d) {}
+    EndReads(const EndReads&) = delete;
+    EndReads& operator=(const EndReads&) = delete;
+    ~EndReads() { dataset.end_reads(); }
+  } const end_reads(dataset);
   // Samples are read in shuffled order: hint a few ahead so their memory loads overlap.
   constexpr std::size_t kAhead = 4;
   for (std::size_t i = begin; i != std::min(end, begin + kAhead); ++i) {
@@ -67,10 +86,7 @@ void fill_range(RunState& run, Slot& slot, std::size_t begin, std::size_t end,
     try {
       // The seed follows the sample's epoch position, which is its index but for a dataset
       // that selects its epochs (a Mixture): a sample given twice gets two seeds.
-      dataset.read(
-          index,
-          SampleRefs::make(&layout.written, slot.data, i,
-                           sample_seed(impl.options.seed, run.epoch, slot.places[i]), &slot.rows));
+      dataset.read(index, places[i - begin]);
       if (impl.ragged->any) impl.ragged->pad_sample(layout.written, slot.rows, i, slot.data);
       if (ops_here) {
         for (const FieldPlan& plan : layout.plans) plan.run(host, OpSpan{slot.data, nullptr, i, 1});

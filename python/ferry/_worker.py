@@ -4,8 +4,10 @@ python/src/workers.cpp is the parent's side. A process is started once per worke
 after one dies) with multiprocessing's forkserver or spawn; it unpickles the dataset once, runs
 worker_init_fn, then serves task records from its socket until the socket closes:
 
-    task:   <QQQ index, sample seed, scratch bytes> then <Q> per field: the bytes it must write
-    answer: b"\\0" (the fields are in the scratch region, each at a 64-byte aligned offset), or
+    task:   <QQQQ index, sample seed, scratch bytes, where its fields begin> then <Q> per field:
+            the bytes it must write
+    answer: b"\\0" (the fields are in the scratch region from there, each at a 64-byte aligned
+            offset), or
             b"\\1" <II len(text), len(traceback)> text traceback pickled-exception
 
 Messages use multiprocessing.Connection's framing (a 4-byte big-endian length). The scratch region
@@ -31,7 +33,7 @@ the number of worker processes, a seed derived from the loader's seed and the id
 process's copy of the dataset."""
 
 _info = None
-_TASK = struct.Struct("<QQQ")
+_TASK = struct.Struct("<QQQQ")
 _FAILURE = struct.Struct("<II")
 
 
@@ -161,7 +163,7 @@ def _main(conn, pickled, worker_id, count, seed, layout, seed_python, init_fn, c
             task = conn.recv_bytes()
         except (EOFError, OSError):
             break
-        index, sample_seed, want = _TASK.unpack_from(task)
+        index, sample_seed, want, base = _TASK.unpack_from(task)
         sizes = sizes_format.unpack_from(task, _TASK.size)
         try:
             if failure is not None:
@@ -171,7 +173,7 @@ def _main(conn, pickled, worker_id, count, seed, layout, seed_python, init_fn, c
                     scratch.close()
                 scratch = mmap.mmap(memfd, want)
                 size = want
-            reader.read(index, sample_seed, scratch, sizes)
+            reader.read(index, sample_seed, scratch, base, sizes)
             answer = b"\0"
         except BaseException as error:  # noqa: BLE001 (the parent raises it)
             answer = _failure(error, _ferry.Error)

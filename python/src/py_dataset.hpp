@@ -125,6 +125,9 @@ class PyDataset final : public Dataset {
   std::int64_t length(std::size_t index, std::size_t field) const override;
   std::int64_t max_length(std::size_t field) const override;
   void read(std::size_t index, SampleRef out) const override;
+  void begin_reads(std::span<const std::size_t> indices,
+                   std::span<const SampleRef> out) const noexcept override;
+  void end_reads() const noexcept override;
 
   /// The Python object read (for the garbage collector's traversal).
   PyObject* source() const noexcept { return source_.ptr(); }

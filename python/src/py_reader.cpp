@@ -118,6 +118,15 @@ void PyDataset::read(std::size_t index, SampleRef out) const {
   }
 }
 
+void PyDataset::begin_reads(std::span<const std::size_t> indices,
+                            std::span<const SampleRef> out) const noexcept {
+  if (pool_) pool_->begin_reads(indices, out);
+}
+
+void PyDataset::end_reads() const noexcept {
+  if (pool_) pool_->end_reads();
+}
+
 void PyDataset::use_processes(const ProcessOptions& options) {
   if (pool_ && pool_users_ > 0) {
     if (pool_->options() == options) {
@@ -225,18 +234,18 @@ class WorkerReader {
   WorkerReader(py::object dataset, const py::tuple& layout, bool seed_python)
       : dataset_(std::move(dataset)), layout_(layout), seed_python_(seed_python) {}
 
-  void read(std::uint64_t index, std::uint64_t seed, const py::buffer& scratch,
+  void read(std::uint64_t index, std::uint64_t seed, const py::buffer& scratch, std::size_t base,
             const std::vector<std::size_t>& nbytes) const {
     const std::size_t n = layout_.fields().size();
     if (nbytes.size() != n) throw py::value_error("a task for " + std::to_string(n) + " fields");
     const py::buffer_info buffer = scratch.request(/*writable=*/true);
     std::vector<std::byte*> dest(n);
-    std::size_t offset = 0;
-    auto* base = static_cast<std::byte*>(buffer.ptr);
+    std::size_t offset = base;
+    auto* start = static_cast<std::byte*>(buffer.ptr);
     const auto size = static_cast<std::size_t>(buffer.size * buffer.itemsize);
     for (std::size_t f = 0; f < n; ++f) {
       if (offset + nbytes[f] > size) throw py::value_error("the scratch region is too small");
-      dest[f] = base + offset;
+      dest[f] = start + offset;
       offset += (nbytes[f] + 63) / 64 * 64;
     }
     if (seed_python_) seeder_.seed(seed);

@@ -27,6 +27,7 @@ namespace {
 constexpr std::size_t kAlign = 64;
 constexpr std::size_t kMinScratch = 1U << 20U;
 constexpr int kSliceMs = 100;
+std::atomic<std::uint64_t> g_pool_ids{0};  // ProcessPool::id_
 
 std::size_t aligned(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
@@ -84,7 +85,9 @@ std::string seconds_text(double s) {
 }  // namespace
 
 ProcessPool::ProcessPool(const PyDataset& dataset, ProcessOptions options)
-    : options_(std::move(options)) {
+    : options_(std::move(options)),
+      id_(g_pool_ids.fetch_add(1) + 1),
+      field_count_(dataset.layout().fields().size()) {
   if (options_.start_method != "forkserver" && options_.start_method != "spawn" &&
       options_.start_method != "fork") {
     throw ConfigError("Loader: start_method \"" + options_.start_method +
@@ -335,7 +338,8 @@ void ProcessPool::lost(Child& c, std::size_t index, const std::string& why) {
                   "; a fresh process takes its place");
 }
 
-std::vector<std::byte> ProcessPool::receive(Child& c, std::size_t index, bool answer) {
+std::vector<std::byte> ProcessPool::receive(Child& c, std::size_t index, bool answer,
+                                            int also_stale) {
   const auto begin = std::chrono::steady_clock::now();
   const bool timed = answer && options_.timeout > 0;
   for (;;) {
@@ -343,7 +347,7 @@ std::vector<std::byte> ProcessPool::receive(Child& c, std::size_t index, bool an
       // Its epoch was left: an answer still to come is discarded when it comes.
       {
         const std::lock_guard<std::mutex> lock(mutex_);
-        if (answer) ++c.stale;
+        if (answer) c.stale += 1 + also_stale;
       }
       release(c);
       throw Error("Python dataset: the read of sample " + std::to_string(index) +
@@ -381,51 +385,69 @@ std::vector<std::byte> ProcessPool::receive(Child& c, std::size_t index, bool an
   return message;
 }
 
-void ProcessPool::read(const PyDataset& dataset, std::size_t index, SampleRef out) {
-  const std::size_t fields = dataset.layout().fields().size();
-  if (abandoned_.load()) {
-    throw Error("Python dataset: the read of sample " + std::to_string(index) +
-                " was abandoned (its epoch was left)");
+namespace {
+
+/// A share of a batch this thread reads through one process, its tasks sent ahead
+/// (ProcessPool::begin_reads): the tasks, which have been sent and read, and where each lands.
+struct Task {
+  std::size_t index = 0;
+  std::uint64_t seed = 0;
+  std::vector<std::size_t> nbytes;
+};
+struct Range {
+  std::uint64_t pool = 0;  // the pool's id_; 0: none
+  void* child = nullptr;   // its Child; null once it ended mid-range
+  std::vector<Task> tasks;
+  std::size_t next_read = 0;
+  std::size_t next_send = 0;
+  std::size_t window = 0;      // tasks in flight at most, each in its own part of the memfd
+  std::size_t slot_bytes = 0;  // the size of such a part
+  std::size_t lost_until = 0;  // the process ended: tasks [next_read, lost_until) fail
+  std::string lost_why;
+};
+thread_local Range t_range;
+constexpr std::size_t kWindow = 4;
+
+std::vector<std::size_t> offsets_of(const std::vector<std::size_t>& nbytes, std::size_t base) {
+  std::vector<std::size_t> offsets(nbytes.size());
+  for (std::size_t f = 0; f < nbytes.size(); ++f) {
+    offsets[f] = base;
+    base += aligned(nbytes[f]);
   }
-  Child& c = acquire();
-  std::vector<std::size_t> offsets(fields);
+  return offsets;
+}
+
+std::size_t total_of(const std::vector<std::size_t>& nbytes) {
   std::size_t total = 0;
-  for (std::size_t f = 0; f < fields; ++f) {
-    offsets[f] = total;
-    total += aligned(out.nbytes(f));
-  }
-  try {
-    if (total > c.map_size) grow(c, std::max(total, 2 * c.map_size));
-  } catch (...) {
-    release(c);
-    throw;
-  }
-  if (!c.ready) {
-    // Its first task waits until it has started (imports, unpickling, worker_init_fn): the
-    // timeout is per sample, not for the start.
-    static_cast<void>(receive(c, index, /*answer=*/false));
-    c.ready = true;
-  }
+  for (const std::size_t n : nbytes) total += aligned(n);
+  return total;
+}
+
+}  // namespace
+
+bool ProcessPool::send_task(Child& c, std::size_t index, std::uint64_t seed, std::size_t base,
+                            const std::vector<std::size_t>& nbytes) {
   std::vector<std::byte> task(4);
   put_u64(task, index);
-  put_u64(task, out.seed());
+  put_u64(task, seed);
   put_u64(task, c.map_size);
-  for (std::size_t f = 0; f < fields; ++f) put_u64(task, out.nbytes(f));
+  put_u64(task, base);
+  for (const std::size_t n : nbytes) put_u64(task, n);
   const auto n = static_cast<std::uint32_t>(task.size() - 4);
   for (unsigned i = 0; i < 4; ++i) task[i] = static_cast<std::byte>(n >> (8U * (3 - i)));
-  if (!send_all(c.fd, task.data(), task.size())) {
-    lost(c, index, ending(c));
-  }
-  std::vector<std::byte> answer = receive(c, index, /*answer=*/true);
+  return send_all(c.fd, task.data(), task.size());
+}
+
+void ProcessPool::deliver(const PyDataset& dataset, const Child& c, std::size_t index,
+                          const std::vector<std::byte>& answer,
+                          const std::vector<std::size_t>& offsets, SampleRef out) {
   const std::size_t size = answer.size();
   if (answer[0] == std::byte{0}) {
-    for (std::size_t f = 0; f < fields; ++f) {
+    for (std::size_t f = 0; f < offsets.size(); ++f) {
       if (out.nbytes(f) != 0) std::memcpy(out.data(f), c.map + offsets[f], out.nbytes(f));
     }
-    release(c);
     return;
   }
-  release(c);
   // A failure: its text, its traceback's text, the exception pickled.
   const std::size_t head = 1 + 8;
   const std::uint32_t text_size = size >= head ? get_u32(answer.data() + 1) : 0;
@@ -440,6 +462,165 @@ void ProcessPool::read(const PyDataset& dataset, std::size_t index, SampleRef ou
   std::string pickled(p + text_size + trace_size, size - head - text_size - trace_size);
   if (!pickled.empty()) dataset.keep_remote_failure(index, std::move(pickled), std::move(trace));
   throw DataError("Python dataset: " + text);
+}
+
+void ProcessPool::begin_reads(std::span<const std::size_t> indices,
+                              std::span<const SampleRef> out) noexcept {
+  end_reads();
+  if (indices.size() < 2 || abandoned_.load()) return;
+  Child* c = nullptr;
+  try {
+    c = &acquire();
+  } catch (...) {
+    return;  // stopping, or no process could start: the reads go one by one, and say why
+  }
+  bool held = true;  // receive() lets c go when it throws
+  try {
+    if (!c->ready) {
+      held = false;
+      static_cast<void>(receive(*c, indices[0], /*answer=*/false, 0));
+      held = true;
+      c->ready = true;
+    }
+    Range r;
+    r.pool = id_;
+    r.child = c;
+    r.tasks.resize(indices.size());
+    for (std::size_t i = 0; i < indices.size(); ++i) {
+      Task& t = r.tasks[i];
+      t.index = indices[i];
+      t.seed = out[i].seed();
+      t.nbytes.resize(field_count_);
+      for (std::size_t f = 0; f < field_count_; ++f) t.nbytes[f] = out[i].nbytes(f);
+      r.slot_bytes = std::max(r.slot_bytes, total_of(t.nbytes));
+    }
+    r.window = std::min(kWindow, indices.size());
+    if (r.window * r.slot_bytes > c->map_size) grow(*c, r.window * r.slot_bytes);
+    t_range = std::move(r);
+  } catch (...) {
+    if (held) release(*c);
+    t_range = Range{};
+    return;
+  }
+  Range& r = t_range;
+  while (r.next_send < r.window) {
+    const Task& t = r.tasks[r.next_send];
+    if (!send_task(*c, t.index, t.seed, (r.next_send % r.window) * r.slot_bytes, t.nbytes)) break;
+    ++r.next_send;
+  }
+}
+
+void ProcessPool::end_reads() noexcept {
+  Range& r = t_range;
+  if (r.pool != id_) return;
+  if (r.child != nullptr) {
+    auto& c = *static_cast<Child*>(r.child);
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      c.stale += static_cast<int>(r.next_send - r.next_read);  // answered, then discarded
+      c.busy = false;
+    }
+    idle_.notify_all();
+  }
+  t_range = Range{};
+}
+
+bool ProcessPool::read_ahead(const PyDataset& dataset, std::size_t index, SampleRef out) {
+  Range& r = t_range;
+  if (r.pool != id_) return false;
+  if (r.next_read >= r.tasks.size() || r.tasks[r.next_read].index != index ||
+      r.tasks[r.next_read].seed != out.seed()) {
+    end_reads();  // not the order announced: one by one from here
+    return false;
+  }
+  if (r.child == nullptr) {
+    // The process ended with this task in flight.
+    if (r.next_read < r.lost_until) {
+      ++r.next_read;
+      throw DataError("Python dataset: " + r.lost_why + " while sample " + std::to_string(index) +
+                      " waited in its queue");
+    }
+    t_range = Range{};
+    return false;
+  }
+  if (r.next_read >= r.next_send) {  // a task that could not be sent: one by one from here
+    end_reads();
+    return false;
+  }
+  auto& c = *static_cast<Child*>(r.child);
+  const std::size_t at = r.next_read;
+  const std::size_t base = (at % r.window) * r.slot_bytes;
+  const std::vector<std::size_t> offsets = offsets_of(r.tasks[at].nbytes, base);
+  std::vector<std::byte> answer;
+  try {
+    answer = receive(c, index, /*answer=*/true, static_cast<int>(r.next_send - at - 1));
+  } catch (const DataError& e) {
+    // It ended (died, or overran the timeout): the tasks it held after this one fail too.
+    r.child = nullptr;
+    r.lost_until = r.next_send;
+    r.lost_why = "worker process " + std::to_string(c.id) + " ended";
+    ++r.next_read;
+    throw;
+  } catch (...) {  // abandoned or stopping: c was released, its answers counted stale
+    t_range = Range{};
+    throw;
+  }
+  ++r.next_read;
+  const bool last = r.next_read == r.tasks.size();
+  try {
+    deliver(dataset, c, index, answer, offsets, out);
+  } catch (...) {
+    send_next(c);
+    if (last) end_reads();
+    throw;
+  }
+  send_next(c);
+  if (last) end_reads();
+  return true;
+}
+
+void ProcessPool::send_next(Child& c) noexcept {
+  Range& r = t_range;
+  if (r.next_send >= r.tasks.size()) return;
+  const Task& t = r.tasks[r.next_send];
+  if (send_task(c, t.index, t.seed, (r.next_send % r.window) * r.slot_bytes, t.nbytes)) {
+    ++r.next_send;
+  }
+}
+
+void ProcessPool::read(const PyDataset& dataset, std::size_t index, SampleRef out) {
+  const std::size_t fields = dataset.layout().fields().size();
+  if (abandoned_.load()) {
+    end_reads();
+    throw Error("Python dataset: the read of sample " + std::to_string(index) +
+                " was abandoned (its epoch was left)");
+  }
+  if (read_ahead(dataset, index, out)) return;
+  Child& c = acquire();
+  std::vector<std::size_t> nbytes(fields);
+  for (std::size_t f = 0; f < fields; ++f) nbytes[f] = out.nbytes(f);
+  const std::size_t total = total_of(nbytes);
+  try {
+    if (total > c.map_size) grow(c, std::max(total, 2 * c.map_size));
+  } catch (...) {
+    release(c);
+    throw;
+  }
+  if (!c.ready) {
+    // Its first task waits until it has started (imports, unpickling, worker_init_fn): the
+    // timeout is per sample, not for the start.
+    static_cast<void>(receive(c, index, /*answer=*/false, 0));
+    c.ready = true;
+  }
+  if (!send_task(c, index, out.seed(), 0, nbytes)) lost(c, index, ending(c));
+  const std::vector<std::byte> answer = receive(c, index, /*answer=*/true, 0);
+  try {
+    deliver(dataset, c, index, answer, offsets_of(nbytes, 0), out);  // from c's memfd: c held
+  } catch (...) {
+    release(c);
+    throw;
+  }
+  release(c);
 }
 
 void ProcessPool::stop() {

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,11 @@ class ProcessPool {
   /// Sample `index` read by a worker process into `out`. Called on ferry's worker threads
   /// without the GIL (taken only to replace a process). \throws DataError for a failed sample.
   void read(const PyDataset& dataset, std::size_t index, SampleRef out);
+  /// This thread's next reads (Dataset::begin_reads): one process takes them, their tasks sent
+  /// ahead (a few at a time), so that it goes from one to the next without waiting for this
+  /// thread. end_reads() lets it go, its answers still to come discarded. No GIL needed.
+  void begin_reads(std::span<const std::size_t> indices, std::span<const SampleRef> out) noexcept;
+  void end_reads() noexcept;
   /// Ends every process and wakes reads waiting for one; they throw. GIL held.
   void stop();
   /// Reads waiting for an answer give up (within a slice), and reads give up at once until
@@ -89,13 +95,25 @@ class ProcessPool {
   bool stopping();
   /// c's next message (an answer, or the word that it has started), waiting in slices for it,
   /// an abandon, a stop, or (an answer) the timeout. \throws what lost() throws when c ended.
-  std::vector<std::byte> receive(Child& c, std::size_t index, bool answer);
+  /// `also_stale`: answers of later tasks in flight, discarded too when this read gives up.
+  std::vector<std::byte> receive(Child& c, std::size_t index, bool answer, int also_stale);
+  bool send_task(Child& c, std::size_t index, std::uint64_t seed, std::size_t base,
+                 const std::vector<std::size_t>& nbytes);
+  /// The answer's fields into `out` (from c's memfd at `offsets`), or its failure thrown.
+  void deliver(const PyDataset& dataset, const Child& c, std::size_t index,
+               const std::vector<std::byte>& answer, const std::vector<std::size_t>& offsets,
+               SampleRef out);
+  /// read() of the next sample of this thread's begin_reads() share: true when it was.
+  bool read_ahead(const PyDataset& dataset, std::size_t index, SampleRef out);
+  void send_next(Child& c) noexcept;
   void grow(Child& c, std::size_t bytes);
   /// Why c's process ended (its exit code or signal), after it did. Takes the GIL.
   std::string ending(Child& c);
   [[noreturn]] void lost(Child& c, std::size_t index, const std::string& why);
 
   ProcessOptions options_;
+  std::uint64_t id_;  // this pool among all (a thread's read-ahead names it)
+  std::size_t field_count_;
   py::object start_;   // ferry._worker.start
   py::bytes pickled_;  // the dataset
   py::tuple layout_;   // SampleLayout::describe()

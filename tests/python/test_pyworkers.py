@@ -451,3 +451,59 @@ def test_torch_dataloader_yields_a_tuple_for_one_field(ferry):
 
     (x,) = next(iter(ft.DataLoader(One(8), batch_size=4, device="cpu")))
     assert torch.equal(x, torch.arange(4, dtype=torch.float32))
+
+
+def run_script(tmp_path, body, signal_after=None):
+    """Runs `body` as a script (with the __main__ guard) that imports this file's datasets; it
+    prints the worker pids first. Returns (returncode, stdout lines, stderr, pids)."""
+    script = tmp_path / "trainer.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, sys, time
+        sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+        import ferry
+        from test_pyworkers import WhoReads, Slow
+        if __name__ == "__main__":
+    """) + textwrap.indent(textwrap.dedent(body), "    "))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        pids = {int(p) for p in proc.stdout.readline().split()}
+        if signal_after is not None:
+            time.sleep(signal_after)
+            proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    return proc.returncode, out.splitlines(), err, pids
+
+
+def test_ctrl_c_while_waiting_for_a_slow_process(tmp_path):
+    rc, out, err, pids = run_script(tmp_path, """
+        loader = ferry.Loader(Slow(64, set(range(8, 64)), 30), batch_size=4, device="cpu",
+                              processes=2)
+        ep = loader.epoch(0)
+        pids = set()
+        for _ in range(2):
+            pids.update(int(p) for p in next(ep)["y"].numpy() * 0)
+        import ferry._worker
+        print(" ".join(str(p.pid) for p in __import__("multiprocessing").active_children()),
+              flush=True)
+        try:
+            next(ep)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+    """, signal_after=1.0)
+    assert rc == 0 and out[-1:] == ["interrupted"], (rc, out, err)
+    assert pids and wait_gone(pids) == []
+
+
+def test_interpreter_exit_mid_epoch_leaves_no_process(tmp_path):
+    rc, out, err, pids = run_script(tmp_path, """
+        loader = ferry.Loader(WhoReads(), batch_size=4, device="cpu", processes=2)
+        ep = loader.epoch(0)
+        print(" ".join(str(int(p)) for p in next(ep)["pid"].numpy()), flush=True)
+        sys.exit(0)  # mid-epoch, the loader and its processes alive
+    """)
+    assert rc == 0, err
+    assert "Traceback" not in err, err
+    assert pids and wait_gone(pids) == []
