@@ -1,0 +1,119 @@
+#include <libdeflate.h>
+#include <snappy-c.h>
+#include <zstd.h>
+
+#include <memory>
+#include <string>
+
+#include "datasets/table/parquet_codec.hpp"
+
+namespace ferry::detail::parquet {
+namespace {
+
+struct FreeDeflate {
+  void operator()(libdeflate_decompressor* d) const noexcept { libdeflate_free_decompressor(d); }
+};
+struct FreeZstd {
+  void operator()(ZSTD_DCtx* d) const noexcept { ZSTD_freeDCtx(d); }
+};
+
+libdeflate_decompressor* deflate_context() {
+  thread_local std::unique_ptr<libdeflate_decompressor, FreeDeflate> d(
+      libdeflate_alloc_decompressor());
+  if (!d) throw ChunkError("cannot decompress: out of memory");
+  return d.get();
+}
+
+ZSTD_DCtx* zstd_context() {
+  thread_local std::unique_ptr<ZSTD_DCtx, FreeZstd> d(ZSTD_createDCtx());
+  if (!d) throw ChunkError("cannot decompress: out of memory");
+  return d.get();
+}
+
+}  // namespace
+
+const char* codec_name(Codec codec) noexcept {
+  switch (codec) {
+    case Codec::uncompressed:
+      return "UNCOMPRESSED";
+    case Codec::snappy:
+      return "SNAPPY";
+    case Codec::gzip:
+      return "GZIP";
+    case Codec::lzo:
+      return "LZO";
+    case Codec::brotli:
+      return "BROTLI";
+    case Codec::lz4:
+      return "LZ4";
+    case Codec::zstd:
+      return "ZSTD";
+    case Codec::lz4_raw:
+      return "LZ4_RAW";
+  }
+  return "an unknown codec";
+}
+
+void check_codec(Codec codec) {
+  switch (codec) {
+    case Codec::uncompressed:
+    case Codec::snappy:
+    case Codec::gzip:
+    case Codec::zstd:
+      return;
+    default:
+      throw ChunkError(std::string("compressed with ") + codec_name(codec) + " (codec " +
+                       std::to_string(static_cast<int>(codec)) +
+                       "), which ferry does not read yet (it reads UNCOMPRESSED, SNAPPY, GZIP "
+                       "and ZSTD)");
+  }
+}
+
+void decompress(Codec codec, std::span<const std::byte> in, std::span<std::byte> out) {
+  const std::string sizes = " (" + std::to_string(in.size()) + " bytes that should give " +
+                            std::to_string(out.size()) + ")";
+  switch (codec) {
+    case Codec::uncompressed:
+      if (in.size() != out.size()) {
+        throw ChunkError("an uncompressed page whose sizes differ" + sizes);
+      }
+      if (!in.empty()) std::memcpy(out.data(), in.data(), in.size());
+      return;
+    case Codec::snappy: {
+      const auto* src = reinterpret_cast<const char*>(in.data());
+      std::size_t n = 0;
+      if (snappy_uncompressed_length(src, in.size(), &n) != SNAPPY_OK || n != out.size()) {
+        throw ChunkError("a corrupt snappy page" + sizes);
+      }
+      std::size_t got = out.size();
+      if (snappy_uncompress(src, in.size(), reinterpret_cast<char*>(out.data()), &got) !=
+              SNAPPY_OK ||
+          got != out.size()) {
+        throw ChunkError("a corrupt snappy page" + sizes);
+      }
+      return;
+    }
+    case Codec::gzip: {
+      std::size_t got = 0;
+      const libdeflate_result r = libdeflate_gzip_decompress(
+          deflate_context(), in.data(), in.size(), out.data(), out.size(), &got);
+      if (r != LIBDEFLATE_SUCCESS || got != out.size()) {
+        throw ChunkError("a corrupt gzip page" + sizes);
+      }
+      return;
+    }
+    case Codec::zstd: {
+      const std::size_t got =
+          ZSTD_decompressDCtx(zstd_context(), out.data(), out.size(), in.data(), in.size());
+      if (ZSTD_isError(got) != 0) {
+        throw ChunkError(std::string("a corrupt zstd page: ") + ZSTD_getErrorName(got) + sizes);
+      }
+      if (got != out.size()) throw ChunkError("a zstd page of the wrong size" + sizes);
+      return;
+    }
+    default:
+      check_codec(codec);
+  }
+}
+
+}  // namespace ferry::detail::parquet
