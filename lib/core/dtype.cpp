@@ -96,15 +96,16 @@ DType parse_dtype(std::string_view text) {
       {"f16", DType::f16},     {"float16", DType::f16},   {"half", DType::f16},
       {"bf16", DType::bf16},   {"bfloat16", DType::bf16}, {"f32", DType::f32},
       {"float32", DType::f32}, {"float", DType::f32},     {"f64", DType::f64},
-      {"float64", DType::f64}, {"double", DType::f64},   {"i8", DType::i8},
+      {"float64", DType::f64}, {"double", DType::f64},    {"i8", DType::i8},
       {"int8", DType::i8},     {"i16", DType::i16},       {"int16", DType::i16},
       {"short", DType::i16},   {"u64", DType::u64},       {"uint64", DType::u64},
   };
   for (const auto& n : kNames) {
     if (n.name == text) return n.dtype;
   }
-  throw ConfigError("DType: unknown dtype \"" + std::string(text) +
-                    "\"; expected one of u8, u16, u32, i32, i64, f16, bf16, f32, f64, i8, i16, u64");
+  throw ConfigError(
+      "DType: unknown dtype \"" + std::string(text) +
+      "\"; expected one of u8, u16, u32, i32, i64, f16, bf16, f32, f64, i8, i16, u64");
 }
 
 Half to_half(double value) noexcept { return Half{detail::rules::half_bits(value)}; }

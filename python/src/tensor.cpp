@@ -513,7 +513,8 @@ it) is gone.)doc")
           "shape", [](const Tensor& t) { return shape_tuple(t.shape()); }, "A tuple of ints.")
       .def_property_readonly(
           "dtype", [](const Tensor& t) { return std::string(dtype_name(t.dtype())); },
-          "\"u8\", \"u16\", \"u32\", \"i32\", \"i64\", \"f16\", \"bf16\", \"f32\", \"f64\", \"i8\", \"i16\" "
+          "\"u8\", \"u16\", \"u32\", \"i32\", \"i64\", \"f16\", \"bf16\", \"f32\", \"f64\", "
+          "\"i8\", \"i16\" "
           "or \"u64\".")
       .def_property_readonly("device", &Tensor::device, "Where the tensor lives.")
       .def_property_readonly("ndim", &Tensor::dim)

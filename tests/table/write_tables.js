@@ -57,7 +57,10 @@ const codecs = { none: pq.Compression.UNCOMPRESSED, snappy: pq.Compression.SNAPP
 for (const [codec, c] of Object.entries(codecs)) {
   for (const dict of [true, false]) {
     for (const version of [1, 2]) {
-      const props = new pq.WriterPropertiesBuilder()
+      // Without a dictionary, PLAIN values asked for (v2's default would be the DELTA encodings).
+      let builder = new pq.WriterPropertiesBuilder();
+      if (!dict) builder = builder.setEncoding(pq.Encoding.PLAIN);
+      const props = builder
         .setCompression(c)
         .setDictionaryEnabled(dict)
         .setWriterVersion(version === 1 ? pq.WriterVersion.V1 : pq.WriterVersion.V2)

@@ -207,9 +207,9 @@ std::size_t physical_width(Physical type) noexcept {
 
 const char* encoding_name(std::int32_t encoding) noexcept {
   static constexpr const char* kNames[] = {
-      "PLAIN",       "GROUP_VAR_INT",          "PLAIN_DICTIONARY", "RLE",
-      "BIT_PACKED",  "DELTA_BINARY_PACKED",    "DELTA_LENGTH_BYTE_ARRAY",
-      "DELTA_BYTE_ARRAY", "RLE_DICTIONARY",    "BYTE_STREAM_SPLIT"};
+      "PLAIN",          "GROUP_VAR_INT",       "PLAIN_DICTIONARY",        "RLE",
+      "BIT_PACKED",     "DELTA_BINARY_PACKED", "DELTA_LENGTH_BYTE_ARRAY", "DELTA_BYTE_ARRAY",
+      "RLE_DICTIONARY", "BYTE_STREAM_SPLIT"};
   if (encoding < 0 || encoding >= static_cast<std::int32_t>(std::size(kNames))) {
     return "an unknown encoding";
   }
@@ -236,8 +236,8 @@ RawColumn decode_chunk(std::span<const std::byte> bytes, Physical type, Codec co
   std::size_t pos = 0;
   std::size_t row = 0;
   for (std::size_t page_no = 0; row < rows; ++page_no) {
-    const std::string at = "page " + std::to_string(page_no) + " (byte " + std::to_string(pos) +
-                           " of the chunk): ";
+    const std::string at =
+        "page " + std::to_string(page_no) + " (byte " + std::to_string(pos) + " of the chunk): ";
     try {
       if (pos >= bytes.size()) {
         throw ChunkError("the chunk ends after " + std::to_string(row) + " of its " +
@@ -246,11 +246,13 @@ RawColumn decode_chunk(std::span<const std::byte> bytes, Physical type, Codec co
       std::size_t header_bytes = 0;
       const PageHeader h = parse_page_header(bytes.subspan(pos), header_bytes);
       pos += header_bytes;
-      if (h.compressed_size < 0 || static_cast<std::size_t>(h.compressed_size) > bytes.size() - pos) {
+      if (h.compressed_size < 0 ||
+          static_cast<std::size_t>(h.compressed_size) > bytes.size() - pos) {
         throw ChunkError("a page of " + std::to_string(h.compressed_size) +
                          " bytes goes past the chunk's end");
       }
-      if (h.uncompressed_size < 0 || static_cast<std::size_t>(h.uncompressed_size) > kMaxPageBytes) {
+      if (h.uncompressed_size < 0 ||
+          static_cast<std::size_t>(h.uncompressed_size) > kMaxPageBytes) {
         throw ChunkError("a page that claims " + std::to_string(h.uncompressed_size) +
                          " bytes decompressed (at most 1 GiB)");
       }
@@ -321,7 +323,8 @@ RawColumn decode_chunk(std::span<const std::byte> bytes, Physical type, Codec co
       }
       std::size_t present = 0;
       for (const std::uint32_t l : levels) {
-        if (l > static_cast<std::uint32_t>(max_def)) throw ChunkError("a definition level too high");
+        if (l > static_cast<std::uint32_t>(max_def))
+          throw ChunkError("a definition level too high");
         present += l == static_cast<std::uint32_t>(max_def) ? 1 : 0;
       }
       if (h.encoding == encoding::plain) {

@@ -27,10 +27,10 @@ class ChunkError : public std::runtime_error {
 /// valid[row] == 0 and a zero value (an empty byte array).
 struct RawColumn {
   std::size_t rows = 0;
-  std::size_t width = 0;                ///< bytes per value; 0 for byte arrays
-  std::vector<std::uint8_t> valid;      ///< empty: every row has a value
-  std::vector<std::byte> fixed;         ///< rows * width
-  std::vector<std::uint64_t> offsets;   ///< byte arrays: rows + 1
+  std::size_t width = 0;               ///< bytes per value; 0 for byte arrays
+  std::vector<std::uint8_t> valid;     ///< empty: every row has a value
+  std::vector<std::byte> fixed;        ///< rows * width
+  std::vector<std::uint64_t> offsets;  ///< byte arrays: rows + 1
   std::vector<std::byte> bytes;
 
   bool is_valid(std::size_t row) const noexcept { return valid.empty() || valid[row] != 0; }

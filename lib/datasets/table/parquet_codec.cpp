@@ -1,11 +1,11 @@
+#include "datasets/table/parquet_codec.hpp"
+
 #include <libdeflate.h>
 #include <snappy-c.h>
 #include <zstd.h>
 
 #include <memory>
 #include <string>
-
-#include "datasets/table/parquet_codec.hpp"
 
 namespace ferry::detail::parquet {
 namespace {

@@ -14,7 +14,14 @@ namespace {
 
 constexpr std::string_view kWho = "ParquetDataset";
 
-std::string quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
+std::string in_quotes(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  out += '"';
+  out += s;
+  out += '"';
+  return out;
+}
 
 /// The chunk's bytes: from its dictionary page (if any) or first data page (checked at open).
 std::span<const std::byte> chunk_bytes(const ParquetFile& f, const parquet::ColumnChunk& ch) {
@@ -64,7 +71,7 @@ parquet::RawColumn ParquetTable::decode_raw(std::size_t g, std::size_t c) const 
     throw DataError(FileLabel{kWho, f.name}.prefix() + "row group " + std::to_string(tg.group) +
                     " (rows " + std::to_string(tg.file_row) + " to " +
                     std::to_string(tg.file_row + tg.rows - 1) + "), column " +
-                    quoted(columns[c].name) + ": " + e.what());
+                    in_quotes(columns[c].name) + ": " + e.what());
   }
 }
 
@@ -91,7 +98,8 @@ std::shared_ptr<const DecodedGroup> ParquetTable::decode(std::size_t g) const {
           if (it == col.categories.end() || *it != text) {
             throw DataError(FileLabel{kWho, files[groups[g].file].name}.prefix() + "row " +
                             std::to_string(groups[g].file_row + r) + ", column " +
-                            quoted(col.name) + ": a value not met when the file was opened "
+                            in_quotes(col.name) +
+                            ": a value not met when the file was opened "
                             "(the file changed?)");
           }
           code = it - col.categories.begin();
@@ -117,8 +125,8 @@ ParquetDataset::~ParquetDataset() = default;
 
 std::shared_ptr<ParquetDataset> ParquetDataset::open(std::vector<std::filesystem::path> files,
                                                      TableOptions options) {
-  return std::make_shared<ParquetDataset>(Key{},
-                                          detail::open_parquet(std::move(files), std::move(options)));
+  return std::make_shared<ParquetDataset>(
+      Key{}, detail::open_parquet(std::move(files), std::move(options)));
 }
 
 std::size_t ParquetDataset::size() const { return table_->size; }
@@ -139,8 +147,8 @@ void ParquetDataset::read(std::size_t index, SampleRef out) const {
   using detail::TableField;
   const detail::ParquetTable& t = *table_;
   if (index >= t.size) {
-    throw ConfigError(std::string(detail::kWho) + ": sample " + std::to_string(index) +
-                      " of " + std::to_string(t.size));
+    throw ConfigError(std::string(detail::kWho) + ": sample " + std::to_string(index) + " of " +
+                      std::to_string(t.size));
   }
   const auto g = static_cast<std::size_t>(
       std::upper_bound(t.starts.begin(), t.starts.end(), index) - t.starts.begin() - 1);
@@ -178,8 +186,8 @@ void ParquetDataset::read(std::size_t index, SampleRef out) const {
       }
       const detail::TableGroup& tg = t.groups[g];
       throw DataError(std::string(detail::kWho) + ": " + t.files[tg.file].name + ": row " +
-                      std::to_string(tg.file_row + row) + ", column " + detail::quoted(col.name) +
-                      ": a null" +
+                      std::to_string(tg.file_row + row) + ", column " +
+                      detail::in_quotes(col.name) + ": a null" +
                       (col.kind == TableField::bytes || !is_floating(col.dtype)
                            ? std::string(" (Missing::nan reads nulls only in float and "
                                          "categorical columns)")
@@ -190,7 +198,7 @@ void ParquetDataset::read(std::size_t index, SampleRef out) const {
       if (bytes.size() != out.nbytes(c)) {
         throw DataError(std::string(detail::kWho) + ": " + t.files[t.groups[g].file].name +
                         ": row " + std::to_string(t.groups[g].file_row + row) + ", column " +
-                        detail::quoted(col.name) + ": " + std::to_string(bytes.size()) +
+                        detail::in_quotes(col.name) + ": " + std::to_string(bytes.size()) +
                         " bytes where its length said " + std::to_string(out.nbytes(c)));
       }
       if (!bytes.empty()) std::memcpy(out.data(c), bytes.data(), bytes.size());
@@ -207,8 +215,8 @@ std::int64_t ParquetDataset::length(std::size_t index, std::size_t field) const 
                       ", which is not ragged");
   }
   if (index >= t.size) {
-    throw ConfigError(std::string(detail::kWho) + ": length() of sample " +
-                      std::to_string(index) + " of " + std::to_string(t.size));
+    throw ConfigError(std::string(detail::kWho) + ": length() of sample " + std::to_string(index) +
+                      " of " + std::to_string(t.size));
   }
   return t.columns[field].lengths[index];
 }

@@ -22,7 +22,14 @@ using parquet::TopColumn;
 
 constexpr std::string_view kWho = "ParquetDataset";
 
-std::string quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
+std::string in_quotes(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  out += '"';
+  out += s;
+  out += '"';
+  return out;
+}
 
 bool listed(const std::vector<std::string>& names, std::string_view name) {
   return std::find(names.begin(), names.end(), name) != names.end();
@@ -63,7 +70,7 @@ TableColumn map_column(const TopColumn& c, const TableOptions& o) {
   const auto dtype = parquet::scalar_dtype(c);
   const bool categorical = listed(o.categorical, c.name);
   if (!dtype) {
-    throw ConfigError(std::string(kWho) + ": column " + quoted(c.name) + " is of type " +
+    throw ConfigError(std::string(kWho) + ": column " + in_quotes(c.name) + " is of type " +
                       parquet::type_text(c) + ", which ferry does not read");
   }
   col.physical = *c.element->type;
@@ -72,7 +79,7 @@ TableColumn map_column(const TopColumn& c, const TableOptions& o) {
     col.kind = categorical ? TableField::categorical : TableField::bytes;
     col.dtype = categorical ? DType::i64 : DType::u8;
   } else if (categorical) {
-    throw ConfigError(std::string(kWho) + ": categorical column " + quoted(c.name) +
+    throw ConfigError(std::string(kWho) + ": categorical column " + in_quotes(c.name) +
                       " is of type " + parquet::type_text(c) +
                       ", not text (BYTE_ARRAY): only text columns are categorical");
   }
@@ -83,25 +90,25 @@ void check_options(const std::vector<std::filesystem::path>& files, const TableO
   const std::string w(kWho);
   if (files.empty()) throw ConfigError(w + ": no files");
   for (const auto& f : files) {
-    if (is_url(f.string())) {
+    if (remote::is_url(f.string())) {
       throw ConfigError(w + ": " + f.string() + ": files given as URLs are not read yet");
     }
   }
   if (!o.images.empty()) {
-    throw ConfigError(w + ": image columns (TableOptions::images, " + quoted(o.images[0]) +
+    throw ConfigError(w + ": image columns (TableOptions::images, " + in_quotes(o.images[0]) +
                       ") are not read yet");
   }
   std::set<std::string> seen;
   for (const auto& c : o.columns) {
-    if (!seen.insert(c).second) throw ConfigError(w + ": column " + quoted(c) + " listed twice");
+    if (!seen.insert(c).second) throw ConfigError(w + ": column " + in_quotes(c) + " listed twice");
   }
   seen.clear();
   for (const auto& c : o.categorical) {
     if (!seen.insert(c).second) {
-      throw ConfigError(w + ": categorical column " + quoted(c) + " listed twice");
+      throw ConfigError(w + ": categorical column " + in_quotes(c) + " listed twice");
     }
     if (!o.columns.empty() && !listed(o.columns, c)) {
-      throw ConfigError(w + ": categorical column " + quoted(c) +
+      throw ConfigError(w + ": categorical column " + in_quotes(c) +
                         " is not among the columns read (TableOptions::columns)");
     }
   }
@@ -120,7 +127,7 @@ void check_chunks(const ParquetFile& f, std::size_t g, std::size_t data_end,
   }
   for (std::size_t c = 0; c < columns.size(); ++c) {
     const parquet::ColumnChunk& ch = rg.columns[f.leaves[c].leaf];
-    const std::string where = at + "column " + quoted(columns[c].name) + ": ";
+    const std::string where = at + "column " + in_quotes(columns[c].name) + ": ";
     if (!ch.has_metadata) throw DataError(where + "the chunk has no metadata");
     if (ch.external) throw DataError(where + "the chunk lies in another file, not read");
     if (ch.type != columns[c].physical) {
@@ -130,17 +137,17 @@ void check_chunks(const ParquetFile& f, std::size_t g, std::size_t data_end,
                                        *ch.dictionary_page_offset < ch.data_page_offset
                                    ? *ch.dictionary_page_offset
                                    : ch.data_page_offset;
-    if (start < 4 || ch.total_compressed_size < 0 ||
-        static_cast<std::uint64_t>(start) > data_end ||
-        static_cast<std::uint64_t>(ch.total_compressed_size) > data_end - static_cast<std::uint64_t>(start)) {
+    if (start < 4 || ch.total_compressed_size < 0 || static_cast<std::uint64_t>(start) > data_end ||
+        static_cast<std::uint64_t>(ch.total_compressed_size) >
+            data_end - static_cast<std::uint64_t>(start)) {
       throw DataError(where + "the chunk's bytes (" + std::to_string(ch.total_compressed_size) +
                       " from byte " + std::to_string(start) +
                       ") lie outside the file's data (bytes 4 to " + std::to_string(data_end) +
                       ")");
     }
     if (ch.num_values != rg.num_rows) {
-      throw DataError(where + "the chunk holds " + std::to_string(ch.num_values) +
-                      " values for " + std::to_string(rg.num_rows) + " rows");
+      throw DataError(where + "the chunk holds " + std::to_string(ch.num_values) + " values for " +
+                      std::to_string(rg.num_rows) + " rows");
     }
   }
 }
@@ -158,14 +165,16 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
   if (first) {
     const TableOptions& o = t.options;
     for (const auto& name : o.columns) {
-      if (std::none_of(top.begin(), top.end(), [&](const TopColumn& c) { return c.name == name; })) {
-        throw ConfigError(std::string(kWho) + ": " + f.name + ": no column " + quoted(name));
+      if (std::none_of(top.begin(), top.end(),
+                       [&](const TopColumn& c) { return c.name == name; })) {
+        throw ConfigError(std::string(kWho) + ": " + f.name + ": no column " + in_quotes(name));
       }
     }
     for (const auto& name : o.categorical) {
-      if (std::none_of(top.begin(), top.end(), [&](const TopColumn& c) { return c.name == name; })) {
+      if (std::none_of(top.begin(), top.end(),
+                       [&](const TopColumn& c) { return c.name == name; })) {
         throw ConfigError(std::string(kWho) + ": " + f.name + ": no categorical column " +
-                          quoted(name));
+                          in_quotes(name));
       }
     }
     if (o.columns.empty()) {
@@ -182,13 +191,13 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
     const auto it = std::find_if(top.begin(), top.end(),
                                  [&](const TopColumn& c) { return c.name == col.name; });
     if (it == top.end()) {
-      throw ConfigError(std::string(kWho) + ": " + f.name + ": no column " + quoted(col.name) +
+      throw ConfigError(std::string(kWho) + ": " + f.name + ": no column " + in_quotes(col.name) +
                         ", which " + t.files[0].name + " has");
     }
     const auto dtype = parquet::scalar_dtype(*it);
     if (!dtype || *it->element->type != col.physical ||
         (col.kind == TableField::scalar && *dtype != col.dtype)) {
-      throw ConfigError(std::string(kWho) + ": " + f.name + ": column " + quoted(col.name) +
+      throw ConfigError(std::string(kWho) + ": " + f.name + ": column " + in_quotes(col.name) +
                         " is of type " + parquet::type_text(*it) + ", not as in " +
                         t.files[0].name);
     }
@@ -200,8 +209,7 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
     check_chunks(f, g, data_end, t.columns, leaves);
     const auto rows = static_cast<std::size_t>(f.groups[g].num_rows);
     if (rows == 0) continue;
-    t.groups.push_back(
-        {static_cast<std::size_t>(&f - t.files.data()), g, t.size, rows, file_row});
+    t.groups.push_back({static_cast<std::size_t>(&f - t.files.data()), g, t.size, rows, file_row});
     t.size += rows;
     file_row += rows;
   }
@@ -222,17 +230,19 @@ void scan_rows(ParquetTable& t) {
           if (v.size() > std::numeric_limits<std::uint32_t>::max()) {
             throw DataError(std::string(kWho) + ": " + t.files[t.groups[g].file].name +
                             ": row group " + std::to_string(t.groups[g].group) + ", column " +
-                            quoted(col.name) + ": a value of more than 4 GiB");
+                            in_quotes(col.name) + ": a value of more than 4 GiB");
           }
           col.lengths.push_back(static_cast<std::uint32_t>(v.size()));
-          col.max_length = std::max<std::int64_t>(col.max_length, static_cast<std::int64_t>(v.size()));
+          col.max_length =
+              std::max<std::int64_t>(col.max_length, static_cast<std::int64_t>(v.size()));
         } else if (raw.is_valid(r)) {
           const std::string_view text(reinterpret_cast<const char*>(v.data()), v.size());
           if (distinct.find(text) == distinct.end()) distinct.emplace(text);
         }
       }
     }
-    if (col.kind == TableField::categorical) col.categories.assign(distinct.begin(), distinct.end());
+    if (col.kind == TableField::categorical)
+      col.categories.assign(distinct.begin(), distinct.end());
   }
 }
 

@@ -7,17 +7,33 @@
 namespace ferry::detail::parquet {
 namespace {
 
-constexpr const char* kPhysical[] = {"BOOLEAN", "INT32", "INT64",  "INT96",
+constexpr const char* kPhysical[] = {"BOOLEAN", "INT32",  "INT64",      "INT96",
                                      "FLOAT",   "DOUBLE", "BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY"};
-constexpr const char* kConverted[] = {
-    "UTF8",      "MAP",     "MAP_KEY_VALUE", "LIST",     "ENUM",    "DECIMAL",
-    "DATE",      "TIME_MILLIS", "TIME_MICROS", "TIMESTAMP_MILLIS", "TIMESTAMP_MICROS",
-    "UINT_8",    "UINT_16", "UINT_32",       "UINT_64",  "INT_8",   "INT_16",
-    "INT_32",    "INT_64",  "JSON",          "BSON",     "INTERVAL"};
-constexpr const char* kLogical[] = {"",        "STRING",    "MAP",     "LIST",    "ENUM",
-                                    "DECIMAL", "DATE",      "TIME",    "TIMESTAMP", "",
-                                    "INTEGER", "UNKNOWN",   "JSON",    "BSON",    "UUID",
-                                    "FLOAT16", "VARIANT",   "GEOMETRY", "GEOGRAPHY"};
+constexpr const char* kConverted[] = {"UTF8",
+                                      "MAP",
+                                      "MAP_KEY_VALUE",
+                                      "LIST",
+                                      "ENUM",
+                                      "DECIMAL",
+                                      "DATE",
+                                      "TIME_MILLIS",
+                                      "TIME_MICROS",
+                                      "TIMESTAMP_MILLIS",
+                                      "TIMESTAMP_MICROS",
+                                      "UINT_8",
+                                      "UINT_16",
+                                      "UINT_32",
+                                      "UINT_64",
+                                      "INT_8",
+                                      "INT_16",
+                                      "INT_32",
+                                      "INT_64",
+                                      "JSON",
+                                      "BSON",
+                                      "INTERVAL"};
+constexpr const char* kLogical[] = {
+    "",        "STRING",  "MAP",  "LIST", "ENUM", "DECIMAL", "DATE",    "TIME",     "TIMESTAMP", "",
+    "INTEGER", "UNKNOWN", "JSON", "BSON", "UUID", "FLOAT16", "VARIANT", "GEOMETRY", "GEOGRAPHY"};
 
 // Skips element i and its descendants; the index after them. Counts the leaves.
 std::size_t skip_tree(const std::vector<SchemaElement>& s, std::size_t i, std::size_t& leaves,
@@ -52,8 +68,7 @@ std::optional<IntType> int_annotation(const SchemaElement& e) {
 
 }  // namespace
 
-std::vector<TopColumn> top_columns(const std::vector<SchemaElement>& schema,
-                                   std::size_t& leaves) {
+std::vector<TopColumn> top_columns(const std::vector<SchemaElement>& schema, std::size_t& leaves) {
   if (schema.empty()) throw ChunkError("the schema is empty");
   std::vector<TopColumn> out;
   leaves = 0;
@@ -85,18 +100,28 @@ std::string type_text(const TopColumn& column) {
     }
   } else {
     const auto t = static_cast<std::size_t>(*e.type);
-    text = t < std::size(kPhysical) ? kPhysical[t] : "physical type " + std::to_string(t);
+    if (t < std::size(kPhysical)) {
+      text = kPhysical[t];
+    } else {
+      text = "physical type ";
+      text += std::to_string(t);
+    }
   }
   const auto l = static_cast<std::size_t>(e.logical.which);
   if (e.logical.which != 0 && l < std::size(kLogical) && kLogical[l][0] != '\0') {
-    text += std::string(" (") + kLogical[l];
+    text += " (";
+    text += kLogical[l];
     if (e.logical.which == 10) {
-      text += "(" + std::to_string(e.logical.bit_width) + (e.logical.is_signed ? ", signed)" : ", unsigned)");
+      text += '(';
+      text += std::to_string(e.logical.bit_width);
+      text += e.logical.is_signed ? ", signed)" : ", unsigned)";
     }
-    text += ")";
+    text += ')';
   } else if (e.converted && *e.converted >= 0 &&
              static_cast<std::size_t>(*e.converted) < std::size(kConverted)) {
-    text += std::string(" (") + kConverted[static_cast<std::size_t>(*e.converted)] + ")";
+    text += " (";
+    text += kConverted[static_cast<std::size_t>(*e.converted)];
+    text += ')';
   }
   return text;
 }

@@ -16,16 +16,15 @@ namespace ferry::detail::parquet {
 
 struct TopColumn {
   std::string name;
-  std::size_t leaf = 0;        ///< its first column chunk
+  std::size_t leaf = 0;  ///< its first column chunk
   const SchemaElement* element = nullptr;
-  bool nested = false;         ///< a group (a list, a map, a struct): not read
+  bool nested = false;  ///< a group (a list, a map, a struct): not read
   int max_def = 0;
 };
 
 /// The top-level columns of `schema`. \throws ChunkError for a schema that is not a tree
 /// (children past its end, a root with none), saying where.
-std::vector<TopColumn> top_columns(const std::vector<SchemaElement>& schema,
-                                   std::size_t& leaves);
+std::vector<TopColumn> top_columns(const std::vector<SchemaElement>& schema, std::size_t& leaves);
 
 /// The type as a message names it: "INT64 (TIMESTAMP)", "BYTE_ARRAY (STRING)", "group (LIST)".
 std::string type_text(const TopColumn& column);

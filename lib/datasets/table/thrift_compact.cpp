@@ -80,8 +80,8 @@ std::int64_t Reader::read_int(Type t) {
     case Type::i64:
       return unzigzag(varint());
     default:
-      throw ThriftError("an integer expected, found type " +
-                        std::to_string(static_cast<int>(t)) + " at byte " + std::to_string(pos_));
+      throw ThriftError("an integer expected, found type " + std::to_string(static_cast<int>(t)) +
+                        " at byte " + std::to_string(pos_));
   }
 }
 
@@ -140,8 +140,8 @@ void Reader::skip(Type t) {
     case Type::list:
     case Type::set: {
       const ListHeader h = read_list();
-      const Type e = h.element == Type::bool_true || h.element == Type::bool_false ? Type::i8
-                                                                                   : h.element;
+      const Type e =
+          h.element == Type::bool_true || h.element == Type::bool_false ? Type::i8 : h.element;
       for (std::size_t i = 0; i < h.size; ++i) skip(e);
       return;
     }
@@ -170,8 +170,8 @@ void Reader::skip(Type t) {
     case Type::stop:
       break;
   }
-  throw ThriftError("a value of unknown type " + std::to_string(static_cast<int>(t)) +
-                    " at byte " + std::to_string(pos_));
+  throw ThriftError("a value of unknown type " + std::to_string(static_cast<int>(t)) + " at byte " +
+                    std::to_string(pos_));
 }
 
 }  // namespace ferry::detail::thrift
