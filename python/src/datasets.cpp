@@ -73,10 +73,11 @@ class PyDataset final : public Dataset {
       try {
         f.dtype = to_dtype(a.dtype());
       } catch (const Error&) {
-        throw ConfigError("Python dataset: field \"" + f.name + "\" of sample 0 has dtype " +
-                          py::str(a.dtype()).cast<std::string>() +
-                          ", which ferry does not take (u8, u16, u32, i32, i64, f16, bf16, f32, "
-                          "f64; convert it, e.g. a bool to u8)");
+        throw ConfigError(
+            "Python dataset: field \"" + f.name + "\" of sample 0 has dtype " +
+            py::str(a.dtype()).cast<std::string>() +
+            ", which ferry does not take (u8, u16, u32, u64, i8, i16, i32, i64, f16, bf16, "
+            "f32, f64; convert it, e.g. a bool to u8)");
       }
       f.shape.assign(a.shape(), a.shape() + a.ndim());
       fields_.push_back(std::move(f));
