@@ -200,6 +200,17 @@ TEST_F(ParquetFiles, EveryCodecEncodingAndPageVersionDeliversEveryValue) {
   }
 }
 
+TEST_F(ParquetFiles, DeltaEncodingsByteStreamSplitAndRleBooleansDeliverEveryValue) {
+  // write_tables.js checks that each file's chunks carry the encodings named here.
+  for (const std::string name : {"all_none_delta_v2.parquet", "all_snappy_delta_v2.parquet",
+                                 "all_zstd_encodings_v1.parquet"}) {
+    const auto ds = ParquetDataset::open({file(name)}, every_readable_column());
+    ASSERT_EQ(ds->size(), kRows);
+    expect_all_rows(ds, loader_options(7, true, 2), name);
+    expect_all_rows(ds, loader_options(16, false, 1), name + " in order");
+  }
+}
+
 TEST_F(ParquetFiles, ASequentialPassDecodesEachRowGroupOnce) {
   TableOptions o;
   o.columns = {"i32", "f64"};
@@ -369,7 +380,8 @@ TEST_F(ParquetFiles, DamagedBytesNeverCrash) {
   std::mt19937 rng(7);
   TableOptions o = every_readable_column();
   for (const std::string name : {"all_snappy_dict_v2.parquet", "all_gzip_plain_v1.parquet",
-                                 "all_zstd_dict_v1.parquet", "all_none_plain_v2.parquet"}) {
+                                 "all_zstd_dict_v1.parquet", "all_none_plain_v2.parquet",
+                                 "all_none_delta_v2.parquet", "all_zstd_encodings_v1.parquet"}) {
     const auto good = bytes_of(file(name));
     for (int trial = 0; trial < 60; ++trial) {
       auto bad = good;

@@ -54,8 +54,10 @@ struct TableOptions {
 /// - Any other type in a column that is read (timestamps, decimals, nested or repeated columns,
 ///   fixed-length byte arrays, INT96): ConfigError naming the column and its type.
 ///
-/// What is read: PLAIN and dictionary (PLAIN_DICTIONARY, RLE_DICTIONARY) values, RLE/bit-packed
-/// definition levels, data pages v1 and v2; uncompressed, snappy, gzip and zstd chunks.
+/// What is read: PLAIN, dictionary (PLAIN_DICTIONARY, RLE_DICTIONARY), DELTA_BINARY_PACKED,
+/// DELTA_LENGTH_BYTE_ARRAY, DELTA_BYTE_ARRAY and BYTE_STREAM_SPLIT values, RLE booleans,
+/// RLE/bit-packed definition levels, data pages v1 and v2; uncompressed, snappy, gzip and zstd
+/// chunks (lz4 and brotli: a DataError naming the codec, when the chunk is read).
 ///
 /// Random access: open() reads each file's footer and keeps rows per row group and the place of
 /// each column chunk. A read decodes the whole row group's selected columns once per thread and

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "datasets/table/parquet_codec.hpp"
+#include "datasets/table/parquet_values.hpp"
 #include "datasets/table/thrift_compact.hpp"
 
 namespace ferry::detail::parquet {
@@ -110,14 +111,6 @@ class RleDecoder {
   std::size_t run_start_ = 0;
   std::uint64_t run_bytes_ = 0;
   std::uint64_t run_pos_ = 0;
-};
-
-/// Values decoded from a page or a dictionary: fixed-width, or byte arrays.
-struct Values {
-  std::size_t count = 0;
-  std::vector<std::byte> fixed;
-  std::vector<std::uint64_t> offsets{0};
-  std::vector<std::byte> bytes;
 };
 
 void plain_values(std::span<const std::byte> data, Physical type, std::size_t n, Values& out) {
@@ -351,11 +344,27 @@ RawColumn decode_chunk(std::span<const std::byte> bytes, Physical type, Codec co
         v.fixed.resize(present);
         for (std::size_t i = 0; i < present; ++i) v.fixed[i] = std::byte(indices[i] & 1);
         place(col, row, levels, max_def, v, nullptr);
+      } else if (h.encoding == encoding::delta_binary_packed ||
+                 h.encoding == encoding::delta_length_byte_array ||
+                 h.encoding == encoding::delta_byte_array ||
+                 h.encoding == encoding::byte_stream_split) {
+        Values v;
+        if (h.encoding == encoding::delta_binary_packed) {
+          delta_binary_packed(values, type, present, v);
+        } else if (h.encoding == encoding::byte_stream_split) {
+          byte_stream_split(values, type, present, v);
+        } else if (type != Physical::byte_array) {
+          throw ChunkError(std::string(encoding_name(h.encoding)) +
+                           " values in a column that is not BYTE_ARRAY");
+        } else if (h.encoding == encoding::delta_length_byte_array) {
+          delta_length_byte_array(values, present, v);
+        } else {
+          delta_byte_array(values, present, v);
+        }
+        place(col, row, levels, max_def, v, nullptr);
       } else {
         throw ChunkError(std::string("values in ") + encoding_name(h.encoding) + " (encoding " +
-                         std::to_string(h.encoding) +
-                         "), which ferry does not read yet (it reads PLAIN, PLAIN_DICTIONARY, "
-                         "RLE_DICTIONARY, and RLE booleans)");
+                         std::to_string(h.encoding) + "), which ferry does not read");
       }
       row += count;
     } catch (const thrift::ThriftError& e) {

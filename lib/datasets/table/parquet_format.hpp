@@ -40,7 +40,11 @@ inline constexpr std::int32_t plain = 0;
 inline constexpr std::int32_t plain_dictionary = 2;
 inline constexpr std::int32_t rle = 3;
 inline constexpr std::int32_t bit_packed = 4;
+inline constexpr std::int32_t delta_binary_packed = 5;
+inline constexpr std::int32_t delta_length_byte_array = 6;
+inline constexpr std::int32_t delta_byte_array = 7;
 inline constexpr std::int32_t rle_dictionary = 8;
+inline constexpr std::int32_t byte_stream_split = 9;
 }  // namespace encoding
 
 namespace page_type {
