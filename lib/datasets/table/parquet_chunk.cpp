@@ -14,6 +14,10 @@ namespace {
 // The most bytes one page may decompress to: far above what writers make (about 1 MiB), and a
 // bound on what a forged header can make the reader allocate.
 constexpr std::size_t kMaxPageBytes = std::size_t{1} << 30;
+// The most values a page may hold beyond 8 a byte (booleans' density): an all-null page or a
+// run of one dictionary index takes a few bytes for any count, and writers make pages of at
+// most some tens of thousands of rows (20,000 by default for Arrow's and parquet-mr's).
+constexpr std::size_t kMaxPageValues = std::size_t{1} << 20;
 
 std::uint32_t load_le32(const std::byte* p) noexcept {
   std::uint32_t v = 0;
@@ -215,12 +219,7 @@ RawColumn decode_chunk(std::span<const std::byte> bytes, Physical type, Codec co
   RawColumn col;
   col.rows = rows;
   col.width = physical_width(type);
-  if (max_def > 0) col.valid.assign(rows, 1);
-  if (col.width != 0) {
-    col.fixed.assign(rows * col.width, std::byte{0});
-  } else {
-    col.offsets.assign(rows + 1, 0);
-  }
+  if (col.width == 0) col.offsets.assign(1, 0);
   Values dict;
   bool have_dict = false;
   std::vector<std::byte> page;
@@ -272,6 +271,18 @@ RawColumn decode_chunk(std::span<const std::byte> bytes, Physical type, Codec co
       if (count > rows - row) {
         throw ChunkError("a page of " + std::to_string(count) + " values past the chunk's " +
                          std::to_string(rows) + " rows");
+      }
+      if (count > kMaxPageValues + 8 * static_cast<std::size_t>(h.uncompressed_size)) {
+        throw ChunkError("a page of " + std::to_string(count) + " values in " +
+                         std::to_string(h.uncompressed_size) +
+                         " bytes (at most 2^20 more than 8 a byte)");
+      }
+      // The column grows page by page: what a forged row count claims is never allocated.
+      if (max_def > 0) col.valid.resize(row + count, 1);
+      if (col.width != 0) {
+        col.fixed.resize((row + count) * col.width, std::byte{0});
+      } else {
+        col.offsets.resize(row + count + 1, col.offsets.back());
       }
       std::span<const std::byte> values;
       levels.assign(count, static_cast<std::uint32_t>(max_def));

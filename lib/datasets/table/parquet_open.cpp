@@ -21,6 +21,9 @@ using parquet::ChunkError;
 using parquet::TopColumn;
 
 constexpr std::string_view kWho = "ParquetDataset";
+// The most rows a row group may have: far above what writers make (Arrow's default is 2^20,
+// DuckDB's 122,880), and pages count their values in 32 bits.
+constexpr std::int64_t kMaxGroupRows = std::int64_t{1} << 31;
 
 std::string in_quotes(std::string_view s) {
   std::string out;
@@ -120,7 +123,9 @@ void check_chunks(const ParquetFile& f, std::size_t g, std::size_t data_end,
   const FileLabel label{kWho, f.name};
   const parquet::RowGroup& rg = f.groups[g];
   const std::string at = label.prefix() + "row group " + std::to_string(g) + ": ";
-  if (rg.num_rows < 0) throw DataError(at + "a negative count of rows");
+  if (rg.num_rows < 0 || rg.num_rows > kMaxGroupRows) {
+    throw DataError(at + std::to_string(rg.num_rows) + " rows (0 to 2^31 read)");
+  }
   if (rg.columns.size() != leaves) {
     throw DataError(at + std::to_string(rg.columns.size()) + " column chunks for a schema of " +
                     std::to_string(leaves) + " columns");
@@ -221,7 +226,6 @@ void scan_rows(ParquetTable& t) {
     TableColumn& col = t.columns[c];
     if (col.kind == TableField::scalar) continue;
     std::set<std::string, std::less<>> distinct;
-    if (col.kind == TableField::bytes) col.lengths.reserve(t.size);
     for (std::size_t g = 0; g < t.groups.size(); ++g) {
       const parquet::RawColumn raw = t.decode_raw(g, c);
       for (std::size_t r = 0; r < raw.rows; ++r) {
