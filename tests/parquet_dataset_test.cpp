@@ -173,7 +173,7 @@ void expect_all_rows(const std::shared_ptr<ParquetDataset>& ds, const ferry::Loa
 }
 
 TEST_F(ParquetFiles, EveryCodecEncodingAndPageVersionDeliversEveryValue) {
-  for (const std::string codec : {"none", "snappy", "gzip", "zstd"}) {
+  for (const std::string codec : {"none", "snappy", "gzip", "zstd", "lz4raw", "lz4", "brotli"}) {
     for (const std::string enc : {"dict", "plain"}) {
       for (const std::string v : {"v1", "v2"}) {
         const std::string name = "all_" + codec + "_" + enc + "_" + v + ".parquet";

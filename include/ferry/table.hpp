@@ -56,8 +56,9 @@ struct TableOptions {
 ///
 /// What is read: PLAIN, dictionary (PLAIN_DICTIONARY, RLE_DICTIONARY), DELTA_BINARY_PACKED,
 /// DELTA_LENGTH_BYTE_ARRAY, DELTA_BYTE_ARRAY and BYTE_STREAM_SPLIT values, RLE booleans,
-/// RLE/bit-packed definition levels, data pages v1 and v2; uncompressed, snappy, gzip and zstd
-/// chunks (lz4 and brotli: a DataError naming the codec, when the chunk is read).
+/// RLE/bit-packed definition levels, data pages v1 and v2; uncompressed, snappy, gzip, zstd,
+/// LZ4_RAW, LZ4 (Hadoop's framing or a bare block) and brotli chunks (LZO: a DataError naming
+/// the codec, when the chunk is read).
 ///
 /// Random access: open() reads each file's footer and keeps rows per row group and the place of
 /// each column chunk. A read decodes the whole row group's selected columns once per thread and

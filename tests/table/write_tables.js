@@ -72,7 +72,9 @@ async function expect(name, column, codec, encoding, absent = pq.Encoding.RLE_DI
 }
 
 const codecs = { none: pq.Compression.UNCOMPRESSED, snappy: pq.Compression.SNAPPY,
-                 gzip: pq.Compression.GZIP, zstd: pq.Compression.ZSTD };
+                 gzip: pq.Compression.GZIP, zstd: pq.Compression.ZSTD,
+                 lz4raw: pq.Compression.LZ4_RAW, lz4: pq.Compression.LZ4,
+                 brotli: pq.Compression.BROTLI };
 for (const [codec, c] of Object.entries(codecs)) {
   for (const dict of [true, false]) {
     for (const version of [1, 2]) {
