@@ -61,11 +61,12 @@ struct TableOptions {
 /// the codec, when the chunk is read).
 ///
 /// Random access: open() reads each file's footer and keeps rows per row group and the place of
-/// each column chunk. A read decodes the whole row group's selected columns once per thread and
-/// keeps them while that thread reads in the same row group, so a pass in order decodes each
-/// row group once per thread; shard_starts() gives the row groups, so LoaderOptions::
-/// shuffle_window keeps shuffled epochs near that too. Binary columns' lengths (and categorical
-/// columns' values) are read at open: 4 bytes a row per ragged field.
+/// each column chunk. A read decodes its row group's selected columns whole and the reading
+/// thread keeps the last two row groups it decoded (until it decodes others; a thread's copies
+/// outlive the dataset until then), so a pass in order decodes each row group once per thread.
+/// shard_starts() gives the row groups: a shuffled epoch should use LoaderOptions::
+/// shuffle_window, or nearly every sample decodes a row group. Byte-array columns' lengths (and
+/// categorical columns' values) are read at open: 4 bytes a row per ragged field.
 ///
 /// A corrupt or truncated file: DataError naming the file and the place (footer, row group,
 /// column, page), at open or when the row is read, never a crash.
