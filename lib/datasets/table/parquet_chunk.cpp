@@ -98,6 +98,11 @@ class RleDecoder {
     if (last_byte >= run_bytes_) throw ChunkError("levels or indices end early (packed values)");
     std::uint64_t v = 0;
     const std::uint64_t first = bit / 8;
+    if (run_bytes_ - first >= 8) {  // one load: a value of <= 32 bits lies within 8 bytes
+      std::memcpy(&v, data_.data() + run_start_ + first, 8);
+      v >>= bit % 8;
+      return static_cast<std::uint32_t>(v & ((std::uint64_t{1} << width_) - 1));
+    }
     for (std::uint64_t b = first; b <= last_byte; ++b) {
       v |= static_cast<std::uint64_t>(static_cast<std::uint8_t>(data_[run_start_ + b]))
            << (8 * (b - first));
@@ -153,8 +158,40 @@ void plain_values(std::span<const std::byte> data, Physical type, std::size_t n,
 
 /// Appends n values of `page` (decoded as PLAIN) or of `dict` (by indices) to `col`, at the rows
 /// whose level says they are there.
+/// place() for fixed-width values when every row has one: a copy, or a gather by index.
+template <std::size_t W>
+void place_all(RawColumn& col, std::size_t first_row, std::size_t rows, const Values& values,
+               const std::vector<std::uint32_t>* indices) {
+  std::byte* out = col.fixed.data() + first_row * W;
+  if (indices == nullptr) {
+    if (rows > 0) std::memcpy(out, values.fixed.data(), rows * W);
+    return;
+  }
+  const std::uint32_t* idx = indices->data();
+  for (std::size_t r = 0; r < rows; ++r) {
+    if (idx[r] >= values.count) {
+      throw ChunkError("a dictionary index " + std::to_string(idx[r]) + " past the dictionary's " +
+                       std::to_string(values.count) + " values");
+    }
+    std::memcpy(out + r * W, values.fixed.data() + std::size_t{idx[r]} * W, W);
+  }
+}
+
 void place(RawColumn& col, std::size_t first_row, const std::vector<std::uint32_t>& levels,
            int max_def, const Values& values, const std::vector<std::uint32_t>* indices) {
+  if (max_def == 0 && col.width != 0) {
+    const std::size_t rows = levels.size();
+    switch (col.width) {
+      case 1:
+        return place_all<1>(col, first_row, rows, values, indices);
+      case 4:
+        return place_all<4>(col, first_row, rows, values, indices);
+      case 8:
+        return place_all<8>(col, first_row, rows, values, indices);
+      default:
+        break;
+    }
+  }
   std::size_t v = 0;
   const std::size_t rows = levels.size();
   for (std::size_t r = 0; r < rows; ++r) {
