@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -49,7 +50,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     if ((o & 2) != 0) {
       // Every text column categorical: its names from a first open.
-      for (const auto& f : ferry::detail::open_parquet({file.path()}, options)->fields) {
+      const auto first = ferry::detail::open_parquet({file.path()}, options);
+      for (const auto& f : first->fields) {
         if (f.is_ragged()) options.categorical.push_back(f.name);
       }
     }
@@ -58,6 +60,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } catch (const ferry::DataError&) {
   } catch (const ferry::ConfigError& e) {
     if (std::string(e.what()).find("which ferry does not read") == std::string::npos) {
+      const std::string what = e.what();
+      std::fprintf(stderr, "unexpected ConfigError: ");
+      std::fwrite(what.data(), 1, what.size(), stderr);
+      std::fprintf(stderr, "\n");
       __builtin_trap();
     }
   }

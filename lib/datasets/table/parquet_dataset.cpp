@@ -4,6 +4,7 @@
 #include <limits>
 #include <string>
 
+#include "datasets/table/parquet_schema.hpp"
 #include "datasets/table/parquet_table.hpp"
 #include "ferry/error.hpp"
 #include "ferry/table.hpp"
@@ -13,15 +14,7 @@ namespace detail {
 namespace {
 
 constexpr std::string_view kWho = "ParquetDataset";
-
-std::string in_quotes(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  out += '"';
-  out += s;
-  out += '"';
-  return out;
-}
+using parquet::in_quotes;
 
 /// The chunk's bytes: from its dictionary page (if any) or first data page (checked at open).
 std::span<const std::byte> chunk_bytes(const ParquetFile& f, const parquet::ColumnChunk& ch) {
@@ -187,7 +180,7 @@ void ParquetDataset::read(std::size_t index, SampleRef out) const {
       const detail::TableGroup& tg = t.groups[g];
       throw DataError(std::string(detail::kWho) + ": " + t.files[tg.file].name + ": row " +
                       std::to_string(tg.file_row + row) + ", column " +
-                      detail::in_quotes(col.name) + ": a null" +
+                      detail::parquet::in_quotes(col.name) + ": a null" +
                       (col.kind == TableField::bytes || !is_floating(col.dtype)
                            ? std::string(" (Missing::nan reads nulls only in float and "
                                          "categorical columns)")
@@ -198,7 +191,7 @@ void ParquetDataset::read(std::size_t index, SampleRef out) const {
       if (bytes.size() != out.nbytes(c)) {
         throw DataError(std::string(detail::kWho) + ": " + t.files[t.groups[g].file].name +
                         ": row " + std::to_string(t.groups[g].file_row + row) + ", column " +
-                        detail::in_quotes(col.name) + ": " + std::to_string(bytes.size()) +
+                        detail::parquet::in_quotes(col.name) + ": " + std::to_string(bytes.size()) +
                         " bytes where its length said " + std::to_string(out.nbytes(c)));
       }
       if (!bytes.empty()) std::memcpy(out.data(c), bytes.data(), bytes.size());

@@ -18,21 +18,13 @@ namespace ferry::detail {
 namespace {
 
 using parquet::ChunkError;
+using parquet::in_quotes;
 using parquet::TopColumn;
 
 constexpr std::string_view kWho = "ParquetDataset";
 // The most rows a row group may have: far above what writers make (Arrow's default is 2^20,
 // DuckDB's 122,880), and pages count their values in 32 bits.
 constexpr std::int64_t kMaxGroupRows = std::int64_t{1} << 31;
-
-std::string in_quotes(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  out += '"';
-  out += s;
-  out += '"';
-  return out;
-}
 
 bool listed(const std::vector<std::string>& names, std::string_view name) {
   return std::find(names.begin(), names.end(), name) != names.end();
@@ -166,6 +158,13 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
     top = parquet::top_columns(meta.schema, leaves);
   } catch (const ChunkError& e) {
     throw DataError(FileLabel{kWho, f.name}.prefix() + "footer: " + e.what());
+  }
+  std::set<std::string_view> names;
+  for (const TopColumn& c : top) {
+    if (!names.insert(c.name).second) {
+      throw DataError(FileLabel{kWho, f.name}.prefix() + "footer: two columns named " +
+                      in_quotes(c.name));
+    }
   }
   if (first) {
     const TableOptions& o = t.options;

@@ -89,6 +89,25 @@ std::vector<TopColumn> top_columns(const std::vector<SchemaElement>& schema, std
   return out;
 }
 
+std::string in_quotes(std::string_view name) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(name.size() + 2);
+  out += '"';
+  for (const char ch : name) {
+    const auto b = static_cast<unsigned char>(ch);
+    if (b < 0x20 || b == 0x7f || ch == '"' || ch == '\\') {
+      out += "\\x";
+      out += kHex[b >> 4];
+      out += kHex[b & 15];
+    } else {
+      out += ch;
+    }
+  }
+  out += '"';
+  return out;
+}
+
 std::string type_text(const TopColumn& column) {
   const SchemaElement& e = *column.element;
   std::string text;

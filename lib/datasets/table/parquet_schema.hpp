@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "datasets/table/parquet_format.hpp"
@@ -25,6 +26,10 @@ struct TopColumn {
 /// The top-level columns of `schema`. \throws ChunkError for a schema that is not a tree
 /// (children past its end, a root with none), saying where.
 std::vector<TopColumn> top_columns(const std::vector<SchemaElement>& schema, std::size_t& leaves);
+
+/// A name from a file, in double quotes, for messages: control bytes, '"' and
+/// '\\' as \xNN, so that a message stays one line of text whatever the file holds.
+std::string in_quotes(std::string_view name);
 
 /// The type as a message names it: "INT64 (TIMESTAMP)", "BYTE_ARRAY (STRING)", "group (LIST)".
 std::string type_text(const TopColumn& column);
