@@ -211,20 +211,37 @@ TEST_F(ParquetFiles, DeltaEncodingsByteStreamSplitAndRleBooleansDeliverEveryValu
   }
 }
 
-TEST_F(ParquetFiles, ASequentialPassDecodesEachRowGroupOnce) {
+TEST_F(ParquetFiles, EachRowGroupIsDecodedOnceWhateverTheThreadsAndTheOrder) {
   TableOptions o;
   o.columns = {"i32", "f64"};
   const auto ds = ParquetDataset::open({file("all_snappy_dict_v1.parquet")}, o);
   EXPECT_EQ(ds->chunks_decoded(), 0U);  // no ragged or categorical column to scan at open
-  ferry::Loader loader(ds, loader_options(5, false, 1));
-  std::size_t n = 0;
-  for (const ferry::Batch& b : loader.epoch(0)) n += b.size();
-  EXPECT_EQ(n, kRows);
-  // 4 row groups × 2 columns, each decoded once by the one worker.
-  EXPECT_EQ(ds->chunks_decoded(), 8U);
   const auto starts = ds->shard_starts();
   EXPECT_EQ(std::vector<std::size_t>(starts.begin(), starts.end()),
             (std::vector<std::size_t>{0, 16, 32, 48, 50}));
+  // In order with one worker, then shuffled over windows of 2 row groups with 3 workers, then
+  // shuffled whole: 4 row groups × 2 columns, decoded once (all of them fit the cache).
+  ferry::Loader in_order(ds, loader_options(5, false, 1));
+  std::size_t n = 0;
+  for (const ferry::Batch& b : in_order.epoch(0)) n += b.size();
+  EXPECT_EQ(n, kRows);
+  EXPECT_EQ(ds->chunks_decoded(), 8U);
+  ferry::LoaderOptions lo = loader_options(3, true, 3);
+  lo.shuffle_window = 2;
+  const auto d1 = ParquetDataset::open({file("all_snappy_dict_v1.parquet")}, o);
+  ferry::Loader windows_fresh(d1, lo);
+  for (const ferry::Batch& b : windows_fresh.epoch(3)) {
+    for (std::size_t j = 0; j < b.size(); ++j) {
+      EXPECT_EQ(at<std::int32_t>(b["i32"], j),
+                static_cast<std::int32_t>(b.indices()[j]) * 100000 - 2000000000);
+    }
+  }
+  EXPECT_EQ(d1->chunks_decoded(), 8U);
+  const auto d2 = ParquetDataset::open({file("all_snappy_dict_v1.parquet")}, o);
+  ferry::Loader shuffled(d2, loader_options(4, true, 2));
+  for (const ferry::Batch& b : shuffled.epoch(1)) (void)b;
+  for (const ferry::Batch& b : shuffled.epoch(2)) (void)b;
+  EXPECT_EQ(d2->chunks_decoded(), 8U);
 }
 
 TEST_F(ParquetFiles, ASubsetOfColumnsInTheOrderAsked) {

@@ -61,12 +61,14 @@ struct TableOptions {
 /// the codec, when the chunk is read).
 ///
 /// Random access: open() reads each file's footer and keeps rows per row group and the place of
-/// each column chunk. A read decodes its row group's selected columns whole and the reading
-/// thread keeps the last two row groups it decoded (until it decodes others; a thread's copies
-/// outlive the dataset until then), so a pass in order decodes each row group once per thread.
-/// shard_starts() gives the row groups: a shuffled epoch should use LoaderOptions::
-/// shuffle_window, or nearly every sample decodes a row group. Byte-array columns' lengths (and
-/// categorical columns' values) are read at open: 4 bytes a row per ragged field.
+/// each column chunk. A read decodes its row group's selected columns whole, once: the decoded
+/// row groups are shared by the reading threads and kept, the least recently used leaving when
+/// they pass 512 MiB (at least two are kept). A pass in order, or a shuffled epoch with
+/// LoaderOptions::shuffle_window (shard_starts() gives the row groups) whose window fits, decodes
+/// each row group once; so does any epoch of a table whose decoded columns fit whole. A shuffled
+/// epoch over more without a window decodes a row group for nearly every sample. Byte-array
+/// columns' lengths (and categorical columns' values) are read at open: 4 bytes a row per
+/// ragged field.
 ///
 /// A corrupt or truncated file: DataError naming the file and the place (footer, row group,
 /// column, page), at open or when the row is read, never a crash.
@@ -93,8 +95,8 @@ class FERRY_API ParquetDataset final : public Dataset {
 
   /// Row groups in all the files.
   std::size_t num_row_groups() const noexcept;
-  /// Column chunks decoded since open (all threads): a sequential pass decodes each row group's
-  /// selected columns once per reading thread.
+  /// Column chunks decoded since open (all threads, open's own reads of byte-array columns
+  /// included).
   std::uint64_t chunks_decoded() const noexcept;
 
  private:

@@ -40,15 +40,13 @@ void narrow_int32(parquet::RawColumn& c) {
   c.width = sizeof(T);
 }
 
-/// One thread's decoded row groups: the last two, of whichever datasets it reads.
-struct Decoded {
+/// The row group this thread read last: a read of the same one takes no lock.
+struct LastGroup {
   std::uint64_t id = 0;
   std::size_t group = 0;
   std::shared_ptr<const DecodedGroup> columns;
-  std::uint64_t used = 0;
 };
-thread_local Decoded t_decoded[2];
-thread_local std::uint64_t t_clock = 0;
+thread_local LastGroup t_last;
 
 }  // namespace
 
@@ -145,20 +143,14 @@ void ParquetDataset::read(std::size_t index, SampleRef out) const {
   }
   const auto g = static_cast<std::size_t>(
       std::upper_bound(t.starts.begin(), t.starts.end(), index) - t.starts.begin() - 1);
-  std::shared_ptr<const detail::DecodedGroup> d;
-  detail::Decoded* oldest = &detail::t_decoded[0];
-  for (detail::Decoded& slot : detail::t_decoded) {
-    if (slot.id == t.id && slot.group == g && slot.columns) {
-      d = slot.columns;
-      slot.used = ++detail::t_clock;
-      break;
-    }
-    if (slot.used < oldest->used) oldest = &slot;
+  detail::LastGroup& last = detail::t_last;
+  if (last.id != t.id || last.group != g || !last.columns) {
+    last.columns.reset();  // a thread holds at most one row group besides the cache's
+    last.columns = t.cache.get(g, [&] { return t.decode(g); });
+    last.id = t.id;
+    last.group = g;
   }
-  if (!d) {
-    d = t.decode(g);
-    *oldest = {t.id, g, d, ++detail::t_clock};
-  }
+  const std::shared_ptr<const detail::DecodedGroup> d = last.columns;
   const std::size_t row = index - t.groups[g].first;
   for (std::size_t c = 0; c < t.columns.size(); ++c) {
     const detail::TableColumn& col = t.columns[c];

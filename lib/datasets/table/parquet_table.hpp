@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "datasets/common/file_io.hpp"
+#include "datasets/table/parquet_cache.hpp"
 #include "datasets/table/parquet_chunk.hpp"
 #include "datasets/table/parquet_format.hpp"
 #include "ferry/dataset.hpp"
@@ -76,6 +77,9 @@ struct ParquetTable {
   std::size_t size = 0;
   std::vector<FieldSpec> fields;
   mutable std::atomic<std::uint64_t> chunks_decoded{0};
+  /// Decoded row groups, shared by the reading threads: up to 512 MiB of them.
+  static constexpr std::size_t kDecodedBudget = std::size_t{512} << 20;
+  mutable GroupCache cache{kDecodedBudget};
 
   /// Decodes row group g's columns into their fields' form.
   /// \throws DataError naming the file, the row group, the column and the page.
