@@ -85,6 +85,8 @@ class FERRY_API ParquetDataset final : public Dataset {
   std::vector<FieldSpec> fields() const override;
   void read(std::size_t index, SampleRef out) const override;
   std::int64_t length(std::size_t index, std::size_t field) const override;
+  /// Starts loading the row's values when the calling thread holds its row group decoded.
+  void prefetch(std::size_t index) const noexcept override;
   std::int64_t max_length(std::size_t field) const override;
   /// The first row of each row group, then size().
   std::span<const std::size_t> shard_starts() const noexcept override;

@@ -193,6 +193,23 @@ void ParquetDataset::read(std::size_t index, SampleRef out) const {
   }
 }
 
+void ParquetDataset::prefetch(std::size_t index) const noexcept {
+  // Only from the row group this thread holds (no lock): its columns' lines for this row.
+  const detail::ParquetTable& t = *table_;
+  const detail::LastGroup& last = detail::t_last;
+  if (last.id != t.id || !last.columns || index >= t.size) return;
+  const detail::TableGroup& g = t.groups[last.group];
+  if (index < g.first || index - g.first >= g.rows) return;
+  const std::size_t row = index - g.first;
+  for (const detail::parquet::RawColumn& c : last.columns->columns) {
+    if (c.width != 0) {
+      __builtin_prefetch(c.fixed.data() + row * c.width);
+    } else {
+      __builtin_prefetch(c.offsets.data() + row);
+    }
+  }
+}
+
 std::int64_t ParquetDataset::length(std::size_t index, std::size_t field) const {
   const detail::ParquetTable& t = *table_;
   if (field >= t.columns.size() || t.columns[field].kind != detail::TableField::bytes) {
