@@ -102,12 +102,7 @@ class FERRY_API ParquetDataset final : public Dataset {
   std::uint64_t chunks_decoded() const noexcept;
 
  private:
-  struct Key {};
-
- public:
-  ParquetDataset(Key, std::unique_ptr<detail::ParquetTable> table);
-
- private:
+  ParquetDataset() = default;
   std::unique_ptr<detail::ParquetTable> table_;
 };
 

@@ -19,31 +19,33 @@ std::size_t decoded_bytes(const DecodedGroup& d) noexcept {
 
 GroupCache::Ptr GroupCache::get(std::size_t g, const std::function<Ptr()>& decode) {
   std::unique_lock lock(mutex_);
-  if (const auto it = entries_.find(g); it != entries_.end()) {
-    it->second.used = ++clock_;
-    const std::shared_future<Ptr> value = it->second.value;
-    lock.unlock();
-    return value.get();  // waits while another thread decodes it; rethrows its error
+  for (;;) {
+    const auto it = entries_.find(g);
+    if (it == entries_.end()) break;
+    if (it->second.value) {
+      it->second.used = ++clock_;
+      return it->second.value;
+    }
+    decoded_.wait(lock);  // another thread decodes it: look again when a decode ends
   }
-  std::promise<Ptr> promise;
-  entries_.emplace(g, Entry{promise.get_future().share(), ++clock_, 0});
+  entries_.emplace(g, Entry{nullptr, ++clock_, 0});
   lock.unlock();
   Ptr p;
   try {
     p = decode();
   } catch (...) {
-    promise.set_exception(std::current_exception());
     lock.lock();
     entries_.erase(g);
+    decoded_.notify_all();
     throw;
   }
-  promise.set_value(p);
   lock.lock();
-  if (const auto it = entries_.find(g); it != entries_.end() && it->second.bytes == 0) {
-    it->second.bytes = std::max<std::size_t>(decoded_bytes(*p), 1);
-    bytes_ += it->second.bytes;
-    evict();
-  }
+  Entry& e = entries_.at(g);
+  e.value = p;
+  e.bytes = std::max<std::size_t>(decoded_bytes(*p), 1);
+  bytes_ += e.bytes;
+  evict();
+  decoded_.notify_all();
   return p;
 }
 
@@ -52,7 +54,7 @@ void GroupCache::evict() {
     auto oldest = entries_.end();
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {
       // Only decoded row groups go; one being decoded is waited on by its readers.
-      if (it->second.bytes == 0) continue;
+      if (!it->second.value) continue;
       if (oldest == entries_.end() || it->second.used < oldest->second.used) oldest = it;
     }
     if (oldest == entries_.end()) return;

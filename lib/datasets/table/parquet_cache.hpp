@@ -6,10 +6,10 @@
 // budget. A shuffled epoch whose window of row groups fits the budget (or a table that fits
 // whole) then decodes each row group once.
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <future>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -25,8 +25,9 @@ class GroupCache {
   /// `budget`: decoded bytes kept (at least two row groups are, whatever their size).
   explicit GroupCache(std::size_t budget) : budget_(budget) {}
 
-  /// Row group g, from the cache or made by decode() (called without the lock). An exception
-  /// of decode() reaches every thread waiting for it, and the row group is not kept.
+  /// Row group g, from the cache or made by decode() (called without the lock). A decode that
+  /// throws keeps nothing: the threads that waited for it decode it themselves (and meet the
+  /// same error).
   Ptr get(std::size_t g, const std::function<Ptr()>& decode);
 
   /// The decoded bytes held now.
@@ -34,14 +35,15 @@ class GroupCache {
 
  private:
   struct Entry {
-    std::shared_future<Ptr> value;
+    Ptr value;  // null while being decoded
     std::uint64_t used = 0;
-    std::size_t bytes = 0;  // 0 until decoded
+    std::size_t bytes = 0;
   };
   void evict();  // with mutex_ held
 
   std::size_t budget_;
   mutable std::mutex mutex_;
+  std::condition_variable decoded_;  // a decode ended (or failed)
   std::unordered_map<std::size_t, Entry> entries_;
   std::uint64_t clock_ = 0;
   std::size_t bytes_ = 0;

@@ -109,15 +109,13 @@ std::shared_ptr<const DecodedGroup> ParquetTable::decode(std::size_t g) const {
 
 }  // namespace detail
 
-ParquetDataset::ParquetDataset(Key, std::unique_ptr<detail::ParquetTable> table)
-    : table_(std::move(table)) {}
-
 ParquetDataset::~ParquetDataset() = default;
 
 std::shared_ptr<ParquetDataset> ParquetDataset::open(std::vector<std::filesystem::path> files,
                                                      TableOptions options) {
-  return std::make_shared<ParquetDataset>(
-      Key{}, detail::open_parquet(std::move(files), std::move(options)));
+  std::shared_ptr<ParquetDataset> ds(new ParquetDataset());
+  ds->table_ = detail::open_parquet(std::move(files), std::move(options));
+  return ds;
 }
 
 std::size_t ParquetDataset::size() const { return table_->size; }

@@ -17,6 +17,7 @@
 #include "datasets/table/parquet_chunk.hpp"
 #include "datasets/table/parquet_format.hpp"
 #include "ferry/dataset.hpp"
+#include "ferry/export.hpp"
 #include "ferry/table.hpp"
 
 namespace ferry::detail {
@@ -63,11 +64,11 @@ struct TableGroup {
 
 /// A row group's columns, decoded into their fields' form: fixed holds `rows` values of the
 /// field's dtype (codes for a categorical column); bytes columns keep offsets and bytes.
-struct DecodedGroup {
+struct FERRY_HIDDEN DecodedGroup {
   std::vector<parquet::RawColumn> columns;
 };
 
-struct ParquetTable {
+struct FERRY_HIDDEN ParquetTable {
   std::uint64_t id = 0;  ///< unique per dataset: the key of the threads' decoded row groups
   TableOptions options;
   std::vector<ParquetFile> files;
