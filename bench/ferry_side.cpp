@@ -292,6 +292,12 @@ const char* numpy_dtype(ferry::DType t) {
       return "float32";
     case ferry::DType::f64:
       return "float64";
+    case ferry::DType::i8:
+      return "int8";
+    case ferry::DType::i16:
+      return "int16";
+    case ferry::DType::u64:
+      return "uint64";
   }
   return "?";
 }
@@ -336,6 +342,15 @@ double sum(const ferry::Tensor& t) {
       break;
     case ferry::DType::f64:
       add_all(t.data<double>());
+      break;
+    case ferry::DType::i8:
+      add_all(t.data<std::int8_t>());
+      break;
+    case ferry::DType::i16:
+      add_all(t.data<std::int16_t>());
+      break;
+    case ferry::DType::u64:
+      add_all(t.data<std::uint64_t>());
       break;
     case ferry::DType::f16:
     case ferry::DType::bf16: {

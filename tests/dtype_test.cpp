@@ -28,13 +28,33 @@ D convert_one(S value) {
 
 TEST(DType, SizesAndNames) {
   const std::vector<std::pair<DType, std::size_t>> sizes = {
-      {DType::u8, 1},  {DType::u16, 2},  {DType::u32, 4}, {DType::i32, 4}, {DType::i64, 8},
-      {DType::f16, 2}, {DType::bf16, 2}, {DType::f32, 4}, {DType::f64, 8}};
+      {DType::u8, 1},  {DType::u16, 2}, {DType::u32, 4},  {DType::i32, 4},
+      {DType::i64, 8}, {DType::f16, 2}, {DType::bf16, 2}, {DType::f32, 4},
+      {DType::f64, 8}, {DType::i8, 1},  {DType::i16, 2},  {DType::u64, 8}};
   for (const auto& [t, size] : sizes) {
     EXPECT_EQ(ferry::dtype_size(t), size);
     EXPECT_EQ(ferry::parse_dtype(ferry::dtype_name(t)), t);
   }
   EXPECT_EQ(ferry::dtype_name(DType::bf16), "bf16");
+  // Added after the first nine, which keep their values.
+  EXPECT_EQ(static_cast<int>(DType::f64), 8);
+  EXPECT_EQ(static_cast<int>(DType::i8), 9);
+  EXPECT_EQ(ferry::dtype_name(DType::i8), "i8");
+  EXPECT_EQ(ferry::dtype_name(DType::i16), "i16");
+  EXPECT_EQ(ferry::dtype_name(DType::u64), "u64");
+  EXPECT_EQ(ferry::parse_dtype("int8"), DType::i8);
+  EXPECT_EQ(ferry::parse_dtype("int16"), DType::i16);
+  EXPECT_EQ(ferry::parse_dtype("uint64"), DType::u64);
+  EXPECT_EQ(ferry::dtype_of<std::int8_t>(), DType::i8);
+  EXPECT_EQ(ferry::dtype_of<std::int16_t>(), DType::i16);
+  EXPECT_EQ(ferry::dtype_of<std::uint64_t>(), DType::u64);
+  EXPECT_EQ((convert_one<std::int64_t, std::int8_t>(-5)), -5);
+  EXPECT_EQ((convert_one<std::uint64_t, std::int16_t>(-1)), ~std::uint64_t{0});
+  EXPECT_EQ((convert_one<float, std::uint64_t>(std::uint64_t{1} << 40)), 1099511627776.0F);
+  EXPECT_EQ((convert_one<std::int8_t, float>(300.0F)), 127);  // saturates
+  // u64 beyond i64 to bf16 rounds once: 2^64 - 1 is 2^64.
+  EXPECT_EQ(ferry::to_float(convert_one<ferry::BFloat16, std::uint64_t>(~std::uint64_t{0})),
+            18446744073709551616.0F);
   EXPECT_EQ(ferry::parse_dtype("float32"), DType::f32);
   EXPECT_EQ(ferry::parse_dtype("half"), DType::f16);
   EXPECT_EQ(ferry::parse_dtype("uint8"), DType::u8);

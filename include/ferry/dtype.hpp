@@ -9,14 +9,17 @@
 namespace ferry {
 
 /// Element types of a tensor.
-enum class DType { u8, u16, u32, i32, i64, f16, bf16, f32, f64 };
+/// i8, i16 and u64 came later: they follow the first nine, whose values stay as they were.
+enum class DType { u8, u16, u32, i32, i64, f16, bf16, f32, f64, i8, i16, u64 };
 
 /// Bytes per element.
 constexpr std::size_t dtype_size(DType t) noexcept {
   switch (t) {
     case DType::u8:
+    case DType::i8:
       return 1;
     case DType::u16:
+    case DType::i16:
     case DType::f16:
     case DType::bf16:
       return 2;
@@ -25,13 +28,14 @@ constexpr std::size_t dtype_size(DType t) noexcept {
     case DType::f32:
       return 4;
     case DType::i64:
+    case DType::u64:
     case DType::f64:
       return 8;
   }
   return 0;
 }
 
-/// "u8", "u16", "u32", "i32", "i64", "f16", "bf16", "f32", "f64".
+/// "u8", "u16", "u32", "i32", "i64", "f16", "bf16", "f32", "f64", "i8", "i16", "u64".
 FERRY_API std::string_view dtype_name(DType t) noexcept;
 /// The inverse of dtype_name; also accepts PyTorch's and NumPy's names ("uint8", "uint16",
 /// "float32", "half", ...).
@@ -87,6 +91,18 @@ constexpr DType dtype_of<std::int64_t>() noexcept {
   return DType::i64;
 }
 template <>
+constexpr DType dtype_of<std::int8_t>() noexcept {
+  return DType::i8;
+}
+template <>
+constexpr DType dtype_of<std::int16_t>() noexcept {
+  return DType::i16;
+}
+template <>
+constexpr DType dtype_of<std::uint64_t>() noexcept {
+  return DType::u64;
+}
+template <>
 constexpr DType dtype_of<Half>() noexcept {
   return DType::f16;
 }
@@ -110,7 +126,7 @@ constexpr DType dtype_of<double>() noexcept {
 ///   kept, so every device gives the same bits).
 /// * floating to integer: truncate toward zero, saturate at the integer's limits; NaN gives 0.
 /// * integer to integer: modulo 2^bits (two's complement), as C++20 and PyTorch.
-/// * integers (u8, u16, u32, i32, i64) to floating: round to nearest, ties to even.
+/// * integers (u8, u16, u32, u64, i8, i16, i32, i64) to floating: round to nearest, ties to even.
 /// `src` and `dst` must not overlap unless from == to.
 /// \throws ConfigError, its message starting "convert", for a dtype that is none of the above,
 /// a count whose bytes do not fit in memory sizes, or null pointers with a count.

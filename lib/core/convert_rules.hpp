@@ -233,10 +233,16 @@ FERRY_HD D convert_one(S v) {
       return BFloat16{bfloat16_bits_of_float(u)};
     } else if constexpr (std::is_same_v<S, std::int64_t>) {
       return BFloat16{bfloat16_bits_of_i64(v)};
+    } else if constexpr (std::is_same_v<S, std::uint64_t>) {
+      // Beyond i64: halve with the lost bit kept as a sticky bit (rounding sees it), then
+      // double the result, exactly.
+      if (v >> 63 == 0) return BFloat16{bfloat16_bits_of_i64(static_cast<std::int64_t>(v))};
+      const auto half = static_cast<std::int64_t>((v >> 1) | (v & 1));
+      return BFloat16{bfloat16_bits(2.0 * bfloat16_to_float(bfloat16_bits_of_i64(half)))};
     } else {
       return BFloat16{bfloat16_bits(as_double(v))};
     }
-  } else if constexpr (std::is_same_v<S, std::int64_t>) {
+  } else if constexpr (std::is_same_v<S, std::int64_t> || std::is_same_v<S, std::uint64_t>) {
     return static_cast<D>(v);  // one rounding to nearest even, to f32 or f64
   } else {
     return static_cast<D>(as_double(v));  // exact, or one rounding of a double to f32

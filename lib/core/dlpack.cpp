@@ -25,7 +25,10 @@ DLDataType to_dl(DType t) noexcept {
     case DType::u8:
     case DType::u16:
     case DType::u32:
+    case DType::u64:
       return {kDLUInt, bits, 1};
+    case DType::i8:
+    case DType::i16:
     case DType::i32:
     case DType::i64:
       return {kDLInt, bits, 1};
@@ -44,6 +47,9 @@ DType from_dl(DLDataType t) {
     if (t.code == kDLUInt && t.bits == 8) return DType::u8;
     if (t.code == kDLUInt && t.bits == 16) return DType::u16;
     if (t.code == kDLUInt && t.bits == 32) return DType::u32;
+    if (t.code == kDLUInt && t.bits == 64) return DType::u64;
+    if (t.code == kDLInt && t.bits == 8) return DType::i8;
+    if (t.code == kDLInt && t.bits == 16) return DType::i16;
     if (t.code == kDLInt && t.bits == 32) return DType::i32;
     if (t.code == kDLInt && t.bits == 64) return DType::i64;
     if (t.code == kDLFloat && t.bits == 16) return DType::f16;

@@ -42,6 +42,12 @@ void convert_from(const void* src, void* dst, DType to, std::size_t n) noexcept 
       return convert_span<S, float>(src, dst, n);
     case DType::f64:
       return convert_span<S, double>(src, dst, n);
+    case DType::i8:
+      return convert_span<S, std::int8_t>(src, dst, n);
+    case DType::i16:
+      return convert_span<S, std::int16_t>(src, dst, n);
+    case DType::u64:
+      return convert_span<S, std::uint64_t>(src, dst, n);
   }
 }
 
@@ -67,6 +73,12 @@ std::string_view dtype_name(DType t) noexcept {
       return "f32";
     case DType::f64:
       return "f64";
+    case DType::i8:
+      return "i8";
+    case DType::i16:
+      return "i16";
+    case DType::u64:
+      return "u64";
   }
   return "?";
 }
@@ -84,13 +96,16 @@ DType parse_dtype(std::string_view text) {
       {"f16", DType::f16},     {"float16", DType::f16},   {"half", DType::f16},
       {"bf16", DType::bf16},   {"bfloat16", DType::bf16}, {"f32", DType::f32},
       {"float32", DType::f32}, {"float", DType::f32},     {"f64", DType::f64},
-      {"float64", DType::f64}, {"double", DType::f64},
+      {"float64", DType::f64}, {"double", DType::f64},    {"i8", DType::i8},
+      {"int8", DType::i8},     {"i16", DType::i16},       {"int16", DType::i16},
+      {"short", DType::i16},   {"u64", DType::u64},       {"uint64", DType::u64},
   };
   for (const auto& n : kNames) {
     if (n.name == text) return n.dtype;
   }
-  throw ConfigError("DType: unknown dtype \"" + std::string(text) +
-                    "\"; expected one of u8, u16, u32, i32, i64, f16, bf16, f32, f64");
+  throw ConfigError(
+      "DType: unknown dtype \"" + std::string(text) +
+      "\"; expected one of u8, u16, u32, i32, i64, f16, bf16, f32, f64, i8, i16, u64");
 }
 
 Half to_half(double value) noexcept { return Half{detail::rules::half_bits(value)}; }
@@ -141,6 +156,12 @@ void convert(const void* src, DType from, void* dst, DType to, std::size_t count
       return convert_from<float>(src, dst, to, count);
     case DType::f64:
       return convert_from<double>(src, dst, to, count);
+    case DType::i8:
+      return convert_from<std::int8_t>(src, dst, to, count);
+    case DType::i16:
+      return convert_from<std::int16_t>(src, dst, to, count);
+    case DType::u64:
+      return convert_from<std::uint64_t>(src, dst, to, count);
   }
 }
 

@@ -8,7 +8,7 @@
             x = torch.from_dlpack(batch["image"])                  # no copy
 
 Datasets: TensorDataset (numpy, torch or any DLPack arrays, no copy), CsvDataset, IdxDataset,
-ImageFolder, TokenDataset, WebDataset, Mixture (weighted mixing of datasets), and any Python
+ImageFolder, TokenDataset, WebDataset, ParquetDataset, Mixture (weighted mixing of datasets), and any Python
 object with __len__ and __getitem__(i) returning a dict of arrays. ferry.torch yields torch tensors directly.
 """
 
@@ -33,6 +33,7 @@ from ._ferry import (  # noqa: F401  (the public names)
     LoaderStats,
     Mixture,
     Normalize,
+    ParquetDataset,
     RemoteOptions,
     Tensor,
     TensorDataset,
@@ -54,7 +55,8 @@ from ._worker import WorkerInfo, worker_info  # noqa: F401
 
 __all__ = [
     "Batch", "ConfigError", "CsvDataset", "DataError", "Dataset", "Device", "DeviceError",
-    "Epoch", "Error", "IdxDataset", "ImageFolder", "Loader", "LoaderStats", "Mixture", "Normalize", "RemoteOptions",
+    "Epoch", "Error", "IdxDataset", "ImageFolder", "Loader", "LoaderStats", "Mixture", "Normalize", "ParquetDataset",
+    "RemoteOptions",
     "Tensor",
     "TensorDataset", "TokenDataset", "WebDataset", "built_with_cuda", "cuda_device_count",
     "cuda_is_available", "cuda_unavailable_reason", "empty", "expand_braces", "from_dlpack", "zeros",

@@ -431,6 +431,43 @@ one field per member extension of the first sample, sorted; images decode as Ima
       .def("key", &WebDataset::key, py::arg("index"))
       .def("shard_of", &WebDataset::shard_of, py::arg("index"));
 
+  py::class_<ParquetDataset, Dataset, std::shared_ptr<ParquetDataset>>(m, "ParquetDataset", R"doc(
+Parquet files: the rows of all the files, in order, are the samples; each column read is a field
+named as the column. Numbers are scalar fields of their type (bool as u8); binary and text are
+ragged u8 [L] (the bytes as stored); columns named in categorical (text) are i64 codes in sorted
+byte order (categories(name) lists them). columns: the columns read, in this order (None: all).
+missing: "error" (a null is a DataError when its row is read) or "nan" (NaN in a float column,
+-1 as a categorical code).)doc")
+      .def(py::init([](const py::object& files,
+                       const std::optional<std::vector<std::string>>& columns,
+                       const std::optional<std::vector<std::string>>& images,
+                       const std::optional<std::vector<std::string>>& categorical,
+                       const std::string& missing) {
+             TableOptions o;
+             if (columns) o.columns = *columns;
+             if (images) o.images = *images;
+             if (categorical) o.categorical = *categorical;
+             if (missing == "error") {
+               o.missing = Missing::error;
+             } else if (missing == "nan") {
+               o.missing = Missing::nan;
+             } else {
+               throw ConfigError("ParquetDataset: missing is \"error\" or \"nan\", not \"" +
+                                 missing + "\"");
+             }
+             std::vector<std::filesystem::path> paths = to_paths(files, "ParquetDataset", "files");
+             const py::gil_scoped_release release;
+             return ParquetDataset::open(std::move(paths), std::move(o));
+           }),
+           py::arg("files"), py::arg("columns") = py::none(), py::kw_only(),
+           py::arg("images") = py::none(), py::arg("categorical") = py::none(),
+           py::arg("missing") = "error")
+      .def(
+          "categories",
+          [](const ParquetDataset& d, const std::string& name) { return d.categories(name); },
+          py::arg("name"), "Categorical column `name`'s texts: code i is categories(name)[i].")
+      .def_property_readonly("num_row_groups", &ParquetDataset::num_row_groups);
+
   py::class_<Mixture, Dataset, std::shared_ptr<Mixture>>(m, "Mixture", R"doc(
 Weighted mixing of datasets with the same fields: ferry.Mixture([(a, 1.0), (b, 3.0)],
 epoch_size=0). Index offset(k) + i is sample i of source k. Each epoch of a loader over it holds

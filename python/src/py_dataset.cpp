@@ -137,8 +137,8 @@ SampleLayout::SampleLayout(const py::object& source, const py::object& first) {
       } catch (const Error&) {
         throw ConfigError("Python dataset: field \"" + f.name + "\" of sample 0 has dtype " +
                           py::str(a.dtype()).cast<std::string>() +
-                          ", which ferry does not take (u8, u16, u32, i32, i64, f16, bf16, f32, "
-                          "f64; convert it, e.g. a bool to u8)");
+                          ", which ferry does not take (u8, u16, u32, u64, i8, i16, i32, i64, "
+                          "f16, bf16, f32, f64; convert it, e.g. a bool to u8)");
       }
       f.shape.assign(a.shape(), a.shape() + a.ndim());
       add_field(std::move(f), py::reinterpret_borrow<py::object>(key));

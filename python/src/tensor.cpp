@@ -387,6 +387,12 @@ py::dtype numpy_dtype(DType dtype) {
       return py::dtype("float32");
     case DType::f64:
       return py::dtype("float64");
+    case DType::i8:
+      return py::dtype("int8");
+    case DType::i16:
+      return py::dtype("int16");
+    case DType::u64:
+      return py::dtype("uint64");
     case DType::bf16:
       break;
   }
@@ -512,7 +518,9 @@ it) is gone.)doc")
           "shape", [](const Tensor& t) { return shape_tuple(t.shape()); }, "A tuple of ints.")
       .def_property_readonly(
           "dtype", [](const Tensor& t) { return std::string(dtype_name(t.dtype())); },
-          "\"u8\", \"u16\", \"u32\", \"i32\", \"i64\", \"f16\", \"bf16\", \"f32\" or \"f64\".")
+          "\"u8\", \"u16\", \"u32\", \"i32\", \"i64\", \"f16\", \"bf16\", \"f32\", \"f64\", "
+          "\"i8\", \"i16\" "
+          "or \"u64\".")
       .def_property_readonly("device", &Tensor::device, "Where the tensor lives.")
       .def_property_readonly("ndim", &Tensor::dim)
       .def_property_readonly("nbytes", &Tensor::nbytes)

@@ -24,8 +24,9 @@ using ferry::DType;
 using ferry::Tensor;
 using ferry::cuda_testing::CudaParamTest;
 
-constexpr DType kTypes[] = {DType::u8,  DType::u16,  DType::u32, DType::i32, DType::i64,
-                            DType::f16, DType::bf16, DType::f32, DType::f64};
+constexpr DType kTypes[] = {DType::u8,  DType::u16, DType::u32,  DType::i32,
+                            DType::i64, DType::f16, DType::bf16, DType::f32,
+                            DType::f64, DType::i8,  DType::i16,  DType::u64};
 
 // Doubles for the floating sources; f32 gets them through ferry::convert (overflow to infinity
 // is defined there, unlike a C++ cast).
@@ -103,6 +104,19 @@ std::vector<std::uint8_t> source_bytes(DType from) {
       break;
     case DType::i64:
       for (const std::int64_t v : ints) append(out, v);
+      break;
+    case DType::i8:
+      for (int i = -128; i < 128; ++i) append(out, static_cast<std::int8_t>(i));
+      break;
+    case DType::i16:
+      for (std::int32_t v = -0x8000; v < 0x8000; ++v) append(out, static_cast<std::int16_t>(v));
+      break;
+    case DType::u64:
+      for (const std::int64_t v : ints) append(out, static_cast<std::uint64_t>(v));  // modulo 2^64
+      for (const std::uint64_t v : {std::uint64_t{1} << 63U, (std::uint64_t{1} << 63U) + 1,
+                                    ~std::uint64_t{0}, (std::uint64_t{1} << 53U) + 1}) {
+        append(out, v);
+      }
       break;
     case DType::f16:
     case DType::bf16:

@@ -235,6 +235,12 @@ void launch_from(const void* src, DType to, void* dst, std::int64_t n, cudaStrea
       return launch_pair<S, float>(src, dst, n, stream);
     case DType::f64:
       return launch_pair<S, double>(src, dst, n, stream);
+    case DType::i8:
+      return launch_pair<S, std::int8_t>(src, dst, n, stream);
+    case DType::i16:
+      return launch_pair<S, std::int16_t>(src, dst, n, stream);
+    case DType::u64:
+      return launch_pair<S, std::uint64_t>(src, dst, n, stream);
   }
 }
 
@@ -360,6 +366,15 @@ void launch_convert(const void* src, DType from, void* dst, DType to, std::size_
       break;
     case DType::f64:
       launch_from<double>(src, to, dst, n, s);
+      break;
+    case DType::i8:
+      launch_from<std::int8_t>(src, to, dst, n, s);
+      break;
+    case DType::i16:
+      launch_from<std::int16_t>(src, to, dst, n, s);
+      break;
+    case DType::u64:
+      launch_from<std::uint64_t>(src, to, dst, n, s);
       break;
   }
   FERRY_CUDA_CHECK(cudaGetLastError());

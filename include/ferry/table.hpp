@@ -1,0 +1,109 @@
+#pragma once
+
+/// \file Tables in Parquet files (and, later, Arrow IPC files): the files that Hugging Face
+/// `datasets`, pandas, Polars, Spark and DuckDB write.
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/csv_dataset.hpp"  // Missing
+#include "ferry/dataset.hpp"
+#include "ferry/export.hpp"
+#include "ferry/image.hpp"
+#include "ferry/remote.hpp"
+
+namespace ferry {
+
+namespace detail {
+struct ParquetTable;
+}
+
+/// How a table's columns become fields.
+struct TableOptions {
+  /// The columns read, as fields in this order; empty: all (in the file's order).
+  std::vector<std::string> columns;
+  /// Columns of encoded images (binary, or HF's Image struct{bytes, path}), decoded as
+  /// ImageFolder does. Not read yet by ParquetDataset: naming one is a ConfigError.
+  std::vector<std::string> images;
+  ImageOptions image;  ///< for those columns
+  /// String columns read as i64 [] codes: the column's distinct values (over all the files)
+  /// numbered in sorted byte order from 0, as CsvDataset; categories(name) lists them.
+  std::vector<std::string> categorical;
+  /// A null: DataError naming the file, the row and the column, raised when that row is read;
+  /// Missing::nan: NaN in a float column, -1 as a categorical code (a null elsewhere stays an
+  /// error).
+  Missing missing = Missing::error;
+  /// Files given as URLs. Not read yet by ParquetDataset: a URL is a ConfigError.
+  RemoteOptions remote;
+};
+
+/// Parquet files: the rows of all the files, in order, are the samples; each column read is a
+/// field named as the column.
+///
+/// Column types and their fields:
+/// - boolean -> u8 []; INT32 / INT64 with their logical (or converted) integer types ->
+///   i8, i16, i32, i64, u8, u16, u32, u64 [] (the type the column declares); FLOAT -> f32 [];
+///   DOUBLE -> f64 [].
+/// - BYTE_ARRAY (binary, string) -> ragged u8 [L], the bytes as stored; named in
+///   TableOptions::categorical -> i64 [] codes.
+/// - Any other type in a column that is read (timestamps, decimals, nested or repeated columns,
+///   fixed-length byte arrays, INT96): ConfigError naming the column and its type.
+///
+/// What is read: PLAIN, dictionary (PLAIN_DICTIONARY, RLE_DICTIONARY), DELTA_BINARY_PACKED,
+/// DELTA_LENGTH_BYTE_ARRAY, DELTA_BYTE_ARRAY and BYTE_STREAM_SPLIT values, RLE booleans,
+/// RLE/bit-packed definition levels, data pages v1 and v2; uncompressed, snappy, gzip, zstd,
+/// LZ4_RAW, LZ4 (Hadoop's framing or a bare block) and brotli chunks (LZO: a DataError naming
+/// the codec, when the chunk is read).
+///
+/// Random access: open() reads each file's footer and keeps rows per row group and the place of
+/// each column chunk. A read decodes its row group's selected columns whole, once: the decoded
+/// row groups are shared by the reading threads and kept, the least recently used leaving when
+/// they pass 512 MiB (at least two are kept). A pass in order, or a shuffled epoch with
+/// LoaderOptions::shuffle_window (shard_starts() gives the row groups) whose window fits, decodes
+/// each row group once; so does any epoch of a table whose decoded columns fit whole. A shuffled
+/// epoch over more without a window decodes a row group for nearly every sample. Byte-array
+/// columns' lengths (and categorical columns' values) are read at open: 4 bytes a row per
+/// ragged field.
+///
+/// A corrupt or truncated file: DataError naming the file and the place (footer, row group,
+/// column, page), at open or when the row is read, never a crash.
+class FERRY_API ParquetDataset final : public Dataset {
+ public:
+  /// \throws ConfigError for no files, a column named twice or absent (naming it), a column of
+  /// a type not read (naming the column and its type), files whose schemas differ, options not
+  /// supported yet (images, URLs); DataError for a file that cannot be read or is not Parquet.
+  static std::shared_ptr<ParquetDataset> open(std::vector<std::filesystem::path> files,
+                                              TableOptions options = {});
+  ~ParquetDataset() override;
+
+  std::size_t size() const override;
+  std::vector<FieldSpec> fields() const override;
+  void read(std::size_t index, SampleRef out) const override;
+  std::int64_t length(std::size_t index, std::size_t field) const override;
+  /// Starts loading the row's values when the calling thread holds its row group decoded.
+  void prefetch(std::size_t index) const noexcept override;
+  std::int64_t max_length(std::size_t field) const override;
+  /// The first row of each row group, then size().
+  std::span<const std::size_t> shard_starts() const noexcept override;
+
+  /// The categories of categorical column `column`, code i being the i-th.
+  /// \throws ConfigError when `column` is not one of TableOptions::categorical.
+  const std::vector<std::string>& categories(std::string_view column) const;
+
+  /// Row groups in all the files.
+  std::size_t num_row_groups() const noexcept;
+  /// Column chunks decoded since open (all threads, open's own reads of byte-array columns
+  /// included).
+  std::uint64_t chunks_decoded() const noexcept;
+
+ private:
+  ParquetDataset() = default;
+  std::unique_ptr<detail::ParquetTable> table_;
+};
+
+}  // namespace ferry

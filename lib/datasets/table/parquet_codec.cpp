@@ -1,0 +1,177 @@
+#include "datasets/table/parquet_codec.hpp"
+
+#include <brotli/decode.h>
+#include <libdeflate.h>
+#include <lz4.h>
+#include <snappy-c.h>
+#include <zstd.h>
+
+#include <memory>
+#include <string>
+
+namespace ferry::detail::parquet {
+namespace {
+
+struct FreeDeflate {
+  void operator()(libdeflate_decompressor* d) const noexcept { libdeflate_free_decompressor(d); }
+};
+struct FreeZstd {
+  void operator()(ZSTD_DCtx* d) const noexcept { ZSTD_freeDCtx(d); }
+};
+
+libdeflate_decompressor* deflate_context() {
+  thread_local std::unique_ptr<libdeflate_decompressor, FreeDeflate> d(
+      libdeflate_alloc_decompressor());
+  if (!d) throw ChunkError("cannot decompress: out of memory");
+  return d.get();
+}
+
+ZSTD_DCtx* zstd_context() {
+  thread_local std::unique_ptr<ZSTD_DCtx, FreeZstd> d(ZSTD_createDCtx());
+  if (!d) throw ChunkError("cannot decompress: out of memory");
+  return d.get();
+}
+
+/// An LZ4 block into exactly `out`; false when it is not one.
+bool lz4_block(std::span<const std::byte> in, std::span<std::byte> out) {
+  if (in.size() > static_cast<std::size_t>(LZ4_MAX_INPUT_SIZE) ||
+      out.size() > static_cast<std::size_t>(LZ4_MAX_INPUT_SIZE) * 2) {
+    return false;
+  }
+  const int got = LZ4_decompress_safe(reinterpret_cast<const char*>(in.data()),
+                                      reinterpret_cast<char*>(out.data()),
+                                      static_cast<int>(in.size()), static_cast<int>(out.size()));
+  return got >= 0 && static_cast<std::size_t>(got) == out.size();
+}
+
+std::uint32_t load_be32(const std::byte* p) noexcept {
+  return (static_cast<std::uint32_t>(p[0]) << 24) | (static_cast<std::uint32_t>(p[1]) << 16) |
+         (static_cast<std::uint32_t>(p[2]) << 8) | static_cast<std::uint32_t>(p[3]);
+}
+
+/// The LZ4 codec of old writers: Hadoop's framing (blocks each after its 4-byte big-endian
+/// decompressed and compressed sizes), or, failing that, one bare LZ4 block.
+bool lz4_hadoop(std::span<const std::byte> in, std::span<std::byte> out) {
+  std::size_t ip = 0;
+  std::size_t op = 0;
+  while (ip < in.size()) {
+    if (in.size() - ip < 8) return false;
+    const std::uint32_t raw = load_be32(in.data() + ip);
+    const std::uint32_t packed = load_be32(in.data() + ip + 4);
+    ip += 8;
+    if (packed > in.size() - ip || raw > out.size() - op) return false;
+    if (!lz4_block(in.subspan(ip, packed), out.subspan(op, raw))) return false;
+    ip += packed;
+    op += raw;
+  }
+  return op == out.size();
+}
+
+}  // namespace
+
+const char* codec_name(Codec codec) noexcept {
+  switch (codec) {
+    case Codec::uncompressed:
+      return "UNCOMPRESSED";
+    case Codec::snappy:
+      return "SNAPPY";
+    case Codec::gzip:
+      return "GZIP";
+    case Codec::lzo:
+      return "LZO";
+    case Codec::brotli:
+      return "BROTLI";
+    case Codec::lz4:
+      return "LZ4";
+    case Codec::zstd:
+      return "ZSTD";
+    case Codec::lz4_raw:
+      return "LZ4_RAW";
+  }
+  return "an unknown codec";
+}
+
+void check_codec(Codec codec) {
+  switch (codec) {
+    case Codec::uncompressed:
+    case Codec::snappy:
+    case Codec::gzip:
+    case Codec::zstd:
+    case Codec::lz4_raw:
+    case Codec::lz4:
+    case Codec::brotli:
+      return;
+    default:
+      throw ChunkError(std::string("compressed with ") + codec_name(codec) + " (codec " +
+                       std::to_string(static_cast<int>(codec)) +
+                       "), which ferry does not read (it reads UNCOMPRESSED, SNAPPY, GZIP, ZSTD, "
+                       "LZ4_RAW, LZ4 and BROTLI)");
+  }
+}
+
+void decompress(Codec codec, std::span<const std::byte> in, std::span<std::byte> out) {
+  const std::string sizes = " (" + std::to_string(in.size()) + " bytes that should give " +
+                            std::to_string(out.size()) + ")";
+  switch (codec) {
+    case Codec::uncompressed:
+      if (in.size() != out.size()) {
+        throw ChunkError("an uncompressed page whose sizes differ" + sizes);
+      }
+      if (!in.empty()) std::memcpy(out.data(), in.data(), in.size());
+      return;
+    case Codec::snappy: {
+      const auto* src = reinterpret_cast<const char*>(in.data());
+      std::size_t n = 0;
+      if (snappy_uncompressed_length(src, in.size(), &n) != SNAPPY_OK || n != out.size()) {
+        throw ChunkError("a corrupt snappy page" + sizes);
+      }
+      std::size_t got = out.size();
+      if (snappy_uncompress(src, in.size(), reinterpret_cast<char*>(out.data()), &got) !=
+              SNAPPY_OK ||
+          got != out.size()) {
+        throw ChunkError("a corrupt snappy page" + sizes);
+      }
+      return;
+    }
+    case Codec::gzip: {
+      std::size_t got = 0;
+      const libdeflate_result r = libdeflate_gzip_decompress(
+          deflate_context(), in.data(), in.size(), out.data(), out.size(), &got);
+      if (r != LIBDEFLATE_SUCCESS || got != out.size()) {
+        throw ChunkError("a corrupt gzip page" + sizes);
+      }
+      return;
+    }
+    case Codec::zstd: {
+      const std::size_t got =
+          ZSTD_decompressDCtx(zstd_context(), out.data(), out.size(), in.data(), in.size());
+      if (ZSTD_isError(got) != 0) {
+        throw ChunkError(std::string("a corrupt zstd page: ") + ZSTD_getErrorName(got) + sizes);
+      }
+      if (got != out.size()) throw ChunkError("a zstd page of the wrong size" + sizes);
+      return;
+    }
+    case Codec::lz4_raw:
+      if (!lz4_block(in, out)) throw ChunkError("a corrupt LZ4_RAW page" + sizes);
+      return;
+    case Codec::lz4:
+      if (!lz4_hadoop(in, out) && !lz4_block(in, out)) {
+        throw ChunkError("a corrupt LZ4 page" + sizes);
+      }
+      return;
+    case Codec::brotli: {
+      std::size_t got = out.size();
+      if (BrotliDecoderDecompress(in.size(), reinterpret_cast<const std::uint8_t*>(in.data()), &got,
+                                  reinterpret_cast<std::uint8_t*>(out.data())) !=
+              BROTLI_DECODER_RESULT_SUCCESS ||
+          got != out.size()) {
+        throw ChunkError("a corrupt brotli page" + sizes);
+      }
+      return;
+    }
+    default:
+      check_codec(codec);
+  }
+}
+
+}  // namespace ferry::detail::parquet

@@ -1,0 +1,238 @@
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "datasets/table/parquet_schema.hpp"
+#include "datasets/table/parquet_table.hpp"
+#include "ferry/error.hpp"
+#include "ferry/table.hpp"
+
+namespace ferry {
+namespace detail {
+namespace {
+
+constexpr std::string_view kWho = "ParquetDataset";
+using parquet::in_quotes;
+
+/// The chunk's bytes: from its dictionary page (if any) or first data page (checked at open).
+std::span<const std::byte> chunk_bytes(const ParquetFile& f, const parquet::ColumnChunk& ch) {
+  const std::int64_t start = ch.dictionary_page_offset && *ch.dictionary_page_offset > 0 &&
+                                     *ch.dictionary_page_offset < ch.data_page_offset
+                                 ? *ch.dictionary_page_offset
+                                 : ch.data_page_offset;
+  return f.map->bytes().subspan(static_cast<std::size_t>(start),
+                                static_cast<std::size_t>(ch.total_compressed_size));
+}
+
+/// Narrows int32 values to 8 or 16 bits, in place (the column's declared width).
+template <class T>
+void narrow_int32(parquet::RawColumn& c) {
+  std::vector<std::byte> out(c.rows * sizeof(T));
+  for (std::size_t r = 0; r < c.rows; ++r) {
+    std::int32_t v = 0;
+    std::memcpy(&v, c.fixed.data() + r * 4, 4);
+    const auto n = static_cast<T>(v);
+    std::memcpy(out.data() + r * sizeof(T), &n, sizeof(T));
+  }
+  c.fixed = std::move(out);
+  c.width = sizeof(T);
+}
+
+/// The row group this thread read last: a read of the same one takes no lock.
+struct LastGroup {
+  std::uint64_t id = 0;
+  std::size_t group = 0;
+  std::shared_ptr<const DecodedGroup> columns;
+};
+thread_local LastGroup t_last;
+
+}  // namespace
+
+parquet::RawColumn ParquetTable::decode_raw(std::size_t g, std::size_t c) const {
+  const TableGroup& tg = groups[g];
+  const ParquetFile& f = files[tg.file];
+  const parquet::ColumnChunk& ch = f.groups[tg.group].columns[f.leaves[c].leaf];
+  chunks_decoded.fetch_add(1, std::memory_order_relaxed);
+  try {
+    return parquet::decode_chunk(chunk_bytes(f, ch), columns[c].physical, ch.codec,
+                                 f.leaves[c].max_def, tg.rows);
+  } catch (const parquet::ChunkError& e) {
+    throw DataError(FileLabel{kWho, f.name}.prefix() + "row group " + std::to_string(tg.group) +
+                    " (rows " + std::to_string(tg.file_row) + " to " +
+                    std::to_string(tg.file_row + tg.rows - 1) + "), column " +
+                    in_quotes(columns[c].name) + ": " + e.what());
+  }
+}
+
+std::shared_ptr<const DecodedGroup> ParquetTable::decode(std::size_t g) const {
+  auto d = std::make_shared<DecodedGroup>();
+  d->columns.reserve(columns.size());
+  for (std::size_t c = 0; c < columns.size(); ++c) {
+    parquet::RawColumn raw = decode_raw(g, c);
+    const TableColumn& col = columns[c];
+    if (col.kind == TableField::scalar) {
+      if (col.dtype == DType::i8 || col.dtype == DType::u8) {
+        if (col.physical == parquet::Physical::int32) narrow_int32<std::int8_t>(raw);
+      } else if (col.dtype == DType::i16 || col.dtype == DType::u16) {
+        narrow_int32<std::int16_t>(raw);
+      }
+    } else if (col.kind == TableField::categorical) {
+      std::vector<std::byte> codes(raw.rows * 8);
+      for (std::size_t r = 0; r < raw.rows; ++r) {
+        std::int64_t code = -1;
+        if (raw.is_valid(r)) {
+          const auto v = raw.value(r);
+          const std::string_view text(reinterpret_cast<const char*>(v.data()), v.size());
+          const auto it = std::lower_bound(col.categories.begin(), col.categories.end(), text);
+          if (it == col.categories.end() || *it != text) {
+            throw DataError(FileLabel{kWho, files[groups[g].file].name}.prefix() + "row " +
+                            std::to_string(groups[g].file_row + r) + ", column " +
+                            in_quotes(col.name) +
+                            ": a value not met when the file was opened "
+                            "(the file changed?)");
+          }
+          code = it - col.categories.begin();
+        }
+        std::memcpy(codes.data() + r * 8, &code, 8);
+      }
+      raw.fixed = std::move(codes);
+      raw.width = 8;
+      raw.offsets.clear();
+      raw.bytes.clear();
+    }
+    d->columns.push_back(std::move(raw));
+  }
+  return d;
+}
+
+}  // namespace detail
+
+ParquetDataset::~ParquetDataset() = default;
+
+std::shared_ptr<ParquetDataset> ParquetDataset::open(std::vector<std::filesystem::path> files,
+                                                     TableOptions options) {
+  std::shared_ptr<ParquetDataset> ds(new ParquetDataset());
+  ds->table_ = detail::open_parquet(std::move(files), std::move(options));
+  return ds;
+}
+
+std::size_t ParquetDataset::size() const { return table_->size; }
+
+std::vector<FieldSpec> ParquetDataset::fields() const { return table_->fields; }
+
+std::span<const std::size_t> ParquetDataset::shard_starts() const noexcept {
+  return table_->starts;
+}
+
+std::size_t ParquetDataset::num_row_groups() const noexcept { return table_->groups.size(); }
+
+std::uint64_t ParquetDataset::chunks_decoded() const noexcept {
+  return table_->chunks_decoded.load(std::memory_order_relaxed);
+}
+
+void ParquetDataset::read(std::size_t index, SampleRef out) const {
+  using detail::TableField;
+  const detail::ParquetTable& t = *table_;
+  if (index >= t.size) {
+    throw ConfigError(std::string(detail::kWho) + ": sample " + std::to_string(index) + " of " +
+                      std::to_string(t.size));
+  }
+  const auto g = static_cast<std::size_t>(
+      std::upper_bound(t.starts.begin(), t.starts.end(), index) - t.starts.begin() - 1);
+  detail::LastGroup& last = detail::t_last;
+  if (last.id != t.id || last.group != g || !last.columns) {
+    last.columns.reset();  // a thread holds at most one row group besides the cache's
+    last.columns = t.cache.get(g, [&] { return t.decode(g); });
+    last.id = t.id;
+    last.group = g;
+  }
+  const std::shared_ptr<const detail::DecodedGroup> d = last.columns;
+  const std::size_t row = index - t.groups[g].first;
+  for (std::size_t c = 0; c < t.columns.size(); ++c) {
+    const detail::TableColumn& col = t.columns[c];
+    const detail::parquet::RawColumn& v = d->columns[c];
+    if (!v.is_valid(row)) {
+      const bool nan = t.options.missing == Missing::nan;
+      if (nan && col.kind == TableField::scalar && col.dtype == DType::f32) {
+        *out.as<float>(c) = std::numeric_limits<float>::quiet_NaN();
+        continue;
+      }
+      if (nan && col.kind == TableField::scalar && col.dtype == DType::f64) {
+        *out.as<double>(c) = std::numeric_limits<double>::quiet_NaN();
+        continue;
+      }
+      if (nan && col.kind == TableField::categorical) {
+        *out.as<std::int64_t>(c) = -1;
+        continue;
+      }
+      const detail::TableGroup& tg = t.groups[g];
+      throw DataError(std::string(detail::kWho) + ": " + t.files[tg.file].name + ": row " +
+                      std::to_string(tg.file_row + row) + ", column " +
+                      detail::parquet::in_quotes(col.name) + ": a null" +
+                      (col.kind == TableField::bytes || !is_floating(col.dtype)
+                           ? std::string(" (Missing::nan reads nulls only in float and "
+                                         "categorical columns)")
+                           : std::string(" (TableOptions::missing is Missing::error)")));
+    }
+    if (col.kind == TableField::bytes) {
+      const auto bytes = v.value(row);
+      if (bytes.size() != out.nbytes(c)) {
+        throw DataError(std::string(detail::kWho) + ": " + t.files[t.groups[g].file].name +
+                        ": row " + std::to_string(t.groups[g].file_row + row) + ", column " +
+                        detail::parquet::in_quotes(col.name) + ": " + std::to_string(bytes.size()) +
+                        " bytes where its length said " + std::to_string(out.nbytes(c)));
+      }
+      if (!bytes.empty()) std::memcpy(out.data(c), bytes.data(), bytes.size());
+    } else {
+      std::memcpy(out.data(c), v.fixed.data() + row * v.width, v.width);
+    }
+  }
+}
+
+void ParquetDataset::prefetch(std::size_t index) const noexcept {
+  // Only from the row group this thread holds (no lock): its columns' lines for this row.
+  const detail::ParquetTable& t = *table_;
+  const detail::LastGroup& last = detail::t_last;
+  if (last.id != t.id || !last.columns || index >= t.size) return;
+  const detail::TableGroup& g = t.groups[last.group];
+  if (index < g.first || index - g.first >= g.rows) return;
+  const std::size_t row = index - g.first;
+  for (const detail::parquet::RawColumn& c : last.columns->columns) {
+    if (c.width != 0) {
+      __builtin_prefetch(c.fixed.data() + row * c.width);
+    } else {
+      __builtin_prefetch(c.offsets.data() + row);
+    }
+  }
+}
+
+std::int64_t ParquetDataset::length(std::size_t index, std::size_t field) const {
+  const detail::ParquetTable& t = *table_;
+  if (field >= t.columns.size() || t.columns[field].kind != detail::TableField::bytes) {
+    throw ConfigError(std::string(detail::kWho) + ": length() of field " + std::to_string(field) +
+                      ", which is not ragged");
+  }
+  if (index >= t.size) {
+    throw ConfigError(std::string(detail::kWho) + ": length() of sample " + std::to_string(index) +
+                      " of " + std::to_string(t.size));
+  }
+  return t.columns[field].lengths[index];
+}
+
+std::int64_t ParquetDataset::max_length(std::size_t field) const {
+  const detail::ParquetTable& t = *table_;
+  if (field >= t.columns.size() || t.columns[field].kind != detail::TableField::bytes) return -1;
+  return t.columns[field].max_length;
+}
+
+const std::vector<std::string>& ParquetDataset::categories(std::string_view column) const {
+  for (const detail::TableColumn& col : table_->columns) {
+    if (col.name == column && col.kind == detail::TableField::categorical) return col.categories;
+  }
+  throw ConfigError(std::string(detail::kWho) + ": categories(\"" + std::string(column) +
+                    "\"): not a categorical column (TableOptions::categorical)");
+}
+
+}  // namespace ferry

@@ -1,0 +1,281 @@
+// ParquetDataset::open(): the files' footers read, their schemas mapped to fields, the index of
+// row groups built, and what must be known of every row before a loader is made (the
+// categories of categorical columns, the lengths of byte-array columns) read once.
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <set>
+#include <string>
+
+#include "datasets/remote/remote_cache.hpp"
+#include "datasets/table/parquet_schema.hpp"
+#include "datasets/table/parquet_table.hpp"
+#include "datasets/table/thrift_compact.hpp"
+#include "ferry/error.hpp"
+
+namespace ferry::detail {
+namespace {
+
+using parquet::ChunkError;
+using parquet::in_quotes;
+using parquet::TopColumn;
+
+constexpr std::string_view kWho = "ParquetDataset";
+// The most rows a row group may have: far above what writers make (Arrow's default is 2^20,
+// DuckDB's 122,880), and pages count their values in 32 bits.
+constexpr std::int64_t kMaxGroupRows = std::int64_t{1} << 31;
+
+bool listed(const std::vector<std::string>& names, std::string_view name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+/// The footer's metadata, and where the data ends (the footer's first byte).
+parquet::FileMetaData read_footer(const ParquetFile& f, std::size_t& data_end) {
+  const FileLabel label{kWho, f.name};
+  const auto bytes = f.map->bytes();
+  if (bytes.size() < 12) {
+    throw DataError(label.prefix() + "footer: a file of " + std::to_string(bytes.size()) +
+                    " bytes is too short for Parquet (at least 12)");
+  }
+  if (std::memcmp(bytes.data(), "PAR1", 4) != 0 ||
+      std::memcmp(bytes.data() + bytes.size() - 4, "PAR1", 4) != 0) {
+    throw DataError(label.prefix() + "footer: not a Parquet file (no PAR1 at its start and end)");
+  }
+  std::uint32_t len = 0;
+  std::memcpy(&len, bytes.data() + bytes.size() - 8, 4);
+  if (len > bytes.size() - 12) {
+    throw DataError(label.prefix() + "footer: its length " + std::to_string(len) +
+                    " is more than the file holds (" + std::to_string(bytes.size()) +
+                    " bytes): a truncated file?");
+  }
+  data_end = bytes.size() - 8 - len;
+  try {
+    return parquet::parse_file_metadata(bytes.subspan(data_end, len));
+  } catch (const thrift::ThriftError& e) {
+    throw DataError(label.prefix() + "footer (byte " + std::to_string(data_end) +
+                    "): corrupt metadata: " + e.what());
+  }
+}
+
+/// The field a column becomes. \throws ConfigError for a type not read.
+TableColumn map_column(const TopColumn& c, const TableOptions& o) {
+  TableColumn col;
+  col.name = c.name;
+  const auto dtype = parquet::scalar_dtype(c);
+  const bool categorical = listed(o.categorical, c.name);
+  if (!dtype) {
+    throw ConfigError(std::string(kWho) + ": column " + in_quotes(c.name) + " is of type " +
+                      parquet::type_text(c) + ", which ferry does not read");
+  }
+  col.physical = *c.element->type;
+  col.dtype = *dtype;
+  if (col.physical == parquet::Physical::byte_array) {
+    col.kind = categorical ? TableField::categorical : TableField::bytes;
+    col.dtype = categorical ? DType::i64 : DType::u8;
+  } else if (categorical) {
+    throw ConfigError(std::string(kWho) + ": categorical column " + in_quotes(c.name) +
+                      " is of type " + parquet::type_text(c) +
+                      ", not text (BYTE_ARRAY): only text columns are categorical");
+  }
+  return col;
+}
+
+void check_options(const std::vector<std::filesystem::path>& files, const TableOptions& o) {
+  const std::string w(kWho);
+  if (files.empty()) throw ConfigError(w + ": no files");
+  for (const auto& f : files) {
+    if (remote::is_url(f.string())) {
+      throw ConfigError(w + ": " + f.string() + ": files given as URLs are not read yet");
+    }
+  }
+  if (!o.images.empty()) {
+    throw ConfigError(w + ": image columns (TableOptions::images, " + in_quotes(o.images[0]) +
+                      ") are not read yet");
+  }
+  std::set<std::string> seen;
+  for (const auto& c : o.columns) {
+    if (!seen.insert(c).second) throw ConfigError(w + ": column " + in_quotes(c) + " listed twice");
+  }
+  seen.clear();
+  for (const auto& c : o.categorical) {
+    if (!seen.insert(c).second) {
+      throw ConfigError(w + ": categorical column " + in_quotes(c) + " listed twice");
+    }
+    if (!o.columns.empty() && !listed(o.columns, c)) {
+      throw ConfigError(w + ": categorical column " + in_quotes(c) +
+                        " is not among the columns read (TableOptions::columns)");
+    }
+  }
+}
+
+/// Checks the chunks of the columns read: there, in this file, within its data.
+void check_chunks(const ParquetFile& f, std::size_t g, std::size_t data_end,
+                  const std::vector<TableColumn>& columns, std::size_t leaves) {
+  const FileLabel label{kWho, f.name};
+  const parquet::RowGroup& rg = f.groups[g];
+  const std::string at = label.prefix() + "row group " + std::to_string(g) + ": ";
+  if (rg.num_rows < 0 || rg.num_rows > kMaxGroupRows) {
+    throw DataError(at + std::to_string(rg.num_rows) + " rows (0 to 2^31 read)");
+  }
+  if (rg.columns.size() != leaves) {
+    throw DataError(at + std::to_string(rg.columns.size()) + " column chunks for a schema of " +
+                    std::to_string(leaves) + " columns");
+  }
+  for (std::size_t c = 0; c < columns.size(); ++c) {
+    const parquet::ColumnChunk& ch = rg.columns[f.leaves[c].leaf];
+    const std::string where = at + "column " + in_quotes(columns[c].name) + ": ";
+    if (!ch.has_metadata) throw DataError(where + "the chunk has no metadata");
+    if (ch.external) throw DataError(where + "the chunk lies in another file, not read");
+    if (ch.type != columns[c].physical) {
+      throw DataError(where + "the chunk's type differs from the schema's");
+    }
+    const std::int64_t start = ch.dictionary_page_offset && *ch.dictionary_page_offset > 0 &&
+                                       *ch.dictionary_page_offset < ch.data_page_offset
+                                   ? *ch.dictionary_page_offset
+                                   : ch.data_page_offset;
+    if (start < 4 || ch.total_compressed_size < 0 || static_cast<std::uint64_t>(start) > data_end ||
+        static_cast<std::uint64_t>(ch.total_compressed_size) >
+            data_end - static_cast<std::uint64_t>(start)) {
+      throw DataError(where + "the chunk's bytes (" + std::to_string(ch.total_compressed_size) +
+                      " from byte " + std::to_string(start) +
+                      ") lie outside the file's data (bytes 4 to " + std::to_string(data_end) +
+                      ")");
+    }
+    if (ch.num_values != rg.num_rows) {
+      throw DataError(where + "the chunk holds " + std::to_string(ch.num_values) + " values for " +
+                      std::to_string(rg.num_rows) + " rows");
+    }
+  }
+}
+
+void index_file(ParquetTable& t, ParquetFile& f, bool first) {
+  std::size_t data_end = 0;
+  parquet::FileMetaData meta = read_footer(f, data_end);
+  std::size_t leaves = 0;
+  std::vector<TopColumn> top;
+  try {
+    top = parquet::top_columns(meta.schema, leaves);
+  } catch (const ChunkError& e) {
+    throw DataError(FileLabel{kWho, f.name}.prefix() + "footer: " + e.what());
+  }
+  std::set<std::string_view> names;
+  for (const TopColumn& c : top) {
+    if (!names.insert(c.name).second) {
+      throw DataError(FileLabel{kWho, f.name}.prefix() + "footer: two columns named " +
+                      in_quotes(c.name));
+    }
+  }
+  if (first) {
+    const TableOptions& o = t.options;
+    for (const auto& name : o.columns) {
+      if (std::none_of(top.begin(), top.end(),
+                       [&](const TopColumn& c) { return c.name == name; })) {
+        throw ConfigError(std::string(kWho) + ": " + f.name + ": no column " + in_quotes(name));
+      }
+    }
+    for (const auto& name : o.categorical) {
+      if (std::none_of(top.begin(), top.end(),
+                       [&](const TopColumn& c) { return c.name == name; })) {
+        throw ConfigError(std::string(kWho) + ": " + f.name + ": no categorical column " +
+                          in_quotes(name));
+      }
+    }
+    if (o.columns.empty()) {
+      for (const TopColumn& c : top) t.columns.push_back(map_column(c, o));
+    } else {
+      for (const auto& name : o.columns) {
+        for (const TopColumn& c : top) {
+          if (c.name == name) t.columns.push_back(map_column(c, o));
+        }
+      }
+    }
+  }
+  for (const TableColumn& col : t.columns) {
+    const auto it = std::find_if(top.begin(), top.end(),
+                                 [&](const TopColumn& c) { return c.name == col.name; });
+    if (it == top.end()) {
+      throw ConfigError(std::string(kWho) + ": " + f.name + ": no column " + in_quotes(col.name) +
+                        ", which " + t.files[0].name + " has");
+    }
+    const auto dtype = parquet::scalar_dtype(*it);
+    if (!dtype || *it->element->type != col.physical ||
+        (col.kind == TableField::scalar && *dtype != col.dtype)) {
+      throw ConfigError(std::string(kWho) + ": " + f.name + ": column " + in_quotes(col.name) +
+                        " is of type " + parquet::type_text(*it) + ", not as in " +
+                        t.files[0].name);
+    }
+    f.leaves.push_back({it->leaf, it->max_def});
+  }
+  f.groups = std::move(meta.row_groups);
+  std::size_t file_row = 0;
+  for (std::size_t g = 0; g < f.groups.size(); ++g) {
+    check_chunks(f, g, data_end, t.columns, leaves);
+    const auto rows = static_cast<std::size_t>(f.groups[g].num_rows);
+    if (rows == 0) continue;
+    t.groups.push_back({static_cast<std::size_t>(&f - t.files.data()), g, t.size, rows, file_row});
+    t.size += rows;
+    file_row += rows;
+  }
+}
+
+/// Categories and lengths: what a loader asks of every row before it reads any.
+void scan_rows(ParquetTable& t) {
+  for (std::size_t c = 0; c < t.columns.size(); ++c) {
+    TableColumn& col = t.columns[c];
+    if (col.kind == TableField::scalar) continue;
+    std::set<std::string, std::less<>> distinct;
+    for (std::size_t g = 0; g < t.groups.size(); ++g) {
+      const parquet::RawColumn raw = t.decode_raw(g, c);
+      for (std::size_t r = 0; r < raw.rows; ++r) {
+        const auto v = raw.value(r);
+        if (col.kind == TableField::bytes) {
+          if (v.size() > std::numeric_limits<std::uint32_t>::max()) {
+            throw DataError(std::string(kWho) + ": " + t.files[t.groups[g].file].name +
+                            ": row group " + std::to_string(t.groups[g].group) + ", column " +
+                            in_quotes(col.name) + ": a value of more than 4 GiB");
+          }
+          col.lengths.push_back(static_cast<std::uint32_t>(v.size()));
+          col.max_length =
+              std::max<std::int64_t>(col.max_length, static_cast<std::int64_t>(v.size()));
+        } else if (raw.is_valid(r)) {
+          const std::string_view text(reinterpret_cast<const char*>(v.data()), v.size());
+          if (distinct.find(text) == distinct.end()) distinct.emplace(text);
+        }
+      }
+    }
+    if (col.kind == TableField::categorical)
+      col.categories.assign(distinct.begin(), distinct.end());
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<ParquetTable> open_parquet(std::vector<std::filesystem::path> files,
+                                           TableOptions options) {
+  check_options(files, options);
+  static std::atomic<std::uint64_t> next_id{1};
+  auto t = std::make_unique<ParquetTable>();
+  t->id = next_id.fetch_add(1);
+  t->options = std::move(options);
+  t->files.resize(files.size());
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    ParquetFile& f = t->files[i];
+    f.name = files[i].string();
+    f.map = std::make_unique<MappedFile>(files[i], FileLabel{kWho, f.name}, false);
+    index_file(*t, f, i == 0);
+  }
+  if (t->columns.empty()) throw ConfigError(std::string(kWho) + ": no columns to read");
+  if (t->size == 0) throw DataError(std::string(kWho) + ": " + t->files[0].name + ": no rows");
+  for (const TableGroup& g : t->groups) t->starts.push_back(g.first);
+  t->starts.push_back(t->size);
+  for (const TableColumn& col : t->columns) {
+    FieldSpec f{col.name, col.dtype, {}};
+    if (col.kind == TableField::bytes) f.shape = {ragged};
+    t->fields.push_back(std::move(f));
+  }
+  scan_rows(*t);
+  return t;
+}
+
+}  // namespace ferry::detail

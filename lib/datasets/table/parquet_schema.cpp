@@ -1,0 +1,188 @@
+#include "datasets/table/parquet_schema.hpp"
+
+#include <string>
+
+#include "datasets/table/parquet_chunk.hpp"
+
+namespace ferry::detail::parquet {
+namespace {
+
+constexpr const char* kPhysical[] = {"BOOLEAN", "INT32",  "INT64",      "INT96",
+                                     "FLOAT",   "DOUBLE", "BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY"};
+constexpr const char* kConverted[] = {"UTF8",
+                                      "MAP",
+                                      "MAP_KEY_VALUE",
+                                      "LIST",
+                                      "ENUM",
+                                      "DECIMAL",
+                                      "DATE",
+                                      "TIME_MILLIS",
+                                      "TIME_MICROS",
+                                      "TIMESTAMP_MILLIS",
+                                      "TIMESTAMP_MICROS",
+                                      "UINT_8",
+                                      "UINT_16",
+                                      "UINT_32",
+                                      "UINT_64",
+                                      "INT_8",
+                                      "INT_16",
+                                      "INT_32",
+                                      "INT_64",
+                                      "JSON",
+                                      "BSON",
+                                      "INTERVAL"};
+constexpr const char* kLogical[] = {
+    "",        "STRING",  "MAP",  "LIST", "ENUM", "DECIMAL", "DATE",    "TIME",     "TIMESTAMP", "",
+    "INTEGER", "UNKNOWN", "JSON", "BSON", "UUID", "FLOAT16", "VARIANT", "GEOMETRY", "GEOGRAPHY"};
+
+// Skips element i and its descendants; the index after them. Counts the leaves.
+std::size_t skip_tree(const std::vector<SchemaElement>& s, std::size_t i, std::size_t& leaves,
+                      int depth) {
+  if (depth > 64) throw ChunkError("the schema nests deeper than 64 levels");
+  if (i >= s.size()) throw ChunkError("the schema's children go past its end");
+  const std::int32_t n = s[i].num_children;
+  if (n < 0) throw ChunkError("a schema element with a negative count of children");
+  if (n == 0) {
+    ++leaves;
+    return i + 1;
+  }
+  std::size_t next = i + 1;
+  for (std::int32_t c = 0; c < n; ++c) next = skip_tree(s, next, leaves, depth + 1);
+  return next;
+}
+
+/// The integer type a logical or converted annotation gives, if any: {bits, signed}.
+struct IntType {
+  int bits = 0;
+  bool is_signed = true;
+};
+std::optional<IntType> int_annotation(const SchemaElement& e) {
+  if (e.logical.which == 10) return IntType{e.logical.bit_width, e.logical.is_signed};
+  if (e.logical.which != 0) return std::nullopt;
+  if (!e.converted) return IntType{};
+  const int c = *e.converted;
+  if (c >= 11 && c <= 14) return IntType{8 << (c - 11), false};
+  if (c >= 15 && c <= 18) return IntType{8 << (c - 15), true};
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::vector<TopColumn> top_columns(const std::vector<SchemaElement>& schema, std::size_t& leaves) {
+  if (schema.empty()) throw ChunkError("the schema is empty");
+  std::vector<TopColumn> out;
+  leaves = 0;
+  std::size_t i = 1;
+  const std::int32_t n = schema[0].num_children;
+  if (n <= 0) throw ChunkError("the schema's root has no columns");
+  for (std::int32_t c = 0; c < n; ++c) {
+    if (i >= schema.size()) throw ChunkError("the schema's root has more columns than elements");
+    TopColumn col;
+    col.name = schema[i].name;
+    col.leaf = leaves;
+    col.element = &schema[i];
+    col.nested = schema[i].num_children != 0 || !schema[i].type || schema[i].repetition == 2;
+    col.max_def = schema[i].repetition == 1 ? 1 : 0;
+    i = skip_tree(schema, i, leaves, 0);
+    out.push_back(std::move(col));
+  }
+  return out;
+}
+
+std::string in_quotes(std::string_view name) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(name.size() + 2);
+  out += '"';
+  for (const char ch : name) {
+    const auto b = static_cast<unsigned char>(ch);
+    if (b < 0x20 || b == 0x7f || ch == '"' || ch == '\\') {
+      out += "\\x";
+      out += kHex[b >> 4];
+      out += kHex[b & 15];
+    } else {
+      out += ch;
+    }
+  }
+  out += '"';
+  return out;
+}
+
+std::string type_text(const TopColumn& column) {
+  const SchemaElement& e = *column.element;
+  std::string text;
+  if (column.nested) {
+    text = e.repetition == 2 ? "repeated " : "group";
+    if (e.repetition == 2 && e.type) {
+      const auto t = static_cast<std::size_t>(*e.type);
+      text += t < std::size(kPhysical) ? kPhysical[t] : "?";
+    }
+  } else {
+    const auto t = static_cast<std::size_t>(*e.type);
+    if (t < std::size(kPhysical)) {
+      text = kPhysical[t];
+    } else {
+      text = "physical type ";
+      text += std::to_string(t);
+    }
+  }
+  const auto l = static_cast<std::size_t>(e.logical.which);
+  if (e.logical.which != 0 && l < std::size(kLogical) && kLogical[l][0] != '\0') {
+    text += " (";
+    text += kLogical[l];
+    if (e.logical.which == 10) {
+      text += '(';
+      text += std::to_string(e.logical.bit_width);
+      text += e.logical.is_signed ? ", signed)" : ", unsigned)";
+    }
+    text += ')';
+  } else if (e.converted && *e.converted >= 0 &&
+             static_cast<std::size_t>(*e.converted) < std::size(kConverted)) {
+    text += " (";
+    text += kConverted[static_cast<std::size_t>(*e.converted)];
+    text += ')';
+  }
+  return text;
+}
+
+std::optional<DType> scalar_dtype(const TopColumn& column) {
+  if (column.nested) return std::nullopt;
+  const SchemaElement& e = *column.element;
+  switch (*e.type) {
+    case Physical::boolean:
+      return e.logical.which == 0 && !e.converted ? std::optional(DType::u8) : std::nullopt;
+    case Physical::float32:
+      return e.logical.which == 0 && !e.converted ? std::optional(DType::f32) : std::nullopt;
+    case Physical::float64:
+      return e.logical.which == 0 && !e.converted ? std::optional(DType::f64) : std::nullopt;
+    case Physical::int32: {
+      const auto a = int_annotation(e);
+      if (!a) return std::nullopt;
+      if (a->bits == 0 || (a->bits == 32 && a->is_signed)) return DType::i32;
+      if (a->bits == 8) return a->is_signed ? DType::i8 : DType::u8;
+      if (a->bits == 16) return a->is_signed ? DType::i16 : DType::u16;
+      if (a->bits == 32) return DType::u32;
+      return std::nullopt;
+    }
+    case Physical::int64: {
+      const auto a = int_annotation(e);
+      if (!a) return std::nullopt;
+      if (a->bits == 0 || a->bits == 64) return a->is_signed ? DType::i64 : DType::u64;
+      return std::nullopt;
+    }
+    case Physical::byte_array: {
+      // Bytes, text, JSON, BSON, an enum: read as bytes. DECIMAL and others are not.
+      const int l = e.logical.which;
+      if (l == 0 && e.converted) {
+        const int c = *e.converted;
+        return c == 0 || c == 4 || c == 19 || c == 20 ? std::optional(DType::u8) : std::nullopt;
+      }
+      return l == 0 || l == 1 || l == 4 || l == 12 || l == 13 ? std::optional(DType::u8)
+                                                              : std::nullopt;
+    }
+    default:
+      return std::nullopt;
+  }
+}
+
+}  // namespace ferry::detail::parquet

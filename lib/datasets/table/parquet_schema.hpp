@@ -1,0 +1,41 @@
+#pragma once
+
+// A Parquet file's schema as ParquetDataset reads it: its top-level columns, where each lies
+// among the column chunks, and which field each becomes (the type mapping of
+// include/ferry/table.hpp).
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "datasets/table/parquet_format.hpp"
+#include "ferry/dtype.hpp"
+
+namespace ferry::detail::parquet {
+
+struct TopColumn {
+  std::string name;
+  std::size_t leaf = 0;  ///< its first column chunk
+  const SchemaElement* element = nullptr;
+  bool nested = false;  ///< a group (a list, a map, a struct): not read
+  int max_def = 0;
+};
+
+/// The top-level columns of `schema`. \throws ChunkError for a schema that is not a tree
+/// (children past its end, a root with none), saying where.
+std::vector<TopColumn> top_columns(const std::vector<SchemaElement>& schema, std::size_t& leaves);
+
+/// A name from a file, in double quotes, for messages: control bytes, '"' and
+/// '\\' as \xNN, so that a message stays one line of text whatever the file holds.
+std::string in_quotes(std::string_view name);
+
+/// The type as a message names it: "INT64 (TIMESTAMP)", "BYTE_ARRAY (STRING)", "group (LIST)".
+std::string type_text(const TopColumn& column);
+
+/// The dtype of a column read as numbers, or nothing for a type ferry does not read (byte
+/// arrays answer u8: their bytes).
+std::optional<DType> scalar_dtype(const TopColumn& column);
+
+}  // namespace ferry::detail::parquet

@@ -1,0 +1,96 @@
+#pragma once
+
+// ParquetDataset's state: the files' index (row groups, their rows and column chunks), the
+// columns read and how each becomes a field, and what open() learnt of them (categories,
+// ragged lengths).
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "datasets/common/file_io.hpp"
+#include "datasets/table/parquet_cache.hpp"
+#include "datasets/table/parquet_chunk.hpp"
+#include "datasets/table/parquet_format.hpp"
+#include "ferry/dataset.hpp"
+#include "ferry/export.hpp"
+#include "ferry/table.hpp"
+
+namespace ferry::detail {
+
+/// How a column's values become its field.
+enum class TableField {
+  scalar,       ///< a number: dtype [] from the physical value
+  bytes,        ///< ragged u8 [L]: the bytes as stored
+  categorical,  ///< i64 [] codes into `categories`
+};
+
+/// A column read, as the first file declares it.
+struct TableColumn {
+  std::string name;
+  parquet::Physical physical = parquet::Physical::int32;
+  TableField kind = TableField::scalar;
+  DType dtype = DType::i32;
+  std::vector<std::string> categories;  ///< sorted; categorical only
+  std::vector<std::uint32_t> lengths;   ///< per sample; bytes only
+  std::int64_t max_length = 0;          ///< bytes only
+};
+
+/// Where a column lies in one file: its leaf (column chunk index) and definition level.
+struct TableLeaf {
+  std::size_t leaf = 0;
+  int max_def = 0;
+};
+
+struct ParquetFile {
+  std::string name;  ///< as the user gave it, for messages
+  std::unique_ptr<MappedFile> map;
+  std::vector<parquet::RowGroup> groups;
+  std::vector<TableLeaf> leaves;  ///< per column read
+};
+
+/// One row group of one file, at its place among all the rows.
+struct TableGroup {
+  std::size_t file = 0;
+  std::size_t group = 0;
+  std::size_t first = 0;  ///< first sample
+  std::size_t rows = 0;
+  std::size_t file_row = 0;  ///< its first row's place in its file
+};
+
+/// A row group's columns, decoded into their fields' form: fixed holds `rows` values of the
+/// field's dtype (codes for a categorical column); bytes columns keep offsets and bytes.
+struct FERRY_HIDDEN DecodedGroup {
+  std::vector<parquet::RawColumn> columns;
+};
+
+struct FERRY_HIDDEN ParquetTable {
+  std::uint64_t id = 0;  ///< unique per dataset: the key of the threads' decoded row groups
+  TableOptions options;
+  std::vector<ParquetFile> files;
+  std::vector<TableColumn> columns;
+  std::vector<TableGroup> groups;
+  std::vector<std::size_t> starts;  ///< groups' first samples, then size
+  std::size_t size = 0;
+  std::vector<FieldSpec> fields;
+  mutable std::atomic<std::uint64_t> chunks_decoded{0};
+  /// Decoded row groups, shared by the reading threads: up to 512 MiB of them.
+  static constexpr std::size_t kDecodedBudget = std::size_t{512} << 20;
+  mutable GroupCache cache{kDecodedBudget};
+
+  /// Decodes row group g's columns into their fields' form.
+  /// \throws DataError naming the file, the row group, the column and the page.
+  std::shared_ptr<const DecodedGroup> decode(std::size_t g) const;
+  /// Decodes one column of row group g as stored. \throws DataError as decode().
+  parquet::RawColumn decode_raw(std::size_t g, std::size_t column) const;
+};
+
+/// Opens the files and builds the index (parquet_open.cpp).
+std::unique_ptr<ParquetTable> open_parquet(std::vector<std::filesystem::path> files,
+                                           TableOptions options);
+
+}  // namespace ferry::detail

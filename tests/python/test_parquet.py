@@ -1,0 +1,81 @@
+# ferry.ParquetDataset from Python, on files written by an independent writer
+# (tests/table/write_tables.js: apache-arrow and parquet-wasm from npm, which scripts/setup
+# installs); skipped, saying so, where that writer is not installed.
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WRITER = os.path.join(HERE, "..", "table")
+FRUIT = ["pear", "apple", "fig", "banana", "kiwi"]
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory):
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed")
+    if not os.path.isdir(os.path.join(WRITER, "node_modules", "parquet-wasm")):
+        pytest.skip("the Parquet writer is not installed (scripts/setup runs npm ci in tests/table)")
+    out = tmp_path_factory.mktemp("parquet")
+    subprocess.run(["node", os.path.join(WRITER, "write_tables.js"), str(out)], check=True,
+                   stdout=subprocess.DEVNULL)
+    return out
+
+
+def test_parquet_columns_arrive_as_typed_fields(ferry, tables):
+    ds = ferry.ParquetDataset(
+        [str(tables / "part0.parquet"), str(tables / "part1.parquet"), tables / "part2.parquet"],
+        ["i8", "u64", "f32", "s", "bin", "nf"],
+        categorical=["s"],
+        missing="nan",
+    )
+    assert len(ds) == 50
+    assert ds.fields == [("i8", "i8", ()), ("u64", "u64", ()), ("f32", "f32", ()),
+                         ("s", "i64", ()), ("bin", "u8", (None,)), ("nf", "f64", ())]
+    cats = ds.categories("s")
+    assert cats == sorted(FRUIT)
+    loader = ferry.Loader(ds, batch_size=8, shuffle=True, seed=3, device="cpu")
+    seen = []
+    for b in loader.epoch(0):
+        r = b.indices
+        seen.extend(r.tolist())
+        i8 = b["i8"].numpy()
+        assert i8.dtype == np.int8
+        np.testing.assert_array_equal(i8, ((r * 37) % 256 - 128).astype(np.int8))
+        u64 = b["u64"].numpy()
+        assert u64.dtype == np.uint64
+        np.testing.assert_array_equal(u64, np.uint64(2**64 - 1) - (r * 3).astype(np.uint64))
+        np.testing.assert_array_equal(b["f32"].numpy(), (r * 0.5 - 3).astype(np.float32))
+        assert [cats[c] for c in b["s"].numpy()] == [FRUIT[(i * 3) % 5] for i in r]
+        lengths = b.lengths("bin").numpy()
+        data = b["bin"].numpy()
+        for j, i in enumerate(r):
+            assert lengths[j] == i % 6
+            np.testing.assert_array_equal(data[j, : lengths[j]],
+                                          [(i * 31 + k * 7) % 256 for k in range(i % 6)])
+        nf = b["nf"].numpy()
+        for j, i in enumerate(r):
+            if i % 4 == 1:
+                assert np.isnan(nf[j])
+            else:
+                assert nf[j] == i * 1.5
+    assert sorted(seen) == list(range(50))
+
+
+def test_parquet_errors_name_the_column_and_the_file(ferry, tables):
+    with pytest.raises(ferry.ConfigError, match='"ts".*TIMESTAMP'):
+        ferry.ParquetDataset(tables / "all_zstd_dict_v2.parquet", ["ts"])
+    with pytest.raises(ferry.ConfigError, match="missing"):
+        ferry.ParquetDataset(tables / "all_zstd_dict_v2.parquet", ["nf"], missing="zero")
+    ds = ferry.ParquetDataset(tables / "all_zstd_dict_v2.parquet", ["nf"])
+    loader = ferry.Loader(ds, batch_size=4, device="cpu")
+    with pytest.raises(ferry.DataError, match='all_zstd_dict_v2.parquet: row 1, column "nf"'):
+        for _ in loader.epoch(0):
+            pass
+    bad = tables / "cut.parquet"
+    bad.write_bytes((tables / "all_zstd_dict_v2.parquet").read_bytes()[:500])
+    with pytest.raises(ferry.DataError, match="cut.parquet: footer"):
+        ferry.ParquetDataset(bad)
