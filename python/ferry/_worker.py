@@ -44,14 +44,13 @@ def worker_info():
 
 
 def start(method, pickled, worker_id, count, seed, layout, seed_python, init_fn,
-          scratch_bytes, close_fds, import_torch):
+          scratch_bytes, close_fds):
     """Starts one worker process. Returns (process, this side's socket descriptor, memfd)."""
     ctx = multiprocessing.get_context(method)
     ours, theirs = ctx.Pipe(duplex=True)
     process = ctx.Process(
         target=_main, name="ferry-worker-%d" % worker_id, daemon=True,
-        args=(theirs, pickled, worker_id, count, seed, layout, seed_python, init_fn, close_fds,
-              import_torch))
+        args=(theirs, pickled, worker_id, count, seed, layout, seed_python, init_fn, close_fds))
     try:
         process.start()
     finally:
@@ -119,8 +118,7 @@ def _failure(error, ferry_error):
     return b"\1" + _FAILURE.pack(len(text), len(trace)) + text + trace + pickled
 
 
-def _main(conn, pickled, worker_id, count, seed, layout, seed_python, init_fn, close_fds,
-          import_torch):
+def _main(conn, pickled, worker_id, count, seed, layout, seed_python, init_fn, close_fds):
     global _info
     # Ctrl-C is the training process's to handle: it stops the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -140,8 +138,9 @@ def _main(conn, pickled, worker_id, count, seed, layout, seed_python, init_fn, c
     try:
         dataset = pickle.loads(pickled)
         _info = WorkerInfo(worker_id, count, seed, dataset)
-        if import_torch:  # as in the training process: torch's generator is seeded there
-            import torch  # noqa: F401, PLC0415
+        # torch is here if the dataset's module imports it (unpickling imported that module):
+        # then its generator is seeded before every sample, as in the training process. A
+        # process that never imports it keeps its memory (a few hundred MB in each process).
         torch = sys.modules.get("torch")
         if torch is not None:
             torch.set_num_threads(1)

@@ -117,9 +117,6 @@ ProcessPool::ProcessPool(const PyDataset& dataset, ProcessOptions options)
     }
   }
   layout_ = dataset.layout().describe();
-  // torch, where this process imported it, is imported in each worker process before its first
-  // sample: its generator is then seeded before every sample there as here.
-  import_torch_ = py::module_::import("sys").attr("modules").contains("torch");
   start_ = worker.attr("start");
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) throw Error(std::string("Loader: eventfd: ") + std::strerror(errno));
@@ -168,7 +165,7 @@ void ProcessPool::start(Child& c) {
   py::tuple started;
   try {
     started = start_(options_.start_method, pickled_, c.id, options_.count, worker_seed, layout_,
-                     options_.seed_python, init, bytes, close_fds, import_torch_);
+                     options_.seed_python, init, bytes, close_fds);
   } catch (py::error_already_set& e) {
     throw DataError("Python dataset: worker process " + std::to_string(c.id) +
                     " could not start (" +

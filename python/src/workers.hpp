@@ -117,7 +117,6 @@ class ProcessPool {
   py::object start_;   // ferry._worker.start
   py::bytes pickled_;  // the dataset
   py::tuple layout_;   // SampleLayout::describe()
-  bool import_torch_ = false;
   std::vector<Child> children_;
   mutable std::mutex mutex_;
   std::condition_variable idle_;

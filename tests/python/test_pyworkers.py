@@ -15,6 +15,11 @@ import numpy as np
 import pytest
 from conftest import Indexed, expected_x
 
+try:  # this module's datasets draw from torch's generator too, where torch is installed
+    import torch
+except ImportError:
+    torch = None
+
 
 class Augmented:
     """Sample i: its index, and draws from random, numpy's global generator and (if imported)
@@ -27,10 +32,6 @@ class Augmented:
         return self.n
 
     def __getitem__(self, i):
-        try:  # its generator is seeded once torch is imported (in this process)
-            import torch  # noqa: PLC0415
-        except ImportError:
-            torch = None
         draws = [random.random(), np.random.rand(), np.random.randint(1 << 30),
                  float(torch.rand(1)) if torch is not None else 0.0]
         return {"i": np.int64(i), "draws": np.array(draws, np.float64)}
