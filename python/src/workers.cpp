@@ -100,7 +100,8 @@ ProcessPool::ProcessPool(const PyDataset& dataset, ProcessOptions options)
                       "with threads can deadlock; use forkserver (the default) or spawn");
   }
   try {
-    pickled_ = py::module_::import("pickle").attr("dumps")(py::handle(dataset.source()));
+    source_ = py::reinterpret_borrow<py::object>(dataset.source());
+    pickled_ = py::module_::import("pickle").attr("dumps")(source_);
   } catch (py::error_already_set& e) {
     throw ConfigError("Loader: processes=" + std::to_string(options_.count) +
                       ": the dataset cannot be pickled for the worker processes (" +
@@ -130,6 +131,10 @@ ProcessPool::ProcessPool(const PyDataset& dataset, ProcessOptions options)
     stop();
     throw;
   }
+  // A replacement pickles the dataset again: the pickle of a dataset that holds its data (a large
+  // array) is not kept for it.
+  pickled_ = py::bytes();
+  constructed_ = true;
 }
 
 ProcessPool::~ProcessPool() {
@@ -138,6 +143,7 @@ ProcessPool::~ProcessPool() {
   if (!python_usable()) {
     static_cast<void>(start_.release());
     static_cast<void>(pickled_.release());
+    static_cast<void>(source_.release());
     static_cast<void>(layout_.release());
     static_cast<void>(options_.worker_init_fn.release());
     for (Child& c : children_) static_cast<void>(c.process.release());
@@ -164,14 +170,17 @@ void ProcessPool::start(Child& c) {
   const py::object init = options_.worker_init_fn ? options_.worker_init_fn : py::none();
   py::tuple started;
   try {
+    if (py::len(pickled_) == 0) pickled_ = py::module_::import("pickle").attr("dumps")(source_);
     started = start_(options_.start_method, pickled_, c.id, options_.count, worker_seed, layout_,
                      options_.seed_python, init, bytes, close_fds);
   } catch (py::error_already_set& e) {
+    pickled_ = py::bytes();
     throw DataError("Python dataset: worker process " + std::to_string(c.id) +
                     " could not start (" +
                     py::str(py::type::of(e.value()).attr("__name__")).cast<std::string>() + ": " +
                     py::str(e.value()).cast<std::string>() + ")");
   }
+  if (constructed_) pickled_ = py::bytes();
   c.process = started[0];
   c.pid = c.process.attr("pid").cast<long>();
   c.fd = started[1].cast<int>();

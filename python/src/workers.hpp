@@ -115,8 +115,10 @@ class ProcessPool {
   std::uint64_t id_;  // this pool among all (a thread's read-ahead names it)
   std::size_t field_count_;
   py::object start_;   // ferry._worker.start
-  py::bytes pickled_;  // the dataset
-  py::tuple layout_;   // SampleLayout::describe()
+  py::object source_;  // the dataset (the PyDataset's)
+  py::bytes pickled_;  // its pickle, while processes start
+  bool constructed_ = false;
+  py::tuple layout_;  // SampleLayout::describe()
   std::vector<Child> children_;
   mutable std::mutex mutex_;
   std::condition_variable idle_;
