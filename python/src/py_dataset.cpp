@@ -74,13 +74,7 @@ FieldSpec declared_field(const py::handle& item, std::size_t position) {
 // ---- SampleLayout
 
 SampleLayout::SampleLayout(const py::object& source, const py::object& first) {
-  const py::module_ np = py::module_::import("numpy");
-  asarray_ = np.attr("asarray");
-  contiguous_ = np.attr("ascontiguousarray");
-  array_equal_ = np.attr("array_equal");
-  isinf_ = np.attr("isinf");
-  errstate_ = np.attr("errstate");
-  can_cast_ = np.attr("can_cast");
+  bind_numpy();
   positional_ = py::isinstance<py::tuple>(first) || py::isinstance<py::list>(first);
   if (!positional_ && !py::isinstance<py::dict>(first)) {
     throw ConfigError("Python dataset: __getitem__(0) gave " + type_name(first) +
@@ -148,13 +142,7 @@ SampleLayout::SampleLayout(const py::object& source, const py::object& first) {
 }
 
 SampleLayout::SampleLayout(const py::handle& description) {
-  const py::module_ np = py::module_::import("numpy");
-  asarray_ = np.attr("asarray");
-  contiguous_ = np.attr("ascontiguousarray");
-  array_equal_ = np.attr("array_equal");
-  isinf_ = np.attr("isinf");
-  errstate_ = np.attr("errstate");
-  can_cast_ = np.attr("can_cast");
+  bind_numpy();
   const auto d = description.cast<py::tuple>();
   positional_ = d[1].cast<bool>();
   declared_ = d[2].cast<bool>();
@@ -165,6 +153,16 @@ SampleLayout::SampleLayout(const py::handle& description) {
     add_field(std::move(f), std::move(key));
     ++position;
   }
+}
+
+void SampleLayout::bind_numpy() {
+  const py::module_ np = py::module_::import("numpy");
+  asarray_ = np.attr("asarray");
+  contiguous_ = np.attr("ascontiguousarray");
+  array_equal_ = np.attr("array_equal");
+  isinf_ = np.attr("isinf");
+  errstate_ = np.attr("errstate");
+  can_cast_ = np.attr("can_cast");
 }
 
 SampleLayout::~SampleLayout() {

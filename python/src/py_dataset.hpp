@@ -75,6 +75,7 @@ class SampleLayout {
   void abandon() noexcept;
 
  private:
+  void bind_numpy();  // the numpy functions write() calls
   void add_field(FieldSpec f, py::object key);
   py::object value_of(const py::handle& sample, std::size_t f, std::size_t index) const;
   py::array converted(const py::handle& value, std::size_t f, std::size_t index) const;
