@@ -402,14 +402,12 @@ struct Task {
 };
 struct Range {
   std::uint64_t pool = 0;  // the pool's id_; 0: none
-  void* child = nullptr;   // its Child; null once it ended mid-range
+  void* child = nullptr;   // its Child
   std::vector<Task> tasks;
   std::size_t next_read = 0;
   std::size_t next_send = 0;
   std::size_t window = 0;      // tasks in flight at most, each in its own part of the memfd
   std::size_t slot_bytes = 0;  // the size of such a part
-  std::size_t lost_until = 0;  // the process ended: tasks [next_read, lost_until) fail
-  std::string lost_why;
 };
 thread_local Range t_range;
 constexpr std::size_t kWindow = 4;
@@ -539,16 +537,6 @@ bool ProcessPool::read_ahead(const PyDataset& dataset, std::size_t index, Sample
     end_reads();  // not the order announced: one by one from here
     return false;
   }
-  if (r.child == nullptr) {
-    // The process ended with this task in flight.
-    if (r.next_read < r.lost_until) {
-      ++r.next_read;
-      throw DataError("Python dataset: " + r.lost_why + " while sample " + std::to_string(index) +
-                      " waited in its queue");
-    }
-    t_range = Range{};
-    return false;
-  }
   if (r.next_read >= r.next_send) {  // a task that could not be sent: one by one from here
     end_reads();
     return false;
@@ -560,14 +548,10 @@ bool ProcessPool::read_ahead(const PyDataset& dataset, std::size_t index, Sample
   std::vector<std::byte> answer;
   try {
     answer = receive(c, index, /*answer=*/true, static_cast<int>(r.next_send - at - 1));
-  } catch (const DataError& e) {
-    // It ended (died, or overran the timeout): the tasks it held after this one fail too.
-    r.child = nullptr;
-    r.lost_until = r.next_send;
-    r.lost_why = "worker process " + std::to_string(c.id) + " ended";
-    ++r.next_read;
-    throw;
-  } catch (...) {  // abandoned or stopping: c was released, its answers counted stale
+  } catch (...) {
+    // It ended (died, or overran the timeout: lost() retired and released it), or the read was
+    // abandoned or the pool stops (c released, its answers counted stale). The tasks queued
+    // behind this one had not started: their reads go one by one, to another process.
     t_range = Range{};
     throw;
   }
