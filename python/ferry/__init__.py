@@ -1,4 +1,4 @@
-"""ferry: batches already on their device, read and batched on threads, not worker processes.
+"""ferry: batches already on their device, read and batched on ferry's threads.
 
     import ferry
     ds = ferry.ImageFolder("train", height=224, width=224)
@@ -9,7 +9,8 @@
 
 Datasets: TensorDataset (numpy, torch or any DLPack arrays, no copy), CsvDataset, IdxDataset,
 ImageFolder, TokenDataset, WebDataset, ParquetDataset, Mixture (weighted mixing of datasets), and any Python
-object with __len__ and __getitem__(i) returning a dict of arrays. ferry.torch yields torch tensors directly.
+object with __len__ and __getitem__(i) returning a dict (or tuple) of arrays, run in worker processes
+(Loader(processes=...)) or on ferry's threads. ferry.torch yields torch tensors directly.
 """
 
 import atexit as _atexit

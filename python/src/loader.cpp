@@ -634,7 +634,8 @@ Dropping it early (break, del) stops the pipeline promptly. close() does so at o
                        }),
                        R"doc(
 Feeds a training loop: batches of `dataset` already on `device`, read and batched on ferry's
-worker threads (no worker processes), staged in pinned memory and copied ahead of the loop.
+worker threads (a Python dataset's __getitem__ in worker processes: processes=, see README),
+staged in pinned memory and copied ahead of the loop.
 
     loader = ferry.Loader(dataset, batch_size=256, shuffle=True, device="cuda")
     for epoch in range(10):
@@ -648,7 +649,11 @@ which also picks cuda:LOCAL_RANK. stream: the consumer's CUDA stream (a cudaStre
 int; 0 is the default stream). autotune=True (the default) chooses workers and prefetch while
 the loader runs (workers and prefetch are where it starts), never above memory_budget (0:
 ferry.default_memory_budget(), or what the starting options need where that is more);
-autotune=False keeps them as given. iter(loader) plays epochs 0, 1, 2, ... one per iter().)doc")
+autotune=False keeps them as given. iter(loader) plays epochs 0, 1, 2, ... one per iter().
+processes (None: as many as workers when a Python dataset can be pickled, else threads; 0:
+threads), start_method ("forkserver", "spawn"), worker_init_fn(worker_id), timeout (seconds a
+sample may take in a process; 0: no limit) and seed_python (seed random, numpy and torch from
+each sample's seed before its __getitem__) concern a dataset written in Python.)doc")
       .def(py::init([](const py::object& dataset, std::size_t batch_size, bool shuffle,
                        std::uint64_t seed, bool drop_last, int workers, int prefetch,
                        int device_buffers, const py::object& device, bool pin_memory,
