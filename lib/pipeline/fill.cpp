@@ -10,7 +10,9 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/tsan.hpp"
@@ -56,10 +58,24 @@ void fill_range(RunState& run, Slot& slot, std::size_t begin, std::size_t end,
   const bool ops_here = !impl.device_path && layout.has_ops();
   HostOps host;
   // The whole share first (Dataset::begin_reads), for a dataset that reads it elsewhere; its
-  // end_reads() runs however the loop ends.
-  std::vector<std::size_t> share(slot.indices.begin() + static_cast<std::ptrdiff_t>(begin),
-                                 slot.indices.begin() + static_cast<std::ptrdiff_t>(end));
-  std::vector<SampleRef> places;
+  // end_reads() runs however the loop ends. The places are the ones read() gets below, made once;
+  // their vector is the thread's, kept between shares (a nested fill finds it taken and makes
+  // its own), so that a share allocates nothing.
+  static_assert(std::is_same_v<std::uint64_t, std::size_t>);
+  const std::span<const std::size_t> share(slot.indices.data() + begin, end - begin);
+  thread_local std::vector<SampleRef> t_places;
+  struct Share {
+    const Dataset& dataset;
+    std::vector<SampleRef> places;
+    explicit Share(const Dataset& d) : dataset(d), places(std::move(t_places)) { places.clear(); }
+    Share(const Share&) = delete;
+    Share& operator=(const Share&) = delete;
+    ~Share() {
+      dataset.end_reads();
+      t_places = std::move(places);
+    }
+  } held(dataset);
+  std::vector<SampleRef>& places = held.places;
   places.reserve(end - begin);
   for (std::size_t i = begin; i != end; ++i) {
     places.push_back(SampleRefs::make(&layout.written, slot.data, i,
@@ -67,13 +83,6 @@ void fill_range(RunState& run, Slot& slot, std::size_t begin, std::size_t end,
                                       &slot.rows));
   }
   dataset.begin_reads(share, places);
-  struct EndReads {
-    const Dataset& dataset;
-    explicit EndReads(const Dataset& d) : dataset(d) {}
-    EndReads(const EndReads&) = delete;
-    EndReads& operator=(const EndReads&) = delete;
-    ~EndReads() { dataset.end_reads(); }
-  } const end_reads(dataset);
   // Samples are read in shuffled order: hint a few ahead so their memory loads overlap.
   constexpr std::size_t kAhead = 4;
   for (std::size_t i = begin; i != std::min(end, begin + kAhead); ++i) {
