@@ -26,7 +26,8 @@
 // first batch (LoaderStats::first_batch_seconds), "CPU ms" the process's CPU time (all threads)
 // during the epoch: the work, less disturbed by other processes than the wall time.
 // Then Mixture::epoch_indices() timed alone (the mixture's share of an epoch's start), and the
-// same for 10 epochs of a nest of 60 mixtures (each epoch should cost what the first does).
+// same for 10 epochs of a nest of 60 mixtures, plain and stratified (each epoch should cost what the
+// first does).
 //
 // As a check, each mixture's LoaderStats::source_samples must equal R + 1 times its shares: the
 // program exits 1 otherwise.
@@ -316,12 +317,15 @@ int run(const Options& o) {
   // A nest of 60 mixtures (each level: the one below and a source, 1:1, an epoch 5 longer than
   // the one below, so each level takes about half of an epoch below, across its passes): every
   // epoch's list should cost what the first one's does.
-  if (o.only < 0) {
+  // The same nest stratified (blocks of 256 at every level: each level keeps its lists).
+  for (const std::size_t stratified : {std::size_t{0}, std::size_t{256}}) {
+    if (o.only >= 0) break;
     const std::shared_ptr<const ferry::Dataset> leaf = configs[1].mixture->source(0).dataset;
     std::shared_ptr<const ferry::Dataset> nest = leaf;
     for (std::size_t d = 0; d < 60; ++d) {
       ferry::MixtureOptions mo;
       mo.epoch_size = 1000 + 5 * d;
+      mo.stratified = stratified;
       nest = ferry::Mixture::open({{nest, 1}, {leaf, 1}}, mo);
     }
     std::vector<double> t;
@@ -332,10 +336,10 @@ int run(const Options& o) {
     }
     std::vector<double> later(t.begin() + 1, t.end());
     std::printf(
-        "nest of 60 mixtures: epoch_indices() epoch 0 %.3f ms, epochs 1-9 median %.3f ms "
+        "nest of 60 mixtures%s: epoch_indices() epoch 0 %.3f ms, epochs 1-9 median %.3f ms "
         "(%.2f x epoch 0), most %.3f ms\n",
-        t[0] * 1e3, median(later) * 1e3, median(later) / t[0],
-        *std::max_element(later.begin(), later.end()) * 1e3);
+        stratified > 0 ? ", stratified 256" : "", t[0] * 1e3, median(later) * 1e3,
+        median(later) / t[0], *std::max_element(later.begin(), later.end()) * 1e3);
   }
 
   // Every epoch of a mixture gave exactly its shares.
