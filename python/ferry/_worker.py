@@ -4,15 +4,20 @@ python/src/workers.cpp is the parent's side. A process is started once per worke
 after one dies) with multiprocessing's forkserver or spawn; it unpickles the dataset once, runs
 worker_init_fn, then serves task records from its socket until the socket closes:
 
-    task:   <QQQQ index, sample seed, scratch bytes, where its fields begin> then <Q> per field:
-            the bytes it must write
+    task:   <QQQQQQ index, sample seed, scratch bytes, where its fields begin, group, token>
+            then <Q> per field: the bytes it must write; the token goes in the 8 bytes at 64
+            before the fields once they are written
     answer: b"\\0" (the fields are in the scratch region from there, each at a 64-byte aligned
             offset), or
             b"\\1" <II len(text), len(traceback)> text traceback pickled-exception
 
-Messages use multiprocessing.Connection's framing (a 4-byte big-endian length). The scratch region
-is a memfd the parent sends over the socket first (SCM_RIGHTS); the parent grows it as needed and
-says its size in each task.
+Messages use multiprocessing.Connection's framing (a 4-byte big-endian length). The parent
+sends the tasks of a worker thread's share of a batch several at a time, in one write; the process
+reads whatever has come in one read. It answers in groups: when `group` answers are ready (the
+parent then has half of the window's places to give again), when no task is left to do, and at
+once for a failure. The parent asks for groups of 1 where a timeout is set, so that a sample's
+timeout counts its own time only. The scratch region is a memfd the parent sends over the
+socket first (SCM_RIGHTS); the parent grows it as needed and says its size in each task.
 """
 
 import collections
@@ -33,8 +38,11 @@ the number of worker processes, a seed derived from the loader's seed and the id
 process's copy of the dataset."""
 
 _info = None
-_TASK = struct.Struct("<QQQQ")
+_TASK = struct.Struct("<QQQQQQ")
+_TOKEN = struct.Struct("<Q")
 _FAILURE = struct.Struct("<II")
+_LENGTH = struct.Struct(">I")  # multiprocessing.Connection's framing
+_DONE = _LENGTH.pack(1) + b"\0"  # a sample's answer: its fields are in the scratch region
 
 
 def worker_info():
@@ -118,6 +126,48 @@ def _failure(error, ferry_error):
     return b"\1" + _FAILURE.pack(len(text), len(trace)) + text + trace + pickled
 
 
+def _frame(payload):
+    return _LENGTH.pack(len(payload)) + payload
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+class _Tasks:
+    """The task messages that come on socket `fd`. The parent sends several tasks in one write:
+    they are read together (one read for many tasks) and split here."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.pending = bytearray()
+        self.at = 0
+
+    def take(self):
+        """The next whole message that has come, or None."""
+        if len(self.pending) - self.at >= 4:
+            (n,) = _LENGTH.unpack_from(self.pending, self.at)
+            if len(self.pending) - self.at - 4 >= n:
+                message = bytes(self.pending[self.at + 4:self.at + 4 + n])
+                self.at += 4 + n
+                return message
+        return None
+
+    def wait(self):
+        """Reads what comes next (waiting for it); False when the socket closed."""
+        if self.at:
+            del self.pending[:self.at]
+            self.at = 0
+        try:
+            chunk = os.read(self.fd, 1 << 16)
+        except OSError:
+            return False
+        self.pending += chunk
+        return bool(chunk)
+
+
 def _main(conn, pickled, worker_id, count, seed, layout, seed_python, init_fn, close_fds):
     global _info
     # Ctrl-C is the training process's to handle: it stops the workers.
@@ -157,12 +207,22 @@ def _main(conn, pickled, worker_id, count, seed, layout, seed_python, init_fn, c
     size = 0
     fields = len(layout[0])
     sizes_format = struct.Struct("<%dQ" % fields)
+    fd = conn.fileno()
+    tasks = _Tasks(fd)
+    answers = []
     while True:
-        try:
-            task = conn.recv_bytes()
-        except (EOFError, OSError):
-            break
-        index, sample_seed, want, base = _TASK.unpack_from(task)
+        task = tasks.take()
+        if task is None:
+            try:
+                if answers:  # nothing more to do now: the answers go
+                    _write_all(fd, b"".join(answers))
+                    answers.clear()
+            except OSError:
+                break
+            if not tasks.wait():
+                break
+            continue
+        index, sample_seed, want, base, group, token = _TASK.unpack_from(task)
         sizes = sizes_format.unpack_from(task, _TASK.size)
         try:
             if failure is not None:
@@ -173,13 +233,19 @@ def _main(conn, pickled, worker_id, count, seed, layout, seed_python, init_fn, c
                 scratch = mmap.mmap(memfd, want)
                 size = want
             reader.read(index, sample_seed, scratch, base, sizes)
-            answer = b"\0"
+            # Written after the sample: the parent takes it as answered if this process ends
+            # before its group's answers go.
+            _TOKEN.pack_into(scratch, base - 64, token)
+            answers.append(_DONE)
         except BaseException as error:  # noqa: BLE001 (the parent raises it)
-            answer = _failure(error, _ferry.Error)
-        try:
-            conn.send_bytes(answer)
-        except OSError:
-            break
+            answers.append(_frame(_failure(error, _ferry.Error)))
+            group = 1
+        if len(answers) >= group:
+            try:
+                _write_all(fd, b"".join(answers))
+            except OSError:
+                break
+            answers.clear()
     if scratch is not None:
         scratch.close()
     os.close(memfd)

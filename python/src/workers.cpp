@@ -27,7 +27,9 @@ namespace {
 constexpr std::size_t kAlign = 64;
 constexpr std::size_t kMinScratch = 1U << 20U;
 constexpr int kSliceMs = 100;
-std::atomic<std::uint64_t> g_pool_ids{0};  // ProcessPool::id_
+constexpr std::size_t kReadBytes = 1U << 16U;     // what one read of a socket may take
+constexpr std::uint32_t kMaxMessage = 1U << 30U;  // a longer message is a broken process
+std::atomic<std::uint64_t> g_pool_ids{0};         // ProcessPool::id_
 
 std::size_t aligned(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
@@ -46,17 +48,6 @@ std::size_t thread_count() {
 bool send_all(int fd, const std::byte* data, std::size_t n) {
   while (n > 0) {
     const ssize_t k = ::send(fd, data, n, MSG_NOSIGNAL);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return false;
-    data += k;
-    n -= static_cast<std::size_t>(k);
-  }
-  return true;
-}
-
-bool read_all(int fd, std::byte* data, std::size_t n) {
-  while (n > 0) {
-    const ssize_t k = ::read(fd, data, n);
     if (k < 0 && errno == EINTR) continue;
     if (k <= 0) return false;
     data += k;
@@ -210,6 +201,8 @@ void ProcessPool::retire(Child& c) noexcept {
   c.memfd = -1;
   c.dead = true;
   c.stale = 0;
+  c.in_at = 0;
+  c.in_end = 0;
 }
 
 void ProcessPool::grow(Child& c, std::size_t bytes) {
@@ -228,6 +221,10 @@ void ProcessPool::grow(Child& c, std::size_t bytes) {
 
 bool ProcessPool::drain(Child& c, bool wait) {
   while (c.stale > 0) {
+    if (next_message(c)) {
+      --c.stale;
+      continue;
+    }
     pollfd fd{c.fd, POLLIN, 0};
     const int ready = ::poll(&fd, 1, wait ? kSliceMs : 0);
     if (ready < 0 && errno == EINTR) continue;
@@ -235,19 +232,42 @@ bool ProcessPool::drain(Child& c, bool wait) {
       if (!wait || stopping()) return false;
       continue;
     }
-    std::array<std::byte, 4> header{};
-    std::uint32_t size = 0;
-    bool ok = ready > 0 && read_all(c.fd, header.data(), header.size());
-    for (const std::byte b : header) size = (size << 8U) | std::to_integer<std::uint32_t>(b);
-    std::vector<std::byte> discarded(size);
-    ok = ok && read_all(c.fd, discarded.data(), size);
-    if (!ok) {  // it ended meanwhile: replaced before its next task
+    if (ready < 0 || !take_in(c)) {  // it ended meanwhile: replaced before its next task
       retire(c);
-      c.stale = 0;
       return true;
     }
-    --c.stale;
   }
+  return true;
+}
+
+bool ProcessPool::take_in(Child& c) {
+  if (c.in_at == c.in_end) {
+    c.in_at = c.in_end = 0;
+  } else if (c.in_at > 0 && c.in.size() - c.in_end < kReadBytes / 4) {
+    std::memmove(c.in.data(), c.in.data() + c.in_at, c.in_end - c.in_at);
+    c.in_end -= c.in_at;
+    c.in_at = 0;
+  }
+  if (c.in.size() - c.in_end < kReadBytes / 4) c.in.resize(std::max(2 * c.in.size(), kReadBytes));
+  for (;;) {
+    const ssize_t k = ::read(c.fd, c.in.data() + c.in_end, c.in.size() - c.in_end);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    c.in_end += static_cast<std::size_t>(k);
+    return true;
+  }
+}
+
+bool ProcessPool::next_message(Child& c) {
+  if (c.in_end - c.in_at < 4) return false;
+  std::uint32_t size = 0;
+  for (std::size_t i = 0; i < 4; ++i) {
+    size = (size << 8U) | std::to_integer<std::uint32_t>(c.in[c.in_at + i]);
+  }
+  if (c.in_end - c.in_at - 4 < size) return false;
+  const auto* at = c.in.data() + c.in_at + 4;
+  c.taken.assign(at, at + size);
+  c.in_at += 4 + std::size_t{size};
   return true;
 }
 
@@ -344,8 +364,8 @@ void ProcessPool::lost(Child& c, std::size_t index, const std::string& why) {
                   "; a fresh process takes its place");
 }
 
-std::vector<std::byte> ProcessPool::receive(Child& c, std::size_t index, bool answer,
-                                            int also_stale) {
+const std::vector<std::byte>& ProcessPool::receive(Child& c, std::size_t index, bool answer,
+                                                   int also_stale, DoneMark done) {
   const auto begin = std::chrono::steady_clock::now();
   const bool timed = answer && options_.timeout > 0;
   for (;;) {
@@ -358,6 +378,18 @@ std::vector<std::byte> ProcessPool::receive(Child& c, std::size_t index, bool an
       release(c);
       throw Error("Python dataset: the read of sample " + std::to_string(index) +
                   " was abandoned (its epoch was left)");
+    }
+    if (next_message(c)) {
+      if (c.taken.empty()) lost(c, index, "sent an empty message");
+      return c.taken;
+    }
+    if (c.in_end - c.in_at >= 4) {
+      std::uint32_t size = 0;
+      for (std::size_t i = 0; i < 4; ++i) {
+        size = (size << 8U) | std::to_integer<std::uint32_t>(c.in[c.in_at + i]);
+      }
+      if (size > kMaxMessage)
+        lost(c, index, "sent a message of " + std::to_string(size) + " bytes");
     }
     std::array<pollfd, 2> fds{pollfd{c.fd, POLLIN, 0}, pollfd{wake_fd_, POLLIN, 0}};
     int slice = kSliceMs;
@@ -380,75 +412,105 @@ std::vector<std::byte> ProcessPool::receive(Child& c, std::size_t index, bool an
       release(c);
       throw Error("Python dataset: the loader's worker processes are stopping");
     }
-    if (ready > 0 && fds[0].revents != 0) break;
+    if (ready > 0 && fds[0].revents != 0 && !take_in(c)) {
+      // It ended. The samples it did before, their answers not sent yet (it answers in
+      // groups), are whole in the memfd, their tokens written after them: taken as answered.
+      // The first without its token is the one it ended on.
+      if (answer && done.token != 0 && done.at + sizeof(std::uint64_t) <= c.map_size) {
+        std::uint64_t token = 0;
+        std::memcpy(&token, c.map + done.at, sizeof token);
+        if (token == done.token) {
+          c.taken.assign(1, std::byte{0});
+          return c.taken;
+        }
+      }
+      lost(c, index, ending(c));
+    }
   }
-  std::array<std::byte, 4> header{};
-  if (!read_all(c.fd, header.data(), header.size())) lost(c, index, ending(c));
-  std::uint32_t size = 0;
-  for (const std::byte b : header) size = (size << 8U) | std::to_integer<std::uint32_t>(b);
-  std::vector<std::byte> message(size);
-  if (size == 0 || !read_all(c.fd, message.data(), size)) lost(c, index, ending(c));
-  return message;
 }
 
 namespace {
 
 /// A share of a batch this thread reads through one process, its tasks sent ahead
-/// (ProcessPool::begin_reads): the tasks, which have been sent and read, and where each lands.
-struct Task {
-  std::size_t index = 0;
-  std::uint64_t seed = 0;
-  std::vector<std::size_t> nbytes;
-};
+/// (ProcessPool::begin_reads): the tasks (index, seed, each field's bytes), which have been sent
+/// and read, and where each lands. Kept by the thread (cleared, not freed) from one share to the
+/// next, so that a share costs no allocation.
 struct Range {
   std::uint64_t pool = 0;  // the pool's id_; 0: none
   void* child = nullptr;   // its Child
-  std::vector<Task> tasks;
+  std::size_t fields = 0;
+  std::vector<std::size_t> indices;
+  std::vector<std::uint64_t> seeds;
+  std::vector<std::size_t> nbytes;  // `fields` a task
   std::size_t next_read = 0;
   std::size_t next_send = 0;
   std::size_t window = 0;      // tasks in flight at most, each in its own part of the memfd
   std::size_t slot_bytes = 0;  // the size of such a part
+  std::size_t group = 1;       // the process answers this many samples together
+  std::uint64_t token = 0;     // task n's token is token + n
+
+  std::span<const std::size_t> bytes_of(std::size_t t) const {
+    return {nbytes.data() + t * fields, fields};
+  }
+  void clear() noexcept {
+    pool = 0;
+    child = nullptr;
+    indices.clear();
+    seeds.clear();
+    nbytes.clear();
+    next_read = next_send = window = slot_bytes = 0;
+    group = 1;
+  }
 };
 thread_local Range t_range;
-constexpr std::size_t kWindow = 4;
+thread_local std::vector<std::byte> t_out;       // tasks on their way, several in one write
+thread_local std::vector<std::size_t> t_nbytes;  // a read one by one: its fields' bytes
+// Tasks in flight per process: as many as fit in kWindowBytes, within [kWindowMin, kWindowMax].
+constexpr std::size_t kWindowMin = 4;
+constexpr std::size_t kWindowMax = 32;
+constexpr std::size_t kWindowBytes = 1U << 20U;
 
-std::vector<std::size_t> offsets_of(const std::vector<std::size_t>& nbytes, std::size_t base) {
-  std::vector<std::size_t> offsets(nbytes.size());
-  for (std::size_t f = 0; f < nbytes.size(); ++f) {
-    offsets[f] = base;
-    base += aligned(nbytes[f]);
-  }
-  return offsets;
-}
-
-std::size_t total_of(const std::vector<std::size_t>& nbytes) {
+std::size_t total_of(std::span<const std::size_t> nbytes) {
   std::size_t total = 0;
   for (const std::size_t n : nbytes) total += aligned(n);
   return total;
 }
 
+/// A task message (Connection framing) at the end of `out`.
+void append_task(std::vector<std::byte>& out, std::size_t index, std::uint64_t seed,
+                 std::size_t map_size, std::size_t base, std::size_t group, std::uint64_t token,
+                 std::span<const std::size_t> nbytes) {
+  const std::size_t at = out.size();
+  out.resize(at + 4);
+  put_u64(out, index);
+  put_u64(out, seed);
+  put_u64(out, map_size);
+  put_u64(out, base);
+  put_u64(out, group);
+  put_u64(out, token);
+  for (const std::size_t n : nbytes) put_u64(out, n);
+  const auto n = static_cast<std::uint32_t>(out.size() - at - 4);
+  for (unsigned i = 0; i < 4; ++i) out[at + i] = static_cast<std::byte>(n >> (8U * (3 - i)));
+}
+
 }  // namespace
 
 bool ProcessPool::send_task(Child& c, std::size_t index, std::uint64_t seed, std::size_t base,
-                            const std::vector<std::size_t>& nbytes) {
-  std::vector<std::byte> task(4);
-  put_u64(task, index);
-  put_u64(task, seed);
-  put_u64(task, c.map_size);
-  put_u64(task, base);
-  for (const std::size_t n : nbytes) put_u64(task, n);
-  const auto n = static_cast<std::uint32_t>(task.size() - 4);
-  for (unsigned i = 0; i < 4; ++i) task[i] = static_cast<std::byte>(n >> (8U * (3 - i)));
-  return send_all(c.fd, task.data(), task.size());
+                            std::uint64_t token, std::span<const std::size_t> nbytes) {
+  t_out.clear();
+  append_task(t_out, index, seed, c.map_size, base, /*group=*/1, token, nbytes);
+  return send_all(c.fd, t_out.data(), t_out.size());
 }
 
 void ProcessPool::deliver(const PyDataset& dataset, const Child& c, std::size_t index,
-                          const std::vector<std::byte>& answer,
-                          const std::vector<std::size_t>& offsets, SampleRef out) {
+                          const std::vector<std::byte>& answer, std::size_t base, SampleRef out) {
   const std::size_t size = answer.size();
   if (answer[0] == std::byte{0}) {
-    for (std::size_t f = 0; f < offsets.size(); ++f) {
-      if (out.nbytes(f) != 0) std::memcpy(out.data(f), c.map + offsets[f], out.nbytes(f));
+    // Each field at a 64-byte aligned offset from `base`, as the task said.
+    for (std::size_t f = 0; f < field_count_; ++f) {
+      const std::size_t n = out.nbytes(f);
+      if (n != 0) std::memcpy(out.data(f), c.map + base, n);
+      base += aligned(n);
     }
     return;
   }
@@ -479,6 +541,7 @@ void ProcessPool::begin_reads(std::span<const std::size_t> indices,
     return;  // stopping, or no process could start: the reads go one by one, and say why
   }
   bool held = true;  // receive() lets c go when it throws
+  Range& r = t_range;
   try {
     if (!c->ready) {
       held = false;
@@ -486,32 +549,35 @@ void ProcessPool::begin_reads(std::span<const std::size_t> indices,
       held = true;
       c->ready = true;
     }
-    Range r;
+    r.fields = field_count_;
+    r.indices.assign(indices.begin(), indices.end());
+    r.seeds.resize(indices.size());
+    r.nbytes.resize(indices.size() * field_count_);
+    for (std::size_t i = 0; i < indices.size(); ++i) {
+      r.seeds[i] = out[i].seed();
+      for (std::size_t f = 0; f < field_count_; ++f) {
+        r.nbytes[i * field_count_ + f] = out[i].nbytes(f);
+      }
+      r.slot_bytes = std::max(r.slot_bytes, kAlign + total_of(r.bytes_of(i)));
+    }
+    r.window = std::min(
+        indices.size(),
+        std::clamp(kWindowBytes / std::max<std::size_t>(r.slot_bytes, 1), kWindowMin, kWindowMax));
+    // Answers in groups of half the window (the tasks that then go fill the half their samples
+    // freed): one write, and here one read, for a group. One by one where a timeout is set: a
+    // sample's timeout counts its own time only.
+    r.group = options_.timeout > 0 ? 1 : std::max<std::size_t>(1, r.window / 2);
+    if (r.window * r.slot_bytes > c->map_size) grow(*c, r.window * r.slot_bytes);
+    r.token = c->tokens;
+    c->tokens += indices.size();
     r.pool = id_;
     r.child = c;
-    r.tasks.resize(indices.size());
-    for (std::size_t i = 0; i < indices.size(); ++i) {
-      Task& t = r.tasks[i];
-      t.index = indices[i];
-      t.seed = out[i].seed();
-      t.nbytes.resize(field_count_);
-      for (std::size_t f = 0; f < field_count_; ++f) t.nbytes[f] = out[i].nbytes(f);
-      r.slot_bytes = std::max(r.slot_bytes, total_of(t.nbytes));
-    }
-    r.window = std::min(kWindow, indices.size());
-    if (r.window * r.slot_bytes > c->map_size) grow(*c, r.window * r.slot_bytes);
-    t_range = std::move(r);
   } catch (...) {
     if (held) release(*c);
-    t_range = Range{};
+    r.clear();
     return;
   }
-  Range& r = t_range;
-  while (r.next_send < r.window) {
-    const Task& t = r.tasks[r.next_send];
-    if (!send_task(*c, t.index, t.seed, (r.next_send % r.window) * r.slot_bytes, t.nbytes)) break;
-    ++r.next_send;
-  }
+  send_next(*c);
 }
 
 void ProcessPool::end_reads() noexcept {
@@ -526,39 +592,42 @@ void ProcessPool::end_reads() noexcept {
     }
     idle_.notify_all();
   }
-  t_range = Range{};
+  r.clear();
 }
 
 bool ProcessPool::read_ahead(const PyDataset& dataset, std::size_t index, SampleRef out) {
   Range& r = t_range;
   if (r.pool != id_) return false;
-  if (r.next_read >= r.tasks.size() || r.tasks[r.next_read].index != index ||
-      r.tasks[r.next_read].seed != out.seed()) {
+  const std::size_t at = r.next_read;
+  bool announced = at < r.indices.size() && r.indices[at] == index && r.seeds[at] == out.seed();
+  for (std::size_t f = 0; announced && f < field_count_; ++f) {
+    announced = r.nbytes[at * field_count_ + f] == out.nbytes(f);
+  }
+  if (!announced) {
     end_reads();  // not the order announced: one by one from here
     return false;
   }
-  if (r.next_read >= r.next_send) {  // a task that could not be sent: one by one from here
+  if (at >= r.next_send) {  // a task that could not be sent: one by one from here
     end_reads();
     return false;
   }
   auto& c = *static_cast<Child*>(r.child);
-  const std::size_t at = r.next_read;
-  const std::size_t base = (at % r.window) * r.slot_bytes;
-  const std::vector<std::size_t> offsets = offsets_of(r.tasks[at].nbytes, base);
-  std::vector<std::byte> answer;
+  const std::size_t base = (at % r.window) * r.slot_bytes + kAlign;
+  const std::vector<std::byte>* answer = nullptr;
   try {
-    answer = receive(c, index, /*answer=*/true, static_cast<int>(r.next_send - at - 1));
+    answer = &receive(c, index, /*answer=*/true, static_cast<int>(r.next_send - at - 1),
+                      {base - kAlign, r.token + at});
   } catch (...) {
     // It ended (died, or overran the timeout: lost() retired and released it), or the read was
     // abandoned or the pool stops (c released, its answers counted stale). The tasks queued
     // behind this one had not started: their reads go one by one, to another process.
-    t_range = Range{};
+    r.clear();
     throw;
   }
   ++r.next_read;
-  const bool last = r.next_read == r.tasks.size();
+  const bool last = r.next_read == r.indices.size();
   try {
-    deliver(dataset, c, index, answer, offsets, out);
+    deliver(dataset, c, index, *answer, base, out);
   } catch (...) {
     send_next(c);
     if (last) end_reads();
@@ -571,11 +640,20 @@ bool ProcessPool::read_ahead(const PyDataset& dataset, std::size_t index, Sample
 
 void ProcessPool::send_next(Child& c) noexcept {
   Range& r = t_range;
-  if (r.next_send >= r.tasks.size()) return;
-  const Task& t = r.tasks[r.next_send];
-  if (send_task(c, t.index, t.seed, (r.next_send % r.window) * r.slot_bytes, t.nbytes)) {
-    ++r.next_send;
+  // Tasks go when half the window is free, together: one write (and, on the other side, one
+  // read) for several samples.
+  if (r.next_send >= r.indices.size() || r.next_send - r.next_read > r.window / 2) return;
+  t_out.clear();
+  std::size_t n = r.next_send;
+  try {
+    for (; n < r.indices.size() && n - r.next_read < r.window; ++n) {
+      append_task(t_out, r.indices[n], r.seeds[n], c.map_size,
+                  (n % r.window) * r.slot_bytes + kAlign, r.group, r.token + n, r.bytes_of(n));
+    }
+  } catch (...) {  // no memory for the message: the reads go one by one from here
+    return;
   }
+  if (send_all(c.fd, t_out.data(), t_out.size())) r.next_send = n;
 }
 
 void ProcessPool::read(const PyDataset& dataset, std::size_t index, SampleRef out) {
@@ -587,9 +665,10 @@ void ProcessPool::read(const PyDataset& dataset, std::size_t index, SampleRef ou
   }
   if (read_ahead(dataset, index, out)) return;
   Child& c = acquire();
-  std::vector<std::size_t> nbytes(fields);
-  for (std::size_t f = 0; f < fields; ++f) nbytes[f] = out.nbytes(f);
-  const std::size_t total = total_of(nbytes);
+  std::vector<std::size_t>& nbytes = t_nbytes;
+  nbytes.clear();
+  for (std::size_t f = 0; f < fields; ++f) nbytes.push_back(out.nbytes(f));
+  const std::size_t total = kAlign + total_of(nbytes);
   try {
     if (total > c.map_size) grow(c, std::max(total, 2 * c.map_size));
   } catch (...) {
@@ -602,10 +681,11 @@ void ProcessPool::read(const PyDataset& dataset, std::size_t index, SampleRef ou
     static_cast<void>(receive(c, index, /*answer=*/false, 0));
     c.ready = true;
   }
-  if (!send_task(c, index, out.seed(), 0, nbytes)) lost(c, index, ending(c));
-  const std::vector<std::byte> answer = receive(c, index, /*answer=*/true, 0);
+  const std::uint64_t token = c.tokens++;
+  if (!send_task(c, index, out.seed(), kAlign, token, nbytes)) lost(c, index, ending(c));
+  const std::vector<std::byte>& answer = receive(c, index, /*answer=*/true, 0, {0, token});
   try {
-    deliver(dataset, c, index, answer, offsets_of(nbytes, 0), out);  // from c's memfd: c held
+    deliver(dataset, c, index, answer, kAlign, out);  // from c's memfd: c held
   } catch (...) {
     release(c);
     throw;

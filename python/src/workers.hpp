@@ -39,6 +39,13 @@ struct ProcessOptions {
   }
 };
 
+/// Where a task's token lands in its process's memfd (written there after its sample), and its
+/// value (0: none).
+struct DoneMark {
+  std::size_t at = 0;
+  std::uint64_t token = 0;
+};
+
 class ProcessPool {
  public:
   /// Starts options.count processes for `dataset` (GIL held). \throws ConfigError when the
@@ -80,9 +87,14 @@ class ProcessPool {
     std::byte* map = nullptr;
     std::size_t map_size = 0;
     bool busy = false;
-    bool dead = false;   // to be replaced before its next task
-    int stale = 0;       // answers still to come for abandoned reads: discarded
-    bool ready = false;  // it said it has started
+    bool dead = false;             // to be replaced before its next task
+    int stale = 0;                 // answers still to come for abandoned reads: discarded
+    bool ready = false;            // it said it has started
+    std::vector<std::byte> in;     // what came on its socket and is not yet taken
+    std::size_t in_at = 0;         // the next message's start in `in`
+    std::size_t in_end = 0;        // the end of what came
+    std::vector<std::byte> taken;  // the message receive() took last
+    std::uint64_t tokens = 1;      // the next task's token (written after its sample: done)
   };
 
   void start(Child& c);  // GIL held
@@ -94,17 +106,24 @@ class ProcessPool {
   bool drain(Child& c, bool wait);
   bool stopping();
   /// c's next message (an answer, or the word that it has started), waiting in slices for it,
-  /// an abandon, a stop, or (an answer) the timeout. \throws what lost() throws when c ended.
-  /// `also_stale`: answers of later tasks in flight, discarded too when this read gives up.
-  std::vector<std::byte> receive(Child& c, std::size_t index, bool answer, int also_stale);
+  /// an abandon, a stop, or (an answer) the timeout; valid until c's next receive(). \throws
+  /// what lost() throws when c ended. `also_stale`: answers of later tasks in flight, discarded
+  /// too when this read gives up.
+  /// `done`: where the awaited sample's token lands in c's memfd, and its value (0: none).
+  const std::vector<std::byte>& receive(Child& c, std::size_t index, bool answer, int also_stale,
+                                        DoneMark done = {});
+  /// Reads what has come on c's socket (one read; poll first). False when c ended.
+  static bool take_in(Child& c);
+  /// c's next whole message from what has come into c.taken: false when none has whole.
+  static bool next_message(Child& c);
   bool send_task(Child& c, std::size_t index, std::uint64_t seed, std::size_t base,
-                 const std::vector<std::size_t>& nbytes);
+                 std::uint64_t token, std::span<const std::size_t> nbytes);
   /// The answer's fields into `out` (from c's memfd at `offsets`), or its failure thrown.
   void deliver(const PyDataset& dataset, const Child& c, std::size_t index,
-               const std::vector<std::byte>& answer, const std::vector<std::size_t>& offsets,
-               SampleRef out);
+               const std::vector<std::byte>& answer, std::size_t base, SampleRef out);
   /// read() of the next sample of this thread's begin_reads() share: true when it was.
   bool read_ahead(const PyDataset& dataset, std::size_t index, SampleRef out);
+  /// Sends the share's next tasks, several in one write, when half of the window is free.
   void send_next(Child& c) noexcept;
   void grow(Child& c, std::size_t bytes);
   /// Why c's process ended (its exit code or signal), after it did. Takes the GIL.
