@@ -26,8 +26,8 @@
 // first batch (LoaderStats::first_batch_seconds), "CPU ms" the process's CPU time (all threads)
 // during the epoch: the work, less disturbed by other processes than the wall time.
 // Then Mixture::epoch_indices() timed alone (the mixture's share of an epoch's start), and the
-// same for 10 epochs of a nest of 60 mixtures, plain and stratified (each epoch should cost what the
-// first does).
+// same for 10 epochs of a nest of 60 mixtures, plain and stratified (each epoch should cost what
+// the first does).
 //
 // As a check, each mixture's LoaderStats::source_samples must equal R + 1 times its shares: the
 // program exits 1 otherwise.
