@@ -3,6 +3,7 @@
 
 #pragma once
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstddef>
@@ -10,7 +11,9 @@
 #include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <system_error>
+#include <vector>
 
 namespace common {
 
@@ -40,6 +43,17 @@ inline double parse_real(const std::string& flag, const std::string& text) {
     throw std::invalid_argument(flag + " wants a number, not '" + text + "'");
   }
   return value;
+}
+
+// "a,b,,c" as {"a", "b", "c"}: a flag's list of names.
+inline std::vector<std::string> split_list(std::string_view text) {
+  std::vector<std::string> names;
+  while (!text.empty()) {
+    const std::size_t comma = std::min(text.find(','), text.size());
+    if (comma != 0) names.emplace_back(text.substr(0, comma));
+    text.remove_prefix(std::min(comma + 1, text.size()));
+  }
+  return names;
 }
 
 // An updating progress bar on stderr: "\r" returns to the start of the line each time.

@@ -51,6 +51,7 @@
 
 #include "common/cli.hpp"
 #include "common/mlp.hpp"
+#include "common/rows.hpp"
 #include "ferry/ferry.hpp"
 
 namespace {
@@ -59,46 +60,6 @@ using common::Clock;
 using common::seconds_since;
 
 // ---- the data -------------------------------------------------------------------------------
-
-// Rows `indices` of another dataset, as a dataset of their own: the training and held-out parts
-// of one file. read() is called from the loader's worker threads; it only forwards.
-class Subset final : public ferry::Dataset {
- public:
-  Subset(std::shared_ptr<const ferry::Dataset> base, std::vector<std::size_t> indices)
-      : base_(std::move(base)), indices_(std::move(indices)) {}
-
-  std::size_t size() const override { return indices_.size(); }
-  std::vector<ferry::FieldSpec> fields() const override { return base_->fields(); }
-  void read(std::size_t index, ferry::SampleRef out) const override {
-    base_->read(indices_.at(index), out);
-  }
-  void prefetch(std::size_t index) const noexcept override {
-    if (index < indices_.size()) base_->prefetch(indices_[index]);
-  }
-
- private:
-  std::shared_ptr<const ferry::Dataset> base_;
-  std::vector<std::size_t> indices_;
-};
-
-// Splits rows [0, rows) at random into (training, held-out), `fraction` of them held out; each
-// part in file order. The same seed gives the same split.
-std::pair<std::vector<std::size_t>, std::vector<std::size_t>> split_rows(std::size_t rows,
-                                                                         double fraction,
-                                                                         std::uint64_t seed) {
-  std::vector<std::size_t> order(rows);
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::shuffle(order.begin(), order.end(), std::mt19937_64(seed));
-  const auto held_out = std::clamp<std::size_t>(
-      static_cast<std::size_t>(std::llround(fraction * static_cast<double>(rows))), 1, rows - 1);
-  std::vector<std::size_t> test(order.begin(),
-                                order.begin() + static_cast<std::ptrdiff_t>(held_out));
-  std::vector<std::size_t> train(order.begin() + static_cast<std::ptrdiff_t>(held_out),
-                                 order.end());
-  std::sort(test.begin(), test.end());
-  std::sort(train.begin(), train.end());
-  return {std::move(train), std::move(test)};
-}
 
 // The model's inputs of a batch: the numeric features, x' = (x - mean) / std with the mean and
 // standard deviation of the training rows (computed once from CsvDataset::features(), all rows
@@ -277,13 +238,8 @@ Options parse_options(int argc, char** argv) {
     } else if (flag == "--label-index") {
       options.label = ferry::Column::index(common::parse_number(flag, value));
     } else if (flag == "--categorical") {
-      std::string_view rest = value;
-      while (!rest.empty()) {
-        const std::size_t comma = std::min(rest.find(','), rest.size());
-        if (comma != 0) {
-          options.categorical.push_back(ferry::Column::name(std::string(rest.substr(0, comma))));
-        }
-        rest.remove_prefix(std::min(comma + 1, rest.size()));
+      for (std::string& name : common::split_list(value)) {
+        options.categorical.push_back(ferry::Column::name(std::move(name)));
       }
     } else if (flag == "--missing") {
       if (value != "nan") throw std::invalid_argument("--missing takes only nan");
@@ -357,10 +313,10 @@ int train(const Options& options) {
   } else {
     if (train_file->size() < 2) throw std::runtime_error("too few rows to hold some out");
     auto [train_part, test_part] =
-        split_rows(train_file->size(), options.test_fraction, options.seed);
+        common::split_rows(train_file->size(), options.test_fraction, options.seed);
     train_rows = train_part;
-    train_set = std::make_shared<Subset>(train_file, std::move(train_part));
-    test_set = std::make_shared<Subset>(train_file, std::move(test_part));
+    train_set = std::make_shared<common::Subset>(train_file, std::move(train_part));
+    test_set = std::make_shared<common::Subset>(train_file, std::move(test_part));
   }
   const double read_seconds = seconds_since(read_start);
   const Inputs inputs(*train_file, train_rows);
