@@ -21,10 +21,17 @@
 // The configurations alternate in every round, round r starting with configuration r mod 3.
 // Columns: epoch wall time (median), samples/s, "x / memory" the ratio of the medians,
 // "paired" the median of the rounds' own ratios, "CPU ms" the process's CPU time per epoch.
+// With --python, the same file from Python (bench/py/tables_side.py, ferry's module from
+// --python-path, default the build's python/): ferry.ParquetDataset through ferry.Loader, and what
+// a user without ferry has, pandas reading the CSV twin (Debian's pandas has no Parquet reader)
+// into a torch TensorDataset read by DataLoader(batch 256, shuffle, 2 workers, persistent); that
+// side reads only the first 200,000 rows (samples/s does not depend on the length past that; an
+// epoch of 1M rows there takes minutes).
 // Then the memory of opening: the process's resident memory before and after open() of a fresh
 // ParquetDataset (nothing read), against the file's size and its row groups.
 //
 // Usage: tables [--quick] [--rows N] [--reps N] [--workers W] [--batch N] [--data DIR]
+//               [--python [--python-path DIR]]
 
 #include <time.h>
 #include <unistd.h>
@@ -58,7 +65,8 @@ constexpr std::size_t kGroupRows = 65536;
 constexpr double kTarget = 0.5;
 
 constexpr const char* kUsage =
-    "usage: tables [--quick] [--rows N] [--reps N] [--workers W] [--batch N] [--data DIR]";
+    "usage: tables [--quick] [--rows N] [--reps N] [--workers W] [--batch N] [--data DIR] "
+    "[--python [--python-path DIR]]";
 
 struct Options {
   std::size_t rows = 0;  // 0: the mode's default
@@ -67,6 +75,8 @@ struct Options {
   std::size_t batch = 256;
   bool quick = false;
   fs::path data = "/tmp/ferry-bench-tables";
+  bool python = false;
+  std::string python_path = FERRY_BINARY_DIR "/python";
 };
 
 // The values bench/table/write_numeric.js writes.
@@ -219,6 +229,10 @@ Options parse(int argc, char** argv) {
       o.batch = std::stoull(value());
     } else if (flag == "--data") {
       o.data = value();
+    } else if (flag == "--python") {
+      o.python = true;
+    } else if (flag == "--python-path") {
+      o.python_path = value();
     } else {
       throw std::invalid_argument("unknown option " + flag);
     }
@@ -226,6 +240,24 @@ Options parse(int argc, char** argv) {
   if (o.rows == 0) o.rows = o.quick ? 200000 : 1000000;
   if (o.reps == 0) o.reps = o.quick ? 3 : 7;
   return o;
+}
+
+// Runs bench/py/tables_side.py SIDE on `rows` rows: its median samples/s over `reps` epochs.
+double python_side(const Options& options, const std::string& side, std::size_t rows, int reps) {
+  const std::string command = "PYTHONPATH='" + options.python_path + "' /usr/bin/python3 '" +
+                              std::string(FERRY_SOURCE_DIR) + "/bench/py/tables_side.py' " + side +
+                              " '" + options.data.string() + "' " + std::to_string(rows) + " " +
+                              std::to_string(reps);
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) throw std::runtime_error("cannot run " + command);
+  std::vector<double> epochs;
+  char line[256];
+  while (std::fgets(line, sizeof line, pipe) != nullptr) {
+    double seconds = 0;
+    if (std::sscanf(line, "epoch %lf", &seconds) == 1) epochs.push_back(seconds);
+  }
+  if (pclose(pipe) != 0 || epochs.empty()) throw std::runtime_error(command + " failed");
+  return static_cast<double>(rows) / median(epochs);
 }
 
 int run(const Options& options) {
@@ -282,6 +314,16 @@ int run(const Options& options) {
   const double ratio = median(wall[0]) / median(wall[1]);
   std::printf("parquet / memory %.2f: target >= %.1f %s\n", ratio, kTarget,
               ratio >= kTarget ? "met" : "missed");
+
+  if (options.python) {
+    const double ferry_py = python_side(options, "ferry", options.rows, 3);
+    const std::size_t torch_rows = std::min<std::size_t>(options.rows, 200000);
+    const double torch_py = python_side(options, "torch", torch_rows, 2);
+    std::printf(
+        "Python: ferry.ParquetDataset + ferry.Loader %.0f samples/s; pandas (CSV twin) + torch "
+        "DataLoader, 2 workers, %zu rows: %.0f samples/s; ferry / DataLoader %.1f\n",
+        ferry_py, torch_rows, torch_py, ferry_py / torch_py);
+  }
 
   const std::size_t before = resident_bytes();
   const auto opened = ferry::ParquetDataset::open({parquet});
