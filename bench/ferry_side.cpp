@@ -783,6 +783,7 @@ std::string rrc_limits(const fs::path& root, int reps, unsigned cores) {
   std::vector<std::vector<std::byte>> bytes;
   std::vector<bench::CropBox> boxes;
   double pixels = 0;
+  std::vector<double> ferry_scales(4, 0.0);  // crops ferry decodes at 1/1, 1/2, 1/4, 1/8
   tjhandle tj = tjInitDecompress();
   for (std::size_t i = 0; i < folder->size(); ++i) {
     files.push_back(folder->path(i));
@@ -795,6 +796,11 @@ std::string rrc_limits(const fs::path& root, int reps, unsigned cores) {
     }
     pixels += static_cast<double>(w) * h;
     const ferry::detail::ImagePlan p = ferry::detail::plan_image(w, h, o, i);
+    const int denom =
+        ferry::detail::pick_jpeg_scale(o.width / (p.x1 - p.x0), o.height / (p.y1 - p.y0),
+                                       ferry::detail::kRandomCropCover)
+            .denom;
+    ferry_scales[denom == 1 ? 0 : denom == 2 ? 1 : denom == 4 ? 2 : 3] += 1;
     const auto x0 = static_cast<int>(std::floor(p.x0));
     const auto y0 = static_cast<int>(std::floor(p.y0));
     boxes.push_back(
@@ -825,6 +831,7 @@ std::string rrc_limits(const fs::path& root, int reps, unsigned cores) {
       .nums("crops_at_scale_1_2_4_8",
             {static_cast<double>(lim.at_scale[0]), static_cast<double>(lim.at_scale[1]),
              static_cast<double>(lim.at_scale[2]), static_cast<double>(lim.at_scale[3])})
+      .nums("ferry_crops_at_scale_1_2_4_8", ferry_scales)
       .num("full_decode_per_cpu_s", 1 / lim.full_s)
       .num("crop_ceiling_per_cpu_s", 1 / lim.crop_s)
       .num("entropy_only_per_cpu_s", 1 / lim.entropy_s)
