@@ -8,11 +8,13 @@
 //                                              Normalize{}: "image" f32 [1, 28, 28]
 //   ferry_side jpeg   --data ROOT              ImageFolder 224 x 224 x 3, resize 256 then the
 //                                              central crop, Normalize{}: f32 [3, 224, 224]
+//   ferry_side rrc    --data ROOT              ImageFolder 224 x 224 x 3, RandomResizedCrop(224)
+//                                              (scale 0.08-1, ratio 3/4-4/3) + flip, Normalize{}
 //   ferry_side csv    --data FILE              CsvDataset::open (timed) + the epochs
 //   ferry_side shards-png  --data DIR          WebDataset of DIR's *.tar (samples/make_shards),
 //   ferry_side shards-jpeg --data DIR          images decoded as png / jpeg above: "cls" i64,
 //                                              "png" or "jpg" f32 [C, H, W]; open (index) timed
-//   ferry_side limits --fmnist DIR [--png ROOT] [--jpeg ROOT] [--csv FILE]
+//   ferry_side limits --fmnist DIR [--png ROOT] [--jpeg ROOT] [--csv FILE] [--rrc ROOT]
 //
 // Loader options: --workers N (2) --batch N (256) --prefetch N (4) --seed S (42); device cpu,
 // shuffled, autotune off (--autotune: on). --warmup N (1) untimed epochs, then --epochs N (1) timed
@@ -32,19 +34,29 @@
 //   jpeg    libjpeg-turbo's decode of the whole of each JPEG (TurboJPEG, RGB, from memory), on
 //           one thread, times the cores; and ferry's one-worker rate (decode, crop, resize,
 //           normalize);
-//   parse   std::from_chars over the CSV file's fields on one thread: MB/s, times the cores.
+//   parse   std::from_chars over the CSV file's fields on one thread: MB/s, times the cores;
+//   rrc     the training crop (bench/image_limits.hpp, jpeg_crop_limit): for each JPEG of ROOT the
+//           box ferry's RandomResizedCrop draws for seed = its index (ferry::detail::plan_image),
+//           decoded by libjpeg alone (only the crop, DCT-scaled while it stays >= 224), against
+//           TurboJPEG's full decode, both in thread CPU seconds; beside them ferry's decode_image
+//           of the same boxes (u8, resized to 224, flipped) on one thread, and ferry's
+//           one-worker loader (Normalize{} included) per CPU second of the process.
+// Every timed workload also reports the process's CPU seconds per epoch (user + system).
 
 #include <sys/resource.h>
+#include <turbojpeg.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -58,6 +70,7 @@
 #include <utility>
 #include <vector>
 
+#include "datasets/image/image_decode.hpp"  // plan_image: ferry's own crop boxes
 #include "ferry/ferry.hpp"
 #include "image_limits.hpp"
 
@@ -71,10 +84,11 @@ constexpr std::size_t kDumpSamples = 64;         // of each, written to the dump
 constexpr std::size_t kLimitPngImages = 10'000;  // PNG decode limit: at most this many images
 
 constexpr const char* kUsage =
-    "usage: ferry_side inmem|png|jpeg|csv|shards-png|shards-jpeg --data PATH [--size N]\n"
+    "usage: ferry_side inmem|png|jpeg|rrc|csv|shards-png|shards-jpeg --data PATH [--size N]\n"
     "                  [--workers N] [--batch N] [--prefetch N] [--epochs N] [--warmup N]\n"
     "                  [--seed S] [--rss-epochs] [--autotune] [--check DUMP]\n"
-    "       ferry_side limits --fmnist DIR [--png ROOT] [--jpeg ROOT] [--csv FILE] [--reps N]";
+    "       ferry_side limits [--fmnist DIR] [--png ROOT] [--jpeg ROOT] [--csv FILE] [--rrc ROOT]\n"
+    "                  [--reps N]";
 
 struct Args {
   std::string workload;
@@ -90,7 +104,7 @@ struct Args {
   bool autotune = false;  // --autotune: the loader's default, workers and prefetch where it starts
   fs::path check;         // non-empty: check mode
   // limits
-  fs::path fmnist, png, jpeg, csv;
+  fs::path fmnist, png, jpeg, csv, rrc;
   int reps = 3;
 };
 
@@ -150,6 +164,8 @@ Args parse(int argc, char** argv) {
       a.jpeg = value();
     } else if (arg == "--csv") {
       a.csv = value();
+    } else if (arg == "--rrc") {
+      a.rrc = value();
     } else if (arg == "--reps") {
       a.reps = static_cast<int>(count(1));
     } else {
@@ -193,6 +209,14 @@ double peak_rss_mb() {
     in.ignore(1 << 20, '\n');
   }
   return ru_maxrss_mb();
+}
+
+/// This process's CPU seconds so far, user + system, all threads.
+double process_cpu_s() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
 /// Resident set size now, in MB (/proc/self/statm, second field, in pages).
@@ -470,10 +494,12 @@ void timed(const std::shared_ptr<const ferry::Dataset>& data, const Args& a, dou
   for (int w = 0; w < a.warmup; ++w, ++e) {
     time_epoch(loader, e, names, w == 0 ? &sums : nullptr, kCheckBatches);
   }
-  std::vector<double> seconds, rss;
+  std::vector<double> seconds, rss, cpu;
   for (int r = 0; r < a.epochs; ++r, ++e) {
+    const double cpu0 = process_cpu_s();
     seconds.push_back(
         time_epoch(loader, e, names, (a.warmup == 0 && r == 0) ? &sums : nullptr, kCheckBatches));
+    cpu.push_back(process_cpu_s() - cpu0);
     if (a.rss_epochs) rss.push_back(current_rss_mb());
   }
   const double m = median(seconds);
@@ -482,7 +508,9 @@ void timed(const std::shared_ptr<const ferry::Dataset>& data, const Args& a, dou
       .integer("batches_per_epoch", loader.batches_per_epoch())
       .num("epoch_s", m)
       .nums("epochs_s", seconds)
-      .num("epoch_samples_per_s", n / m);
+      .num("epoch_samples_per_s", n / m)
+      .num("epoch_cpu_s", median(cpu))
+      .num("samples_per_cpu_s", n / median(cpu));
   if (parse_s > 0) {
     const double total = parse_s + seconds.front();
     out.num("total_s", total).num("samples_per_s", n / total);
@@ -547,6 +575,24 @@ ferry::ImageOptions jpeg_options() {
   return o;
 }
 
+/// RandomResizedCrop(224) (scale 0.08-1, ratio 3/4-4/3, torchvision's) + flip, as u8 HWC.
+ferry::ImageOptions rrc_u8_options() {
+  ferry::ImageOptions o;
+  o.height = 224;
+  o.width = 224;
+  o.channels = 3;
+  o.geometry = ferry::Geometry::random_resized_crop;
+  o.random_flip = true;
+  return o;
+}
+
+/// The same, normalized: f32 CHW, as a training loop reads it.
+ferry::ImageOptions rrc_options() {
+  ferry::ImageOptions o = rrc_u8_options();
+  o.normalize = ferry::Normalize{};
+  return o;
+}
+
 std::uint64_t file_bytes(const fs::path& p) { return fs::file_size(p); }
 
 // The shards of a folder (its *.tar files, by name) as one WebDataset.
@@ -579,6 +625,8 @@ void run_workload(const Args& a) {
     data = ferry::ImageFolder::open(a.data, png_options());
   } else if (a.workload == "jpeg") {
     data = ferry::ImageFolder::open(a.data, jpeg_options());
+  } else if (a.workload == "rrc") {
+    data = ferry::ImageFolder::open(a.data, rrc_options());
   } else if (a.workload == "shards-png" || a.workload == "shards-jpeg") {
     data = shards(a.data, a.workload == "shards-png" ? png_options() : jpeg_options());
   } else if (a.workload == "csv") {
@@ -705,6 +753,95 @@ double parse_rate(const fs::path& path, int reps) {
   return static_cast<double>(text.size()) / median(seconds);
 }
 
+/// One worker's rate over `data` in order, per CPU second of this process (the loader's thread
+/// and the worker's): median of `reps` epochs after a warm-up one.
+double one_worker_cpu_rate(const std::shared_ptr<const ferry::Dataset>& data, int reps) {
+  Args a;
+  a.workers = 1;
+  ferry::Loader loader(data, loader_options(a, false));
+  const std::vector<std::string> names = field_names(*data);
+  std::vector<double> cpu;
+  for (int r = 0; r <= reps; ++r) {
+    const double c0 = process_cpu_s();
+    time_epoch(loader, static_cast<std::uint64_t>(r), names, nullptr, 0);
+    if (r > 0) cpu.push_back(process_cpu_s() - c0);
+  }
+  return static_cast<double>(data->size()) / median(cpu);
+}
+
+double thread_cpu_s() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+/// The training crop's ceiling against the full decode and ferry (see the top of the file).
+std::string rrc_limits(const fs::path& root, int reps, unsigned cores) {
+  const ferry::ImageOptions o = rrc_u8_options();
+  auto folder = ferry::ImageFolder::open(root, rrc_options());
+  std::vector<fs::path> files;
+  std::vector<std::vector<std::byte>> bytes;
+  std::vector<bench::CropBox> boxes;
+  double pixels = 0;
+  std::vector<double> ferry_scales(4, 0.0);  // crops ferry decodes at 1/1, 1/2, 1/4, 1/8
+  tjhandle tj = tjInitDecompress();
+  for (std::size_t i = 0; i < folder->size(); ++i) {
+    files.push_back(folder->path(i));
+    std::ifstream in(files.back(), std::ios::binary);
+    std::vector<char> b{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    int w = 0, h = 0, sub = 0, cs = 0;
+    if (tjDecompressHeader3(tj, reinterpret_cast<const unsigned char*>(b.data()), b.size(), &w, &h,
+                            &sub, &cs) != 0) {
+      throw std::runtime_error(files.back().string() + ": not a JPEG");
+    }
+    pixels += static_cast<double>(w) * h;
+    const ferry::detail::ImagePlan p = ferry::detail::plan_image(w, h, o, i);
+    const int denom =
+        ferry::detail::pick_jpeg_scale(o.width / (p.x1 - p.x0), o.height / (p.y1 - p.y0),
+                                       ferry::detail::kRandomCropCover)
+            .denom;
+    ferry_scales[denom == 1 ? 0 : denom == 2 ? 1 : denom == 4 ? 2 : 3] += 1;
+    const auto x0 = static_cast<int>(std::floor(p.x0));
+    const auto y0 = static_cast<int>(std::floor(p.y0));
+    boxes.push_back(
+        {x0, y0, static_cast<int>(std::ceil(p.x1)) - x0, static_cast<int>(std::ceil(p.y1)) - y0});
+    const auto* first = reinterpret_cast<const std::byte*>(b.data());
+    bytes.emplace_back(first, first + b.size());
+  }
+  tjDestroy(tj);
+  const bench::CropLimit lim = bench::jpeg_crop_limit(files, boxes, o.width, reps);
+  // ferry's own decode of the same boxes on this thread: decode_image (crop, resize, flip).
+  std::vector<std::uint8_t> out(std::size_t{224} * 224 * 3);  // rrc_u8_options()
+  std::vector<double> cpu;
+  for (int r = 0; r <= reps; ++r) {
+    const double c0 = thread_cpu_s();
+    for (std::size_t i = 0; i < bytes.size(); ++i) {
+      ferry::decode_image(bytes[i], o, i, out, "rrc");
+      g_sink = g_sink + out[0];
+    }
+    if (r > 0) cpu.push_back(thread_cpu_s() - c0);
+  }
+  const double n = static_cast<double>(bytes.size());
+  const double ferry_decode_s = median(cpu) / n;
+  const double one_worker = one_worker_cpu_rate(folder, reps);
+  return Json()
+      .integer("images", bytes.size())
+      .num("mean_megapixels", pixels / n / 1e6)
+      .integer("cores", cores)
+      .nums("crops_at_scale_1_2_4_8",
+            {static_cast<double>(lim.at_scale[0]), static_cast<double>(lim.at_scale[1]),
+             static_cast<double>(lim.at_scale[2]), static_cast<double>(lim.at_scale[3])})
+      .nums("ferry_crops_at_scale_1_2_4_8", ferry_scales)
+      .num("full_decode_per_cpu_s", 1 / lim.full_s)
+      .num("crop_ceiling_per_cpu_s", 1 / lim.crop_s)
+      .num("entropy_only_per_cpu_s", 1 / lim.entropy_s)
+      .num("ferry_decode_per_cpu_s", 1 / ferry_decode_s)
+      .num("ferry_one_worker_per_cpu_s", one_worker)
+      .num("full_decode_x_cores", cores / lim.full_s)
+      .num("crop_ceiling_x_cores", cores / lim.crop_s)
+      .text();
+}
+
 void run_limits(const Args& a) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   Json out;
@@ -747,6 +884,7 @@ void run_limits(const Args& a) {
   };
   decode("png", a.png, png_options(), kLimitPngImages);
   decode("jpeg", a.jpeg, jpeg_options(), static_cast<std::size_t>(-1));
+  if (!a.rrc.empty()) out.raw("rrc", rrc_limits(a.rrc, a.reps, cores));
   if (!a.csv.empty()) {
     const double per_core = parse_rate(a.csv, a.reps);
     out.raw("parse", Json()

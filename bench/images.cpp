@@ -25,7 +25,12 @@
 // CHW: ImageNet's mean/std for the JPEGs, Normalize{} for the PNGs), as a training loop that
 // asks for floats; the one-core pass (a) stays decoding only.
 //
-// Usage: images [--quick] [--normalize] [--dir PATH] [--jpegs N] [--pngs M] [--reps R]
+// With --rrc the JPEGs are read as training reads them, RandomResizedCrop(224) + flip (ferry's
+// random_resized_crop, the sample's index as its seed), and the profile adds the training crop's
+// ceiling (bench/image_limits.hpp, jpeg_crop_limit: libjpeg alone decoding only each crop) for
+// the same boxes.
+//
+// Usage: images [--quick] [--normalize] [--rrc] [--dir PATH] [--jpegs N] [--pngs M] [--reps R]
 //   defaults N = 512, M = 10000, R = 5; --quick: N = 128, M = 2000, R = 3. With --dir the
 //   folders are kept (and reused when they hold the expected number of files).
 
@@ -70,12 +75,14 @@ constexpr std::size_t kBatch = 64;
 struct Args {
   bool quick = false;
   bool normalize = false;
+  bool rrc = false;
   std::string dir;
   int jpegs = 0, pngs = 0, reps = 0;  // 0: the mode's default
 };
 
 constexpr const char* kUsage =
-    "usage: images [--quick] [--normalize] [--dir PATH] [--jpegs N] [--pngs M] [--reps R]";
+    "usage: images [--quick] [--normalize] [--rrc] [--dir PATH] [--jpegs N] [--pngs M] "
+    "[--reps R]";
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -89,6 +96,8 @@ Args parse(int argc, char** argv) {
       a.quick = true;
     } else if (arg == "--normalize") {
       a.normalize = true;
+    } else if (arg == "--rrc") {
+      a.rrc = true;
     } else if (arg == "--dir") {
       a.dir = value();
     } else if (arg == "--jpegs") {
@@ -460,6 +469,22 @@ void profile(const std::string& name, const fs::path& root, const ferry::ImageOp
   ferry::detail::image::set_resample_avx2(avx2);
   const bench::ImageLimit lim =
       jpeg ? bench::jpeg_limit(files, reps) : bench::png_limit(files, reps);
+  // The training crop's ceiling for the boxes the decode above drew (random_resized_crop only).
+  double crop_ceiling = 0;
+  if (jpeg && o.geometry == ferry::Geometry::random_resized_crop) {
+    std::vector<bench::CropBox> boxes;
+    tjhandle t = tjInitDecompress();
+    for (std::size_t i = 0; i < n; ++i) {
+      int w = 0, h = 0, sub = 0, cs = 0;
+      tjDecompressHeader3(t, encoded[i].data(), encoded[i].size(), &w, &h, &sub, &cs);
+      const ferry::detail::ImagePlan p = ferry::detail::plan_image(w, h, o, i);
+      const auto x0 = static_cast<int>(p.x0);
+      const auto y0 = static_cast<int>(p.y0);
+      boxes.push_back({x0, y0, static_cast<int>(p.x1) - x0, static_cast<int>(p.y1) - y0});
+    }
+    tjDestroy(t);
+    crop_ceiling = bench::jpeg_crop_limit(files, boxes, o.width, reps).crop_s * 1e6;
+  }
   std::printf(
       "\nWhere one thread's time goes, %s (%zu images, thread CPU µs per image, medians of "
       "%d):\n\n",
@@ -477,6 +502,10 @@ void profile(const std::string& name, const fs::path& root, const ferry::ImageOp
     }
     std::printf("| limit: libjpeg-turbo full-image decode (TurboJPEG, RGB) | %.1f |\n",
                 lim.decode_s * 1e6);
+    if (crop_ceiling > 0) {
+      std::printf("| ceiling: libjpeg decoding only the crop (DCT-scaled while >= %d) | %.1f |\n",
+                  o.width, crop_ceiling);
+    }
   } else {
     std::printf("| limit: open + read (%.1f) + libspng decode (%.1f) | %.1f |\n", lim.read_s * 1e6,
                 lim.decode_s * 1e6, (lim.read_s + lim.decode_s) * 1e6);
@@ -505,6 +534,12 @@ int main(int argc, char** argv) {
                  std::chrono::duration<double>(Clock::now() - g0).count(), mean_jpeg / 1024);
 
     ferry::ImageOptions imagenet;  // Resize(256) + CenterCrop(224), RGB
+    if (args.rrc) {                // RandomResizedCrop(224) + flip
+      imagenet.geometry = ferry::Geometry::random_resized_crop;
+      imagenet.random_flip = true;
+    }
+    const std::string jpeg_name =
+        args.rrc ? "jpeg 500x375 -> RandomResizedCrop 224x224x3" : "jpeg 500x375 -> 224x224x3";
     ferry::ImageOptions mnist;
     mnist.height = mnist.width = 28;
     mnist.channels = 1;
@@ -514,9 +549,9 @@ int main(int argc, char** argv) {
       mnist.normalize = ferry::Normalize{};
     }
     std::vector<Row> rows;
-    rows.push_back(measure("jpeg 500x375 -> 224x224x3", root / "jpeg", imagenet, args.reps));
+    rows.push_back(measure(jpeg_name, root / "jpeg", imagenet, args.reps));
     rows.push_back(measure("png 28x28 -> 28x28x1", root / "png", mnist, args.reps));
-    profile("jpeg 500x375 -> 224x224x3", root / "jpeg", imagenet, args.reps, true);
+    profile(jpeg_name, root / "jpeg", imagenet, args.reps, true);
     profile("png 28x28 -> 28x28x1", root / "png", mnist, args.reps, false);
     if (temporary) fs::remove_all(root);
 

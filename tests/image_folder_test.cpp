@@ -790,6 +790,30 @@ TEST_F(ImageFolderTest, AugmentationRepeatsUnderTheLoaderForTheSameSeed) {
   EXPECT_NE(run(7, 1, 2), first);
 }
 
+TEST_F(ImageFolderTest, RandomCropsScaleDifferentlyOnlyWhereTheScaledImageCoversTheOutput1_5To2x) {
+  // The decode depends on the cover only through the scale it picks: random_resized_crop's
+  // outputs differ from what the twice-over rule decodes only where the two rules pick
+  // different scales, and there the scaled image covers the output 1.5 to 2 times over.
+  using ferry::detail::pick_jpeg_scale;
+  int differ = 0;
+  for (int i = 1; i <= 4000; ++i) {
+    const double need_x = i / 4000.0;  // 1/4000 .. 1 output pixels per source pixel
+    for (const double aspect : {0.75, 1.0, 1.33}) {
+      const double need_y = need_x * aspect;
+      const auto eval = pick_jpeg_scale(need_x, need_y, ferry::detail::kEvalCover);
+      const auto crop = pick_jpeg_scale(need_x, need_y, ferry::detail::kRandomCropCover);
+      EXPECT_EQ(crop.num, 1);
+      EXPECT_GE(crop.denom, eval.denom) << need_x;  // never a larger image than before
+      if (crop.denom == eval.denom) continue;
+      ++differ;
+      const double covers = 1.0 / crop.denom / std::max(need_x, need_y);
+      EXPECT_GE(covers, 1.5 - 1e-9) << need_x << " " << need_y;
+      EXPECT_LT(covers, 2.0) << need_x << " " << need_y;
+    }
+  }
+  EXPECT_GT(differ, 100);  // the band is reached
+}
+
 TEST_F(ImageFolderTest, JpegIsScaledInTheDctDomainWhenTheOutputNeedsAQuarterOrLess) {
   using ferry::detail::pick_jpeg_scale;
   auto is = [](ferry::detail::JpegScale s, int num, int denom) {
@@ -804,6 +828,12 @@ TEST_F(ImageFolderTest, JpegIsScaledInTheDctDomainWhenTheOutputNeedsAQuarterOrLe
   EXPECT_TRUE(is(pick_jpeg_scale(0.0625, 0.05), 1, 8));
   EXPECT_TRUE(is(pick_jpeg_scale(0.26, 0.1), 1, 1));
   EXPECT_TRUE(is(pick_jpeg_scale(2.0, 2.0), 1, 1));
+  // random_resized_crop's: 1.5 times over.
+  using ferry::detail::kRandomCropCover;
+  EXPECT_TRUE(is(pick_jpeg_scale(0.3, 0.3, kRandomCropCover), 1, 2));  // 1.67 times over
+  EXPECT_TRUE(is(pick_jpeg_scale(0.34, 0.3, kRandomCropCover), 1, 1));
+  EXPECT_TRUE(is(pick_jpeg_scale(0.16, 0.1, kRandomCropCover), 1, 4));
+  EXPECT_TRUE(is(pick_jpeg_scale(0.08, 0.05, kRandomCropCover), 1, 8));
 
   // 512 × 512 to 64 × 64: decoded at 1/4, TurboJPEG's own scaled decode then resized 128 -> 64
   // (within the fixed point's rounding), and close to the full decode resized.

@@ -1,6 +1,8 @@
 // The JPEG path's pixels: a decode of only the rows and columns the output needs is exactly the
-// full decode's pixels there, and Resize(256) + CenterCrop(224) of real photos stays within
-// 1.0 u8 level (mean absolute difference) of torchvision's PIL transforms. The PIL reference
+// full decode's pixels there, and Resize(256) + CenterCrop(224) of real photos, and
+// RandomResizedCrop(224) + flip of them and of them enlarged past a megapixel (with the same
+// crop boxes), stay within 1.0 u8 level (mean absolute difference) of torchvision's PIL
+// transforms. The PIL reference
 // is made at test time by tests/data/pil_resize_crop.py (python3 with PIL, python3-pil); the
 // test skips, saying so, where either is missing.
 
@@ -232,8 +234,8 @@ TEST(ImageResize, CroppedAndDctScaledDecodesMatchTheWholeImageResized) {
     for (std::uint64_t seed = 0; seed < 6; ++seed) {
       const ferry::detail::ImagePlan p =
           ferry::detail::plan_image(full.width, full.height, o, seed);
-      const ferry::detail::JpegScale s =
-          ferry::detail::pick_jpeg_scale(o.width / (p.x1 - p.x0), o.height / (p.y1 - p.y0));
+      const ferry::detail::JpegScale s = ferry::detail::pick_jpeg_scale(
+          o.width / (p.x1 - p.x0), o.height / (p.y1 - p.y0), ferry::detail::kRandomCropCover);
       const Bytes got = decode(jpeg, o, seed);
       const Bytes want = decode(png, o, seed);
       if (s.denom == 1) {
@@ -258,6 +260,116 @@ TEST(ImageResize, CroppedAndDctScaledDecodesMatchTheWholeImageResized) {
     }
     EXPECT_GE(dct, 4);  // the sweep does reach the scaled decodes
   }
+}
+
+// `im` enlarged `factor` times (bilinear) with deterministic noise of +-8 levels, so that the
+// enlargement keeps a photo's fine detail: a stand-in for a photo of over a megapixel.
+Image enlarge(const Image& im, double factor) {
+  Image out{{}, static_cast<int>(im.width * factor), static_cast<int>(im.height * factor)};
+  out.rgb.resize(static_cast<std::size_t>(out.width) * static_cast<std::size_t>(out.height) * 3);
+  std::uint32_t state = 12345;
+  for (int y = 0; y < out.height; ++y) {
+    const double sy = std::min((y + 0.5) / factor - 0.5, im.height - 1.0);
+    const int y0 = std::max(0, static_cast<int>(sy));
+    const int y1 = std::min(im.height - 1, y0 + 1);
+    const double fy = std::max(0.0, sy - y0);
+    for (int x = 0; x < out.width; ++x) {
+      const double sx = std::min((x + 0.5) / factor - 0.5, im.width - 1.0);
+      const int x0 = std::max(0, static_cast<int>(sx));
+      const int x1 = std::min(im.width - 1, x0 + 1);
+      const double fx = std::max(0.0, sx - x0);
+      for (int c = 0; c < 3; ++c) {
+        const auto at = [&](int yy, int xx) {
+          return static_cast<double>(
+              im.rgb[(static_cast<std::size_t>(yy) * static_cast<std::size_t>(im.width) +
+                      static_cast<std::size_t>(xx)) *
+                         3 +
+                     static_cast<std::size_t>(c)]);
+        };
+        const double v = (at(y0, x0) * (1 - fx) + at(y0, x1) * fx) * (1 - fy) +
+                         (at(y1, x0) * (1 - fx) + at(y1, x1) * fx) * fy;
+        state = state * 1664525u + 1013904223u;
+        const double noise = static_cast<double>(state >> 24) / 16.0 - 8.0;  // -8 .. 8
+        out.rgb[(static_cast<std::size_t>(y) * static_cast<std::size_t>(out.width) +
+                 static_cast<std::size_t>(x)) *
+                    3 +
+                static_cast<std::size_t>(c)] =
+            static_cast<std::uint8_t>(std::clamp(v + noise + 0.5, 0.0, 255.0));
+      }
+    }
+  }
+  return out;
+}
+
+TEST(ImageResize, RandomResizedCropOfRealPhotosIsWithinOneLevelOfPil) {
+  if (!have_photos()) GTEST_SKIP() << "no scikit-learn sample photos in " << kPhotos;
+  const std::string python = fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+  if (std::system((python + " -c 'import PIL' >/dev/null 2>&1").c_str()) != 0) {
+    GTEST_SKIP() << "python3 with PIL is not installed (scripts/setup installs python3-pil): "
+                    "no reference to compare with";
+  }
+  // The photos and, over a megapixel, the same enlarged 2.5 times: there random crops decode
+  // DCT-scaled (by 1/2 or 1/4 where the scaled crop still covers 224 pixels 1.5 times over).
+  const fs::path dir = fs::temp_directory_path() / ("ferry_rrc_test_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  ferry::ImageOptions o;
+  o.geometry = ferry::Geometry::random_resized_crop;
+  o.random_flip = true;
+  struct Case {
+    std::string name;
+    Bytes jpeg;
+    std::uint64_t seed;
+    int denom, eval_denom;
+    fs::path out;
+  };
+  std::vector<Case> cases;
+  std::ofstream listing(dir / "crops.txt");
+  int i = 0;
+  for (const char* name : {"china.jpg", "flower.jpg"}) {
+    const Bytes original = read_bytes(kPhotos / name);
+    const Image big = enlarge(turbo_decode(original), 2.5);
+    for (const auto& [label, jpeg] :
+         {std::pair{std::string(name), original},
+          std::pair{std::string(name) + " x2.5", encode(big, TJSAMP_420, 90)}}) {
+      const fs::path file = dir / (std::to_string(i++) + ".jpg");
+      write_bytes(file, jpeg);
+      const Image full = turbo_decode(jpeg);
+      for (std::uint64_t seed = 0; seed < 8; ++seed) {
+        const ferry::detail::ImagePlan p =
+            ferry::detail::plan_image(full.width, full.height, o, seed);
+        const double need_x = o.width / (p.x1 - p.x0);
+        const double need_y = o.height / (p.y1 - p.y0);
+        const fs::path out = dir / (std::to_string(cases.size()) + ".pil");
+        cases.push_back(
+            {label, jpeg, seed,
+             ferry::detail::pick_jpeg_scale(need_x, need_y, ferry::detail::kRandomCropCover).denom,
+             ferry::detail::pick_jpeg_scale(need_x, need_y).denom, out});
+        listing << file.string() << " " << p.x0 << " " << p.y0 << " " << p.x1 << " " << p.y1 << " "
+                << (p.flip ? 1 : 0) << " " << out.string() << "\n";
+      }
+    }
+  }
+  listing.close();
+  const std::string command =
+      python + " " + kScript.string() + " --crops " + (dir / "crops.txt").string();
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  int scaled = 0, newly_scaled = 0;
+  double worst = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name + " seed " + std::to_string(c.seed));
+    const Bytes pil = read_bytes(c.out);
+    ASSERT_EQ(pil.size(), std::size_t{224} * 224 * 3);
+    const double diff = mean_abs_diff(decode(c.jpeg, o, c.seed), pil);
+    EXPECT_LE(diff, 1.0) << "decoded at 1/" << c.denom;
+    worst = std::max(worst, diff);
+    scaled += c.denom > 1;
+    newly_scaled += c.denom != c.eval_denom;
+  }
+  std::printf(
+      "  %zu crops, %d DCT-scaled (%d only at 1.5x cover), worst mean |ferry - PIL| = %.3f\n",
+      cases.size(), scaled, newly_scaled, worst);
+  EXPECT_GE(newly_scaled, 3);  // the crops that the 1.5x rule newly scales are among them
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@ interrupted run leaves nothing that a later run would take for finished.
   png_folder_with_pil(...)         Fashion-MNIST as ROOT/<id>_<class>/<index>.png, the layout of
                                    samples/make_image_folder (used when it is not built)
   jpeg_folder(root, count, seed)   ImageNet-like 500 x 375 RGB JPEGs (quality 90) in 10 classes
+  jpeg_folder_large(root, count)   the same images upscaled to 1224 x 918 (1.1 MP) with noise, q90
   csv_file(path, rows, seed)       rows x (32 float features, integer label 0..9)
 """
 
@@ -115,6 +116,26 @@ def jpeg_folder(root, count, seed=2024):
         cls = i % 10
         rng = np.random.default_rng([seed, i])
         _jpeg_image(rng, cls).save(os.path.join(tmp, f"class_{cls}", f"{i:05d}.jpg"), quality=90)
+    os.rename(tmp, root)
+
+
+def jpeg_folder_large(root, count, seed=2024, width=1224, height=918):
+    """`count` JPEGs of about 1.1 MP (1224 x 918): jpeg_folder's 500 x 375 images, same classes
+    and names, upscaled (bicubic) with fresh sensor-like noise (sigma 6) so that the detail is not
+    only the upscale's, quality 90, 4:2:0."""
+    from PIL import Image
+
+    bicubic = getattr(Image, "Resampling", Image).BICUBIC
+    tmp = _fresh(root)
+    for c in range(10):
+        os.makedirs(os.path.join(tmp, f"class_{c}"))
+    for i in range(count):
+        cls = i % 10
+        rng = np.random.default_rng([seed, i])
+        big = np.asarray(_jpeg_image(rng, cls).resize((width, height), bicubic), np.float32)
+        noisy = big + rng.normal(0, 6, big.shape)
+        Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8), "RGB").save(
+            os.path.join(tmp, f"class_{cls}", f"{i:05d}.jpg"), quality=90)
     os.rename(tmp, root)
 
 

@@ -5,6 +5,8 @@ run, one JSON line of results on stdout (the driver reads the last line that sta
   torch_side.py png   --data ROOT     torchvision ImageFolder + Grayscale(1) + ToTensor
   torch_side.py jpeg  --data ROOT     torchvision ImageFolder + Resize(256) + CenterCrop(224)
                                       + ToTensor
+  torch_side.py rrc   --data ROOT     torchvision ImageFolder + RandomResizedCrop(224)
+                                      + RandomHorizontalFlip + ToTensor (training's transform)
   torch_side.py csv   --data FILE     pandas.read_csv + TensorDataset (parsing timed)
   torch_side.py pyobj-numpy|pyobj-png|pyobj-jpeg|pyworkers-* --data PATH
                                       a dataset written in Python (bench/py/pyobj.py; the same
@@ -71,6 +73,9 @@ def dataset(args, out):
     if args.workload == "jpeg":
         t = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor()])
         return torchvision.datasets.ImageFolder(args.data, transform=t), ["image", "label"]
+    if args.workload == "rrc":
+        t = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor()])
+        return torchvision.datasets.ImageFolder(args.data, transform=t), ["image", "label"]
     raise SystemExit(f"torch_side: unknown workload {args.workload}")
 
 
@@ -131,7 +136,7 @@ def epoch(loader, names=None, sums=None):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("workload", choices=["inmem", "png", "jpeg", "csv", *pyobj.WORKLOADS,
+    p.add_argument("workload", choices=["inmem", "png", "jpeg", "rrc", "csv", *pyobj.WORKLOADS,
                                         *pyobj.PYWORKERS])
     p.add_argument("--data", required=True)
     p.add_argument("--workers", type=int, default=0)
@@ -145,7 +150,8 @@ def main():
                    help="persistent_workers=True (the workers live across epochs)")
     args = p.parse_args()
     torch.manual_seed(args.seed)
-    side = {"inmem": "pytorch", "png": "torchvision", "jpeg": "torchvision", "csv": "pandas"}
+    side = {"inmem": "pytorch", "png": "torchvision", "jpeg": "torchvision", "rrc": "torchvision",
+            "csv": "pandas"}
     out = {"side": side.get(args.workload, "pytorch"), "workload": args.workload, "workers": args.workers,
            "batch": args.batch, "torch_version": torch.__version__,
            "python_version": sys.version.split()[0]}

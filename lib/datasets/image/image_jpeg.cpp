@@ -189,8 +189,9 @@ void decode_jpeg(std::span<const std::uint8_t> bytes, const ImageOptions& o, std
   }
   if (!markers.ends) fail(name, "truncated JPEG: no end-of-image marker");
   const ImagePlan plan = plan_image(width, height, o, seed);
+  const double cover = o.geometry == Geometry::random_resized_crop ? kRandomCropCover : kEvalCover;
   const JpegScale scale = pick_jpeg_scale((plan.out_x1 - plan.out_x0) / (plan.x1 - plan.x0),
-                                          (plan.out_y1 - plan.out_y0) / (plan.y1 - plan.y0));
+                                          (plan.out_y1 - plan.out_y0) / (plan.y1 - plan.y0), cover);
   const int w = scaled(width, scale);
   const int h = scaled(height, scale);
   const Fit& fit = fit_image(plan, o, static_cast<double>(scale.num) / scale.denom, w, h, name);
@@ -240,12 +241,13 @@ namespace ferry::detail {
 
 using namespace image;
 
-JpegScale pick_jpeg_scale(double need_x, double need_y) {
-  // The smallest factor whose image still covers the output twice over: the resize after it
-  // then shrinks by 2 or more, and its filter, not the DCT's, shapes the pixels (closer, and
-  // the output stays within 1.0 u8 level of the whole image resized on real photos; at 1x to
-  // 2x, up to 3 levels).
-  const double need = 2 * std::max(need_x, need_y);
+JpegScale pick_jpeg_scale(double need_x, double need_y, double cover) {
+  // The smallest factor whose image still covers the output `cover` times over: the resize
+  // after it then shrinks by that much or more, and its filter, not the DCT's, shapes the
+  // pixels. Twice over (kEvalCover) keeps the output within 1.0 u8 level of the whole image
+  // resized on real photos (at 1x to 2x, up to 3 levels); random crops take 1.5
+  // (kRandomCropCover): outputs move only for crops the scaled image covers 1.5 to 2 times.
+  const double need = cover * std::max(need_x, need_y);
   for (const int denom : {8, 4, 2}) {
     if (need <= (1 + 1e-12) / denom) return {1, denom};
   }
