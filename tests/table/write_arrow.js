@@ -257,4 +257,30 @@ if (images) {
   });
   write("images.arrow", batches(t, 100));
 }
+// The fuzz target's seeds (fuzz/corpus/arrow/, written once with FERRY_ARROW_SEEDS=DIR): a table
+// of 5 rows in batches of 2, each file behind the fuzz target's options byte.
+if (process.env.FERRY_ARROW_SEEDS) {
+  const rs = range(5);
+  const v = (t, f) => A.vectorFromArray(rs.map(f), t);
+  const t = new A.Table({
+    i: v(new A.Int32(), (r) => (r % 2 ? null : r)),
+    b: v(new A.Bool(), (r) => r % 2 === 0),
+    h: v(new A.Float16(), (r) => r / 2),
+    s: v(new A.Utf8(), (r) => ["a", "bc", null, "d", "a"][r]),
+    d: v(new A.Dictionary(new A.Utf8(), new A.Int8()), (r) => ["x", "y"][r % 2]),
+    l: v(new A.List(fld("item", new A.Int16())), (r) => [r, r + 1].slice(0, r % 3)),
+    q: v(new A.FixedSizeList(2, fld("item", new A.Float64())), (r) => [r, -r]),
+    m: v(new A.Struct([fld("bytes", new A.Binary()), fld("path", new A.Utf8())]),
+         (r) => ({ bytes: Uint8Array.from([r, r, r, r, r, r, r, r, r]), path: null })),
+  });
+  const dir = process.env.FERRY_ARROW_SEEDS;
+  const seeds = [["stream", "stream", null, 0], ["file", "file", null, 1],
+                 ["lz4", "stream", A.CompressionType.LZ4_FRAME, 2],
+                 ["zstd", "file", A.CompressionType.ZSTD, 3]];
+  for (const [name, format, compression, options] of seeds) {
+    write(name, batches(t, 2), format, compression);
+    const bytes = fs.readFileSync(path.join(out, name));
+    fs.writeFileSync(path.join(dir, name), Buffer.concat([Buffer.from([options]), bytes]));
+  }
+}
 console.log("wrote Arrow files to", out);
