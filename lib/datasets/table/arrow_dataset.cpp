@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -16,13 +17,22 @@ namespace {
 constexpr std::string_view kWho = "ArrowDataset";
 using parquet::in_quotes;
 
-/// The record batch this thread read last: a read of the same one takes no lock.
-struct LastBatch {
+/// The record batches this thread read last: a read of one of them takes no lock. An
+/// uncompressed table's batches are views of the mapped file (a few bytes a column), and a thread
+/// holds up to 64 of them (batch b in place b % 64), so that shuffled reads find theirs without
+/// the shared cache's lock; of a compressed table's, whose decompressed buffers count against the
+/// cache's budget, it holds one.
+struct HeldBatch {
   std::uint64_t id = 0;
   std::size_t batch = 0;
   std::shared_ptr<const ArrowBatchData> data;
 };
-thread_local LastBatch t_last;
+constexpr std::size_t kHeld = 64;
+thread_local std::array<HeldBatch, kHeld> t_held;
+
+HeldBatch& held_place(const ArrowTable& t, std::size_t b) {
+  return t_held[t.compressed ? 0 : b % kHeld];
+}
 
 std::string at_row(const ArrowTable& t, std::size_t b, std::size_t row, const ArrowColumn& col) {
   const ArrowBatch& ab = t.batches[b];
@@ -232,27 +242,28 @@ void ArrowDataset::read(std::size_t index, SampleRef out) const {
   }
   const auto b = static_cast<std::size_t>(
       std::upper_bound(t.starts.begin(), t.starts.end(), index) - t.starts.begin() - 1);
-  detail::LastBatch& last = detail::t_last;
-  if (last.id != t.id || last.batch != b || !last.data) {
-    last.data.reset();  // a thread holds at most one record batch besides the cache's
-    last.data = t.cache.get(b, [&] { return t.decode(b); });
-    last.id = t.id;
-    last.batch = b;
+  detail::HeldBatch& held = detail::held_place(t, b);
+  if (held.id != t.id || held.batch != b || !held.data) {
+    held.data.reset();  // let the one held go first
+    held.data = t.cache.get(b, [&] { return t.decode(b); });
+    held.id = t.id;
+    held.batch = b;
   }
-  const std::shared_ptr<const detail::ArrowBatchData> d = last.data;
+  const detail::ArrowBatchData& d = *held.data;  // held by this thread while it reads
   const std::size_t row = index - t.batches[b].first;
   for (std::size_t c = 0; c < t.columns.size(); ++c) {
-    detail::read_column(t, b, *d, row, index, c, out);
+    detail::read_column(t, b, d, row, index, c, out);
   }
 }
 
 void ArrowDataset::prefetch(std::size_t index) const noexcept {
   const detail::ArrowTable& t = *table_;
-  const detail::LastBatch& last = detail::t_last;
-  if (last.id != t.id || !last.data || index >= t.size) return;
-  const detail::ArrowBatch& b = t.batches[last.batch];
-  if (index < b.first || index - b.first >= b.rows) return;
-  const std::size_t row = index - b.first;
+  if (index >= t.size) return;
+  const auto bi = static_cast<std::size_t>(
+      std::upper_bound(t.starts.begin(), t.starts.end(), index) - t.starts.begin() - 1);
+  const detail::HeldBatch& last = detail::held_place(t, bi);
+  if (last.id != t.id || last.batch != bi || !last.data) return;
+  const std::size_t row = index - t.batches[bi].first;
   for (std::size_t c = 0; c < t.columns.size(); ++c) {
     const detail::ArrowColumn& col = t.columns[c];
     const detail::ArrowArray& a = last.data->columns[c][col.leaf];
