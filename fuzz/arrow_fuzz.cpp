@@ -42,7 +42,8 @@ class MemFile {
 };
 
 bool expected_config_error(const std::string& what) {
-  for (const char* words : {"which ferry does not read", "not text", "not an image"}) {
+  for (const char* words :
+       {"which ferry does not read", "not text", "not an image", "no columns"}) {
     if (what.find(words) != std::string::npos) return true;
   }
   return false;

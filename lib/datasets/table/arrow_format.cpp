@@ -3,6 +3,8 @@
 #include <cstring>
 #include <limits>
 
+#include "datasets/table/parquet_schema.hpp"
+
 namespace ferry::detail::arrow {
 namespace {
 
@@ -324,7 +326,7 @@ std::string type_text(const Field& f) {
     text += '<';
     for (std::size_t i = 0; i < f.children.size(); ++i) {
       if (i != 0) text += ", ";
-      if (f.type == TypeId::struct_) text += f.children[i].name + ": ";
+      if (f.type == TypeId::struct_) text += parquet::in_quotes(f.children[i].name) + ": ";
       text += type_text(f.children[i]);
     }
     text += '>';
