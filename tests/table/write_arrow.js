@@ -69,6 +69,7 @@ function table(first, count) {
     ns: v(new A.Utf8(), (r) => (r % 7 === 2 ? null : cat(r))),
     nd: v(new A.Dictionary(new A.Utf8(), new A.Int32()), (r) => (r % 7 === 2 ? null : cat(r))),
     ts: v(new A.TimestampMillisecond(), (r) => r * 1000),
+    ln: v(new A.List(fld("item", new A.Int32())), (r) => (r % 5 === 3 ? [r, null] : [r])),
   });
 }
 
