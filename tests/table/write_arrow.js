@@ -243,7 +243,10 @@ for (const [name, first, count] of [["part0", 0, 120], ["part1", 120, 100], ["pa
                       nullCount: 0, child: A.makeData({ type: new A.Float32(), data: x }) }),
     y: A.makeVector(y),
   });
-  if (process.env.FERRY_ARROW_BIG) write("numeric.arrow", batches(t, 10000));
+  if (process.env.FERRY_ARROW_BIG) {
+    write("numeric.arrow", batches(t, 10000));
+    write("numeric_lz4.arrow", batches(t, 10000), "stream", A.CompressionType.LZ4_FRAME);
+  }
 }
 // An HF-style image table: struct{bytes, path} (path null for every third), the same images as
 // plain binary, and a label; the images are IMAGES_DIR's files in sorted order.
