@@ -266,12 +266,13 @@ void ArrowDataset::prefetch(std::size_t index) const noexcept {
   const std::size_t row = index - t.batches[bi].first;
   for (std::size_t c = 0; c < t.columns.size(); ++c) {
     const detail::ArrowColumn& col = t.columns[c];
-    const detail::ArrowArray& a = last.data->columns[c][col.leaf];
-    if (col.kind == detail::ArrowKind::scalar && col.width != 0) {
-      __builtin_prefetch(a.buffers[1].data() + row * col.per_row * col.width);
-    } else if (col.kind != detail::ArrowKind::scalar) {
-      __builtin_prefetch(last.data->columns[c][0].buffers[1].data() + row * (col.large ? 8 : 4));
-    }
+    // A value's bytes, or (binary, lists, images) its offsets.
+    const bool values = col.kind == detail::ArrowKind::scalar && col.width != 0;
+    const std::span<const std::byte> buf =
+        last.data->columns[c][values || col.kind == detail::ArrowKind::image ? col.leaf : 0]
+            .buffers[1];
+    const std::size_t at = values ? row * col.per_row * col.width : row * (col.large ? 8 : 4);
+    if (at < buf.size()) __builtin_prefetch(buf.data() + at);
   }
 }
 
