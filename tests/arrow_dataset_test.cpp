@@ -425,6 +425,24 @@ TEST_F(ArrowFiles, TheLegacyFramingWithoutContinuationMarkers) {
   expect_all_rows(ds, loader_options(11, true, 2), "legacy framing");
 }
 
+TEST_F(ArrowFiles, ADictionaryDeltaAddsToTheDictionary) {
+  // The second batch's dictionary is the first's and two more values, sent as a delta.
+  for (const std::string name : {"dict_delta.arrow", "dict_delta_file.arrow"}) {
+    const auto ds = ArrowDataset::open({file(name)});
+    const std::vector<std::string> cats = {"apple", "fig", "kiwi", "pear"};
+    ASSERT_EQ(ds->categories("dd"), cats) << name;
+    ferry::Loader loader(ds, loader_options(6, false, 1));
+    std::vector<std::string> got;
+    for (const ferry::Batch& b : loader.epoch(0)) {
+      for (std::size_t j = 0; j < b.size(); ++j) {
+        got.push_back(cats[static_cast<std::size_t>(at<std::int64_t>(b["dd"], j))]);
+      }
+    }
+    EXPECT_EQ(got, (std::vector<std::string>{"pear", "apple", "pear", "fig", "kiwi", "apple"}))
+        << name;
+  }
+}
+
 TEST_F(ArrowFiles, ImagesDecodeAsImageFolderDoes) {
   TableOptions o;
   o.columns = {"image", "raw", "label"};

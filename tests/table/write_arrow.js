@@ -231,6 +231,21 @@ for (const [name, first, count] of [["part0", 0, 120], ["part1", 120, 100], ["pa
   const schema = parts[0].schema;
   write("dict_replaced.arrow", new A.Table(schema, parts.map((b) => new A.RecordBatch(schema, b.data))));
 }
+// A dictionary that grows: the second batch's dictionary adds to the first's, which the writer
+// sends as a delta. Rows: pear apple pear fig kiwi apple.
+{
+  const type = new A.Dictionary(new A.Utf8(), new A.Int32(), 77);
+  const d1 = A.vectorFromArray(["pear", "apple"], new A.Utf8()).data[0];
+  const d2 = A.vectorFromArray(["fig", "kiwi"], new A.Utf8()).data[0];
+  const schema = new A.Schema([new A.Field("dd", type, true)]);
+  const batch = (idx, chunks) => new A.RecordBatch(schema, A.makeData({
+    type: new A.Struct(schema.fields), length: idx.length, nullCount: 0,
+    children: [A.makeData({ type, length: idx.length, nullCount: 0, data: Int32Array.from(idx),
+                            dictionary: new A.Vector(chunks) })] }));
+  const t = new A.Table(schema, [batch([0, 1, 0], [d1]), batch([2, 3, 1], [d1, d2])]);
+  write("dict_delta.arrow", t);
+  write("dict_delta_file.arrow", t, "file");
+}
 // A numeric table for throughput: 1,000,000 rows in batches of 10,000.
 {
   const n = 1000000;
