@@ -1,7 +1,7 @@
 #pragma once
 
-/// \file Tables in Parquet files (and, later, Arrow IPC files): the files that Hugging Face
-/// `datasets`, pandas, Polars, Spark and DuckDB write.
+/// \file Tables in Parquet files and Arrow IPC files: the files that Hugging Face `datasets`,
+/// pandas, Polars, Spark and DuckDB write.
 
 #include <cstddef>
 #include <cstdint>
@@ -21,14 +21,16 @@ namespace ferry {
 
 namespace detail {
 struct ParquetTable;
-}
+struct ArrowTable;
+}  // namespace detail
 
 /// How a table's columns become fields.
 struct TableOptions {
   /// The columns read, as fields in this order; empty: all (in the file's order).
   std::vector<std::string> columns;
   /// Columns of encoded images (binary, or HF's Image struct{bytes, path}), decoded as
-  /// ImageFolder does. Not read yet by ParquetDataset: naming one is a ConfigError.
+  /// ImageFolder does (a null `path` beside bytes is not a null sample). Read by ArrowDataset;
+  /// not yet by ParquetDataset, where naming one is a ConfigError.
   std::vector<std::string> images;
   ImageOptions image;  ///< for those columns
   /// String columns read as i64 [] codes: the column's distinct values (over all the files)
@@ -38,7 +40,8 @@ struct TableOptions {
   /// Missing::nan: NaN in a float column, -1 as a categorical code (a null elsewhere stays an
   /// error).
   Missing missing = Missing::error;
-  /// Files given as URLs. Not read yet by ParquetDataset: a URL is a ConfigError.
+  /// Files given as URLs. Not read yet by ParquetDataset or ArrowDataset: a URL is a
+  /// ConfigError.
   RemoteOptions remote;
 };
 
@@ -104,6 +107,67 @@ class FERRY_API ParquetDataset final : public Dataset {
  private:
   ParquetDataset() = default;
   std::unique_ptr<detail::ParquetTable> table_;
+};
+
+/// Arrow IPC files: the stream format (Hugging Face `datasets`' cache files and save_to_disk
+/// shards, data-00000-of-000NN.arrow) or the file format ("ARROW1" and a footer). The rows of all
+/// the files, in order, are the samples; each column read is a field named as the column.
+///
+/// Column types and their fields:
+/// - bool -> u8 []; int8..int64, uint8..uint64 -> that dtype []; float16/32/64 -> f16, f32,
+///   f64 []; fixed_size_list<T>[n] (nested: [n, m, ...]) of those -> dtype [n, ...].
+/// - list<T> / large_list<T> of those -> ragged dtype [L, ...].
+/// - binary / string (and large_) -> ragged u8 [L], the bytes as stored; named in
+///   TableOptions::images (binary, or HF's Image struct{bytes, path}) -> the decoded image, as
+///   ImageFolder's (image_field()); named in TableOptions::categorical -> i64 [] codes.
+/// - dictionary-encoded strings -> i64 [] codes into categories(name): every value of the
+///   columns' dictionaries (in all the files), in sorted byte order.
+/// - Any other type in a column that is read: ConfigError naming the column and its type.
+///
+/// A null: as TableOptions::missing says (a null inside a list's values is a DataError).
+///
+/// Uncompressed files are memory-mapped, and values copied straight from the mapping into the
+/// loader's batch. A record batch compressed (LZ4_FRAME or ZSTD body compression) is
+/// decompressed once when read and kept, shared by the reading threads (512 MiB of them, the
+/// least recently used leaving first, as ParquetDataset's row groups). open() reads the footer
+/// (file format) or steps once over the messages (stream format), keeping each record batch's
+/// place and rows; ragged fields' lengths (4 bytes a row) and categorical columns' values are
+/// read at open.
+///
+/// A corrupt or truncated file: DataError naming the file and the place (footer, message,
+/// record batch, buffer), at open or when the row is read, never a crash.
+class FERRY_API ArrowDataset final : public Dataset {
+ public:
+  /// \throws ConfigError for no files, a column named twice or absent (naming it), a column of
+  /// a type not read (naming the column and its type), files whose schemas differ, URLs;
+  /// DataError for a file that cannot be read or is not Arrow IPC.
+  static std::shared_ptr<ArrowDataset> open(std::vector<std::filesystem::path> files,
+                                            TableOptions options = {});
+  ~ArrowDataset() override;
+
+  std::size_t size() const override;
+  std::vector<FieldSpec> fields() const override;
+  void read(std::size_t index, SampleRef out) const override;
+  std::int64_t length(std::size_t index, std::size_t field) const override;
+  /// Starts loading the row's values when the calling thread holds its record batch.
+  void prefetch(std::size_t index) const noexcept override;
+  std::int64_t max_length(std::size_t field) const override;
+  /// The first row of each record batch, then size().
+  std::span<const std::size_t> shard_starts() const noexcept override;
+
+  /// The categories of a categorical or dictionary-encoded column, code i being the i-th.
+  /// \throws ConfigError when `column` is neither.
+  const std::vector<std::string>& categories(std::string_view column) const;
+
+  /// Record batches (with rows) in all the files.
+  std::size_t num_record_batches() const noexcept;
+  /// Record batches made readable since open (located and checked; decompressed when
+  /// compressed), all threads, open's own reads included.
+  std::uint64_t batches_decoded() const noexcept;
+
+ private:
+  ArrowDataset() = default;
+  std::unique_ptr<detail::ArrowTable> table_;
 };
 
 }  // namespace ferry

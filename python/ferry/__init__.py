@@ -8,7 +8,7 @@
             x = torch.from_dlpack(batch["image"])                  # no copy
 
 Datasets: TensorDataset (numpy, torch or any DLPack arrays, no copy), CsvDataset, IdxDataset,
-ImageFolder, TokenDataset, WebDataset, ParquetDataset, Mixture (weighted mixing of datasets), and any Python
+ImageFolder, TokenDataset, WebDataset, ParquetDataset, ArrowDataset, Mixture (weighted mixing of datasets), and any Python
 object with __len__ and __getitem__(i) returning a dict (or tuple) of arrays, run in worker processes
 (Loader(processes=...)) or on ferry's threads. ferry.torch yields torch tensors directly.
 """
@@ -19,6 +19,7 @@ import os as _os
 import sys as _sys
 
 from ._ferry import (  # noqa: F401  (the public names)
+    ArrowDataset,
     Batch,
     ConfigError,
     CsvDataset,
@@ -55,7 +56,7 @@ from . import _ferry
 from ._worker import WorkerInfo, worker_info  # noqa: F401
 
 __all__ = [
-    "Batch", "ConfigError", "CsvDataset", "DataError", "Dataset", "Device", "DeviceError",
+    "ArrowDataset", "Batch", "ConfigError", "CsvDataset", "DataError", "Dataset", "Device", "DeviceError",
     "Epoch", "Error", "IdxDataset", "ImageFolder", "Loader", "LoaderStats", "Mixture", "Normalize", "ParquetDataset",
     "RemoteOptions",
     "Tensor",

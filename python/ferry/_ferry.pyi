@@ -157,6 +157,16 @@ class ParquetDataset(Dataset):
     def categories(self, name: str) -> list[str]: ...
     num_row_groups: int
 
+class ArrowDataset(Dataset):
+    def __init__(self, files: _Path | Sequence[_Path], columns: Sequence[str] | None = None, *,
+                 images: Sequence[str] | None = None, categorical: Sequence[str] | None = None,
+                 missing: str = "error", height: int = 224, width: int = 224, channels: int = 3,
+                 geometry: str = "resize_then_center_crop", resize: int = 0,
+                 random_flip: bool = False, normalize: Normalize | None = None,
+                 max_pixels: int = 67108864, max_jpeg_scans: int = 256) -> None: ...
+    def categories(self, name: str) -> list[str]: ...
+    num_record_batches: int
+
 class Mixture(Dataset):
     def __init__(self, sources: Sequence[tuple[Dataset | Any, float]], *, epoch_size: int = 0,
                  source_field: str = "", stratified: int = 0) -> None: ...

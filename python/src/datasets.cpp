@@ -468,6 +468,58 @@ missing: "error" (a null is a DataError when its row is read) or "nan" (NaN in a
           py::arg("name"), "Categorical column `name`'s texts: code i is categories(name)[i].")
       .def_property_readonly("num_row_groups", &ParquetDataset::num_row_groups);
 
+  py::class_<ArrowDataset, Dataset, std::shared_ptr<ArrowDataset>>(m, "ArrowDataset", R"doc(
+Arrow IPC files, stream format (Hugging Face datasets' cache files, data-00000-of-000NN.arrow)
+or file format: the rows of all the files, in order, are the samples; each column read is a field
+named as the column. Numbers are scalar fields of their type (bool as u8, float16 as f16);
+fixed_size_list columns have their sizes as shape; list columns are ragged [L, ...]; binary and
+text are ragged u8 [L] (the bytes as stored); columns named in images (binary, or HF's Image
+struct{bytes, path}) are decoded as ImageFolder does (the image keywords as ImageFolder's);
+columns named in categorical (text) and dictionary-encoded text are i64 codes in sorted byte order
+(categories(name) lists them). columns: the columns read, in this order (None: all). missing:
+"error" (a null is a DataError when its row is read) or "nan" (NaN in a float column, -1 as a
+categorical code). Uncompressed files are memory-mapped; LZ4_FRAME / ZSTD record batches are
+decompressed once per read of them.)doc")
+      .def(py::init([](const py::object& files,
+                       const std::optional<std::vector<std::string>>& columns,
+                       const std::optional<std::vector<std::string>>& images,
+                       const std::optional<std::vector<std::string>>& categorical,
+                       const std::string& missing, int height, int width, int channels,
+                       const std::string& geometry, int resize, bool random_flip,
+                       const std::optional<Normalize>& normalize, std::int64_t max_pixels,
+                       int max_jpeg_scans) {
+             TableOptions o;
+             if (columns) o.columns = *columns;
+             if (images) o.images = *images;
+             if (categorical) o.categorical = *categorical;
+             if (missing == "error") {
+               o.missing = Missing::error;
+             } else if (missing == "nan") {
+               o.missing = Missing::nan;
+             } else {
+               throw ConfigError("ArrowDataset: missing is \"error\" or \"nan\", not \"" + missing +
+                                 "\"");
+             }
+             o.image = image_options(height, width, channels, geometry, resize, random_flip,
+                                     normalize, max_pixels, max_jpeg_scans);
+             std::vector<std::filesystem::path> paths = to_paths(files, "ArrowDataset", "files");
+             const py::gil_scoped_release release;
+             return ArrowDataset::open(std::move(paths), std::move(o));
+           }),
+           py::arg("files"), py::arg("columns") = py::none(), py::kw_only(),
+           py::arg("images") = py::none(), py::arg("categorical") = py::none(),
+           py::arg("missing") = "error", py::arg("height") = 224, py::arg("width") = 224,
+           py::arg("channels") = 3, py::arg("geometry") = "resize_then_center_crop",
+           py::arg("resize") = 0, py::arg("random_flip") = false, py::arg("normalize") = py::none(),
+           py::arg("max_pixels") = std::int64_t{1} << 26, py::arg("max_jpeg_scans") = 256)
+      .def(
+          "categories",
+          [](const ArrowDataset& d, const std::string& name) { return d.categories(name); },
+          py::arg("name"),
+          "Categorical or dictionary-encoded column `name`'s texts: code i is "
+          "categories(name)[i].")
+      .def_property_readonly("num_record_batches", &ArrowDataset::num_record_batches);
+
   py::class_<Mixture, Dataset, std::shared_ptr<Mixture>>(m, "Mixture", R"doc(
 Weighted mixing of datasets with the same fields: ferry.Mixture([(a, 1.0), (b, 3.0)],
 epoch_size=0). Index offset(k) + i is sample i of source k. Each epoch of a loader over it holds

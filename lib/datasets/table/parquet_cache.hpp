@@ -1,11 +1,12 @@
 #pragma once
 
-// The decoded row groups a ParquetDataset keeps for its readers, shared by all threads: each
-// row group is decoded once while it stays (a thread asking for one another thread is decoding
-// waits for that decode), and the least recently used go when the decoded bytes pass the
-// budget. A shuffled epoch whose window of row groups fits the budget (or a table that fits
-// whole) then decodes each row group once.
+// The decoded row groups a ParquetDataset keeps for its readers (and the decoded record batches
+// of an ArrowDataset), shared by all threads: each is decoded once while it stays (a thread
+// asking for one another thread is decoding waits for that decode), and the least recently used
+// go when the decoded bytes pass the budget. A shuffled epoch whose window of row groups fits
+// the budget (or a table that fits whole) then decodes each row group once.
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -13,25 +14,66 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
+
+#include "ferry/export.hpp"
 
 namespace ferry::detail {
 
 struct DecodedGroup;
 
-class GroupCache {
+/// The bytes a decoded row group holds.
+std::size_t decoded_bytes(const DecodedGroup& d) noexcept;
+
+/// `Decoded` is any type with a decoded_bytes(const Decoded&) found beside it.
+template <class Decoded>
+class FERRY_HIDDEN BasicGroupCache {
  public:
-  using Ptr = std::shared_ptr<const DecodedGroup>;
+  using Ptr = std::shared_ptr<const Decoded>;
 
   /// `budget`: decoded bytes kept (at least two row groups are, whatever their size).
-  explicit GroupCache(std::size_t budget) : budget_(budget) {}
+  explicit BasicGroupCache(std::size_t budget) : budget_(budget) {}
 
   /// Row group g, from the cache or made by decode() (called without the lock). A decode that
   /// throws keeps nothing: the threads that waited for it decode it themselves (and meet the
   /// same error).
-  Ptr get(std::size_t g, const std::function<Ptr()>& decode);
+  Ptr get(std::size_t g, const std::function<Ptr()>& decode) {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      const auto it = entries_.find(g);
+      if (it == entries_.end()) break;
+      if (it->second.value) {
+        it->second.used = ++clock_;
+        return it->second.value;
+      }
+      decoded_.wait(lock);  // another thread decodes it: look again when a decode ends
+    }
+    entries_.emplace(g, Entry{nullptr, ++clock_, 0});
+    lock.unlock();
+    Ptr p;
+    try {
+      p = decode();
+    } catch (...) {
+      lock.lock();
+      entries_.erase(g);
+      decoded_.notify_all();
+      throw;
+    }
+    lock.lock();
+    Entry& e = entries_.at(g);
+    e.value = p;
+    e.bytes = std::max<std::size_t>(decoded_bytes(*p), 1);
+    bytes_ += e.bytes;
+    evict();
+    decoded_.notify_all();
+    return p;
+  }
 
   /// The decoded bytes held now.
-  std::size_t bytes() const;
+  std::size_t bytes() const {
+    const std::lock_guard lock(mutex_);
+    return bytes_;
+  }
 
  private:
   struct Entry {
@@ -39,7 +81,20 @@ class GroupCache {
     std::uint64_t used = 0;
     std::size_t bytes = 0;
   };
-  void evict();  // with mutex_ held
+
+  void evict() {  // with mutex_ held
+    while (bytes_ > budget_ && entries_.size() > 2) {
+      auto oldest = entries_.end();
+      for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+        // Only decoded row groups go; one being decoded is waited on by its readers.
+        if (!it->second.value) continue;
+        if (oldest == entries_.end() || it->second.used < oldest->second.used) oldest = it;
+      }
+      if (oldest == entries_.end()) return;
+      bytes_ -= oldest->second.bytes;
+      entries_.erase(oldest);
+    }
+  }
 
   std::size_t budget_;
   mutable std::mutex mutex_;
@@ -49,7 +104,6 @@ class GroupCache {
   std::size_t bytes_ = 0;
 };
 
-/// The bytes a decoded row group holds.
-std::size_t decoded_bytes(const DecodedGroup& d) noexcept;
+using GroupCache = BasicGroupCache<DecodedGroup>;
 
 }  // namespace ferry::detail

@@ -1,0 +1,105 @@
+// ArrowDataset on arbitrary bytes: the first byte picks the options (Missing::nan, and whether
+// every ragged column is read as categorical), the rest is the file (stream or file format),
+// handed over as an in-memory file. The schema, the dictionaries, the index of record batches
+// and every record batch are read, then the rows (up to 4096) of the columns that are not
+// ragged. Only DataError, or ConfigError for a column of a type not read, may come out.
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "datasets/table/arrow_table.hpp"
+#include "ferry/error.hpp"
+#include "ferry/table.hpp"
+#include "pipeline/staging.hpp"
+
+namespace {
+
+class MemFile {
+ public:
+  MemFile(const std::uint8_t* data, std::size_t size) : fd_(memfd_create("arrow", 0)) {
+    if (fd_ < 0) __builtin_trap();
+    std::size_t done = 0;
+    while (done < size) {
+      const ssize_t n = write(fd_, data + done, size - done);
+      if (n <= 0) __builtin_trap();
+      done += static_cast<std::size_t>(n);
+    }
+  }
+  MemFile(const MemFile&) = delete;
+  MemFile& operator=(const MemFile&) = delete;
+  ~MemFile() { close(fd_); }
+  std::string path() const { return "/proc/self/fd/" + std::to_string(fd_); }
+
+ private:
+  int fd_;
+};
+
+bool expected_config_error(const std::string& what) {
+  for (const char* words :
+       {"which ferry does not read", "not text", "not an image", "no columns"}) {
+    if (what.find(words) != std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size == 0) return 0;
+  const std::uint8_t o = data[0];
+  const MemFile file(data + 1, size - 1);
+  ferry::TableOptions options;
+  options.missing = (o & 1) != 0 ? ferry::Missing::nan : ferry::Missing::error;
+  try {
+    if ((o & 2) != 0) {
+      const auto first = ferry::detail::open_arrow({file.path()}, options);
+      for (const auto& f : first->fields) {
+        if (f.is_ragged() && f.dtype == ferry::DType::u8 && f.shape.size() == 1) {
+          options.categorical.push_back(f.name);
+        }
+      }
+    }
+    // Every record batch made readable (as a read of any of its rows does).
+    const auto table = ferry::detail::open_arrow({file.path()}, options);
+    for (std::size_t b = 0; b < table->batches.size(); ++b) (void)table->decode(b);
+    // Then the first rows read, through read(), of the columns that are not ragged.
+    ferry::TableOptions fixed = options;
+    fixed.columns.clear();
+    for (const auto& f : table->fields) {
+      if (!f.is_ragged()) fixed.columns.push_back(f.name);
+    }
+    fixed.categorical.clear();
+    for (const auto& c : options.categorical) {
+      if (std::find(fixed.columns.begin(), fixed.columns.end(), c) != fixed.columns.end()) {
+        fixed.categorical.push_back(c);
+      }
+    }
+    if (fixed.columns.empty()) return 0;
+    const auto ds = ferry::ArrowDataset::open({file.path()}, fixed);
+    const ferry::detail::SlotLayout layout(ds->fields(), 1);
+    std::vector<std::byte> batch(layout.bytes);
+    for (std::size_t i = 0; i < ds->size() && i < 4096; ++i) {
+      try {
+        ds->read(i, ferry::detail::SampleRefs::make(&layout, batch.data(), 0, 0));
+      } catch (const ferry::DataError&) {
+      }
+    }
+  } catch (const ferry::DataError&) {
+  } catch (const ferry::ConfigError& e) {
+    if (!expected_config_error(e.what())) {
+      const std::string what = e.what();
+      std::fprintf(stderr, "unexpected ConfigError: ");
+      std::fwrite(what.data(), 1, what.size(), stderr);
+      std::fprintf(stderr, "\n");
+      __builtin_trap();
+    }
+  }
+  return 0;
+}

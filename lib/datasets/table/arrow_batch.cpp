@@ -1,0 +1,375 @@
+// A record batch made readable: its buffers located in the body (decompressed when the body is
+// compressed), each column's arrays built from the nodes and buffers in schema order, and every
+// size and offset a read will use checked against what the buffers hold.
+
+#include <lz4frame.h>
+#include <zstd.h>
+
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+
+#include "datasets/table/arrow_table.hpp"
+#include "datasets/table/parquet_schema.hpp"
+#include "ferry/error.hpp"
+
+namespace ferry::detail {
+namespace arrow {
+namespace {
+
+// The most rows an array may have, and bytes a decompressed buffer: far above real files, and
+// low enough that no product of them overflows.
+constexpr std::int64_t kMaxLength = std::int64_t{1} << 40;
+constexpr std::int64_t kMaxBuffer = std::int64_t{1} << 36;
+
+struct FreeLz4 {
+  void operator()(LZ4F_dctx* d) const noexcept { LZ4F_freeDecompressionContext(d); }
+};
+struct FreeZstd {
+  void operator()(ZSTD_DCtx* d) const noexcept { ZSTD_freeDCtx(d); }
+};
+
+void lz4_frame(std::span<const std::byte> in, std::span<std::byte> out) {
+  thread_local std::unique_ptr<LZ4F_dctx, FreeLz4> ctx = [] {
+    LZ4F_dctx* d = nullptr;
+    if (LZ4F_isError(LZ4F_createDecompressionContext(&d, LZ4F_VERSION))) d = nullptr;
+    return std::unique_ptr<LZ4F_dctx, FreeLz4>(d);
+  }();
+  if (!ctx) throw FormatError("cannot decompress: out of memory");
+  LZ4F_resetDecompressionContext(ctx.get());
+  std::size_t ip = 0;
+  std::size_t op = 0;
+  for (;;) {
+    std::size_t src = in.size() - ip;
+    std::size_t dst = out.size() - op;
+    const std::size_t r =
+        LZ4F_decompress(ctx.get(), out.data() + op, &dst, in.data() + ip, &src, nullptr);
+    if (LZ4F_isError(r)) {
+      throw FormatError(std::string("corrupt LZ4 frame: ") + LZ4F_getErrorName(r));
+    }
+    ip += src;
+    op += dst;
+    if (r == 0) {  // a frame ended: another may follow
+      if (ip == in.size()) break;
+      continue;
+    }
+    if (src == 0 && dst == 0) {
+      throw FormatError(op == out.size() ? "the LZ4 frame decompresses to more than its length says"
+                                         : "the LZ4 frame ends early");
+    }
+  }
+  if (op != out.size())
+    throw FormatError("the LZ4 frame decompresses to less than its length says");
+}
+
+void zstd(std::span<const std::byte> in, std::span<std::byte> out) {
+  thread_local std::unique_ptr<ZSTD_DCtx, FreeZstd> ctx(ZSTD_createDCtx());
+  if (!ctx) throw FormatError("cannot decompress: out of memory");
+  const std::size_t r =
+      ZSTD_decompressDCtx(ctx.get(), out.data(), out.size(), in.data(), in.size());
+  if (ZSTD_isError(r)) throw FormatError(std::string("corrupt ZSTD data: ") + ZSTD_getErrorName(r));
+  if (r != out.size()) throw FormatError("the ZSTD data decompresses to less than its length says");
+}
+
+std::int64_t load_offset(std::span<const std::byte> b, bool large, std::int64_t i) {
+  if (large) {
+    std::int64_t v = 0;
+    std::memcpy(&v, b.data() + 8 * i, 8);
+    return v;
+  }
+  std::int32_t v = 0;
+  std::memcpy(&v, b.data() + 4 * i, 4);
+  return v;
+}
+
+std::size_t buffer_count(const Field& f, const RecordBatch& b, std::size_t& variadic) {
+  if (f.dictionary) return 2;
+  switch (f.type) {
+    case TypeId::null:
+    case TypeId::run_end_encoded:
+      return 0;
+    case TypeId::union_:
+      return f.union_mode == 1 ? 2 : 1;
+    case TypeId::struct_:
+    case TypeId::fixed_size_list:
+      return 1;
+    case TypeId::list:
+    case TypeId::large_list:
+    case TypeId::map:
+      return 2;
+    case TypeId::binary:
+    case TypeId::utf8:
+    case TypeId::large_binary:
+    case TypeId::large_utf8:
+    case TypeId::list_view:
+    case TypeId::large_list_view:
+      return 3;
+    case TypeId::binary_view:
+    case TypeId::utf8_view: {
+      if (variadic >= b.variadic.size())
+        throw FormatError("a view array's buffer count is missing");
+      const std::int64_t v = b.variadic[variadic++];
+      if (v < 0 || static_cast<std::uint64_t>(v) > b.buffers.size()) {
+        throw FormatError("a view array of " + std::to_string(v) + " buffers");
+      }
+      return 2 + static_cast<std::size_t>(v);
+    }
+    default:
+      return 2;
+  }
+}
+
+/// Bytes a value of a fixed-width type read; 0 for bool (bits); -1 for a type not checked.
+std::int64_t value_width(const Field& f) {
+  if (f.dictionary) return f.index_bits / 8;
+  if (f.type == TypeId::int_) return f.bit_width / 8;
+  if (f.type == TypeId::floating) return f.precision == 0 ? 2 : f.precision == 1 ? 4 : 8;
+  if (f.type == TypeId::boolean) return 0;
+  return -1;
+}
+
+std::int64_t times(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) throw FormatError("an array's size overflows");
+  return r;
+}
+
+/// Checks the offsets of an array of `length` rows: from 0 up, never down, ending at most at
+/// `limit`.
+void check_offsets(const ArrowArray& a, bool large, std::int64_t limit, const char* what) {
+  const std::int64_t n = a.node.length;
+  if (n == 0) return;
+  const std::int64_t w = large ? 8 : 4;
+  if (static_cast<std::int64_t>(a.buffers[1].size()) < times(n + 1, w)) {
+    throw FormatError(std::string("the offsets buffer of a ") + what + " array of " +
+                      std::to_string(n) + " rows holds " + std::to_string(a.buffers[1].size()) +
+                      " bytes");
+  }
+  std::int64_t prev = load_offset(a.buffers[1], large, 0);
+  if (prev < 0) throw FormatError(std::string("a negative offset in a ") + what + " array");
+  for (std::int64_t i = 1; i <= n; ++i) {
+    const std::int64_t o = load_offset(a.buffers[1], large, i);
+    if (o < prev) {
+      throw FormatError(std::string("offsets going down in a ") + what + " array (row " +
+                        std::to_string(i - 1) + ")");
+    }
+    prev = o;
+  }
+  if (prev > limit) {
+    throw FormatError(std::string("a ") + what + " array's offsets reach " + std::to_string(prev) +
+                      ", past its " + std::to_string(limit) + " values");
+  }
+}
+
+void fields_arrays(const Field& f, const RecordBatch& batch,
+                   const std::vector<std::span<const std::byte>>& buffers, std::size_t& node,
+                   std::size_t& buffer, std::size_t& variadic, bool check,
+                   std::vector<ArrowArray>& out) {
+  if (node >= batch.nodes.size()) {
+    throw FormatError("the record batch has fewer field nodes (" +
+                      std::to_string(batch.nodes.size()) + ") than its schema needs");
+  }
+  ArrowArray a;
+  a.node = batch.nodes[node++];
+  const std::int64_t n = a.node.length;
+  if (n < 0 || n > kMaxLength || a.node.null_count < 0 || a.node.null_count > n) {
+    throw FormatError("a field node of " + std::to_string(n) + " rows and " +
+                      std::to_string(a.node.null_count) + " nulls");
+  }
+  const std::size_t count = buffer_count(f, batch, variadic);
+  if (count > buffers.size() - buffer) {
+    throw FormatError("the record batch has fewer buffers (" + std::to_string(buffers.size()) +
+                      ") than its schema needs");
+  }
+  for (std::size_t k = 0; k < count && k < 3; ++k) a.buffers[k] = buffers[buffer + k];
+  buffer += count;
+  const std::size_t at = out.size();
+  out.push_back(a);
+  std::vector<std::size_t> child_at;
+  if (!f.dictionary) {
+    for (const Field& c : f.children) {
+      child_at.push_back(out.size());
+      fields_arrays(c, batch, buffers, node, buffer, variadic, check, out);
+    }
+  }
+  if (!check) return;
+  if (a.node.null_count > 0 && static_cast<std::int64_t>(a.buffers[0].size()) < (n + 7) / 8) {
+    throw FormatError("a validity bitmap of " + std::to_string(a.buffers[0].size()) +
+                      " bytes for " + std::to_string(n) + " rows");
+  }
+  const std::int64_t w = value_width(f);
+  if (w >= 0) {
+    const std::int64_t need = w == 0 ? (n + 7) / 8 : times(n, w);
+    if (static_cast<std::int64_t>(a.buffers[1].size()) < need) {
+      throw FormatError("a data buffer of " + std::to_string(a.buffers[1].size()) + " bytes for " +
+                        std::to_string(n) + " values of " + type_text(f));
+    }
+    return;
+  }
+  const bool large = f.type == TypeId::large_binary || f.type == TypeId::large_utf8 ||
+                     f.type == TypeId::large_list;
+  switch (f.type) {
+    case TypeId::binary:
+    case TypeId::utf8:
+    case TypeId::large_binary:
+    case TypeId::large_utf8:
+      check_offsets(a, large, static_cast<std::int64_t>(a.buffers[2].size()), "binary");
+      break;
+    case TypeId::list:
+    case TypeId::large_list:
+      if (child_at.size() != 1) throw FormatError("a list type without its one child");
+      check_offsets(a, large, out[at + 1].node.length, "list");
+      break;
+    case TypeId::fixed_size_list:
+      if (child_at.size() != 1) throw FormatError("a fixed_size_list type without its one child");
+      if (f.list_size < 0 || out[at + 1].node.length < times(n, f.list_size)) {
+        throw FormatError("a fixed_size_list array of " + std::to_string(n) + " rows of " +
+                          std::to_string(f.list_size) + " holds " +
+                          std::to_string(out[at + 1].node.length) + " values");
+      }
+      break;
+    case TypeId::struct_:
+      for (const std::size_t i : child_at) {
+        if (out[i].node.length < n) {
+          throw FormatError("a struct array of " + std::to_string(n) + " rows has a child of " +
+                            std::to_string(out[i].node.length));
+        }
+      }
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+std::vector<std::span<const std::byte>> body_buffers(
+    const RecordBatch& batch, std::span<const std::byte> body,
+    std::vector<std::unique_ptr<std::byte[]>>& owned, std::size_t& owned_bytes) {
+  std::vector<std::span<const std::byte>> out;
+  out.reserve(batch.buffers.size());
+  for (std::size_t i = 0; i < batch.buffers.size(); ++i) {
+    const Buffer& b = batch.buffers[i];
+    const std::string which = "buffer " + std::to_string(i) + ": ";
+    if (b.offset < 0 || b.length < 0 || static_cast<std::uint64_t>(b.offset) > body.size() ||
+        static_cast<std::uint64_t>(b.length) > body.size() - static_cast<std::uint64_t>(b.offset)) {
+      throw FormatError(which + std::to_string(b.length) + " bytes at " + std::to_string(b.offset) +
+                        ", outside the message body of " + std::to_string(body.size()) + " bytes");
+    }
+    const auto bytes =
+        body.subspan(static_cast<std::size_t>(b.offset), static_cast<std::size_t>(b.length));
+    if (batch.compression == Compression::none || bytes.empty()) {
+      out.push_back(bytes);
+      continue;
+    }
+    if (bytes.size() < 8) throw FormatError(which + "a compressed buffer of under 8 bytes");
+    std::int64_t raw = 0;
+    std::memcpy(&raw, bytes.data(), 8);
+    const auto packed = bytes.subspan(8);
+    if (raw == -1) {
+      out.push_back(packed);
+      continue;
+    }
+    // LZ4 frames expand at most 255-fold; zstd much more (a run of one byte), but not without
+    // limit: either way a forged length cannot ask for much more than the data could make.
+    const auto limit = batch.compression == Compression::lz4_frame
+                           ? static_cast<std::int64_t>(packed.size()) * 256 + 1024
+                           : static_cast<std::int64_t>(packed.size()) * 65536 + (1 << 20);
+    if (raw < 0 || raw > kMaxBuffer || raw > limit) {
+      throw FormatError(which + "a decompressed length of " + std::to_string(raw) + " bytes for " +
+                        std::to_string(packed.size()) + " compressed");
+    }
+    auto mem = std::unique_ptr<std::byte[]>(new std::byte[static_cast<std::size_t>(raw)]);
+    const std::span<std::byte> dst(mem.get(), static_cast<std::size_t>(raw));
+    try {
+      if (batch.compression == Compression::lz4_frame) {
+        lz4_frame(packed, dst);
+      } else {
+        zstd(packed, dst);
+      }
+    } catch (const FormatError& e) {
+      throw FormatError(which + e.what());
+    }
+    owned_bytes += dst.size();
+    owned.push_back(std::move(mem));
+    out.push_back(dst);
+  }
+  return out;
+}
+
+std::vector<ArrowArray> field_arrays(const Field& field, const RecordBatch& batch,
+                                     const std::vector<std::span<const std::byte>>& buffers,
+                                     std::size_t& node, std::size_t& buffer, std::size_t& variadic,
+                                     bool check) {
+  std::vector<ArrowArray> out;
+  fields_arrays(field, batch, buffers, node, buffer, variadic, check, out);
+  return out;
+}
+
+std::pair<std::int64_t, std::int64_t> offsets_at(const ArrowArray& a, bool large, std::int64_t i) {
+  return {load_offset(a.buffers[1], large, i), load_offset(a.buffers[1], large, i + 1)};
+}
+
+std::span<const std::byte> binary_value(const ArrowArray& a, bool large, std::int64_t i) {
+  const auto [from, to] = offsets_at(a, large, i);
+  return a.buffers[2].subspan(static_cast<std::size_t>(from), static_cast<std::size_t>(to - from));
+}
+
+}  // namespace arrow
+
+std::size_t decoded_bytes(const ArrowBatchData& d) noexcept {
+  std::size_t n = d.owned_bytes;
+  for (const auto& c : d.columns) n += c.size() * sizeof(ArrowArray);
+  return n;
+}
+
+std::string ArrowTable::where(std::size_t b) const {
+  const ArrowBatch& ab = batches[b];
+  const ArrowFile& f = files[ab.file];
+  std::string s =
+      FileLabel{"ArrowDataset", f.name}.prefix() + "record batch " + std::to_string(ab.number);
+  if (!f.file_format) s += " (message " + std::to_string(ab.message) + ")";
+  return s + " (rows " + std::to_string(ab.file_row) + " to " +
+         std::to_string(ab.file_row + ab.rows - 1) + "): ";
+}
+
+std::shared_ptr<const ArrowBatchData> ArrowTable::decode(std::size_t b) const {
+  const ArrowBatch& ab = batches[b];
+  const ArrowFile& f = files[ab.file];
+  const auto bytes = f.map->bytes();
+  batches_decoded.fetch_add(1, std::memory_order_relaxed);
+  auto d = std::make_shared<ArrowBatchData>();
+  try {
+    const arrow::Message m = arrow::parse_message(bytes.subspan(ab.metadata, ab.metadata_length));
+    if (m.type != arrow::HeaderType::record_batch ||
+        m.batch.length != static_cast<std::int64_t>(ab.rows)) {
+      throw arrow::FormatError("not the record batch it was when the file was opened");
+    }
+    const auto buffers = arrow::body_buffers(m.batch, bytes.subspan(ab.body, ab.body_length),
+                                             d->owned, d->owned_bytes);
+    std::vector<std::size_t> column_of(f.schema.size(), columns.size());
+    for (std::size_t c = 0; c < columns.size(); ++c) column_of[f.tops[c]] = c;
+    d->columns.resize(columns.size());
+    std::size_t node = 0;
+    std::size_t buffer = 0;
+    std::size_t variadic = 0;
+    for (std::size_t i = 0; i < f.schema.size(); ++i) {
+      const std::size_t c = column_of[i];
+      auto arrays = arrow::field_arrays(f.schema[i], m.batch, buffers, node, buffer, variadic,
+                                        c < columns.size());
+      if (c == columns.size()) continue;
+      if (arrays[0].node.length != m.batch.length) {
+        throw arrow::FormatError("column " + parquet::in_quotes(columns[c].name) + " has " +
+                                 std::to_string(arrays[0].node.length) + " rows in a batch of " +
+                                 std::to_string(m.batch.length));
+      }
+      d->columns[c] = std::move(arrays);
+    }
+  } catch (const arrow::FormatError& e) {
+    throw DataError(where(b) + e.what());
+  }
+  return d;
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,442 @@
+// ArrowDataset::open(): each file's schema read (the stream's first message, or the file
+// format's footer), its columns mapped to fields, its record batches indexed (the footer's
+// blocks, or one pass over the stream's messages) and its dictionaries read; then what must be
+// known of every row before a loader is made (categories, ragged lengths).
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "datasets/remote/remote_cache.hpp"
+#include "datasets/table/arrow_table.hpp"
+#include "datasets/table/parquet_schema.hpp"
+#include "ferry/error.hpp"
+#include "ferry/image.hpp"
+
+namespace ferry::detail {
+namespace {
+
+using arrow::Field;
+using arrow::FormatError;
+using arrow::TypeId;
+using parquet::in_quotes;
+
+constexpr std::string_view kWho = "ArrowDataset";
+constexpr std::int64_t kMaxRowValues = std::int64_t{1} << 31;  // leaf values in one row
+
+bool listed(const std::vector<std::string>& names, std::string_view name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+bool is_binary(const Field& f) {
+  return f.type == TypeId::binary || f.type == TypeId::utf8 || f.type == TypeId::large_binary ||
+         f.type == TypeId::large_utf8;
+}
+bool is_large(const Field& f) {
+  return f.type == TypeId::large_binary || f.type == TypeId::large_utf8 ||
+         f.type == TypeId::large_list;
+}
+
+std::optional<DType> scalar_dtype(const Field& f) {
+  if (f.dictionary) return std::nullopt;
+  if (f.type == TypeId::boolean) return DType::u8;
+  if (f.type == TypeId::floating) {
+    if (f.precision == 0) return DType::f16;
+    if (f.precision == 1) return DType::f32;
+    if (f.precision == 2) return DType::f64;
+    return std::nullopt;
+  }
+  if (f.type != TypeId::int_) return std::nullopt;
+  switch (f.bit_width) {
+    case 8:
+      return f.is_signed ? DType::i8 : DType::u8;
+    case 16:
+      return f.is_signed ? DType::i16 : DType::u16;
+    case 32:
+      return f.is_signed ? DType::i32 : DType::u32;
+    case 64:
+      return f.is_signed ? DType::i64 : DType::u64;
+    default:
+      return std::nullopt;
+  }
+}
+
+/// Arrays in `f`'s pre-order (a dictionary-encoded field is one: its indices).
+std::size_t subtree(const Field& f) {
+  std::size_t n = 1;
+  if (!f.dictionary) {
+    for (const Field& c : f.children) n += subtree(c);
+  }
+  return n;
+}
+
+/// Fixed-size lists down to a scalar: the sizes into col.inner, the leaf's type; false when
+/// `f` is not one.
+bool fixed_values(const Field& top, ArrowColumn& col, std::size_t depth) {
+  const Field* f = &top;
+  std::int64_t values = 1;
+  while (f->type == TypeId::fixed_size_list && !f->dictionary) {
+    if (f->children.size() != 1 || f->list_size < 0) return false;
+    col.inner.push_back(f->list_size);
+    values *= std::max(f->list_size, 1);
+    if (values > kMaxRowValues) return false;
+    f = &f->children[0];
+    ++depth;
+  }
+  const auto dtype = scalar_dtype(*f);
+  if (!dtype) return false;
+  col.dtype = *dtype;
+  col.width = f->type == TypeId::boolean ? 0 : dtype_size(*dtype);
+  col.leaf = depth;
+  col.per_row = 1;
+  for (const std::int64_t n : col.inner) col.per_row *= static_cast<std::size_t>(n);
+  return true;
+}
+
+/// The column field `f` becomes. \throws ConfigError for a type not read.
+ArrowColumn map_column(const Field& f, const TableOptions& o) {
+  ArrowColumn col;
+  col.name = f.name;
+  col.field = f;
+  const std::string what =
+      std::string(kWho) + ": column " + in_quotes(f.name) + " is of type " + arrow::type_text(f);
+  if (listed(o.images, f.name)) {
+    col.kind = ArrowKind::image;
+    col.dtype = DType::u8;
+    if (is_binary(f) && !f.dictionary) {
+      col.large = is_large(f);
+      return col;
+    }
+    if (f.type == TypeId::struct_ && !f.dictionary) {
+      std::size_t at = 1;
+      for (const Field& c : f.children) {
+        if (c.name == "bytes" && is_binary(c) && !c.dictionary) {
+          col.leaf = at;
+          col.large = is_large(c);
+          return col;
+        }
+        at += subtree(c);
+      }
+    }
+    throw ConfigError(what + ", not an image column (binary, or a struct{bytes: binary, path})");
+  }
+  if (f.dictionary) {
+    if (!is_binary(f)) throw ConfigError(what + ", which ferry does not read");
+    col.kind = ArrowKind::dictionary;
+    col.dtype = DType::i64;
+    col.large = is_large(f);
+    return col;
+  }
+  if (listed(o.categorical, f.name)) {
+    if (!is_binary(f)) {
+      throw ConfigError(what + ", not text: only string columns are categorical");
+    }
+    col.kind = ArrowKind::categorical;
+    col.dtype = DType::i64;
+    col.large = is_large(f);
+    return col;
+  }
+  if (is_binary(f)) {
+    col.kind = ArrowKind::bytes;
+    col.dtype = DType::u8;
+    col.large = is_large(f);
+    return col;
+  }
+  if ((f.type == TypeId::list || f.type == TypeId::large_list) && f.children.size() == 1) {
+    col.kind = ArrowKind::list;
+    col.large = is_large(f);
+    if (fixed_values(f.children[0], col, 1)) return col;
+  } else if (fixed_values(f, col, 0)) {
+    return col;
+  }
+  throw ConfigError(what + ", which ferry does not read");
+}
+
+bool same_type(const Field& a, const Field& b) {
+  return arrow::type_text(a) == arrow::type_text(b) && a.index_bits == b.index_bits &&
+         a.index_signed == b.index_signed;
+}
+
+void check_options(const std::vector<std::filesystem::path>& files, const TableOptions& o) {
+  const std::string w(kWho);
+  if (files.empty()) throw ConfigError(w + ": no files");
+  for (const auto& f : files) {
+    if (remote::is_url(f.string())) {
+      throw ConfigError(w + ": " + f.string() +
+                        ": files given as URLs are not read yet (only local files)");
+    }
+  }
+  std::set<std::string> seen;
+  for (const auto& c : o.columns) {
+    if (!seen.insert(c).second) throw ConfigError(w + ": column " + in_quotes(c) + " listed twice");
+  }
+  for (const auto* list : {&o.categorical, &o.images}) {
+    const std::string kind = list == &o.images ? "image" : "categorical";
+    seen.clear();
+    for (const auto& c : *list) {
+      if (!seen.insert(c).second) {
+        throw ConfigError(w + ": " + kind + " column " + in_quotes(c) + " listed twice");
+      }
+      if (!o.columns.empty() && !listed(o.columns, c)) {
+        throw ConfigError(w + ": " + kind + " column " + in_quotes(c) +
+                          " is not among the columns read (TableOptions::columns)");
+      }
+    }
+  }
+  for (const auto& c : o.images) {
+    if (listed(o.categorical, c)) {
+      throw ConfigError(w + ": column " + in_quotes(c) + " is both an image and categorical");
+    }
+  }
+  if (!o.images.empty()) static_cast<void>(image_shape(o.image));
+}
+
+/// The columns read, from the first file's schema; the later files' columns checked against
+/// them.
+void map_schema(ArrowTable& t, ArrowFile& f, bool first) {
+  const TableOptions& o = t.options;
+  const auto find = [&](std::string_view name) {
+    return std::find_if(f.schema.begin(), f.schema.end(),
+                        [&](const Field& c) { return c.name == name; });
+  };
+  std::set<std::string_view> names;
+  for (const Field& c : f.schema) {
+    if (!names.insert(c.name).second) {
+      throw DataError(FileLabel{kWho, f.name}.prefix() + "schema: two columns named " +
+                      in_quotes(c.name));
+    }
+  }
+  if (first) {
+    for (const auto* list : {&o.columns, &o.categorical, &o.images}) {
+      for (const auto& name : *list) {
+        if (find(name) == f.schema.end()) {
+          throw ConfigError(std::string(kWho) + ": " + f.name + ": no column " + in_quotes(name));
+        }
+      }
+    }
+    std::size_t dictionaries = 0;
+    const auto add = [&](const Field& c) {
+      t.columns.push_back(map_column(c, o));
+      if (t.columns.back().kind == ArrowKind::dictionary)
+        t.columns.back().dictionary = dictionaries++;
+    };
+    if (o.columns.empty()) {
+      for (const Field& c : f.schema) add(c);
+    } else {
+      for (const auto& name : o.columns) add(*find(name));
+    }
+  }
+  std::size_t dictionaries = 0;
+  for (const ArrowColumn& col : t.columns) {
+    const auto it = find(col.name);
+    if (it == f.schema.end()) {
+      throw ConfigError(std::string(kWho) + ": " + f.name + ": no column " + in_quotes(col.name) +
+                        ", which " + t.files[0].name + " has");
+    }
+    if (!same_type(*it, col.field)) {
+      throw ConfigError(std::string(kWho) + ": " + f.name + ": column " + in_quotes(col.name) +
+                        " is of type " + arrow::type_text(*it) + ", not " +
+                        arrow::type_text(col.field) + " as in " + t.files[0].name);
+    }
+    f.tops.push_back(static_cast<std::size_t>(it - f.schema.begin()));
+    if (col.kind == ArrowKind::dictionary) ++dictionaries;
+  }
+  f.dictionaries.resize(dictionaries);
+}
+
+/// A dictionary batch: a new version of (or, as a delta, an addition to) the dictionaries of
+/// the columns read that use its id.
+void add_dictionary(const ArrowTable& t, ArrowFile& f, const arrow::Frame& fr) {
+  const auto bytes = f.map->bytes();
+  for (std::size_t c = 0; c < t.columns.size(); ++c) {
+    const ArrowColumn& col = t.columns[c];
+    const Field& field = f.schema[f.tops[c]];
+    if (col.kind != ArrowKind::dictionary || field.dictionary_id != fr.message.dictionary_id) {
+      continue;
+    }
+    std::vector<std::unique_ptr<std::byte[]>> owned;
+    std::size_t owned_bytes = 0;
+    const auto buffers = arrow::body_buffers(
+        fr.message.batch, bytes.subspan(fr.body, fr.next - fr.body), owned, owned_bytes);
+    Field values = field;
+    values.dictionary = false;
+    std::size_t node = 0;
+    std::size_t buffer = 0;
+    std::size_t variadic = 0;
+    const auto arrays =
+        arrow::field_arrays(values, fr.message.batch, buffers, node, buffer, variadic, true);
+    const ArrowArray& a = arrays[0];
+    ArrowDictionary& d = f.dictionaries[col.dictionary];
+    if (fr.message.is_delta && !d.values.empty()) {
+      d.values.push_back(d.values.back());
+      d.valid.push_back(d.valid.back());
+    } else {
+      d.values.emplace_back();
+      d.valid.emplace_back();
+    }
+    for (std::int64_t i = 0; i < a.node.length; ++i) {
+      const auto v = arrow::binary_value(a, col.large, i);
+      d.values.back().emplace_back(reinterpret_cast<const char*>(v.data()), v.size());
+      d.valid.back().push_back(a.is_valid(i) ? 1 : 0);
+    }
+  }
+}
+
+void add_batch(ArrowTable& t, ArrowFile& f, const arrow::Frame& fr, std::size_t message,
+               std::size_t& file_row, std::size_t& number) {
+  ArrowBatch b;
+  b.file = static_cast<std::size_t>(&f - t.files.data());
+  b.number = number++;
+  b.message = message;
+  b.metadata = fr.metadata;
+  b.metadata_length = fr.metadata_length;
+  b.body = fr.body;
+  b.body_length = fr.next - fr.body;
+  b.rows = static_cast<std::size_t>(fr.message.batch.length);
+  if (fr.message.batch.compression != arrow::Compression::none) t.compressed = true;
+  for (const ArrowColumn& col : t.columns) {
+    if (col.kind != ArrowKind::dictionary) continue;
+    const ArrowDictionary& d = f.dictionaries[col.dictionary];
+    if (d.values.empty()) {
+      throw FormatError("column " + in_quotes(col.name) + " has no dictionary before it");
+    }
+    b.dictionaries.push_back(static_cast<std::uint32_t>(d.values.size() - 1));
+  }
+  b.file_row = file_row;
+  file_row += b.rows;
+  if (b.rows == 0) return;
+  b.first = t.size;
+  t.size += b.rows;
+  t.batches.push_back(std::move(b));
+}
+
+/// The file format: the footer's schema and blocks.
+void index_file_format(ArrowTable& t, ArrowFile& f, bool first) {
+  const FileLabel label{kWho, f.name};
+  const auto bytes = f.map->bytes();
+  arrow::Footer footer;
+  try {
+    if (bytes.size() < 18 || std::memcmp(bytes.data() + bytes.size() - 6, "ARROW1", 6) != 0) {
+      throw FormatError("no ARROW1 at the file's end: a truncated file?");
+    }
+    std::int32_t length = 0;
+    std::memcpy(&length, bytes.data() + bytes.size() - 10, 4);
+    if (length <= 0 || static_cast<std::size_t>(length) > bytes.size() - 18) {
+      throw FormatError("a length of " + std::to_string(length) + " in a file of " +
+                        std::to_string(bytes.size()) + " bytes");
+    }
+    const auto n = static_cast<std::size_t>(length);
+    footer = arrow::parse_footer(bytes.subspan(bytes.size() - 10 - n, n));
+  } catch (const FormatError& e) {
+    throw DataError(label.prefix() + "footer: " + e.what());
+  }
+  f.schema = std::move(footer.schema.fields);
+  map_schema(t, f, first);
+  std::size_t file_row = 0;
+  std::size_t number = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    const auto& blocks = pass == 0 ? footer.dictionaries : footer.batches;
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      const arrow::Block& bl = blocks[i];
+      try {
+        if (bl.offset < 8 || static_cast<std::uint64_t>(bl.offset) >= bytes.size()) {
+          throw FormatError("at byte " + std::to_string(bl.offset) + ", outside the file");
+        }
+        const arrow::Frame fr = arrow::read_frame(bytes, static_cast<std::size_t>(bl.offset));
+        const auto want =
+            pass == 0 ? arrow::HeaderType::dictionary_batch : arrow::HeaderType::record_batch;
+        if (fr.end || fr.message.type != want) throw FormatError("not the message it should be");
+        if (pass == 0) {
+          add_dictionary(t, f, fr);
+        } else {
+          add_batch(t, f, fr, i, file_row, number);
+        }
+      } catch (const FormatError& e) {
+        throw DataError(
+            label.prefix() + "footer: " + (pass == 0 ? "dictionary " : "record batch ") +
+            std::to_string(i) + " (byte " + std::to_string(bl.offset) + "): " + e.what());
+      }
+    }
+  }
+}
+
+/// The stream format: one pass over its messages.
+void index_stream(ArrowTable& t, ArrowFile& f, bool first) {
+  const FileLabel label{kWho, f.name};
+  const auto bytes = f.map->bytes();
+  std::size_t at = 0;
+  std::size_t file_row = 0;
+  std::size_t number = 0;
+  for (std::size_t m = 0;; ++m) {
+    try {
+      const arrow::Frame fr = arrow::read_frame(bytes, at);
+      if (fr.end) {
+        if (m == 0) throw FormatError("no schema: an empty stream");
+        break;
+      }
+      if ((m == 0) != (fr.message.type == arrow::HeaderType::schema)) {
+        throw FormatError(m == 0 ? "the stream does not start with its schema" : "a second schema");
+      }
+      if (m == 0) {
+        f.schema = fr.message.schema.fields;
+        map_schema(t, f, first);
+      } else if (fr.message.type == arrow::HeaderType::dictionary_batch) {
+        add_dictionary(t, f, fr);
+      } else {
+        add_batch(t, f, fr, m, file_row, number);
+      }
+      at = fr.next;
+    } catch (const FormatError& e) {
+      throw DataError(label.prefix() + "message " + std::to_string(m) + " (byte " +
+                      std::to_string(at) + "): " + e.what());
+    }
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<ArrowTable> open_arrow(std::vector<std::filesystem::path> files,
+                                       TableOptions options) {
+  check_options(files, options);
+  static std::atomic<std::uint64_t> next_id{1};
+  auto t = std::make_unique<ArrowTable>();
+  t->id = next_id.fetch_add(1);
+  t->options = std::move(options);
+  t->files.resize(files.size());
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    ArrowFile& f = t->files[i];
+    f.name = files[i].string();
+    f.map = std::make_unique<MappedFile>(files[i], FileLabel{kWho, f.name}, false);
+    const auto bytes = f.map->bytes();
+    f.file_format = bytes.size() >= 8 && std::memcmp(bytes.data(), "ARROW1", 6) == 0;
+    if (f.file_format) {
+      index_file_format(*t, f, i == 0);
+    } else {
+      index_stream(*t, f, i == 0);
+    }
+  }
+  if (t->columns.empty()) throw ConfigError(std::string(kWho) + ": no columns to read");
+  if (t->size == 0) throw DataError(std::string(kWho) + ": " + t->files[0].name + ": no rows");
+  for (const ArrowBatch& b : t->batches) t->starts.push_back(b.first);
+  t->starts.push_back(t->size);
+  number_dictionaries(*t);
+  for (const ArrowColumn& col : t->columns) {
+    if (col.kind == ArrowKind::image) {
+      t->fields.push_back(image_field(t->options.image, col.name));
+      continue;
+    }
+    FieldSpec f{col.name, col.dtype, {}};
+    if (col.kind == ArrowKind::list || col.kind == ArrowKind::bytes) f.shape = {ragged};
+    if (col.kind == ArrowKind::list || col.kind == ArrowKind::scalar) {
+      f.shape.insert(f.shape.end(), col.inner.begin(), col.inner.end());
+    }
+    t->fields.push_back(std::move(f));
+  }
+  scan_rows(*t);
+  return t;
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,163 @@
+#pragma once
+
+// ArrowDataset's state: the files (mapped), the index of their record batches (where each
+// message lies, its rows), the columns read and how each becomes a field, the dictionaries, and
+// what open() learnt of every row (categories, ragged lengths). A record batch is made readable
+// once per read of it (its buffers located and checked, decompressed when the file compresses
+// them) and kept in a cache shared by the reading threads.
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "datasets/common/file_io.hpp"
+#include "datasets/table/arrow_format.hpp"
+#include "datasets/table/parquet_cache.hpp"
+#include "ferry/dataset.hpp"
+#include "ferry/export.hpp"
+#include "ferry/table.hpp"
+
+namespace ferry::detail {
+
+/// How a column's arrays become its field.
+enum class ArrowKind {
+  scalar,       ///< fixed-width values (fixed_size_lists of them): dtype [inner...]
+  list,         ///< list / large_list of those: dtype [ragged, inner...]
+  bytes,        ///< binary / string: ragged u8 [L]
+  image,        ///< binary, or struct{bytes, path}: decoded image
+  categorical,  ///< string: i64 [] codes into `categories`
+  dictionary,   ///< dictionary-encoded string: i64 [] codes into `categories`
+};
+
+struct ArrowColumn {
+  std::string name;
+  arrow::Field field;  ///< as the first file declares it
+  ArrowKind kind = ArrowKind::scalar;
+  DType dtype = DType::i32;
+  std::vector<std::int64_t> inner;      ///< fixed_size_list sizes, outermost first
+  std::size_t per_row = 1;              ///< leaf values a row (scalar) or a list element (list)
+  std::size_t width = 0;                ///< bytes of a leaf value; 0: bit-packed bool
+  std::size_t leaf = 0;                 ///< the leaf array among the column's arrays
+  bool large = false;                   ///< 64-bit offsets
+  std::vector<std::string> categories;  ///< sorted; categorical and dictionary only
+  std::vector<std::uint32_t> lengths;   ///< per sample; list and bytes only
+  std::int64_t max_length = 0;
+  std::size_t dictionary = 0;  ///< dictionary only: its place in ArrowBatch::dictionaries
+};
+
+/// One array of a record batch: its node and buffers (validity first; then offsets and data, or
+/// data), located and checked against what its type needs.
+struct ArrowArray {
+  arrow::Node node;
+  std::array<std::span<const std::byte>, 3> buffers{};
+
+  bool is_valid(std::int64_t row) const noexcept {
+    return node.null_count == 0 ||
+           ((static_cast<unsigned>(buffers[0][static_cast<std::size_t>(row >> 3)]) >> (row & 7)) &
+            1U) != 0;
+  }
+};
+
+/// A record batch made readable: each column's arrays, in pre-order of its type, pointing into
+/// the mapped file or into `owned` (decompressed buffers).
+struct FERRY_HIDDEN ArrowBatchData {
+  std::vector<std::vector<ArrowArray>> columns;
+  std::vector<std::unique_ptr<std::byte[]>> owned;
+  std::size_t owned_bytes = 0;
+};
+std::size_t decoded_bytes(const ArrowBatchData& d) noexcept;
+
+/// A dictionary-encoded column's dictionary in one file, as its versions (a stream may replace
+/// one or add to it between record batches): index -> code (-1: a null value).
+struct ArrowDictionary {
+  std::vector<std::vector<std::string>> values;  ///< per version, as stored (open only)
+  std::vector<std::vector<std::uint8_t>> valid;  ///< per version
+  std::vector<std::vector<std::int64_t>> codes;  ///< per version
+};
+
+struct ArrowFile {
+  std::string name;
+  std::unique_ptr<MappedFile> map;
+  bool file_format = false;
+  std::vector<std::size_t> tops;  ///< per column read: its place among the schema's fields
+  std::vector<arrow::Field> schema;
+  std::vector<ArrowDictionary> dictionaries;  ///< per dictionary column
+};
+
+/// One record batch, at its place among all the rows.
+struct ArrowBatch {
+  std::size_t file = 0;
+  std::size_t number = 0;   ///< among its file's record batches
+  std::size_t message = 0;  ///< among its file's messages (stream format)
+  std::size_t metadata = 0;
+  std::size_t metadata_length = 0;
+  std::size_t body = 0;
+  std::size_t body_length = 0;
+  std::size_t first = 0;  ///< first sample
+  std::size_t rows = 0;
+  std::size_t file_row = 0;                 ///< its first row's place in its file
+  std::vector<std::uint32_t> dictionaries;  ///< per dictionary column: the version in force
+};
+
+struct FERRY_HIDDEN ArrowTable {
+  std::uint64_t id = 0;
+  TableOptions options;
+  std::vector<ArrowFile> files;
+  std::vector<ArrowColumn> columns;
+  std::vector<ArrowBatch> batches;
+  std::vector<std::size_t> starts;  ///< batches' first samples, then size
+  std::size_t size = 0;
+  std::vector<FieldSpec> fields;
+  bool compressed = false;  ///< some record batch compresses its body
+  mutable std::atomic<std::uint64_t> batches_decoded{0};
+  static constexpr std::size_t kDecodedBudget = std::size_t{512} << 20;
+  mutable BasicGroupCache<ArrowBatchData> cache{kDecodedBudget};
+
+  /// Record batch b made readable (arrow_batch.cpp).
+  /// \throws DataError naming the file, the record batch and what is wrong.
+  std::shared_ptr<const ArrowBatchData> decode(std::size_t b) const;
+  /// "ArrowDataset: <file>: record batch <n> (message <m>): ".
+  std::string where(std::size_t b) const;
+};
+
+namespace arrow {
+
+/// The buffers of `batch`, whose body is `body`: views into it, or decompressed into `owned`.
+/// \throws FormatError naming the buffer.
+std::vector<std::span<const std::byte>> body_buffers(
+    const RecordBatch& batch, std::span<const std::byte> body,
+    std::vector<std::unique_ptr<std::byte[]>>& owned, std::size_t& owned_bytes);
+
+/// The arrays of `field` (pre-order of its type) from `batch`'s nodes and buffers at `node` and
+/// `buffer` (advanced past them). `check`: every size and offset a read uses is checked against
+/// what the buffers hold (a column not read is only stepped over). \throws FormatError.
+std::vector<ArrowArray> field_arrays(const Field& field, const RecordBatch& batch,
+                                     const std::vector<std::span<const std::byte>>& buffers,
+                                     std::size_t& node, std::size_t& buffer, std::size_t& variadic,
+                                     bool check);
+
+/// Value `i` of a binary/string array (offsets 32 or 64 bits, checked by field_arrays()).
+std::span<const std::byte> binary_value(const ArrowArray& a, bool large, std::int64_t i);
+/// Offsets [i, i+1] of a list or binary array.
+std::pair<std::int64_t, std::int64_t> offsets_at(const ArrowArray& a, bool large, std::int64_t i);
+
+}  // namespace arrow
+
+/// The categories of dictionary-encoded columns, and each dictionary version's codes
+/// (arrow_scan.cpp).
+void number_dictionaries(ArrowTable& t);
+/// Reads every record batch's ragged and categorical columns: lengths and categories.
+/// \throws DataError as ArrowTable::decode().
+void scan_rows(ArrowTable& t);
+
+/// Opens the files and builds the index (arrow_open.cpp).
+std::unique_ptr<ArrowTable> open_arrow(std::vector<std::filesystem::path> files,
+                                       TableOptions options);
+
+}  // namespace ferry::detail

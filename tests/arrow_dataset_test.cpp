@@ -1,0 +1,584 @@
+// ArrowDataset against files it did not write: tests/table/write_arrow.js writes them with
+// apache-arrow from npm (scripts/setup installs it into tests/table/node_modules), in the stream
+// format (as Hugging Face `datasets` caches tables) and the file format, in record batches of 100
+// rows, uncompressed and LZ4_FRAME / ZSTD compressed. Row r of every table holds values computed
+// from r, which the expected_* functions below compute the same way. The images of the image
+// table are encoded here (TurboJPEG, libspng) and handed to the writer as files.
+
+#include <gtest/gtest.h>
+#include <spng.h>
+#include <turbojpeg.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "datasets/table/arrow_format.hpp"
+#include "expect_error.hpp"
+#include "ferry/ferry.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using ferry::ArrowDataset;
+using ferry::ConfigError;
+using ferry::DataError;
+using ferry::DType;
+using ferry::TableOptions;
+using ferry::testing::expect_error;
+using Bytes = std::vector<std::uint8_t>;
+
+constexpr std::size_t kRows = 250;
+constexpr std::size_t kImages = 130;
+
+const char* const kFruit[] = {"pear", "apple", "fig", "banana", "kiwi"};
+std::string expected_cat(std::size_t r) { return kFruit[(r * 3) % 5]; }
+Bytes expected_bin(std::size_t r) {
+  Bytes v;
+  for (std::size_t k = 0; k < r % 6; ++k)
+    v.push_back(static_cast<std::uint8_t>((r * 31 + k * 7) % 256));
+  return v;
+}
+
+Bytes read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+void write_bytes(const fs::path& p, const Bytes& b) {
+  std::ofstream(p, std::ios::binary)
+      .write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+
+double half(std::uint16_t h) {
+  const int exp = (h >> 10) & 31;
+  const int mant = h & 1023;
+  const double sign = (h & 0x8000) != 0 ? -1.0 : 1.0;
+  if (exp == 31) return mant != 0 ? std::nan("") : sign * INFINITY;
+  if (exp == 0) return sign * std::ldexp(mant, -24);
+  return sign * std::ldexp(1024 + mant, exp - 25);
+}
+
+Bytes pattern(int w, int h, int salt) {
+  Bytes px(static_cast<std::size_t>(w * h * 3));
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        px[static_cast<std::size_t>((y * w + x) * 3 + c)] =
+            static_cast<std::uint8_t>((x * 7 + y * 13 + c * 50 + salt * 29) % 256);
+      }
+    }
+  }
+  return px;
+}
+Bytes encode_jpeg(const Bytes& px, int w, int h) {
+  tjhandle tj = tjInitCompress();
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  EXPECT_EQ(tjCompress2(tj, px.data(), w, 0, h, TJPF_RGB, &buf, &size, TJSAMP_420, 90, 0), 0);
+  Bytes out(buf, buf + size);
+  tjFree(buf);
+  tjDestroy(tj);
+  return out;
+}
+Bytes encode_png(const Bytes& px, int w, int h) {
+  spng_ctx* ctx = spng_ctx_new(SPNG_CTX_ENCODER);
+  spng_set_option(ctx, SPNG_ENCODE_TO_BUFFER, 1);
+  spng_ihdr ihdr{};
+  ihdr.width = static_cast<std::uint32_t>(w);
+  ihdr.height = static_cast<std::uint32_t>(h);
+  ihdr.bit_depth = 8;
+  ihdr.color_type = SPNG_COLOR_TYPE_TRUECOLOR;
+  EXPECT_EQ(spng_set_ihdr(ctx, &ihdr), 0);
+  EXPECT_EQ(spng_encode_image(ctx, px.data(), px.size(), SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE), 0);
+  std::size_t len = 0;
+  int err = 0;
+  auto* buf = static_cast<std::uint8_t*>(spng_get_png_buffer(ctx, &len, &err));
+  Bytes out(buf, buf + len);
+  std::free(buf);
+  spng_ctx_free(ctx);
+  return out;
+}
+
+class ArrowFiles : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const fs::path writer = fs::path(FERRY_SOURCE_DIR) / "tests/table";
+    if (!fs::exists(writer / "node_modules/apache-arrow")) {
+      skip_ = "apache-arrow is not installed (scripts/setup runs npm ci in tests/table)";
+      return;
+    }
+    if (std::system("node --version >/dev/null 2>&1") != 0) {
+      skip_ = "node is not installed";
+      return;
+    }
+    dir_ = fs::temp_directory_path() / ("ferry_arrow_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    // The images: in one folder for the writer, and as ImageFolder's class "a".
+    fs::create_directories(dir_ / "images");
+    fs::create_directories(dir_ / "folder/a");
+    for (std::size_t i = 0; i < kImages; ++i) {
+      const int w = 20 + static_cast<int>(i % 9);
+      const int h = 14 + static_cast<int>(i % 5);
+      const Bytes px = pattern(w, h, static_cast<int>(i));
+      char name[32];
+      std::snprintf(name, sizeof name, "%03zu.%s", i, i % 2 == 0 ? "jpg" : "png");
+      const Bytes encoded = i % 2 == 0 ? encode_jpeg(px, w, h) : encode_png(px, w, h);
+      write_bytes(dir_ / "images" / name, encoded);
+      write_bytes(dir_ / "folder/a" / name, encoded);
+    }
+    const std::string cmd = "node '" + (writer / "write_arrow.js").string() + "' '" +
+                            dir_.string() + "' '" + (dir_ / "images").string() + "' >/dev/null";
+    if (std::system(cmd.c_str()) != 0) skip_ = "write_arrow.js failed: " + cmd;
+  }
+  static void TearDownTestSuite() {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+  void SetUp() override {
+    if (!skip_.empty()) GTEST_SKIP() << skip_;
+    scratch_ = dir_ / ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::create_directories(scratch_);
+  }
+
+  static fs::path file(const std::string& name) { return dir_ / name; }
+
+  static ferry::LoaderOptions loader_options(std::size_t batch, bool shuffle, int workers) {
+    ferry::LoaderOptions lo;
+    lo.batch_size = batch;
+    lo.shuffle = shuffle;
+    lo.seed = 5;
+    lo.workers = workers;
+    lo.autotune = false;
+    lo.device = ferry::Device::cpu();
+    return lo;
+  }
+
+  static std::string skip_;
+  static fs::path dir_;
+  fs::path scratch_;
+};
+std::string ArrowFiles::skip_;
+fs::path ArrowFiles::dir_;
+
+const std::vector<std::string> kEvery = {
+    "b",   "i8",   "i16", "i32",  "i64", "u8",   "u16",  "u32", "u64", "f16",
+    "f32", "f64",  "fsl", "fsl2", "lst", "llst", "lfsl", "lb",  "s",   "ls",
+    "bin", "lbin", "d",   "d8",   "nf",  "nf32", "nf16", "ns",  "nd"};
+
+TableOptions every_readable_column() {
+  TableOptions o;
+  o.columns = kEvery;
+  o.categorical = {"s", "ns"};
+  o.missing = ferry::Missing::nan;
+  return o;
+}
+
+template <class T>
+T at(const ferry::Tensor& t, std::size_t j) {
+  return static_cast<const T*>(t.data())[j];
+}
+
+/// Sample j's values of a field (ragged: its length's rows; fixed: all), as T.
+template <class T>
+std::vector<T> values(const ferry::Batch& b, const std::string& name, std::size_t j, bool ragged) {
+  const ferry::Tensor& t = b[name];
+  std::size_t stride = 1;
+  for (std::size_t d = 1; d < t.shape().size(); ++d)
+    stride *= static_cast<std::size_t>(t.shape()[d]);
+  std::size_t n = stride;
+  if (ragged) {
+    const std::size_t inner =
+        t.shape().size() > 2 ? stride / static_cast<std::size_t>(t.shape()[1]) : 1;
+    n = static_cast<std::size_t>(at<std::int64_t>(b.lengths(name), j)) * inner;
+  }
+  const auto* data = static_cast<const T*>(t.data());
+  return {data + j * stride, data + j * stride + n};
+}
+
+std::int64_t code_of(const std::vector<std::string>& cats, const std::string& v) {
+  const auto it = std::find(cats.begin(), cats.end(), v);
+  EXPECT_NE(it, cats.end()) << v;
+  return it - cats.begin();
+}
+
+/// Checks every value of every sample delivered in an epoch, and that each sample comes once.
+void expect_all_rows(const std::shared_ptr<ArrowDataset>& ds, const ferry::LoaderOptions& lo,
+                     const std::string& what) {
+  const std::vector<std::string> fruit = {"apple", "banana", "fig", "kiwi", "pear"};
+  ASSERT_EQ(ds->categories("s"), fruit) << what;
+  ASSERT_EQ(ds->categories("ns"), fruit) << what;
+  ASSERT_EQ(ds->categories("d"), fruit) << what;
+  ASSERT_EQ(ds->categories("nd"), fruit) << what;
+  ASSERT_EQ(ds->categories("d8"), (std::vector<std::string>{"apple", "fig", "pear"})) << what;
+  ferry::Loader loader(ds, lo);
+  std::set<std::uint64_t> seen;
+  std::vector<std::uint64_t> order;
+  for (const ferry::Batch& b : loader.epoch(0)) {
+    for (std::size_t j = 0; j < b.size(); ++j) {
+      const std::uint64_t r = b.indices()[j];
+      const auto ri = static_cast<std::int64_t>(r);
+      order.push_back(r);
+      ASSERT_TRUE(seen.insert(r).second) << what << ": row " << r << " twice";
+      SCOPED_TRACE(what + ", row " + std::to_string(r));
+      EXPECT_EQ(at<std::uint8_t>(b["b"], j), r % 3 == 0 ? 1 : 0);
+      EXPECT_EQ(at<std::int8_t>(b["i8"], j), static_cast<std::int8_t>(((r * 37) % 256) - 128));
+      EXPECT_EQ(at<std::int16_t>(b["i16"], j), static_cast<std::int16_t>(ri * 100 - 20000));
+      EXPECT_EQ(at<std::int32_t>(b["i32"], j), static_cast<std::int32_t>(ri * 100000 - 2000000000));
+      EXPECT_EQ(at<std::int64_t>(b["i64"], j), ri * 123456789012LL - 3000000000000LL);
+      EXPECT_EQ(at<std::uint8_t>(b["u8"], j), (r * 11) % 256);
+      EXPECT_EQ(at<std::uint16_t>(b["u16"], j), 65535 - r * 7);
+      EXPECT_EQ(at<std::uint32_t>(b["u32"], j), 4294967295U - r * 1000);
+      EXPECT_EQ(at<std::uint64_t>(b["u64"], j), std::numeric_limits<std::uint64_t>::max() - r * 3);
+      EXPECT_EQ(half(at<std::uint16_t>(b["f16"], j)), static_cast<double>(r) * 0.25 - 8);
+      EXPECT_EQ(at<float>(b["f32"], j), static_cast<float>(r) * 0.5F - 3.0F);
+      EXPECT_EQ(at<double>(b["f64"], j), static_cast<double>(r) * 0.25 + 1e10);
+      const auto rf = static_cast<float>(r);
+      EXPECT_EQ(values<float>(b, "fsl", j, false), (std::vector<float>{rf, rf + 0.5F, -rf}));
+      const auto rs = static_cast<std::int16_t>(r);
+      EXPECT_EQ(values<std::int16_t>(b, "fsl2", j, false),
+                (std::vector<std::int16_t>{rs, static_cast<std::int16_t>(rs + 1),
+                                           static_cast<std::int16_t>(rs + 2),
+                                           static_cast<std::int16_t>(-rs)}));
+      std::vector<std::int32_t> lst;
+      std::vector<std::int64_t> llst;
+      std::vector<double> lfsl;
+      std::vector<std::uint8_t> lb;
+      for (std::int64_t k = 0; k < ri % 4; ++k)
+        lst.push_back(static_cast<std::int32_t>(ri * 10 + k));
+      for (std::int64_t k = 0; k < ri % 3; ++k) {
+        llst.push_back(ri * 1000 + k);
+        lfsl.push_back(static_cast<double>(ri + k));
+        lfsl.push_back(-static_cast<double>(ri + k));
+      }
+      for (std::int64_t k = 0; k < ri % 5; ++k) lb.push_back((ri + k) % 2 == 0 ? 1 : 0);
+      EXPECT_EQ(values<std::int32_t>(b, "lst", j, true), lst);
+      EXPECT_EQ(values<std::int64_t>(b, "llst", j, true), llst);
+      EXPECT_EQ(values<double>(b, "lfsl", j, true), lfsl);
+      EXPECT_EQ(values<std::uint8_t>(b, "lb", j, true), lb);
+      EXPECT_EQ(at<std::int64_t>(b["s"], j), code_of(fruit, expected_cat(r)));
+      const std::string ls = expected_cat(r) + std::to_string(r);
+      EXPECT_EQ(values<std::uint8_t>(b, "ls", j, true), Bytes(ls.begin(), ls.end()));
+      EXPECT_EQ(values<std::uint8_t>(b, "bin", j, true), expected_bin(r));
+      EXPECT_EQ(values<std::uint8_t>(b, "lbin", j, true), expected_bin(r));
+      EXPECT_EQ(at<std::int64_t>(b["d"], j), code_of(fruit, expected_cat(r)));
+      EXPECT_EQ(at<std::int64_t>(b["d8"], j), code_of({"apple", "fig", "pear"}, kFruit[r % 3]));
+      const bool n4 = r % 4 == 1;
+      if (n4) {
+        EXPECT_TRUE(std::isnan(at<double>(b["nf"], j)));
+        EXPECT_TRUE(std::isnan(at<float>(b["nf32"], j)));
+        EXPECT_TRUE(std::isnan(half(at<std::uint16_t>(b["nf16"], j))));
+      } else {
+        EXPECT_EQ(at<double>(b["nf"], j), static_cast<double>(r) * 1.5);
+        EXPECT_EQ(at<float>(b["nf32"], j), static_cast<float>(r) * 0.5F);
+        EXPECT_EQ(half(at<std::uint16_t>(b["nf16"], j)), static_cast<double>(r) * 0.5);
+      }
+      const std::int64_t want = r % 7 == 2 ? -1 : code_of(fruit, expected_cat(r));
+      EXPECT_EQ(at<std::int64_t>(b["ns"], j), want);
+      EXPECT_EQ(at<std::int64_t>(b["nd"], j), want);
+    }
+  }
+  EXPECT_EQ(seen.size(), kRows) << what;
+  if (!lo.shuffle) {
+    for (std::size_t i = 0; i < order.size(); ++i) ASSERT_EQ(order[i], i) << what;
+  }
+}
+
+TEST_F(ArrowFiles, EveryTypeInEveryFormatAndCompressionDeliversEveryValue) {
+  for (const std::string name : {"all.arrow", "all_file.arrow", "all_lz4.arrow", "all_zstd.arrow",
+                                 "all_file_lz4.arrow", "dict_replaced.arrow"}) {
+    const auto ds = ArrowDataset::open({file(name)}, every_readable_column());
+    ASSERT_EQ(ds->size(), kRows) << name;
+    EXPECT_EQ(ds->num_record_batches(), 3U) << name;
+    const auto starts = ds->shard_starts();
+    EXPECT_EQ(std::vector<std::size_t>(starts.begin(), starts.end()),
+              (std::vector<std::size_t>{0, 100, 200, 250}));
+    const auto fields = ds->fields();
+    ASSERT_EQ(fields.size(), kEvery.size());
+    using S = std::vector<std::int64_t>;
+    const auto R = ferry::ragged;
+    const std::vector<std::pair<DType, S>> want = {
+        {DType::u8, {}},      {DType::i8, {}},      {DType::i16, {}},  {DType::i32, {}},
+        {DType::i64, {}},     {DType::u8, {}},      {DType::u16, {}},  {DType::u32, {}},
+        {DType::u64, {}},     {DType::f16, {}},     {DType::f32, {}},  {DType::f64, {}},
+        {DType::f32, {3}},    {DType::i16, {2, 2}}, {DType::i32, {R}}, {DType::i64, {R}},
+        {DType::f64, {R, 2}}, {DType::u8, {R}},     {DType::i64, {}},  {DType::u8, {R}},
+        {DType::u8, {R}},     {DType::u8, {R}},     {DType::i64, {}},  {DType::i64, {}},
+        {DType::f64, {}},     {DType::f32, {}},     {DType::f16, {}},  {DType::i64, {}},
+        {DType::i64, {}}};
+    for (std::size_t f = 0; f < fields.size(); ++f) {
+      EXPECT_EQ(fields[f].name, kEvery[f]);
+      EXPECT_EQ(fields[f].dtype, want[f].first) << fields[f].name;
+      EXPECT_EQ(fields[f].shape, want[f].second) << fields[f].name;
+    }
+    EXPECT_EQ(ds->max_length(14), 3);  // lst
+    EXPECT_EQ(ds->max_length(20), 5);  // bin
+    expect_all_rows(ds, loader_options(7, true, 2), name);
+    expect_all_rows(ds, loader_options(16, false, 1), name + " in order");
+  }
+}
+
+TEST_F(ArrowFiles, SeveralFilesAreOneTableInOrder) {
+  const auto ds = ArrowDataset::open(
+      {file("part0.arrow"), file("part1.arrow"), file("part2.arrow")}, every_readable_column());
+  ASSERT_EQ(ds->size(), kRows);
+  const auto starts = ds->shard_starts();
+  EXPECT_EQ(std::vector<std::size_t>(starts.begin(), starts.end()),
+            (std::vector<std::size_t>{0, 100, 120, 220, 250}));
+  expect_all_rows(ds, loader_options(9, true, 3), "three files");
+  expect_all_rows(ds, loader_options(10, false, 2), "three files in order");
+}
+
+TEST_F(ArrowFiles, ACompressedBatchIsDecompressedOncePerReadOfIt) {
+  TableOptions o;
+  o.columns = {"i32", "f64", "fsl"};
+  const auto ds = ArrowDataset::open({file("all_lz4.arrow")}, o);
+  EXPECT_EQ(ds->batches_decoded(), 0U);  // nothing ragged or categorical to scan at open
+  for (const bool shuffle : {false, true}) {
+    ferry::Loader loader(ds, loader_options(6, shuffle, 3));
+    std::size_t n = 0;
+    for (const ferry::Batch& b : loader.epoch(shuffle ? 4 : 0)) {
+      for (std::size_t j = 0; j < b.size(); ++j) {
+        const auto r = static_cast<std::int64_t>(b.indices()[j]);
+        EXPECT_EQ(at<std::int32_t>(b["i32"], j),
+                  static_cast<std::int32_t>(r * 100000 - 2000000000));
+        ++n;
+      }
+    }
+    EXPECT_EQ(n, kRows);
+  }
+  EXPECT_EQ(ds->batches_decoded(), 3U);  // all three stay in the cache
+}
+
+TEST_F(ArrowFiles, NullsUnderEachMissing) {
+  TableOptions o;
+  o.columns = {"nf"};
+  const auto strict = ArrowDataset::open({file("all.arrow")}, o);
+  ferry::Loader loader(strict, loader_options(4, false, 1));
+  expect_error<DataError>(
+      [&] {
+        for (const ferry::Batch& b : loader.epoch(0)) (void)b;
+      },
+      {"ArrowDataset", "all.arrow", "row 1", "\"nf\"", "a null", "Missing::error"});
+  o.columns = {"ni"};
+  o.missing = ferry::Missing::nan;
+  const auto ints = ArrowDataset::open({file("all_file.arrow")}, o);
+  ferry::Loader l2(ints, loader_options(4, false, 1));
+  expect_error<DataError>(
+      [&] {
+        for (const ferry::Batch& b : l2.epoch(0)) (void)b;
+      },
+      {"all_file.arrow", "row 3", "\"ni\"", "only in float and categorical"});
+  o.columns = {"nd"};
+  o.missing = ferry::Missing::error;
+  const auto dict = ArrowDataset::open({file("all_zstd.arrow")}, o);
+  ferry::Loader l3(dict, loader_options(4, false, 1));
+  expect_error<DataError>(
+      [&] {
+        for (const ferry::Batch& b : l3.epoch(0)) (void)b;
+      },
+      {"all_zstd.arrow", "row 2", "\"nd\"", "a null"});
+}
+
+TEST_F(ArrowFiles, ANullInsideAListIsADataErrorForItsRowOnly) {
+  TableOptions o;
+  o.columns = {"ln"};
+  o.missing = ferry::Missing::nan;
+  const auto ds = ArrowDataset::open({file("all.arrow")}, o);
+  ferry::Loader first(ds, loader_options(3, false, 1));
+  auto epoch = first.epoch(0);
+  auto it = epoch.begin();
+  EXPECT_EQ(values<std::int32_t>(*it, "ln", 2, true), std::vector<std::int32_t>{2});
+  expect_error<DataError>([&] { ++it; }, {"all.arrow", "row 3", "\"ln\"", "a null inside"});
+}
+
+TEST_F(ArrowFiles, TheLegacyFramingWithoutContinuationMarkers) {
+  // all.arrow's messages re-framed as writers before Arrow 0.15 framed them: the metadata's
+  // length alone, without the 0xFFFFFFFF before it.
+  const Bytes in = read_bytes(file("all.arrow"));
+  Bytes out;
+  const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(in.data()), in.size());
+  std::size_t at = 0;
+  std::size_t messages = 0;
+  for (;;) {
+    const auto frame = ferry::detail::arrow::read_frame(bytes, at);
+    if (frame.end) break;
+    ASSERT_EQ(frame.metadata, at + 8);
+    out.insert(out.end(), in.begin() + static_cast<std::ptrdiff_t>(at + 4),
+               in.begin() + static_cast<std::ptrdiff_t>(frame.next));
+    at = frame.next;
+    ++messages;
+  }
+  EXPECT_GT(messages, 4U);
+  out.insert(out.end(), 4, 0);  // the end: a length of 0
+  const fs::path legacy = scratch_ / "legacy.arrow";
+  write_bytes(legacy, out);
+  const auto ds = ArrowDataset::open({legacy}, every_readable_column());
+  ASSERT_EQ(ds->size(), kRows);
+  expect_all_rows(ds, loader_options(11, true, 2), "legacy framing");
+}
+
+TEST_F(ArrowFiles, ADictionaryDeltaAddsToTheDictionary) {
+  // The second batch's dictionary is the first's and two more values, sent as a delta.
+  for (const std::string name : {"dict_delta.arrow", "dict_delta_file.arrow"}) {
+    const auto ds = ArrowDataset::open({file(name)});
+    const std::vector<std::string> cats = {"apple", "fig", "kiwi", "pear"};
+    ASSERT_EQ(ds->categories("dd"), cats) << name;
+    ferry::Loader loader(ds, loader_options(6, false, 1));
+    std::vector<std::string> got;
+    for (const ferry::Batch& b : loader.epoch(0)) {
+      for (std::size_t j = 0; j < b.size(); ++j) {
+        got.push_back(cats[static_cast<std::size_t>(at<std::int64_t>(b["dd"], j))]);
+      }
+    }
+    EXPECT_EQ(got, (std::vector<std::string>{"pear", "apple", "pear", "fig", "kiwi", "apple"}))
+        << name;
+  }
+}
+
+TEST_F(ArrowFiles, ImagesDecodeAsImageFolderDoes) {
+  TableOptions o;
+  o.columns = {"image", "raw", "label"};
+  o.images = {"image", "raw"};
+  o.image.height = 12;
+  o.image.width = 10;
+  const auto ds = ArrowDataset::open({file("images.arrow")}, o);
+  ASSERT_EQ(ds->size(), kImages);
+  EXPECT_EQ(ds->num_record_batches(), 2U);
+  ASSERT_EQ(ds->fields()[0], ferry::image_field(o.image, "image"));
+  const auto folder = ferry::ImageFolder::open(dir_ / "folder", o.image);
+  ASSERT_EQ(folder->size(), kImages);
+  ferry::Loader a(ds, loader_options(16, false, 2));
+  ferry::Loader f(folder, loader_options(16, false, 2));
+  auto ea = a.epoch(0);
+  auto fa = ea.begin();
+  std::size_t n = 0;
+  for (const ferry::Batch& want : f.epoch(0)) {
+    const ferry::Batch& got = *fa;
+    ASSERT_EQ(got.size(), want.size());
+    const std::size_t bytes = got["image"].nbytes();
+    ASSERT_EQ(bytes, want["image"].nbytes());
+    EXPECT_EQ(
+        std::memcmp(got["image"].data<std::uint8_t>(), want["image"].data<std::uint8_t>(), bytes),
+        0);
+    EXPECT_EQ(
+        std::memcmp(got["raw"].data<std::uint8_t>(), want["image"].data<std::uint8_t>(), bytes), 0);
+    for (std::size_t j = 0; j < got.size(); ++j) {
+      EXPECT_EQ(at<std::int64_t>(got["label"], j), static_cast<std::int64_t>((n + j) % 7));
+    }
+    n += got.size();
+    ++fa;
+  }
+  EXPECT_EQ(n, kImages);
+}
+
+TEST_F(ArrowFiles, ConfigErrorsNameTheColumnAndType) {
+  TableOptions o;
+  o.columns = {"i32", "ts"};
+  expect_error<ConfigError>([&] { ArrowDataset::open({file("all.arrow")}, o); },
+                            {"\"ts\"", "timestamp", "does not read"});
+  o.columns = {"nope"};
+  expect_error<ConfigError>([&] { ArrowDataset::open({file("all.arrow")}, o); },
+                            {"no column", "\"nope\""});
+  o.columns = {"i32"};
+  o.categorical = {"i32"};
+  expect_error<ConfigError>([&] { ArrowDataset::open({file("all.arrow")}, o); },
+                            {"\"i32\"", "not text"});
+  o.categorical.clear();
+  o.images = {"i32"};
+  expect_error<ConfigError>([&] { ArrowDataset::open({file("all.arrow")}, o); },
+                            {"\"i32\"", "not an image"});
+  expect_error<ConfigError>([&] { ArrowDataset::open({"https://example.com/x.arrow"}); },
+                            {"not read yet"});
+  o.images.clear();
+  o.columns = {"label"};
+  expect_error<ConfigError>(
+      [&] {
+        ArrowDataset::open({file("images.arrow"), file("all.arrow")}, o);
+      },
+      {"all.arrow", "no column", "\"label\""});
+  o.columns = {"d", "i8"};
+  const auto ds = ArrowDataset::open({file("all.arrow")}, o);
+  expect_error<ConfigError>([&] { (void)ds->categories("i8"); }, {"i8"});
+}
+
+TEST_F(ArrowFiles, TruncatedAndCorruptFilesGiveDataErrorsNamingTheFile) {
+  const Bytes stream = read_bytes(file("all.arrow"));
+  const Bytes footer = read_bytes(file("all_file.arrow"));
+  const fs::path cut = scratch_ / "cut.arrow";
+  TableOptions i32;
+  i32.columns = {"i32"};
+  write_bytes(
+      cut, Bytes(stream.begin(), stream.begin() + static_cast<std::ptrdiff_t>(stream.size() / 2)));
+  expect_error<DataError>([&] { ArrowDataset::open({cut}, i32); },
+                          {"cut.arrow", "message", "truncated"});
+  write_bytes(cut, Bytes(footer.begin(), footer.end() - 3));
+  expect_error<DataError>([&] { ArrowDataset::open({cut}, i32); }, {"cut.arrow", "footer"});
+  Bytes f2 = footer;
+  f2[f2.size() - 8] = 0x7f;  // the footer's length
+  write_bytes(cut, f2);
+  expect_error<DataError>([&] { ArrowDataset::open({cut}, i32); }, {"cut.arrow", "footer"});
+  write_bytes(cut, Bytes{'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o', 'r', 'l', 'd'});
+  expect_error<DataError>([&] { ArrowDataset::open({cut}, i32); }, {"cut.arrow", "message 0"});
+
+  // Every byte of a small file changed in turn, and the file cut at every length: an error
+  // naming the file, or rows read, never a crash.
+  const Bytes part = read_bytes(file("part2.arrow"));
+  TableOptions o = every_readable_column();
+  std::size_t errors = 0;
+  std::size_t tries = 0;
+  for (std::size_t i = 0; i < part.size() + part.size(); i += 3) {
+    ++tries;
+    Bytes bad = part;
+    if (i < part.size()) {
+      bad[i] ^= 0xa5;
+    } else {
+      bad.resize(i - part.size());
+    }
+    write_bytes(cut, bad);
+    try {
+      const auto ds = ArrowDataset::open({cut}, o);
+      ferry::Loader loader(ds, loader_options(8, false, 1));
+      for (const ferry::Batch& b : loader.epoch(0)) (void)b;
+    } catch (const DataError& e) {
+      ++errors;
+      EXPECT_NE(std::string(e.what()).find("cut.arrow"), std::string::npos) << e.what();
+    } catch (const ConfigError& e) {
+      ++errors;  // a schema changed into a type not read, or a column renamed
+    }
+  }
+  EXPECT_GT(errors, tries / 2);  // a changed value byte, or a cut between messages, reads
+}
+
+TEST_F(ArrowFiles, ACorruptCompressedBufferIsADataErrorWhenItsBatchIsRead) {
+  Bytes lz4 = read_bytes(file("all_lz4.arrow"));
+  // The LZ4 frames' magic numbers, each broken: the record batches' buffers no longer decode.
+  const Bytes magic = {0x04, 0x22, 0x4d, 0x18};
+  std::size_t broken = 0;
+  for (auto it = lz4.begin();
+       (it = std::search(it, lz4.end(), magic.begin(), magic.end())) != lz4.end();) {
+    *it = 0x05;
+    ++broken;
+  }
+  ASSERT_GT(broken, 10U);
+  const fs::path bad = scratch_ / "bad_lz4.arrow";
+  write_bytes(bad, lz4);
+  TableOptions o;
+  o.columns = {"i32", "f64", "i64", "u64", "fsl", "f32"};
+  expect_error<DataError>(
+      [&] {
+        const auto ds = ArrowDataset::open({bad}, o);
+        ferry::Loader loader(ds, loader_options(8, false, 1));
+        for (const ferry::Batch& b : loader.epoch(0)) (void)b;
+      },
+      {"bad_lz4.arrow", "record batch 0", "buffer", "LZ4"});
+}
+
+}  // namespace

@@ -1,0 +1,86 @@
+# ferry.ArrowDataset from Python, on Arrow IPC files written by an independent writer
+# (tests/table/write_arrow.js: apache-arrow from npm, which scripts/setup installs); skipped,
+# saying so, where that writer is not installed.
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WRITER = os.path.join(HERE, "..", "table")
+FRUIT = ["pear", "apple", "fig", "banana", "kiwi"]
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory):
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed")
+    if not os.path.isdir(os.path.join(WRITER, "node_modules", "apache-arrow")):
+        pytest.skip("apache-arrow is not installed (scripts/setup runs npm ci in tests/table)")
+    out = tmp_path_factory.mktemp("arrow")
+    subprocess.run(["node", os.path.join(WRITER, "write_arrow.js"), str(out)], check=True,
+                   stdout=subprocess.DEVNULL)
+    return out
+
+
+@pytest.mark.parametrize("name", ["all.arrow", "all_file.arrow", "all_lz4.arrow", "all_zstd.arrow"])
+def test_arrow_columns_arrive_as_typed_fields(ferry, tables, name):
+    ds = ferry.ArrowDataset(tables / name, ["i8", "u64", "f16", "fsl", "lst", "s", "d", "bin", "nf"],
+                            categorical=["s"], missing="nan")
+    assert len(ds) == 250
+    assert ds.num_record_batches == 3
+    assert ds.fields == [("i8", "i8", ()), ("u64", "u64", ()), ("f16", "f16", ()),
+                         ("fsl", "f32", (3,)), ("lst", "i32", (None,)), ("s", "i64", ()),
+                         ("d", "i64", ()), ("bin", "u8", (None,)), ("nf", "f64", ())]
+    cats = ds.categories("s")
+    assert cats == sorted(FRUIT)
+    assert ds.categories("d") == cats
+    loader = ferry.Loader(ds, batch_size=8, shuffle=True, seed=3, device="cpu")
+    seen = []
+    for b in loader.epoch(0):
+        r = b.indices
+        seen.extend(r.tolist())
+        i8 = b["i8"].numpy()
+        assert i8.dtype == np.int8
+        np.testing.assert_array_equal(i8, ((r * 37) % 256 - 128).astype(np.int8))
+        np.testing.assert_array_equal(b["u64"].numpy(),
+                                      np.uint64(2**64 - 1) - (r * 3).astype(np.uint64))
+        f16 = b["f16"].numpy()
+        assert f16.dtype == np.float16
+        np.testing.assert_array_equal(f16, (r * 0.25 - 8).astype(np.float16))
+        fsl = b["fsl"].numpy()
+        np.testing.assert_array_equal(fsl, np.stack([r, r + 0.5, -r], axis=1).astype(np.float32))
+        assert [cats[c] for c in b["s"].numpy()] == [FRUIT[(i * 3) % 5] for i in r]
+        assert [cats[c] for c in b["d"].numpy()] == [FRUIT[(i * 3) % 5] for i in r]
+        lst, lst_len = b["lst"].numpy(), b.lengths("lst").numpy()
+        bins, bin_len = b["bin"].numpy(), b.lengths("bin").numpy()
+        nf = b["nf"].numpy()
+        for j, i in enumerate(r):
+            assert lst_len[j] == i % 4
+            np.testing.assert_array_equal(lst[j, : lst_len[j]], [i * 10 + k for k in range(i % 4)])
+            assert bin_len[j] == i % 6
+            np.testing.assert_array_equal(bins[j, : bin_len[j]],
+                                          [(i * 31 + k * 7) % 256 for k in range(i % 6)])
+            if i % 4 == 1:
+                assert np.isnan(nf[j])
+            else:
+                assert nf[j] == i * 1.5
+    assert sorted(seen) == list(range(250))
+
+
+def test_arrow_errors_name_the_column_and_the_file(ferry, tables):
+    with pytest.raises(ferry.ConfigError, match='"ts".*timestamp'):
+        ferry.ArrowDataset(tables / "all.arrow", ["ts"])
+    with pytest.raises(ferry.ConfigError, match="missing"):
+        ferry.ArrowDataset(tables / "all.arrow", ["nf"], missing="zero")
+    ds = ferry.ArrowDataset(tables / "all.arrow", ["nf"])
+    loader = ferry.Loader(ds, batch_size=4, device="cpu")
+    with pytest.raises(ferry.DataError, match='all.arrow: row 1, column "nf"'):
+        for _ in loader.epoch(0):
+            pass
+    bad = tables / "cut.arrow"
+    bad.write_bytes((tables / "all.arrow").read_bytes()[:5000])
+    with pytest.raises(ferry.DataError, match="cut.arrow: message"):
+        ferry.ArrowDataset(bad, ["i32"])
