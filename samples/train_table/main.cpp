@@ -1,14 +1,16 @@
 // train_table: trains a classifier on a table in a Parquet file (Hugging Face's shards, pandas'
-// to_parquet, Spark, DuckDB), a label column, numeric feature columns and, if asked, columns of
-// text read as categories, with batches from ferry.
+// to_parquet, Spark, DuckDB) or an Arrow IPC file (`.arrow`: Hugging Face datasets' cache files),
+// a label column, numeric feature columns and, if asked, columns of text read as categories,
+// with batches from ferry.
 //
-//   train_table --train a.parquet [--test b.parquet | --test-fraction F] [--label NAME]
+//   train_table --train a.parquet|a.arrow [--test b.parquet | --test-fraction F] [--label NAME]
 //               [--categorical A,B,...] [--missing nan] [--epochs N] [--batch N] [--lr X]
 //               [--hidden N] [--seed S] [--device cpu|cuda]
 //
 // It is train_csv for tables: the same model (../common/mlp.hpp), the same split of rows
 // (../common/rows.hpp) and the same inputs, so the same table as CSV and as Parquet gives the same
-// accuracy to the last digit. ParquetDataset makes each column a field: every numeric column
+// accuracy to the last digit. ParquetDataset (ArrowDataset for a file named .arrow, .feather or
+// .ipc) makes each column a field: every numeric column
 // but the label is a feature (any integer or float type, converted to f32 with Tensor::to), each
 // --categorical column of text an i64 field of codes (its distinct texts numbered in sorted
 // byte order), shown to the model one-hot with one more input for a text the training file
@@ -17,7 +19,7 @@
 // the mean, and a null text is all zeros; without it a null is an error naming the file, row and
 // column.
 //
-// Unlike CsvDataset, a ParquetDataset does not hold the table in memory: the feature columns'
+// Unlike CsvDataset, a table dataset does not hold the table in memory: the feature columns'
 // means and deviations come from one pass of a Loader over the training rows before training.
 
 #include <algorithm>
@@ -28,6 +30,7 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <stdexcept>
@@ -64,29 +67,58 @@ struct Options {
 
 // A table file's columns, sorted into features, categorical columns and the label.
 struct Table {
-  std::shared_ptr<ferry::ParquetDataset> file;
+  std::shared_ptr<const ferry::Dataset> file;
+  // The categories of a categorical column (ParquetDataset's or ArrowDataset's).
+  std::function<const std::vector<std::string>&(const std::string&)> categories;
+  std::string format;                    // "Parquet" or "Arrow"
+  std::size_t parts;                     // row groups or record batches
   std::vector<std::string> features;     // numeric columns, in the file's order
-  std::vector<std::string> categorical;  // --categorical, in the file's order
+  std::vector<std::string> categorical;  // --categorical, in its order
   bool text_label = false;
 };
+
+// The file as a dataset, by its name: Arrow IPC for .arrow, .feather and .ipc, else Parquet.
+template <typename Format>
+Table as_table(std::shared_ptr<Format> file, std::string format, std::size_t parts) {
+  return Table{file,
+               [file](const std::string& column) -> const std::vector<std::string>& {
+                 return file->categories(column);
+               },
+               std::move(format),
+               parts,
+               {},
+               {},
+               false};
+}
+
+Table open_file(const std::filesystem::path& path, const ferry::TableOptions& table) {
+  const std::string ext = path.extension().string();
+  if (ext == ".arrow" || ext == ".feather" || ext == ".ipc") {
+    auto file = ferry::ArrowDataset::open({path}, table);
+    return as_table(file, "Arrow", file->num_record_batches());
+  }
+  auto file = ferry::ParquetDataset::open({path}, table);
+  return as_table(file, "Parquet", file->num_row_groups());
+}
 
 Table open_table(const std::filesystem::path& path, const Options& options) {
   ferry::TableOptions table;
   table.categorical = options.categorical;
   if (options.missing_nan) table.missing = ferry::Missing::nan;
-  auto file = ferry::ParquetDataset::open({path}, table);
+  Table out = open_file(path, table);
   // A label of text (a ragged field of bytes) is read as categories too: open again so.
   bool text_label = false;
-  for (const ferry::FieldSpec& field : file->fields()) {
+  for (const ferry::FieldSpec& field : out.file->fields()) {
     if (field.name == options.label && !field.shape.empty()) text_label = true;
   }
   if (text_label) {
     table.categorical.push_back(options.label);
-    file = ferry::ParquetDataset::open({path}, table);
+    out = open_file(path, table);
   }
-  Table out{file, {}, options.categorical, text_label};  // one-hot in --categorical's order
+  out.categorical = options.categorical;  // one-hot in --categorical's order
+  out.text_label = text_label;
   bool has_label = false;
-  for (const ferry::FieldSpec& field : file->fields()) {
+  for (const ferry::FieldSpec& field : out.file->fields()) {
     const bool categorical = std::find(options.categorical.begin(), options.categorical.end(),
                                        field.name) != options.categorical.end();
     if (field.name == options.label) {
@@ -151,7 +183,7 @@ class Inputs {
     }
     width_ = n;
     for (const std::string& name : table.categorical) {
-      categorical_.push_back({name, table.file->categories(name).size() + 1});
+      categorical_.push_back({name, table.categories(name).size() + 1});
       width_ += categorical_.back().width;
     }
   }
@@ -200,9 +232,8 @@ class Inputs {
 
 // Code i of `column` in `from` as a code of `train`: the index of the same text there, or
 // `unknown` where the training file lacks it.
-std::vector<std::int64_t> map_codes(const ferry::ParquetDataset& train,
-                                    const ferry::ParquetDataset& from, const std::string& column,
-                                    std::int64_t unknown) {
+std::vector<std::int64_t> map_codes(const Table& train, const Table& from,
+                                    const std::string& column, std::int64_t unknown) {
   const std::vector<std::string>& known = train.categories(column);
   std::vector<std::int64_t> to_train;
   for (const std::string& text : from.categories(column)) {
@@ -216,7 +247,7 @@ std::vector<std::int64_t> map_codes(const ferry::ParquetDataset& train,
 // over the training rows.
 std::size_t count_classes(const Table& table, const Options& options,
                           std::shared_ptr<const ferry::Dataset> rows) {
-  if (table.text_label) return table.file->categories(options.label).size();
+  if (table.text_label) return table.categories(options.label).size();
   ferry::LoaderOptions in_order;
   in_order.batch_size = 1024;
   in_order.device = ferry::Device::cpu();
@@ -255,8 +286,9 @@ constexpr const char* kUsage =
     "usage: train_table --train FILE [--test FILE | --test-fraction F] [--label NAME]\n"
     "                   [--categorical A,B,...] [--missing nan] [--epochs N] [--batch N]\n"
     "                   [--lr X] [--hidden N] [--seed S] [--device cpu|cuda|cuda:N]\n"
-    "  --train FILE       Parquet file to train on (a label column, numeric features)\n"
-    "  --test FILE        Parquet file to measure accuracy on, with the same columns\n"
+    "  --train FILE       Parquet or Arrow (.arrow) file to train on (a label column,\n"
+    "                     numeric features)\n"
+    "  --test FILE        file to measure accuracy on, with the same columns\n"
     "  --test-fraction F  without --test: hold out this fraction of the training rows\n"
     "                     (default 0.1)\n"
     "  --label NAME       the label column (default \"label\"): integers or text\n"
@@ -327,7 +359,7 @@ int train(const Options& options) {
   std::shared_ptr<const ferry::Dataset> train_set = train_file, test_set;
   std::vector<std::vector<std::int64_t>> train_codes, test_codes;
   for (const std::string& name : train_table.categorical) {
-    std::vector<std::int64_t> same(train_table.file->categories(name).size());
+    std::vector<std::int64_t> same(train_table.categories(name).size());
     std::iota(same.begin(), same.end(), std::int64_t{0});
     train_codes.push_back(same);
   }
@@ -342,16 +374,15 @@ int train(const Options& options) {
     }
     test_codes.clear();
     for (const std::string& name : train_table.categorical) {
-      const auto unknown =
-          static_cast<std::int64_t>(train_table.file->categories(name).size());  // V
-      test_codes.push_back(map_codes(*train_table.file, *test_table.file, name, unknown));
+      const auto unknown = static_cast<std::int64_t>(train_table.categories(name).size());  // V
+      test_codes.push_back(map_codes(train_table, test_table, name, unknown));
     }
     if (train_table.text_label) {
-      test_classes = map_codes(*train_table.file, *test_table.file, options.label, -1);
+      test_classes = map_codes(train_table, test_table, options.label, -1);
       for (std::size_t i = 0; i < test_classes.size(); ++i) {
         if (test_classes[i] < 0) {
           throw std::runtime_error("the test file's class '" +
-                                   test_table.file->categories(options.label)[i] +
+                                   test_table.categories(options.label)[i] +
                                    "' does not occur in the training file");
         }
       }
@@ -388,13 +419,14 @@ int train(const Options& options) {
 
   std::printf(
       "ferry %s on %s: %zu training and %zu test rows of %zu numeric features and %zu "
-      "categorical, %zu classes (Parquet opened and read once in %.2f s, %zu row groups)\n",
+      "categorical, %zu classes (%s opened and read once in %.2f s, %zu %s)\n",
       ferry::kVersion, options.device.str().c_str(), train_set->size(), test_set->size(),
-      train_table.features.size(), train_table.categorical.size(), classes, read_seconds,
-      train_table.file->num_row_groups());
+      train_table.features.size(), train_table.categorical.size(), classes,
+      train_table.format.c_str(), read_seconds, train_table.parts,
+      train_table.format == "Arrow" ? "record batches" : "row groups");
   for (const std::string& name : train_table.categorical) {
     std::printf("categorical \"%s\": %zu categories, one-hot\n", name.c_str(),
-                train_table.file->categories(name).size());
+                train_table.categories(name).size());
   }
   const std::size_t width = inputs.width();
   if (options.hidden == 0) {

@@ -1,9 +1,11 @@
-// Writes a CSV file as Parquet with an independent writer (apache-arrow builds the table,
-// parquet-wasm, the Rust Parquet writer, writes it), as a pandas user's to_parquet would: a
+// Writes a CSV file as Parquet or as an Arrow IPC stream with independent writers (apache-arrow
+// builds the table and writes Arrow; parquet-wasm, the Rust Parquet writer, writes Parquet), as a
+// pandas user's to_parquet or Hugging Face datasets' cache would: a
 // column whose fields are all numbers is int64 (whole numbers, none empty) or float64 (an empty
 // field is a null), any other column utf8 (an empty field is a null). samples.train_table
-// trains on the result and on the CSV and compares.
-// Usage: node csv_to_parquet.js IN.csv OUT.parquet [ROWS_PER_GROUP]
+// trains on the result and on the CSV and compares. OUT ending in .arrow: an IPC stream of
+// record batches of ROWS_PER_GROUP rows; else Parquet, snappy, row groups of ROWS_PER_GROUP.
+// Usage: node csv_to_table.js IN.csv OUT.parquet|OUT.arrow [ROWS_PER_GROUP]
 "use strict";
 const fs = require("fs");
 const arrow = require("apache-arrow");
@@ -11,7 +13,7 @@ const pq = require("parquet-wasm");
 
 const [input, output, groupArg] = process.argv.slice(2);
 if (!input || !output) {
-  console.error("usage: node csv_to_parquet.js IN.csv OUT.parquet [ROWS_PER_GROUP]");
+  console.error("usage: node csv_to_table.js IN.csv OUT.parquet|OUT.arrow [ROWS_PER_GROUP]");
   process.exit(2);
 }
 
@@ -83,10 +85,19 @@ header.forEach((name, c) => {
 });
 
 const table = new arrow.Table(columns);
-const props = new pq.WriterPropertiesBuilder()
-  .setCompression(pq.Compression.SNAPPY)
-  .setMaxRowGroupSize(groupArg ? Number(groupArg) : 64)
-  .build();
-const wasmTable = pq.Table.fromIPCStream(arrow.tableToIPC(table, "stream"));
-fs.writeFileSync(output, pq.writeParquet(wasmTable, props));
+const group = groupArg ? Number(groupArg) : 64;
+if (output.endsWith(".arrow")) {
+  const batches = [];
+  for (let first = 0; first < table.numRows; first += group) {
+    batches.push(...table.slice(first, Math.min(table.numRows, first + group)).batches);
+  }
+  fs.writeFileSync(output, arrow.tableToIPC(new arrow.Table(batches), "stream"));
+} else {
+  const props = new pq.WriterPropertiesBuilder()
+    .setCompression(pq.Compression.SNAPPY)
+    .setMaxRowGroupSize(group)
+    .build();
+  const wasmTable = pq.Table.fromIPCStream(arrow.tableToIPC(table, "stream"));
+  fs.writeFileSync(output, pq.writeParquet(wasmTable, props));
+}
 console.log(`${output}: ${rows.length} rows, ${header.length} columns`);
