@@ -16,13 +16,10 @@ namespace {
 constexpr std::string_view kWho = "ParquetDataset";
 using parquet::in_quotes;
 
-/// The chunk's bytes: from its dictionary page (if any) or first data page (checked at open).
+/// The chunk's bytes in the mapped file: from its dictionary page (if any) or first data page
+/// (checked at open).
 std::span<const std::byte> chunk_bytes(const ParquetFile& f, const parquet::ColumnChunk& ch) {
-  const std::int64_t start = ch.dictionary_page_offset && *ch.dictionary_page_offset > 0 &&
-                                     *ch.dictionary_page_offset < ch.data_page_offset
-                                 ? *ch.dictionary_page_offset
-                                 : ch.data_page_offset;
-  return f.map->bytes().subspan(static_cast<std::size_t>(start),
+  return f.map->bytes().subspan(static_cast<std::size_t>(chunk_start(ch)),
                                 static_cast<std::size_t>(ch.total_compressed_size));
 }
 
@@ -50,14 +47,23 @@ thread_local LastGroup t_last;
 
 }  // namespace
 
-parquet::RawColumn ParquetTable::decode_raw(std::size_t g, std::size_t c) const {
+parquet::RawColumn ParquetTable::decode_raw(std::size_t g, std::size_t c,
+                                            std::span<const std::byte> bytes) const {
   const TableGroup& tg = groups[g];
   const ParquetFile& f = files[tg.file];
   const parquet::ColumnChunk& ch = f.groups[tg.group].columns[f.leaves[c].leaf];
+  std::vector<std::byte> fetched;  // a URL's chunk, read for this call alone
+  if (bytes.empty() && f.remote) {
+    fetched = f.remote->read(static_cast<std::uint64_t>(chunk_start(ch)),
+                             static_cast<std::uint64_t>(ch.total_compressed_size));
+    bytes = fetched;
+  } else if (bytes.empty()) {
+    bytes = chunk_bytes(f, ch);
+  }
   chunks_decoded.fetch_add(1, std::memory_order_relaxed);
   try {
-    return parquet::decode_chunk(chunk_bytes(f, ch), columns[c].physical, ch.codec,
-                                 f.leaves[c].max_def, tg.rows);
+    return parquet::decode_chunk(bytes, columns[c].physical, ch.codec, f.leaves[c].max_def,
+                                 tg.rows);
   } catch (const parquet::ChunkError& e) {
     throw DataError(FileLabel{kWho, f.name}.prefix() + "row group " + std::to_string(tg.group) +
                     " (rows " + std::to_string(tg.file_row) + " to " +
@@ -69,8 +75,11 @@ parquet::RawColumn ParquetTable::decode_raw(std::size_t g, std::size_t c) const 
 std::shared_ptr<const DecodedGroup> ParquetTable::decode(std::size_t g) const {
   auto d = std::make_shared<DecodedGroup>();
   d->columns.reserve(columns.size());
+  // A URL's chunks of this row group, fetched together and dropped once decoded.
+  const FetchedChunks fetched = files[groups[g].file].remote ? fetch_chunks(g) : FetchedChunks{};
   for (std::size_t c = 0; c < columns.size(); ++c) {
-    parquet::RawColumn raw = decode_raw(g, c);
+    parquet::RawColumn raw =
+        decode_raw(g, c, fetched.chunks.empty() ? std::span<const std::byte>{} : fetched.chunks[c]);
     const TableColumn& col = columns[c];
     if (col.kind == TableField::scalar) {
       if (col.dtype == DType::i8 || col.dtype == DType::u8) {
