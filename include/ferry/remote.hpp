@@ -16,7 +16,7 @@ namespace ferry {
 /// How a dataset fetches the files that it is given as URLs.
 ///
 /// Where a dataset takes files (WebDataset shards, TokenDataset files, CsvDataset and
-/// IdxDataset files), a file may be a URL: "http://...", "https://...", "file://..." or
+/// IdxDataset files, ParquetDataset files: read by ranges, not cached), a file may be a URL: "http://...", "https://...", "file://..." or
 /// "s3://bucket/key" (endpoint from $AWS_ENDPOINT_URL, else AWS's for $AWS_REGION; credentials
 /// from $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY and $AWS_SESSION_TOKEN; signed with SigV4).
 /// Each one is downloaded into the cache (at most `connections` transfers at once; a large file
