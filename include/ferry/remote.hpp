@@ -16,7 +16,7 @@ namespace ferry {
 /// How a dataset fetches the files that it is given as URLs.
 ///
 /// Where a dataset takes files (WebDataset shards, TokenDataset files, CsvDataset and
-/// IdxDataset files, ParquetDataset files: read by ranges, not cached), a file may be a URL: "http://...", "https://...", "file://..." or
+/// IdxDataset files), a file may be a URL: "http://...", "https://...", "file://..." or
 /// "s3://bucket/key" (endpoint from $AWS_ENDPOINT_URL, else AWS's for $AWS_REGION; credentials
 /// from $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY and $AWS_SESSION_TOKEN; signed with SigV4).
 /// Each one is downloaded into the cache (at most `connections` transfers at once; a large file
@@ -26,6 +26,7 @@ namespace ferry {
 /// the order the loader announces (Dataset::will_read), a read of a file not here yet waiting
 /// for that file alone. A file already in the cache is used as it is: the cache assumes that
 /// what a URL names does not change (give a changed file a new name).
+/// ParquetDataset reads its URLs by ranges instead, never whole nor through the cache (table.hpp).
 ///
 /// The cache is a folder that several processes may share: each file is downloaded once (a
 /// lock per file; the others wait for it, then use it), only complete files are visible (a
