@@ -99,7 +99,7 @@ std::size_t on_range_body(char* data, std::size_t size, std::size_t n, void* use
   }
   const auto take = static_cast<std::size_t>(std::min<std::uint64_t>(room, len));
   b.bytes.insert(b.bytes.end(), p, p + take);
-  if (t.status == 200 && b.skip == 0 && b.bytes.size() == b.want) {
+  if (t.status == 200 && (b.skip == 0 || b.want == 0) && b.bytes.size() == b.want) {
     b.cut = true;  // the rest of the whole file is not wanted
     return 0;
   }
@@ -163,7 +163,7 @@ RangeAnswer Downloader::get_range(const std::string& url, std::uint64_t first, s
     }
     if (!t.body_started) start_body(body);  // an empty body
     if (!body.refused.empty()) fail(t, asked + ": " + body.refused + " (not retried)");
-    if (body.bytes.size() < body.want || body.skip > 0) {
+    if (body.bytes.size() < body.want || (body.skip > 0 && body.want > 0)) {
       last = "HTTP " + std::to_string(t.status) +
              ", a short body: " + std::to_string(body.bytes.size()) + " of " +
              std::to_string(body.want) + " bytes";
