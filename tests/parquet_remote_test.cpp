@@ -371,4 +371,38 @@ TEST_F(ParquetRemote, AServerThatIgnoresRangeIsReadUpToTheBytesAsked) {
   EXPECT_GT(whole_answers, 0);
 }
 
+TEST_F(ParquetRemote, S3UrlsGoToTheEndpointPathStyleSigned) {
+  // nginx as the endpoint: s3://bucket/key is <endpoint>/bucket/key, signed (SigV4) with the
+  // key given (nginx ignores the signature).
+  fs::create_directories(local("bucket"));
+  fs::copy_file(local("all_snappy_dict_v2.parquet"), local("bucket/t.parquet"),
+                fs::copy_options::overwrite_existing);
+  struct Env {
+    const char* name;
+    const char* before;
+  };
+  std::vector<Env> saved;
+  const auto set = [&](const char* name, const std::string& value) {
+    const char* v = std::getenv(name);
+    saved.push_back({name, v != nullptr ? strdup(v) : nullptr});
+    ::setenv(name, value.c_str(), 1);
+  };
+  set("AWS_ENDPOINT_URL", "http://127.0.0.1:" + std::to_string(nginx_->port()) + "/");
+  set("AWS_ACCESS_KEY_ID", "ferrytest");
+  set("AWS_SECRET_ACCESS_KEY", "secret");
+  set("AWS_REGION", "eu-west-1");
+  const int before = nginx_->requests("bucket/t.parquet");
+  expect_same_as_local({local("all_snappy_dict_v2.parquet")}, {"s3://bucket/t.parquet"},
+                       every_readable_column(), "s3://bucket/t.parquet");
+  EXPECT_GT(nginx_->requests("bucket/t.parquet"), before + 1);  // the footer and the chunks
+  for (const Env& e : saved) {
+    if (e.before != nullptr) {
+      ::setenv(e.name, e.before, 1);
+      std::free(const_cast<char*>(e.before));
+    } else {
+      ::unsetenv(e.name);
+    }
+  }
+}
+
 }  // namespace
