@@ -178,7 +178,11 @@ void expect_same_as_local(const std::vector<fs::path>& locals, const std::vector
   for (const auto& c : o.categorical) EXPECT_EQ(far->categories(c), near->categories(c)) << c;
   const Rows want = rows_of(near, false, 1);
   ASSERT_EQ(want.size(), near->size());
+  const double waited = far->network_wait_seconds();
   const Rows got = rows_of(far, true, 3);
+  const bool over_network = !urls[0].string().starts_with("file://");
+  EXPECT_EQ(far->network_wait_seconds() > waited, over_network);
+  EXPECT_EQ(near->network_wait_seconds(), 0.0);
   ASSERT_EQ(got.size(), want.size());
   for (const auto& [index, values] : want) {
     const auto it = got.find(index);

@@ -99,6 +99,8 @@ class FERRY_API ParquetDataset final : public Dataset {
   std::int64_t max_length(std::size_t field) const override;
   /// The first row of each row group, then size().
   std::span<const std::size_t> shard_starts() const noexcept override;
+  /// Seconds the reads of URLs have waited for their ranges (all threads; open's included).
+  double network_wait_seconds() const noexcept override;
 
   /// The categories of categorical column `column`, code i being the i-th.
   /// \throws ConfigError when `column` is not one of TableOptions::categorical.

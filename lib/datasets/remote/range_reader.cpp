@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <mutex>
 
 #include "datasets/common/file_io.hpp"
@@ -192,6 +193,7 @@ struct RangeReader::Impl {
   std::vector<std::unique_ptr<Downloader>> idle;  // under mutex: connections not in use
   std::atomic<std::uint64_t> received{0};
   std::atomic<std::uint64_t> requests{0};
+  std::atomic<std::uint64_t> wait_ns{0};
 
   std::unique_ptr<Downloader> take() {
     {
@@ -233,9 +235,15 @@ struct RangeReader::Impl {
   }
 
   RangeAnswer get(std::uint64_t first, std::uint64_t length, bool from_end) {
+    const auto start = std::chrono::steady_clock::now();
     std::unique_ptr<Downloader> d = take();
     RangeAnswer a = d->get_range(url, first, length, from_end);
     give(std::move(d));
+    wait_ns.fetch_add(
+        static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                       std::chrono::steady_clock::now() - start)
+                                       .count()),
+        std::memory_order_relaxed);
     received.fetch_add(a.bytes.size(), std::memory_order_relaxed);
     requests.fetch_add(1, std::memory_order_relaxed);
     return a;
@@ -295,6 +303,10 @@ const std::string& RangeReader::url() const noexcept { return impl_->url; }
 
 std::uint64_t RangeReader::bytes_received() const noexcept {
   return impl_->received.load(std::memory_order_relaxed);
+}
+
+double RangeReader::wait_seconds() const noexcept {
+  return static_cast<double>(impl_->wait_ns.load(std::memory_order_relaxed)) * 1e-9;
 }
 
 std::uint64_t RangeReader::requests() const noexcept {

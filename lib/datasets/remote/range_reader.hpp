@@ -47,6 +47,8 @@ class RangeReader {
   /// threads; file:// reads counted alike).
   std::uint64_t bytes_received() const noexcept;
   std::uint64_t requests() const noexcept;
+  /// Seconds spent waiting for the server's answers, summed over the threads (file://: 0).
+  double wait_seconds() const noexcept;
 
  private:
   struct Impl;

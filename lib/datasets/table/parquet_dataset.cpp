@@ -135,6 +135,14 @@ std::span<const std::size_t> ParquetDataset::shard_starts() const noexcept {
   return table_->starts;
 }
 
+double ParquetDataset::network_wait_seconds() const noexcept {
+  double total = 0;
+  for (const detail::ParquetFile& f : table_->files) {
+    if (f.remote) total += f.remote->wait_seconds();
+  }
+  return total;
+}
+
 std::size_t ParquetDataset::num_row_groups() const noexcept { return table_->groups.size(); }
 
 std::uint64_t ParquetDataset::chunks_decoded() const noexcept {
