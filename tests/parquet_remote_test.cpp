@@ -409,4 +409,30 @@ TEST_F(ParquetRemote, S3UrlsGoToTheEndpointPathStyleSigned) {
   }
 }
 
+TEST_F(ParquetRemote, TheNextRowGroupsInTheLoadersOrderAreFetchedAhead) {
+  const std::string name = "wide.parquet";
+  const auto sizes = wide_sizes().at("c07");
+  const std::uint64_t before = nginx_->bytes_sent(name);
+  const int requests_before = nginx_->requests(name);
+  TableOptions o;
+  o.columns = {"c07"};
+  const auto ds = ParquetDataset::open({url(name)}, o);
+  {
+    ferry::LoaderOptions lo = loader_options(false, 1);
+    lo.batch_size = 1;
+    ferry::Loader loader(ds, lo);
+    for (const ferry::Batch& b : loader.epoch(0)) {
+      ASSERT_EQ(b.indices()[0], 0U);
+      break;  // row 0 alone read: row group 0 (rows 0 to 499)
+    }
+  }
+  // The footer, row group 0, and the two row groups after it in the loader's order, fetched
+  // ahead though no row of theirs was read; each once.
+  const int want = 1 + 1 + 2;
+  EXPECT_EQ(settled<int>([&] { return nginx_->requests(name) - requests_before; }, want), want);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(nginx_->requests(name) - requests_before, want);  // and no more
+  EXPECT_EQ(nginx_->bytes_sent(name) - before, kTail + sizes[0] + sizes[1] + sizes[2]);
+}
+
 }  // namespace

@@ -99,6 +99,10 @@ class FERRY_API ParquetDataset final : public Dataset {
   std::int64_t max_length(std::size_t field) const override;
   /// The first row of each row group, then size().
   std::span<const std::size_t> shard_starts() const noexcept override;
+  /// The loader's reading order, for URLs: their next row groups' chunks are fetched ahead.
+  void will_read(std::span<const std::size_t> indices) const noexcept override;
+  /// Whether any file is a URL.
+  bool wants_read_order() const noexcept override;
   /// Seconds the reads of URLs have waited for their ranges (all threads; open's included).
   double network_wait_seconds() const noexcept override;
 

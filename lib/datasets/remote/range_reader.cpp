@@ -194,6 +194,7 @@ struct RangeReader::Impl {
   std::atomic<std::uint64_t> received{0};
   std::atomic<std::uint64_t> requests{0};
   std::atomic<std::uint64_t> wait_ns{0};
+  std::atomic<bool> cancelled{false};
 
   std::unique_ptr<Downloader> take() {
     {
@@ -204,7 +205,7 @@ struct RangeReader::Impl {
         return d;
       }
     }
-    return std::make_unique<Downloader>(options, who);
+    return std::make_unique<Downloader>(options, who, &cancelled);
   }
   void give(std::unique_ptr<Downloader> d) {
     const std::lock_guard lock(mutex);
@@ -298,6 +299,8 @@ std::vector<std::byte> RangeReader::read(std::uint64_t offset, std::uint64_t len
   }
   return std::move(a.bytes);
 }
+
+void RangeReader::cancel() noexcept { impl_->cancelled = true; }
 
 const std::string& RangeReader::url() const noexcept { return impl_->url; }
 

@@ -42,6 +42,10 @@ class RangeReader {
   /// range lies outside the file, the file changed since tail() (its size or ETag).
   std::vector<std::byte> read(std::uint64_t offset, std::uint64_t length);
 
+  /// Stops the transfers under way and refuses every later one (a DataError, "cancelled"):
+  /// for whoever owns a thread that reads, before it joins it.
+  void cancel() noexcept;
+
   const std::string& url() const noexcept;
   /// Bytes of answers' bodies received, and requests answered, since construction (all
   /// threads; file:// reads counted alike).

@@ -4,6 +4,7 @@
 #include <limits>
 #include <string>
 
+#include "datasets/table/parquet_ahead.hpp"
 #include "datasets/table/parquet_schema.hpp"
 #include "datasets/table/parquet_table.hpp"
 #include "ferry/error.hpp"
@@ -47,6 +48,9 @@ thread_local LastGroup t_last;
 
 }  // namespace
 
+ParquetTable::ParquetTable() = default;
+ParquetTable::~ParquetTable() = default;
+
 parquet::RawColumn ParquetTable::decode_raw(std::size_t g, std::size_t c,
                                             std::span<const std::byte> bytes) const {
   const TableGroup& tg = groups[g];
@@ -76,7 +80,11 @@ std::shared_ptr<const DecodedGroup> ParquetTable::decode(std::size_t g) const {
   auto d = std::make_shared<DecodedGroup>();
   d->columns.reserve(columns.size());
   // A URL's chunks of this row group, fetched together and dropped once decoded.
-  const FetchedChunks fetched = files[groups[g].file].remote ? fetch_chunks(g) : FetchedChunks{};
+  FetchedChunks fetched;
+  if (files[groups[g].file].remote) {
+    std::optional<FetchedChunks> early = ahead ? ahead->take(g) : std::nullopt;
+    fetched = early ? std::move(*early) : fetch_chunks(g);
+  }
   for (std::size_t c = 0; c < columns.size(); ++c) {
     parquet::RawColumn raw =
         decode_raw(g, c, fetched.chunks.empty() ? std::span<const std::byte>{} : fetched.chunks[c]);
@@ -134,6 +142,12 @@ std::vector<FieldSpec> ParquetDataset::fields() const { return table_->fields; }
 std::span<const std::size_t> ParquetDataset::shard_starts() const noexcept {
   return table_->starts;
 }
+
+void ParquetDataset::will_read(std::span<const std::size_t> indices) const noexcept {
+  if (table_->ahead) table_->ahead->plan(indices);
+}
+
+bool ParquetDataset::wants_read_order() const noexcept { return table_->ahead != nullptr; }
 
 double ParquetDataset::network_wait_seconds() const noexcept {
   double total = 0;

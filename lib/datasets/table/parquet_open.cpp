@@ -9,6 +9,7 @@
 #include <string>
 
 #include "datasets/remote/remote_cache.hpp"
+#include "datasets/table/parquet_ahead.hpp"
 #include "datasets/table/parquet_schema.hpp"
 #include "datasets/table/parquet_table.hpp"
 #include "datasets/table/thrift_compact.hpp"
@@ -300,6 +301,10 @@ std::unique_ptr<ParquetTable> open_parquet(std::vector<std::filesystem::path> fi
     t->fields.push_back(std::move(f));
   }
   scan_rows(*t);
+  if (std::any_of(t->files.begin(), t->files.end(),
+                  [](const ParquetFile& f) { return f.remote != nullptr; })) {
+    t->ahead = std::make_unique<AheadFetcher>(*t);
+  }
   return t;
 }
 

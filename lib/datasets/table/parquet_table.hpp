@@ -56,6 +56,8 @@ struct ParquetFile {
   std::vector<TableLeaf> leaves;  ///< per column read
 };
 
+class AheadFetcher;
+
 /// One row group of one file, at its place among all the rows.
 struct TableGroup {
   std::size_t file = 0;
@@ -84,6 +86,12 @@ struct FERRY_HIDDEN ParquetTable {
   /// Decoded row groups, shared by the reading threads: up to 512 MiB of them.
   static constexpr std::size_t kDecodedBudget = std::size_t{512} << 20;
   mutable GroupCache cache{kDecodedBudget};
+  /// URLs' row groups fetched ahead in the loader's order (parquet_ahead.hpp); null without
+  /// URLs. Last: it goes first, while the files it reads are still there.
+  std::unique_ptr<AheadFetcher> ahead;
+
+  ParquetTable();
+  ~ParquetTable();
 
   /// Decodes row group g's columns into their fields' form.
   /// \throws DataError naming the file, the row group, the column and the page.
