@@ -49,9 +49,9 @@ struct TableLeaf {
 };
 
 struct ParquetFile {
-  std::string name;                             ///< as the user gave it, for messages
-  std::unique_ptr<MappedFile> map;              ///< a local file
-  std::unique_ptr<remote::RangeReader> remote;  ///< a URL: read by ranges
+  std::string name;  ///< as the user gave it, for messages
+  std::unique_ptr<MappedFile> map;
+  std::unique_ptr<remote::RangeReader> remote;  ///< a URL's, read by ranges (no map then)
   std::vector<parquet::RowGroup> groups;
   std::vector<TableLeaf> leaves;  ///< per column read
 };
@@ -86,12 +86,6 @@ struct FERRY_HIDDEN ParquetTable {
   /// Decoded row groups, shared by the reading threads: up to 512 MiB of them.
   static constexpr std::size_t kDecodedBudget = std::size_t{512} << 20;
   mutable GroupCache cache{kDecodedBudget};
-  /// URLs' row groups fetched ahead in the loader's order (parquet_ahead.hpp); null without
-  /// URLs. Last: it goes first, while the files it reads are still there.
-  std::unique_ptr<AheadFetcher> ahead;
-
-  ParquetTable();
-  ~ParquetTable();
 
   /// Decodes row group g's columns into their fields' form.
   /// \throws DataError naming the file, the row group, the column and the page.
@@ -108,6 +102,12 @@ struct FERRY_HIDDEN ParquetTable {
     std::vector<std::span<const std::byte>> chunks;
   };
   FetchedChunks fetch_chunks(std::size_t g) const;
+
+  ParquetTable();
+  ~ParquetTable();
+  /// URLs' row groups fetched ahead in the loader's order (parquet_ahead.hpp); null without
+  /// URLs. The last member: it goes first, while the files it reads are still there.
+  std::unique_ptr<AheadFetcher> ahead;
 };
 
 /// Where a column chunk's bytes start (its dictionary page, else its first data page).
