@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "datasets/remote/range_reader.hpp"
 #include "datasets/remote/remote_cache.hpp"
 #include "expect_error.hpp"
 #include "ferry/ferry.hpp"
@@ -449,6 +450,128 @@ TEST_F(RemoteBounds, APresignedShardsIndexIsAskedForBeforeTheQuery) {
   EXPECT_NE(std::find(paths.begin(), paths.end(), "shard.tar.idx?X-Amz-Signature=abc"),
             paths.end());
   for (const std::string& p : paths) EXPECT_FALSE(p.ends_with(".idx")) << p;
+}
+
+// ---- 6. RangeReader: a URL read by ranges into memory ---------------------------------------
+
+// Byte i of the served file.
+char file_byte(std::uint64_t i) { return static_cast<char>('a' + i % 26); }
+std::string file_bytes(std::uint64_t first, std::uint64_t n) {
+  std::string out;
+  for (std::uint64_t i = 0; i < n; ++i) out += file_byte(first + i);
+  return out;
+}
+// A 206 of bytes [first, first + n) of a file of `size`, with `etag`.
+void answer_range(int fd, std::uint64_t first, std::uint64_t n, std::uint64_t size,
+                  const std::string& etag = "\"e1\"") {
+  TinyServer::send_all(fd, "HTTP/1.1 206 Partial\r\nContent-Length: " + std::to_string(n) +
+                               "\r\nContent-Range: bytes " + std::to_string(first) + "-" +
+                               std::to_string(first + n - 1) + "/" + std::to_string(size) +
+                               "\r\nETag: " + etag + "\r\nConnection: close\r\n\r\n" +
+                               file_bytes(first, n));
+}
+
+TEST_F(RemoteBounds, ARangeReaderRetriesA503AndReadsTheBytesAsked) {
+  std::atomic<int> requests{0};
+  const TinyServer server([&](const std::string&, int fd, const TinyServer&) {
+    const int k = requests++;
+    if (k == 0) return answer_range(fd, 900, 100, 1000);  // the tail
+    if (k == 1) return TinyServer::answer(fd, 503, "busy");
+    answer_range(fd, 10, 20, 1000);
+  });
+  remote::RangeReader r(server.url("t.parquet"), options(5, 2), "T");
+  EXPECT_EQ(r.tail(100), [] {
+    std::vector<std::byte> v;
+    for (char c : file_bytes(900, 100)) v.push_back(static_cast<std::byte>(c));
+    return v;
+  }());
+  EXPECT_EQ(r.size(), 1000U);
+  const std::vector<std::byte> got = r.read(10, 20);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(got.data()), got.size()), file_bytes(10, 20));
+  EXPECT_EQ(requests.load(), 3);
+  EXPECT_EQ(r.requests(), 2U);
+  EXPECT_EQ(r.bytes_received(), 120U);
+  expect_error<DataError>([&] { (void)r.read(990, 20); },
+                          {"T: " + server.url("t.parquet"), "bytes 990 to 1009", "beyond"});
+}
+
+TEST_F(RemoteBounds, ARangeReaderRefusesAnAnswerLargerThanAskedOrFromAnotherByte) {
+  std::atomic<int> requests{0};
+  const TinyServer server([&](const std::string&, int fd, const TinyServer& s) {
+    const int k = requests++;
+    if (k == 0) return answer_range(fd, 900, 100, 1000);
+    if (k == 1) return answer_range(fd, 10, 500, 1000);  // 500 bytes for 20 asked
+    if (k == 2) return answer_range(fd, 0, 20, 1000);    // not from byte 10
+    // A 206 that says 20 bytes and sends more.
+    TinyServer::send_all(fd,
+                         "HTTP/1.1 206 Partial\r\nContent-Range: bytes 10-29/1000\r\n"
+                         "Connection: close\r\n\r\n" +
+                             bytes_of(1 << 20));
+    s.pause(10);
+  });
+  const std::string url = server.url("t.parquet");
+  remote::RangeReader r(url, options(30, 3), "T");
+  (void)r.tail(100);
+  expect_error<DataError>(
+      [&] { (void)r.read(10, 20); },
+      {"T: " + url, "bytes 10 to 29", "500 bytes, more than the 20 asked", "not retried"});
+  expect_error<DataError>([&] { (void)r.read(10, 20); },
+                          {"T: " + url, "from byte 0, not byte 10", "not retried"});
+  const auto start = Clock::now();
+  expect_error<DataError>([&] { (void)r.read(10, 20); },
+                          {"T: " + url, "more bytes came than the 20 asked", "not retried"});
+  EXPECT_LT(seconds_since(start), 3.0);
+  EXPECT_EQ(requests.load(), 4);  // none retried
+}
+
+TEST_F(RemoteBounds, ARangeReaderTakesTheBytesAskedOfAWholeFileAndStops) {
+  // A server that ignores Range: every answer is the whole file, 64 MiB, streamed.
+  constexpr std::uint64_t kSize = std::uint64_t{64} << 20;
+  std::atomic<std::uint64_t> sent[2] = {0, 0};  // by the first answer, by the second
+  std::atomic<int> requests{0};
+  const TinyServer server([&](const std::string&, int fd, const TinyServer& s) {
+    const int k = std::min(requests++, 1);
+    if (!TinyServer::send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(kSize) +
+                                      "\r\nConnection: close\r\n\r\n")) {
+      return;
+    }
+    std::string chunk;
+    for (std::uint64_t at = 0; at < kSize && !s.stopping(); at += chunk.size()) {
+      chunk = file_bytes(at, 64 << 10);
+      if (!TinyServer::send_all(fd, chunk)) return;
+      sent[k] += chunk.size();
+    }
+  });
+  remote::RangeReader r(server.url("t.parquet"), options(30), "T");
+  // The last bytes of a whole file: all of it comes, the last 100 bytes alone are kept.
+  const std::vector<std::byte> tail = r.tail(100);
+  EXPECT_EQ(r.size(), kSize);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(tail.data()), tail.size()),
+            file_bytes(kSize - 100, 100));
+  // Bytes from its start: the transfer stops once they came.
+  const std::vector<std::byte> got = r.read(1000, 5000);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(got.data()), got.size()),
+            file_bytes(1000, 5000));
+  EXPECT_EQ(requests.load(), 2);
+  EXPECT_LT(sent[1].load(), kSize / 4);
+  EXPECT_EQ(r.bytes_received(), 5100U);
+}
+
+TEST_F(RemoteBounds, ARangeReaderFailsWhenTheFileChangesBetweenRanges) {
+  std::atomic<int> requests{0};
+  const TinyServer server([&](const std::string&, int fd, const TinyServer&) {
+    const int k = requests++;
+    if (k == 0) return answer_range(fd, 900, 100, 1000);
+    if (k == 1) return answer_range(fd, 10, 20, 1000, "\"e2\"");
+    answer_range(fd, 10, 20, 1200);
+  });
+  const std::string url = server.url("t.parquet");
+  remote::RangeReader r(url, options(5, 0), "T");
+  (void)r.tail(100);
+  expect_error<DataError>([&] { (void)r.read(10, 20); },
+                          {"T: " + url, "changed on the server", "ETag \"e2\"", "was \"e1\""});
+  expect_error<DataError>([&] { (void)r.read(10, 20); },
+                          {"T: " + url, "changed on the server", "1200 bytes", "was 1000"});
 }
 
 }  // namespace

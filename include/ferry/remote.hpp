@@ -26,6 +26,7 @@ namespace ferry {
 /// the order the loader announces (Dataset::will_read), a read of a file not here yet waiting
 /// for that file alone. A file already in the cache is used as it is: the cache assumes that
 /// what a URL names does not change (give a changed file a new name).
+/// ParquetDataset reads its URLs by ranges instead, never whole nor through the cache (table.hpp).
 ///
 /// The cache is a folder that several processes may share: each file is downloaded once (a
 /// lock per file; the others wait for it, then use it), only complete files are visible (a

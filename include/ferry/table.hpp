@@ -40,8 +40,9 @@ struct TableOptions {
   /// Missing::nan: NaN in a float column, -1 as a categorical code (a null elsewhere stays an
   /// error).
   Missing missing = Missing::error;
-  /// Files given as URLs. Not read yet by ParquetDataset or ArrowDataset: a URL is a
-  /// ConfigError.
+  /// Files given as URLs (http, https, s3, file), read by ranges: the footer, then the column
+  /// chunks needed (ParquetDataset; ArrowDataset: a URL is a ConfigError, not read yet). Of
+  /// these options: retries and timeout_seconds.
   RemoteOptions remote;
 };
 
@@ -73,13 +74,23 @@ struct TableOptions {
 /// columns' lengths (and categorical columns' values) are read at open: 4 bytes a row per
 /// ragged field.
 ///
+/// Files may be URLs (http://, https://, s3://, file://; TableOptions::remote), read by ranges
+/// into memory, never whole and not through the cache: at open, the last 64 KiB (the footer,
+/// with a second range for a longer one) and the chunks of byte-array columns (their lengths);
+/// then a row group's decode fetches its chunks of the columns read alone, chunks less than
+/// 8 KiB apart in one ranged GET, and drops them once decoded; a thread of the dataset's fetches
+/// the next two row groups' chunks ahead, in the loader's order (will_read(); with
+/// LoaderOptions::shuffle_window, as WebDataset's shards). A file that changes between
+/// ranges (its size or ETag) is a DataError naming the URL; a server that ignores Range is read
+/// from the start of the file up to the bytes asked, for each range.
+///
 /// A corrupt or truncated file: DataError naming the file and the place (footer, row group,
 /// column, page), at open or when the row is read, never a crash.
 class FERRY_API ParquetDataset final : public Dataset {
  public:
   /// \throws ConfigError for no files, a column named twice or absent (naming it), a column of
   /// a type not read (naming the column and its type), files whose schemas differ, options not
-  /// supported yet (images, URLs); DataError for a file that cannot be read or is not Parquet.
+  /// supported yet (images); DataError for a file that cannot be read or is not Parquet.
   static std::shared_ptr<ParquetDataset> open(std::vector<std::filesystem::path> files,
                                               TableOptions options = {});
   ~ParquetDataset() override;
@@ -93,6 +104,12 @@ class FERRY_API ParquetDataset final : public Dataset {
   std::int64_t max_length(std::size_t field) const override;
   /// The first row of each row group, then size().
   std::span<const std::size_t> shard_starts() const noexcept override;
+  /// The loader's reading order, for URLs: their next row groups' chunks are fetched ahead.
+  void will_read(std::span<const std::size_t> indices) const noexcept override;
+  /// Whether any file is a URL.
+  bool wants_read_order() const noexcept override;
+  /// Seconds the reads of URLs have waited for their ranges (all threads; open's included).
+  double network_wait_seconds() const noexcept override;
 
   /// The categories of categorical column `column`, code i being the i-th.
   /// \throws ConfigError when `column` is not one of TableOptions::categorical.

@@ -79,3 +79,37 @@ def test_parquet_errors_name_the_column_and_the_file(ferry, tables):
     bad.write_bytes((tables / "all_zstd_dict_v2.parquet").read_bytes()[:500])
     with pytest.raises(ferry.DataError, match="cut.parquet: footer"):
         ferry.ParquetDataset(bad)
+
+
+def test_parquet_urls_are_read_by_ranges(ferry, tables):
+    # file:// URLs, and http:// from Python's own server, which ignores Range and answers every
+    # request with the whole file (each read takes the bytes asked and stops there).
+    import functools
+    import http.server
+    import threading
+
+    cols = ["i32", "f64", "s"]
+    local = ferry.ParquetDataset(str(tables / "all_zstd_dict_v1.parquet"), cols, categorical=["s"])
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tables))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        http_url = f"http://127.0.0.1:{server.server_address[1]}/all_zstd_dict_v1.parquet"
+        for url in ["file://" + str(tables / "all_zstd_dict_v1.parquet"), http_url]:
+            ds = ferry.ParquetDataset(url, cols, categorical=["s"])
+            assert len(ds) == len(local) == 50
+            assert ds.categories("s") == local.categories("s")
+            got = {}
+            for b in ferry.Loader(ds, batch_size=8, shuffle=True, seed=1, device="cpu").epoch(0):
+                for j, i in enumerate(b.indices.tolist()):
+                    got[i] = tuple(b[c].numpy()[j].item() for c in cols)
+            want = {}
+            for b in ferry.Loader(local, batch_size=50, device="cpu").epoch(0):
+                for j, i in enumerate(b.indices.tolist()):
+                    want[i] = tuple(b[c].numpy()[j].item() for c in cols)
+            assert got == want, url
+        with pytest.raises(ferry.DataError, match="missing.parquet"):
+            ferry.ParquetDataset(http_url.replace("all_zstd_dict_v1", "missing"), cols)
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -128,6 +128,29 @@ for (const [codec, c] of [["none", pq.Compression.UNCOMPRESSED], ["snappy", pq.C
 for (const [name, first, count] of [["part0", 0, 20], ["part1", 20, 25], ["part2", 45, 5]]) {
   write(`${name}.parquet`, table(first, count), new pq.WriterPropertiesBuilder().build());
 }
+// A wide table for reads by ranges: 48 float64 columns c00..c47, an int64 "label" and a utf8
+// "text" (50 columns), 2000 rows in row groups of 500, uncompressed PLAIN values; wide.txt lists
+// each column's chunk sizes (compressed bytes, per row group) as this library's metadata says.
+const WIDE = 2000;
+const wideText = (r) => `row ${r} ` + "x".repeat(r % 13);
+{
+  const wr = [...Array(WIDE).keys()];
+  const cols = {};
+  for (let k = 0; k < 48; ++k) {
+    cols[`c${String(k).padStart(2, "0")}`] = vec(new arrow.Float64(), wr.map((r) => r * 50 + k + 0.5));
+  }
+  cols.label = vec(new arrow.Int64(), wr.map((r) => BigInt(r % 10)));
+  cols.text = vec(new arrow.Utf8(), wr.map(wideText));
+  const props = new pq.WriterPropertiesBuilder()
+    .setCompression(pq.Compression.UNCOMPRESSED)
+    .setDictionaryEnabled(false)
+    .setEncoding(pq.Encoding.PLAIN)
+    .setMaxRowGroupSize(500)
+    .build();
+  write("wide.parquet", new arrow.Table(cols), props);
+}
+// A footer longer than the 64 KiB a remote file's first read takes: a row group per row.
+write("long_footer.parquet", table(0, N), new pq.WriterPropertiesBuilder().setMaxRowGroupSize(1).build());
 (async () => {
   const E = pq.Encoding;
   for (const [codec, c] of Object.entries(codecs)) {
@@ -150,6 +173,20 @@ for (const [name, first, count] of [["part0", 0, 20], ["part1", 20, 25], ["part2
   await expect(enc, "s", pq.Compression.ZSTD, E.DELTA_BYTE_ARRAY);
   await expect(enc, "f32", pq.Compression.ZSTD, E.BYTE_STREAM_SPLIT);
   await expect(enc, "nf", pq.Compression.ZSTD, E.BYTE_STREAM_SPLIT);
+  {
+    const file = await pq.ParquetFile.fromFile(new Blob([written.get("wide.parquet")]));
+    const sizes = new Map();
+    for (const g of file.metadata().rowGroups()) {
+      for (const c of g.columns()) {
+        const name = c.columnPath().join(".");
+        if (!sizes.has(name)) sizes.set(name, []);
+        sizes.get(name).push(c.compressedSize());
+      }
+    }
+    const lines = [`file ${written.get("wide.parquet").length}`];
+    for (const [name, s] of sizes) lines.push(`${name} ${s.join(" ")}`);
+    fs.writeFileSync(path.join(out, "wide.txt"), lines.join("\n") + "\n");
+  }
   console.log("wrote", written.size, "files to", out);
 })().catch((e) => {
   console.error(e);

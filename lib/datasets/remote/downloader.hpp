@@ -12,6 +12,7 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "datasets/remote/curl_transfer.hpp"
 #include "datasets/remote/remote_cache.hpp"
@@ -20,6 +21,13 @@
 namespace ferry::detail::remote {
 
 struct PartDownload;
+
+/// One ranged GET's answer, in memory (Downloader::get_range()).
+struct RangeAnswer {
+  std::vector<std::byte> bytes;
+  std::uint64_t size = 0;  ///< the whole file's, as the answer tells it
+  std::string etag;        ///< the answer's; empty: none
+};
 
 /// A RemoteOptions::timeout_seconds of this many or more is no timeout (inf: never).
 inline constexpr double kNeverSeconds = 1e9;
@@ -38,6 +46,11 @@ class Downloader {
   bool help(PartDownload& d);
   /// `url`'s size and first `bytes` bytes (read_head()).
   Head head(const std::string& url, std::uint64_t bytes);
+  /// `length` bytes of `url` (http, https, s3) from byte `first`, or (from_end) its last
+  /// `length` bytes, in memory, retried (range_reader.cpp). An answer larger than asked is
+  /// refused (not retried); a server's whole file (HTTP 200) is read up to the bytes asked.
+  RangeAnswer get_range(const std::string& url, std::uint64_t first, std::uint64_t length,
+                        bool from_end);
 
  private:
   // The options every transfer of `url` takes (the callbacks aside).

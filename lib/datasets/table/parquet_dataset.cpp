@@ -4,6 +4,7 @@
 #include <limits>
 #include <string>
 
+#include "datasets/table/parquet_ahead.hpp"
 #include "datasets/table/parquet_schema.hpp"
 #include "datasets/table/parquet_table.hpp"
 #include "ferry/error.hpp"
@@ -16,13 +17,10 @@ namespace {
 constexpr std::string_view kWho = "ParquetDataset";
 using parquet::in_quotes;
 
-/// The chunk's bytes: from its dictionary page (if any) or first data page (checked at open).
+/// The chunk's bytes in the mapped file: from its dictionary page (if any) or first data page
+/// (checked at open).
 std::span<const std::byte> chunk_bytes(const ParquetFile& f, const parquet::ColumnChunk& ch) {
-  const std::int64_t start = ch.dictionary_page_offset && *ch.dictionary_page_offset > 0 &&
-                                     *ch.dictionary_page_offset < ch.data_page_offset
-                                 ? *ch.dictionary_page_offset
-                                 : ch.data_page_offset;
-  return f.map->bytes().subspan(static_cast<std::size_t>(start),
+  return f.map->bytes().subspan(static_cast<std::size_t>(chunk_start(ch)),
                                 static_cast<std::size_t>(ch.total_compressed_size));
 }
 
@@ -50,14 +48,26 @@ thread_local LastGroup t_last;
 
 }  // namespace
 
-parquet::RawColumn ParquetTable::decode_raw(std::size_t g, std::size_t c) const {
+ParquetTable::ParquetTable() = default;
+ParquetTable::~ParquetTable() = default;
+
+parquet::RawColumn ParquetTable::decode_raw(std::size_t g, std::size_t c,
+                                            std::span<const std::byte> bytes) const {
   const TableGroup& tg = groups[g];
   const ParquetFile& f = files[tg.file];
   const parquet::ColumnChunk& ch = f.groups[tg.group].columns[f.leaves[c].leaf];
+  std::vector<std::byte> fetched;  // a URL's chunk, read for this call alone
+  if (bytes.empty() && f.remote) {
+    fetched = f.remote->read(static_cast<std::uint64_t>(chunk_start(ch)),
+                             static_cast<std::uint64_t>(ch.total_compressed_size));
+    bytes = fetched;
+  } else if (bytes.empty()) {
+    bytes = chunk_bytes(f, ch);
+  }
   chunks_decoded.fetch_add(1, std::memory_order_relaxed);
   try {
-    return parquet::decode_chunk(chunk_bytes(f, ch), columns[c].physical, ch.codec,
-                                 f.leaves[c].max_def, tg.rows);
+    return parquet::decode_chunk(bytes, columns[c].physical, ch.codec, f.leaves[c].max_def,
+                                 tg.rows);
   } catch (const parquet::ChunkError& e) {
     throw DataError(FileLabel{kWho, f.name}.prefix() + "row group " + std::to_string(tg.group) +
                     " (rows " + std::to_string(tg.file_row) + " to " +
@@ -69,8 +79,15 @@ parquet::RawColumn ParquetTable::decode_raw(std::size_t g, std::size_t c) const 
 std::shared_ptr<const DecodedGroup> ParquetTable::decode(std::size_t g) const {
   auto d = std::make_shared<DecodedGroup>();
   d->columns.reserve(columns.size());
+  // A URL's chunks of this row group, fetched together and dropped once decoded.
+  FetchedChunks fetched;
+  if (files[groups[g].file].remote) {
+    std::optional<FetchedChunks> early = ahead ? ahead->take(g) : std::nullopt;
+    fetched = early ? std::move(*early) : fetch_chunks(g);
+  }
   for (std::size_t c = 0; c < columns.size(); ++c) {
-    parquet::RawColumn raw = decode_raw(g, c);
+    parquet::RawColumn raw =
+        decode_raw(g, c, fetched.chunks.empty() ? std::span<const std::byte>{} : fetched.chunks[c]);
     const TableColumn& col = columns[c];
     if (col.kind == TableField::scalar) {
       if (col.dtype == DType::i8 || col.dtype == DType::u8) {
@@ -124,6 +141,20 @@ std::vector<FieldSpec> ParquetDataset::fields() const { return table_->fields; }
 
 std::span<const std::size_t> ParquetDataset::shard_starts() const noexcept {
   return table_->starts;
+}
+
+void ParquetDataset::will_read(std::span<const std::size_t> indices) const noexcept {
+  if (table_->ahead) table_->ahead->plan(indices);
+}
+
+bool ParquetDataset::wants_read_order() const noexcept { return table_->ahead != nullptr; }
+
+double ParquetDataset::network_wait_seconds() const noexcept {
+  double total = 0;
+  for (const detail::ParquetFile& f : table_->files) {
+    if (f.remote) total += f.remote->wait_seconds();
+  }
+  return total;
 }
 
 std::size_t ParquetDataset::num_row_groups() const noexcept { return table_->groups.size(); }

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "datasets/remote/remote_cache.hpp"
+#include "datasets/table/parquet_ahead.hpp"
 #include "datasets/table/parquet_schema.hpp"
 #include "datasets/table/parquet_table.hpp"
 #include "datasets/table/thrift_compact.hpp"
@@ -25,33 +26,58 @@ constexpr std::string_view kWho = "ParquetDataset";
 // The most rows a row group may have: far above what writers make (Arrow's default is 2^20,
 // DuckDB's 122,880), and pages count their values in 32 bits.
 constexpr std::int64_t kMaxGroupRows = std::int64_t{1} << 31;
+// A URL's last bytes read first: its footer, most often whole.
+constexpr std::uint64_t kTail = std::uint64_t{64} << 10;
 
 bool listed(const std::vector<std::string>& names, std::string_view name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
-/// The footer's metadata, and where the data ends (the footer's first byte).
+/// The footer's metadata, and where the data ends (the footer's first byte). A URL's footer
+/// comes by ranges: its last kTail bytes, then, for a longer footer, the rest of it.
 parquet::FileMetaData read_footer(const ParquetFile& f, std::size_t& data_end) {
   const FileLabel label{kWho, f.name};
-  const auto bytes = f.map->bytes();
-  if (bytes.size() < 12) {
-    throw DataError(label.prefix() + "footer: a file of " + std::to_string(bytes.size()) +
+  std::vector<std::byte> fetched;   // a URL's last bytes
+  std::span<const std::byte> tail;  // the file's last bytes (a local file's: all of them)
+  std::uint64_t size = 0;
+  if (f.remote) {
+    fetched = f.remote->tail(kTail);
+    tail = fetched;
+    size = f.remote->size();
+  } else {
+    tail = f.map->bytes();
+    size = tail.size();
+  }
+  if (size < 12 || tail.size() < std::min<std::uint64_t>(size, 12)) {
+    throw DataError(label.prefix() + "footer: a file of " + std::to_string(size) +
                     " bytes is too short for Parquet (at least 12)");
   }
-  if (std::memcmp(bytes.data(), "PAR1", 4) != 0 ||
-      std::memcmp(bytes.data() + bytes.size() - 4, "PAR1", 4) != 0) {
-    throw DataError(label.prefix() + "footer: not a Parquet file (no PAR1 at its start and end)");
+  // A URL's first bytes are not fetched for their magic alone (unless the tail holds them).
+  const bool start_known = tail.size() == size;
+  if ((start_known && std::memcmp(tail.data(), "PAR1", 4) != 0) ||
+      std::memcmp(tail.data() + tail.size() - 4, "PAR1", 4) != 0) {
+    throw DataError(label.prefix() + "footer: not a Parquet file (no PAR1 at its " +
+                    (start_known ? "start and end)" : "end)"));
   }
   std::uint32_t len = 0;
-  std::memcpy(&len, bytes.data() + bytes.size() - 8, 4);
-  if (len > bytes.size() - 12) {
+  std::memcpy(&len, tail.data() + tail.size() - 8, 4);
+  if (len > size - 12) {
     throw DataError(label.prefix() + "footer: its length " + std::to_string(len) +
-                    " is more than the file holds (" + std::to_string(bytes.size()) +
+                    " is more than the file holds (" + std::to_string(size) +
                     " bytes): a truncated file?");
   }
-  data_end = bytes.size() - 8 - len;
+  data_end = static_cast<std::size_t>(size - 8 - len);
+  std::span<const std::byte> meta;
+  if (std::uint64_t{len} + 8 <= tail.size()) {
+    meta = tail.subspan(tail.size() - 8 - len, len);
+  } else {  // a URL's footer longer than its tail: the rest of it
+    std::vector<std::byte> whole = f.remote->read(data_end, len + 8 - tail.size());
+    whole.insert(whole.end(), tail.begin(), tail.end() - 8);
+    fetched = std::move(whole);
+    meta = fetched;
+  }
   try {
-    return parquet::parse_file_metadata(bytes.subspan(data_end, len));
+    return parquet::parse_file_metadata(meta);
   } catch (const thrift::ThriftError& e) {
     throw DataError(label.prefix() + "footer (byte " + std::to_string(data_end) +
                     "): corrupt metadata: " + e.what());
@@ -84,10 +110,9 @@ TableColumn map_column(const TopColumn& c, const TableOptions& o) {
 void check_options(const std::vector<std::filesystem::path>& files, const TableOptions& o) {
   const std::string w(kWho);
   if (files.empty()) throw ConfigError(w + ": no files");
-  for (const auto& f : files) {
-    if (remote::is_url(f.string())) {
-      throw ConfigError(w + ": " + f.string() + ": files given as URLs are not read yet");
-    }
+  if (std::any_of(files.begin(), files.end(),
+                  [](const auto& f) { return remote::is_url(f.string()); })) {
+    remote::check_options(o.remote, kWho);
   }
   if (!o.images.empty()) {
     throw ConfigError(w + ": image columns (TableOptions::images, " + in_quotes(o.images[0]) +
@@ -130,10 +155,7 @@ void check_chunks(const ParquetFile& f, std::size_t g, std::size_t data_end,
     if (ch.type != columns[c].physical) {
       throw DataError(where + "the chunk's type differs from the schema's");
     }
-    const std::int64_t start = ch.dictionary_page_offset && *ch.dictionary_page_offset > 0 &&
-                                       *ch.dictionary_page_offset < ch.data_page_offset
-                                   ? *ch.dictionary_page_offset
-                                   : ch.data_page_offset;
+    const std::int64_t start = chunk_start(ch);
     if (start < 4 || ch.total_compressed_size < 0 || static_cast<std::uint64_t>(start) > data_end ||
         static_cast<std::uint64_t>(ch.total_compressed_size) >
             data_end - static_cast<std::uint64_t>(start)) {
@@ -262,7 +284,11 @@ std::unique_ptr<ParquetTable> open_parquet(std::vector<std::filesystem::path> fi
   for (std::size_t i = 0; i < files.size(); ++i) {
     ParquetFile& f = t->files[i];
     f.name = files[i].string();
-    f.map = std::make_unique<MappedFile>(files[i], FileLabel{kWho, f.name}, false);
+    if (remote::is_url(f.name)) {
+      f.remote = std::make_unique<remote::RangeReader>(f.name, t->options.remote, kWho);
+    } else {
+      f.map = std::make_unique<MappedFile>(files[i], FileLabel{kWho, f.name}, false);
+    }
     index_file(*t, f, i == 0);
   }
   if (t->columns.empty()) throw ConfigError(std::string(kWho) + ": no columns to read");
@@ -275,6 +301,10 @@ std::unique_ptr<ParquetTable> open_parquet(std::vector<std::filesystem::path> fi
     t->fields.push_back(std::move(f));
   }
   scan_rows(*t);
+  if (std::any_of(t->files.begin(), t->files.end(),
+                  [](const ParquetFile& f) { return f.remote != nullptr; })) {
+    t->ahead = std::make_unique<AheadFetcher>(*t);
+  }
   return t;
 }
 

@@ -9,10 +9,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "datasets/common/file_io.hpp"
+#include "datasets/remote/range_reader.hpp"
 #include "datasets/table/parquet_cache.hpp"
 #include "datasets/table/parquet_chunk.hpp"
 #include "datasets/table/parquet_format.hpp"
@@ -49,9 +51,12 @@ struct TableLeaf {
 struct ParquetFile {
   std::string name;  ///< as the user gave it, for messages
   std::unique_ptr<MappedFile> map;
+  std::unique_ptr<remote::RangeReader> remote;  ///< a URL's, read by ranges (no map then)
   std::vector<parquet::RowGroup> groups;
   std::vector<TableLeaf> leaves;  ///< per column read
 };
+
+class AheadFetcher;
 
 /// One row group of one file, at its place among all the rows.
 struct TableGroup {
@@ -85,9 +90,31 @@ struct FERRY_HIDDEN ParquetTable {
   /// Decodes row group g's columns into their fields' form.
   /// \throws DataError naming the file, the row group, the column and the page.
   std::shared_ptr<const DecodedGroup> decode(std::size_t g) const;
-  /// Decodes one column of row group g as stored. \throws DataError as decode().
-  parquet::RawColumn decode_raw(std::size_t g, std::size_t column) const;
+  /// Decodes one column of row group g as stored, from `bytes` (its chunk's), or, when empty,
+  /// from the mapped file or a range of the URL. \throws DataError as decode().
+  parquet::RawColumn decode_raw(std::size_t g, std::size_t column,
+                                std::span<const std::byte> bytes = {}) const;
+  /// The chunks of row group g's columns read, fetched from a URL (parquet_ranges.cpp): one
+  /// ranged GET for chunks that lie close together, no byte of the other columns' chunks
+  /// farther than kRangeGap. chunks[c] is column c's.
+  struct FetchedChunks {
+    std::vector<std::vector<std::byte>> buffers;
+    std::vector<std::span<const std::byte>> chunks;
+  };
+  FetchedChunks fetch_chunks(std::size_t g) const;
+
+  ParquetTable();
+  ~ParquetTable();
+  /// URLs' row groups fetched ahead in the loader's order (parquet_ahead.hpp); null without
+  /// URLs. The last member: it goes first, while the files it reads are still there.
+  std::unique_ptr<AheadFetcher> ahead;
 };
+
+/// Where a column chunk's bytes start (its dictionary page, else its first data page).
+std::int64_t chunk_start(const parquet::ColumnChunk& ch) noexcept;
+
+/// Chunks of one row group closer than this are fetched in one ranged GET (the gap read too).
+inline constexpr std::uint64_t kRangeGap = std::uint64_t{8} << 10;
 
 /// Opens the files and builds the index (parquet_open.cpp).
 std::unique_ptr<ParquetTable> open_parquet(std::vector<std::filesystem::path> files,
