@@ -1,10 +1,11 @@
-// bench/tables: a numeric table read from Parquet (ParquetDataset) against the same rows in
-// memory (TensorDataset), through the same loader (issue #35's target: Parquet >= 0.5 of in
-// memory).
+// bench/tables: a numeric table read from Parquet (ParquetDataset) and from an Arrow IPC file
+// (ArrowDataset) against the same rows in memory (TensorDataset), through the same loader
+// (issue #35's targets: Arrow >= 0.8, Parquet >= 0.5 of in memory).
 //
 // The data: N rows (1,000,000; --quick 200,000; --rows) of 10 f32 columns f0..f9 and 10 i64
 // columns i0..i9, a field per column. bench/table/write_numeric.js writes them with an
-// independent writer (apache-arrow + parquet-wasm, snappy, row groups of 65,536 rows) into
+// independent writer (apache-arrow + parquet-wasm: Parquet snappy in row groups of 65,536 rows,
+// and the Arrow IPC file format, uncompressed, in record batches of as many) into
 // --data DIR (default /tmp/ferry-bench-tables) when the file there is not of N rows; the
 // in-memory twin is computed here from the same formulas, and before timing the two are
 // compared: every row's every value, in order, through a loader.
@@ -15,10 +16,12 @@
 //   parquet           the Parquet file, fully shuffled: its decoded row groups (120 MB for 1M
 //                     rows) fit ParquetDataset's 512 MiB cache, so each is decoded once;
 //   parquet window 4  the same with shuffle_window 4 (row groups four at a time, shuffled
-//                     within): what a table larger than the cache would use.
+//                     within): what a table larger than the cache would use;
+//   arrow             the Arrow file, fully shuffled: memory-mapped, values copied from the
+//                     mapping.
 // Each figure is the median of R epochs (7; --quick 3; --reps) after a warm-up round (its
 // first epoch decodes the file; "1st epoch ms" reports that cold epoch, from a fresh dataset).
-// The configurations alternate in every round, round r starting with configuration r mod 3.
+// The configurations alternate in every round, round r starting with configuration r mod 4.
 // Columns: epoch wall time (median), samples/s, "x / memory" the ratio of the medians,
 // "paired" the median of the rounds' own ratios, "CPU ms" the process's CPU time per epoch.
 // With --python, the same file from Python (bench/py/tables_side.py, ferry's module from
@@ -62,7 +65,8 @@ namespace fs = std::filesystem;
 
 constexpr std::size_t kColumns = 10;  // of each type
 constexpr std::size_t kGroupRows = 65536;
-constexpr double kTarget = 0.5;
+constexpr double kTarget = 0.5;  // Parquet
+constexpr double kArrowTarget = 0.8;
 
 constexpr const char* kUsage =
     "usage: tables [--quick] [--rows N] [--reps N] [--workers W] [--batch N] [--data DIR] "
@@ -115,7 +119,7 @@ std::shared_ptr<const ferry::Dataset> in_memory(std::size_t rows) {
 // Writes the files unless DIR holds a Parquet file of `rows` rows.
 fs::path ensure_files(const Options& options, std::size_t rows) {
   const fs::path parquet = options.data / "numeric.parquet";
-  if (fs::exists(parquet)) {
+  if (fs::exists(parquet) && fs::exists(options.data / "numeric.arrow")) {
     try {
       if (ferry::ParquetDataset::open({parquet})->size() == rows) return parquet;
     } catch (const std::exception&) {  // rewritten below
@@ -265,20 +269,31 @@ int run(const Options& options) {
   const auto memory = in_memory(options.rows);
   const std::shared_ptr<const ferry::Dataset> file = ferry::ParquetDataset::open({parquet});
   check_same(file, memory, options);
+  const fs::path arrow_path = options.data / "numeric.arrow";
+  const std::shared_ptr<const ferry::Dataset> arrow = ferry::ArrowDataset::open({arrow_path});
+  check_same(arrow, memory, options);
 
   struct Config {
     std::string name;
     std::shared_ptr<const ferry::Dataset> data;
     std::size_t window;
   };
-  std::vector<Config> configs = {
-      {"memory", memory, 0}, {"parquet", file, 0}, {"parquet window 4", file, 4}};
+  std::vector<Config> configs = {{"memory", memory, 0},
+                                 {"parquet", file, 0},
+                                 {"parquet window 4", file, 4},
+                                 {"arrow", arrow, 0}};
   // Cold first epochs, each from a fresh dataset.
   std::vector<double> cold(configs.size());
   for (std::size_t k = 1; k < configs.size(); ++k) {
     ferry::LoaderOptions o = loader_options(options, true);
     o.shuffle_window = configs[k].window;
-    ferry::Loader fresh(ferry::ParquetDataset::open({parquet}), o);
+    std::shared_ptr<const ferry::Dataset> data;
+    if (configs[k].name == "arrow") {
+      data = ferry::ArrowDataset::open({arrow_path});
+    } else {
+      data = ferry::ParquetDataset::open({parquet});
+    }
+    ferry::Loader fresh(data, o);
     cold[k] = run_epoch(fresh, 0).wall;
   }
   std::vector<std::unique_ptr<ferry::Loader>> loaders;
@@ -314,6 +329,9 @@ int run(const Options& options) {
   const double ratio = median(wall[0]) / median(wall[1]);
   std::printf("parquet / memory %.2f: target >= %.1f %s\n", ratio, kTarget,
               ratio >= kTarget ? "met" : "missed");
+  const double arrow_ratio = median(wall[0]) / median(wall[3]);
+  std::printf("arrow / memory %.2f: target >= %.1f %s\n", arrow_ratio, kArrowTarget,
+              arrow_ratio >= kArrowTarget ? "met" : "missed");
 
   if (options.python) {
     const double ferry_py = python_side(options, "ferry", options.rows, 3);
