@@ -94,7 +94,8 @@ class FERRY_API ParquetDataset final : public Dataset {
  public:
   /// \throws ConfigError for no files, a column named twice or absent (naming it), a column of
   /// a type not read (naming the column and its type), an image column of another type, image
-  /// options image_shape() refuses, files whose schemas differ; DataError for a file that cannot be read or is not Parquet.
+  /// options image_shape() refuses, files whose schemas differ; DataError for a file that cannot be
+  /// read or is not Parquet.
   static std::shared_ptr<ParquetDataset> open(std::vector<std::filesystem::path> files,
                                               TableOptions options = {});
   ~ParquetDataset() override;
