@@ -1,9 +1,12 @@
 // ParquetDataset against files it did not write: tests/table/write_tables.js writes them with
 // apache-arrow and parquet-wasm (the Rust Parquet writer), from npm (scripts/setup installs them
 // into tests/table/node_modules). Row r of every file holds values computed from r, which the
-// expected_* functions below compute the same way.
+// expected_* functions below compute the same way. The images of the image tables are encoded
+// here (TurboJPEG, libspng) and handed to the writer as files.
 
 #include <gtest/gtest.h>
+#include <spng.h>
+#include <turbojpeg.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -54,6 +57,50 @@ void write_bytes(const fs::path& p, const std::vector<std::uint8_t>& b) {
       .write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
 }
 
+using Bytes = std::vector<std::uint8_t>;
+constexpr std::size_t kImages = 40;  // images.parquet's rows: 6 row groups of 7 and 1 of 5
+
+Bytes pattern(int w, int h, int salt) {
+  Bytes px(static_cast<std::size_t>(w * h * 3));
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        px[static_cast<std::size_t>((y * w + x) * 3 + c)] =
+            static_cast<std::uint8_t>((x * 7 + y * 13 + c * 50 + salt * 29) % 256);
+      }
+    }
+  }
+  return px;
+}
+Bytes encode_jpeg(const Bytes& px, int w, int h) {
+  tjhandle tj = tjInitCompress();
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  EXPECT_EQ(tjCompress2(tj, px.data(), w, 0, h, TJPF_RGB, &buf, &size, TJSAMP_420, 90, 0), 0);
+  Bytes out(buf, buf + size);
+  tjFree(buf);
+  tjDestroy(tj);
+  return out;
+}
+Bytes encode_png(const Bytes& px, int w, int h) {
+  spng_ctx* ctx = spng_ctx_new(SPNG_CTX_ENCODER);
+  spng_set_option(ctx, SPNG_ENCODE_TO_BUFFER, 1);
+  spng_ihdr ihdr{};
+  ihdr.width = static_cast<std::uint32_t>(w);
+  ihdr.height = static_cast<std::uint32_t>(h);
+  ihdr.bit_depth = 8;
+  ihdr.color_type = SPNG_COLOR_TYPE_TRUECOLOR;
+  EXPECT_EQ(spng_set_ihdr(ctx, &ihdr), 0);
+  EXPECT_EQ(spng_encode_image(ctx, px.data(), px.size(), SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE), 0);
+  std::size_t len = 0;
+  int err = 0;
+  auto* buf = static_cast<std::uint8_t*>(spng_get_png_buffer(ctx, &len, &err));
+  Bytes out(buf, buf + len);
+  std::free(buf);
+  spng_ctx_free(ctx);
+  return out;
+}
+
 class ParquetFiles : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -69,8 +116,21 @@ class ParquetFiles : public ::testing::Test {
     }
     dir_ = fs::temp_directory_path() / ("ferry_parquet_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
-    const std::string cmd =
-        "node '" + (writer / "write_tables.js").string() + "' '" + dir_.string() + "' >/dev/null";
+    // The images: in one folder for the writer, and as ImageFolder's class "a" (JPEG and PNG).
+    fs::create_directories(dir_ / "images");
+    fs::create_directories(dir_ / "folder/a");
+    for (std::size_t i = 0; i < kImages; ++i) {
+      const int w = 20 + static_cast<int>(i % 9);
+      const int h = 14 + static_cast<int>(i % 5);
+      const Bytes px = pattern(w, h, static_cast<int>(i));
+      char name[32];
+      std::snprintf(name, sizeof name, "%03zu.%s", i, i % 2 == 0 ? "jpg" : "png");
+      const Bytes encoded = i % 2 == 0 ? encode_jpeg(px, w, h) : encode_png(px, w, h);
+      write_bytes(dir_ / "images" / name, encoded);
+      write_bytes(dir_ / "folder/a" / name, encoded);
+    }
+    const std::string cmd = "node '" + (writer / "write_tables.js").string() + "' '" +
+                            dir_.string() + "' '" + (dir_ / "images").string() + "' >/dev/null";
     if (std::system(cmd.c_str()) != 0) skip_ = "write_tables.js failed: " + cmd;
   }
   static void TearDownTestSuite() {
@@ -336,7 +396,21 @@ TEST_F(ParquetFiles, TypesNotReadAndBadOptionsAreConfigErrors) {
                             {"categorical column \"i32\"", "INT32"});
   o.categorical = {};
   o.images = {"i32"};
-  expect_error<ConfigError>([&] { (void)ParquetDataset::open({f}, o); }, {"image"});
+  expect_error<ConfigError>([&] { (void)ParquetDataset::open({f}, o); },
+                            {"column \"i32\"", "INT32", "not an image column"});
+  o.columns = {"i32", "bin"};
+  o.images = {"bin", "bin"};
+  expect_error<ConfigError>([&] { (void)ParquetDataset::open({f}, o); },
+                            {"image column \"bin\"", "twice"});
+  o.images = {"bin"};
+  o.categorical = {"bin"};
+  expect_error<ConfigError>([&] { (void)ParquetDataset::open({f}, o); },
+                            {"\"bin\"", "both an image and categorical"});
+  o.categorical = {};
+  o.image.height = 0;
+  expect_error<ConfigError>([&] { (void)ParquetDataset::open({f}, o); }, {"height"});
+  o.image = {};
+  o.columns = {"i32"};
   expect_error<ConfigError>([&] { (void)ParquetDataset::open({}, {}); }, {"no files"});
   o.images = {};
   expect_error<ConfigError>([&] { (void)ParquetDataset::open({f}, o)->categories("i32"); },
@@ -423,6 +497,121 @@ TEST_F(ParquetFiles, DamagedBytesNeverCrash) {
       fs::remove(p);
     }
   }
+}
+
+}  // namespace
+
+namespace {
+
+// ---- image columns ---------------------------------------------------------------------------
+
+TEST_F(ParquetFiles, ImageStructsDecodeAsImageFolderDoes) {
+  TableOptions o;
+  o.columns = {"image", "raw", "label"};
+  o.images = {"image", "raw"};
+  o.image.height = 12;
+  o.image.width = 10;
+  o.image.geometry = ferry::Geometry::random_resized_crop;
+  o.image.random_flip = true;
+  const auto ds = ParquetDataset::open({file("images.parquet")}, o);
+  ASSERT_EQ(ds->size(), kImages);
+  EXPECT_EQ(ds->num_row_groups(), 6U);
+  ASSERT_EQ(ds->fields().size(), 3U);
+  EXPECT_EQ(ds->fields()[0], ferry::image_field(o.image, "image"));
+  EXPECT_EQ(ds->fields()[1], ferry::image_field(o.image, "raw"));
+  // The same bytes and samples as ImageFolder's, the same random crops and flips.
+  const auto folder = ferry::ImageFolder::open(dir_ / "folder", o.image);
+  ASSERT_EQ(folder->size(), kImages);
+  ferry::Loader a(ds, loader_options(16, false, 2));
+  ferry::Loader f(folder, loader_options(16, false, 2));
+  auto ea = a.epoch(0);
+  auto fa = ea.begin();
+  std::size_t n = 0;
+  for (const ferry::Batch& want : f.epoch(0)) {
+    const ferry::Batch& got = *fa;
+    ASSERT_EQ(got.size(), want.size());
+    const std::size_t bytes = got["image"].nbytes();
+    ASSERT_EQ(bytes, want["image"].nbytes());
+    EXPECT_EQ(
+        std::memcmp(got["image"].data<std::uint8_t>(), want["image"].data<std::uint8_t>(), bytes),
+        0);
+    EXPECT_EQ(
+        std::memcmp(got["raw"].data<std::uint8_t>(), want["image"].data<std::uint8_t>(), bytes), 0);
+    for (std::size_t j = 0; j < got.size(); ++j) {
+      EXPECT_EQ(at<std::int64_t>(got["label"], j), static_cast<std::int64_t>(n + j));
+    }
+    n += got.size();
+    ++fa;
+  }
+  EXPECT_EQ(n, kImages);
+}
+
+TEST_F(ParquetFiles, ImagesInAShuffledEpochAreDecodeImagesOfTheirRows) {
+  TableOptions o;
+  o.columns = {"label", "image"};
+  o.images = {"image"};
+  o.image.height = 9;
+  o.image.width = 11;
+  const auto ds = ParquetDataset::open({file("images.parquet")}, o);
+  std::vector<fs::path> names;
+  for (const auto& e : fs::directory_iterator(dir_ / "images")) names.push_back(e.path());
+  std::sort(names.begin(), names.end());
+  ASSERT_EQ(names.size(), kImages);
+  const std::size_t per = 9 * 11 * 3;
+  ferry::Loader loader(ds, loader_options(5, true, 3));
+  std::set<std::int64_t> seen;
+  std::vector<std::int64_t> order;
+  for (const ferry::Batch& b : loader.epoch(1)) {
+    for (std::size_t j = 0; j < b.size(); ++j) {
+      const std::int64_t label = at<std::int64_t>(b["label"], j);
+      ASSERT_EQ(static_cast<std::uint64_t>(label), b.indices()[j]);
+      seen.insert(label);
+      order.push_back(label);
+      const Bytes file_bytes = bytes_of(names[static_cast<std::size_t>(label)]);
+      Bytes want(per);
+      ferry::decode_image(std::as_bytes(std::span(file_bytes)), o.image, 0, want, "want");
+      EXPECT_EQ(std::memcmp(b["image"].data<std::uint8_t>() + j * per, want.data(), per), 0)
+          << "row " << label;
+    }
+  }
+  EXPECT_EQ(seen.size(), kImages);
+  std::vector<std::int64_t> sorted = order;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_NE(order, sorted);  // shuffled
+}
+
+TEST_F(ParquetFiles, ANullImageIsADataErrorNamingFileRowAndColumn) {
+  const fs::path f = file("images_null.parquet");
+  TableOptions o;
+  o.images = {"image"};
+  o.image.height = 8;
+  o.image.width = 8;
+  const auto ds = ParquetDataset::open({f}, o);
+  ASSERT_EQ(ds->size(), 3U);
+  ferry::Loader loader(ds, loader_options(1, false, 1));
+  expect_error<DataError>(
+      [&] {
+        for (const ferry::Batch& b : loader.epoch(0)) (void)b;
+      },
+      {"ParquetDataset: " + f.string(), "row 1,", "column \"image\"", "null"});
+  ferry::LoaderOptions lo = loader_options(1, false, 1);
+  lo.on_error = ferry::ErrorPolicy::skip;
+  ferry::Loader skipping(ds, lo);
+  std::vector<std::uint64_t> got;
+  for (const ferry::Batch& b : skipping.epoch(0)) {
+    for (std::size_t j = 0; j < b.size(); ++j) got.push_back(b.indices()[j]);
+  }
+  EXPECT_EQ(got, (std::vector<std::uint64_t>{0, 2}));
+  EXPECT_EQ(skipping.stats().skipped, 1U);
+  // Columns that are not images.
+  TableOptions raw;
+  raw.columns = {"label", "raw"};
+  raw.images = {"label"};
+  expect_error<ConfigError>([&] { (void)ParquetDataset::open({file("images.parquet")}, raw); },
+                            {"column \"label\"", "INT64", "not an image column"});
+  // A struct not named in images is not read.
+  expect_error<ConfigError>([&] { (void)ParquetDataset::open({file("images.parquet")}, {}); },
+                            {"column \"image\"", "group", "does not read"});
 }
 
 }  // namespace

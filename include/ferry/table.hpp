@@ -29,8 +29,8 @@ struct TableOptions {
   /// The columns read, as fields in this order; empty: all (in the file's order).
   std::vector<std::string> columns;
   /// Columns of encoded images (binary, or HF's Image struct{bytes, path}), decoded as
-  /// ImageFolder does (a null `path` beside bytes is not a null sample). Read by ArrowDataset;
-  /// not yet by ParquetDataset, where naming one is a ConfigError.
+  /// ImageFolder does (a null `path` beside bytes is not a null sample; a null `bytes` is a
+  /// null). Read by ArrowDataset and ParquetDataset.
   std::vector<std::string> images;
   ImageOptions image;  ///< for those columns
   /// String columns read as i64 [] codes: the column's distinct values (over all the files)
@@ -54,9 +54,13 @@ struct TableOptions {
 ///   i8, i16, i32, i64, u8, u16, u32, u64 [] (the type the column declares); FLOAT -> f32 [];
 ///   DOUBLE -> f64 [].
 /// - BYTE_ARRAY (binary, string) -> ragged u8 [L], the bytes as stored; named in
-///   TableOptions::categorical -> i64 [] codes.
-/// - Any other type in a column that is read (timestamps, decimals, nested or repeated columns,
-///   fixed-length byte arrays, INT96): ConfigError naming the column and its type.
+///   TableOptions::categorical -> i64 [] codes; named in TableOptions::images -> u8
+///   image_shape(options.image), decoded as ImageFolder's (image_field()).
+/// - Hugging Face's Image struct (a group of two BYTE_ARRAY leaves, `bytes` and `path`, neither
+///   repeated), named in TableOptions::images: decoded as ImageFolder's from `bytes` (the `path`
+///   chunk is not read; a null `path` is not a null sample, a null struct or `bytes` is).
+/// - Any other type in a column that is read (timestamps, decimals, other nested or repeated
+///   columns, fixed-length byte arrays, INT96): ConfigError naming the column and its type.
 ///
 /// What is read: PLAIN, dictionary (PLAIN_DICTIONARY, RLE_DICTIONARY), DELTA_BINARY_PACKED,
 /// DELTA_LENGTH_BYTE_ARRAY, DELTA_BYTE_ARRAY and BYTE_STREAM_SPLIT values, RLE booleans,
@@ -89,8 +93,9 @@ struct TableOptions {
 class FERRY_API ParquetDataset final : public Dataset {
  public:
   /// \throws ConfigError for no files, a column named twice or absent (naming it), a column of
-  /// a type not read (naming the column and its type), files whose schemas differ, options not
-  /// supported yet (images); DataError for a file that cannot be read or is not Parquet.
+  /// a type not read (naming the column and its type), an image column of another type, image
+  /// options image_shape() refuses, files whose schemas differ; DataError for a file that cannot be
+  /// read or is not Parquet.
   static std::shared_ptr<ParquetDataset> open(std::vector<std::filesystem::path> files,
                                               TableOptions options = {});
   ~ParquetDataset() override;

@@ -434,15 +434,19 @@ one field per member extension of the first sample, sorted; images decode as Ima
   py::class_<ParquetDataset, Dataset, std::shared_ptr<ParquetDataset>>(m, "ParquetDataset", R"doc(
 Parquet files: the rows of all the files, in order, are the samples; each column read is a field
 named as the column. Numbers are scalar fields of their type (bool as u8); binary and text are
-ragged u8 [L] (the bytes as stored); columns named in categorical (text) are i64 codes in sorted
-byte order (categories(name) lists them). columns: the columns read, in this order (None: all).
-missing: "error" (a null is a DataError when its row is read) or "nan" (NaN in a float column,
--1 as a categorical code).)doc")
+ragged u8 [L] (the bytes as stored); columns named in images (binary, or HF's Image
+struct{bytes, path}) are decoded as ImageFolder does (the image keywords as ImageFolder's);
+columns named in categorical (text) are i64 codes in sorted byte order (categories(name) lists
+them). columns: the columns read, in this order (None: all). missing: "error" (a null is a
+DataError when its row is read) or "nan" (NaN in a float column, -1 as a categorical code).)doc")
       .def(py::init([](const py::object& files,
                        const std::optional<std::vector<std::string>>& columns,
                        const std::optional<std::vector<std::string>>& images,
                        const std::optional<std::vector<std::string>>& categorical,
-                       const std::string& missing) {
+                       const std::string& missing, int height, int width, int channels,
+                       const std::string& geometry, int resize, bool random_flip,
+                       const std::optional<Normalize>& normalize, std::int64_t max_pixels,
+                       int max_jpeg_scans) {
              TableOptions o;
              if (columns) o.columns = *columns;
              if (images) o.images = *images;
@@ -455,13 +459,18 @@ missing: "error" (a null is a DataError when its row is read) or "nan" (NaN in a
                throw ConfigError("ParquetDataset: missing is \"error\" or \"nan\", not \"" +
                                  missing + "\"");
              }
+             o.image = image_options(height, width, channels, geometry, resize, random_flip,
+                                     normalize, max_pixels, max_jpeg_scans);
              std::vector<std::filesystem::path> paths = to_paths(files, "ParquetDataset", "files");
              const py::gil_scoped_release release;
              return ParquetDataset::open(std::move(paths), std::move(o));
            }),
            py::arg("files"), py::arg("columns") = py::none(), py::kw_only(),
            py::arg("images") = py::none(), py::arg("categorical") = py::none(),
-           py::arg("missing") = "error")
+           py::arg("missing") = "error", py::arg("height") = 224, py::arg("width") = 224,
+           py::arg("channels") = 3, py::arg("geometry") = "resize_then_center_crop",
+           py::arg("resize") = 0, py::arg("random_flip") = false, py::arg("normalize") = py::none(),
+           py::arg("max_pixels") = std::int64_t{1} << 26, py::arg("max_jpeg_scans") = 256)
       .def(
           "categories",
           [](const ParquetDataset& d, const std::string& name) { return d.categories(name); },

@@ -113,3 +113,54 @@ def test_parquet_urls_are_read_by_ranges(ferry, tables):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def _png(w, h, salt):
+    import struct
+    import zlib
+
+    rows = b"".join(b"\x00" + bytes((x * 7 + y * 13 + salt * 29) % 256 for x in range(w * 3))
+                    for y in range(h))
+
+    def chunk(kind, data):
+        return (struct.pack(">I", len(data)) + kind + data +
+                struct.pack(">I", zlib.crc32(kind + data)))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) +
+            chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def test_parquet_image_structs_decode_as_image_folder(ferry, tables, tmp_path):
+    # The writer's image tables from PNGs written here, which ImageFolder reads as class "a".
+    images = tmp_path / "images"
+    folder = tmp_path / "folder" / "a"
+    images.mkdir()
+    folder.mkdir(parents=True)
+    for i in range(20):
+        data = _png(16 + i % 5, 12 + i % 3, i)
+        (images / f"{i:03d}.png").write_bytes(data)
+        (folder / f"{i:03d}.png").write_bytes(data)
+    out = tmp_path / "out"
+    subprocess.run(["node", os.path.join(WRITER, "write_tables.js"), str(out), str(images)],
+                   check=True, stdout=subprocess.DEVNULL)
+    keywords = dict(height=8, width=6, geometry="random_resized_crop", random_flip=True)
+    ds = ferry.ParquetDataset(str(out / "images.parquet"), ["image", "raw", "label"],
+                              images=["image", "raw"], **keywords)
+    assert len(ds) == 20
+    assert ds.num_row_groups == 3
+    assert ds.fields[0] == ("image", "u8", (8, 6, 3))
+    want = ferry.Loader(ferry.ImageFolder(str(tmp_path / "folder"), **keywords), batch_size=6,
+                        device="cpu")
+    got = ferry.Loader(ds, batch_size=6, device="cpu")
+    n = 0
+    for g, w in zip(got.epoch(0), want.epoch(0)):
+        np.testing.assert_array_equal(g["image"].numpy(), w["image"].numpy())
+        np.testing.assert_array_equal(g["raw"].numpy(), w["image"].numpy())
+        np.testing.assert_array_equal(g["label"].numpy(), np.arange(n, n + len(g.indices)))
+        n += len(g.indices)
+    assert n == 20
+    with pytest.raises(ferry.DataError, match=r'row 1, column "image".*null'):
+        for _ in ferry.Loader(ferry.ParquetDataset(str(out / "images_null.parquet"),
+                                                   images=["image"], height=8, width=8),
+                              batch_size=1, device="cpu").epoch(0):
+            pass

@@ -1,6 +1,6 @@
 // Writes the Parquet files tests/parquet_dataset_test.cpp reads, with an independent writer:
 // apache-arrow builds the tables, parquet-wasm (the Rust Parquet writer) writes them.
-// Usage: node write_tables.js OUT_DIR. Row r of every file holds the values the test computes
+// Usage: node write_tables.js OUT_DIR [IMAGES_DIR]. Row r of every file holds the values the test computes
 // from r (see expected_* in the test), so the two must change together.
 "use strict";
 const fs = require("fs");
@@ -148,6 +148,27 @@ const wideText = (r) => `row ${r} ` + "x".repeat(r % 13);
     .setMaxRowGroupSize(500)
     .build();
   write("wide.parquet", new arrow.Table(cols), props);
+}
+// HF-style image tables, when IMAGES_DIR is given (its files, sorted: row i holds the i-th):
+// images.parquet has `image` struct{bytes, path} (path null for every third row), the same
+// bytes as plain binary `raw`, and `label` i; row groups of 7 rows. images_null.parquet is
+// 3 rows whose row 1 has a null `bytes` beside its path.
+const imagesDir = process.argv[3];
+if (imagesDir) {
+  const files = fs.readdirSync(imagesDir).sort();
+  const data = files.map((f) => new Uint8Array(fs.readFileSync(path.join(imagesDir, f))));
+  const fld = (name, type) => new arrow.Field(name, type, true);
+  const image = new arrow.Struct([fld("bytes", new arrow.Binary()), fld("path", new arrow.Utf8())]);
+  const t = new arrow.Table({
+    image: vec(image, files.map((f, i) => ({ bytes: data[i], path: i % 3 === 0 ? null : f }))),
+    raw: vec(new arrow.Binary(), data),
+    label: vec(new arrow.Int64(), files.map((f, i) => BigInt(i))),
+  });
+  write("images.parquet", t, new pq.WriterPropertiesBuilder().setMaxRowGroupSize(7).build());
+  const n = new arrow.Table({
+    image: vec(image, [0, 1, 2].map((i) => ({ bytes: i === 1 ? null : data[i], path: files[i] }))),
+  });
+  write("images_null.parquet", n);
 }
 // A footer longer than the 64 KiB a remote file's first read takes: a row group per row.
 write("long_footer.parquet", table(0, N), new pq.WriterPropertiesBuilder().setMaxRowGroupSize(1).build());

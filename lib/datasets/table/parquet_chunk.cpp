@@ -1,6 +1,7 @@
 #include "datasets/table/parquet_chunk.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <string>
 
@@ -261,6 +262,8 @@ RawColumn decode_chunk(std::span<const std::byte> bytes, Physical type, Codec co
   bool have_dict = false;
   std::vector<std::byte> page;
   std::vector<std::uint32_t> levels;
+  // Definition levels take as many bits as max_def needs (a struct's child: 2).
+  const auto level_bits = static_cast<int>(std::bit_width(static_cast<unsigned>(max_def)));
   std::vector<std::uint32_t> indices;
   std::size_t pos = 0;
   std::size_t row = 0;
@@ -335,7 +338,7 @@ RawColumn decode_chunk(std::span<const std::byte> bytes, Physical type, Codec co
           if (values.size() < 4) throw ChunkError("definition levels end early");
           const std::uint32_t n = load_le32(values.data());
           if (n > values.size() - 4) throw ChunkError("definition levels past the page's end");
-          RleDecoder(values.subspan(4, n), 1).get(levels.data(), count);
+          RleDecoder(values.subspan(4, n), level_bits).get(levels.data(), count);
           values = values.subspan(4 + n);
         }
       } else {
@@ -350,7 +353,7 @@ RawColumn decode_chunk(std::span<const std::byte> bytes, Physical type, Codec co
         if (max_def > 0) {
           RleDecoder(body.subspan(static_cast<std::size_t>(h.rep_length),
                                   static_cast<std::size_t>(h.def_length)),
-                     1)
+                     level_bits)
               .get(levels.data(), count);
         }
         const auto rest = body.subspan(level_bytes);

@@ -8,6 +8,7 @@
 #include "datasets/table/parquet_schema.hpp"
 #include "datasets/table/parquet_table.hpp"
 #include "ferry/error.hpp"
+#include "ferry/image.hpp"
 #include "ferry/table.hpp"
 
 namespace ferry {
@@ -207,7 +208,14 @@ void ParquetDataset::read(std::size_t index, SampleRef out) const {
                                          "categorical columns)")
                            : std::string(" (TableOptions::missing is Missing::error)")));
     }
-    if (col.kind == TableField::bytes) {
+    if (col.kind == TableField::image) {
+      const detail::TableGroup& tg = t.groups[g];
+      decode_image(v.value(row), t.options.image, out.seed(),
+                   {out.as<std::uint8_t>(c), out.nbytes(c)},
+                   std::string(detail::kWho) + ": " + t.files[tg.file].name + ": row " +
+                       std::to_string(tg.file_row + row) + ", column " +
+                       detail::parquet::in_quotes(col.name));
+    } else if (col.kind == TableField::bytes) {
       const auto bytes = v.value(row);
       if (bytes.size() != out.nbytes(c)) {
         throw DataError(std::string(detail::kWho) + ": " + t.files[t.groups[g].file].name +

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -14,6 +15,7 @@
 #include "datasets/table/parquet_table.hpp"
 #include "datasets/table/thrift_compact.hpp"
 #include "ferry/error.hpp"
+#include "ferry/image.hpp"
 
 namespace ferry::detail {
 namespace {
@@ -84,10 +86,32 @@ parquet::FileMetaData read_footer(const ParquetFile& f, std::size_t& data_end) {
   }
 }
 
+/// Where the values of column `c` lie when it is read as `kind`: its leaf and definition level;
+/// nothing for a column whose type it cannot be read as.
+std::optional<TableLeaf> column_leaf(const TopColumn& c, TableField kind) {
+  if (kind == TableField::image) {
+    if (c.image_leaf >= 0) return TableLeaf{static_cast<std::size_t>(c.image_leaf), c.image_def};
+    if (c.nested || *c.element->type != parquet::Physical::byte_array) return std::nullopt;
+  }
+  if (!parquet::scalar_dtype(c)) return std::nullopt;
+  return TableLeaf{c.leaf, c.max_def};
+}
+
 /// The field a column becomes. \throws ConfigError for a type not read.
 TableColumn map_column(const TopColumn& c, const TableOptions& o) {
   TableColumn col;
   col.name = c.name;
+  if (listed(o.images, c.name)) {
+    if (!column_leaf(c, TableField::image)) {
+      throw ConfigError(std::string(kWho) + ": column " + in_quotes(c.name) + " is of type " +
+                        parquet::type_text(c) +
+                        ", not an image column (BYTE_ARRAY, or a struct{bytes, path} of them)");
+    }
+    col.kind = TableField::image;
+    col.physical = parquet::Physical::byte_array;
+    col.dtype = DType::u8;
+    return col;
+  }
   const auto dtype = parquet::scalar_dtype(c);
   const bool categorical = listed(o.categorical, c.name);
   if (!dtype) {
@@ -114,24 +138,29 @@ void check_options(const std::vector<std::filesystem::path>& files, const TableO
                   [](const auto& f) { return remote::is_url(f.string()); })) {
     remote::check_options(o.remote, kWho);
   }
-  if (!o.images.empty()) {
-    throw ConfigError(w + ": image columns (TableOptions::images, " + in_quotes(o.images[0]) +
-                      ") are not read yet");
-  }
   std::set<std::string> seen;
   for (const auto& c : o.columns) {
     if (!seen.insert(c).second) throw ConfigError(w + ": column " + in_quotes(c) + " listed twice");
   }
-  seen.clear();
-  for (const auto& c : o.categorical) {
-    if (!seen.insert(c).second) {
-      throw ConfigError(w + ": categorical column " + in_quotes(c) + " listed twice");
-    }
-    if (!o.columns.empty() && !listed(o.columns, c)) {
-      throw ConfigError(w + ": categorical column " + in_quotes(c) +
-                        " is not among the columns read (TableOptions::columns)");
+  for (const auto* list : {&o.categorical, &o.images}) {
+    const std::string kind = list == &o.images ? "image" : "categorical";
+    seen.clear();
+    for (const auto& c : *list) {
+      if (!seen.insert(c).second) {
+        throw ConfigError(w + ": " + kind + " column " + in_quotes(c) + " listed twice");
+      }
+      if (!o.columns.empty() && !listed(o.columns, c)) {
+        throw ConfigError(w + ": " + kind + " column " + in_quotes(c) +
+                          " is not among the columns read (TableOptions::columns)");
+      }
     }
   }
+  for (const auto& c : o.images) {
+    if (listed(o.categorical, c)) {
+      throw ConfigError(w + ": column " + in_quotes(c) + " is both an image and categorical");
+    }
+  }
+  if (!o.images.empty()) static_cast<void>(image_shape(o.image));
 }
 
 /// Checks the chunks of the columns read: there, in this file, within its data.
@@ -196,11 +225,14 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
         throw ConfigError(std::string(kWho) + ": " + f.name + ": no column " + in_quotes(name));
       }
     }
-    for (const auto& name : o.categorical) {
-      if (std::none_of(top.begin(), top.end(),
-                       [&](const TopColumn& c) { return c.name == name; })) {
-        throw ConfigError(std::string(kWho) + ": " + f.name + ": no categorical column " +
-                          in_quotes(name));
+    for (const auto* list : {&o.categorical, &o.images}) {
+      for (const auto& name : *list) {
+        if (std::none_of(top.begin(), top.end(),
+                         [&](const TopColumn& c) { return c.name == name; })) {
+          throw ConfigError(std::string(kWho) + ": " + f.name + ": no " +
+                            (list == &o.images ? "image" : "categorical") + " column " +
+                            in_quotes(name));
+        }
       }
     }
     if (o.columns.empty()) {
@@ -221,13 +253,14 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
                         ", which " + t.files[0].name + " has");
     }
     const auto dtype = parquet::scalar_dtype(*it);
-    if (!dtype || *it->element->type != col.physical ||
+    const auto leaf = column_leaf(*it, col.kind);
+    if (!leaf || (col.kind != TableField::image && *it->element->type != col.physical) ||
         (col.kind == TableField::scalar && *dtype != col.dtype)) {
       throw ConfigError(std::string(kWho) + ": " + f.name + ": column " + in_quotes(col.name) +
                         " is of type " + parquet::type_text(*it) + ", not as in " +
                         t.files[0].name);
     }
-    f.leaves.push_back({it->leaf, it->max_def});
+    f.leaves.push_back(*leaf);
   }
   f.groups = std::move(meta.row_groups);
   std::size_t file_row = 0;
@@ -245,7 +278,7 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
 void scan_rows(ParquetTable& t) {
   for (std::size_t c = 0; c < t.columns.size(); ++c) {
     TableColumn& col = t.columns[c];
-    if (col.kind == TableField::scalar) continue;
+    if (col.kind == TableField::scalar || col.kind == TableField::image) continue;
     std::set<std::string, std::less<>> distinct;
     for (std::size_t g = 0; g < t.groups.size(); ++g) {
       const parquet::RawColumn raw = t.decode_raw(g, c);
@@ -296,6 +329,10 @@ std::unique_ptr<ParquetTable> open_parquet(std::vector<std::filesystem::path> fi
   for (const TableGroup& g : t->groups) t->starts.push_back(g.first);
   t->starts.push_back(t->size);
   for (const TableColumn& col : t->columns) {
+    if (col.kind == TableField::image) {
+      t->fields.push_back(image_field(t->options.image, col.name));
+      continue;
+    }
     FieldSpec f{col.name, col.dtype, {}};
     if (col.kind == TableField::bytes) f.shape = {ragged};
     t->fields.push_back(std::move(f));

@@ -66,6 +66,27 @@ std::optional<IntType> int_annotation(const SchemaElement& e) {
   return std::nullopt;
 }
 
+/// A leaf of bytes, not repeated.
+bool byte_leaf(const SchemaElement& e) {
+  return e.num_children == 0 && e.type && *e.type == Physical::byte_array && e.repetition != 2;
+}
+
+/// Records where an Image struct's `bytes` lies, if the group at s[i] is one (its first leaf is
+/// leaf `first`).
+void find_image(const std::vector<SchemaElement>& s, std::size_t i, std::size_t first,
+                TopColumn& col) {
+  const SchemaElement& g = s[i];
+  if (g.num_children != 2 || g.type || g.repetition == 2 || i + 2 >= s.size()) return;
+  const SchemaElement* kids[] = {&s[i + 1], &s[i + 2]};
+  const int at = kids[0]->name == "bytes" ? 0 : 1;
+  if (kids[at]->name != "bytes" || kids[1 - at]->name != "path" || !byte_leaf(*kids[0]) ||
+      !byte_leaf(*kids[1])) {
+    return;
+  }
+  col.image_leaf = static_cast<std::ptrdiff_t>(first) + at;
+  col.image_def = (g.repetition == 1 ? 1 : 0) + (kids[at]->repetition == 1 ? 1 : 0);
+}
+
 }  // namespace
 
 std::vector<TopColumn> top_columns(const std::vector<SchemaElement>& schema, std::size_t& leaves) {
@@ -83,6 +104,7 @@ std::vector<TopColumn> top_columns(const std::vector<SchemaElement>& schema, std
     col.element = &schema[i];
     col.nested = schema[i].num_children != 0 || !schema[i].type || schema[i].repetition == 2;
     col.max_def = schema[i].repetition == 1 ? 1 : 0;
+    if (schema[i].num_children > 0) find_image(schema, i, leaves, col);
     i = skip_tree(schema, i, leaves, 0);
     out.push_back(std::move(col));
   }

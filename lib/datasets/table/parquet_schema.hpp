@@ -21,6 +21,10 @@ struct TopColumn {
   const SchemaElement* element = nullptr;
   bool nested = false;  ///< a group (a list, a map, a struct): not read
   int max_def = 0;
+  /// Hugging Face's Image struct {bytes: BYTE_ARRAY, path: BYTE_ARRAY}, neither repeated: its
+  /// `bytes` leaf and that leaf's definition level (-1: the column is not such a struct).
+  std::ptrdiff_t image_leaf = -1;
+  int image_def = 0;
 };
 
 /// The top-level columns of `schema`. \throws ChunkError for a schema that is not a tree

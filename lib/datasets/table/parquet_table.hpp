@@ -29,6 +29,7 @@ enum class TableField {
   scalar,       ///< a number: dtype [] from the physical value
   bytes,        ///< ragged u8 [L]: the bytes as stored
   categorical,  ///< i64 [] codes into `categories`
+  image,        ///< u8 image_shape(): a BYTE_ARRAY or an Image struct's `bytes`, decoded
 };
 
 /// A column read, as the first file declares it.
