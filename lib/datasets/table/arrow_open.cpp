@@ -23,13 +23,10 @@ using arrow::Field;
 using arrow::FormatError;
 using arrow::TypeId;
 using parquet::in_quotes;
+using parquet::listed;
 
 constexpr std::string_view kWho = "ArrowDataset";
 constexpr std::int64_t kMaxRowValues = std::int64_t{1} << 31;  // leaf values in one row
-
-bool listed(const std::vector<std::string>& names, std::string_view name) {
-  return std::find(names.begin(), names.end(), name) != names.end();
-}
 
 bool is_binary(const Field& f) {
   return f.type == TypeId::binary || f.type == TypeId::utf8 || f.type == TypeId::large_binary ||
@@ -169,29 +166,7 @@ void check_options(const std::vector<std::filesystem::path>& files, const TableO
                         ": files given as URLs are not read yet (only local files)");
     }
   }
-  std::set<std::string> seen;
-  for (const auto& c : o.columns) {
-    if (!seen.insert(c).second) throw ConfigError(w + ": column " + in_quotes(c) + " listed twice");
-  }
-  for (const auto* list : {&o.categorical, &o.images}) {
-    const std::string kind = list == &o.images ? "image" : "categorical";
-    seen.clear();
-    for (const auto& c : *list) {
-      if (!seen.insert(c).second) {
-        throw ConfigError(w + ": " + kind + " column " + in_quotes(c) + " listed twice");
-      }
-      if (!o.columns.empty() && !listed(o.columns, c)) {
-        throw ConfigError(w + ": " + kind + " column " + in_quotes(c) +
-                          " is not among the columns read (TableOptions::columns)");
-      }
-    }
-  }
-  for (const auto& c : o.images) {
-    if (listed(o.categorical, c)) {
-      throw ConfigError(w + ": column " + in_quotes(c) + " is both an image and categorical");
-    }
-  }
-  if (!o.images.empty()) static_cast<void>(image_shape(o.image));
+  parquet::check_column_lists(o, w);
 }
 
 /// The columns read, from the first file's schema; the later files' columns checked against

@@ -22,6 +22,7 @@ namespace {
 
 using parquet::ChunkError;
 using parquet::in_quotes;
+using parquet::listed;
 using parquet::TopColumn;
 
 constexpr std::string_view kWho = "ParquetDataset";
@@ -30,10 +31,6 @@ constexpr std::string_view kWho = "ParquetDataset";
 constexpr std::int64_t kMaxGroupRows = std::int64_t{1} << 31;
 // A URL's last bytes read first: its footer, most often whole.
 constexpr std::uint64_t kTail = std::uint64_t{64} << 10;
-
-bool listed(const std::vector<std::string>& names, std::string_view name) {
-  return std::find(names.begin(), names.end(), name) != names.end();
-}
 
 /// The footer's metadata, and where the data ends (the footer's first byte). A URL's footer
 /// comes by ranges: its last kTail bytes, then, for a longer footer, the rest of it.
@@ -138,29 +135,7 @@ void check_options(const std::vector<std::filesystem::path>& files, const TableO
                   [](const auto& f) { return remote::is_url(f.string()); })) {
     remote::check_options(o.remote, kWho);
   }
-  std::set<std::string> seen;
-  for (const auto& c : o.columns) {
-    if (!seen.insert(c).second) throw ConfigError(w + ": column " + in_quotes(c) + " listed twice");
-  }
-  for (const auto* list : {&o.categorical, &o.images}) {
-    const std::string kind = list == &o.images ? "image" : "categorical";
-    seen.clear();
-    for (const auto& c : *list) {
-      if (!seen.insert(c).second) {
-        throw ConfigError(w + ": " + kind + " column " + in_quotes(c) + " listed twice");
-      }
-      if (!o.columns.empty() && !listed(o.columns, c)) {
-        throw ConfigError(w + ": " + kind + " column " + in_quotes(c) +
-                          " is not among the columns read (TableOptions::columns)");
-      }
-    }
-  }
-  for (const auto& c : o.images) {
-    if (listed(o.categorical, c)) {
-      throw ConfigError(w + ": column " + in_quotes(c) + " is both an image and categorical");
-    }
-  }
-  if (!o.images.empty()) static_cast<void>(image_shape(o.image));
+  parquet::check_column_lists(o, w);
 }
 
 /// Checks the chunks of the columns read: there, in this file, within its data.

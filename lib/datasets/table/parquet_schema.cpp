@@ -1,8 +1,12 @@
 #include "datasets/table/parquet_schema.hpp"
 
+#include <algorithm>
+#include <set>
 #include <string>
 
 #include "datasets/table/parquet_chunk.hpp"
+#include "ferry/error.hpp"
+#include "ferry/image.hpp"
 
 namespace ferry::detail::parquet {
 namespace {
@@ -128,6 +132,38 @@ std::string in_quotes(std::string_view name) {
   }
   out += '"';
   return out;
+}
+
+bool listed(const std::vector<std::string>& names, std::string_view name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+void check_column_lists(const TableOptions& o, const std::string& who) {
+  std::set<std::string> seen;
+  for (const auto& c : o.columns) {
+    if (!seen.insert(c).second) {
+      throw ConfigError(who + ": column " + in_quotes(c) + " listed twice");
+    }
+  }
+  for (const auto* list : {&o.categorical, &o.images}) {
+    const std::string kind = list == &o.images ? "image" : "categorical";
+    seen.clear();
+    for (const auto& c : *list) {
+      if (!seen.insert(c).second) {
+        throw ConfigError(who + ": " + kind + " column " + in_quotes(c) + " listed twice");
+      }
+      if (!o.columns.empty() && !listed(o.columns, c)) {
+        throw ConfigError(who + ": " + kind + " column " + in_quotes(c) +
+                          " is not among the columns read (TableOptions::columns)");
+      }
+    }
+  }
+  for (const auto& c : o.images) {
+    if (listed(o.categorical, c)) {
+      throw ConfigError(who + ": column " + in_quotes(c) + " is both an image and categorical");
+    }
+  }
+  if (!o.images.empty()) static_cast<void>(image_shape(o.image));
 }
 
 std::string type_text(const TopColumn& column) {

@@ -12,6 +12,7 @@
 
 #include "datasets/table/parquet_format.hpp"
 #include "ferry/dtype.hpp"
+#include "ferry/table.hpp"
 
 namespace ferry::detail::parquet {
 
@@ -34,6 +35,15 @@ std::vector<TopColumn> top_columns(const std::vector<SchemaElement>& schema, std
 /// A name from a file, in double quotes, for messages: control bytes, '"' and
 /// '\\' as \xNN, so that a message stays one line of text whatever the file holds.
 std::string in_quotes(std::string_view name);
+
+/// Whether `name` is among `names`.
+bool listed(const std::vector<std::string>& names, std::string_view name);
+
+/// The column lists of TableOptions, as both table datasets check them at open (`who` names the
+/// dataset): no column named twice in a list, categorical and image columns among the columns
+/// read (when those are listed), none both an image and categorical, and the image options
+/// valid. \throws ConfigError naming the column.
+void check_column_lists(const TableOptions& o, const std::string& who);
 
 /// The type as a message names it: "INT64 (TIMESTAMP)", "BYTE_ARRAY (STRING)", "group (LIST)".
 std::string type_text(const TopColumn& column);
