@@ -24,6 +24,7 @@
 
 #include "expect_error.hpp"
 #include "ferry/ferry.hpp"
+#include "table_images.hpp"
 
 namespace {
 
@@ -34,6 +35,11 @@ using ferry::DType;
 using ferry::ParquetDataset;
 using ferry::TableOptions;
 using ferry::testing::expect_error;
+using ferry::testing::table_images::Bytes;
+using ferry::testing::table_images::encode_jpeg;
+using ferry::testing::table_images::encode_png;
+using ferry::testing::table_images::pattern;
+using ferry::testing::table_images::write_bytes;
 
 constexpr std::size_t kRows = 50;
 
@@ -52,54 +58,8 @@ std::vector<std::uint8_t> bytes_of(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
-void write_bytes(const fs::path& p, const std::vector<std::uint8_t>& b) {
-  std::ofstream(p, std::ios::binary)
-      .write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-}
 
-using Bytes = std::vector<std::uint8_t>;
 constexpr std::size_t kImages = 40;  // images.parquet's rows: 6 row groups of 7 and 1 of 5
-
-Bytes pattern(int w, int h, int salt) {
-  Bytes px(static_cast<std::size_t>(w * h * 3));
-  for (int y = 0; y < h; ++y) {
-    for (int x = 0; x < w; ++x) {
-      for (int c = 0; c < 3; ++c) {
-        px[static_cast<std::size_t>((y * w + x) * 3 + c)] =
-            static_cast<std::uint8_t>((x * 7 + y * 13 + c * 50 + salt * 29) % 256);
-      }
-    }
-  }
-  return px;
-}
-Bytes encode_jpeg(const Bytes& px, int w, int h) {
-  tjhandle tj = tjInitCompress();
-  unsigned char* buf = nullptr;
-  unsigned long size = 0;
-  EXPECT_EQ(tjCompress2(tj, px.data(), w, 0, h, TJPF_RGB, &buf, &size, TJSAMP_420, 90, 0), 0);
-  Bytes out(buf, buf + size);
-  tjFree(buf);
-  tjDestroy(tj);
-  return out;
-}
-Bytes encode_png(const Bytes& px, int w, int h) {
-  spng_ctx* ctx = spng_ctx_new(SPNG_CTX_ENCODER);
-  spng_set_option(ctx, SPNG_ENCODE_TO_BUFFER, 1);
-  spng_ihdr ihdr{};
-  ihdr.width = static_cast<std::uint32_t>(w);
-  ihdr.height = static_cast<std::uint32_t>(h);
-  ihdr.bit_depth = 8;
-  ihdr.color_type = SPNG_COLOR_TYPE_TRUECOLOR;
-  EXPECT_EQ(spng_set_ihdr(ctx, &ihdr), 0);
-  EXPECT_EQ(spng_encode_image(ctx, px.data(), px.size(), SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE), 0);
-  std::size_t len = 0;
-  int err = 0;
-  auto* buf = static_cast<std::uint8_t*>(spng_get_png_buffer(ctx, &len, &err));
-  Bytes out(buf, buf + len);
-  std::free(buf);
-  spng_ctx_free(ctx);
-  return out;
-}
 
 class ParquetFiles : public ::testing::Test {
  protected:

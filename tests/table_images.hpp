@@ -1,0 +1,68 @@
+#pragma once
+
+// The images the table tests write into their files (tests/arrow_dataset_test.cpp,
+// tests/parquet_dataset_test.cpp): a pixel pattern of a given size and salt, encoded as JPEG
+// (TurboJPEG) and PNG (libspng), so that the files' image columns hold bytes that ImageFolder
+// can read from a folder too.
+
+#include <gtest/gtest.h>
+#include <spng.h>
+#include <turbojpeg.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+namespace ferry::testing::table_images {
+
+using Bytes = std::vector<std::uint8_t>;
+
+inline void write_bytes(const std::filesystem::path& p, const Bytes& b) {
+  std::ofstream(p, std::ios::binary)
+      .write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+
+inline Bytes pattern(int w, int h, int salt) {
+  Bytes px(static_cast<std::size_t>(w * h * 3));
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        px[static_cast<std::size_t>((y * w + x) * 3 + c)] =
+            static_cast<std::uint8_t>((x * 7 + y * 13 + c * 50 + salt * 29) % 256);
+      }
+    }
+  }
+  return px;
+}
+inline Bytes encode_jpeg(const Bytes& px, int w, int h) {
+  tjhandle tj = tjInitCompress();
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  EXPECT_EQ(tjCompress2(tj, px.data(), w, 0, h, TJPF_RGB, &buf, &size, TJSAMP_420, 90, 0), 0);
+  Bytes out(buf, buf + size);
+  tjFree(buf);
+  tjDestroy(tj);
+  return out;
+}
+inline Bytes encode_png(const Bytes& px, int w, int h) {
+  spng_ctx* ctx = spng_ctx_new(SPNG_CTX_ENCODER);
+  spng_set_option(ctx, SPNG_ENCODE_TO_BUFFER, 1);
+  spng_ihdr ihdr{};
+  ihdr.width = static_cast<std::uint32_t>(w);
+  ihdr.height = static_cast<std::uint32_t>(h);
+  ihdr.bit_depth = 8;
+  ihdr.color_type = SPNG_COLOR_TYPE_TRUECOLOR;
+  EXPECT_EQ(spng_set_ihdr(ctx, &ihdr), 0);
+  EXPECT_EQ(spng_encode_image(ctx, px.data(), px.size(), SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE), 0);
+  std::size_t len = 0;
+  int err = 0;
+  auto* buf = static_cast<std::uint8_t*>(spng_get_png_buffer(ctx, &len, &err));
+  Bytes out(buf, buf + len);
+  std::free(buf);
+  spng_ctx_free(ctx);
+  return out;
+}
+
+}  // namespace ferry::testing::table_images
