@@ -30,11 +30,17 @@
 // into a torch TensorDataset read by DataLoader(batch 256, shuffle, 2 workers, persistent); that
 // side reads only the first 200,000 rows (samples/s does not depend on the length past that; an
 // epoch of 1M rows there takes minutes).
+// With --images N, an HF-style image table: N JPEGs of 500 x 375 (bench/py/make_data.py's
+// jpeg_folder, in --data DIR/jpeg) written by bench/table/write_images.js as Parquet (struct
+// image{bytes, path} and label, uncompressed, row groups of 100 rows), read by ParquetDataset
+// with TableOptions::images against the same folder read by ImageFolder, the same ImageOptions
+// (resize 256, center crop 224), batch 64, shuffled, workers 2, autotune off: every image
+// compared byte for byte first, then R epochs each, alternating (target >= 0.95).
 // Then the memory of opening: the process's resident memory before and after open() of a fresh
 // ParquetDataset (nothing read), against the file's size and its row groups.
 //
 // Usage: tables [--quick] [--rows N] [--reps N] [--workers W] [--batch N] [--data DIR]
-//               [--python [--python-path DIR]]
+//               [--python [--python-path DIR]] [--images N]
 
 #include <time.h>
 #include <unistd.h>
@@ -70,7 +76,7 @@ constexpr double kArrowTarget = 0.8;
 
 constexpr const char* kUsage =
     "usage: tables [--quick] [--rows N] [--reps N] [--workers W] [--batch N] [--data DIR] "
-    "[--python [--python-path DIR]]";
+    "[--python [--python-path DIR]] [--images N]";
 
 struct Options {
   std::size_t rows = 0;  // 0: the mode's default
@@ -80,6 +86,7 @@ struct Options {
   bool quick = false;
   fs::path data = "/tmp/ferry-bench-tables";
   bool python = false;
+  std::size_t images = 0;  // 0: no image table
   std::string python_path = FERRY_BINARY_DIR "/python";
 };
 
@@ -174,7 +181,7 @@ void check_same(const std::shared_ptr<const ferry::Dataset>& file,
     std::fprintf(stderr, "check: %zu rows compared of %zu\n", rows, memory->size());
     std::exit(1);
   }
-  std::printf("check: all %zu rows x %zu fields identical to the in-memory twin\n", rows,
+  std::printf("check: all %zu rows x %zu fields identical to the other\n", rows,
               memory->fields().size());
 }
 
@@ -195,12 +202,12 @@ struct Timing {
   double wall = 0, cpu = 0;
 };
 
-Timing run_epoch(ferry::Loader& loader, std::size_t epoch) {
+Timing run_epoch(ferry::Loader& loader, std::size_t epoch, const char* field = "f0") {
   const double cpu0 = cpu_seconds();
   const auto start = Clock::now();
   std::uint64_t touched = 0;
   for (const ferry::Batch& batch : loader.epoch(epoch)) {
-    touched += *static_cast<const std::uint8_t*>(batch["f0"].data());
+    touched += *static_cast<const std::uint8_t*>(batch[field].data());
   }
   Timing t{std::chrono::duration<double>(Clock::now() - start).count(), cpu_seconds() - cpu0};
   if (touched == 0xFFFFFFFFFFFFFFFF) std::puts("");  // keeps the reads
@@ -233,6 +240,8 @@ Options parse(int argc, char** argv) {
       o.batch = std::stoull(value());
     } else if (flag == "--data") {
       o.data = value();
+    } else if (flag == "--images") {
+      o.images = std::stoull(value());
     } else if (flag == "--python") {
       o.python = true;
     } else if (flag == "--python-path") {
@@ -262,6 +271,69 @@ double python_side(const Options& options, const std::string& side, std::size_t 
   }
   if (pclose(pipe) != 0 || epochs.empty()) throw std::runtime_error(command + " failed");
   return static_cast<double>(rows) / median(epochs);
+}
+
+// The image table against the image folder (--images).
+void run_images(const Options& options) {
+  const fs::path folder = options.data / "jpeg";
+  const fs::path table = options.data / "images.parquet";
+  ferry::ImageOptions image;  // 224 x 224 RGB, resize 256 then center crop
+  std::shared_ptr<const ferry::Dataset> from_folder;
+  if (fs::exists(folder)) from_folder = ferry::ImageFolder::open(folder, image);
+  if (!from_folder || from_folder->size() != options.images) {
+    fs::remove_all(folder);
+    const std::string make = "/usr/bin/python3 -c \"import sys; sys.path.insert(0, '" +
+                             std::string(FERRY_SOURCE_DIR) +
+                             "/bench/py'); import make_data; make_data.jpeg_folder('" +
+                             folder.string() + "', " + std::to_string(options.images) + ")\"";
+    std::printf("making the images: %s\n", make.c_str());
+    std::fflush(stdout);
+    if (std::system(make.c_str()) != 0) throw std::runtime_error("the image maker failed");
+    fs::remove(table);
+    from_folder = ferry::ImageFolder::open(folder, image);
+  }
+  if (!fs::exists(table)) {
+    const std::string write = "NODE_PATH='" FERRY_SOURCE_DIR
+                              "/tests/table/node_modules' node '" FERRY_SOURCE_DIR
+                              "/bench/table/write_images.js' '" +
+                              folder.string() + "' '" + table.string() + "' 100";
+    if (std::system(write.c_str()) != 0) throw std::runtime_error("write_images.js failed");
+  }
+  ferry::TableOptions columns;
+  columns.images = {"image"};
+  columns.image = image;
+  const std::shared_ptr<const ferry::Dataset> from_table =
+      ferry::ParquetDataset::open({table}, columns);
+  Options batch64 = options;
+  batch64.batch = 64;
+  check_same(from_table, from_folder, batch64);
+  ferry::Loader folder_loader(from_folder, loader_options(batch64, true));
+  ferry::Loader table_loader(from_table, loader_options(batch64, true));
+  run_epoch(folder_loader, 0, "image");
+  run_epoch(table_loader, 0, "image");
+  std::vector<double> folder_wall, table_wall, paired;
+  for (int round = 0; round < options.reps; ++round) {
+    const auto epoch = static_cast<std::size_t>(round) + 1;
+    Timing f{}, t{};
+    if (round % 2 == 0) {
+      f = run_epoch(folder_loader, epoch, "image");
+      t = run_epoch(table_loader, epoch, "image");
+    } else {
+      t = run_epoch(table_loader, epoch, "image");
+      f = run_epoch(folder_loader, epoch, "image");
+    }
+    folder_wall.push_back(f.wall);
+    table_wall.push_back(t.wall);
+    paired.push_back(f.wall / t.wall);
+  }
+  const double n = static_cast<double>(options.images);
+  const double ratio = median(folder_wall) / median(table_wall);
+  std::printf(
+      "\nimage table, %zu JPEGs 500x375 -> 224x224, batch 64, workers 2, %d rounds:\n"
+      "ImageFolder %.0f images/s, ParquetDataset (HF image struct) %.0f images/s: %.2f "
+      "(paired %.2f): target >= 0.95 %s\n",
+      options.images, options.reps, n / median(folder_wall), n / median(table_wall), ratio,
+      median(paired), ratio >= 0.95 ? "met" : "missed");
 }
 
 int run(const Options& options) {
@@ -342,6 +414,8 @@ int run(const Options& options) {
         "DataLoader, 2 workers, %zu rows: %.0f samples/s; ferry / DataLoader %.1f\n",
         ferry_py, torch_rows, torch_py, ferry_py / torch_py);
   }
+
+  if (options.images != 0) run_images(options);
 
   const std::size_t before = resident_bytes();
   const auto opened = ferry::ParquetDataset::open({parquet});
