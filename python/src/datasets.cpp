@@ -102,6 +102,27 @@ ImageOptions image_options(int height, int width, int channels, const std::strin
   return o;
 }
 
+// The TableOptions of ParquetDataset's and ArrowDataset's keywords but the image ones; `who`
+// names the class in the error for a wrong `missing`.
+TableOptions table_options(const std::string& who,
+                           const std::optional<std::vector<std::string>>& columns,
+                           const std::optional<std::vector<std::string>>& images,
+                           const std::optional<std::vector<std::string>>& categorical,
+                           const std::string& missing) {
+  TableOptions o;
+  if (columns) o.columns = *columns;
+  if (images) o.images = *images;
+  if (categorical) o.categorical = *categorical;
+  if (missing == "error") {
+    o.missing = Missing::error;
+  } else if (missing == "nan") {
+    o.missing = Missing::nan;
+  } else {
+    throw ConfigError(who + ": missing is \"error\" or \"nan\", not \"" + missing + "\"");
+  }
+  return o;
+}
+
 py::list field_list(const Dataset& d) {
   py::list out;
   for (const FieldSpec& f : d.fields()) {
@@ -447,18 +468,8 @@ DataError when its row is read) or "nan" (NaN in a float column, -1 as a categor
                        const std::string& geometry, int resize, bool random_flip,
                        const std::optional<Normalize>& normalize, std::int64_t max_pixels,
                        int max_jpeg_scans) {
-             TableOptions o;
-             if (columns) o.columns = *columns;
-             if (images) o.images = *images;
-             if (categorical) o.categorical = *categorical;
-             if (missing == "error") {
-               o.missing = Missing::error;
-             } else if (missing == "nan") {
-               o.missing = Missing::nan;
-             } else {
-               throw ConfigError("ParquetDataset: missing is \"error\" or \"nan\", not \"" +
-                                 missing + "\"");
-             }
+             TableOptions o =
+                 table_options("ParquetDataset", columns, images, categorical, missing);
              o.image = image_options(height, width, channels, geometry, resize, random_flip,
                                      normalize, max_pixels, max_jpeg_scans);
              std::vector<std::filesystem::path> paths = to_paths(files, "ParquetDataset", "files");
@@ -497,18 +508,7 @@ decompressed once per read of them.)doc")
                        const std::string& geometry, int resize, bool random_flip,
                        const std::optional<Normalize>& normalize, std::int64_t max_pixels,
                        int max_jpeg_scans) {
-             TableOptions o;
-             if (columns) o.columns = *columns;
-             if (images) o.images = *images;
-             if (categorical) o.categorical = *categorical;
-             if (missing == "error") {
-               o.missing = Missing::error;
-             } else if (missing == "nan") {
-               o.missing = Missing::nan;
-             } else {
-               throw ConfigError("ArrowDataset: missing is \"error\" or \"nan\", not \"" + missing +
-                                 "\"");
-             }
+             TableOptions o = table_options("ArrowDataset", columns, images, categorical, missing);
              o.image = image_options(height, width, channels, geometry, resize, random_flip,
                                      normalize, max_pixels, max_jpeg_scans);
              std::vector<std::filesystem::path> paths = to_paths(files, "ArrowDataset", "files");
