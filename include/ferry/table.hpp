@@ -106,6 +106,11 @@ class FERRY_API ParquetDataset final : public Dataset {
   std::int64_t length(std::size_t index, std::size_t field) const override;
   /// Starts loading the row's values when the calling thread holds its row group decoded.
   void prefetch(std::size_t index) const noexcept override;
+  /// The calling thread holds the share's row groups that are decoded in the cache (up to 16)
+  /// until end_reads(): its reads and prefetches of their rows take no lock.
+  void begin_reads(std::span<const std::size_t> indices,
+                   std::span<const SampleRef> out) const noexcept override;
+  void end_reads() const noexcept override;
   std::int64_t max_length(std::size_t field) const override;
   /// The first row of each row group, then size().
   std::span<const std::size_t> shard_starts() const noexcept override;

@@ -69,6 +69,14 @@ class FERRY_HIDDEN BasicGroupCache {
     return p;
   }
 
+  /// Row group g when it is decoded in the cache (null otherwise): nothing is decoded or waited
+  /// for.
+  Ptr find(std::size_t g) const {
+    const std::lock_guard lock(mutex_);
+    const auto it = entries_.find(g);
+    return it == entries_.end() ? nullptr : it->second.value;
+  }
+
   /// The decoded bytes held now.
   std::size_t bytes() const {
     const std::lock_guard lock(mutex_);

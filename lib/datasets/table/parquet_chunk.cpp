@@ -424,6 +424,10 @@ RawColumn decode_chunk(std::span<const std::byte> bytes, Physical type, Codec co
       throw ChunkError(at + e.what());
     }
   }
+  // A chunk without nulls keeps no validity: a read then touches the values alone.
+  if (std::find(col.valid.begin(), col.valid.end(), std::uint8_t{0}) == col.valid.end()) {
+    col.valid = {};
+  }
   return col;
 }
 

@@ -47,6 +47,38 @@ struct LastGroup {
 };
 thread_local LastGroup t_last;
 
+/// The row groups of the share this thread reads (begin_reads() to end_reads()) that were
+/// decoded in the cache when it began: a shuffled share's rows fall in many row groups, and a
+/// read or prefetch of a row in one of these takes no lock and no count.
+struct HeldGroups {
+  static constexpr std::size_t kMost = 16;
+  int depth = 0;         // shares begun and not ended: a nested one (a fill run inside a wait of
+                         // this thread's) keeps the outer share's groups, which its reads use
+  std::uint64_t id = 0;  // the table's; 0: none held
+  std::vector<std::size_t> groups;
+  std::vector<std::shared_ptr<const DecodedGroup>> decoded;
+
+  const DecodedGroup* find(std::uint64_t table, std::size_t g) const noexcept {
+    if (id != table) return nullptr;
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+      if (groups[i] == g) return decoded[i].get();
+    }
+    return nullptr;
+  }
+  void clear() noexcept {
+    id = 0;
+    groups.clear();
+    decoded.clear();
+  }
+};
+thread_local HeldGroups t_held;
+
+/// The row group holding sample `index` (< size).
+std::size_t group_of(const ParquetTable& t, std::size_t index) noexcept {
+  return static_cast<std::size_t>(std::upper_bound(t.starts.begin(), t.starts.end(), index) -
+                                  t.starts.begin() - 1);
+}
+
 }  // namespace
 
 ParquetTable::ParquetTable() = default;
@@ -171,16 +203,18 @@ void ParquetDataset::read(std::size_t index, SampleRef out) const {
     throw ConfigError(std::string(detail::kWho) + ": sample " + std::to_string(index) + " of " +
                       std::to_string(t.size));
   }
-  const auto g = static_cast<std::size_t>(
-      std::upper_bound(t.starts.begin(), t.starts.end(), index) - t.starts.begin() - 1);
-  detail::LastGroup& last = detail::t_last;
-  if (last.id != t.id || last.group != g || !last.columns) {
-    last.columns.reset();  // a thread holds at most one row group besides the cache's
-    last.columns = t.cache.get(g, [&] { return t.decode(g); });
-    last.id = t.id;
-    last.group = g;
+  const std::size_t g = detail::group_of(t, index);
+  const detail::DecodedGroup* d = detail::t_held.find(t.id, g);
+  if (d == nullptr) {
+    detail::LastGroup& last = detail::t_last;
+    if (last.id != t.id || last.group != g || !last.columns) {
+      last.columns.reset();  // a thread holds one row group besides the cache's and its share's
+      last.columns = t.cache.get(g, [&] { return t.decode(g); });
+      last.id = t.id;
+      last.group = g;
+    }
+    d = last.columns.get();
   }
-  const std::shared_ptr<const detail::DecodedGroup> d = last.columns;
   const std::size_t row = index - t.groups[g].first;
   for (std::size_t c = 0; c < t.columns.size(); ++c) {
     const detail::TableColumn& col = t.columns[c];
@@ -231,20 +265,54 @@ void ParquetDataset::read(std::size_t index, SampleRef out) const {
 }
 
 void ParquetDataset::prefetch(std::size_t index) const noexcept {
-  // Only from the row group this thread holds (no lock): its columns' lines for this row.
+  // Only from the row groups this thread holds (no lock): its columns' lines for this row.
   const detail::ParquetTable& t = *table_;
-  const detail::LastGroup& last = detail::t_last;
-  if (last.id != t.id || !last.columns || index >= t.size) return;
-  const detail::TableGroup& g = t.groups[last.group];
-  if (index < g.first || index - g.first >= g.rows) return;
-  const std::size_t row = index - g.first;
-  for (const detail::parquet::RawColumn& c : last.columns->columns) {
+  if (index >= t.size) return;
+  const std::size_t g = detail::group_of(t, index);
+  const detail::DecodedGroup* d = detail::t_held.find(t.id, g);
+  if (d == nullptr) {
+    const detail::LastGroup& last = detail::t_last;
+    if (last.id != t.id || last.group != g || !last.columns) return;
+    d = last.columns.get();
+  }
+  const std::size_t row = index - t.groups[g].first;
+  for (const detail::parquet::RawColumn& c : d->columns) {
     if (c.width != 0) {
       __builtin_prefetch(c.fixed.data() + row * c.width);
     } else {
       __builtin_prefetch(c.offsets.data() + row);
     }
+    if (!c.valid.empty()) __builtin_prefetch(c.valid.data() + row);
   }
+}
+
+void ParquetDataset::begin_reads(std::span<const std::size_t> indices,
+                                 std::span<const SampleRef> out) const noexcept {
+  static_cast<void>(out);
+  const detail::ParquetTable& t = *table_;
+  detail::HeldGroups& held = detail::t_held;
+  if (held.depth++ > 0) return;
+  held.clear();
+  held.id = t.id;
+  try {
+    for (const std::size_t index : indices) {
+      if (held.groups.size() == detail::HeldGroups::kMost) break;
+      if (index >= t.size) continue;
+      const std::size_t g = detail::group_of(t, index);
+      if (std::find(held.groups.begin(), held.groups.end(), g) != held.groups.end()) continue;
+      std::shared_ptr<const detail::DecodedGroup> d = t.cache.find(g);
+      if (!d) continue;  // read() decodes it
+      held.groups.push_back(g);
+      held.decoded.push_back(std::move(d));
+    }
+  } catch (...) {  // out of memory: a hint dropped
+    held.clear();
+  }
+}
+
+void ParquetDataset::end_reads() const noexcept {
+  detail::HeldGroups& held = detail::t_held;
+  if (held.depth > 0 && --held.depth == 0) held.clear();
 }
 
 std::int64_t ParquetDataset::length(std::size_t index, std::size_t field) const {
