@@ -21,6 +21,7 @@ socket first (SCM_RIGHTS); the parent grows it as needed and says its size in ea
 """
 
 import collections
+import io
 import mmap
 import multiprocessing
 import os
@@ -51,14 +52,119 @@ def worker_info():
     return _info
 
 
-def start(method, pickled, worker_id, count, seed, layout, seed_python, init_fn,
+# numpy arrays of at least this many bytes go to the worker processes in shared memory, not in the
+# dataset's pickle.
+SHARE_BYTES = 1 << 20
+
+
+class Packed:
+    """A dataset pickled for the worker processes. Its numpy arrays of SHARE_BYTES or more are not
+    in the pickle: each was copied once into a memfd (`fds`), which every worker maps
+    copy-on-write, so that N processes hold one copy of the data, not N. An np.memmap of a file
+    is opened again by the worker, as a copy-on-write mapping of the same file (mode "c"; "r" for
+    one opened read-only). Closes its memfds when dropped (the workers keep their mappings)."""
+
+    def __init__(self, dataset, share=True):
+        self.fds = []
+        self.shared_bytes = 0
+        out = io.BytesIO()
+        try:
+            _Pickler(out, self if share else None).dump(dataset)
+        except BaseException:
+            self.close()
+            raise
+        self.data = out.getvalue()
+
+    def close(self):
+        fds, self.fds = self.fds, []
+        for fd in fds:
+            os.close(fd)
+
+    def __del__(self):
+        self.close()
+
+
+class _Pickler(pickle.Pickler):
+    def __init__(self, file, packed):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._packed = packed  # None: a trial (is the dataset picklable?), nothing is copied
+
+    def reducer_override(self, obj):
+        np = sys.modules.get("numpy")
+        if np is None or not isinstance(obj, np.ndarray) or obj.dtype.hasobject:
+            return NotImplemented
+        if type(obj) is np.memmap:
+            return _reduce_memmap(np, obj)
+        if type(obj) is not np.ndarray or obj.nbytes < SHARE_BYTES:
+            return NotImplemented
+        if self._packed is None:
+            return (_shared_array, (-1, obj.dtype, obj.shape, False))
+        fortran = obj.flags.f_contiguous and not obj.flags.c_contiguous
+        data = obj.T if fortran else np.ascontiguousarray(obj)
+        fd = os.memfd_create("ferry-dataset-array", os.MFD_CLOEXEC)
+        try:
+            view = memoryview(data.reshape(-1).view(np.uint8))
+            done = 0
+            while done < len(view):
+                done += os.write(fd, view[done:done + (64 << 20)])
+        except BaseException:
+            os.close(fd)
+            raise
+        self._packed.fds.append(fd)
+        self._packed.shared_bytes += obj.nbytes
+        return (_shared_array, (len(self._packed.fds) - 1, obj.dtype, obj.shape, fortran))
+
+
+def _reduce_memmap(np, obj):
+    """An np.memmap that maps a file itself (not a view of another): opened again there."""
+    base = obj.base
+    filename = getattr(obj, "filename", None)
+    if filename is None or not isinstance(base, mmap.mmap) or not (
+            obj.flags.c_contiguous or obj.flags.f_contiguous):
+        return NotImplemented
+    mode = "r" if obj.mode == "r" else "c"
+    order = "F" if obj.flags.f_contiguous and not obj.flags.c_contiguous else "C"
+    return (np.memmap, (filename, obj.dtype, mode, obj.offset, obj.shape, order))
+
+
+_shared_fds = []  # in a worker process, while its dataset is unpickled
+
+
+def _shared_array(i, dtype, shape, fortran):
+    np = sys.modules.get("numpy") or __import__("numpy")
+    if i < 0 or i >= len(_shared_fds):
+        raise RuntimeError("ferry: a shared array of the dataset is missing in this process")
+    count = 1
+    for n in shape:
+        count *= n
+    size = count * dtype.itemsize
+    if size == 0:
+        return np.empty(shape, dtype=dtype, order="F" if fortran else "C")
+    # Copy-on-write: the pages stay shared until this process writes to them, as after a fork.
+    buffer = mmap.mmap(_shared_fds[i], size, flags=mmap.MAP_PRIVATE,
+                       prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    array = np.frombuffer(buffer, dtype=dtype, count=count)
+    if fortran:
+        return array.reshape(tuple(reversed(shape))).T
+    return array.reshape(shape)
+
+
+def check_picklable(dataset):
+    """Raises what pickling `dataset` for the worker processes would raise (nothing is copied)."""
+    Packed(dataset, share=False)
+
+
+def start(method, packed, worker_id, count, seed, layout, seed_python, init_fn,
           scratch_bytes, close_fds):
     """Starts one worker process. Returns (process, this side's socket descriptor, memfd)."""
     ctx = multiprocessing.get_context(method)
     ours, theirs = ctx.Pipe(duplex=True)
+    # In a list the worker empties: its copy of the pickle goes once unpickled (the Process object
+    # keeps its arguments for the process's life).
     process = ctx.Process(
         target=_main, name="ferry-worker-%d" % worker_id, daemon=True,
-        args=(theirs, pickled, worker_id, count, seed, layout, seed_python, init_fn, close_fds))
+        args=(theirs, [packed.data, len(packed.fds)], worker_id, count, seed, layout,
+              seed_python, init_fn, close_fds))
     try:
         process.start()
     finally:
@@ -67,6 +173,8 @@ def start(method, pickled, worker_id, count, seed, layout, seed_python, init_fn,
     try:
         os.ftruncate(memfd, scratch_bytes)
         reduction.send_handle(ours, memfd, process.pid)
+        for fd in packed.fds:
+            reduction.send_handle(ours, fd, process.pid)
     except BaseException:
         os.close(memfd)
         ours.close()
@@ -168,7 +276,7 @@ class _Tasks:
         return bool(chunk)
 
 
-def _main(conn, pickled, worker_id, count, seed, layout, seed_python, init_fn, close_fds):
+def _main(conn, packed, worker_id, count, seed, layout, seed_python, init_fn, close_fds):
     global _info
     # Ctrl-C is the training process's to handle: it stops the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -183,10 +291,18 @@ def _main(conn, pickled, worker_id, count, seed, layout, seed_python, init_fn, c
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[name] = "1"
     memfd = reduction.recv_handle(conn)
+    pickled, shared = packed.pop(0), packed.pop(0)
     failure = None
     reader = None
     try:
-        dataset = pickle.loads(pickled)
+        _shared_fds[:] = [reduction.recv_handle(conn) for _ in range(shared)]
+        try:
+            dataset = pickle.loads(pickled)
+        finally:
+            del pickled
+            for fd in _shared_fds:  # the arrays keep their mappings
+                os.close(fd)
+            _shared_fds.clear()
         _info = WorkerInfo(worker_id, count, seed, dataset)
         # torch is here if the dataset's module imports it (unpickling imported that module):
         # then its generator is seeded before every sample, as in the training process. A

@@ -325,12 +325,12 @@ int use_processes(const Dataset& dataset, const py::object& processes, ProcessOp
   }
   if (automatic) {
     // A dataset that cannot be pickled stays on threads, and the summary says why.
-    const py::object dumps = py::module_::import("pickle").attr("dumps");
+    const py::object check = py::module_::import("ferry._worker").attr("check_picklable");
     const py::object unpicklable = py::module_::import("ferry._worker").attr("unpicklable_here");
     for (PyDataset* d : python) {
       std::string why;
       try {
-        static_cast<void>(dumps(py::handle(d->source())));
+        static_cast<void>(check(py::handle(d->source())));
         const py::object reason = unpicklable(py::handle(d->source()));
         if (!reason.is_none()) why = reason.cast<std::string>();
       } catch (py::error_already_set& e) {

@@ -26,6 +26,9 @@ namespace {
 
 constexpr std::size_t kAlign = 64;
 constexpr std::size_t kMinScratch = 1U << 20U;
+// A dataset's pickle (its large numpy arrays not in it) kept for the replacement of a worker
+// process when no larger.
+constexpr std::size_t kKeptPickle = std::size_t{16} << 20U;
 constexpr int kSliceMs = 100;
 constexpr std::size_t kReadBytes = 1U << 16U;     // what one read of a socket may take
 constexpr std::uint32_t kMaxMessage = 1U << 30U;  // a longer message is a broken process
@@ -92,7 +95,7 @@ ProcessPool::ProcessPool(const PyDataset& dataset, ProcessOptions options)
   }
   try {
     source_ = py::reinterpret_borrow<py::object>(dataset.source());
-    pickled_ = py::module_::import("pickle").attr("dumps")(source_);
+    pickled_ = py::module_::import("ferry._worker").attr("Packed")(source_);
   } catch (py::error_already_set& e) {
     throw ConfigError("Loader: processes=" + std::to_string(options_.count) +
                       ": the dataset cannot be pickled for the worker processes (" +
@@ -122,9 +125,10 @@ ProcessPool::ProcessPool(const PyDataset& dataset, ProcessOptions options)
     stop();
     throw;
   }
-  // A replacement pickles the dataset again: the pickle of a dataset that holds its data (a large
-  // array) is not kept for it.
-  pickled_ = py::bytes();
+  // A replacement pickles the dataset again where its pickle is large (data not in numpy arrays):
+  // that is not kept for it. A small one is, with its shared arrays, which a replacement then maps
+  // as the others do.
+  if (py::len(pickled_.attr("data")) > kKeptPickle) pickled_ = py::none();
   constructed_ = true;
 }
 
@@ -161,17 +165,17 @@ void ProcessPool::start(Child& c) {
   const py::object init = options_.worker_init_fn ? options_.worker_init_fn : py::none();
   py::tuple started;
   try {
-    if (py::len(pickled_) == 0) pickled_ = py::module_::import("pickle").attr("dumps")(source_);
+    if (pickled_.is_none()) pickled_ = py::module_::import("ferry._worker").attr("Packed")(source_);
     started = start_(options_.start_method, pickled_, c.id, options_.count, worker_seed, layout_,
                      options_.seed_python, init, bytes, close_fds);
   } catch (py::error_already_set& e) {
-    pickled_ = py::bytes();
+    pickled_ = py::none();
     throw DataError("Python dataset: worker process " + std::to_string(c.id) +
                     " could not start (" +
                     py::str(py::type::of(e.value()).attr("__name__")).cast<std::string>() + ": " +
                     py::str(e.value()).cast<std::string>() + ")");
   }
-  if (constructed_) pickled_ = py::bytes();
+  if (constructed_ && py::len(pickled_.attr("data")) > kKeptPickle) pickled_ = py::none();
   c.process = started[0];
   c.pid = c.process.attr("pid").cast<long>();
   c.fd = started[1].cast<int>();

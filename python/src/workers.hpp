@@ -133,9 +133,9 @@ class ProcessPool {
   ProcessOptions options_;
   std::uint64_t id_;  // this pool among all (a thread's read-ahead names it)
   std::size_t field_count_;
-  py::object start_;   // ferry._worker.start
-  py::object source_;  // the dataset (the PyDataset's)
-  py::bytes pickled_;  // its pickle, while processes start
+  py::object start_;    // ferry._worker.start
+  py::object source_;   // the dataset (the PyDataset's)
+  py::object pickled_;  // ferry._worker.Packed: its pickle and shared arrays, None when dropped
   bool constructed_ = false;
   py::tuple layout_;  // SampleLayout::describe()
   std::vector<Child> children_;

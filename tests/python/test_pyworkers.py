@@ -514,3 +514,71 @@ def test_interpreter_exit_mid_epoch_leaves_no_process(tmp_path):
     assert rc == 0, err
     assert "Traceback" not in err, err
     assert pids and wait_gone(pids) == []
+
+
+class BigArrays:
+    """Holds 4 MiB arrays (C order, Fortran order, a strided view of a larger one, a structured
+    dtype), a small one and a memory-mapped file. Sample i: the first values of row i of each
+    (after a write to the last value of c's row i, the process's own), a byte of the file, and
+    what this process sees of its copy: the bytes of memfd mappings named
+    ferry-dataset-array it has resident (Rss) and its proportional share of them (Pss), in KiB."""
+
+    def __init__(self, memmap_path=None):
+        rows = 64
+        self.c = np.arange(rows * 16384, dtype=np.float32).reshape(rows, 16384)
+        self.f = np.asfortranarray(self.c * 2)
+        self.strided = np.arange(rows * 2 * 8192, dtype=np.int64).reshape(rows * 2, 8192)[::2]
+        self.records = np.zeros(rows * 4096, dtype=[("a", np.int32), ("b", np.float32)])
+        self.records["a"] = np.arange(rows * 4096)
+        self.small = np.arange(rows, dtype=np.int16)
+        self.memmap = None if memmap_path is None else np.memmap(memmap_path, np.uint8, "r")
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        self.c[i, -1] += 1  # a write of this process's own, never seen by the trainer
+        rss = pss = 0
+        if os.path.exists("/proc/self/smaps"):
+            inside = False
+            with open("/proc/self/smaps") as f:
+                for line in f:
+                    if not line[0].isupper() or line.split()[0].count("-") == 1:
+                        inside = "ferry-dataset-array" in line
+                    elif inside and line.startswith("Rss:"):
+                        rss += int(line.split()[1])
+                    elif inside and line.startswith("Pss:"):
+                        pss += int(line.split()[1])
+        mm = -1 if self.memmap is None else int(self.memmap[i * 1000 % len(self.memmap)])
+        return {"c": self.c[i, :8].copy(), "f": self.f[i, :8].copy(),
+                "strided": self.strided[i, :8].copy(),
+                "a": self.records["a"][i * 4096:i * 4096 + 8].copy(), "small": self.small[i],
+                "memmap": np.int64(mm),
+                "writable": np.int64(self.c.flags.writeable),
+                "kib": np.array([rss, pss], np.int64)}
+
+
+def test_large_numpy_arrays_are_shared_by_the_worker_processes_copy_on_write(ferry, tmp_path):
+    # A dataset holding large arrays: each worker process maps one shared copy (copy-on-write),
+    # as a forked DataLoader worker shares its parent's pages, rather than unpickling its own.
+    raw = tmp_path / "bytes.bin"
+    raw.write_bytes(bytes(range(256)) * 4096)
+    ds = BigArrays(str(raw))
+    threads, _ = batches_of(ferry, BigArrays(str(raw)), processes=0, batch_size=8)
+    for processes in (1, 2):
+        got, _ = batches_of(ferry, ds, processes=processes, batch_size=8)
+        assert len(got) == len(threads) == 8
+        for a, b in zip(threads, got):
+            for k in ("c", "f", "strided", "a", "small", "memmap", "writable"):
+                assert np.array_equal(a[k], b[k]), k
+        kib = np.concatenate([b["kib"] for b in got])
+        # 4 large arrays (4 MiB each, the strided view copied to its 4 MiB); resident in each
+        # process where read, and a share of it in proportion (all of it with one process).
+        assert kib[:, 0].max() >= 1024  # some resident: the mappings are there
+        if processes == 2:
+            assert (kib[:, 1] < kib[:, 0]).any()  # pages shared between the two processes
+    # The workers' writes stayed in their processes (the trainer read sample 0 itself, for the
+    # fields' shapes).
+    last = np.arange(1, 64) * 16384 + 16383
+    assert np.array_equal(ds.c[1:, -1], last.astype(np.float32))
+    assert all(int(v) == 1 for b in threads for v in b["writable"])
