@@ -1,9 +1,35 @@
 #include "pipeline/ring.hpp"
 
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <climits>
+#include <ctime>
 #include <new>
 
 namespace ferry::detail {
+
+// The futex is the counter's own word (std::atomic<std::uint32_t> holds just the value).
+static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
+
+void Signal::yield() noexcept { ::sched_yield(); }
+
+void Signal::futex_wait(std::uint32_t seen, std::chrono::nanoseconds left) const noexcept {
+  timespec timeout{};
+  timeout.tv_sec = static_cast<time_t>(left.count() / 1'000'000'000);
+  timeout.tv_nsec = static_cast<long>(left.count() % 1'000'000'000);
+  // Returns at once if the word is no longer `seen`; spurious returns are looked at again.
+  static_cast<void>(::syscall(SYS_futex, reinterpret_cast<const std::uint32_t*>(&value_),
+                              FUTEX_WAIT_PRIVATE, seen, &timeout, nullptr, 0));
+}
+
+void Signal::futex_wake() const noexcept {
+  static_cast<void>(::syscall(SYS_futex, reinterpret_cast<const std::uint32_t*>(&value_),
+                              FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0));
+}
 
 BufferRing::BufferRing(const Sizes& sizes, CopyEngine* engine)
     : sizes_(sizes),

@@ -42,8 +42,8 @@ inline std::uint64_t nanos_since(Clock::time_point start) noexcept {
 /// A counter to wait on without spinning: whoever changes something a waiter may want calls
 /// notify(). A waiter reads version(), checks its condition, and only then wait(version), so no
 /// wake-up is lost. A wait may also end at a deadline (the consumer's next() waits in slices,
-/// so that its caller can run signal handlers): such waits sleep on a condition variable, which
-/// notify() touches only while one is waiting.
+/// so that its caller can run signal handlers): such waits sleep on the counter's futex with a
+/// timeout, which notify() wakes only while one is waiting (no lock on either side).
 class Signal {
  public:
   std::uint32_t version() const noexcept { return value_.load(std::memory_order_seq_cst); }
@@ -51,29 +51,44 @@ class Signal {
   void wait(std::uint32_t seen) const noexcept { value_.wait(seen, std::memory_order_seq_cst); }
   /// Waits until the version moves from `seen` or `deadline` passes; false at the deadline.
   bool wait_until(std::uint32_t seen, Clock::time_point deadline) const noexcept {
-    std::unique_lock<std::mutex> lock(mutex_);
+    // The waiter counts itself before it checks the version, and notify() bumps the version
+    // before it checks the count (all sequentially consistent): either the waiter sees the new
+    // version, or notify() sees it counted and wakes the futex, whose wait returns at once if the
+    // version moved before it slept.
+    // First a few looks with the processor given up between them, as std::atomic::wait does
+    // before it sleeps: a batch due within microseconds is taken without a sleep and a wake-up.
+    for (int i = 0; i < kYields; ++i) {
+      if (value_.load(std::memory_order_seq_cst) != seen) return true;
+      yield();
+    }
     timed_waiters_.fetch_add(1, std::memory_order_seq_cst);
-    const bool moved = changed_.wait_until(
-        lock, deadline, [&] { return value_.load(std::memory_order_seq_cst) != seen; });
+    bool moved = false;
+    for (;;) {
+      if (value_.load(std::memory_order_seq_cst) != seen) {
+        moved = true;
+        break;
+      }
+      const auto left = deadline - Clock::now();
+      if (left <= Clock::duration::zero()) break;
+      futex_wait(seen, std::chrono::duration_cast<std::chrono::nanoseconds>(left));
+    }
     timed_waiters_.fetch_sub(1, std::memory_order_seq_cst);
     return moved;
   }
   void notify() noexcept {
     value_.fetch_add(1, std::memory_order_seq_cst);
     value_.notify_all();
-    // A timed waiter counts itself, under the lock, before it checks the version: either it
-    // sees the new version, or this sees it waiting and wakes it (under the lock, so not before
-    // it sleeps).
-    if (timed_waiters_.load(std::memory_order_seq_cst) == 0) return;
-    const std::lock_guard<std::mutex> lock(mutex_);
-    changed_.notify_all();
+    if (timed_waiters_.load(std::memory_order_seq_cst) != 0) futex_wake();
   }
 
  private:
+  static constexpr int kYields = 12;
+  static void yield() noexcept;
+  void futex_wait(std::uint32_t seen, std::chrono::nanoseconds left) const noexcept;
+  void futex_wake() const noexcept;
+
   std::atomic<std::uint32_t> value_{0};
   mutable std::atomic<std::uint32_t> timed_waiters_{0};
-  mutable std::mutex mutex_;
-  mutable std::condition_variable changed_;
 };
 
 /// Waits on `signal` until `ready()` or `stop()` is true (checked in that order, so what is
