@@ -392,6 +392,21 @@ std::vector<std::uint64_t> Mixture::epoch_indices(std::uint64_t seed, std::uint6
       const StreamAt at = stream_at(n, r, epoch, begin);
       std::uint64_t c = at.pass;
       std::uint64_t j = at.place;
+      if (!selects) {
+        // The source's own indices: the piece's places in runs up to each pass's end, each
+        // run permuted at once (PassOrder::apply).
+        std::uint64_t* const to = out.data() + at_out;
+        for (std::size_t i = begin; i < end;) {
+          if (j == n) j = 0;
+          const std::size_t run = static_cast<std::size_t>(std::min<std::uint64_t>(end - i, n - j));
+          for (std::size_t t = 0; t < run; ++t) to[i + t] = j + t;
+          order.apply(to + i, run);
+          for (std::size_t t = 0; t < run; ++t) to[i + t] += base;
+          i += run;
+          j += run;
+        }
+        return;
+      }
       std::shared_ptr<const std::vector<std::uint64_t>> list;
       for (std::size_t i = begin; i < end; ++i, ++j) {
         if (j == n) {
