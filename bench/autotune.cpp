@@ -9,7 +9,9 @@
 //              of 8 M u16 tokens.
 // The files are written into a temporary folder (or --dir) by the bench itself.
 // Consumers: "none" touches one byte per batch; "compute" spins on the clock per batch for 1.5×
-// the time one worker takes to load a batch (measured first): compute-bound at every setting.
+// the time one worker takes to load a batch (measured first), made longer (by a quarter at a
+// time) until workers 1, prefetch 2 delivers at least 0.97 of the consumer's rate with it:
+// compute-bound at every setting, checked at the smallest.
 // For each of the workloads:
 //   grid      workers 1..cores × prefetch 2, 4, 8, 16, autotune off;
 //   autotune  autotune on, from workers 1 and prefetch 2, memory_budget = the memory of the
@@ -370,15 +372,37 @@ int main(int argc, char** argv) try {
       const std::string name =
           set_name + (compute_bound ? ", consumer compute" : ", consumer none");
       if (!only.empty() && name.find(only) == std::string::npos) continue;
-      // The compute consumer spins 1.5x what one worker takes to load a batch (measured here).
+      // The compute consumer spins 1.5x what one worker takes to load a batch (measured here),
+      // and more where that does not make it set the pace: at the smallest setting (workers 1,
+      // prefetch 2, where autotune starts), whose loader shares the cores with the spinning
+      // consumer, the batches must come at least kPaced times as fast as the consumer takes
+      // them; else the spin grows by a quarter and is checked again (at most kChecks times).
       std::chrono::nanoseconds compute{0};
       if (compute_bound) {
         ferry::LoaderOptions one = base;
         one.workers = 1;
         one.prefetch = 4;
         const Result r = run(ds, one, seconds / 2, {});
-        compute = std::chrono::nanoseconds(
-            static_cast<std::int64_t>(1.5e9 * static_cast<double>(batch) / r.samples_per_s));
+        double spin_s = 1.5 * static_cast<double>(batch) / r.samples_per_s;
+        constexpr double kPaced = 0.97;
+        constexpr int kChecks = 6;
+        ferry::LoaderOptions smallest = base;
+        smallest.workers = 1;
+        smallest.prefetch = 2;
+        for (int check = 0;; ++check) {
+          compute = std::chrono::nanoseconds(static_cast<std::int64_t>(spin_s * 1e9));
+          const double consumer_rate = static_cast<double>(batch) / spin_s;
+          const Result paced = run(ds, smallest, seconds / 2, compute);
+          const bool ok = paced.samples_per_s >= kPaced * consumer_rate;
+          std::printf(
+              "    compute: spin %.1f us a batch (the consumer's rate %.0f samples/s); w1 p2 "
+              "gave %.0f samples/s (%.2f of it)%s\n",
+              spin_s * 1e6, consumer_rate, paced.samples_per_s, paced.samples_per_s / consumer_rate,
+              ok ? ": the consumer sets the pace"
+                 : (check + 1 < kChecks ? ": spin +25%" : ": NOT consumer-paced"));
+          if (ok || check + 1 == kChecks) break;
+          spin_s *= 1.25;
+        }
       }
       ferry::LoaderOptions budget_options = base;
       budget_options.workers = cores;

@@ -483,6 +483,54 @@ TEST_F(CsvCategorical, TheSameCodesWhateverTheThreadsAndPieces) {
   }
 }
 
+TEST(CsvCategoricalOrder, SharedPrefixesAndLongTextsSortByByte) {
+  // Texts that share their first 8 or 16 bytes (the sort's first key and the dictionaries'
+  // inline words), prefixes of one another, longer than 16 bytes, with a zero byte and bytes
+  // above 0x7f: the codes are the ranks of the whole texts in byte order, in one piece and in
+  // many, on one thread and on several.
+  const Texts stems = {"abcdefgh",
+                       "abcdefghijklmnop",
+                       "abcdefghijklmnopqrstu",
+                       "abcdefg",
+                       std::string("abcdefgh\0z", 10),
+                       "\xff\xfe",
+                       "\xc3\xa9",
+                       "b"};
+  Texts values;
+  std::string text = "t\n";
+  std::uint64_t s = 0x9e3779b97f4a7c15ULL;
+  for (std::size_t r = 0; r < 30000; ++r) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    std::string v = stems[s % stems.size()];
+    if ((s >> 8) % 3 != 0) v += numbered("", (s >> 16) % 500);
+    values.push_back(v);
+    text += v + "\n";
+  }
+  std::set<std::string> distinct(values.begin(), values.end());
+  const Texts sorted(distinct.begin(), distinct.end());
+  ASSERT_GT(sorted.size(), 2000U);
+  CsvOptions o = with_categorical({Column::name("t")});
+  o.label = Column::none();
+  for (const std::size_t chunk : {~std::size_t{0}, std::size_t{0}, std::size_t{977}}) {
+    for (const bool parallel : {false, true}) {
+      SCOPED_TRACE(std::to_string(chunk) + (parallel ? " parallel" : " serial"));
+      const auto t = ferry::detail::parse_csv(text, o, "order.csv", {chunk, parallel});
+      ASSERT_EQ(t.categorical.size(), 1U);
+      EXPECT_EQ(t.categorical[0].categories, sorted);
+      ASSERT_EQ(t.categorical[0].codes.size(), values.size());
+      std::size_t wrong = 0;
+      for (std::size_t r = 0; r < values.size(); ++r) {
+        const auto rank =
+            std::lower_bound(sorted.begin(), sorted.end(), values[r]) - sorted.begin();
+        wrong += t.categorical[0].codes[r] != rank ? 1U : 0U;
+      }
+      EXPECT_EQ(wrong, 0U);
+    }
+  }
+}
+
 TEST(CsvCategoricalMemory, AMillionDistinctTexts) {
   // Every row's text distinct, written in an order unlike the sorted one: the dictionaries hold
   // views of the text, and the codes are the ranks.

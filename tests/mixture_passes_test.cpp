@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "datasets/mixture/mixture_detail.hpp"
+#include "datasets/mixture/pass_order.hpp"
 #include "expect_error.hpp"
 #include "ferry/ferry.hpp"
 #include "ferry/mixture.hpp"
@@ -266,3 +267,25 @@ TEST(MixturePasses, AnIndexPastTheDataGivenByPositionIsAConfigError) {
 }
 
 }  // namespace
+
+TEST(MixturePassOrder, ApplyGivesWhatEachPositionGives) {
+  // PassOrder::apply() works out many positions at once (round trips side by side, the values
+  // past n walked on together): each must be operator()'s value of its position, for sizes on
+  // both sides of the powers of two (long walks) and runs that start anywhere.
+  using ferry::mixture_detail::PassOrder;
+  for (const std::uint64_t n : {1ULL, 2ULL, 3ULL, 5ULL, 63ULL, 64ULL, 65ULL, 1000ULL, 4097ULL,
+                                40000ULL, 65536ULL, 65537ULL}) {
+    for (const std::uint64_t key : {1ULL, 0x9e3779b97f4a7c15ULL}) {
+      const PassOrder order(n, key);
+      for (const std::uint64_t first : {std::uint64_t{0}, n / 3, n - 1}) {
+        Flat got(n - first);
+        for (std::uint64_t t = 0; t < got.size(); ++t) got[t] = first + t;
+        order.apply(got.data(), got.size());
+        std::size_t differ = 0;
+        for (std::uint64_t t = 0; t < got.size(); ++t)
+          differ += got[t] != order(first + t) ? 1U : 0U;
+        EXPECT_EQ(differ, 0U) << "n " << n << " key " << key << " from " << first;
+      }
+    }
+  }
+}

@@ -226,6 +226,18 @@ std::shared_ptr<Mixture> Mixture::open(std::vector<MixtureSource> sources, Mixtu
 }
 
 std::size_t Mixture::source_of(std::size_t index) const {
+  // The last source whose first index is at most `index` (the last of equal starts: sources
+  // without samples hold none). Of a few sources, by counting the starts at most `index`, with
+  // no branch on them: a shuffled epoch goes from source to source at random, and a search
+  // would mispredict about once a sample.
+  constexpr std::size_t kCounted = 16;
+  if (offsets_.size() <= kCounted + 1) {
+    std::size_t k = 0;
+    for (std::size_t i = 1; i + 1 < offsets_.size(); ++i) {
+      k += offsets_[i] <= index ? 1U : 0U;
+    }
+    return k;
+  }
   const auto at = std::upper_bound(offsets_.begin(), offsets_.end(), index);
   return static_cast<std::size_t>(at - offsets_.begin()) - 1;
 }
@@ -392,6 +404,21 @@ std::vector<std::uint64_t> Mixture::epoch_indices(std::uint64_t seed, std::uint6
       const StreamAt at = stream_at(n, r, epoch, begin);
       std::uint64_t c = at.pass;
       std::uint64_t j = at.place;
+      if (!selects) {
+        // The source's own indices: the piece's places in runs up to each pass's end, each
+        // run permuted at once (PassOrder::apply).
+        std::uint64_t* const to = out.data() + at_out;
+        for (std::size_t i = begin; i < end;) {
+          if (j == n) j = 0;
+          const std::size_t run = static_cast<std::size_t>(std::min<std::uint64_t>(end - i, n - j));
+          for (std::size_t t = 0; t < run; ++t) to[i + t] = j + t;
+          order.apply(to + i, run);
+          for (std::size_t t = 0; t < run; ++t) to[i + t] += base;
+          i += run;
+          j += run;
+        }
+        return;
+      }
       std::shared_ptr<const std::vector<std::uint64_t>> list;
       for (std::size_t i = begin; i < end; ++i, ++j) {
         if (j == n) {
