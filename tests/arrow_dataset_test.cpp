@@ -455,8 +455,11 @@ TEST_F(ArrowFiles, ConfigErrorsNameTheColumnAndType) {
   o.images = {"i32"};
   expect_error<ConfigError>([&] { ArrowDataset::open({file("all.arrow")}, o); },
                             {"\"i32\"", "not an image"});
-  expect_error<ConfigError>([&] { ArrowDataset::open({"https://example.com/x.arrow"}); },
-                            {"not read yet"});
+  TableOptions bad_remote;
+  bad_remote.remote.retries = -1;  // checked before any URL is read
+  expect_error<ConfigError>(
+      [&] { ArrowDataset::open({"https://example.com/x.arrow"}, bad_remote); },
+      {"ArrowDataset", "RemoteOptions::retries"});
   o.images.clear();
   o.columns = {"label"};
   expect_error<ConfigError>(

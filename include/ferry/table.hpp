@@ -40,9 +40,9 @@ struct TableOptions {
   /// Missing::nan: NaN in a float column, -1 as a categorical code (a null elsewhere stays an
   /// error).
   Missing missing = Missing::error;
-  /// Files given as URLs (http, https, s3, file), read by ranges: the footer, then the column
-  /// chunks needed (ParquetDataset; ArrowDataset: a URL is a ConfigError, not read yet). Of
-  /// these options: retries and timeout_seconds.
+  /// Files given as URLs (http, https, s3, file), read by ranges: the footer (or an Arrow
+  /// stream's message headers), then the column chunks or buffers needed (ParquetDataset,
+  /// ArrowDataset). Of these options: retries and timeout_seconds.
   RemoteOptions remote;
 };
 
@@ -156,13 +156,28 @@ class FERRY_API ParquetDataset final : public Dataset {
 /// place and rows; ragged fields' lengths (4 bytes a row) and categorical columns' values are
 /// read at open.
 ///
+/// Files may be URLs (http://, https://, s3://, file://; TableOptions::remote), read by ranges
+/// into memory, never whole and not through the cache. At open: the last 64 KiB; then, in the
+/// file format, the footer (a second range for a longer one) and each record batch's metadata
+/// (metadata less than 8 KiB apart in one ranged GET); in the stream format, the messages from
+/// the start, each one's framing and metadata in one GET of at least 4 KiB; a dictionary
+/// batch's body only when a column read uses it. A record batch's read fetches the buffers of
+/// the columns read alone (buffers less than 8 KiB apart in one ranged GET), decompresses them
+/// when compressed, and keeps them in the decoded cache above. With a ragged or categorical
+/// column among those read, open() reads every record batch so (for the lengths and values) and
+/// the cache keeps them: the reads fetch them again only once the cache has let them go. A file
+/// that changes between ranges (its size or ETag) is a DataError naming the URL; a server that
+/// ignores Range is read from the start of the file up to the bytes asked. No record batch is
+/// fetched ahead of the reads.
+///
 /// A corrupt or truncated file: DataError naming the file and the place (footer, message,
 /// record batch, buffer), at open or when the row is read, never a crash.
 class FERRY_API ArrowDataset final : public Dataset {
  public:
   /// \throws ConfigError for no files, a column named twice or absent (naming it), a column of
-  /// a type not read (naming the column and its type), files whose schemas differ, URLs;
-  /// DataError for a file that cannot be read or is not Arrow IPC.
+  /// a type not read (naming the column and its type), files whose schemas differ, RemoteOptions
+  /// check_options() refuses (with URLs); DataError for a file that cannot be read or is not
+  /// Arrow IPC.
   static std::shared_ptr<ArrowDataset> open(std::vector<std::filesystem::path> files,
                                             TableOptions options = {});
   ~ArrowDataset() override;

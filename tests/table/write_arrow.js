@@ -246,6 +246,55 @@ for (const [name, first, count] of [["part0", 0, 120], ["part1", 120, 100], ["pa
   write("dict_delta.arrow", t);
   write("dict_delta_file.arrow", t, "file");
 }
+// A wide table for reads by ranges (as write_tables.js's wide.parquet): 48 float64 columns
+// c00..c47, an int64 "label" and a utf8 "text", 2000 rows in record batches of 500; in the file
+// format, the stream format, and the stream format LZ4-compressed. wide_arrow.txt lists, per
+// file and record batch: "<file> <message's first byte> <body's first byte>", then per column
+// "<name> <first byte> <end>" of its buffers that hold bytes (absolute places in the file).
+{
+  const WIDE = 2000;
+  const wr = range(WIDE);
+  const cols = {};
+  for (let k = 0; k < 48; ++k) {
+    cols[`c${String(k).padStart(2, "0")}`] = A.vectorFromArray(wr.map((r) => r * 50 + k + 0.5), new A.Float64());
+  }
+  cols.label = A.vectorFromArray(wr.map((r) => BigInt(r % 10)), new A.Int64());
+  cols.text = A.vectorFromArray(wr.map((r) => `row ${r} ` + "x".repeat(r % 13)), new A.Utf8());
+  const t = batches(new A.Table(cols), 500);
+  const names = Object.keys(cols);
+  const counts = names.map((n) => (n === "text" ? 3 : 2));  // buffers per column
+  const lines = [];
+  for (const [name, format, compression] of [["wide_file.arrow", "file", null],
+                                             ["wide.arrow", "stream", null],
+                                             ["wide_lz4.arrow", "stream", A.CompressionType.LZ4_FRAME]]) {
+    write(name, t, format, compression);
+    const buf = fs.readFileSync(path.join(out, name));
+    const view = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
+    for (let at = format === "file" ? 8 : 0; at + 8 <= buf.length;) {
+      const len = view.getInt32(at + 4, true);
+      if (view.getUint32(at, true) !== 0xffffffff || len === 0) break;
+      const m = A.Message.decode(buf.subarray(at + 8, at + 8 + len));
+      const body = at + 8 + len;
+      if (m.isRecordBatch()) {
+        const regions = m.header().buffers;
+        let line = `${name} ${at} ${body}`;
+        let b = 0;
+        names.forEach((n, c) => {
+          let first = Infinity, end = 0;
+          for (let k = b; k < b + counts[c]; ++k) {
+            const o = body + Number(regions[k].offset), l = Number(regions[k].length);
+            if (l > 0) { first = Math.min(first, o); end = Math.max(end, o + l); }
+          }
+          b += counts[c];
+          line += ` ${n} ${first} ${end}`;
+        });
+        lines.push(line);
+      }
+      at = body + Number(m.bodyLength);
+    }
+  }
+  fs.writeFileSync(path.join(out, "wide_arrow.txt"), lines.join("\n") + "\n");
+}
 // A numeric table for throughput: 1,000,000 rows in batches of 10,000.
 {
   const n = 1000000;

@@ -21,7 +21,7 @@ using parquet::in_quotes;
 /// uncompressed table's batches are views of the mapped file (a few bytes a column), and a thread
 /// holds up to 64 of them (batch b in place b % 64), so that shuffled reads find theirs without
 /// the shared cache's lock; of a compressed table's, whose decompressed buffers count against the
-/// cache's budget, it holds one.
+/// cache's budget, it holds one (so of a URL's, whose buffers were fetched).
 struct HeldBatch {
   std::uint64_t id = 0;
   std::size_t batch = 0;
@@ -31,7 +31,7 @@ constexpr std::size_t kHeld = 64;
 thread_local std::array<HeldBatch, kHeld> t_held;
 
 HeldBatch& held_place(const ArrowTable& t, std::size_t b) {
-  return t_held[t.compressed ? 0 : b % kHeld];
+  return t_held[t.compressed || t.remote ? 0 : b % kHeld];
 }
 
 std::string at_row(const ArrowTable& t, std::size_t b, std::size_t row, const ArrowColumn& col) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "datasets/common/file_io.hpp"
+#include "datasets/remote/range_reader.hpp"
 #include "datasets/table/arrow_format.hpp"
 #include "datasets/table/parquet_cache.hpp"
 #include "ferry/dataset.hpp"
@@ -65,10 +66,11 @@ struct ArrowArray {
 };
 
 /// A record batch made readable: each column's arrays, in pre-order of its type, pointing into
-/// the mapped file or into `owned` (decompressed buffers).
+/// the mapped file, into `owned` (decompressed buffers) or into `fetched` (a URL's ranges).
 struct FERRY_HIDDEN ArrowBatchData {
   std::vector<std::vector<ArrowArray>> columns;
   std::vector<std::unique_ptr<std::byte[]>> owned;
+  std::vector<std::vector<std::byte>> fetched;
   std::size_t owned_bytes = 0;
 };
 std::size_t decoded_bytes(const ArrowBatchData& d) noexcept;
@@ -84,6 +86,7 @@ struct ArrowDictionary {
 struct ArrowFile {
   std::string name;
   std::unique_ptr<MappedFile> map;
+  std::unique_ptr<remote::RangeReader> remote;  ///< a URL's, read by ranges (no map then)
   bool file_format = false;
   std::vector<std::size_t> tops;  ///< per column read: its place among the schema's fields
   std::vector<arrow::Field> schema;
@@ -103,6 +106,7 @@ struct ArrowBatch {
   std::size_t rows = 0;
   std::size_t file_row = 0;                 ///< its first row's place in its file
   std::vector<std::uint32_t> dictionaries;  ///< per dictionary column: the version in force
+  std::vector<std::byte> metadata_bytes;    ///< a URL's: the message's flatbuffer, read at open
 };
 
 struct FERRY_HIDDEN ArrowTable {
@@ -115,6 +119,7 @@ struct FERRY_HIDDEN ArrowTable {
   std::size_t size = 0;
   std::vector<FieldSpec> fields;
   bool compressed = false;  ///< some record batch compresses its body
+  bool remote = false;      ///< some file is a URL
   mutable std::atomic<std::uint64_t> batches_decoded{0};
   static constexpr std::size_t kDecodedBudget = std::size_t{512} << 20;
   mutable BasicGroupCache<ArrowBatchData> cache{kDecodedBudget};
@@ -133,6 +138,11 @@ namespace arrow {
 std::vector<std::span<const std::byte>> body_buffers(
     const RecordBatch& batch, std::span<const std::byte> body,
     std::vector<std::unique_ptr<std::byte[]>>& owned, std::size_t& owned_bytes);
+/// The buffers of `batch` from their stored bytes `raw` (one per buffer; empty for one not
+/// needed): the same views, or decompressed into `owned`. \throws FormatError naming the buffer.
+std::vector<std::span<const std::byte>> unpack_buffers(
+    const RecordBatch& batch, const std::vector<std::span<const std::byte>>& raw,
+    std::vector<std::unique_ptr<std::byte[]>>& owned, std::size_t& owned_bytes);
 
 /// The arrays of `field` (pre-order of its type) from `batch`'s nodes and buffers at `node` and
 /// `buffer` (advanced past them). `check`: every size and offset a read uses is checked against
@@ -148,6 +158,30 @@ std::span<const std::byte> binary_value(const ArrowArray& a, bool large, std::in
 std::pair<std::int64_t, std::int64_t> offsets_at(const ArrowArray& a, bool large, std::int64_t i);
 
 }  // namespace arrow
+
+/// What open_arrow() does with each file's messages (arrow_open.cpp), for the local and the
+/// remote readers alike. map_schema(): the columns read, from the first file's schema; the later
+/// files' checked against them. \throws ConfigError.
+void map_schema(ArrowTable& t, ArrowFile& f, bool first);
+/// Whether a column read uses the dictionary `id` (its body is needed).
+bool reads_dictionary(const ArrowTable& t, const ArrowFile& f, std::int64_t id);
+/// A dictionary batch `m`, whose body is `body`. \throws FormatError.
+void add_dictionary(const ArrowTable& t, ArrowFile& f, const arrow::Message& m,
+                    std::span<const std::byte> body);
+/// A record batch, framed as `fr` (places in the file). \throws FormatError.
+void add_batch(ArrowTable& t, ArrowFile& f, const arrow::Frame& fr, std::size_t message,
+               std::size_t& file_row, std::size_t& number);
+
+/// A URL's schema, record batches and dictionaries, read by ranges (arrow_remote.cpp): the
+/// file format's footer from the file's end, or the stream's messages from its start.
+/// \throws DataError naming the URL and the place.
+void index_remote(ArrowTable& t, ArrowFile& f, bool first);
+/// Record batch b's buffers of the columns read, fetched from its URL (close ones in one
+/// ranged GET) into d.fetched, and decompressed as needed; the other buffers empty.
+/// \throws FormatError, DataError (the transfer).
+std::vector<std::span<const std::byte>> fetch_buffers(const ArrowTable& t, std::size_t b,
+                                                      const arrow::RecordBatch& batch,
+                                                      ArrowBatchData& d);
 
 /// The categories of dictionary-encoded columns, and each dictionary version's codes
 /// (arrow_scan.cpp).
