@@ -192,6 +192,8 @@ void expect_same_as_local(const std::vector<fs::path>& locals, const std::vector
   const Rows want = rows_of(near, false, 1);
   ASSERT_EQ(want.size(), near->size());
   const Rows got = rows_of(far, true, 3);
+  EXPECT_EQ(far->network_wait_seconds() > 0, !urls[0].string().starts_with("file://"));
+  EXPECT_EQ(near->network_wait_seconds(), 0.0);
   ASSERT_EQ(got.size(), want.size());
   for (const auto& [index, values] : want) {
     const auto it = got.find(index);

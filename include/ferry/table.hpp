@@ -196,6 +196,10 @@ class FERRY_API ArrowDataset final : public Dataset {
   /// \throws ConfigError when `column` is neither.
   const std::vector<std::string>& categories(std::string_view column) const;
 
+  /// Seconds spent waiting for URLs' ranges (all threads, open's reads included); 0 for local
+  /// files.
+  double network_wait_seconds() const noexcept override;
+
   /// Record batches (with rows) in all the files.
   std::size_t num_record_batches() const noexcept;
   /// Record batches made readable since open (located and checked; decompressed when

@@ -84,3 +84,64 @@ def test_arrow_errors_name_the_column_and_the_file(ferry, tables):
     bad.write_bytes((tables / "all.arrow").read_bytes()[:5000])
     with pytest.raises(ferry.DataError, match="cut.arrow: message"):
         ferry.ArrowDataset(bad, ["i32"])
+
+
+def _flaky_server(directory, failures):
+    # Python's own server (it ignores Range: every answer is the whole file), answering its first
+    # `failures[0]` GET requests with 503.
+    import functools
+    import http.server
+    import threading
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def do_GET(self):
+            if failures[0] > 0:
+                failures[0] -= 1
+                self.send_error(503, "busy")
+                return
+            super().do_GET()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Handler, directory=str(directory)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _rows(ferry, ds, cols):
+    out = {}
+    for b in ferry.Loader(ds, batch_size=16, shuffle=True, seed=2, device="cpu").epoch(0):
+        for j, i in enumerate(b.indices.tolist()):
+            out[i] = tuple(b[c].numpy()[j].item() for c in cols)
+    return out
+
+
+@pytest.mark.parametrize("name", ["all.arrow", "all_file_lz4.arrow"])
+def test_arrow_urls_take_the_remote_keyword(ferry, tables, name):
+    cols = ["i32", "f64", "s"]
+    failures = [0]
+    server = _flaky_server(tables, failures)
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/{name}"
+        local = ferry.ArrowDataset(tables / name, cols, categorical=["s"])
+        # Two 503s: no retry fails at open, naming the URL; three retries get past them.
+        failures[0] = 2
+        with pytest.raises(ferry.DataError, match=f"{name}.*503"):
+            ferry.ArrowDataset(url, cols, categorical=["s"], remote=ferry.RemoteOptions(retries=0))
+        failures[0] = 2
+        ds = ferry.ArrowDataset(url, cols, categorical=["s"],
+                                remote=ferry.RemoteOptions(retries=3, timeout_seconds=10))
+        assert failures[0] == 0
+        assert len(ds) == len(local) == 250
+        assert ds.categories("s") == local.categories("s")
+        want = _rows(ferry, local, cols)
+        assert want[7] == (7 * 100000 - 2000000000, 7 * 0.25 + 1e10,
+                           sorted(FRUIT).index(FRUIT[(7 * 3) % 5]))
+        assert _rows(ferry, ds, cols) == want
+        with pytest.raises(ferry.ConfigError, match="ArrowDataset.*retries"):
+            ferry.ArrowDataset(url, cols, remote=ferry.RemoteOptions(retries=-1))
+    finally:
+        server.shutdown()
+        server.server_close()

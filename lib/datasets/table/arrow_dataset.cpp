@@ -228,6 +228,14 @@ std::vector<FieldSpec> ArrowDataset::fields() const { return table_->fields; }
 
 std::span<const std::size_t> ArrowDataset::shard_starts() const noexcept { return table_->starts; }
 
+double ArrowDataset::network_wait_seconds() const noexcept {
+  double total = 0;
+  for (const detail::ArrowFile& f : table_->files) {
+    if (f.remote) total += f.remote->wait_seconds();
+  }
+  return total;
+}
+
 std::size_t ArrowDataset::num_record_batches() const noexcept { return table_->batches.size(); }
 
 std::uint64_t ArrowDataset::batches_decoded() const noexcept {
