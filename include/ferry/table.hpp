@@ -80,13 +80,14 @@ struct TableOptions {
 ///
 /// Files may be URLs (http://, https://, s3://, file://; TableOptions::remote), read by ranges
 /// into memory, never whole and not through the cache: at open, the last 64 KiB (the footer,
-/// with a second range for a longer one) and the chunks of byte-array columns (their lengths);
-/// then a row group's decode fetches its chunks of the columns read alone, chunks less than
-/// 8 KiB apart in one ranged GET, and drops them once decoded; a thread of the dataset's fetches
-/// the next two row groups' chunks ahead, in the loader's order (will_read(); with
-/// LoaderOptions::shuffle_window, as WebDataset's shards). A file that changes between
-/// ranges (its size or ETag) is a DataError naming the URL; a server that ignores Range is read
-/// from the start of the file up to the bytes asked, for each range.
+/// with a second range for a longer one) and the chunks of byte-array columns (their lengths and
+/// categories), kept (up to 256 MiB of them) for their row group's first decode, so fetched
+/// once; then a row group's decode fetches its other chunks of the columns read alone, chunks
+/// less than 8 KiB apart in one ranged GET, and drops them once decoded; a thread of the
+/// dataset's fetches the next two row groups' chunks ahead, in the loader's order (will_read();
+/// with LoaderOptions::shuffle_window, as WebDataset's shards), skipping those still decoded. A
+/// file that changes between ranges (its size or ETag) is a DataError naming the URL; a server that
+/// ignores Range is read from the start of the file up to the bytes asked, for each range.
 ///
 /// A corrupt or truncated file: DataError naming the file and the place (footer, row group,
 /// column, page), at open or when the row is read, never a crash.
