@@ -235,6 +235,12 @@ TEST_F(ArrowRemote, EveryValueOverHttpIsTheLocalFilesValue) {
   for (const std::string name : {"dict_delta.arrow", "dict_delta_file.arrow"}) {
     expect_same_as_local({local(name)}, {url(name)}, {}, name);
   }
+  TableOptions nested;
+  nested.columns = {"a2", "a3", "nfsl"};
+  nested.missing = ferry::Missing::nan;
+  for (const std::string name : {"nested.arrow", "nested_file.arrow"}) {
+    expect_same_as_local({local(name)}, {url(name)}, nested, name);
+  }
   std::vector<fs::path> locals, urls;
   for (const std::string name : {"part0.arrow", "part1.arrow", "part2.arrow"}) {
     locals.push_back(local(name));

@@ -139,15 +139,26 @@ class FERRY_API ParquetDataset final : public Dataset {
 /// Column types and their fields:
 /// - bool -> u8 []; int8..int64, uint8..uint64 -> that dtype []; float16/32/64 -> f16, f32,
 ///   f64 []; fixed_size_list<T>[n] (nested: [n, m, ...]) of those -> dtype [n, ...].
-/// - list<T> / large_list<T> of those -> ragged dtype [L, ...].
+/// - list<T> / large_list<T> of those -> ragged dtype [L, ...] (list<fixed_size_list<T>[n]>:
+///   [L, n]).
+/// - Hugging Face datasets' Array2D..Array5D features: the extension type
+///   (ARROW:extension:name "...ArrayNDExtensionType" in the field's metadata) stored as N levels
+///   of lists of numbers, its ARROW:extension:metadata the JSON [shape, dtype] -> dtype [shape]
+///   (shape[0] null, a first dimension that varies: ragged [L, d1, ...]). Each row's lists are
+///   checked against the shape: one of another length is a DataError naming the file, the row
+///   and the column when the row is read.
 /// - binary / string (and large_) -> ragged u8 [L], the bytes as stored; named in
 ///   TableOptions::images (binary, or HF's Image struct{bytes, path}) -> the decoded image, as
 ///   ImageFolder's (image_field()); named in TableOptions::categorical -> i64 [] codes.
 /// - dictionary-encoded strings -> i64 [] codes into categories(name): every value of the
 ///   columns' dictionaries (in all the files), in sorted byte order.
-/// - Any other type in a column that is read: ConfigError naming the column and its type.
+/// - Any other type in a column that is read: ConfigError naming the column and its type; so
+///   list<list<T>> without HF's extension metadata, and lists of strings.
 ///
-/// A null: as TableOptions::missing says (a null inside a list's values is a DataError).
+/// A null: as TableOptions::missing says. In a fixed-shape field (fixed_size_list, HF's arrays)
+/// a null slot or a null inside its values is, under Missing::nan in a float column, NaN in
+/// every place of the slot; else a DataError naming the file, the row and the column (which
+/// ErrorPolicy::skip drops). A null inside a variable list's values is a DataError.
 ///
 /// Uncompressed files are memory-mapped, and values copied straight from the mapping into the
 /// loader's batch. A record batch compressed (LZ4_FRAME or ZSTD body compression) is

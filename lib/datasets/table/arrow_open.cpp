@@ -142,6 +142,7 @@ ArrowColumn map_column(const Field& f, const TableOptions& o) {
     col.large = is_large(f);
     return col;
   }
+  if (map_hf_array(f, col, what)) return col;
   if ((f.type == TypeId::list || f.type == TypeId::large_list) && f.children.size() == 1) {
     col.kind = ArrowKind::list;
     col.large = is_large(f);
@@ -413,8 +414,12 @@ std::unique_ptr<ArrowTable> open_arrow(std::vector<std::filesystem::path> files,
       continue;
     }
     FieldSpec f{col.name, col.dtype, {}};
-    if (col.kind == ArrowKind::list || col.kind == ArrowKind::bytes) f.shape = {ragged};
-    if (col.kind == ArrowKind::list || col.kind == ArrowKind::scalar) {
+    if (col.kind == ArrowKind::list || col.kind == ArrowKind::bytes ||
+        (col.kind == ArrowKind::array && col.shape[0] < 0)) {
+      f.shape = {ragged};
+    }
+    if (col.kind == ArrowKind::list || col.kind == ArrowKind::scalar ||
+        col.kind == ArrowKind::array) {
       f.shape.insert(f.shape.end(), col.inner.begin(), col.inner.end());
     }
     t->fields.push_back(std::move(f));

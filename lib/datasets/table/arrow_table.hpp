@@ -11,7 +11,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -34,6 +36,7 @@ enum class ArrowKind {
   image,        ///< binary, or struct{bytes, path}: decoded image
   categorical,  ///< string: i64 [] codes into `categories`
   dictionary,   ///< dictionary-encoded string: i64 [] codes into `categories`
+  array,        ///< Hugging Face's ArrayND (list<list<...>>, shape in the field's metadata)
 };
 
 struct ArrowColumn {
@@ -50,6 +53,10 @@ struct ArrowColumn {
   std::vector<std::uint32_t> lengths;   ///< per sample; list and bytes only
   std::int64_t max_length = 0;
   std::size_t dictionary = 0;  ///< dictionary only: its place in ArrowBatch::dictionaries
+  /// array only: the shape its metadata gives (-1: a first dimension that varies, then ragged
+  /// and in `lengths`), and per list level (shape.size() of them) whether its offsets are 64-bit.
+  std::vector<std::int64_t> shape;
+  std::vector<bool> level_large;
 };
 
 /// One array of a record batch: its node and buffers (validity first; then offsets and data, or
@@ -189,6 +196,19 @@ void number_dictionaries(ArrowTable& t);
 /// Reads every record batch's ragged and categorical columns: lengths and categories.
 /// \throws DataError as ArrowTable::decode().
 void scan_rows(ArrowTable& t);
+
+/// Whether `f` is Hugging Face datasets' Array2D..Array5D extension type (arrow_nested.cpp):
+/// then `col` becomes its column (kind array: dtype [d0, d1, ...], or [ragged, d1, ...] when the
+/// first dimension varies). `what` begins the messages. \throws ConfigError for metadata that
+/// is not a shape, or a storage type that is not as many levels of lists of numbers.
+bool map_hf_array(const arrow::Field& f, ArrowColumn& col, const std::string& what);
+/// Row r of an array column: its leaf values' place [first, first + count), every list on the
+/// way checked against the shape (the first dimension against `first_length` when it varies);
+/// nothing when a null list or value lies inside. \throws DataError, its text `where()` then
+/// what is wrong, for a list whose length is not the shape's.
+std::optional<std::pair<std::int64_t, std::int64_t>> array_values(
+    const ArrowColumn& col, const std::vector<ArrowArray>& arrays, std::int64_t r,
+    std::int64_t first_length, const std::function<std::string()>& where);
 
 /// Opens the files and builds the index (arrow_open.cpp).
 std::unique_ptr<ArrowTable> open_arrow(std::vector<std::filesystem::path> files,
