@@ -109,10 +109,17 @@ bool map_hf_array(const Field& f, ArrowColumn& col, const std::string& what) {
     throw ConfigError(what + ": its metadata " + parquet::in_quotes(f.extension_metadata) +
                       " is not an " + std::to_string(dims) + "-dimensional shape");
   }
-  for (std::size_t d = 1; d < dims; ++d) {
-    if ((*shape)[d] < 0) {
+  std::int64_t values = 1;  // a row's, or a first dimension's element's
+  for (std::size_t d = 0; d < dims; ++d) {
+    const std::int64_t n = (*shape)[d];
+    if (d > 0 && n < 0) {
       throw ConfigError(what + ": only its first dimension may vary, in the shape " +
                         shape_text(*shape));
+    }
+    if (n == 0) throw ConfigError(what + ": a shape " + shape_text(*shape) + " with a 0");
+    if (n > 0) values *= n;
+    if (values > kMaxDim) {
+      throw ConfigError(what + ": a shape " + shape_text(*shape) + " of more than 2^31 values");
     }
   }
   const Field* level = &f;
