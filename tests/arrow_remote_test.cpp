@@ -371,7 +371,8 @@ TEST_F(ArrowRemote, AFileThatChangesBetweenRangesIsADataErrorNamingTheUrl) {
       [&] {
         for (const ferry::Batch& b : loader.epoch(0)) (void)b;
       },
-      {"ArrowDataset: " + url("changing.arrow"), "changed on the server"});
+      {"ArrowDataset: " + url("changing.arrow") + ": record batch 0 (rows 0 to 499): cannot read",
+       "changed on the server"});
 }
 
 TEST_F(ArrowRemote, AServerThatIgnoresRangeIsReadUpToTheBytesAsked) {

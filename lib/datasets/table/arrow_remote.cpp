@@ -277,8 +277,16 @@ std::vector<std::span<const std::byte>> fetch_buffers(const ArrowTable& t, std::
       ++j;
     }
     const std::uint64_t first = ranges[i].first;
-    const std::vector<std::byte>& bytes =
-        d.fetched.emplace_back(f.remote->read(first, last - first));
+    std::vector<std::byte>* fetched = nullptr;
+    try {
+      fetched = &d.fetched.emplace_back(f.remote->read(first, last - first));
+    } catch (const DataError& e) {  // named by the record batch too
+      std::string why = e.what();
+      const std::string label = FileLabel{"ArrowDataset", f.name}.prefix();
+      if (why.starts_with(label)) why.erase(0, label.size());
+      throw DataError(t.where(b) + why);
+    }
+    const std::vector<std::byte>& bytes = *fetched;
     d.owned_bytes += bytes.size();
     for (std::size_t k = i; k < j; ++k) {
       raw[ranges[k].buffer] = std::span<const std::byte>(bytes).subspan(
