@@ -145,3 +145,35 @@ def test_arrow_urls_take_the_remote_keyword(ferry, tables, name):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_arrow_hugging_face_arrays_take_their_shape(ferry, tables):
+    # write_arrow.js's nested.arrow: Array2D (2, 3) float32 "a2" (null at r % 11 == 4), Array3D
+    # (None, 2, 2) int32 "a3" (r % 3 blocks), fixed_size_list<float32>[2] "nfsl" with nulls.
+    ds = ferry.ArrowDataset(tables / "nested.arrow", ["a2", "a3", "nfsl"], missing="nan")
+    assert ds.fields == [("a2", "f32", (2, 3)), ("a3", "i32", (None, 2, 2)),
+                         ("nfsl", "f32", (2,))]
+    seen = []
+    for b in ferry.Loader(ds, batch_size=8, shuffle=True, seed=4, device="cpu").epoch(0):
+        a2, a3, a3_len, nfsl = (b["a2"].numpy(), b["a3"].numpy(), b.lengths("a3").numpy(),
+                                b["nfsl"].numpy())
+        for j, r in enumerate(b.indices.tolist()):
+            seen.append(r)
+            if r % 11 == 4:
+                assert np.isnan(a2[j]).all()
+            else:
+                np.testing.assert_array_equal(a2[j], [[r, r + 1, r + 2], [-r, -r - 1, -r - 2]])
+            assert a3_len[j] == r % 3
+            want = np.array([[[r, k], [r + k, -r]] for k in range(r % 3)], np.int32)
+            np.testing.assert_array_equal(a3[j, : r % 3], want.reshape(r % 3, 2, 2))
+            if r % 5 in (1, 3):
+                assert np.isnan(nfsl[j]).all()
+            else:
+                np.testing.assert_array_equal(nfsl[j], [r, r / 2])
+    assert sorted(seen) == list(range(60))
+    with pytest.raises(ferry.DataError, match=r'row 5, column "a2bad".*shape \(2, 2\)'):
+        for _ in ferry.Loader(ferry.ArrowDataset(tables / "nested.arrow", ["a2bad"]),
+                              batch_size=4, device="cpu").epoch(0):
+            pass
+    with pytest.raises(ferry.ConfigError, match=r'"ll".*list<list<int32>>'):
+        ferry.ArrowDataset(tables / "nested.arrow", ["ll"])
