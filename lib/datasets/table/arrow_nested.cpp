@@ -45,7 +45,8 @@ std::optional<std::vector<std::int64_t>> hf_shape(std::string_view s) {
     ++i;
     return true;
   };
-  if (!eat('[') || !eat('[')) return std::nullopt;
+  if (!eat('[')) return std::nullopt;  // the pair
+  if (!eat('[')) return std::nullopt;  // the shape
   std::vector<std::int64_t> shape;
   for (;;) {
     skip();
