@@ -330,6 +330,52 @@ TEST_F(ArrowRemote, TheStreamFormatIsReadMessageByMessage) {
   EXPECT_LT((nginx_->bytes_sent(lz4) - lz4_before) * 3, fs::file_size(local(lz4)));
 }
 
+TEST_F(ArrowRemote, TheNextRecordBatchesInTheLoadersOrderAreFetchedAhead) {
+  const std::string name = "wide_file.arrow";
+  const auto batches = wide_batches(name);
+  std::uint64_t metadata = 0;
+  for (const WideBatch& b : batches) metadata += b.body - b.message;
+  const auto c07 = [&](std::size_t b) {
+    return batches[b].columns.at("c07").second - batches[b].columns.at("c07").first;
+  };
+  const std::uint64_t before = nginx_->bytes_sent(name);
+  const int requests_before = nginx_->requests(name);
+  TableOptions o;
+  o.columns = {"c07"};
+  const auto ds = ArrowDataset::open({url(name)}, o);
+  {
+    ferry::LoaderOptions lo = loader_options(false, 1);
+    lo.batch_size = 1;
+    ferry::Loader loader(ds, lo);
+    for (const ferry::Batch& b : loader.epoch(0)) {
+      ASSERT_EQ(b.indices()[0], 0U);
+      break;  // row 0 alone read: record batch 0 (rows 0 to 499)
+    }
+  }
+  // The tail, the 4 batches' metadata, record batch 0, and the two after it in the loader's
+  // order, read ahead though no row of theirs was read; each once.
+  const int want = 1 + 4 + 1 + 2;
+  EXPECT_EQ(settled<int>([&] { return nginx_->requests(name) - requests_before; }, want), want);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(nginx_->requests(name) - requests_before, want);  // and no more
+  EXPECT_EQ(nginx_->bytes_sent(name) - before, kTail + metadata + c07(0) + c07(1) + c07(2));
+  EXPECT_TRUE(ds->wants_read_order());
+  // A second epoch in order reads all 4 batches, 0 to 2 from the cache: batch 3 alone fetched.
+  ferry::Loader loader(ds, loader_options(false, 1));
+  std::size_t rows = 0;
+  for (const ferry::Batch& b : loader.epoch(0)) {
+    for (std::size_t j = 0; j < b.size(); ++j, ++rows) {
+      double v = 0;
+      std::memcpy(&v, static_cast<const char*>(b["c07"].data()) + 8 * j, 8);
+      ASSERT_EQ(v, static_cast<double>(b.indices()[j]) * 50 + 7 + 0.5);
+    }
+  }
+  EXPECT_EQ(rows, 2000U);
+  EXPECT_EQ(settled<int>([&] { return nginx_->requests(name) - requests_before; }, want + 1),
+            want + 1);
+  EXPECT_EQ(ds->batches_decoded(), 4U);
+}
+
 TEST_F(ArrowRemote, FileUrlsAreReadByRangesToo) {
   for (const std::string name : {"all_file.arrow", "all_zstd.arrow"}) {
     expect_same_as_local({local(name)}, {"file://" + local(name).string()}, every_readable_column(),

@@ -179,8 +179,9 @@ class FERRY_API ParquetDataset final : public Dataset {
 /// column among those read, open() reads every record batch so (for the lengths and values) and
 /// the cache keeps them: the reads fetch them again only once the cache has let them go. A file
 /// that changes between ranges (its size or ETag) is a DataError naming the URL; a server that
-/// ignores Range is read from the start of the file up to the bytes asked. No record batch is
-/// fetched ahead of the reads.
+/// ignores Range is read from the start of the file up to the bytes asked. A thread of the
+/// dataset's fetches (and decompresses) the next two record batches past the farthest one read,
+/// in the loader's order (will_read()), skipping those still decoded.
 ///
 /// A corrupt or truncated file: DataError naming the file and the place (footer, message,
 /// record batch, buffer), at open or when the row is read, never a crash.
@@ -211,6 +212,10 @@ class FERRY_API ArrowDataset final : public Dataset {
   /// Seconds spent waiting for URLs' ranges (all threads, open's reads included); 0 for local
   /// files.
   double network_wait_seconds() const noexcept override;
+  /// URLs: the loader's order, in which the next two record batches past the farthest one read
+  /// are fetched ahead (local files: nothing).
+  void will_read(std::span<const std::size_t> indices) const noexcept override;
+  bool wants_read_order() const noexcept override;
 
   /// Record batches (with rows) in all the files.
   std::size_t num_record_batches() const noexcept;

@@ -4,6 +4,7 @@
 #include <limits>
 #include <string>
 
+#include "datasets/table/arrow_ahead.hpp"
 #include "datasets/table/arrow_table.hpp"
 #include "datasets/table/parquet_schema.hpp"
 #include "ferry/error.hpp"
@@ -241,6 +242,12 @@ std::vector<FieldSpec> ArrowDataset::fields() const { return table_->fields; }
 
 std::span<const std::size_t> ArrowDataset::shard_starts() const noexcept { return table_->starts; }
 
+void ArrowDataset::will_read(std::span<const std::size_t> indices) const noexcept {
+  if (table_->ahead) table_->ahead->plan(indices);
+}
+
+bool ArrowDataset::wants_read_order() const noexcept { return table_->ahead != nullptr; }
+
 double ArrowDataset::network_wait_seconds() const noexcept {
   double total = 0;
   for (const detail::ArrowFile& f : table_->files) {
@@ -265,6 +272,7 @@ void ArrowDataset::read(std::size_t index, SampleRef out) const {
       std::upper_bound(t.starts.begin(), t.starts.end(), index) - t.starts.begin() - 1);
   detail::HeldBatch& held = detail::held_place(t, b);
   if (held.id != t.id || held.batch != b || !held.data) {
+    if (t.ahead) t.ahead->reading(b);
     held.data.reset();  // let the one held go first
     held.data = t.cache.get(b, [&] { return t.decode(b); });
     held.id = t.id;

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "datasets/remote/remote_cache.hpp"
+#include "datasets/table/arrow_ahead.hpp"
 #include "datasets/table/arrow_table.hpp"
 #include "datasets/table/parquet_schema.hpp"
 #include "ferry/error.hpp"
@@ -425,6 +426,7 @@ std::unique_ptr<ArrowTable> open_arrow(std::vector<std::filesystem::path> files,
     t->fields.push_back(std::move(f));
   }
   scan_rows(*t);
+  if (t->remote) t->ahead = std::make_unique<ArrowAhead>(*t);
   return t;
 }
 

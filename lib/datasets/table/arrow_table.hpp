@@ -116,6 +116,8 @@ struct ArrowBatch {
   std::vector<std::byte> metadata_bytes;    ///< a URL's: the message's flatbuffer, read at open
 };
 
+class ArrowAhead;
+
 struct FERRY_HIDDEN ArrowTable {
   std::uint64_t id = 0;
   TableOptions options;
@@ -136,6 +138,12 @@ struct FERRY_HIDDEN ArrowTable {
   std::shared_ptr<const ArrowBatchData> decode(std::size_t b) const;
   /// "ArrowDataset: <file>: record batch <n> (message <m>): ".
   std::string where(std::size_t b) const;
+
+  ArrowTable();
+  ~ArrowTable();
+  /// URLs' record batches read ahead in the loader's order (arrow_ahead.hpp); null without
+  /// URLs. The last member: it goes first, while the files it reads are still there.
+  std::unique_ptr<ArrowAhead> ahead;
 };
 
 namespace arrow {
