@@ -496,7 +496,10 @@ read); remote: a RemoteOptions (its retries and timeout_seconds).)doc")
 Arrow IPC files, stream format (Hugging Face datasets' cache files, data-00000-of-000NN.arrow)
 or file format: the rows of all the files, in order, are the samples; each column read is a field
 named as the column. Numbers are scalar fields of their type (bool as u8, float16 as f16);
-fixed_size_list columns have their sizes as shape; list columns are ragged [L, ...]; binary and
+fixed_size_list columns have their sizes as shape; list columns are ragged [L, ...]; Hugging
+Face's Array2D..Array5D features take the shape their metadata gives (ragged when the first
+dimension varies), each row checked against it; a null fixed-shape slot (or a null inside it) is
+NaN throughout under missing="nan" in a float column; binary and
 text are ragged u8 [L] (the bytes as stored); columns named in images (binary, or HF's Image
 struct{bytes, path}) are decoded as ImageFolder does (the image keywords as ImageFolder's);
 columns named in categorical (text) and dictionary-encoded text are i64 codes in sorted byte order
