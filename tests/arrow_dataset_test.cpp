@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "datasets/table/arrow_format.hpp"
+#include "datasets/table/arrow_table.hpp"
 #include "expect_error.hpp"
 #include "ferry/ferry.hpp"
 #include "table_images.hpp"
@@ -501,6 +502,72 @@ TEST_F(ArrowFiles, ListsOfListsWithoutAShapeAndListsOfTextAreConfigErrors) {
   o.categorical = {"a2"};
   expect_error<ConfigError>([&] { ArrowDataset::open({file("nested.arrow")}, o); },
                             {"\"a2\"", "Array2DExtensionType", "not text"});
+}
+
+TEST(ArrowHfArrays, MetadataAndStorageAreCheckedBeforeUse) {
+  using ferry::detail::ArrowColumn;
+  using ferry::detail::map_hf_array;
+  namespace arrow = ferry::detail::arrow;
+  // list<list<float32>> (levels of lists over a leaf), with the extension's name and metadata.
+  const auto lists = [](std::size_t levels, arrow::TypeId leaf) {
+    arrow::Field f;
+    f.type = leaf;
+    f.precision = 1;
+    for (std::size_t i = 0; i < levels; ++i) {
+      arrow::Field l;
+      l.type = arrow::TypeId::list;
+      l.children.push_back(f);
+      f = l;
+    }
+    return f;
+  };
+  const auto field = [&](const std::string& name, const std::string& metadata,
+                         std::size_t levels = 2) {
+    arrow::Field f = lists(levels, arrow::TypeId::floating);
+    f.name = "x";
+    f.extension_name = name;
+    f.extension_metadata = metadata;
+    return f;
+  };
+  const std::string a2 = "datasets.features.features.Array2DExtensionType";
+  ArrowColumn col;
+  ASSERT_TRUE(map_hf_array(field(a2, " [ [4 , 5] , \"float32\" ] "), col, "x"));
+  EXPECT_EQ(col.shape, (std::vector<std::int64_t>{4, 5}));
+  EXPECT_EQ(col.inner, (std::vector<std::int64_t>{4, 5}));
+  EXPECT_EQ(col.per_row, 20U);
+  ArrowColumn ragged;
+  ASSERT_TRUE(
+      map_hf_array(field("Array3DExtensionType", "[[null, 2, 3], \"float32\"]", 3), ragged, "x"));
+  EXPECT_EQ(ragged.inner, (std::vector<std::int64_t>{2, 3}));
+  EXPECT_EQ(ragged.per_row, 6U);
+  // Not HF's: another name, or no name.
+  for (const std::string name :
+       {"", "Array6DExtensionType", "xArray2DExtensionType", "arrow.fixed_shape_tensor"}) {
+    ArrowColumn c;
+    EXPECT_FALSE(map_hf_array(field(name, "[[2, 2], \"float32\"]"), c, "x")) << name;
+  }
+  for (const auto& [metadata, words] : std::vector<std::pair<std::string, std::string>>{
+           {"", "not a shape of 2 dimensions"},
+           {"[[2], \"float32\"]", "not a shape of 2 dimensions"},
+           {"[[2, 3, 4], \"float32\"]", "not a shape of 2 dimensions"},
+           {"[[2, -3], \"float32\"]", "not a shape of 2 dimensions"},
+           {"[[2, 3]]", "not a shape of 2 dimensions"},
+           {"[[2, 99999999999999999999], \"float32\"]", "not a shape of 2 dimensions"},
+           {"[[2, null], \"float32\"]", "only its first dimension may vary"},
+           {"[[0, 3], \"float32\"]", "with a 0"},
+           {"[[65536, 65536], \"float32\"]", "more than 2^31 values"}}) {
+    ArrowColumn c;
+    expect_error<ConfigError>([&] { (void)map_hf_array(field(a2, metadata), c, "x"); }, {words});
+  }
+  ArrowColumn c;
+  expect_error<ConfigError>(
+      [&] { (void)map_hf_array(field(a2, "[[2, 3], \"float32\"]", 1), c, "x"); },
+      {"shape (2, 3)", "stored as other than 2 levels of lists"});
+  arrow::Field text = lists(2, arrow::TypeId::utf8);
+  text.extension_name = a2;
+  text.extension_metadata = "[[2, 3], \"string\"]";
+  expect_error<ConfigError>([&] { (void)map_hf_array(text, c, "x"); },
+                            {"whose values ferry does not read"});
 }
 
 TEST_F(ArrowFiles, TheLegacyFramingWithoutContinuationMarkers) {

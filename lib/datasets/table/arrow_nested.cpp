@@ -108,7 +108,7 @@ bool map_hf_array(const Field& f, ArrowColumn& col, const std::string& what) {
   const auto shape = hf_shape(f.extension_metadata);
   if (!shape || shape->size() != dims) {
     throw ConfigError(what + ": its metadata " + parquet::in_quotes(f.extension_metadata) +
-                      " is not an " + std::to_string(dims) + "-dimensional shape");
+                      " is not a shape of " + std::to_string(dims) + " dimensions");
   }
   std::int64_t values = 1;  // a row's, or a first dimension's element's
   for (std::size_t d = 0; d < dims; ++d) {
