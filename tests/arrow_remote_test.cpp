@@ -429,4 +429,38 @@ TEST_F(ArrowRemote, AServerThatIgnoresRangeIsReadUpToTheBytesAsked) {
   }
 }
 
+TEST_F(ArrowRemote, S3UrlsGoToTheEndpointPathStyleSigned) {
+  // nginx as the endpoint: s3://bucket/key is <endpoint>/bucket/key, signed (SigV4) with the
+  // key given (nginx ignores the signature).
+  fs::create_directories(local("bucket"));
+  fs::copy_file(local("all_file_lz4.arrow"), local("bucket/t.arrow"),
+                fs::copy_options::overwrite_existing);
+  struct Env {
+    const char* name;
+    char* before;
+  };
+  std::vector<Env> saved;
+  const auto set = [&](const char* name, const std::string& value) {
+    const char* v = std::getenv(name);
+    saved.push_back({name, v != nullptr ? strdup(v) : nullptr});
+    ::setenv(name, value.c_str(), 1);
+  };
+  set("AWS_ENDPOINT_URL", "http://127.0.0.1:" + std::to_string(nginx_->port()) + "/");
+  set("AWS_ACCESS_KEY_ID", "ferrytest");
+  set("AWS_SECRET_ACCESS_KEY", "secret");
+  set("AWS_REGION", "eu-west-1");
+  const int before = nginx_->requests("bucket/t.arrow");
+  expect_same_as_local({local("all_file_lz4.arrow")}, {"s3://bucket/t.arrow"},
+                       every_readable_column(), "s3://bucket/t.arrow");
+  EXPECT_GT(nginx_->requests("bucket/t.arrow"), before + 1);  // the tail and the batches
+  for (const Env& e : saved) {
+    if (e.before != nullptr) {
+      ::setenv(e.name, e.before, 1);
+      std::free(e.before);
+    } else {
+      ::unsetenv(e.name);
+    }
+  }
+}
+
 }  // namespace
