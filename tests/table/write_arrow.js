@@ -398,5 +398,31 @@ if (process.env.FERRY_ARROW_SEEDS) {
     const bytes = fs.readFileSync(path.join(out, name));
     fs.writeFileSync(path.join(dir, name), Buffer.concat([Buffer.from([options]), bytes]));
   }
+  // HF arrays (Array2D (2, 2), Array3D (None, 1, 2)) and a fixed_size_list with nulls, under
+  // Missing::nan.
+  const ext = (name, shape) => new Map([
+    ["ARROW:extension:name", `datasets.features.features.${name}`],
+    ["ARROW:extension:metadata", JSON.stringify([shape, "float32"])],
+  ]);
+  const l = (t) => new A.List(fld("item", t));
+  const fields = [
+    new A.Field("a2", l(l(new A.Float32())), true, ext("Array2DExtensionType", [2, 2])),
+    new A.Field("a3", l(l(l(new A.Float32()))), true, ext("Array3DExtensionType", [null, 1, 2])),
+    fld("f", new A.FixedSizeList(2, fld("item", new A.Float32()))),
+  ];
+  const cols = [
+    rs.map((r) => (r === 3 ? null : [[r, r], [r, null]])),
+    rs.map((r) => [...Array(r % 3).keys()].map((k) => [[r, k]])),
+    rs.map((r) => (r === 1 ? null : [r, r === 2 ? null : -r])),
+  ].map((v, i) => A.vectorFromArray(v, fields[i].type));
+  const schema = new A.Schema(fields);
+  const data = A.makeData({ type: new A.Struct(fields), length: rs.length, nullCount: 0,
+                            children: cols.map((v) => v.data[0]) });
+  const nested = new A.Table(schema, [new A.RecordBatch(schema, data)]);
+  const parts = [];
+  for (let i = 0; i < rs.length; i += 2) parts.push(...nested.slice(i, i + 2).batches);
+  write("nested", new A.Table(schema, parts.map((b) => new A.RecordBatch(schema, b.data))));
+  const bytes = fs.readFileSync(path.join(out, "nested"));
+  fs.writeFileSync(path.join(dir, "nested"), Buffer.concat([Buffer.from([1]), bytes]));
 }
 console.log("wrote Arrow files to", out);
