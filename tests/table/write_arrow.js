@@ -411,7 +411,7 @@ if (process.env.FERRY_ARROW_SEEDS) {
     fld("f", new A.FixedSizeList(2, fld("item", new A.Float32()))),
   ];
   const cols = [
-    rs.map((r) => (r === 3 ? null : [[r, r], [r, null]])),
+    rs.map((r) => (r === 3 ? null : [[r, r], [r, r === 4 ? null : -r]])),
     rs.map((r) => [...Array(r % 3).keys()].map((k) => [[r, k]])),
     rs.map((r) => (r === 1 ? null : [r, r === 2 ? null : -r])),
   ].map((v, i) => A.vectorFromArray(v, fields[i].type));
