@@ -17,12 +17,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "datasets/table/arrow_format.hpp"
+#include "datasets/table/arrow_table.hpp"
 #include "expect_error.hpp"
 #include "ferry/ferry.hpp"
 #include "table_images.hpp"
@@ -359,6 +361,215 @@ TEST_F(ArrowFiles, ANullInsideAListIsADataErrorForItsRowOnly) {
   expect_error<DataError>([&] { ++it; }, {"all.arrow", "row 3", "\"ln\"", "a null inside"});
 }
 
+/// The rows an epoch delivers under ErrorPolicy::skip, in order (one worker, no shuffle).
+std::vector<std::uint64_t> rows_kept(const std::shared_ptr<ArrowDataset>& ds) {
+  ferry::LoaderOptions lo;
+  lo.batch_size = 4;
+  lo.workers = 1;
+  lo.autotune = false;
+  lo.device = ferry::Device::cpu();
+  lo.on_error = ferry::ErrorPolicy::skip;
+  ferry::Loader loader(ds, lo);
+  std::vector<std::uint64_t> rows;
+  for (const ferry::Batch& b : loader.epoch(0)) {
+    for (std::size_t j = 0; j < b.size(); ++j) rows.push_back(b.indices()[j]);
+  }
+  return rows;
+}
+
+std::vector<std::uint64_t> rows_but(std::uint64_t n,
+                                    const std::function<bool(std::uint64_t)>& out) {
+  std::vector<std::uint64_t> rows;
+  for (std::uint64_t r = 0; r < n; ++r) {
+    if (!out(r)) rows.push_back(r);
+  }
+  return rows;
+}
+
+TEST_F(ArrowFiles, HuggingFaceArraysTakeTheShapeOfTheirMetadata) {
+  for (const std::string name : {"nested.arrow", "nested_file.arrow"}) {
+    SCOPED_TRACE(name);
+    TableOptions o;
+    o.columns = {"a2", "a3"};
+    o.missing = ferry::Missing::nan;
+    const auto ds = ArrowDataset::open({file(name)}, o);
+    ASSERT_EQ(ds->size(), 60U);
+    const auto fields = ds->fields();
+    EXPECT_EQ(fields[0].dtype, ferry::DType::f32);
+    EXPECT_EQ(fields[0].shape, (std::vector<std::int64_t>{2, 3}));
+    EXPECT_EQ(fields[1].dtype, ferry::DType::i32);
+    EXPECT_EQ(fields[1].shape, (std::vector<std::int64_t>{ferry::ragged, 2, 2}));
+    EXPECT_EQ(ds->max_length(1), 2);
+    EXPECT_EQ(ds->length(5, 1), 2);
+    EXPECT_EQ(ds->length(6, 1), 0);
+    ferry::Loader loader(ds, loader_options(7, true, 2));
+    std::set<std::uint64_t> seen;
+    for (const ferry::Batch& b : loader.epoch(0)) {
+      for (std::size_t j = 0; j < b.size(); ++j) {
+        const std::uint64_t r = b.indices()[j];
+        ASSERT_TRUE(seen.insert(r).second);
+        SCOPED_TRACE("row " + std::to_string(r));
+        const auto a2 = values<float>(b, "a2", j, false);
+        ASSERT_EQ(a2.size(), 6U);
+        const auto f = static_cast<float>(r);
+        if (r % 11 == 4) {  // a null row: NaN in every place
+          for (const float v : a2) EXPECT_TRUE(std::isnan(v));
+        } else {
+          EXPECT_EQ(a2, (std::vector<float>{f, f + 1, f + 2, -f, -f - 1, -f - 2}));
+        }
+        const auto ri = static_cast<std::int32_t>(r);
+        std::vector<std::int32_t> a3;
+        for (std::int32_t k = 0; k < ri % 3; ++k) a3.insert(a3.end(), {ri, k, ri + k, -ri});
+        EXPECT_EQ(values<std::int32_t>(b, "a3", j, true), a3);
+      }
+    }
+    EXPECT_EQ(seen.size(), 60U);
+  }
+}
+
+TEST_F(ArrowFiles, AnArrayRowOfAnotherShapeIsADataErrorNamingRowAndColumn) {
+  TableOptions o;
+  o.columns = {"a2bad"};
+  const auto ds = ArrowDataset::open({file("nested.arrow")}, o);
+  EXPECT_EQ(ds->fields()[0].shape, (std::vector<std::int64_t>{2, 2}));
+  ferry::Loader loader(ds, loader_options(1, false, 1));
+  expect_error<DataError>(
+      [&] {
+        for (const ferry::Batch& b : loader.epoch(0)) (void)b;
+      },
+      {"nested.arrow", "row 5", "\"a2bad\"", "a list of 1 at dimension 0", "shape (2, 2)"});
+  // Row 7's second list holds 1 value: skipped as row 5 is, every other row read.
+  EXPECT_EQ(rows_kept(ds), rows_but(60, [](std::uint64_t r) { return r == 5 || r == 7; }));
+}
+
+TEST_F(ArrowFiles, NullsInFixedSizeListsAreNanSlotsOrErrors) {
+  for (const std::string name : {"nested.arrow", "nested_file.arrow"}) {
+    SCOPED_TRACE(name);
+    TableOptions o;
+    o.columns = {"nfsl"};
+    o.missing = ferry::Missing::nan;
+    const auto ds = ArrowDataset::open({file(name)}, o);
+    ferry::Loader loader(ds, loader_options(5, false, 1));
+    std::size_t rows = 0;
+    for (const ferry::Batch& b : loader.epoch(0)) {
+      for (std::size_t j = 0; j < b.size(); ++j, ++rows) {
+        const std::uint64_t r = b.indices()[j];
+        const auto v = values<float>(b, "nfsl", j, false);
+        ASSERT_EQ(v.size(), 2U);
+        if (r % 5 == 1 || r % 5 == 3) {  // a null slot, or a null inside it: the whole slot NaN
+          EXPECT_TRUE(std::isnan(v[0]) && std::isnan(v[1])) << "row " << r;
+        } else {
+          EXPECT_EQ(v, (std::vector<float>{static_cast<float>(r), static_cast<float>(r) / 2}))
+              << "row " << r;
+        }
+      }
+    }
+    EXPECT_EQ(rows, 60U);
+    // Missing::error: the row is a DataError naming it (dropped under ErrorPolicy::skip).
+    o.missing = ferry::Missing::error;
+    const auto strict = ArrowDataset::open({file(name)}, o);
+    ferry::Loader l2(strict, loader_options(1, false, 1));
+    expect_error<DataError>(
+        [&] {
+          for (const ferry::Batch& b : l2.epoch(0)) (void)b;
+        },
+        {name, "row 1", "\"nfsl\"", "a null", "Missing::error"});
+    const auto two_or_four = [](std::uint64_t r) { return r % 5 == 1 || r % 5 == 3; };
+    EXPECT_EQ(rows_kept(strict), rows_but(60, two_or_four));
+    // Integers have no NaN: an error under Missing::nan too.
+    o.columns = {"nfsli"};
+    o.missing = ferry::Missing::nan;
+    const auto ints = ArrowDataset::open({file(name)}, o);
+    ferry::Loader l3(ints, loader_options(1, false, 1));
+    expect_error<DataError>(
+        [&] {
+          for (const ferry::Batch& b : l3.epoch(0)) (void)b;
+        },
+        {name, "row 1", "\"nfsli\"", "a null", "only in float and categorical"});
+    EXPECT_EQ(rows_kept(ints), rows_but(60, two_or_four));
+  }
+}
+
+TEST_F(ArrowFiles, ListsOfListsWithoutAShapeAndListsOfTextAreConfigErrors) {
+  TableOptions o;
+  o.columns = {"a2", "ll"};
+  expect_error<ConfigError>([&] { ArrowDataset::open({file("nested.arrow")}, o); },
+                            {"\"ll\"", "list<list<int32>>", "does not read"});
+  o.columns = {"ls2"};
+  expect_error<ConfigError>([&] { ArrowDataset::open({file("nested.arrow")}, o); },
+                            {"\"ls2\"", "list<utf8>", "does not read"});
+  o.columns = {"a2"};
+  o.categorical = {"a2"};
+  expect_error<ConfigError>([&] { ArrowDataset::open({file("nested.arrow")}, o); },
+                            {"\"a2\"", "Array2DExtensionType", "not text"});
+}
+
+TEST(ArrowHfArrays, MetadataAndStorageAreCheckedBeforeUse) {
+  using ferry::detail::ArrowColumn;
+  using ferry::detail::map_hf_array;
+  namespace arrow = ferry::detail::arrow;
+  // list<list<float32>> (levels of lists over a leaf), with the extension's name and metadata.
+  const auto lists = [](std::size_t levels, arrow::TypeId leaf) {
+    arrow::Field f;
+    f.type = leaf;
+    f.precision = 1;
+    for (std::size_t i = 0; i < levels; ++i) {
+      arrow::Field l;
+      l.type = arrow::TypeId::list;
+      l.children.push_back(f);
+      f = l;
+    }
+    return f;
+  };
+  const auto field = [&](const std::string& name, const std::string& metadata,
+                         std::size_t levels = 2) {
+    arrow::Field f = lists(levels, arrow::TypeId::floating);
+    f.name = "x";
+    f.extension_name = name;
+    f.extension_metadata = metadata;
+    return f;
+  };
+  const std::string a2 = "datasets.features.features.Array2DExtensionType";
+  ArrowColumn col;
+  ASSERT_TRUE(map_hf_array(field(a2, " [ [4 , 5] , \"float32\" ] "), col, "x"));
+  EXPECT_EQ(col.shape, (std::vector<std::int64_t>{4, 5}));
+  EXPECT_EQ(col.inner, (std::vector<std::int64_t>{4, 5}));
+  EXPECT_EQ(col.per_row, 20U);
+  ArrowColumn ragged;
+  ASSERT_TRUE(
+      map_hf_array(field("Array3DExtensionType", "[[null, 2, 3], \"float32\"]", 3), ragged, "x"));
+  EXPECT_EQ(ragged.inner, (std::vector<std::int64_t>{2, 3}));
+  EXPECT_EQ(ragged.per_row, 6U);
+  // Not HF's: another name, or no name.
+  for (const std::string name :
+       {"", "Array6DExtensionType", "xArray2DExtensionType", "arrow.fixed_shape_tensor"}) {
+    ArrowColumn c;
+    EXPECT_FALSE(map_hf_array(field(name, "[[2, 2], \"float32\"]"), c, "x")) << name;
+  }
+  for (const auto& [metadata, words] : std::vector<std::pair<std::string, std::string>>{
+           {"", "not a shape of 2 dimensions"},
+           {"[[2], \"float32\"]", "not a shape of 2 dimensions"},
+           {"[[2, 3, 4], \"float32\"]", "not a shape of 2 dimensions"},
+           {"[[2, -3], \"float32\"]", "not a shape of 2 dimensions"},
+           {"[[2, 3]]", "not a shape of 2 dimensions"},
+           {"[[2, 99999999999999999999], \"float32\"]", "not a shape of 2 dimensions"},
+           {"[[2, null], \"float32\"]", "only its first dimension may vary"},
+           {"[[0, 3], \"float32\"]", "with a 0"},
+           {"[[65536, 65536], \"float32\"]", "more than 2^31 values"}}) {
+    ArrowColumn c;
+    expect_error<ConfigError>([&] { (void)map_hf_array(field(a2, metadata), c, "x"); }, {words});
+  }
+  ArrowColumn c;
+  expect_error<ConfigError>(
+      [&] { (void)map_hf_array(field(a2, "[[2, 3], \"float32\"]", 1), c, "x"); },
+      {"shape (2, 3)", "stored as other than 2 levels of lists"});
+  arrow::Field text = lists(2, arrow::TypeId::utf8);
+  text.extension_name = a2;
+  text.extension_metadata = "[[2, 3], \"string\"]";
+  expect_error<ConfigError>([&] { (void)map_hf_array(text, c, "x"); },
+                            {"whose values ferry does not read"});
+}
+
 TEST_F(ArrowFiles, TheLegacyFramingWithoutContinuationMarkers) {
   // all.arrow's messages re-framed as writers before Arrow 0.15 framed them: the metadata's
   // length alone, without the 0xFFFFFFFF before it.
@@ -455,8 +666,11 @@ TEST_F(ArrowFiles, ConfigErrorsNameTheColumnAndType) {
   o.images = {"i32"};
   expect_error<ConfigError>([&] { ArrowDataset::open({file("all.arrow")}, o); },
                             {"\"i32\"", "not an image"});
-  expect_error<ConfigError>([&] { ArrowDataset::open({"https://example.com/x.arrow"}); },
-                            {"not read yet"});
+  TableOptions bad_remote;
+  bad_remote.remote.retries = -1;  // checked before any URL is read
+  expect_error<ConfigError>(
+      [&] { ArrowDataset::open({"https://example.com/x.arrow"}, bad_remote); },
+      {"ArrowDataset", "RemoteOptions::retries"});
   o.images.clear();
   o.columns = {"label"};
   expect_error<ConfigError>(

@@ -40,9 +40,9 @@ struct TableOptions {
   /// Missing::nan: NaN in a float column, -1 as a categorical code (a null elsewhere stays an
   /// error).
   Missing missing = Missing::error;
-  /// Files given as URLs (http, https, s3, file), read by ranges: the footer, then the column
-  /// chunks needed (ParquetDataset; ArrowDataset: a URL is a ConfigError, not read yet). Of
-  /// these options: retries and timeout_seconds.
+  /// Files given as URLs (http, https, s3, file), read by ranges: the footer (or an Arrow
+  /// stream's message headers), then the column chunks or buffers needed (ParquetDataset,
+  /// ArrowDataset). Of these options: retries and timeout_seconds.
   RemoteOptions remote;
 };
 
@@ -80,13 +80,14 @@ struct TableOptions {
 ///
 /// Files may be URLs (http://, https://, s3://, file://; TableOptions::remote), read by ranges
 /// into memory, never whole and not through the cache: at open, the last 64 KiB (the footer,
-/// with a second range for a longer one) and the chunks of byte-array columns (their lengths);
-/// then a row group's decode fetches its chunks of the columns read alone, chunks less than
-/// 8 KiB apart in one ranged GET, and drops them once decoded; a thread of the dataset's fetches
-/// the next two row groups' chunks ahead, in the loader's order (will_read(); with
-/// LoaderOptions::shuffle_window, as WebDataset's shards). A file that changes between
-/// ranges (its size or ETag) is a DataError naming the URL; a server that ignores Range is read
-/// from the start of the file up to the bytes asked, for each range.
+/// with a second range for a longer one) and the chunks of byte-array columns (their lengths and
+/// categories), kept (up to 256 MiB of them) for their row group's first decode, so fetched
+/// once; then a row group's decode fetches its other chunks of the columns read alone, chunks
+/// less than 8 KiB apart in one ranged GET, and drops them once decoded; a thread of the
+/// dataset's fetches the next two row groups' chunks ahead, in the loader's order (will_read();
+/// with LoaderOptions::shuffle_window, as WebDataset's shards), skipping those still decoded. A
+/// file that changes between ranges (its size or ETag) is a DataError naming the URL; a server that
+/// ignores Range is read from the start of the file up to the bytes asked, for each range.
 ///
 /// A corrupt or truncated file: DataError naming the file and the place (footer, row group,
 /// column, page), at open or when the row is read, never a crash.
@@ -143,15 +144,26 @@ class FERRY_API ParquetDataset final : public Dataset {
 /// Column types and their fields:
 /// - bool -> u8 []; int8..int64, uint8..uint64 -> that dtype []; float16/32/64 -> f16, f32,
 ///   f64 []; fixed_size_list<T>[n] (nested: [n, m, ...]) of those -> dtype [n, ...].
-/// - list<T> / large_list<T> of those -> ragged dtype [L, ...].
+/// - list<T> / large_list<T> of those -> ragged dtype [L, ...] (list<fixed_size_list<T>[n]>:
+///   [L, n]).
+/// - Hugging Face datasets' Array2D..Array5D features: the extension type
+///   (ARROW:extension:name "...ArrayNDExtensionType" in the field's metadata) stored as N levels
+///   of lists of numbers, its ARROW:extension:metadata the JSON [shape, dtype] -> dtype [shape]
+///   (shape[0] null, a first dimension that varies: ragged [L, d1, ...]). Each row's lists are
+///   checked against the shape: one of another length is a DataError naming the file, the row
+///   and the column when the row is read.
 /// - binary / string (and large_) -> ragged u8 [L], the bytes as stored; named in
 ///   TableOptions::images (binary, or HF's Image struct{bytes, path}) -> the decoded image, as
 ///   ImageFolder's (image_field()); named in TableOptions::categorical -> i64 [] codes.
 /// - dictionary-encoded strings -> i64 [] codes into categories(name): every value of the
 ///   columns' dictionaries (in all the files), in sorted byte order.
-/// - Any other type in a column that is read: ConfigError naming the column and its type.
+/// - Any other type in a column that is read: ConfigError naming the column and its type; so
+///   list<list<T>> without HF's extension metadata, and lists of strings.
 ///
-/// A null: as TableOptions::missing says (a null inside a list's values is a DataError).
+/// A null: as TableOptions::missing says. In a fixed-shape field (fixed_size_list, HF's arrays)
+/// a null slot or a null inside its values is, under Missing::nan in a float column, NaN in
+/// every place of the slot; else a DataError naming the file, the row and the column (which
+/// ErrorPolicy::skip drops). A null inside a variable list's values is a DataError.
 ///
 /// Uncompressed files are memory-mapped, and values copied straight from the mapping into the
 /// loader's batch. A record batch compressed (LZ4_FRAME or ZSTD body compression) is
@@ -161,13 +173,29 @@ class FERRY_API ParquetDataset final : public Dataset {
 /// place and rows; ragged fields' lengths (4 bytes a row) and categorical columns' values are
 /// read at open.
 ///
+/// Files may be URLs (http://, https://, s3://, file://; TableOptions::remote), read by ranges
+/// into memory, never whole and not through the cache. At open: the last 64 KiB; then, in the
+/// file format, the footer (a second range for a longer one) and each record batch's metadata
+/// (metadata less than 8 KiB apart in one ranged GET); in the stream format, the messages from
+/// the start, each one's framing and metadata in one GET of at least 4 KiB; a dictionary
+/// batch's body only when a column read uses it. A record batch's read fetches the buffers of
+/// the columns read alone (buffers less than 8 KiB apart in one ranged GET), decompresses them
+/// when compressed, and keeps them in the decoded cache above. With a ragged or categorical
+/// column among those read, open() reads every record batch so (for the lengths and values) and
+/// the cache keeps them: the reads fetch them again only once the cache has let them go. A file
+/// that changes between ranges (its size or ETag) is a DataError naming the URL; a server that
+/// ignores Range is read from the start of the file up to the bytes asked. A thread of the
+/// dataset's fetches (and decompresses) the next two record batches past the farthest one read,
+/// in the loader's order (will_read()), skipping those still decoded.
+///
 /// A corrupt or truncated file: DataError naming the file and the place (footer, message,
 /// record batch, buffer), at open or when the row is read, never a crash.
 class FERRY_API ArrowDataset final : public Dataset {
  public:
   /// \throws ConfigError for no files, a column named twice or absent (naming it), a column of
-  /// a type not read (naming the column and its type), files whose schemas differ, URLs;
-  /// DataError for a file that cannot be read or is not Arrow IPC.
+  /// a type not read (naming the column and its type), files whose schemas differ, RemoteOptions
+  /// check_options() refuses (with URLs); DataError for a file that cannot be read or is not
+  /// Arrow IPC.
   static std::shared_ptr<ArrowDataset> open(std::vector<std::filesystem::path> files,
                                             TableOptions options = {});
   ~ArrowDataset() override;
@@ -185,6 +213,14 @@ class FERRY_API ArrowDataset final : public Dataset {
   /// The categories of a categorical or dictionary-encoded column, code i being the i-th.
   /// \throws ConfigError when `column` is neither.
   const std::vector<std::string>& categories(std::string_view column) const;
+
+  /// Seconds spent waiting for URLs' ranges (all threads, open's reads included); 0 for local
+  /// files.
+  double network_wait_seconds() const noexcept override;
+  /// URLs: the loader's order, in which the next two record batches past the farthest one read
+  /// are fetched ahead (local files: nothing).
+  void will_read(std::span<const std::size_t> indices) const noexcept override;
+  bool wants_read_order() const noexcept override;
 
   /// Record batches (with rows) in all the files.
   std::size_t num_record_batches() const noexcept;

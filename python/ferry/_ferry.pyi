@@ -153,7 +153,11 @@ class WebDataset(Dataset):
 class ParquetDataset(Dataset):
     def __init__(self, files: _Path | Sequence[_Path], columns: Sequence[str] | None = None, *,
                  images: Sequence[str] | None = None, categorical: Sequence[str] | None = None,
-                 missing: str = "error") -> None: ...
+                 missing: str = "error", height: int = 224, width: int = 224, channels: int = 3,
+                 geometry: str = "resize_then_center_crop", resize: int = 0,
+                 random_flip: bool = False, normalize: Normalize | None = None,
+                 max_pixels: int = 67108864, max_jpeg_scans: int = 256,
+                 remote: RemoteOptions | None = None) -> None: ...
     def categories(self, name: str) -> list[str]: ...
     num_row_groups: int
 
@@ -163,7 +167,8 @@ class ArrowDataset(Dataset):
                  missing: str = "error", height: int = 224, width: int = 224, channels: int = 3,
                  geometry: str = "resize_then_center_crop", resize: int = 0,
                  random_flip: bool = False, normalize: Normalize | None = None,
-                 max_pixels: int = 67108864, max_jpeg_scans: int = 256) -> None: ...
+                 max_pixels: int = 67108864, max_jpeg_scans: int = 256,
+                 remote: RemoteOptions | None = None) -> None: ...
     def categories(self, name: str) -> list[str]: ...
     num_record_batches: int
 

@@ -108,8 +108,9 @@ TableOptions table_options(const std::string& who,
                            const std::optional<std::vector<std::string>>& columns,
                            const std::optional<std::vector<std::string>>& images,
                            const std::optional<std::vector<std::string>>& categorical,
-                           const std::string& missing) {
+                           const std::string& missing, const std::optional<RemoteOptions>& remote) {
   TableOptions o;
+  if (remote) o.remote = *remote;
   if (columns) o.columns = *columns;
   if (images) o.images = *images;
   if (categorical) o.categorical = *categorical;
@@ -459,7 +460,9 @@ ragged u8 [L] (the bytes as stored); columns named in images (binary, or HF's Im
 struct{bytes, path}) are decoded as ImageFolder does (the image keywords as ImageFolder's);
 columns named in categorical (text) are i64 codes in sorted byte order (categories(name) lists
 them). columns: the columns read, in this order (None: all). missing: "error" (a null is a
-DataError when its row is read) or "nan" (NaN in a float column, -1 as a categorical code).)doc")
+DataError when its row is read) or "nan" (NaN in a float column, -1 as a categorical code).
+files may be URLs (http, https, s3, file), read by ranges (the footer, then the column chunks
+read); remote: a RemoteOptions (its retries and timeout_seconds).)doc")
       .def(py::init([](const py::object& files,
                        const std::optional<std::vector<std::string>>& columns,
                        const std::optional<std::vector<std::string>>& images,
@@ -467,9 +470,9 @@ DataError when its row is read) or "nan" (NaN in a float column, -1 as a categor
                        const std::string& missing, int height, int width, int channels,
                        const std::string& geometry, int resize, bool random_flip,
                        const std::optional<Normalize>& normalize, std::int64_t max_pixels,
-                       int max_jpeg_scans) {
+                       int max_jpeg_scans, const std::optional<RemoteOptions>& remote) {
              TableOptions o =
-                 table_options("ParquetDataset", columns, images, categorical, missing);
+                 table_options("ParquetDataset", columns, images, categorical, missing, remote);
              o.image = image_options(height, width, channels, geometry, resize, random_flip,
                                      normalize, max_pixels, max_jpeg_scans);
              std::vector<std::filesystem::path> paths = to_paths(files, "ParquetDataset", "files");
@@ -481,7 +484,8 @@ DataError when its row is read) or "nan" (NaN in a float column, -1 as a categor
            py::arg("missing") = "error", py::arg("height") = 224, py::arg("width") = 224,
            py::arg("channels") = 3, py::arg("geometry") = "resize_then_center_crop",
            py::arg("resize") = 0, py::arg("random_flip") = false, py::arg("normalize") = py::none(),
-           py::arg("max_pixels") = std::int64_t{1} << 26, py::arg("max_jpeg_scans") = 256)
+           py::arg("max_pixels") = std::int64_t{1} << 26, py::arg("max_jpeg_scans") = 256,
+           py::arg("remote") = py::none())
       .def(
           "categories",
           [](const ParquetDataset& d, const std::string& name) { return d.categories(name); },
@@ -492,14 +496,19 @@ DataError when its row is read) or "nan" (NaN in a float column, -1 as a categor
 Arrow IPC files, stream format (Hugging Face datasets' cache files, data-00000-of-000NN.arrow)
 or file format: the rows of all the files, in order, are the samples; each column read is a field
 named as the column. Numbers are scalar fields of their type (bool as u8, float16 as f16);
-fixed_size_list columns have their sizes as shape; list columns are ragged [L, ...]; binary and
+fixed_size_list columns have their sizes as shape; list columns are ragged [L, ...]; Hugging
+Face's Array2D..Array5D features take the shape their metadata gives (ragged when the first
+dimension varies), each row checked against it; a null fixed-shape slot (or a null inside it) is
+NaN throughout under missing="nan" in a float column; binary and
 text are ragged u8 [L] (the bytes as stored); columns named in images (binary, or HF's Image
 struct{bytes, path}) are decoded as ImageFolder does (the image keywords as ImageFolder's);
 columns named in categorical (text) and dictionary-encoded text are i64 codes in sorted byte order
 (categories(name) lists them). columns: the columns read, in this order (None: all). missing:
 "error" (a null is a DataError when its row is read) or "nan" (NaN in a float column, -1 as a
 categorical code). Uncompressed files are memory-mapped; LZ4_FRAME / ZSTD record batches are
-decompressed once per read of them.)doc")
+decompressed once per read of them. files may be URLs (http, https, s3, file), read by ranges
+(the footer or the stream's message headers, then the buffers of the columns read); remote: a
+RemoteOptions (its retries and timeout_seconds).)doc")
       .def(py::init([](const py::object& files,
                        const std::optional<std::vector<std::string>>& columns,
                        const std::optional<std::vector<std::string>>& images,
@@ -507,8 +516,9 @@ decompressed once per read of them.)doc")
                        const std::string& missing, int height, int width, int channels,
                        const std::string& geometry, int resize, bool random_flip,
                        const std::optional<Normalize>& normalize, std::int64_t max_pixels,
-                       int max_jpeg_scans) {
-             TableOptions o = table_options("ArrowDataset", columns, images, categorical, missing);
+                       int max_jpeg_scans, const std::optional<RemoteOptions>& remote) {
+             TableOptions o =
+                 table_options("ArrowDataset", columns, images, categorical, missing, remote);
              o.image = image_options(height, width, channels, geometry, resize, random_flip,
                                      normalize, max_pixels, max_jpeg_scans);
              std::vector<std::filesystem::path> paths = to_paths(files, "ArrowDataset", "files");
@@ -520,7 +530,8 @@ decompressed once per read of them.)doc")
            py::arg("missing") = "error", py::arg("height") = 224, py::arg("width") = 224,
            py::arg("channels") = 3, py::arg("geometry") = "resize_then_center_crop",
            py::arg("resize") = 0, py::arg("random_flip") = false, py::arg("normalize") = py::none(),
-           py::arg("max_pixels") = std::int64_t{1} << 26, py::arg("max_jpeg_scans") = 256)
+           py::arg("max_pixels") = std::int64_t{1} << 26, py::arg("max_jpeg_scans") = 256,
+           py::arg("remote") = py::none())
       .def(
           "categories",
           [](const ArrowDataset& d, const std::string& name) { return d.categories(name); },

@@ -84,3 +84,96 @@ def test_arrow_errors_name_the_column_and_the_file(ferry, tables):
     bad.write_bytes((tables / "all.arrow").read_bytes()[:5000])
     with pytest.raises(ferry.DataError, match="cut.arrow: message"):
         ferry.ArrowDataset(bad, ["i32"])
+
+
+def _flaky_server(directory, failures):
+    # Python's own server (it ignores Range: every answer is the whole file), answering its first
+    # `failures[0]` GET requests with 503.
+    import functools
+    import http.server
+    import threading
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def do_GET(self):
+            if failures[0] > 0:
+                failures[0] -= 1
+                self.send_error(503, "busy")
+                return
+            super().do_GET()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Handler, directory=str(directory)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _rows(ferry, ds, cols):
+    out = {}
+    for b in ferry.Loader(ds, batch_size=16, shuffle=True, seed=2, device="cpu").epoch(0):
+        for j, i in enumerate(b.indices.tolist()):
+            out[i] = tuple(b[c].numpy()[j].item() for c in cols)
+    return out
+
+
+@pytest.mark.parametrize("name", ["all.arrow", "all_file_lz4.arrow"])
+def test_arrow_urls_take_the_remote_keyword(ferry, tables, name):
+    cols = ["i32", "f64", "s"]
+    failures = [0]
+    server = _flaky_server(tables, failures)
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/{name}"
+        local = ferry.ArrowDataset(tables / name, cols, categorical=["s"])
+        # Two 503s: no retry fails at open, naming the URL; three retries get past them.
+        failures[0] = 2
+        with pytest.raises(ferry.DataError, match=f"{name}.*503"):
+            ferry.ArrowDataset(url, cols, categorical=["s"], remote=ferry.RemoteOptions(retries=0))
+        failures[0] = 2
+        ds = ferry.ArrowDataset(url, cols, categorical=["s"],
+                                remote=ferry.RemoteOptions(retries=3, timeout_seconds=10))
+        assert failures[0] == 0
+        assert len(ds) == len(local) == 250
+        assert ds.categories("s") == local.categories("s")
+        want = _rows(ferry, local, cols)
+        assert want[7] == (7 * 100000 - 2000000000, 7 * 0.25 + 1e10,
+                           sorted(FRUIT).index(FRUIT[(7 * 3) % 5]))
+        assert _rows(ferry, ds, cols) == want
+        with pytest.raises(ferry.ConfigError, match="ArrowDataset.*retries"):
+            ferry.ArrowDataset(url, cols, remote=ferry.RemoteOptions(retries=-1))
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_arrow_hugging_face_arrays_take_their_shape(ferry, tables):
+    # write_arrow.js's nested.arrow: Array2D (2, 3) float32 "a2" (null at r % 11 == 4), Array3D
+    # (None, 2, 2) int32 "a3" (r % 3 blocks), fixed_size_list<float32>[2] "nfsl" with nulls.
+    ds = ferry.ArrowDataset(tables / "nested.arrow", ["a2", "a3", "nfsl"], missing="nan")
+    assert ds.fields == [("a2", "f32", (2, 3)), ("a3", "i32", (None, 2, 2)),
+                         ("nfsl", "f32", (2,))]
+    seen = []
+    for b in ferry.Loader(ds, batch_size=8, shuffle=True, seed=4, device="cpu").epoch(0):
+        a2, a3, a3_len, nfsl = (b["a2"].numpy(), b["a3"].numpy(), b.lengths("a3").numpy(),
+                                b["nfsl"].numpy())
+        for j, r in enumerate(b.indices.tolist()):
+            seen.append(r)
+            if r % 11 == 4:
+                assert np.isnan(a2[j]).all()
+            else:
+                np.testing.assert_array_equal(a2[j], [[r, r + 1, r + 2], [-r, -r - 1, -r - 2]])
+            assert a3_len[j] == r % 3
+            want = np.array([[[r, k], [r + k, -r]] for k in range(r % 3)], np.int32)
+            np.testing.assert_array_equal(a3[j, : r % 3], want.reshape(r % 3, 2, 2))
+            if r % 5 in (1, 3):
+                assert np.isnan(nfsl[j]).all()
+            else:
+                np.testing.assert_array_equal(nfsl[j], [r, r / 2])
+    assert sorted(seen) == list(range(60))
+    with pytest.raises(ferry.DataError, match=r'row 5, column "a2bad".*shape \(2, 2\)'):
+        for _ in ferry.Loader(ferry.ArrowDataset(tables / "nested.arrow", ["a2bad"]),
+                              batch_size=4, device="cpu").epoch(0):
+            pass
+    with pytest.raises(ferry.ConfigError, match=r'"ll".*list<list<int32>>'):
+        ferry.ArrowDataset(tables / "nested.arrow", ["ll"])

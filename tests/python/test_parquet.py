@@ -164,3 +164,56 @@ def test_parquet_image_structs_decode_as_image_folder(ferry, tables, tmp_path):
                                                    images=["image"], height=8, width=8),
                               batch_size=1, device="cpu").epoch(0):
             pass
+
+
+def test_parquet_urls_take_the_remote_keyword(ferry, tables):
+    # Python's own server, answering its first GET requests with 503 as told.
+    import functools
+    import http.server
+    import threading
+
+    failures = [0]
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def do_GET(self):
+            if failures[0] > 0:
+                failures[0] -= 1
+                self.send_error(503, "busy")
+                return
+            super().do_GET()
+
+        def log_message(self, *args):
+            pass
+
+    cols = ["i32", "f64", "s"]
+    name = "all_zstd_dict_v1.parquet"
+    local = ferry.ParquetDataset(str(tables / name), cols, categorical=["s"])
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Handler, directory=str(tables)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/{name}"
+        # Two 503s: no retry fails at open, naming the URL; three retries get past them.
+        failures[0] = 2
+        with pytest.raises(ferry.DataError, match=f"{name}.*503"):
+            ferry.ParquetDataset(url, cols, categorical=["s"],
+                                 remote=ferry.RemoteOptions(retries=0))
+        failures[0] = 2
+        ds = ferry.ParquetDataset(url, cols, categorical=["s"],
+                                  remote=ferry.RemoteOptions(retries=3, timeout_seconds=10))
+        assert failures[0] == 0
+        assert len(ds) == len(local) == 50
+
+        def rows(d):
+            out = {}
+            for b in ferry.Loader(d, batch_size=8, shuffle=True, seed=1, device="cpu").epoch(0):
+                for j, i in enumerate(b.indices.tolist()):
+                    out[i] = tuple(b[c].numpy()[j].item() for c in cols)
+            return out
+
+        assert rows(ds) == rows(local)
+        with pytest.raises(ferry.ConfigError, match="ParquetDataset.*retries"):
+            ferry.ParquetDataset(url, cols, remote=ferry.RemoteOptions(retries=-1))
+    finally:
+        server.shutdown()
+        server.server_close()

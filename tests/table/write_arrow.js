@@ -246,6 +246,103 @@ for (const [name, first, count] of [["part0", 0, 120], ["part1", 120, 100], ["pa
   write("dict_delta.arrow", t);
   write("dict_delta_file.arrow", t, "file");
 }
+// Nested types, 60 rows in record batches of 25 (nested.arrow, stream format; nested_file.arrow,
+// file format, LZ4-compressed). Hugging Face `datasets` stores Array2D/Array3D features as an
+// extension type: list<list<T>> storage, the field's metadata holding ARROW:extension:name and
+// ARROW:extension:metadata (JSON [shape, dtype], shape[0] null when the first dimension varies).
+//   a2: Array2D (2, 3) float32, row r [[r, r+1, r+2], [-r, -r-1, -r-2]]; null at r % 11 == 4.
+//   a3: Array3D (null, 2, 2) int32, r % 3 blocks, block k [[r, k], [r+k, -r]].
+//   a2bad: Array2D (2, 2) int16 [[r, r], [r, r]], but row 5 is [[5, 5]] and row 7 [[7, 7], [7]].
+//   nfsl: fixed_size_list<float32>[2] [r, r/2]: null at r % 5 == 1, [r, null] at r % 5 == 3.
+//   nfsli: fixed_size_list<int32>[2] [r, -r]: null at r % 5 == 1, [null, -r] at r % 5 == 3.
+//   ll: list<list<int32>> without extension metadata; ls2: list<utf8>.
+{
+  const NR = 60;
+  const rs = range(NR);
+  const ext = (name, shape, dtype) => new Map([
+    ["ARROW:extension:name", `datasets.features.features.${name}`],
+    ["ARROW:extension:metadata", JSON.stringify([shape, dtype])],
+  ]);
+  const list2 = (t) => new A.List(fld("item", new A.List(fld("item", t))));
+  const list3 = (t) => new A.List(fld("item", list2(t)));
+  const fields = [
+    new A.Field("a2", list2(new A.Float32()), true, ext("Array2DExtensionType", [2, 3], "float32")),
+    new A.Field("a3", list3(new A.Int32()), true, ext("Array3DExtensionType", [null, 2, 2], "int32")),
+    new A.Field("a2bad", list2(new A.Int16()), true, ext("Array2DExtensionType", [2, 2], "int16")),
+    fld("nfsl", new A.FixedSizeList(2, fld("item", new A.Float32()))),
+    fld("nfsli", new A.FixedSizeList(2, fld("item", new A.Int32()))),
+    fld("ll", list2(new A.Int32())),
+    fld("ls2", new A.List(fld("item", new A.Utf8()))),
+  ];
+  const values = {
+    a2: (r) => (r % 11 === 4 ? null : [[r, r + 1, r + 2], [-r, -r - 1, -r - 2]]),
+    a3: (r) => range(r % 3).map((k) => [[r, k], [r + k, -r]]),
+    a2bad: (r) => (r === 5 ? [[5, 5]] : r === 7 ? [[7, 7], [7]] : [[r, r], [r, r]]),
+    nfsl: (r) => (r % 5 === 1 ? null : r % 5 === 3 ? [r, null] : [r, r / 2]),
+    nfsli: (r) => (r % 5 === 1 ? null : r % 5 === 3 ? [null, -r] : [r, -r]),
+    ll: (r) => [[r], [r, r]],
+    ls2: (r) => [`x${r}`],
+  };
+  const schema = new A.Schema(fields);
+  const columns = fields.map((f) => A.vectorFromArray(rs.map(values[f.name]), f.type));
+  const data = A.makeData({ type: new A.Struct(fields), length: NR, nullCount: 0,
+                            children: columns.map((v) => v.data[0]) });
+  const t = new A.Table(schema, [new A.RecordBatch(schema, data)]);
+  const parts = [];
+  for (let i = 0; i < NR; i += 25) parts.push(...t.slice(i, i + 25).batches);
+  const nested = new A.Table(schema, parts.map((b) => new A.RecordBatch(schema, b.data)));
+  write("nested.arrow", nested);
+  write("nested_file.arrow", nested, "file", A.CompressionType.LZ4_FRAME);
+}
+// A wide table for reads by ranges (as write_tables.js's wide.parquet): 48 float64 columns
+// c00..c47, an int64 "label" and a utf8 "text", 2000 rows in record batches of 500; in the file
+// format, the stream format, and the stream format LZ4-compressed. wide_arrow.txt lists, per
+// file and record batch: "<file> <message's first byte> <body's first byte>", then per column
+// "<name> <first byte> <end>" of its buffers that hold bytes (absolute places in the file).
+{
+  const WIDE = 2000;
+  const wr = range(WIDE);
+  const cols = {};
+  for (let k = 0; k < 48; ++k) {
+    cols[`c${String(k).padStart(2, "0")}`] = A.vectorFromArray(wr.map((r) => r * 50 + k + 0.5), new A.Float64());
+  }
+  cols.label = A.vectorFromArray(wr.map((r) => BigInt(r % 10)), new A.Int64());
+  cols.text = A.vectorFromArray(wr.map((r) => `row ${r} ` + "x".repeat(r % 13)), new A.Utf8());
+  const t = batches(new A.Table(cols), 500);
+  const names = Object.keys(cols);
+  const counts = names.map((n) => (n === "text" ? 3 : 2));  // buffers per column
+  const lines = [];
+  for (const [name, format, compression] of [["wide_file.arrow", "file", null],
+                                             ["wide.arrow", "stream", null],
+                                             ["wide_lz4.arrow", "stream", A.CompressionType.LZ4_FRAME]]) {
+    write(name, t, format, compression);
+    const buf = fs.readFileSync(path.join(out, name));
+    const view = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
+    for (let at = format === "file" ? 8 : 0; at + 8 <= buf.length;) {
+      const len = view.getInt32(at + 4, true);
+      if (view.getUint32(at, true) !== 0xffffffff || len === 0) break;
+      const m = A.Message.decode(buf.subarray(at + 8, at + 8 + len));
+      const body = at + 8 + len;
+      if (m.isRecordBatch()) {
+        const regions = m.header().buffers;
+        let line = `${name} ${at} ${body}`;
+        let b = 0;
+        names.forEach((n, c) => {
+          let first = Infinity, end = 0;
+          for (let k = b; k < b + counts[c]; ++k) {
+            const o = body + Number(regions[k].offset), l = Number(regions[k].length);
+            if (l > 0) { first = Math.min(first, o); end = Math.max(end, o + l); }
+          }
+          b += counts[c];
+          line += ` ${n} ${first} ${end}`;
+        });
+        lines.push(line);
+      }
+      at = body + Number(m.bodyLength);
+    }
+  }
+  fs.writeFileSync(path.join(out, "wide_arrow.txt"), lines.join("\n") + "\n");
+}
 // A numeric table for throughput: 1,000,000 rows in batches of 10,000.
 {
   const n = 1000000;
@@ -301,5 +398,31 @@ if (process.env.FERRY_ARROW_SEEDS) {
     const bytes = fs.readFileSync(path.join(out, name));
     fs.writeFileSync(path.join(dir, name), Buffer.concat([Buffer.from([options]), bytes]));
   }
+  // HF arrays (Array2D (2, 2), Array3D (None, 1, 2)) and a fixed_size_list with nulls, under
+  // Missing::nan.
+  const ext = (name, shape) => new Map([
+    ["ARROW:extension:name", `datasets.features.features.${name}`],
+    ["ARROW:extension:metadata", JSON.stringify([shape, "float32"])],
+  ]);
+  const l = (t) => new A.List(fld("item", t));
+  const fields = [
+    new A.Field("a2", l(l(new A.Float32())), true, ext("Array2DExtensionType", [2, 2])),
+    new A.Field("a3", l(l(l(new A.Float32()))), true, ext("Array3DExtensionType", [null, 1, 2])),
+    fld("f", new A.FixedSizeList(2, fld("item", new A.Float32()))),
+  ];
+  const cols = [
+    rs.map((r) => (r === 3 ? null : [[r, r], [r, r === 4 ? null : -r]])),
+    rs.map((r) => [...Array(r % 3).keys()].map((k) => [[r, k]])),
+    rs.map((r) => (r === 1 ? null : [r, r === 2 ? null : -r])),
+  ].map((v, i) => A.vectorFromArray(v, fields[i].type));
+  const schema = new A.Schema(fields);
+  const data = A.makeData({ type: new A.Struct(fields), length: rs.length, nullCount: 0,
+                            children: cols.map((v) => v.data[0]) });
+  const nested = new A.Table(schema, [new A.RecordBatch(schema, data)]);
+  const parts = [];
+  for (let i = 0; i < rs.length; i += 2) parts.push(...nested.slice(i, i + 2).batches);
+  write("nested", new A.Table(schema, parts.map((b) => new A.RecordBatch(schema, b.data))));
+  const bytes = fs.readFileSync(path.join(out, "nested"));
+  fs.writeFileSync(path.join(dir, "nested"), Buffer.concat([Buffer.from([1]), bytes]));
 }
 console.log("wrote Arrow files to", out);

@@ -247,27 +247,39 @@ void fields_arrays(const Field& f, const RecordBatch& batch,
 std::vector<std::span<const std::byte>> body_buffers(
     const RecordBatch& batch, std::span<const std::byte> body,
     std::vector<std::unique_ptr<std::byte[]>>& owned, std::size_t& owned_bytes) {
-  std::vector<std::span<const std::byte>> out;
-  out.reserve(batch.buffers.size());
+  std::vector<std::span<const std::byte>> raw;
+  raw.reserve(batch.buffers.size());
   for (std::size_t i = 0; i < batch.buffers.size(); ++i) {
     const Buffer& b = batch.buffers[i];
-    const std::string which = "buffer " + std::to_string(i) + ": ";
     if (b.offset < 0 || b.length < 0 || static_cast<std::uint64_t>(b.offset) > body.size() ||
         static_cast<std::uint64_t>(b.length) > body.size() - static_cast<std::uint64_t>(b.offset)) {
-      throw FormatError(which + std::to_string(b.length) + " bytes at " + std::to_string(b.offset) +
-                        ", outside the message body of " + std::to_string(body.size()) + " bytes");
+      throw FormatError("buffer " + std::to_string(i) + ": " + std::to_string(b.length) +
+                        " bytes at " + std::to_string(b.offset) + ", outside the message body of " +
+                        std::to_string(body.size()) + " bytes");
     }
-    const auto bytes =
-        body.subspan(static_cast<std::size_t>(b.offset), static_cast<std::size_t>(b.length));
+    raw.push_back(
+        body.subspan(static_cast<std::size_t>(b.offset), static_cast<std::size_t>(b.length)));
+  }
+  return unpack_buffers(batch, raw, owned, owned_bytes);
+}
+
+std::vector<std::span<const std::byte>> unpack_buffers(
+    const RecordBatch& batch, const std::vector<std::span<const std::byte>>& raw,
+    std::vector<std::unique_ptr<std::byte[]>>& owned, std::size_t& owned_bytes) {
+  std::vector<std::span<const std::byte>> out;
+  out.reserve(raw.size());
+  for (std::size_t i = 0; i < raw.size(); ++i) {
+    const std::string which = "buffer " + std::to_string(i) + ": ";
+    const auto bytes = raw[i];
     if (batch.compression == Compression::none || bytes.empty()) {
       out.push_back(bytes);
       continue;
     }
     if (bytes.size() < 8) throw FormatError(which + "a compressed buffer of under 8 bytes");
-    std::int64_t raw = 0;
-    std::memcpy(&raw, bytes.data(), 8);
+    std::int64_t length = 0;
+    std::memcpy(&length, bytes.data(), 8);
     const auto packed = bytes.subspan(8);
-    if (raw == -1) {
+    if (length == -1) {
       out.push_back(packed);
       continue;
     }
@@ -276,12 +288,12 @@ std::vector<std::span<const std::byte>> body_buffers(
     const auto limit = batch.compression == Compression::lz4_frame
                            ? static_cast<std::int64_t>(packed.size()) * 256 + 1024
                            : static_cast<std::int64_t>(packed.size()) * 65536 + (1 << 20);
-    if (raw < 0 || raw > kMaxBuffer || raw > limit) {
-      throw FormatError(which + "a decompressed length of " + std::to_string(raw) + " bytes for " +
-                        std::to_string(packed.size()) + " compressed");
+    if (length < 0 || length > kMaxBuffer || length > limit) {
+      throw FormatError(which + "a decompressed length of " + std::to_string(length) +
+                        " bytes for " + std::to_string(packed.size()) + " compressed");
     }
-    auto mem = std::unique_ptr<std::byte[]>(new std::byte[static_cast<std::size_t>(raw)]);
-    const std::span<std::byte> dst(mem.get(), static_cast<std::size_t>(raw));
+    auto mem = std::unique_ptr<std::byte[]>(new std::byte[static_cast<std::size_t>(length)]);
+    const std::span<std::byte> dst(mem.get(), static_cast<std::size_t>(length));
     try {
       if (batch.compression == Compression::lz4_frame) {
         lz4_frame(packed, dst);
@@ -337,17 +349,20 @@ std::string ArrowTable::where(std::size_t b) const {
 std::shared_ptr<const ArrowBatchData> ArrowTable::decode(std::size_t b) const {
   const ArrowBatch& ab = batches[b];
   const ArrowFile& f = files[ab.file];
-  const auto bytes = f.map->bytes();
   batches_decoded.fetch_add(1, std::memory_order_relaxed);
   auto d = std::make_shared<ArrowBatchData>();
   try {
-    const arrow::Message m = arrow::parse_message(bytes.subspan(ab.metadata, ab.metadata_length));
+    const arrow::Message m =
+        arrow::parse_message(f.remote ? std::span<const std::byte>(ab.metadata_bytes)
+                                      : f.map->bytes().subspan(ab.metadata, ab.metadata_length));
     if (m.type != arrow::HeaderType::record_batch ||
         m.batch.length != static_cast<std::int64_t>(ab.rows)) {
       throw arrow::FormatError("not the record batch it was when the file was opened");
     }
-    const auto buffers = arrow::body_buffers(m.batch, bytes.subspan(ab.body, ab.body_length),
-                                             d->owned, d->owned_bytes);
+    const auto buffers =
+        f.remote ? fetch_buffers(*this, b, m.batch, *d)
+                 : arrow::body_buffers(m.batch, f.map->bytes().subspan(ab.body, ab.body_length),
+                                       d->owned, d->owned_bytes);
     std::vector<std::size_t> column_of(f.schema.size(), columns.size());
     for (std::size_t c = 0; c < columns.size(); ++c) column_of[f.tops[c]] = c;
     d->columns.resize(columns.size());

@@ -4,6 +4,7 @@
 #include <limits>
 #include <string>
 
+#include "datasets/table/arrow_ahead.hpp"
 #include "datasets/table/arrow_table.hpp"
 #include "datasets/table/parquet_schema.hpp"
 #include "ferry/error.hpp"
@@ -21,7 +22,7 @@ using parquet::in_quotes;
 /// uncompressed table's batches are views of the mapped file (a few bytes a column), and a thread
 /// holds up to 64 of them (batch b in place b % 64), so that shuffled reads find theirs without
 /// the shared cache's lock; of a compressed table's, whose decompressed buffers count against the
-/// cache's budget, it holds one.
+/// cache's budget, it holds one (so of a URL's, whose buffers were fetched).
 struct HeldBatch {
   std::uint64_t id = 0;
   std::size_t batch = 0;
@@ -31,7 +32,7 @@ constexpr std::size_t kHeld = 64;
 thread_local std::array<HeldBatch, kHeld> t_held;
 
 HeldBatch& held_place(const ArrowTable& t, std::size_t b) {
-  return t_held[t.compressed ? 0 : b % kHeld];
+  return t_held[t.compressed || t.remote ? 0 : b % kHeld];
 }
 
 std::string at_row(const ArrowTable& t, std::size_t b, std::size_t row, const ArrowColumn& col) {
@@ -42,43 +43,43 @@ std::string at_row(const ArrowTable& t, std::size_t b, std::size_t row, const Ar
 
 /// Writes what a null becomes under Missing::nan, or throws.
 void null_value(const ArrowTable& t, std::size_t b, std::size_t row, std::size_t c,
-                const SampleRef& out) {
+                const SampleRef& out, bool inside = false) {
   const ArrowColumn& col = t.columns[c];
   const bool nan = t.options.missing == Missing::nan;
   const bool codes = col.kind == ArrowKind::categorical || col.kind == ArrowKind::dictionary;
   const bool floating =
-      col.kind == ArrowKind::scalar && col.inner.empty() &&
+      (col.kind == ArrowKind::scalar || col.kind == ArrowKind::array) &&
       (col.dtype == DType::f16 || col.dtype == DType::f32 || col.dtype == DType::f64);
   if (nan && codes) {
     *out.as<std::int64_t>(c) = -1;
     return;
   }
-  if (nan && floating) {
+  if (nan && floating) {  // the whole slot
+    const std::size_t n = out.nbytes(c) / dtype_size(col.dtype);
     if (col.dtype == DType::f16) {
-      *out.as<std::uint16_t>(c) = 0x7e00;
+      std::fill_n(out.as<std::uint16_t>(c), n, std::uint16_t{0x7e00});
     } else if (col.dtype == DType::f32) {
-      *out.as<float>(c) = std::numeric_limits<float>::quiet_NaN();
+      std::fill_n(out.as<float>(c), n, std::numeric_limits<float>::quiet_NaN());
     } else {
-      *out.as<double>(c) = std::numeric_limits<double>::quiet_NaN();
+      std::fill_n(out.as<double>(c), n, std::numeric_limits<double>::quiet_NaN());
     }
     return;
   }
-  throw DataError(at_row(t, b, row, col) + ": a null" +
+  throw DataError(at_row(t, b, row, col) + (inside ? ": a null inside its values" : ": a null") +
                   (codes || floating ? std::string(" (TableOptions::missing is Missing::error)")
                                      : std::string(" (Missing::nan reads nulls only in float and "
                                                    "categorical columns)")));
 }
 
-/// Checks that no value in [first, first + count) of the fixed-size lists and leaf under a
-/// column is null (a null inside a row's values has no place in its field).
-void check_inner(const ArrowTable& t, std::size_t b, std::size_t row, const ArrowColumn& col,
-                 const std::vector<ArrowArray>& arrays, std::size_t level, std::int64_t first,
-                 std::int64_t count) {
+/// Whether a value in [first, first + count) of the fixed-size lists and leaf under a column is
+/// null (a null inside a row's values has no place in its field).
+bool null_inside(const ArrowColumn& col, const std::vector<ArrowArray>& arrays, std::size_t level,
+                 std::int64_t first, std::int64_t count) {
   for (std::size_t i = level; i <= col.leaf; ++i) {
     const ArrowArray& a = arrays[i];
     if (a.node.null_count != 0) {
       for (std::int64_t k = first; k < first + count; ++k) {
-        if (!a.is_valid(k)) throw DataError(at_row(t, b, row, col) + ": a null inside its values");
+        if (!a.is_valid(k)) return true;
       }
     }
     if (i < col.leaf) {
@@ -87,6 +88,7 @@ void check_inner(const ArrowTable& t, std::size_t b, std::size_t row, const Arro
       count *= n;
     }
   }
+  return false;
 }
 
 /// Leaf values [first, first + count) into `out` (bools from their bits).
@@ -150,7 +152,9 @@ void read_column(const ArrowTable& t, std::size_t b, const ArrowBatchData& d, st
   switch (col.kind) {
     case ArrowKind::scalar: {
       const auto per = static_cast<std::int64_t>(col.per_row);
-      if (col.leaf != 0) check_inner(t, b, row, col, arrays, 1, r * col.inner[0], col.inner[0]);
+      if (col.leaf != 0 && null_inside(col, arrays, 1, r * col.inner[0], col.inner[0])) {
+        return null_value(t, b, row, c, out, true);
+      }
       copy_values(arrays[col.leaf], col.width, r * per, per, out.data(c));
       return;
     }
@@ -162,8 +166,18 @@ void read_column(const ArrowTable& t, std::size_t b, const ArrowBatchData& d, st
                         " (the file changed?)");
       }
       const auto per = static_cast<std::int64_t>(col.per_row);
-      check_inner(t, b, row, col, arrays, 1, from, to - from);
+      if (null_inside(col, arrays, 1, from, to - from)) {
+        throw DataError(at_row(t, b, row, col) + ": a null inside its values");
+      }
       copy_values(arrays[col.leaf], col.width, from * per, (to - from) * per, out.data(c));
+      return;
+    }
+    case ArrowKind::array: {
+      const std::int64_t length = col.shape[0] < 0 ? col.lengths[index] : col.shape[0];
+      const auto values =
+          array_values(col, arrays, r, length, [&] { return at_row(t, b, row, col); });
+      if (!values) return null_value(t, b, row, c, out, true);
+      copy_values(arrays[col.leaf], col.width, values->first, values->second, out.data(c));
       return;
     }
     case ArrowKind::bytes: {
@@ -228,6 +242,20 @@ std::vector<FieldSpec> ArrowDataset::fields() const { return table_->fields; }
 
 std::span<const std::size_t> ArrowDataset::shard_starts() const noexcept { return table_->starts; }
 
+void ArrowDataset::will_read(std::span<const std::size_t> indices) const noexcept {
+  if (table_->ahead) table_->ahead->plan(indices);
+}
+
+bool ArrowDataset::wants_read_order() const noexcept { return table_->ahead != nullptr; }
+
+double ArrowDataset::network_wait_seconds() const noexcept {
+  double total = 0;
+  for (const detail::ArrowFile& f : table_->files) {
+    if (f.remote) total += f.remote->wait_seconds();
+  }
+  return total;
+}
+
 std::size_t ArrowDataset::num_record_batches() const noexcept { return table_->batches.size(); }
 
 std::uint64_t ArrowDataset::batches_decoded() const noexcept {
@@ -244,6 +272,7 @@ void ArrowDataset::read(std::size_t index, SampleRef out) const {
       std::upper_bound(t.starts.begin(), t.starts.end(), index) - t.starts.begin() - 1);
   detail::HeldBatch& held = detail::held_place(t, b);
   if (held.id != t.id || held.batch != b || !held.data) {
+    if (t.ahead) t.ahead->reading(b);
     held.data.reset();  // let the one held go first
     held.data = t.cache.get(b, [&] { return t.decode(b); });
     held.id = t.id;
@@ -292,9 +321,9 @@ std::int64_t ArrowDataset::length(std::size_t index, std::size_t field) const {
 std::int64_t ArrowDataset::max_length(std::size_t field) const {
   const detail::ArrowTable& t = *table_;
   if (field >= t.columns.size()) return -1;
-  const detail::ArrowKind k = t.columns[field].kind;
-  if (k != detail::ArrowKind::list && k != detail::ArrowKind::bytes) return -1;
-  return t.columns[field].max_length;
+  const detail::ArrowColumn& col = t.columns[field];
+  if (col.lengths.size() != t.size) return -1;  // not ragged
+  return col.max_length;
 }
 
 const std::vector<std::string>& ArrowDataset::categories(std::string_view column) const {

@@ -143,6 +143,13 @@ Field parse_field(const FlatTable& t, int depth, std::size_t& count) {
   for (std::size_t i = 0; i < children.count; ++i) {
     f.children.push_back(parse_field(t.table_at(children, i), depth + 1, count));
   }
+  const FlatTable::Vector metadata = t.vector(6, 4);
+  for (std::size_t i = 0; i < metadata.count; ++i) {
+    const FlatTable kv = t.table_at(metadata, i);
+    const std::string_view key = kv.string(0);
+    if (key == "ARROW:extension:name") f.extension_name = std::string(kv.string(1));
+    if (key == "ARROW:extension:metadata") f.extension_metadata = std::string(kv.string(1));
+  }
   return f;
 }
 
@@ -333,6 +340,10 @@ std::string type_text(const Field& f) {
   }
   if (f.type == TypeId::fixed_size_list) text += '[' + std::to_string(f.list_size) + ']';
   if (f.dictionary) text = "dictionary<" + text + ">";
+  if (!f.extension_name.empty()) {
+    text += " (extension " + parquet::in_quotes(f.extension_name) + " " +
+            parquet::in_quotes(f.extension_metadata) + ")";
+  }
   return text;
 }
 

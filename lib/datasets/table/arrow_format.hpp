@@ -103,9 +103,14 @@ struct Field {
   int index_bits = 32;
   bool index_signed = true;
   std::vector<Field> children;
+  /// The field's custom metadata ARROW:extension:name and ARROW:extension:metadata (empty
+  /// without): an extension type stored as this type.
+  std::string extension_name;
+  std::string extension_metadata;
 };
 
-/// The type as messages name it: "int32", "list<float>", "timestamp", "dictionary<utf8>".
+/// The type as messages name it: "int32", "list<float>", "timestamp", "dictionary<utf8>"; an
+/// extension type's name and metadata after its storage type.
 std::string type_text(const Field& f);
 
 struct Schema {

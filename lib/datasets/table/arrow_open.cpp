@@ -11,6 +11,7 @@
 #include <string>
 
 #include "datasets/remote/remote_cache.hpp"
+#include "datasets/table/arrow_ahead.hpp"
 #include "datasets/table/arrow_table.hpp"
 #include "datasets/table/parquet_schema.hpp"
 #include "ferry/error.hpp"
@@ -142,6 +143,7 @@ ArrowColumn map_column(const Field& f, const TableOptions& o) {
     col.large = is_large(f);
     return col;
   }
+  if (map_hf_array(f, col, what)) return col;
   if ((f.type == TypeId::list || f.type == TypeId::large_list) && f.children.size() == 1) {
     col.kind = ArrowKind::list;
     col.large = is_large(f);
@@ -160,17 +162,98 @@ bool same_type(const Field& a, const Field& b) {
 void check_options(const std::vector<std::filesystem::path>& files, const TableOptions& o) {
   const std::string w(kWho);
   if (files.empty()) throw ConfigError(w + ": no files");
-  for (const auto& f : files) {
-    if (remote::is_url(f.string())) {
-      throw ConfigError(w + ": " + f.string() +
-                        ": files given as URLs are not read yet (only local files)");
-    }
+  if (std::any_of(files.begin(), files.end(),
+                  [](const auto& f) { return remote::is_url(f.string()); })) {
+    remote::check_options(o.remote, w);
   }
   parquet::check_column_lists(o, w);
 }
 
-/// The columns read, from the first file's schema; the later files' columns checked against
-/// them.
+/// The file format: the footer's schema and blocks.
+void index_file_format(ArrowTable& t, ArrowFile& f, bool first) {
+  const FileLabel label{kWho, f.name};
+  const auto bytes = f.map->bytes();
+  arrow::Footer footer;
+  try {
+    if (bytes.size() < 18 || std::memcmp(bytes.data() + bytes.size() - 6, "ARROW1", 6) != 0) {
+      throw FormatError("no ARROW1 at the file's end: a truncated file?");
+    }
+    std::int32_t length = 0;
+    std::memcpy(&length, bytes.data() + bytes.size() - 10, 4);
+    if (length <= 0 || static_cast<std::size_t>(length) > bytes.size() - 18) {
+      throw FormatError("a length of " + std::to_string(length) + " in a file of " +
+                        std::to_string(bytes.size()) + " bytes");
+    }
+    const auto n = static_cast<std::size_t>(length);
+    footer = arrow::parse_footer(bytes.subspan(bytes.size() - 10 - n, n));
+  } catch (const FormatError& e) {
+    throw DataError(label.prefix() + "footer: " + e.what());
+  }
+  f.schema = std::move(footer.schema.fields);
+  map_schema(t, f, first);
+  std::size_t file_row = 0;
+  std::size_t number = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    const auto& blocks = pass == 0 ? footer.dictionaries : footer.batches;
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      const arrow::Block& bl = blocks[i];
+      try {
+        if (bl.offset < 8 || static_cast<std::uint64_t>(bl.offset) >= bytes.size()) {
+          throw FormatError("at byte " + std::to_string(bl.offset) + ", outside the file");
+        }
+        const arrow::Frame fr = arrow::read_frame(bytes, static_cast<std::size_t>(bl.offset));
+        const auto want =
+            pass == 0 ? arrow::HeaderType::dictionary_batch : arrow::HeaderType::record_batch;
+        if (fr.end || fr.message.type != want) throw FormatError("not the message it should be");
+        if (pass == 0) {
+          add_dictionary(t, f, fr.message, bytes.subspan(fr.body, fr.next - fr.body));
+        } else {
+          add_batch(t, f, fr, i, file_row, number);
+        }
+      } catch (const FormatError& e) {
+        throw DataError(
+            label.prefix() + "footer: " + (pass == 0 ? "dictionary " : "record batch ") +
+            std::to_string(i) + " (byte " + std::to_string(bl.offset) + "): " + e.what());
+      }
+    }
+  }
+}
+
+/// The stream format: one pass over its messages.
+void index_stream(ArrowTable& t, ArrowFile& f, bool first) {
+  const FileLabel label{kWho, f.name};
+  const auto bytes = f.map->bytes();
+  std::size_t at = 0;
+  std::size_t file_row = 0;
+  std::size_t number = 0;
+  for (std::size_t m = 0;; ++m) {
+    try {
+      const arrow::Frame fr = arrow::read_frame(bytes, at);
+      if (fr.end) {
+        if (m == 0) throw FormatError("no schema: an empty stream");
+        break;
+      }
+      if ((m == 0) != (fr.message.type == arrow::HeaderType::schema)) {
+        throw FormatError(m == 0 ? "the stream does not start with its schema" : "a second schema");
+      }
+      if (m == 0) {
+        f.schema = fr.message.schema.fields;
+        map_schema(t, f, first);
+      } else if (fr.message.type == arrow::HeaderType::dictionary_batch) {
+        add_dictionary(t, f, fr.message, bytes.subspan(fr.body, fr.next - fr.body));
+      } else {
+        add_batch(t, f, fr, m, file_row, number);
+      }
+      at = fr.next;
+    } catch (const FormatError& e) {
+      throw DataError(label.prefix() + "message " + std::to_string(m) + " (byte " +
+                      std::to_string(at) + "): " + e.what());
+    }
+  }
+}
+
+}  // namespace
+
 void map_schema(ArrowTable& t, ArrowFile& f, bool first) {
   const TableOptions& o = t.options;
   const auto find = [&](std::string_view name) {
@@ -222,30 +305,37 @@ void map_schema(ArrowTable& t, ArrowFile& f, bool first) {
   f.dictionaries.resize(dictionaries);
 }
 
-/// A dictionary batch: a new version of (or, as a delta, an addition to) the dictionaries of
-/// the columns read that use its id.
-void add_dictionary(const ArrowTable& t, ArrowFile& f, const arrow::Frame& fr) {
-  const auto bytes = f.map->bytes();
+bool reads_dictionary(const ArrowTable& t, const ArrowFile& f, std::int64_t id) {
+  for (std::size_t c = 0; c < t.columns.size(); ++c) {
+    if (t.columns[c].kind == ArrowKind::dictionary && f.schema[f.tops[c]].dictionary_id == id) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// A dictionary batch: a new version of (or, as a delta, an addition to) the dictionaries of
+// the columns read that use its id.
+void add_dictionary(const ArrowTable& t, ArrowFile& f, const arrow::Message& m,
+                    std::span<const std::byte> body) {
   for (std::size_t c = 0; c < t.columns.size(); ++c) {
     const ArrowColumn& col = t.columns[c];
     const Field& field = f.schema[f.tops[c]];
-    if (col.kind != ArrowKind::dictionary || field.dictionary_id != fr.message.dictionary_id) {
+    if (col.kind != ArrowKind::dictionary || field.dictionary_id != m.dictionary_id) {
       continue;
     }
     std::vector<std::unique_ptr<std::byte[]>> owned;
     std::size_t owned_bytes = 0;
-    const auto buffers = arrow::body_buffers(
-        fr.message.batch, bytes.subspan(fr.body, fr.next - fr.body), owned, owned_bytes);
+    const auto buffers = arrow::body_buffers(m.batch, body, owned, owned_bytes);
     Field values = field;
     values.dictionary = false;
     std::size_t node = 0;
     std::size_t buffer = 0;
     std::size_t variadic = 0;
-    const auto arrays =
-        arrow::field_arrays(values, fr.message.batch, buffers, node, buffer, variadic, true);
+    const auto arrays = arrow::field_arrays(values, m.batch, buffers, node, buffer, variadic, true);
     const ArrowArray& a = arrays[0];
     ArrowDictionary& d = f.dictionaries[col.dictionary];
-    if (fr.message.is_delta && !d.values.empty()) {
+    if (m.is_delta && !d.values.empty()) {
       d.values.push_back(d.values.back());
       d.valid.push_back(d.valid.back());
     } else {
@@ -288,91 +378,6 @@ void add_batch(ArrowTable& t, ArrowFile& f, const arrow::Frame& fr, std::size_t 
   t.batches.push_back(std::move(b));
 }
 
-/// The file format: the footer's schema and blocks.
-void index_file_format(ArrowTable& t, ArrowFile& f, bool first) {
-  const FileLabel label{kWho, f.name};
-  const auto bytes = f.map->bytes();
-  arrow::Footer footer;
-  try {
-    if (bytes.size() < 18 || std::memcmp(bytes.data() + bytes.size() - 6, "ARROW1", 6) != 0) {
-      throw FormatError("no ARROW1 at the file's end: a truncated file?");
-    }
-    std::int32_t length = 0;
-    std::memcpy(&length, bytes.data() + bytes.size() - 10, 4);
-    if (length <= 0 || static_cast<std::size_t>(length) > bytes.size() - 18) {
-      throw FormatError("a length of " + std::to_string(length) + " in a file of " +
-                        std::to_string(bytes.size()) + " bytes");
-    }
-    const auto n = static_cast<std::size_t>(length);
-    footer = arrow::parse_footer(bytes.subspan(bytes.size() - 10 - n, n));
-  } catch (const FormatError& e) {
-    throw DataError(label.prefix() + "footer: " + e.what());
-  }
-  f.schema = std::move(footer.schema.fields);
-  map_schema(t, f, first);
-  std::size_t file_row = 0;
-  std::size_t number = 0;
-  for (int pass = 0; pass < 2; ++pass) {
-    const auto& blocks = pass == 0 ? footer.dictionaries : footer.batches;
-    for (std::size_t i = 0; i < blocks.size(); ++i) {
-      const arrow::Block& bl = blocks[i];
-      try {
-        if (bl.offset < 8 || static_cast<std::uint64_t>(bl.offset) >= bytes.size()) {
-          throw FormatError("at byte " + std::to_string(bl.offset) + ", outside the file");
-        }
-        const arrow::Frame fr = arrow::read_frame(bytes, static_cast<std::size_t>(bl.offset));
-        const auto want =
-            pass == 0 ? arrow::HeaderType::dictionary_batch : arrow::HeaderType::record_batch;
-        if (fr.end || fr.message.type != want) throw FormatError("not the message it should be");
-        if (pass == 0) {
-          add_dictionary(t, f, fr);
-        } else {
-          add_batch(t, f, fr, i, file_row, number);
-        }
-      } catch (const FormatError& e) {
-        throw DataError(
-            label.prefix() + "footer: " + (pass == 0 ? "dictionary " : "record batch ") +
-            std::to_string(i) + " (byte " + std::to_string(bl.offset) + "): " + e.what());
-      }
-    }
-  }
-}
-
-/// The stream format: one pass over its messages.
-void index_stream(ArrowTable& t, ArrowFile& f, bool first) {
-  const FileLabel label{kWho, f.name};
-  const auto bytes = f.map->bytes();
-  std::size_t at = 0;
-  std::size_t file_row = 0;
-  std::size_t number = 0;
-  for (std::size_t m = 0;; ++m) {
-    try {
-      const arrow::Frame fr = arrow::read_frame(bytes, at);
-      if (fr.end) {
-        if (m == 0) throw FormatError("no schema: an empty stream");
-        break;
-      }
-      if ((m == 0) != (fr.message.type == arrow::HeaderType::schema)) {
-        throw FormatError(m == 0 ? "the stream does not start with its schema" : "a second schema");
-      }
-      if (m == 0) {
-        f.schema = fr.message.schema.fields;
-        map_schema(t, f, first);
-      } else if (fr.message.type == arrow::HeaderType::dictionary_batch) {
-        add_dictionary(t, f, fr);
-      } else {
-        add_batch(t, f, fr, m, file_row, number);
-      }
-      at = fr.next;
-    } catch (const FormatError& e) {
-      throw DataError(label.prefix() + "message " + std::to_string(m) + " (byte " +
-                      std::to_string(at) + "): " + e.what());
-    }
-  }
-}
-
-}  // namespace
-
 std::unique_ptr<ArrowTable> open_arrow(std::vector<std::filesystem::path> files,
                                        TableOptions options) {
   check_options(files, options);
@@ -384,6 +389,12 @@ std::unique_ptr<ArrowTable> open_arrow(std::vector<std::filesystem::path> files,
   for (std::size_t i = 0; i < files.size(); ++i) {
     ArrowFile& f = t->files[i];
     f.name = files[i].string();
+    if (remote::is_url(f.name)) {
+      f.remote = std::make_unique<remote::RangeReader>(f.name, t->options.remote, kWho);
+      t->remote = true;
+      index_remote(*t, f, i == 0);
+      continue;
+    }
     f.map = std::make_unique<MappedFile>(files[i], FileLabel{kWho, f.name}, false);
     const auto bytes = f.map->bytes();
     f.file_format = bytes.size() >= 8 && std::memcmp(bytes.data(), "ARROW1", 6) == 0;
@@ -404,13 +415,18 @@ std::unique_ptr<ArrowTable> open_arrow(std::vector<std::filesystem::path> files,
       continue;
     }
     FieldSpec f{col.name, col.dtype, {}};
-    if (col.kind == ArrowKind::list || col.kind == ArrowKind::bytes) f.shape = {ragged};
-    if (col.kind == ArrowKind::list || col.kind == ArrowKind::scalar) {
+    if (col.kind == ArrowKind::list || col.kind == ArrowKind::bytes ||
+        (col.kind == ArrowKind::array && col.shape[0] < 0)) {
+      f.shape = {ragged};
+    }
+    if (col.kind == ArrowKind::list || col.kind == ArrowKind::scalar ||
+        col.kind == ArrowKind::array) {
       f.shape.insert(f.shape.end(), col.inner.begin(), col.inner.end());
     }
     t->fields.push_back(std::move(f));
   }
   scan_rows(*t);
+  if (t->remote) t->ahead = std::make_unique<ArrowAhead>(*t);
   return t;
 }
 

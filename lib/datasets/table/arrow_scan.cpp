@@ -52,7 +52,8 @@ void scan_rows(ArrowTable& t) {
   std::vector<std::size_t> scanned;
   for (std::size_t c = 0; c < t.columns.size(); ++c) {
     const ArrowKind k = t.columns[c].kind;
-    if (k == ArrowKind::list || k == ArrowKind::bytes || k == ArrowKind::categorical) {
+    if (k == ArrowKind::list || k == ArrowKind::bytes || k == ArrowKind::categorical ||
+        (k == ArrowKind::array && t.columns[c].shape[0] < 0)) {
       scanned.push_back(c);
     }
   }

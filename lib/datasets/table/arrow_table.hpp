@@ -11,12 +11,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "datasets/common/file_io.hpp"
+#include "datasets/remote/range_reader.hpp"
 #include "datasets/table/arrow_format.hpp"
 #include "datasets/table/parquet_cache.hpp"
 #include "ferry/dataset.hpp"
@@ -33,6 +36,7 @@ enum class ArrowKind {
   image,        ///< binary, or struct{bytes, path}: decoded image
   categorical,  ///< string: i64 [] codes into `categories`
   dictionary,   ///< dictionary-encoded string: i64 [] codes into `categories`
+  array,        ///< Hugging Face's ArrayND (list<list<...>>, shape in the field's metadata)
 };
 
 struct ArrowColumn {
@@ -49,6 +53,10 @@ struct ArrowColumn {
   std::vector<std::uint32_t> lengths;   ///< per sample; list and bytes only
   std::int64_t max_length = 0;
   std::size_t dictionary = 0;  ///< dictionary only: its place in ArrowBatch::dictionaries
+  /// array only: the shape its metadata gives (-1: a first dimension that varies, then ragged
+  /// and in `lengths`), and per list level (shape.size() of them) whether its offsets are 64-bit.
+  std::vector<std::int64_t> shape;
+  std::vector<bool> level_large;
 };
 
 /// One array of a record batch: its node and buffers (validity first; then offsets and data, or
@@ -65,10 +73,11 @@ struct ArrowArray {
 };
 
 /// A record batch made readable: each column's arrays, in pre-order of its type, pointing into
-/// the mapped file or into `owned` (decompressed buffers).
+/// the mapped file, into `owned` (decompressed buffers) or into `fetched` (a URL's ranges).
 struct FERRY_HIDDEN ArrowBatchData {
   std::vector<std::vector<ArrowArray>> columns;
   std::vector<std::unique_ptr<std::byte[]>> owned;
+  std::vector<std::vector<std::byte>> fetched;
   std::size_t owned_bytes = 0;
 };
 std::size_t decoded_bytes(const ArrowBatchData& d) noexcept;
@@ -84,6 +93,7 @@ struct ArrowDictionary {
 struct ArrowFile {
   std::string name;
   std::unique_ptr<MappedFile> map;
+  std::unique_ptr<remote::RangeReader> remote;  ///< a URL's, read by ranges (no map then)
   bool file_format = false;
   std::vector<std::size_t> tops;  ///< per column read: its place among the schema's fields
   std::vector<arrow::Field> schema;
@@ -103,7 +113,10 @@ struct ArrowBatch {
   std::size_t rows = 0;
   std::size_t file_row = 0;                 ///< its first row's place in its file
   std::vector<std::uint32_t> dictionaries;  ///< per dictionary column: the version in force
+  std::vector<std::byte> metadata_bytes;    ///< a URL's: the message's flatbuffer, read at open
 };
+
+class ArrowAhead;
 
 struct FERRY_HIDDEN ArrowTable {
   std::uint64_t id = 0;
@@ -115,6 +128,7 @@ struct FERRY_HIDDEN ArrowTable {
   std::size_t size = 0;
   std::vector<FieldSpec> fields;
   bool compressed = false;  ///< some record batch compresses its body
+  bool remote = false;      ///< some file is a URL
   mutable std::atomic<std::uint64_t> batches_decoded{0};
   static constexpr std::size_t kDecodedBudget = std::size_t{512} << 20;
   mutable BasicGroupCache<ArrowBatchData> cache{kDecodedBudget};
@@ -124,6 +138,12 @@ struct FERRY_HIDDEN ArrowTable {
   std::shared_ptr<const ArrowBatchData> decode(std::size_t b) const;
   /// "ArrowDataset: <file>: record batch <n> (message <m>): ".
   std::string where(std::size_t b) const;
+
+  ArrowTable();
+  ~ArrowTable();
+  /// URLs' record batches read ahead in the loader's order (arrow_ahead.hpp); null without
+  /// URLs. The last member: it goes first, while the files it reads are still there.
+  std::unique_ptr<ArrowAhead> ahead;
 };
 
 namespace arrow {
@@ -132,6 +152,11 @@ namespace arrow {
 /// \throws FormatError naming the buffer.
 std::vector<std::span<const std::byte>> body_buffers(
     const RecordBatch& batch, std::span<const std::byte> body,
+    std::vector<std::unique_ptr<std::byte[]>>& owned, std::size_t& owned_bytes);
+/// The buffers of `batch` from their stored bytes `raw` (one per buffer; empty for one not
+/// needed): the same views, or decompressed into `owned`. \throws FormatError naming the buffer.
+std::vector<std::span<const std::byte>> unpack_buffers(
+    const RecordBatch& batch, const std::vector<std::span<const std::byte>>& raw,
     std::vector<std::unique_ptr<std::byte[]>>& owned, std::size_t& owned_bytes);
 
 /// The arrays of `field` (pre-order of its type) from `batch`'s nodes and buffers at `node` and
@@ -149,12 +174,49 @@ std::pair<std::int64_t, std::int64_t> offsets_at(const ArrowArray& a, bool large
 
 }  // namespace arrow
 
+/// What open_arrow() does with each file's messages (arrow_open.cpp), for the local and the
+/// remote readers alike. map_schema(): the columns read, from the first file's schema; the later
+/// files' checked against them. \throws ConfigError.
+void map_schema(ArrowTable& t, ArrowFile& f, bool first);
+/// Whether a column read uses the dictionary `id` (its body is needed).
+bool reads_dictionary(const ArrowTable& t, const ArrowFile& f, std::int64_t id);
+/// A dictionary batch `m`, whose body is `body`. \throws FormatError.
+void add_dictionary(const ArrowTable& t, ArrowFile& f, const arrow::Message& m,
+                    std::span<const std::byte> body);
+/// A record batch, framed as `fr` (places in the file). \throws FormatError.
+void add_batch(ArrowTable& t, ArrowFile& f, const arrow::Frame& fr, std::size_t message,
+               std::size_t& file_row, std::size_t& number);
+
+/// A URL's schema, record batches and dictionaries, read by ranges (arrow_remote.cpp): the
+/// file format's footer from the file's end, or the stream's messages from its start.
+/// \throws DataError naming the URL and the place.
+void index_remote(ArrowTable& t, ArrowFile& f, bool first);
+/// Record batch b's buffers of the columns read, fetched from its URL (close ones in one
+/// ranged GET) into d.fetched, and decompressed as needed; the other buffers empty.
+/// \throws FormatError, DataError (the transfer).
+std::vector<std::span<const std::byte>> fetch_buffers(const ArrowTable& t, std::size_t b,
+                                                      const arrow::RecordBatch& batch,
+                                                      ArrowBatchData& d);
+
 /// The categories of dictionary-encoded columns, and each dictionary version's codes
 /// (arrow_scan.cpp).
 void number_dictionaries(ArrowTable& t);
 /// Reads every record batch's ragged and categorical columns: lengths and categories.
 /// \throws DataError as ArrowTable::decode().
 void scan_rows(ArrowTable& t);
+
+/// Whether `f` is Hugging Face datasets' Array2D..Array5D extension type (arrow_nested.cpp):
+/// then `col` becomes its column (kind array: dtype [d0, d1, ...], or [ragged, d1, ...] when the
+/// first dimension varies). `what` begins the messages. \throws ConfigError for metadata that
+/// is not a shape, or a storage type that is not as many levels of lists of numbers.
+bool map_hf_array(const arrow::Field& f, ArrowColumn& col, const std::string& what);
+/// Row r of an array column: its leaf values' place [first, first + count), every list on the
+/// way checked against the shape (the first dimension against `first_length` when it varies);
+/// nothing when a null list or value lies inside. \throws DataError, its text `where()` then
+/// what is wrong, for a list whose length is not the shape's.
+std::optional<std::pair<std::int64_t, std::int64_t>> array_values(
+    const ArrowColumn& col, const std::vector<ArrowArray>& arrays, std::int64_t r,
+    std::int64_t first_length, const std::function<std::string()>& where);
 
 /// Opens the files and builds the index (arrow_open.cpp).
 std::unique_ptr<ArrowTable> open_arrow(std::vector<std::filesystem::path> files,

@@ -87,7 +87,8 @@ void AheadFetcher::run() {
     });
     if (stop_) return;
     const std::size_t g = order_[next_++];
-    if (taken_[g]) continue;  // a read fetched it itself
+    if (taken_[g]) continue;              // a read fetched it itself
+    if (table_.cache.holds(g)) continue;  // decoded still: no read will fetch it
     fetching_ = g;
     const std::uint64_t generation = generation_;
     lock.unlock();

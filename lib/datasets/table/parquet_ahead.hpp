@@ -4,9 +4,9 @@
 // becomes the row groups in order of first use; a thread of its own fetches the chunks of the
 // next kAhead row groups past the farthest one a read has taken (ParquetTable::fetch_chunks()),
 // and decode() takes them from here instead of fetching them itself, waiting for a fetch under
-// way. A fetch that fails keeps nothing (the read fetches again and meets the error); fetched
-// row groups that no read takes (their decoded columns were still cached) are dropped once the
-// reads are 2 * kAhead row groups past them.
+// way; a row group the decoded cache holds is not fetched. A fetch that fails keeps nothing (the
+// read fetches again and meets the error); fetched row groups that no read takes (their decoded
+// columns were still cached) are dropped once the reads are 2 * kAhead row groups past them.
 
 #include <condition_variable>
 #include <cstddef>

@@ -77,6 +77,12 @@ class FERRY_HIDDEN BasicGroupCache {
     return it == entries_.end() ? nullptr : it->second.value;
   }
 
+  /// Whether g is held (decoded, or being decoded).
+  bool holds(std::size_t g) const {
+    const std::lock_guard lock(mutex_);
+    return entries_.find(g) != entries_.end();
+  }
+
   /// The decoded bytes held now.
   std::size_t bytes() const {
     const std::lock_guard lock(mutex_);

@@ -91,8 +91,7 @@ parquet::RawColumn ParquetTable::decode_raw(std::size_t g, std::size_t c,
   const parquet::ColumnChunk& ch = f.groups[tg.group].columns[f.leaves[c].leaf];
   std::vector<std::byte> fetched;  // a URL's chunk, read for this call alone
   if (bytes.empty() && f.remote) {
-    fetched = f.remote->read(static_cast<std::uint64_t>(chunk_start(ch)),
-                             static_cast<std::uint64_t>(ch.total_compressed_size));
+    fetched = fetch_chunk(g, c);
     bytes = fetched;
   } else if (bytes.empty()) {
     bytes = chunk_bytes(f, ch);
@@ -119,8 +118,14 @@ std::shared_ptr<const DecodedGroup> ParquetTable::decode(std::size_t g) const {
     fetched = early ? std::move(*early) : fetch_chunks(g);
   }
   for (std::size_t c = 0; c < columns.size(); ++c) {
-    parquet::RawColumn raw =
-        decode_raw(g, c, fetched.chunks.empty() ? std::span<const std::byte>{} : fetched.chunks[c]);
+    std::span<const std::byte> bytes =
+        fetched.chunks.empty() ? std::span<const std::byte>{} : fetched.chunks[c];
+    std::vector<std::byte> kept_chunk;  // open() fetched it
+    if (bytes.empty() && files[groups[g].file].remote) {
+      kept_chunk = take_kept(g, c);
+      bytes = kept_chunk;
+    }
+    parquet::RawColumn raw = decode_raw(g, c, bytes);
     const TableColumn& col = columns[c];
     if (col.kind == TableField::scalar) {
       if (col.dtype == DType::i8 || col.dtype == DType::u8) {

@@ -256,7 +256,10 @@ void scan_rows(ParquetTable& t) {
     if (col.kind == TableField::scalar || col.kind == TableField::image) continue;
     std::set<std::string, std::less<>> distinct;
     for (std::size_t g = 0; g < t.groups.size(); ++g) {
-      const parquet::RawColumn raw = t.decode_raw(g, c);
+      // A URL's chunk, kept for the row group's first decode.
+      const bool remote = t.files[t.groups[g].file].remote != nullptr;
+      std::vector<std::byte> bytes = remote ? t.fetch_chunk(g, c) : std::vector<std::byte>{};
+      const parquet::RawColumn raw = t.decode_raw(g, c, bytes);
       for (std::size_t r = 0; r < raw.rows; ++r) {
         const auto v = raw.value(r);
         if (col.kind == TableField::bytes) {
@@ -273,6 +276,7 @@ void scan_rows(ParquetTable& t) {
           if (distinct.find(text) == distinct.end()) distinct.emplace(text);
         }
       }
+      if (remote) t.keep_chunk(g, c, std::move(bytes));
     }
     if (col.kind == TableField::categorical)
       col.categories.assign(distinct.begin(), distinct.end());

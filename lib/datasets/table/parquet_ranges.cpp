@@ -1,8 +1,8 @@
 // A remote Parquet file's column chunks, fetched by ranges: for a row group, only the chunks of
-// the columns read, those that lie close together in one ranged GET.
+// the columns read, those that lie close together in one ranged GET; and the chunks open()
+// fetched, kept for the first decode of their row group.
 
 #include <algorithm>
-#include <numeric>
 #include <string>
 
 #include "datasets/table/parquet_table.hpp"
@@ -23,8 +23,10 @@ ParquetTable::FetchedChunks ParquetTable::fetch_chunks(std::size_t g) const {
   FetchedChunks out;
   out.chunks.resize(columns.size());
   // The chunks in the file's order (open checked that each lies within the file's data).
-  std::vector<std::size_t> order(columns.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::vector<std::size_t> order;  // the chunks not kept from open()
+  for (std::size_t c = 0; c < columns.size(); ++c) {
+    if (!is_kept(g, c)) order.push_back(c);
+  }
   const auto start = [&](std::size_t c) {
     return static_cast<std::uint64_t>(chunk_start(rg.columns[f.leaves[c].leaf]));
   };
@@ -52,6 +54,35 @@ ParquetTable::FetchedChunks ParquetTable::fetch_chunks(std::size_t g) const {
     }
     i = j;
   }
+  return out;
+}
+
+std::vector<std::byte> ParquetTable::fetch_chunk(std::size_t g, std::size_t column) const {
+  const TableGroup& tg = groups[g];
+  const ParquetFile& f = files[tg.file];
+  const parquet::ColumnChunk& ch = f.groups[tg.group].columns[f.leaves[column].leaf];
+  return f.remote->read(static_cast<std::uint64_t>(chunk_start(ch)),
+                        static_cast<std::uint64_t>(ch.total_compressed_size));
+}
+
+void ParquetTable::keep_chunk(std::size_t g, std::size_t column, std::vector<std::byte> bytes) {
+  if (bytes.size() > kKeptBudget - kept_bytes) return;
+  kept_bytes += bytes.size();
+  const std::lock_guard lock(kept_mutex);
+  kept[{g, column}] = std::move(bytes);
+}
+
+bool ParquetTable::is_kept(std::size_t g, std::size_t column) const {
+  const std::lock_guard lock(kept_mutex);
+  return kept.find({g, column}) != kept.end();
+}
+
+std::vector<std::byte> ParquetTable::take_kept(std::size_t g, std::size_t column) const {
+  const std::lock_guard lock(kept_mutex);
+  const auto it = kept.find({g, column});
+  if (it == kept.end()) return {};
+  std::vector<std::byte> out = std::move(it->second);
+  kept.erase(it);
   return out;
 }
 

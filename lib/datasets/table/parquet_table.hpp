@@ -8,7 +8,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -103,6 +105,21 @@ struct FERRY_HIDDEN ParquetTable {
     std::vector<std::span<const std::byte>> chunks;
   };
   FetchedChunks fetch_chunks(std::size_t g) const;
+  /// One column chunk of row group g, fetched from its URL in one ranged GET.
+  std::vector<std::byte> fetch_chunk(std::size_t g, std::size_t column) const;
+
+  /// A URL's chunks that open() fetched (byte-array columns: their lengths and categories),
+  /// kept for the first decode of their row group, which takes them instead of fetching them
+  /// again; fetch_chunks() leaves them out. At most kKeptBudget bytes are kept: past that, a
+  /// chunk is fetched again when decoded.
+  static constexpr std::size_t kKeptBudget = std::size_t{256} << 20;
+  void keep_chunk(std::size_t g, std::size_t column, std::vector<std::byte> bytes);
+  bool is_kept(std::size_t g, std::size_t column) const;
+  /// The kept chunk (then no longer kept), or an empty one.
+  std::vector<std::byte> take_kept(std::size_t g, std::size_t column) const;
+  mutable std::mutex kept_mutex;
+  mutable std::map<std::pair<std::size_t, std::size_t>, std::vector<std::byte>> kept;
+  std::size_t kept_bytes = 0;  ///< kept by open(), taken or not
 
   ParquetTable();
   ~ParquetTable();
