@@ -127,7 +127,7 @@ const char* RowParser::category(const char* p, std::size_t c, std::size_t k, Chu
     return q;
   }
   const std::size_t n = static_cast<std::size_t>(q - p);
-  Chunk::Pending& wait = ch.pending[((ch.rows - 1) & 1) * l_.categorical + k];
+  Chunk::Pending& wait = ch.pending[((ch.rows - 1) & (Chunk::kWaitRows - 1)) * l_.categorical + k];
   wait.key = text_key({p, n}, end);
   wait.offset = s_.offset(p);
   ch.dictionaries[k].prefetch(wait.key);
@@ -151,7 +151,7 @@ const char* RowParser::quoted_category(const char* p, std::size_t c, std::size_t
   }
   // Looked up at the next row's end, as the plain texts are: the dictionary then meets the
   // texts in the file's order, and keeps each one's first offset.
-  Chunk::Pending& wait = ch.pending[((ch.rows - 1) & 1) * l_.categorical + k];
+  Chunk::Pending& wait = ch.pending[((ch.rows - 1) & (Chunk::kWaitRows - 1)) * l_.categorical + k];
   if (f.doubled) {
     const std::string& text = ch.intern_unquoted(f);
     wait.key = text_key(text, text.data() + text.size());

@@ -215,14 +215,18 @@ struct Chunk {
   // id in it (-1: missing), [rows, categorical].
   std::vector<Dictionary> dictionaries;
   std::vector<std::int32_t> ids;
-  // A row's texts wait here, their slots being fetched, until the end of the next row (so that
-  // the cache misses of a large dictionary overlap the parsing of a whole row); their ids are
-  // kPending until then. [2, categorical]: rows of even and odd index.
+  // A row's texts wait here, their slots being fetched, until the end of the kLookAhead-th row
+  // after it (so that the cache misses of a large dictionary overlap the parsing of whole rows);
+  // their ids are kPending until then. [kWaitRows, categorical]: row r at r % kWaitRows.
   struct Pending {
     TextKey key;
     std::size_t offset = 0;
   };
   static constexpr std::int32_t kPending = -2;
+  // 2 rows: faster than 1 in most paired runs of bench/csv; 4 no better than 1.
+  static constexpr std::size_t kLookAhead = 2;
+  static constexpr std::size_t kWaitRows = 4;  // a power of two above kLookAhead
+  static_assert(std::has_single_bit(kWaitRows) && kWaitRows > kLookAhead);
   std::vector<Pending> pending;
 
   // Room for one more row of `width` category ids (after add_row(): rows counts it).

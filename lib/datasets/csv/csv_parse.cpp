@@ -156,7 +156,7 @@ CsvTable parse_csv(std::string_view text, const CsvOptions& options, const std::
     if (l.has_label && !l.classes) ch.targets.reserve(expect);
     if (l.categorical != 0) {
       ch.dictionaries.resize(l.categorical);
-      ch.pending.resize(2 * l.categorical);
+      ch.pending.resize(Chunk::kWaitRows * l.categorical);
       reserve_large(ch.ids, expect * l.categorical);
     }
     rows.parse(ch, i == 0);

@@ -99,8 +99,11 @@ void RowParser::parse(Chunk& ch, bool first) const {
       }
       ++p;
     }
-    // The texts of the row before this one, whose slots have been fetched meanwhile.
-    if (categorical != 0 && ch.rows >= 2) resolve(ch, ch.rows - 2);
+    // The texts of the row kLookAhead rows before this one, whose slots have been fetched
+    // meanwhile.
+    if (categorical != 0 && ch.rows > Chunk::kLookAhead) {
+      resolve(ch, ch.rows - 1 - Chunk::kLookAhead);
+    }
     if (p != end && *p == d) {  // more fields than expected
       std::size_t fields = 0;
       if (s_.skip_record(record, fields, ch.fault) != nullptr) ragged(record, fields, ch.fault);
@@ -108,13 +111,18 @@ void RowParser::parse(Chunk& ch, bool first) const {
     }
     p = s_.next_record(p);
   }
-  if (categorical != 0 && ch.rows >= 1) resolve(ch, ch.rows - 1);
+  if (categorical != 0) {  // the last rows' texts, in order
+    for (std::size_t row = ch.rows > Chunk::kLookAhead ? ch.rows - Chunk::kLookAhead : 0;
+         row < ch.rows; ++row) {
+      resolve(ch, row);
+    }
+  }
 }
 
 void RowParser::resolve(Chunk& ch, std::size_t row) const {
   const std::size_t width = l_.categorical;
   std::int32_t* const ids = ch.ids.data() + row * width;
-  const Chunk::Pending* const pending = ch.pending.data() + (row & 1) * width;
+  const Chunk::Pending* const pending = ch.pending.data() + (row & (Chunk::kWaitRows - 1)) * width;
   for (std::size_t k = 0; k < width; ++k) {
     if (ids[k] == Chunk::kPending) {
       ids[k] =
