@@ -53,8 +53,9 @@ def worker_info():
 
 
 # numpy arrays of at least this many bytes go to the worker processes in shared memory, not in the
-# dataset's pickle.
+# dataset's pickle; at most SHARE_MOST of them (a descriptor each), the others in the pickle.
 SHARE_BYTES = 1 << 20
+SHARE_MOST = 256
 
 
 class Packed:
@@ -99,6 +100,8 @@ class _Pickler(pickle.Pickler):
             return NotImplemented
         if self._packed is None:
             return (_shared_array, (-1, obj.dtype, obj.shape, False))
+        if len(self._packed.fds) >= SHARE_MOST:
+            return NotImplemented
         fortran = obj.flags.f_contiguous and not obj.flags.c_contiguous
         data = obj.T if fortran else np.ascontiguousarray(obj)
         fd = os.memfd_create("ferry-dataset-array", os.MFD_CLOEXEC)
