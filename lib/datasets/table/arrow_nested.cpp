@@ -67,30 +67,6 @@ std::optional<std::vector<std::int64_t>> hf_shape(std::string_view s) {
   return shape;
 }
 
-std::optional<DType> leaf_dtype(const Field& f) {
-  if (f.dictionary) return std::nullopt;
-  if (f.type == TypeId::boolean) return DType::u8;
-  if (f.type == TypeId::floating) {
-    if (f.precision == 0) return DType::f16;
-    if (f.precision == 1) return DType::f32;
-    if (f.precision == 2) return DType::f64;
-    return std::nullopt;
-  }
-  if (f.type != TypeId::int_) return std::nullopt;
-  switch (f.bit_width) {
-    case 8:
-      return f.is_signed ? DType::i8 : DType::u8;
-    case 16:
-      return f.is_signed ? DType::i16 : DType::u16;
-    case 32:
-      return f.is_signed ? DType::i32 : DType::u32;
-    case 64:
-      return f.is_signed ? DType::i64 : DType::u64;
-    default:
-      return std::nullopt;
-  }
-}
-
 std::string shape_text(const std::vector<std::int64_t>& shape) {
   std::string s = "(";
   for (std::size_t i = 0; i < shape.size(); ++i) {
@@ -134,7 +110,7 @@ bool map_hf_array(const Field& f, ArrowColumn& col, const std::string& what) {
     large.push_back(level->type == TypeId::large_list);
     level = &level->children[0];
   }
-  const auto dtype = leaf_dtype(*level);
+  const auto dtype = scalar_dtype(*level);
   if (!dtype) throw ConfigError(what + ", whose values ferry does not read");
   col.kind = ArrowKind::array;
   col.dtype = *dtype;

@@ -38,30 +38,6 @@ bool is_large(const Field& f) {
          f.type == TypeId::large_list;
 }
 
-std::optional<DType> scalar_dtype(const Field& f) {
-  if (f.dictionary) return std::nullopt;
-  if (f.type == TypeId::boolean) return DType::u8;
-  if (f.type == TypeId::floating) {
-    if (f.precision == 0) return DType::f16;
-    if (f.precision == 1) return DType::f32;
-    if (f.precision == 2) return DType::f64;
-    return std::nullopt;
-  }
-  if (f.type != TypeId::int_) return std::nullopt;
-  switch (f.bit_width) {
-    case 8:
-      return f.is_signed ? DType::i8 : DType::u8;
-    case 16:
-      return f.is_signed ? DType::i16 : DType::u16;
-    case 32:
-      return f.is_signed ? DType::i32 : DType::u32;
-    case 64:
-      return f.is_signed ? DType::i64 : DType::u64;
-    default:
-      return std::nullopt;
-  }
-}
-
 /// Arrays in `f`'s pre-order (a dictionary-encoded field is one: its indices).
 std::size_t subtree(const Field& f) {
   std::size_t n = 1;
@@ -253,6 +229,30 @@ void index_stream(ArrowTable& t, ArrowFile& f, bool first) {
 }
 
 }  // namespace
+
+std::optional<DType> scalar_dtype(const arrow::Field& f) {
+  if (f.dictionary) return std::nullopt;
+  if (f.type == arrow::TypeId::boolean) return DType::u8;
+  if (f.type == arrow::TypeId::floating) {
+    if (f.precision == 0) return DType::f16;
+    if (f.precision == 1) return DType::f32;
+    if (f.precision == 2) return DType::f64;
+    return std::nullopt;
+  }
+  if (f.type != arrow::TypeId::int_) return std::nullopt;
+  switch (f.bit_width) {
+    case 8:
+      return f.is_signed ? DType::i8 : DType::u8;
+    case 16:
+      return f.is_signed ? DType::i16 : DType::u16;
+    case 32:
+      return f.is_signed ? DType::i32 : DType::u32;
+    case 64:
+      return f.is_signed ? DType::i64 : DType::u64;
+    default:
+      return std::nullopt;
+  }
+}
 
 void map_schema(ArrowTable& t, ArrowFile& f, bool first) {
   const TableOptions& o = t.options;

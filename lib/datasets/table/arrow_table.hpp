@@ -205,6 +205,9 @@ void number_dictionaries(ArrowTable& t);
 /// \throws DataError as ArrowTable::decode().
 void scan_rows(ArrowTable& t);
 
+/// The dtype of a boolean, integer or floating-point field (not dictionary-encoded); nothing for
+/// any other type (arrow_open.cpp).
+std::optional<DType> scalar_dtype(const arrow::Field& f);
 /// Whether `f` is Hugging Face datasets' Array2D..Array5D extension type (arrow_nested.cpp):
 /// then `col` becomes its column (kind array: dtype [d0, d1, ...], or [ragged, d1, ...] when the
 /// first dimension varies). `what` begins the messages. \throws ConfigError for metadata that
