@@ -36,6 +36,8 @@ using ferry::DataError;
 using ferry::TableOptions;
 using ferry::testing::expect_error;
 using ferry::testing::Nginx;
+using ferry::testing::serve_written_tables;
+using ferry::testing::settled;
 
 constexpr std::uint64_t kTail = 64 << 10;  // what open() reads first of a URL
 constexpr std::uint64_t kHead = 4 << 10;   // a stream message's first read
@@ -59,29 +61,9 @@ struct WideBatch {
 class ArrowRemote : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const fs::path writer = fs::path(FERRY_SOURCE_DIR) / "tests/table";
-    if (!fs::exists(writer / "node_modules/apache-arrow")) {
-      skip_ = "apache-arrow is not installed (scripts/setup runs npm ci in tests/table)";
-      return;
-    }
-    if (std::system("node --version >/dev/null 2>&1") != 0) {
-      skip_ = "node is not installed";
-      return;
-    }
-    if (!fs::exists(Nginx::kBinary)) {
-      skip_ = std::string(Nginx::kBinary) + " is missing (apt-get install nginx-light)";
-      return;
-    }
     dir_ = fs::temp_directory_path() / ("ferry_arrow_remote_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    const std::string cmd = "node '" + (writer / "write_arrow.js").string() + "' '" +
-                            (dir_ / "www").string() + "' >/dev/null";
-    if (std::system(cmd.c_str()) != 0) {
-      skip_ = "write_arrow.js failed: " + cmd;
-      return;
-    }
-    nginx_ = new Nginx(dir_ / "nginx", dir_ / "www");
-    if (!nginx_->up()) skip_ = "nginx did not start; its error log: " + nginx_->error_log();
+    skip_ =
+        serve_written_tables(FERRY_SOURCE_DIR, "write_arrow.js", {"apache-arrow"}, dir_, nginx_);
   }
   static void TearDownTestSuite() {
     delete nginx_;
@@ -94,14 +76,6 @@ class ArrowRemote : public ::testing::Test {
 
   static fs::path local(const std::string& name) { return dir_ / "www" / name; }
   static std::string url(const std::string& name) { return nginx_->url(name); }
-
-  template <class T>
-  static T settled(const std::function<T()>& value, T want) {
-    for (int i = 0; i < 200 && value() < want; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return value();
-  }
 
   static std::vector<WideBatch> wide_batches(const std::string& file) {
     std::vector<WideBatch> out;

@@ -34,6 +34,8 @@ using ferry::ParquetDataset;
 using ferry::TableOptions;
 using ferry::testing::expect_error;
 using ferry::testing::Nginx;
+using ferry::testing::serve_written_tables;
+using ferry::testing::settled;
 
 constexpr std::uint64_t kTail = 64 << 10;  // what open() reads first of a URL
 
@@ -48,30 +50,9 @@ void write_bytes(const fs::path& p, const std::vector<char>& b) {
 class ParquetRemote : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const fs::path writer = fs::path(FERRY_SOURCE_DIR) / "tests/table";
-    if (!fs::exists(writer / "node_modules/parquet-wasm") ||
-        !fs::exists(writer / "node_modules/apache-arrow")) {
-      skip_ = "the Parquet writer is not installed (scripts/setup runs npm ci in tests/table)";
-      return;
-    }
-    if (std::system("node --version >/dev/null 2>&1") != 0) {
-      skip_ = "node is not installed";
-      return;
-    }
-    if (!fs::exists(Nginx::kBinary)) {
-      skip_ = std::string(Nginx::kBinary) + " is missing (apt-get install nginx-light)";
-      return;
-    }
     dir_ = fs::temp_directory_path() / ("ferry_parquet_remote_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    const std::string cmd = "node '" + (writer / "write_tables.js").string() + "' '" +
-                            (dir_ / "www").string() + "' >/dev/null";
-    if (std::system(cmd.c_str()) != 0) {
-      skip_ = "write_tables.js failed: " + cmd;
-      return;
-    }
-    nginx_ = new Nginx(dir_ / "nginx", dir_ / "www");
-    if (!nginx_->up()) skip_ = "nginx did not start; its error log: " + nginx_->error_log();
+    skip_ = serve_written_tables(FERRY_SOURCE_DIR, "write_tables.js",
+                                 {"parquet-wasm", "apache-arrow"}, dir_, nginx_);
   }
   static void TearDownTestSuite() {
     delete nginx_;
@@ -84,16 +65,6 @@ class ParquetRemote : public ::testing::Test {
 
   static fs::path local(const std::string& name) { return dir_ / "www" / name; }
   static std::string url(const std::string& name) { return nginx_->url(name); }
-
-  // `value` once it reaches `want` (nginx logs a request just after its last byte left, so a
-  // client may be done first), or after 2 s whatever it is.
-  template <class T>
-  static T settled(const std::function<T()>& value, T want) {
-    for (int i = 0; i < 200 && value() < want; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return value();
-  }
 
   // Each column's chunk sizes in wide.parquet, per row group, as write_tables.js's Parquet
   // library gives them ("file": the file's size).

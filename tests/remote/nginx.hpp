@@ -250,4 +250,40 @@ class Nginx {
   pid_t pid_ = -1;
 };
 
+/// For a test suite of tables given as URLs: runs tests/table's writer `script` (with node and
+/// tests/table's node_modules, which must hold `packages`) into `dir`/www, then serves that folder
+/// by a new nginx (`nginx`, its files in `dir`/nginx). Returns why the suite must be skipped, or
+/// an empty string when all is up.
+inline std::string serve_written_tables(const fs::path& source_dir, const std::string& script,
+                                        const std::vector<std::string>& packages,
+                                        const fs::path& dir, Nginx*& nginx) {
+  const fs::path writer = source_dir / "tests/table";
+  for (const std::string& package : packages) {
+    if (!fs::exists(writer / "node_modules" / package)) {
+      return package + " is not installed (scripts/setup runs npm ci in tests/table)";
+    }
+  }
+  if (std::system("node --version >/dev/null 2>&1") != 0) return "node is not installed";
+  if (!fs::exists(Nginx::kBinary)) {
+    return std::string(Nginx::kBinary) + " is missing (apt-get install nginx-light)";
+  }
+  fs::remove_all(dir);
+  const std::string cmd =
+      "node '" + (writer / script).string() + "' '" + (dir / "www").string() + "' >/dev/null";
+  if (std::system(cmd.c_str()) != 0) return script + " failed: " + cmd;
+  nginx = new Nginx(dir / "nginx", dir / "www");
+  if (!nginx->up()) return "nginx did not start; its error log: " + nginx->error_log();
+  return {};
+}
+
+/// `value()` once it reaches `want` (nginx logs a request just after its last byte left, so a
+/// client may be done first), or after 2 s whatever it is.
+template <class T, class Value>
+T settled(const Value& value, T want) {
+  for (int i = 0; i < 200 && value() < want; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return value();
+}
+
 }  // namespace ferry::testing
