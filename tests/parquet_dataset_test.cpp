@@ -498,26 +498,8 @@ TEST_F(ParquetFiles, ImageStructsDecodeAsImageFolderDoes) {
   ASSERT_EQ(folder->size(), kImages);
   ferry::Loader a(ds, loader_options(16, false, 2));
   ferry::Loader f(folder, loader_options(16, false, 2));
-  auto ea = a.epoch(0);
-  auto fa = ea.begin();
-  std::size_t n = 0;
-  for (const ferry::Batch& want : f.epoch(0)) {
-    const ferry::Batch& got = *fa;
-    ASSERT_EQ(got.size(), want.size());
-    const std::size_t bytes = got["image"].nbytes();
-    ASSERT_EQ(bytes, want["image"].nbytes());
-    EXPECT_EQ(
-        std::memcmp(got["image"].data<std::uint8_t>(), want["image"].data<std::uint8_t>(), bytes),
-        0);
-    EXPECT_EQ(
-        std::memcmp(got["raw"].data<std::uint8_t>(), want["image"].data<std::uint8_t>(), bytes), 0);
-    for (std::size_t j = 0; j < got.size(); ++j) {
-      EXPECT_EQ(at<std::int64_t>(got["label"], j), static_cast<std::int64_t>(n + j));
-    }
-    n += got.size();
-    ++fa;
-  }
-  EXPECT_EQ(n, kImages);
+  ferry::testing::table_images::expect_images_as_folder(
+      a, f, kImages, [](std::size_t r) { return static_cast<std::int64_t>(r); });
 }
 
 TEST_F(ParquetFiles, ImagesInAShuffledEpochAreDecodeImagesOfTheirRows) {

@@ -11,9 +11,12 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <vector>
+
+#include "ferry/ferry.hpp"
 
 namespace ferry::testing::table_images {
 
@@ -63,6 +66,34 @@ inline Bytes encode_png(const Bytes& px, int w, int h) {
   std::free(buf);
   spng_ctx_free(ctx);
   return out;
+}
+
+/// Checks that `table`'s batches (fields "image", "raw" and "label", in order) carry the same
+/// image bytes as `folder`'s, in both image fields, with label(row) as each row's label, and
+/// that there are `rows` of them. Both loaders must read in order.
+template <class Label>
+void expect_images_as_folder(ferry::Loader& table, ferry::Loader& folder, std::size_t rows,
+                             const Label& label) {
+  auto ea = table.epoch(0);
+  auto fa = ea.begin();
+  std::size_t n = 0;
+  for (const ferry::Batch& want : folder.epoch(0)) {
+    const ferry::Batch& got = *fa;
+    ASSERT_EQ(got.size(), want.size());
+    const std::size_t bytes = got["image"].nbytes();
+    ASSERT_EQ(bytes, want["image"].nbytes());
+    EXPECT_EQ(
+        std::memcmp(got["image"].data<std::uint8_t>(), want["image"].data<std::uint8_t>(), bytes),
+        0);
+    EXPECT_EQ(
+        std::memcmp(got["raw"].data<std::uint8_t>(), want["image"].data<std::uint8_t>(), bytes), 0);
+    for (std::size_t j = 0; j < got.size(); ++j) {
+      EXPECT_EQ(got["label"].data<std::int64_t>()[j], label(n + j));
+    }
+    n += got.size();
+    ++fa;
+  }
+  EXPECT_EQ(n, rows);
 }
 
 }  // namespace ferry::testing::table_images
