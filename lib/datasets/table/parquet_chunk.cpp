@@ -6,7 +6,6 @@
 #include <string>
 
 #include "datasets/table/parquet_codec.hpp"
-#include "datasets/table/parquet_values.hpp"
 #include "datasets/table/thrift_compact.hpp"
 
 namespace ferry::detail::parquet {
@@ -251,29 +250,28 @@ const char* encoding_name(std::int32_t encoding) noexcept {
   return kNames[encoding];
 }
 
-RawColumn decode_chunk(std::span<const std::byte> bytes, Physical type, Codec codec, int max_def,
-                       std::size_t rows) {
+void decode_pages(std::span<const std::byte> bytes, Physical type, Codec codec, int max_def,
+                  int max_rep, std::size_t total, const PageSink& sink) {
   check_codec(codec);
-  RawColumn col;
-  col.rows = rows;
-  col.width = physical_width(type);
-  if (col.width == 0) col.offsets.assign(1, 0);
   Values dict;
   bool have_dict = false;
   std::vector<std::byte> page;
   std::vector<std::uint32_t> levels;
-  // Definition levels take as many bits as max_def needs (a struct's child: 2).
+  std::vector<std::uint32_t> reps;
+  // Levels take as many bits as their maximum needs (a struct's child: 2).
   const auto level_bits = static_cast<int>(std::bit_width(static_cast<unsigned>(max_def)));
+  const auto rep_bits = static_cast<int>(std::bit_width(static_cast<unsigned>(max_rep)));
+  const char* unit = max_rep > 0 ? " values" : " rows";
   std::vector<std::uint32_t> indices;
   std::size_t pos = 0;
-  std::size_t row = 0;
-  for (std::size_t page_no = 0; row < rows; ++page_no) {
+  std::size_t done = 0;
+  for (std::size_t page_no = 0; done < total; ++page_no) {
     const std::string at =
         "page " + std::to_string(page_no) + " (byte " + std::to_string(pos) + " of the chunk): ";
     try {
       if (pos >= bytes.size()) {
-        throw ChunkError("the chunk ends after " + std::to_string(row) + " of its " +
-                         std::to_string(rows) + " rows");
+        throw ChunkError("the chunk ends after " + std::to_string(done) + " of its " +
+                         std::to_string(total) + unit);
       }
       std::size_t header_bytes = 0;
       const PageHeader h = parse_page_header(bytes.subspan(pos), header_bytes);
@@ -308,37 +306,36 @@ RawColumn decode_chunk(std::span<const std::byte> bytes, Physical type, Codec co
       if (h.type != page_type::data && h.type != page_type::data_v2) {
         throw ChunkError("a page of unknown type " + std::to_string(h.type));
       }
-      if (count > rows - row) {
+      if (count > total - done) {
         throw ChunkError("a page of " + std::to_string(count) + " values past the chunk's " +
-                         std::to_string(rows) + " rows");
+                         std::to_string(total) + unit);
       }
       if (count > kMaxPageValues + 8 * static_cast<std::size_t>(h.uncompressed_size)) {
         throw ChunkError("a page of " + std::to_string(count) + " values in " +
                          std::to_string(h.uncompressed_size) +
                          " bytes (at most 2^20 more than 8 a byte)");
       }
-      // The column grows page by page: what a forged row count claims is never allocated.
-      if (max_def > 0) col.valid.resize(row + count, 1);
-      if (col.width != 0) {
-        col.fixed.resize((row + count) * col.width, std::byte{0});
-      } else {
-        col.offsets.resize(row + count + 1, col.offsets.back());
-      }
       std::span<const std::byte> values;
       levels.assign(count, static_cast<std::uint32_t>(max_def));
+      reps.assign(max_rep > 0 ? count : 0, 0);
       if (h.type == page_type::data) {
         page.resize(static_cast<std::size_t>(h.uncompressed_size));
         decompress(codec, body, page);
         values = page;
-        if (max_def > 0) {
-          if (h.def_encoding != encoding::rle) {
-            throw ChunkError(std::string("definition levels in ") + encoding_name(h.def_encoding) +
+        // v1: repetition levels, then definition levels, each after its length in 4 bytes.
+        for (const bool rep : {true, false}) {
+          if ((rep ? max_rep : max_def) == 0) continue;
+          const char* what = rep ? "repetition levels" : "definition levels";
+          if ((rep ? h.rep_encoding : h.def_encoding) != encoding::rle) {
+            throw ChunkError(std::string(what) + " in " +
+                             encoding_name(rep ? h.rep_encoding : h.def_encoding) +
                              ", which ferry does not read (it reads RLE)");
           }
-          if (values.size() < 4) throw ChunkError("definition levels end early");
+          if (values.size() < 4) throw ChunkError(std::string(what) + " end early");
           const std::uint32_t n = load_le32(values.data());
-          if (n > values.size() - 4) throw ChunkError("definition levels past the page's end");
-          RleDecoder(values.subspan(4, n), level_bits).get(levels.data(), count);
+          if (n > values.size() - 4) throw ChunkError(std::string(what) + " past the page's end");
+          RleDecoder(values.subspan(4, n), rep ? rep_bits : level_bits)
+              .get(rep ? reps.data() : levels.data(), count);
           values = values.subspan(4 + n);
         }
       } else {
@@ -350,6 +347,10 @@ RawColumn decode_chunk(std::span<const std::byte> bytes, Physical type, Codec co
         }
         const std::size_t level_bytes =
             static_cast<std::size_t>(h.def_length) + static_cast<std::size_t>(h.rep_length);
+        if (max_rep > 0) {
+          RleDecoder(body.subspan(0, static_cast<std::size_t>(h.rep_length)), rep_bits)
+              .get(reps.data(), count);
+        }
         if (max_def > 0) {
           RleDecoder(body.subspan(static_cast<std::size_t>(h.rep_length),
                                   static_cast<std::size_t>(h.def_length)),
@@ -371,10 +372,15 @@ RawColumn decode_chunk(std::span<const std::byte> bytes, Physical type, Codec co
           throw ChunkError("a definition level too high");
         present += l == static_cast<std::uint32_t>(max_def) ? 1 : 0;
       }
+      for (const std::uint32_t r : reps) {
+        if (r > static_cast<std::uint32_t>(max_rep))
+          throw ChunkError("a repetition level too high");
+      }
+      const PageLevels page_levels{reps, levels};
       if (h.encoding == encoding::plain) {
         Values v;
         plain_values(values, type, present, v);
-        place(col, row, levels, max_def, v, nullptr);
+        sink(page_levels, v, nullptr);
       } else if (h.encoding == encoding::plain_dictionary ||
                  h.encoding == encoding::rle_dictionary) {
         if (!have_dict) throw ChunkError("dictionary indices and no dictionary page before them");
@@ -383,7 +389,7 @@ RawColumn decode_chunk(std::span<const std::byte> bytes, Physical type, Codec co
           if (values.empty()) throw ChunkError("dictionary indices end early (the bit width)");
           RleDecoder(values.subspan(1), static_cast<int>(values[0])).get(indices.data(), present);
         }
-        place(col, row, levels, max_def, dict, &indices);
+        sink(page_levels, dict, &indices);
       } else if (h.encoding == encoding::rle && type == Physical::boolean) {
         if (values.size() < 4) throw ChunkError("RLE booleans end early");
         const std::uint32_t n = load_le32(values.data());
@@ -394,7 +400,7 @@ RawColumn decode_chunk(std::span<const std::byte> bytes, Physical type, Codec co
         v.count = present;
         v.fixed.resize(present);
         for (std::size_t i = 0; i < present; ++i) v.fixed[i] = std::byte(indices[i] & 1);
-        place(col, row, levels, max_def, v, nullptr);
+        sink(page_levels, v, nullptr);
       } else if (h.encoding == encoding::delta_binary_packed ||
                  h.encoding == encoding::delta_length_byte_array ||
                  h.encoding == encoding::delta_byte_array ||
@@ -412,18 +418,42 @@ RawColumn decode_chunk(std::span<const std::byte> bytes, Physical type, Codec co
         } else {
           delta_byte_array(values, present, v);
         }
-        place(col, row, levels, max_def, v, nullptr);
+        sink(page_levels, v, nullptr);
       } else {
         throw ChunkError(std::string("values in ") + encoding_name(h.encoding) + " (encoding " +
                          std::to_string(h.encoding) + "), which ferry does not read");
       }
-      row += count;
+      done += count;
     } catch (const thrift::ThriftError& e) {
       throw ChunkError(at + "corrupt page header: " + e.what());
     } catch (const ChunkError& e) {
       throw ChunkError(at + e.what());
     }
   }
+}
+
+RawColumn decode_chunk(std::span<const std::byte> bytes, Physical type, Codec codec, int max_def,
+                       std::size_t rows) {
+  RawColumn col;
+  col.rows = rows;
+  col.width = physical_width(type);
+  if (col.width == 0) col.offsets.assign(1, 0);
+  std::size_t row = 0;
+  decode_pages(bytes, type, codec, max_def, 0, rows,
+               [&](const PageLevels& levels, const Values& values,
+                   const std::vector<std::uint32_t>* indices) {
+                 const std::size_t count = levels.def.size();
+                 // The column grows page by page: what a forged row count claims is never
+                 // allocated.
+                 if (max_def > 0) col.valid.resize(row + count, 1);
+                 if (col.width != 0) {
+                   col.fixed.resize((row + count) * col.width, std::byte{0});
+                 } else {
+                   col.offsets.resize(row + count + 1, col.offsets.back());
+                 }
+                 place(col, row, levels.def, max_def, values, indices);
+                 row += count;
+               });
   // A chunk without nulls keeps no validity: a read then touches the values alone.
   if (std::find(col.valid.begin(), col.valid.end(), std::uint8_t{0}) == col.valid.end()) {
     col.valid = {};

@@ -9,11 +9,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <stdexcept>
 #include <vector>
 
 #include "datasets/table/parquet_format.hpp"
+#include "datasets/table/parquet_values.hpp"
 
 namespace ferry::detail::parquet {
 
@@ -33,11 +35,43 @@ struct RawColumn {
   std::vector<std::uint64_t> offsets;  ///< byte arrays: rows + 1
   std::vector<std::byte> bytes;
 
+  /// A list column's (decode_list_chunk()): `offsets` count values, not bytes (a row's values
+  /// are fixed[offsets[row] * width, offsets[row + 1] * width)); per row, its outer list's
+  /// length and whether a null lies inside it; the rows whose lists are not of the length
+  /// their shape gives.
+  bool list = false;
+  std::vector<std::uint32_t> lengths;
+  std::vector<std::uint8_t> null_inside;
+  struct WrongLength {
+    std::size_t row = 0;
+    std::size_t level = 0;  ///< the dimension, from 0
+    std::uint64_t length = 0;
+  };
+  std::vector<WrongLength> wrong;
+
   bool is_valid(std::size_t row) const noexcept { return valid.empty() || valid[row] != 0; }
   std::span<const std::byte> value(std::size_t row) const noexcept {
     return {bytes.data() + offsets[row], bytes.data() + offsets[row + 1]};
   }
 };
+
+/// One data page's levels: repetition (empty when the column repeats nothing) and definition
+/// levels, one each per value the page counts (nulls and empty lists included).
+struct PageLevels {
+  const std::vector<std::uint32_t>& rep;
+  const std::vector<std::uint32_t>& def;
+};
+/// What decode_pages() hands on of each data page: its levels, then its values, PLAIN (or
+/// another encoding's, decoded) or the dictionary with `indices` into it, one per definition
+/// level at its maximum.
+using PageSink = std::function<void(const PageLevels& levels, const Values& values,
+                                    const std::vector<std::uint32_t>* indices)>;
+
+/// Decodes the pages of `chunk` (as decode_chunk() says) up to `total` values counted by the
+/// pages' headers, handing each data page on to `sink`; levels are checked against `max_def`
+/// and `max_rep`. \throws ChunkError naming the page.
+void decode_pages(std::span<const std::byte> bytes, Physical type, Codec codec, int max_def,
+                  int max_rep, std::size_t total, const PageSink& sink);
 
 /// Bytes per value of a fixed-width physical type (boolean: 1, as decoded); 0 for byte arrays.
 std::size_t physical_width(Physical type) noexcept;

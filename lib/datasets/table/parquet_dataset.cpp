@@ -5,6 +5,7 @@
 #include <string>
 
 #include "datasets/table/parquet_ahead.hpp"
+#include "datasets/table/parquet_lists.hpp"
 #include "datasets/table/parquet_schema.hpp"
 #include "datasets/table/parquet_table.hpp"
 #include "ferry/error.hpp"
@@ -28,8 +29,9 @@ std::span<const std::byte> chunk_bytes(const ParquetFile& f, const parquet::Colu
 /// Narrows int32 values to 8 or 16 bits, in place (the column's declared width).
 template <class T>
 void narrow_int32(parquet::RawColumn& c) {
-  std::vector<std::byte> out(c.rows * sizeof(T));
-  for (std::size_t r = 0; r < c.rows; ++r) {
+  const std::size_t count = c.fixed.size() / 4;  // a list column's: all its rows' values
+  std::vector<std::byte> out(count * sizeof(T));
+  for (std::size_t r = 0; r < count; ++r) {
     std::int32_t v = 0;
     std::memcpy(&v, c.fixed.data() + r * 4, 4);
     const auto n = static_cast<T>(v);
@@ -79,6 +81,70 @@ std::size_t group_of(const ParquetTable& t, std::size_t index) noexcept {
                                   t.starts.begin() - 1);
 }
 
+/// "ParquetDataset: <file>: row <r>, column "<c>"".
+std::string at_row(const ParquetTable& t, std::size_t g, std::size_t row, std::size_t c) {
+  const TableGroup& tg = t.groups[g];
+  return std::string(kWho) + ": " + t.files[tg.file].name + ": row " +
+         std::to_string(tg.file_row + row) + ", column " + in_quotes(t.columns[c].name);
+}
+
+/// Row `row` (sample `index`) of list column c, of row group g, into `out`: its values; a null
+/// row or a null inside as TableOptions::missing says (Missing::nan fills a fixed shape of
+/// floats with NaN; a ragged list's null is an error, as ArrowDataset's).
+void read_list(const ParquetTable& t, std::size_t g, const parquet::RawColumn& v, std::size_t row,
+               std::size_t index, std::size_t c, const SampleRef& out) {
+  const TableColumn& col = t.columns[c];
+  const bool null_row = !v.is_valid(row);
+  if (!v.wrong.empty() && !null_row) {
+    const auto it = std::lower_bound(
+        v.wrong.begin(), v.wrong.end(), row,
+        [](const parquet::RawColumn::WrongLength& w, std::size_t r) { return w.row < r; });
+    if (it != v.wrong.end() && it->row == row) {
+      const TableGroup& tg = t.groups[g];
+      std::string shape;
+      for (const std::int64_t n : col.shape) {
+        shape += shape.empty() ? "(" : ", ";
+        shape += n < 0 ? "None" : std::to_string(n);
+      }
+      throw DataError(std::string(kWho) + ": " + t.files[tg.file].name + ": row group " +
+                      std::to_string(tg.group) + ", row " + std::to_string(tg.file_row + row) +
+                      ", column " + in_quotes(col.name) + ": a list of " +
+                      std::to_string(it->length) + " at dimension " + std::to_string(it->level) +
+                      " where its shape " + shape + ") has " +
+                      std::to_string(col.shape[it->level]));
+    }
+  }
+  if (null_row || v.null_inside[row] != 0) {
+    const bool floating = col.dtype == DType::f32 || col.dtype == DType::f64;
+    if (t.options.missing == Missing::nan && floating && !col.ragged()) {
+      const std::size_t n = out.nbytes(c) / dtype_size(col.dtype);
+      if (col.dtype == DType::f32) {
+        std::fill_n(out.as<float>(c), n, std::numeric_limits<float>::quiet_NaN());
+      } else {
+        std::fill_n(out.as<double>(c), n, std::numeric_limits<double>::quiet_NaN());
+      }
+      return;
+    }
+    throw DataError(at_row(t, g, row, c) + (null_row ? ": a null" : ": a null inside its values") +
+                    (floating && !col.ragged()
+                         ? std::string(" (TableOptions::missing is Missing::error)")
+                         : std::string(" (Missing::nan reads nulls only in float and categorical "
+                                       "columns of a fixed shape)")));
+  }
+  const std::size_t from = v.offsets[row] * v.width;
+  const std::size_t bytes = v.offsets[row + 1] * v.width - from;
+  if (col.ragged() && v.lengths[row] != col.lengths[index]) {
+    throw DataError(at_row(t, g, row, c) + ": " + std::to_string(v.lengths[row]) +
+                    " values where its length said " + std::to_string(col.lengths[index]) +
+                    " (the file changed?)");
+  }
+  if (bytes != out.nbytes(c)) {
+    throw DataError(at_row(t, g, row, c) + ": " + std::to_string(bytes) +
+                    " bytes of values where its shape makes " + std::to_string(out.nbytes(c)));
+  }
+  if (bytes > 0) std::memcpy(out.data(c), v.fixed.data() + from, bytes);
+}
+
 }  // namespace
 
 ParquetTable::ParquetTable() = default;
@@ -98,6 +164,11 @@ parquet::RawColumn ParquetTable::decode_raw(std::size_t g, std::size_t c,
   }
   chunks_decoded.fetch_add(1, std::memory_order_relaxed);
   try {
+    if (columns[c].kind == TableField::list) {
+      return parquet::decode_list_chunk(bytes, columns[c].physical, ch.codec, f.leaves[c].lists,
+                                        columns[c].shape, static_cast<std::size_t>(ch.num_values),
+                                        tg.rows);
+    }
     return parquet::decode_chunk(bytes, columns[c].physical, ch.codec, f.leaves[c].max_def,
                                  tg.rows);
   } catch (const parquet::ChunkError& e) {
@@ -127,7 +198,7 @@ std::shared_ptr<const DecodedGroup> ParquetTable::decode(std::size_t g) const {
     }
     parquet::RawColumn raw = decode_raw(g, c, bytes);
     const TableColumn& col = columns[c];
-    if (col.kind == TableField::scalar) {
+    if (col.kind == TableField::scalar || col.kind == TableField::list) {
       if (col.dtype == DType::i8 || col.dtype == DType::u8) {
         if (col.physical == parquet::Physical::int32) narrow_int32<std::int8_t>(raw);
       } else if (col.dtype == DType::i16 || col.dtype == DType::u16) {
@@ -224,6 +295,10 @@ void ParquetDataset::read(std::size_t index, SampleRef out) const {
   for (std::size_t c = 0; c < t.columns.size(); ++c) {
     const detail::TableColumn& col = t.columns[c];
     const detail::parquet::RawColumn& v = d->columns[c];
+    if (col.kind == TableField::list) {
+      detail::read_list(t, g, v, row, index, c, out);
+      continue;
+    }
     if (!v.is_valid(row)) {
       const bool nan = t.options.missing == Missing::nan;
       if (nan && col.kind == TableField::scalar && col.dtype == DType::f32) {
@@ -292,7 +367,9 @@ void ParquetDataset::prefetch(std::size_t index) const noexcept {
   }
   const std::size_t row = index - t.groups[g].first;
   for (const detail::parquet::RawColumn& c : d->columns) {
-    if (c.width != 0) {
+    if (c.list) {
+      __builtin_prefetch(c.offsets.data() + row);
+    } else if (c.width != 0) {
       __builtin_prefetch(c.fixed.data() + row * c.width);
     } else {
       __builtin_prefetch(c.offsets.data() + row);
@@ -332,7 +409,7 @@ void ParquetDataset::end_reads() const noexcept {
 
 std::int64_t ParquetDataset::length(std::size_t index, std::size_t field) const {
   const detail::ParquetTable& t = *table_;
-  if (field >= t.columns.size() || t.columns[field].kind != detail::TableField::bytes) {
+  if (field >= t.columns.size() || !t.columns[field].ragged()) {
     throw ConfigError(std::string(detail::kWho) + ": length() of field " + std::to_string(field) +
                       ", which is not ragged");
   }
@@ -345,7 +422,7 @@ std::int64_t ParquetDataset::length(std::size_t index, std::size_t field) const 
 
 std::int64_t ParquetDataset::max_length(std::size_t field) const {
   const detail::ParquetTable& t = *table_;
-  if (field >= t.columns.size() || t.columns[field].kind != detail::TableField::bytes) return -1;
+  if (field >= t.columns.size() || !t.columns[field].ragged()) return -1;
   return t.columns[field].max_length;
 }
 

@@ -175,6 +175,23 @@ FileMetaData parse_file_metadata(std::span<const std::byte> bytes) {
           m.row_groups.push_back(parse_row_group(r));
         });
         break;
+      case 5:  // key_value_metadata: KeyValue{1: key, 2: value}
+        each_element(r, f.type, [&](Type t) {
+          if (t != Type::strct) throw ThriftError("a key-value pair is not a struct");
+          std::string_view key;
+          std::string_view value;
+          each_field(r, [&](FieldHeader g) {
+            if (g.id == 1 && g.type == Type::binary) {
+              key = r.read_binary();
+            } else if (g.id == 2 && g.type == Type::binary) {
+              value = r.read_binary();
+            } else {
+              r.skip(g.type);
+            }
+          });
+          if (key == "ARROW:schema") m.arrow_schema = std::string(value);
+        });
+        break;
       default:
         r.skip(f.type);
     }
@@ -206,6 +223,8 @@ PageHeader parse_page_header(std::span<const std::byte> bytes, std::size_t& cons
             h.encoding = i32(r, g.type);
           } else if (g.id == 3) {
             h.def_encoding = i32(r, g.type);
+          } else if (g.id == 4) {
+            h.rep_encoding = i32(r, g.type);
           } else {
             r.skip(g.type);
           }

@@ -91,6 +91,9 @@ struct FileMetaData {
   std::vector<SchemaElement> schema;
   std::int64_t num_rows = 0;
   std::vector<RowGroup> row_groups;
+  /// The key-value metadata's ARROW:schema (base64 of the Arrow IPC Schema message the writer
+  /// wrote from); empty without.
+  std::string arrow_schema;
 };
 
 /// Decodes the footer's FileMetaData. \throws thrift::ThriftError saying what is wrong.
@@ -104,6 +107,7 @@ struct PageHeader {
   std::int32_t encoding = 0;
   // v1: the levels' encoding; v2: the levels' lengths and whether the values are compressed.
   std::int32_t def_encoding = encoding::rle;
+  std::int32_t rep_encoding = encoding::rle;
   std::int32_t num_nulls = 0;
   std::int32_t def_length = 0;
   std::int32_t rep_length = 0;

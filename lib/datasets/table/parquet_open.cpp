@@ -11,6 +11,7 @@
 
 #include "datasets/remote/remote_cache.hpp"
 #include "datasets/table/parquet_ahead.hpp"
+#include "datasets/table/parquet_lists.hpp"
 #include "datasets/table/parquet_schema.hpp"
 #include "datasets/table/parquet_table.hpp"
 #include "datasets/table/thrift_compact.hpp"
@@ -86,16 +87,52 @@ parquet::FileMetaData read_footer(const ParquetFile& f, std::size_t& data_end) {
 /// Where the values of column `c` lie when it is read as `kind`: its leaf and definition level;
 /// nothing for a column whose type it cannot be read as.
 std::optional<TableLeaf> column_leaf(const TopColumn& c, TableField kind) {
+  if (kind == TableField::list || c.depth() > 0) {
+    if (kind != TableField::list || c.depth() == 0 || !parquet::list_dtype(c)) return std::nullopt;
+    return TableLeaf{c.leaf, c.max_def, c.lists};
+  }
   if (kind == TableField::image) {
-    if (c.image_leaf >= 0) return TableLeaf{static_cast<std::size_t>(c.image_leaf), c.image_def};
+    if (c.image_leaf >= 0)
+      return TableLeaf{static_cast<std::size_t>(c.image_leaf), c.image_def, {}};
     if (c.nested || *c.element->type != parquet::Physical::byte_array) return std::nullopt;
   }
   if (!parquet::scalar_dtype(c)) return std::nullopt;
-  return TableLeaf{c.leaf, c.max_def};
+  return TableLeaf{c.leaf, c.max_def, {}};
+}
+
+/// The field of the stored Arrow schema named `name`, if any.
+const arrow::Field* arrow_field(const std::optional<std::vector<arrow::Field>>& schema,
+                                const std::string& name) {
+  if (!schema) return nullptr;
+  for (const arrow::Field& f : *schema) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+/// The shape of a list column (its dtype read too), from the file's stored Arrow schema.
+/// \throws ConfigError for lists that ferry does not read.
+std::vector<std::int64_t> list_column_shape(const TopColumn& c,
+                                            const std::optional<std::vector<arrow::Field>>& schema,
+                                            const std::string& file) {
+  const std::string what = std::string(kWho) + ": " + file + ": column " + in_quotes(c.name) +
+                           " is of type " + parquet::type_text(c);
+  std::optional<std::vector<std::int64_t>> shape;
+  if (parquet::list_dtype(c)) shape = parquet::list_shape(c, arrow_field(schema, c.name), what);
+  if (!shape) {
+    throw ConfigError(what + ", which ferry does not read" +
+                      (c.depth() > 1 && parquet::list_dtype(c)
+                           ? " (lists inside lists are read when the Arrow schema stored in the "
+                             "file (ARROW:schema) makes them fixed_size_list, all but the first)"
+                           : ""));
+  }
+  return *shape;
 }
 
 /// The field a column becomes. \throws ConfigError for a type not read.
-TableColumn map_column(const TopColumn& c, const TableOptions& o) {
+TableColumn map_column(const TopColumn& c, const TableOptions& o,
+                       const std::optional<std::vector<arrow::Field>>& schema,
+                       const std::string& file) {
   TableColumn col;
   col.name = c.name;
   if (listed(o.images, c.name)) {
@@ -109,8 +146,23 @@ TableColumn map_column(const TopColumn& c, const TableOptions& o) {
     col.dtype = DType::u8;
     return col;
   }
-  const auto dtype = parquet::scalar_dtype(c);
   const bool categorical = listed(o.categorical, c.name);
+  if (c.depth() > 0) {
+    col.shape = list_column_shape(c, schema, file);
+    if (categorical) {
+      throw ConfigError(std::string(kWho) + ": categorical column " + in_quotes(c.name) +
+                        " is of type " + parquet::type_text(c) +
+                        ", not text (BYTE_ARRAY): only text columns are categorical");
+    }
+    col.kind = TableField::list;
+    col.physical = *c.list_element->type;
+    col.dtype = *parquet::list_dtype(c);
+    for (std::size_t k = 1; k < col.shape.size(); ++k) {
+      col.per_element *= static_cast<std::size_t>(col.shape[k]);
+    }
+    return col;
+  }
+  const auto dtype = parquet::scalar_dtype(c);
   if (!dtype) {
     throw ConfigError(std::string(kWho) + ": column " + in_quotes(c.name) + " is of type " +
                       parquet::type_text(c) + ", which ferry does not read");
@@ -168,7 +220,8 @@ void check_chunks(const ParquetFile& f, std::size_t g, std::size_t data_end,
                       ") lie outside the file's data (bytes 4 to " + std::to_string(data_end) +
                       ")");
     }
-    if (ch.num_values != rg.num_rows) {
+    if (columns[c].kind == TableField::list ? ch.num_values < rg.num_rows
+                                            : ch.num_values != rg.num_rows) {
       throw DataError(where + "the chunk holds " + std::to_string(ch.num_values) + " values for " +
                       std::to_string(rg.num_rows) + " rows");
     }
@@ -185,6 +238,7 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
   } catch (const ChunkError& e) {
     throw DataError(FileLabel{kWho, f.name}.prefix() + "footer: " + e.what());
   }
+  const auto schema = parquet::stored_arrow_schema(meta.arrow_schema);
   std::set<std::string_view> names;
   for (const TopColumn& c : top) {
     if (!names.insert(c.name).second) {
@@ -211,11 +265,11 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
       }
     }
     if (o.columns.empty()) {
-      for (const TopColumn& c : top) t.columns.push_back(map_column(c, o));
+      for (const TopColumn& c : top) t.columns.push_back(map_column(c, o, schema, f.name));
     } else {
       for (const auto& name : o.columns) {
         for (const TopColumn& c : top) {
-          if (c.name == name) t.columns.push_back(map_column(c, o));
+          if (c.name == name) t.columns.push_back(map_column(c, o, schema, f.name));
         }
       }
     }
@@ -229,8 +283,12 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
     }
     const auto dtype = parquet::scalar_dtype(*it);
     const auto leaf = column_leaf(*it, col.kind);
-    if (!leaf || (col.kind != TableField::image && *it->element->type != col.physical) ||
-        (col.kind == TableField::scalar && *dtype != col.dtype)) {
+    const bool list = col.kind == TableField::list;
+    if (!leaf ||
+        (list ? *it->list_element->type != col.physical || parquet::list_dtype(*it) != col.dtype ||
+                    list_column_shape(*it, schema, f.name) != col.shape
+              : (col.kind != TableField::image && *it->element->type != col.physical) ||
+                    (col.kind == TableField::scalar && *dtype != col.dtype))) {
       throw ConfigError(std::string(kWho) + ": " + f.name + ": column " + in_quotes(col.name) +
                         " is of type " + parquet::type_text(*it) + ", not as in " +
                         t.files[0].name);
@@ -253,14 +311,23 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
 void scan_rows(ParquetTable& t) {
   for (std::size_t c = 0; c < t.columns.size(); ++c) {
     TableColumn& col = t.columns[c];
-    if (col.kind == TableField::scalar || col.kind == TableField::image) continue;
+    if (col.kind == TableField::scalar || col.kind == TableField::image ||
+        (col.kind == TableField::list && !col.ragged())) {
+      continue;
+    }
     std::set<std::string, std::less<>> distinct;
     for (std::size_t g = 0; g < t.groups.size(); ++g) {
       // A URL's chunk, kept for the row group's first decode.
       const bool remote = t.files[t.groups[g].file].remote != nullptr;
       std::vector<std::byte> bytes = remote ? t.fetch_chunk(g, c) : std::vector<std::byte>{};
       const parquet::RawColumn raw = t.decode_raw(g, c, bytes);
-      for (std::size_t r = 0; r < raw.rows; ++r) {
+      if (col.kind == TableField::list) {
+        col.lengths.insert(col.lengths.end(), raw.lengths.begin(), raw.lengths.end());
+        for (const std::uint32_t n : raw.lengths) {
+          col.max_length = std::max<std::int64_t>(col.max_length, n);
+        }
+      }
+      for (std::size_t r = 0; r < raw.rows && col.kind != TableField::list; ++r) {
         const auto v = raw.value(r);
         if (col.kind == TableField::bytes) {
           if (v.size() > std::numeric_limits<std::uint32_t>::max()) {
@@ -314,6 +381,7 @@ std::unique_ptr<ParquetTable> open_parquet(std::vector<std::filesystem::path> fi
     }
     FieldSpec f{col.name, col.dtype, {}};
     if (col.kind == TableField::bytes) f.shape = {ragged};
+    if (col.kind == TableField::list) f.shape = col.shape;  // -1 is `ragged`
     t->fields.push_back(std::move(f));
   }
   scan_rows(*t);

@@ -91,6 +91,58 @@ void find_image(const std::vector<SchemaElement>& s, std::size_t i, std::size_t 
   col.image_def = (g.repetition == 1 ? 1 : 0) + (kids[at]->repetition == 1 ? 1 : 0);
 }
 
+bool is_list_group(const SchemaElement& e) {
+  return e.num_children == 1 && !e.type && e.repetition != 2 &&
+         (e.logical.which == 3 || (e.logical.which == 0 && e.converted && *e.converted == 3));
+}
+
+/// The levels of the list at s[i] (a LIST group, or a repeated primitive), whose parent's
+/// definition level is `def`, into col.lists; false for a shape that is not a list of numbers
+/// or of such lists (a struct element, a map). The backward-compatibility rules of the
+/// specification's LogicalTypes.md decide which element is the list's.
+bool list_levels(const std::vector<SchemaElement>& s, std::size_t i, int def, TopColumn& col,
+                 int depth) {
+  if (depth > 8 || i >= s.size()) return false;
+  const SchemaElement& e = s[i];
+  if (e.repetition == 2) {  // a repeated primitive: a required list of required values
+    if (e.num_children != 0 || !e.type) return false;
+    col.lists.defined.push_back(def);
+    col.lists.filled.push_back(def + 1);
+    col.lists.value_def = def + 1;
+    col.list_element = &e;
+    return true;
+  }
+  if (!is_list_group(e) || i + 1 >= s.size()) return false;
+  const int defined = def + (e.repetition == 1 ? 1 : 0);
+  const SchemaElement& rep = s[i + 1];
+  if (rep.repetition != 2) return false;
+  col.lists.defined.push_back(defined);
+  col.lists.filled.push_back(defined + 1);
+  if (rep.num_children == 0) {  // 2-level: the repeated field is the element, required
+    if (!rep.type) return false;
+    col.lists.value_def = defined + 1;
+    col.list_element = &rep;
+    return true;
+  }
+  // A repeated group of several fields, or named "array" or "<list>_tuple", is the element
+  // itself: a struct, not read.
+  if (rep.num_children != 1 || rep.name == "array" || rep.name == e.name + "_tuple" ||
+      i + 2 >= s.size()) {
+    return false;
+  }
+  const SchemaElement& el = s[i + 2];
+  if (el.repetition == 2) return false;
+  const int el_def = defined + 1 + (el.repetition == 1 ? 1 : 0);
+  if (el.num_children == 0) {
+    if (!el.type) return false;
+    col.lists.value_def = el_def;
+    col.list_element = &el;
+    return true;
+  }
+  if (!is_list_group(el)) return false;
+  return list_levels(s, i + 2, defined + 1, col, depth + 1);
+}
+
 }  // namespace
 
 std::vector<TopColumn> top_columns(const std::vector<SchemaElement>& schema, std::size_t& leaves) {
@@ -109,6 +161,11 @@ std::vector<TopColumn> top_columns(const std::vector<SchemaElement>& schema, std
     col.nested = schema[i].num_children != 0 || !schema[i].type || schema[i].repetition == 2;
     col.max_def = schema[i].repetition == 1 ? 1 : 0;
     if (schema[i].num_children > 0) find_image(schema, i, leaves, col);
+    if (col.nested && !list_levels(schema, i, 0, col, 0)) {
+      col.lists = {};
+      col.list_element = nullptr;
+    }
+    if (col.depth() > 0) col.max_def = col.lists.value_def;
     i = skip_tree(schema, i, leaves, 0);
     out.push_back(std::move(col));
   }
@@ -167,6 +224,15 @@ void check_column_lists(const TableOptions& o, const std::string& who) {
 }
 
 std::string type_text(const TopColumn& column) {
+  if (column.list_element != nullptr) {  // list<list<INT32 (INTEGER(8, signed))>>
+    TopColumn element;
+    element.element = column.list_element;
+    std::string text;
+    for (std::size_t k = 0; k < column.depth(); ++k) text += "list<";
+    text += type_text(element);
+    for (std::size_t k = 0; k < column.depth(); ++k) text += '>';
+    return text;
+  }
   const SchemaElement& e = *column.element;
   std::string text;
   if (column.nested) {
@@ -201,6 +267,15 @@ std::string type_text(const TopColumn& column) {
     text += ')';
   }
   return text;
+}
+
+std::optional<DType> list_dtype(const TopColumn& column) {
+  if (column.list_element == nullptr || *column.list_element->type == Physical::byte_array) {
+    return std::nullopt;
+  }
+  TopColumn element;
+  element.element = column.list_element;
+  return scalar_dtype(element);
 }
 
 std::optional<DType> scalar_dtype(const TopColumn& column) {

@@ -16,6 +16,17 @@
 
 namespace ferry::detail::parquet {
 
+/// A list column's levels (the Parquet specification's "Nested Encoding"): for each level of
+/// lists, outermost first, the definition level from which that list is there (below it: a
+/// null list) and the one from which it holds an element (below it: an empty list); a value
+/// is there at `value_def` (between the last `filled` and it: a null element). The repetition
+/// level of list k (from 0) is k + 1.
+struct ListLevels {
+  std::vector<int> defined;
+  std::vector<int> filled;
+  int value_def = 0;
+};
+
 struct TopColumn {
   std::string name;
   std::size_t leaf = 0;  ///< its first column chunk
@@ -26,6 +37,12 @@ struct TopColumn {
   /// `bytes` leaf and that leaf's definition level (-1: the column is not such a struct).
   std::ptrdiff_t image_leaf = -1;
   int image_def = 0;
+  /// A list (a LIST-annotated group, in the 3-level form or a legacy 2-level one, or a repeated
+  /// primitive), lists of lists included: its levels and its values' element; depth 0 for any
+  /// other column.
+  ListLevels lists;
+  const SchemaElement* list_element = nullptr;
+  std::size_t depth() const noexcept { return lists.defined.size(); }
 };
 
 /// The top-level columns of `schema`. \throws ChunkError for a schema that is not a tree
@@ -51,5 +68,9 @@ std::string type_text(const TopColumn& column);
 /// The dtype of a column read as numbers, or nothing for a type ferry does not read (byte
 /// arrays answer u8: their bytes).
 std::optional<DType> scalar_dtype(const TopColumn& column);
+
+/// The dtype of a list column's values: a number that scalar_dtype() reads (not bytes), or
+/// nothing.
+std::optional<DType> list_dtype(const TopColumn& column);
 
 }  // namespace ferry::detail::parquet

@@ -20,6 +20,7 @@
 #include "datasets/table/parquet_cache.hpp"
 #include "datasets/table/parquet_chunk.hpp"
 #include "datasets/table/parquet_format.hpp"
+#include "datasets/table/parquet_schema.hpp"
 #include "ferry/dataset.hpp"
 #include "ferry/export.hpp"
 #include "ferry/table.hpp"
@@ -32,6 +33,7 @@ enum class TableField {
   bytes,        ///< ragged u8 [L]: the bytes as stored
   categorical,  ///< i64 [] codes into `categories`
   image,        ///< u8 image_shape(): a BYTE_ARRAY or an Image struct's `bytes`, decoded
+  list,         ///< a list (lists of lists) of numbers: dtype `shape` (ragged first or fixed)
 };
 
 /// A column read, as the first file declares it.
@@ -41,14 +43,23 @@ struct TableColumn {
   TableField kind = TableField::scalar;
   DType dtype = DType::i32;
   std::vector<std::string> categories;  ///< sorted; categorical only
-  std::vector<std::uint32_t> lengths;   ///< per sample; bytes only
-  std::int64_t max_length = 0;          ///< bytes only
+  std::vector<std::uint32_t> lengths;   ///< per sample; bytes and ragged lists only
+  std::int64_t max_length = 0;          ///< bytes and ragged lists only
+  /// list only: per level of lists its length (-1: ragged, the first level only), and the
+  /// values in one element of the first level (the product of the others).
+  std::vector<std::int64_t> shape;
+  std::size_t per_element = 1;
+  bool ragged() const noexcept {
+    return kind == TableField::bytes || (!shape.empty() && shape[0] < 0);
+  }
 };
 
-/// Where a column lies in one file: its leaf (column chunk index) and definition level.
+/// Where a column lies in one file: its leaf (column chunk index) and definition level; a list
+/// column's levels.
 struct TableLeaf {
   std::size_t leaf = 0;
   int max_def = 0;
+  parquet::ListLevels lists;
 };
 
 struct ParquetFile {

@@ -1,0 +1,536 @@
+// ParquetDataset's list columns, against files it did not write: tests/table/write_lists.js
+// writes them with apache-arrow and parquet-wasm (the Rust Parquet writer, which stores the
+// Arrow schema in ARROW:schema). Row r of every file holds values computed from r, which the
+// expected() function below computes the same way. The levels' decoder is also run on pages
+// built here by hand, for what that writer never writes (a row that spans two pages v1, levels
+// that make no rows).
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "datasets/table/parquet_format.hpp"
+#include "datasets/table/parquet_lists.hpp"
+#include "expect_error.hpp"
+#include "ferry/ferry.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using ferry::ConfigError;
+using ferry::DataError;
+using ferry::DType;
+using ferry::ParquetDataset;
+using ferry::TableOptions;
+using ferry::testing::expect_error;
+
+constexpr std::size_t kRows = 60;
+
+/// Row r's values of a column of the lists_* files, flattened, and its length (ragged columns:
+/// the outer list's).
+struct Expected {
+  std::vector<double> values;
+  std::int64_t length = 0;
+};
+Expected expected(const std::string& column, std::size_t r) {
+  Expected e;
+  const auto rd = static_cast<double>(r);
+  const auto d = [](std::size_t x) { return static_cast<double>(x); };
+  if (column == "li") {
+    e.length = static_cast<std::int64_t>(r % 5);
+    for (std::size_t k = 0; k < r % 5; ++k) e.values.push_back(rd * 10 + d(k) - 100.0);
+  } else if (column == "lf") {
+    e.length = static_cast<std::int64_t>((r * 3) % 4);
+    for (std::size_t k = 0; k < (r * 3) % 4; ++k) e.values.push_back(rd + d(k) * 0.25);
+  } else if (column == "ll") {
+    e.length = static_cast<std::int64_t>(r % 3);
+    for (std::size_t k = 0; k < r % 3; ++k) e.values.push_back(rd * 1e12 + d(k) - 7.0);
+  } else if (column == "l8") {
+    e.length = static_cast<std::int64_t>(r % 2 + 1);
+    for (std::size_t k = 0; k < r % 2 + 1; ++k) {
+      e.values.push_back(static_cast<double>(static_cast<int>((r + k * 50) % 256) - 128));
+    }
+  } else if (column == "f4") {
+    for (std::size_t k = 0; k < 4; ++k) e.values.push_back(rd + d(k) * 0.5);
+  } else if (column == "a2") {
+    for (std::size_t i = 0; i < 2; ++i) {
+      for (std::size_t j = 0; j < 3; ++j) e.values.push_back(rd * 10 + d(i) * 3.0 + d(j));
+    }
+  } else if (column == "lr") {
+    e.length = static_cast<std::int64_t>(r % 3);
+    for (std::size_t i = 0; i < r % 3; ++i) {
+      for (std::size_t j = 0; j < 3; ++j) e.values.push_back(rd - d(i) * 3.0 - d(j));
+    }
+  } else if (column == "id") {
+    e.values.push_back(rd);
+  }
+  return e;
+}
+
+double as_double(const ferry::Tensor& t, std::size_t i) {
+  switch (t.dtype()) {
+    case DType::i8:
+      return t.data<std::int8_t>()[i];
+    case DType::i32:
+      return t.data<std::int32_t>()[i];
+    case DType::i64:
+      return static_cast<double>(t.data<std::int64_t>()[i]);
+    case DType::f32:
+      return t.data<float>()[i];
+    case DType::f64:
+      return t.data<double>()[i];
+    default:
+      ADD_FAILURE() << "a dtype not in these files";
+      return 0;
+  }
+}
+
+/// Sample j's values of field `name` in batch b: a ragged field's rows (padded or packed),
+/// or a fixed field's whole slot.
+std::vector<double> values_of(const ferry::Batch& b, const std::string& name, std::size_t j,
+                              bool ragged, bool packed) {
+  const ferry::Tensor& t = b[name];
+  std::size_t inner = 1;  // values per row of the first dimension
+  for (std::size_t d = ragged ? (packed ? 1 : 2) : 1; d < t.shape().size(); ++d) {
+    inner *= static_cast<std::size_t>(t.shape()[d]);
+  }
+  std::size_t first = 0;
+  std::size_t count = inner;
+  if (ragged && packed) {
+    const ferry::Tensor& off = b.offsets(name);
+    first = static_cast<std::size_t>(off.data<std::int32_t>()[j]) * inner;
+    count = static_cast<std::size_t>(off.data<std::int32_t>()[j + 1]) * inner - first;
+    EXPECT_EQ(static_cast<std::int64_t>(count / inner), b.lengths(name).data<std::int64_t>()[j]);
+  } else if (ragged) {
+    first = j * static_cast<std::size_t>(t.shape()[1]) * inner;
+    count = static_cast<std::size_t>(b.lengths(name).data<std::int64_t>()[j]) * inner;
+  } else {
+    first = j * inner;
+  }
+  std::vector<double> v;
+  for (std::size_t i = 0; i < count; ++i) v.push_back(as_double(t, first + i));
+  return v;
+}
+
+class ParquetLists : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const fs::path writer = fs::path(FERRY_SOURCE_DIR) / "tests/table";
+    if (!fs::exists(writer / "node_modules/parquet-wasm") ||
+        !fs::exists(writer / "node_modules/apache-arrow")) {
+      skip_ = "the Parquet writer is not installed (scripts/setup runs npm ci in tests/table)";
+      return;
+    }
+    if (std::system("node --version >/dev/null 2>&1") != 0) {
+      skip_ = "node is not installed";
+      return;
+    }
+    dir_ = fs::temp_directory_path() / ("ferry_parquet_lists_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    const std::string cmd =
+        "node '" + (writer / "write_lists.js").string() + "' '" + dir_.string() + "' >/dev/null";
+    if (std::system(cmd.c_str()) != 0) skip_ = "write_lists.js failed: " + cmd;
+  }
+  static void TearDownTestSuite() {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+  void SetUp() override {
+    if (!skip_.empty()) GTEST_SKIP() << skip_;
+  }
+
+  static fs::path file(const std::string& name) { return dir_ / name; }
+
+  static ferry::LoaderOptions loader_options(std::size_t batch, bool shuffle, int workers) {
+    ferry::LoaderOptions lo;
+    lo.batch_size = batch;
+    lo.shuffle = shuffle;
+    lo.seed = 11;
+    lo.workers = workers;
+    lo.autotune = false;
+    lo.device = ferry::Device::cpu();
+    return lo;
+  }
+
+  static std::string skip_;
+  static fs::path dir_;
+};
+std::string ParquetLists::skip_;
+fs::path ParquetLists::dir_;
+
+const std::vector<std::string> kColumns = {"id", "li", "lf", "ll", "l8", "f4", "a2", "lr"};
+bool is_ragged(const std::string& c) { return c != "id" && c != "f4" && c != "a2"; }
+
+/// Every value of every sample of epochs 0 and 1, each sample once an epoch.
+void expect_all_rows(const std::shared_ptr<ParquetDataset>& ds, const ferry::LoaderOptions& lo,
+                     const std::string& what) {
+  const bool packed = lo.ragged == ferry::RaggedBatch::pack;
+  ferry::Loader loader(ds, lo);
+  for (std::uint64_t epoch = 0; epoch < 2; ++epoch) {
+    std::set<std::uint64_t> seen;
+    std::vector<std::uint64_t> order;
+    for (const ferry::Batch& b : loader.epoch(epoch)) {
+      for (std::size_t j = 0; j < b.size(); ++j) {
+        const std::uint64_t r = b.indices()[j];
+        order.push_back(r);
+        ASSERT_TRUE(seen.insert(r).second) << what << ": row " << r << " twice";
+        for (const std::string& c : kColumns) {
+          const Expected e = expected(c, r);
+          ASSERT_EQ(values_of(b, c, j, is_ragged(c), packed), e.values)
+              << what << ", epoch " << epoch << ", row " << r << ", column " << c;
+          if (is_ragged(c)) {
+            EXPECT_EQ(b.lengths(c).data<std::int64_t>()[j], e.length) << what << " " << c;
+          }
+        }
+      }
+    }
+    EXPECT_EQ(seen.size(), kRows) << what;
+    if (!lo.shuffle) {
+      for (std::size_t i = 0; i < order.size(); ++i) ASSERT_EQ(order[i], i) << what;
+    } else {
+      EXPECT_FALSE(std::is_sorted(order.begin(), order.end())) << what << ": not shuffled";
+    }
+  }
+}
+
+TEST_F(ParquetLists, ListsAreRaggedAndFixedSizeListsTakeTheirShape) {
+  const auto ds = ParquetDataset::open({file("lists_dict_v1.parquet")});
+  ASSERT_EQ(ds->size(), kRows);
+  EXPECT_EQ(ds->num_row_groups(), 4U);  // 16 rows a group
+  const auto fields = ds->fields();
+  ASSERT_EQ(fields.size(), kColumns.size());
+  using Shape = std::vector<std::int64_t>;
+  const DType dtypes[] = {DType::i64, DType::i32, DType::f32, DType::i64,
+                          DType::i8,  DType::f32, DType::f32, DType::f64};
+  const Shape shapes[] = {{},  {ferry::ragged}, {ferry::ragged},   {ferry::ragged}, {ferry::ragged},
+                          {4}, {2, 3},          {ferry::ragged, 3}};
+  for (std::size_t f = 0; f < fields.size(); ++f) {
+    EXPECT_EQ(fields[f].name, kColumns[f]);
+    EXPECT_EQ(fields[f].dtype, dtypes[f]) << kColumns[f];
+    EXPECT_EQ(fields[f].shape, shapes[f]) << kColumns[f];
+  }
+  // Lengths, known at open: a ragged column's outer list, row by row.
+  for (const std::size_t f : {1U, 2U, 3U, 4U, 7U}) {
+    std::int64_t most = 0;
+    for (std::size_t r = 0; r < kRows; ++r) {
+      EXPECT_EQ(ds->length(r, f), expected(kColumns[f], r).length) << kColumns[f] << " row " << r;
+      most = std::max(most, expected(kColumns[f], r).length);
+    }
+    EXPECT_EQ(ds->max_length(f), most) << kColumns[f];
+  }
+  EXPECT_EQ(ds->max_length(5), -1);  // a fixed shape
+  EXPECT_THROW(static_cast<void>(ds->length(0, 6)), ConfigError);
+}
+
+TEST_F(ParquetLists, EveryValueInPagesV1AndV2WithAndWithoutADictionaryPaddedOrPacked) {
+  for (const std::string name : {"lists_dict_v1.parquet", "lists_dict_v2.parquet",
+                                 "lists_plain_v1.parquet", "lists_plain_v2.parquet"}) {
+    const auto ds = ParquetDataset::open({file(name)});
+    ASSERT_EQ(ds->size(), kRows) << name;
+    expect_all_rows(ds, loader_options(16, false, 1), name + " in order");
+    expect_all_rows(ds, loader_options(7, true, 2), name + " shuffled, padded");
+    ferry::LoaderOptions lo = loader_options(5, true, 3);
+    lo.ragged = ferry::RaggedBatch::pack;
+    expect_all_rows(ds, lo, name + " shuffled, packed");
+  }
+}
+
+TEST_F(ParquetLists, AListColumnReadByRangesFromAUrl) {
+  const std::string url = "file://" + file("lists_plain_v2.parquet").string();
+  const auto ds = ParquetDataset::open({url});
+  ASSERT_EQ(ds->size(), kRows);
+  expect_all_rows(ds, loader_options(6, true, 2), url);
+}
+
+/// The rows an epoch delivers under ErrorPolicy::skip, in order.
+std::vector<std::uint64_t> rows_kept(const std::shared_ptr<ParquetDataset>& ds) {
+  ferry::LoaderOptions lo;
+  lo.batch_size = 4;
+  lo.workers = 1;
+  lo.autotune = false;
+  lo.device = ferry::Device::cpu();
+  lo.on_error = ferry::ErrorPolicy::skip;
+  ferry::Loader loader(ds, lo);
+  std::vector<std::uint64_t> rows;
+  for (const ferry::Batch& b : loader.epoch(0)) {
+    for (std::size_t j = 0; j < b.size(); ++j) rows.push_back(b.indices()[j]);
+  }
+  return rows;
+}
+
+std::vector<std::uint64_t> rows_but(const std::function<bool(std::uint64_t)>& out) {
+  std::vector<std::uint64_t> rows;
+  for (std::uint64_t r = 0; r < kRows; ++r) {
+    if (!out(r)) rows.push_back(r);
+  }
+  return rows;
+}
+
+void read_all(const std::shared_ptr<ParquetDataset>& ds) {
+  ferry::LoaderOptions lo;
+  lo.batch_size = 1;
+  lo.workers = 1;
+  lo.autotune = false;
+  lo.device = ferry::Device::cpu();
+  ferry::Loader loader(ds, lo);
+  for (const ferry::Batch& b : loader.epoch(0)) (void)b;
+}
+
+TEST_F(ParquetLists, NullListsAndNullElementsFollowMissing) {
+  const std::string name = "lists_nulls.parquet";
+  TableOptions o;
+  o.columns = {"lf"};  // no null: every row
+  EXPECT_EQ(rows_kept(ParquetDataset::open({file(name)}, o)), rows_but([](auto) { return false; }));
+  // A ragged list: a null row, or a null inside, is an error under either Missing.
+  o.columns = {"li"};
+  for (const auto missing : {ferry::Missing::error, ferry::Missing::nan}) {
+    o.missing = missing;
+    const auto ds = ParquetDataset::open({file(name)}, o);
+    EXPECT_EQ(ds->length(3, 0), 0);  // a null row's length
+    expect_error<DataError>([&] { read_all(ds); },
+                            {"ParquetDataset", name, "row 3", "\"li\"", "a null",
+                             "Missing::nan reads nulls only in float"});
+    const auto li_null = [](std::uint64_t r) { return r % 7 == 3 || r % 11 == 5; };
+    EXPECT_EQ(rows_kept(ds), rows_but(li_null));
+  }
+  o.columns = {"li"};
+  o.missing = ferry::Missing::error;
+  {
+    const auto ds = ParquetDataset::open({file(name)}, o);
+    ferry::Loader loader(ds, loader_options(1, false, 1));
+    auto epoch = loader.epoch(0);
+    auto it = epoch.begin();
+    for (int r = 0; r < 2; ++r) ++it;  // rows 1, 2; row 3 is null
+    expect_error<DataError>([&] { ++it; }, {name, "row 3", "\"li\""});
+  }
+  // A fixed shape of floats under Missing::nan: the whole slot NaN for a null row or a null
+  // inside; under Missing::error, those rows are errors.
+  o.columns = {"f4"};
+  o.missing = ferry::Missing::nan;
+  const auto f4_null = [](std::uint64_t r) { return r % 5 == 2 || r % 6 == 1; };
+  {
+    const auto ds = ParquetDataset::open({file(name)}, o);
+    ferry::Loader loader(ds, loader_options(5, true, 2));
+    std::size_t rows = 0;
+    for (const ferry::Batch& b : loader.epoch(0)) {
+      for (std::size_t j = 0; j < b.size(); ++j, ++rows) {
+        const std::uint64_t r = b.indices()[j];
+        const auto v = values_of(b, "f4", j, false, false);
+        ASSERT_EQ(v.size(), 4U);
+        if (f4_null(r)) {
+          for (const double x : v) EXPECT_TRUE(std::isnan(x)) << "row " << r;
+        } else {
+          EXPECT_EQ(v, expected("f4", r).values) << "row " << r;
+        }
+      }
+    }
+    EXPECT_EQ(rows, kRows);
+  }
+  o.missing = ferry::Missing::error;
+  {
+    const auto ds = ParquetDataset::open({file(name)}, o);
+    expect_error<DataError>([&] { read_all(ds); },
+                            {name, "row 1", "\"f4\"", "a null inside", "Missing::error"});
+    EXPECT_EQ(rows_kept(ds), rows_but(f4_null));
+  }
+  // Integers have no NaN: a null row is an error under Missing::nan too.
+  o.columns = {"i2"};
+  o.missing = ferry::Missing::nan;
+  {
+    const auto ds = ParquetDataset::open({file(name)}, o);
+    EXPECT_EQ(ds->fields()[0].shape, std::vector<std::int64_t>{2});
+    expect_error<DataError>([&] { read_all(ds); },
+                            {name, "row 4", "\"i2\"", "a null", "only in float"});
+    EXPECT_EQ(rows_kept(ds), rows_but([](std::uint64_t r) { return r % 9 == 4; }));
+  }
+}
+
+TEST_F(ParquetLists, ARowOfAFixedSizeListWithAnotherLengthIsADataErrorNamingIt) {
+  // wrong_list.parquet's stored Arrow schema says fixed_size_list<float>[4]; row 13 holds 3.
+  const std::string name = "wrong_list.parquet";
+  const auto ds = ParquetDataset::open({file(name)});
+  ASSERT_EQ(ds->fields()[0].shape, std::vector<std::int64_t>{4});
+  expect_error<DataError>([&] { read_all(ds); },
+                          {"ParquetDataset", name, "row group 0", "row 13", "\"v\"",
+                           "a list of 3 at dimension 0", "shape (4) has 4"});
+  EXPECT_EQ(rows_kept(ds), rows_but([](std::uint64_t r) { return r == 13; }));
+}
+
+std::vector<char> read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+TEST_F(ParquetLists, CorruptRepetitionLevelsAreADataErrorNamingThePage) {
+  // lists_one.parquet: one column, uncompressed PLAIN pages v1, no dictionary: its first page
+  // header starts at byte 4, its body with the repetition levels' length, then their runs:
+  // made one RLE run of the page's count of 1s, the chunk's first value continues a row.
+  const std::string name = "lists_one.parquet";
+  std::vector<char> bytes = read_file(file(name));
+  std::size_t header = 0;
+  const auto h = ferry::detail::parquet::parse_page_header(
+      std::as_bytes(std::span<const char>(bytes).subspan(4)), header);
+  ASSERT_EQ(h.type, 0);  // a data page v1
+  const std::size_t body = 4 + header;
+  std::uint32_t rep_length = 0;
+  std::memcpy(&rep_length, bytes.data() + body, 4);
+  ASSERT_GE(rep_length, 2U);
+  ASSERT_LT(h.num_values, 64);
+  bytes[body + 4] = static_cast<char>(h.num_values << 1);  // an RLE run of every level
+  bytes[body + 5] = 0x01;                                  // of repetition level 1
+  const fs::path bad = dir_ / "lists_one_bad.parquet";
+  std::ofstream(bad, std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  expect_error<DataError>([&] { static_cast<void>(ParquetDataset::open({bad})); },
+                          {"ParquetDataset", "lists_one_bad.parquet", "row group 0", "\"li\"",
+                           "page 0", "the first value continues a row"});
+  // A repetition level above the column's one (1): a run of 3s.
+  bytes[body + 5] = 0x03;
+  std::ofstream(bad, std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  expect_error<DataError>([&] { static_cast<void>(ParquetDataset::open({bad})); },
+                          {"lists_one_bad.parquet", "\"li\"", "page 0", "level"});
+}
+
+TEST_F(ParquetLists, MapsStructsListsOfVaryingListsAndListsOfTextAreConfigErrors) {
+  const std::string name = "lists_other.parquet";
+  TableOptions o;
+  o.columns = {"id", "ll"};
+  expect_error<ConfigError>([&] { static_cast<void>(ParquetDataset::open({file(name)}, o)); },
+                            {"\"ll\"", "list<list<INT32", "lists inside lists"});
+  o.columns = {"ls"};
+  expect_error<ConfigError>([&] { static_cast<void>(ParquetDataset::open({file(name)}, o)); },
+                            {"\"ls\"", "list<BYTE_ARRAY (STRING)>", "does not read"});
+  o.columns = {"st"};
+  expect_error<ConfigError>([&] { static_cast<void>(ParquetDataset::open({file(name)}, o)); },
+                            {"\"st\"", "group", "does not read"});
+  o.columns = {"li"};
+  o.categorical = {"li"};
+  expect_error<ConfigError>(
+      [&] { static_cast<void>(ParquetDataset::open({file("lists_dict_v1.parquet")}, o)); },
+      {"\"li\"", "only text columns are categorical"});
+  o.columns = {"id"};
+  o.categorical = {};
+  EXPECT_EQ(ParquetDataset::open({file(name)}, o)->size(), kRows);
+}
+
+// Pages built here: the Thrift compact protocol's page header, and RLE runs of one level each.
+struct PageWriter {
+  std::vector<std::byte> out;
+  void byte(unsigned b) { out.push_back(static_cast<std::byte>(b)); }
+  void varint(std::uint64_t v) {
+    for (; v >= 0x80; v >>= 7) byte(static_cast<unsigned>((v & 0x7f) | 0x80));
+    byte(static_cast<unsigned>(v));
+  }
+  void i32(int delta, std::int32_t v) {  // a field `delta` ids after the last, i32
+    byte(static_cast<unsigned>((delta << 4) | 5));
+    varint(static_cast<std::uint64_t>((static_cast<std::uint32_t>(v) << 1) ^
+                                      static_cast<std::uint32_t>(v >> 31)));
+  }
+  static std::vector<std::byte> runs(const std::vector<unsigned>& levels) {
+    std::vector<std::byte> r;
+    for (const unsigned l : levels) {
+      r.push_back(std::byte{0x02});
+      r.push_back(static_cast<std::byte>(l));
+    }
+    return r;
+  }
+  /// A data page v1 of PLAIN int32 values.
+  void page(const std::vector<unsigned>& rep, const std::vector<unsigned>& def,
+            const std::vector<std::int32_t>& values) {
+    std::vector<std::byte> body;
+    for (const auto* levels : {&rep, &def}) {
+      const auto r = runs(*levels);
+      const auto n = static_cast<std::uint32_t>(r.size());
+      for (int i = 0; i < 4; ++i) body.push_back(static_cast<std::byte>((n >> (8 * i)) & 0xff));
+      body.insert(body.end(), r.begin(), r.end());
+    }
+    for (const std::int32_t v : values) {
+      const auto* p = reinterpret_cast<const std::byte*>(&v);
+      body.insert(body.end(), p, p + 4);
+    }
+    const auto size = static_cast<std::int32_t>(body.size());
+    i32(1, 0);  // type: DATA_PAGE
+    i32(1, size);
+    i32(1, size);
+    byte(0x2c);  // field 5, a struct: DataPageHeader
+    i32(1, static_cast<std::int32_t>(rep.size()));
+    i32(1, 0);  // PLAIN
+    i32(1, 3);  // RLE definition levels
+    i32(1, 3);  // RLE repetition levels
+    byte(0);    // its end
+    byte(0);    // the header's end
+    out.insert(out.end(), body.begin(), body.end());
+  }
+};
+
+TEST(ParquetListLevels, ARowSpanningTwoPagesV1NullsAndEmptyListsBecomeTheirRows) {
+  // optional group (LIST) { repeated group list { optional int32 element } }: definition 0 a
+  // null list, 1 an empty one, 2 a null element, 3 a value; repetition 1 continues a list.
+  namespace pq = ferry::detail::parquet;
+  const pq::ListLevels levels{{1}, {2}, 3};
+  PageWriter w;
+  w.page({0, 1}, {3, 3}, {1, 2});                    // row 0: [1, 2, ...
+  w.page({1, 0, 0, 0, 1}, {3, 1, 0, 3, 2}, {3, 4});  // ... 3], [], null, [4, null]
+  const auto col = pq::decode_list_chunk(w.out, pq::Physical::int32, pq::Codec::uncompressed,
+                                         levels, {-1}, 7, 4);
+  EXPECT_EQ(col.rows, 4U);
+  EXPECT_EQ(col.offsets, (std::vector<std::uint64_t>{0, 3, 3, 3, 5}));
+  EXPECT_EQ(col.lengths, (std::vector<std::uint32_t>{3, 0, 0, 2}));
+  EXPECT_EQ(col.valid, (std::vector<std::uint8_t>{1, 1, 0, 1}));
+  EXPECT_EQ(col.null_inside, (std::vector<std::uint8_t>{0, 0, 0, 1}));
+  std::vector<std::int32_t> values(col.fixed.size() / 4);
+  std::memcpy(values.data(), col.fixed.data(), col.fixed.size());
+  EXPECT_EQ(values, (std::vector<std::int32_t>{1, 2, 3, 4, 0}));
+  EXPECT_TRUE(col.wrong.empty());
+  // As a fixed shape [2]: rows 0 (3 values) and 1 (none) have another length; row 2 is null.
+  const auto fixed =
+      pq::decode_list_chunk(w.out, pq::Physical::int32, pq::Codec::uncompressed, levels, {2}, 7, 4);
+  ASSERT_EQ(fixed.wrong.size(), 2U);
+  EXPECT_EQ(fixed.wrong[0].row, 0U);
+  EXPECT_EQ(fixed.wrong[0].length, 3U);
+  EXPECT_EQ(fixed.wrong[1].row, 1U);
+  EXPECT_EQ(fixed.wrong[1].length, 0U);
+  // Levels that make another count of rows than the row group's.
+  expect_error<pq::ChunkError>(
+      [&] {
+        static_cast<void>(pq::decode_list_chunk(w.out, pq::Physical::int32, pq::Codec::uncompressed,
+                                                levels, {-1}, 7, 5));
+      },
+      {"make 4 rows where the row group has 5"});
+}
+
+TEST(ParquetListLevels, LevelsThatMakeNoRowsAreChunkErrorsNamingThePage) {
+  namespace pq = ferry::detail::parquet;
+  const pq::ListLevels levels{{1}, {2}, 3};
+  const auto decode = [&](const PageWriter& w, std::size_t values) {
+    static_cast<void>(pq::decode_list_chunk(w.out, pq::Physical::int32, pq::Codec::uncompressed,
+                                            levels, {-1}, values, 1));
+  };
+  PageWriter first;  // the chunk's first value continues a row
+  first.page({1}, {3}, {1});
+  expect_error<pq::ChunkError>([&] { decode(first, 1); }, {"page 0", "continues a row"});
+  PageWriter empty;  // an empty list that gets an element
+  empty.page({0, 1}, {1, 3}, {1});
+  expect_error<pq::ChunkError>([&] { decode(empty, 2); }, {"page 0", "empty or null"});
+  PageWriter high;  // a repetition level of 2 in a column of one level of lists
+  high.page({0, 2}, {3, 3}, {1, 2});
+  expect_error<pq::ChunkError>([&] { decode(high, 2); }, {"page 0", "repetition level too high"});
+  PageWriter few;  // values missing: the page's count of values says more than its runs hold
+  few.page({0, 1}, {3, 3}, {1});
+  expect_error<pq::ChunkError>([&] { decode(few, 2); }, {"page 0", "PLAIN values end early"});
+  PageWriter more;  // more pages than the chunk's count of values
+  more.page({0}, {3}, {1});
+  expect_error<pq::ChunkError>([&] { decode(more, 2); }, {"page 1", "the chunk ends"});
+}
+
+}  // namespace
