@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include <fstream>
 #include <functional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -231,9 +233,62 @@ TEST_F(ParquetLists, ListsAreRaggedAndFixedSizeListsTakeTheirShape) {
   EXPECT_THROW(static_cast<void>(ds->length(0, 6)), ConfigError);
 }
 
+std::vector<char> read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+/// What the pages of every list column's chunks are: data pages of one type (0: v1, 3: v2),
+/// how many there are at least in a chunk, and whether a dictionary page comes first.
+struct Pages {
+  std::int32_t type = -1;
+  std::size_t fewest = 1 << 30;
+  bool dictionary = true;
+};
+Pages pages_of(const fs::path& path) {
+  namespace pq = ferry::detail::parquet;
+  const std::vector<char> file = read_file(path);
+  const auto bytes = std::as_bytes(std::span<const char>(file));
+  std::uint32_t footer = 0;
+  std::memcpy(&footer, file.data() + file.size() - 8, 4);
+  const pq::FileMetaData meta =
+      pq::parse_file_metadata(bytes.subspan(file.size() - 8 - footer, footer));
+  Pages p;
+  for (const pq::RowGroup& g : meta.row_groups) {
+    for (std::size_t c = 1; c < g.columns.size(); ++c) {  // all but "id"
+      const pq::ColumnChunk& ch = g.columns[c];
+      std::size_t at =
+          static_cast<std::size_t>(ch.dictionary_page_offset.value_or(ch.data_page_offset));
+      const std::size_t end = at + static_cast<std::size_t>(ch.total_compressed_size);
+      std::size_t data = 0;
+      bool first = true;
+      while (at < end) {
+        std::size_t header = 0;
+        const pq::PageHeader h = pq::parse_page_header(bytes.subspan(at), header);
+        if (first) p.dictionary = p.dictionary && h.type == 2;
+        first = false;
+        if (h.type == 0 || h.type == 3) {
+          ++data;
+          if (p.type >= 0 && p.type != h.type) p.type = 99;  // both: not what a name says
+          if (p.type < 0) p.type = h.type;
+        }
+        at += header + static_cast<std::size_t>(h.compressed_size);
+      }
+      p.fewest = std::min(p.fewest, data);
+    }
+  }
+  return p;
+}
+
 TEST_F(ParquetLists, EveryValueInPagesV1AndV2WithAndWithoutADictionaryPaddedOrPacked) {
   for (const std::string name : {"lists_dict_v1.parquet", "lists_dict_v2.parquet",
                                  "lists_plain_v1.parquet", "lists_plain_v2.parquet"}) {
+    // The files hold what their names say: every list column's chunks in several data pages
+    // of the version named, after a dictionary page or without one.
+    const Pages pages = pages_of(file(name));
+    EXPECT_EQ(pages.type, name.find("v1") != std::string::npos ? 0 : 3) << name;
+    EXPECT_GE(pages.fewest, 2U) << name;
+    EXPECT_EQ(pages.dictionary, name.find("dict") != std::string::npos) << name;
     const auto ds = ParquetDataset::open({file(name)});
     ASSERT_EQ(ds->size(), kRows) << name;
     expect_all_rows(ds, loader_options(16, false, 1), name + " in order");
@@ -363,11 +418,6 @@ TEST_F(ParquetLists, ARowOfAFixedSizeListWithAnotherLengthIsADataErrorNamingIt) 
                           {"ParquetDataset", name, "row group 0", "row 13", "\"v\"",
                            "a list of 3 at dimension 0", "shape (4) has 4"});
   EXPECT_EQ(rows_kept(ds), rows_but([](std::uint64_t r) { return r == 13; }));
-}
-
-std::vector<char> read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 TEST_F(ParquetLists, CorruptRepetitionLevelsAreADataErrorNamingThePage) {

@@ -55,14 +55,14 @@ function write(name, t, props) {
 }
 
 function small(dict, version, codec = pq.Compression.SNAPPY) {
-  // Row groups of 16 rows, pages of a few values (many pages per chunk).
+  // Row groups of 16 rows, a page every 4 rows (a page ends once it holds a byte).
   let b = new pq.WriterPropertiesBuilder();
   if (!dict) b = b.setEncoding(pq.Encoding.PLAIN);
   return b.setCompression(codec)
     .setDictionaryEnabled(dict)
     .setWriterVersion(version === 1 ? pq.WriterVersion.V1 : pq.WriterVersion.V2)
     .setMaxRowGroupSize(16)
-    .setDataPageSizeLimit(32)
+    .setDataPageSizeLimit(1)
     .setWriteBatchSize(4)
     .build();
 }
