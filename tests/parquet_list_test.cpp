@@ -299,6 +299,33 @@ TEST_F(ParquetLists, EveryValueInPagesV1AndV2WithAndWithoutADictionaryPaddedOrPa
   }
 }
 
+TEST_F(ParquetLists, HuggingFaceArraysTakeTheShapeOfTheirExtensionMetadata) {
+  const auto ds = ParquetDataset::open({file("lists_hf.parquet")});
+  const auto fields = ds->fields();
+  ASSERT_EQ(fields.size(), 2U);
+  EXPECT_EQ(fields[0].dtype, DType::f32);
+  EXPECT_EQ(fields[0].shape, (std::vector<std::int64_t>{2, 3}));
+  EXPECT_EQ(fields[1].dtype, DType::i32);
+  EXPECT_EQ(fields[1].shape, (std::vector<std::int64_t>{ferry::ragged, 2, 2}));
+  ferry::Loader loader(ds, loader_options(6, true, 2));
+  std::size_t rows = 0;
+  for (const ferry::Batch& b : loader.epoch(0)) {
+    for (std::size_t j = 0; j < b.size(); ++j, ++rows) {
+      const auto r = static_cast<double>(b.indices()[j]);
+      EXPECT_EQ(values_of(b, "h2", j, false, false),
+                (std::vector<double>{r, r + 1, r + 2, -r, -r - 1, -r - 2}))
+          << "row " << r;
+      std::vector<double> h3;
+      for (std::uint64_t k = 0; k < b.indices()[j] % 3; ++k) {
+        const auto kd = static_cast<double>(k);
+        h3.insert(h3.end(), {r, kd, r + kd, -r});
+      }
+      EXPECT_EQ(values_of(b, "h3", j, true, false), h3) << "row " << r;
+    }
+  }
+  EXPECT_EQ(rows, kRows);
+}
+
 TEST_F(ParquetLists, AListColumnReadByRangesFromAUrl) {
   const std::string url = "file://" + file("lists_plain_v2.parquet").string();
   const auto ds = ParquetDataset::open({url});

@@ -97,6 +97,33 @@ write("lists_other.parquet", new arrow.Table({
           rows.map((r) => ({ a: r, b: r * 0.5 }))),
 }), small(true, 1));
 
+// Hugging Face's Array2D/Array3D in Parquet: list<list<T>> storage, the shape in the field's
+// extension metadata (kept in ARROW:schema). h2: Array2D (2, 3) float32, row r
+// [[r, r+1, r+2], [-r, -r-1, -r-2]]; h3: Array3D (null, 2, 2) int32, r % 3 blocks, block k
+// [[r, k], [r+k, -r]].
+{
+  const ext = (name, shape, dtype) => new Map([
+    ["ARROW:extension:name", `datasets.features.features.${name}`],
+    ["ARROW:extension:metadata", JSON.stringify([shape, dtype])],
+  ]);
+  const list2 = (t) => listOf(listOf(t));
+  const fields = [
+    new arrow.Field("h2", list2(new arrow.Float32()), true, ext("Array2DExtensionType", [2, 3], "float32")),
+    new arrow.Field("h3", listOf(list2(new arrow.Int32())), true,
+                    ext("Array3DExtensionType", [null, 2, 2], "int32")),
+  ];
+  const values = {
+    h2: (r) => [[r, r + 1, r + 2], [-r, -r - 1, -r - 2]],
+    h3: (r) => range(r % 3).map((k) => [[r, k], [r + k, -r]]),
+  };
+  const schema = new arrow.Schema(fields);
+  const columns = fields.map((f) => vec(f.type, rows.map(values[f.name])));
+  const data = arrow.makeData({ type: new arrow.Struct(fields), length: N, nullCount: 0,
+                                children: columns.map((v) => v.data[0]) });
+  write("lists_hf.parquet", new arrow.Table(schema, [new arrow.RecordBatch(schema, data)]),
+        small(true, 2));
+}
+
 // A wrong length: the rows of a list<float> column `v` (row 13 has 3 values, the others 4),
 // whose stored Arrow schema says fixed_size_list<float>[4] (the schema of the same table with
 // such a column put in its place in the footer, whose lengths are fixed up).
