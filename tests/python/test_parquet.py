@@ -217,3 +217,60 @@ def test_parquet_urls_take_the_remote_keyword(ferry, tables):
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture(scope="module")
+def lists(tmp_path_factory):
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed")
+    if not os.path.isdir(os.path.join(WRITER, "node_modules", "parquet-wasm")):
+        pytest.skip("the Parquet writer is not installed (scripts/setup runs npm ci in tests/table)")
+    out = tmp_path_factory.mktemp("parquet_lists")
+    subprocess.run(["node", os.path.join(WRITER, "write_lists.js"), str(out)], check=True,
+                   stdout=subprocess.DEVNULL)
+    return out
+
+
+@pytest.mark.parametrize("ragged", ["pad", "pack"])
+def test_parquet_list_columns_are_ragged_and_fixed_size_lists_take_their_shape(ferry, lists,
+                                                                               ragged):
+    # tests/table/write_lists.js: li list<int32> of r % 5 values r*10+k-100; f4
+    # fixed_size_list<float>[4] of r+k/2; a2 [2][3] floats r*10+i*3+j.
+    ds = ferry.ParquetDataset(lists / "lists_plain_v2.parquet", ["li", "f4", "a2"])
+    assert len(ds) == 60
+    assert ds.fields == [("li", "i32", (None,)), ("f4", "f32", (4,)), ("a2", "f32", (2, 3))]
+    loader = ferry.Loader(ds, batch_size=7, shuffle=True, seed=4, device="cpu", ragged=ragged)
+    seen = []
+    for b in loader.epoch(0):
+        r = b.indices
+        seen.extend(r.tolist())
+        lengths = b.lengths("li").numpy()
+        li = b["li"].numpy()
+        assert li.dtype == np.int32
+        starts = b.offsets("li").numpy() if ragged == "pack" else None
+        for j, i in enumerate(r):
+            want = [i * 10 + k - 100 for k in range(i % 5)]
+            assert lengths[j] == i % 5
+            got = li[starts[j]:starts[j + 1]] if ragged == "pack" else li[j, : lengths[j]]
+            np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(b["f4"].numpy(),
+                                      [[i + k * 0.5 for k in range(4)] for i in r])
+        np.testing.assert_array_equal(
+            b["a2"].numpy(), [[[i * 10 + a * 3 + c for c in range(3)] for a in range(2)] for i in r])
+    assert sorted(seen) == list(range(60))
+
+
+def test_parquet_list_nulls_and_wrong_lengths_name_the_row(ferry, lists):
+    ds = ferry.ParquetDataset(lists / "lists_nulls.parquet", ["f4"], missing="nan")
+    loader = ferry.Loader(ds, batch_size=60, device="cpu")
+    f4 = next(iter(loader.epoch(0)))["f4"].numpy()
+    for i in range(60):
+        if i % 5 == 2 or i % 6 == 1:
+            assert np.isnan(f4[i]).all()
+        else:
+            np.testing.assert_array_equal(f4[i], [i + k * 0.5 for k in range(4)])
+    ds = ferry.ParquetDataset(lists / "wrong_list.parquet")
+    loader = ferry.Loader(ds, batch_size=4, device="cpu")
+    with pytest.raises(ferry.DataError, match='wrong_list.parquet: row group 0, row 13, column "v"'):
+        for _ in loader.epoch(0):
+            pass
