@@ -72,6 +72,18 @@ for (const dict of [true, false]) {
     write(`lists_${dict ? "dict" : "plain"}_v${version}.parquet`, table(rows), small(dict, version));
   }
 }
+// The writer's own encodings for pages v2 without a dictionary: DELTA_BINARY_PACKED integers.
+{
+  const props = new pq.WriterPropertiesBuilder()
+    .setCompression(pq.Compression.ZSTD)
+    .setDictionaryEnabled(false)
+    .setWriterVersion(pq.WriterVersion.V2)
+    .setMaxRowGroupSize(16)
+    .setDataPageSizeLimit(1)
+    .setWriteBatchSize(4)
+    .build();
+  write("lists_delta_v2.parquet", table(rows), props);
+}
 // One column, uncompressed PLAIN pages v1: a test corrupts its levels in place.
 write("lists_one.parquet", new arrow.Table({ li: vec(listOf(new arrow.Int32()), rows.map(li)) }),
       small(false, 1, pq.Compression.UNCOMPRESSED));
@@ -88,9 +100,11 @@ write("lists_nulls.parquet", new arrow.Table({
   lf: vec(listOf(new arrow.Float32()), rows.map(lf)),
 }), small(true, 1));
 
-// Not read: a map, a struct, a list of lists that vary inside, a list of strings.
+// Not read: a map, a struct, a list of lists that vary inside, a list of strings; and f4 as a
+// list<float> (not the fixed_size_list of the other files).
 write("lists_other.parquet", new arrow.Table({
   id: vec(new arrow.Int64(), rows.map((r) => BigInt(r))),
+  f4: vec(listOf(new arrow.Float32()), rows.map(f4)),
   ll: vec(listOf(listOf(new arrow.Int32())), rows.map((r) => [[r], range(r % 3)])),
   ls: vec(listOf(new arrow.Utf8()), rows.map((r) => [`${r}`])),
   st: vec(new arrow.Struct([fld("a", new arrow.Int32()), fld("b", new arrow.Float64())]),
@@ -143,6 +157,22 @@ write("lists_other.parquet", new arrow.Table({
   // Every file stores its Arrow schema (what makes fixed_size_list read as such).
   for (const name of written.keys()) {
     if (!(await schemaOf(name))) throw new Error(`${name}: no ARROW:schema`);
+  }
+  // The delta file's chunks are in the encodings named.
+  {
+    const file = await pq.ParquetFile.fromFile(new Blob([written.get("lists_delta_v2.parquet")]));
+    const want = { "li.list.item": pq.Encoding.DELTA_BINARY_PACKED,
+                   "ll.list.item": pq.Encoding.DELTA_BINARY_PACKED,
+                   "l8.list.item": pq.Encoding.DELTA_BINARY_PACKED };
+    for (const g of file.metadata().rowGroups()) {
+      for (const c of g.columns()) {
+        const name = c.columnPath().join(".");
+        if (want[name] !== undefined && (!c.encodings().includes(want[name]) ||
+                                         c.encodings().includes(pq.Encoding.PLAIN))) {
+          throw new Error(`lists_delta_v2.parquet: ${name}: encodings ${c.encodings()}`);
+        }
+      }
+    }
   }
   const from = await schemaOf("wrong_list.parquet");
   const to = await schemaOf("wrong_fixed.parquet");
