@@ -59,12 +59,21 @@ struct TableOptions {
 /// - Hugging Face's Image struct (a group of two BYTE_ARRAY leaves, `bytes` and `path`, neither
 ///   repeated), named in TableOptions::images: decoded as ImageFolder's from `bytes` (the `path`
 ///   chunk is not read; a null `path` is not a null sample, a null struct or `bytes` is).
-/// - Any other type in a column that is read (timestamps, decimals, other nested or repeated
-///   columns, fixed-length byte arrays, INT96): ConfigError naming the column and its type.
+/// - A list of those numbers (a LIST group, 3-level or a legacy 2-level form, or a repeated
+///   number) -> ragged dtype [L]. As the Arrow schema the writer stored says (ARROW:schema, as
+///   pyarrow and arrow-rs write it): fixed_size_list<T>[n] -> dtype [n], nested ones
+///   [n, m, ...], list<fixed_size_list<T>[m]> -> ragged [L, m], Hugging Face's Array2D..Array5D
+///   -> their metadata's shape. A row whose lists are not of that shape is a DataError naming
+///   the file, row group, row and column when it is read. A null list or a null inside follows
+///   TableOptions::missing as ArrowDataset's (NaN slots only in a fixed shape of floats).
+/// - Any other type in a column that is read (timestamps, decimals, maps, other structs, lists
+///   of lists that vary inside, lists of byte arrays, fixed-length byte arrays, INT96):
+///   ConfigError naming the column and its type.
 ///
 /// What is read: PLAIN, dictionary (PLAIN_DICTIONARY, RLE_DICTIONARY), DELTA_BINARY_PACKED,
 /// DELTA_LENGTH_BYTE_ARRAY, DELTA_BYTE_ARRAY and BYTE_STREAM_SPLIT values, RLE booleans,
-/// RLE/bit-packed definition levels, data pages v1 and v2; uncompressed, snappy, gzip, zstd,
+/// RLE/bit-packed repetition and definition levels (a row of pages v1 may span pages), data
+/// pages v1 and v2; uncompressed, snappy, gzip, zstd,
 /// LZ4_RAW, LZ4 (Hadoop's framing or a bare block) and brotli chunks (LZO: a DataError naming
 /// the codec, when the chunk is read).
 ///
@@ -75,8 +84,8 @@ struct TableOptions {
 /// LoaderOptions::shuffle_window (shard_starts() gives the row groups) whose window fits, decodes
 /// each row group once; so does any epoch of a table whose decoded columns fit whole. A shuffled
 /// epoch over more without a window decodes a row group for nearly every sample. Byte-array
-/// columns' lengths (and categorical columns' values) are read at open: 4 bytes a row per
-/// ragged field.
+/// and list columns' lengths (and categorical columns' values) are read at open: 4 bytes a row
+/// per ragged field.
 ///
 /// Files may be URLs (http://, https://, s3://, file://; TableOptions::remote), read by ranges
 /// into memory, never whole and not through the cache: at open, the last 64 KiB (the footer,
