@@ -37,8 +37,8 @@ struct RawColumn {
 
   /// A list column's (decode_list_chunk()): `offsets` count values, not bytes (a row's values
   /// are fixed[offsets[row] * width, offsets[row + 1] * width)); per row, its outer list's
-  /// length and whether a null lies inside it; the rows whose lists are not of the length
-  /// their shape gives.
+  /// length and whether a null lies inside it (empty: none does); the rows whose lists are not
+  /// of the length their shape gives.
   bool list = false;
   std::vector<std::uint32_t> lengths;
   std::vector<std::uint8_t> null_inside;

@@ -114,7 +114,7 @@ void read_list(const ParquetTable& t, std::size_t g, const parquet::RawColumn& v
                       std::to_string(col.shape[it->level]));
     }
   }
-  if (null_row || v.null_inside[row] != 0) {
+  if (null_row || (!v.null_inside.empty() && v.null_inside[row] != 0)) {
     const bool floating = col.dtype == DType::f32 || col.dtype == DType::f64;
     if (t.options.missing == Missing::nan && floating && !col.ragged()) {
       const std::size_t n = out.nbytes(c) / dtype_size(col.dtype);

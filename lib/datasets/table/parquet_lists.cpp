@@ -146,8 +146,13 @@ RawColumn decode_list_chunk(std::span<const std::byte> bytes, Physical type, Cod
                  builder.page(page_levels, values, indices);
                });
   builder.finish(rows);
+  // Without nulls, neither is kept: a read then touches the offsets and values alone.
   if (std::find(col.valid.begin(), col.valid.end(), std::uint8_t{0}) == col.valid.end()) {
     col.valid = {};
+  }
+  if (std::find(col.null_inside.begin(), col.null_inside.end(), std::uint8_t{1}) ==
+      col.null_inside.end()) {
+    col.null_inside = {};
   }
   return col;
 }
