@@ -245,14 +245,21 @@ struct Pages {
   std::size_t fewest = 1 << 30;
   bool dictionary = true;
 };
-Pages pages_of(const fs::path& path) {
-  namespace pq = ferry::detail::parquet;
+/// A file's footer, as ferry decodes it.
+ferry::detail::parquet::FileMetaData footer_of(const fs::path& path) {
   const std::vector<char> file = read_file(path);
   const auto bytes = std::as_bytes(std::span<const char>(file));
   std::uint32_t footer = 0;
   std::memcpy(&footer, file.data() + file.size() - 8, 4);
-  const pq::FileMetaData meta =
-      pq::parse_file_metadata(bytes.subspan(file.size() - 8 - footer, footer));
+  return ferry::detail::parquet::parse_file_metadata(
+      bytes.subspan(file.size() - 8 - footer, footer));
+}
+
+Pages pages_of(const fs::path& path) {
+  namespace pq = ferry::detail::parquet;
+  const std::vector<char> file = read_file(path);
+  const auto bytes = std::as_bytes(std::span<const char>(file));
+  const pq::FileMetaData meta = footer_of(path);
   Pages p;
   for (const pq::RowGroup& g : meta.row_groups) {
     for (std::size_t c = 1; c < g.columns.size(); ++c) {  // all but "id"
@@ -303,7 +310,9 @@ TEST_F(ParquetLists, EveryValueInPagesV1AndV2WithAndWithoutADictionaryPaddedOrPa
 }
 
 TEST_F(ParquetLists, HuggingFaceArraysTakeTheShapeOfTheirExtensionMetadata) {
-  const auto ds = ParquetDataset::open({file("lists_hf.parquet")});
+  TableOptions o;
+  o.columns = {"h2", "h3"};
+  const auto ds = ParquetDataset::open({file("lists_hf.parquet")}, o);
   const auto fields = ds->fields();
   ASSERT_EQ(fields.size(), 2U);
   EXPECT_EQ(fields[0].dtype, DType::f32);
@@ -365,6 +374,114 @@ TEST_F(ParquetLists, SeveralFilesAreOneSequenceOfRowsTheirListsOfOneShape) {
             ParquetDataset::open({file("lists_dict_v1.parquet"), file("lists_other.parquet")}, o));
       },
       {"lists_other.parquet", "\"f4\"", "list<FLOAT>", "not as in"});
+}
+
+TEST_F(ParquetLists, ARequiredListOfRequiredValues) {
+  TableOptions o;
+  o.columns = {"lq"};
+  const auto ds = ParquetDataset::open({file("lists_hf.parquet")}, o);
+  EXPECT_EQ(ds->fields()[0].shape, std::vector<std::int64_t>{ferry::ragged});
+  // The file's schema is what the test is about: no null list, no null element.
+  const auto meta = footer_of(file("lists_hf.parquet"));
+  std::size_t leaves = 0;
+  const auto top = ferry::detail::parquet::top_columns(meta.schema, leaves);
+  ASSERT_EQ(top[0].name, "lq");
+  EXPECT_EQ(top[0].lists.defined, std::vector<int>{0});
+  EXPECT_EQ(top[0].lists.value_def, 1);
+  ferry::Loader loader(ds, loader_options(8, true, 2));
+  std::size_t rows = 0;
+  for (const ferry::Batch& b : loader.epoch(0)) {
+    for (std::size_t j = 0; j < b.size(); ++j, ++rows) {
+      EXPECT_EQ(values_of(b, "lq", j, true, false), expected("li", b.indices()[j]).values);
+    }
+  }
+  EXPECT_EQ(rows, kRows);
+}
+
+/// A schema of one column from its elements (the root's added), as top_columns() reads it.
+std::vector<ferry::detail::parquet::TopColumn> one_column(
+    std::vector<ferry::detail::parquet::SchemaElement>& s) {
+  namespace pq = ferry::detail::parquet;
+  pq::SchemaElement root;
+  root.name = "schema";
+  root.num_children = 1;
+  s.insert(s.begin(), root);
+  std::size_t leaves = 0;
+  return pq::top_columns(s, leaves);
+}
+
+ferry::detail::parquet::SchemaElement element(const std::string& name, int repetition, int children,
+                                              bool list = false) {
+  namespace pq = ferry::detail::parquet;
+  pq::SchemaElement e;
+  e.name = name;
+  e.repetition = repetition;
+  e.num_children = children;
+  if (children == 0) e.type = pq::Physical::int32;
+  if (list) e.converted = 3;  // LIST
+  return e;
+}
+
+TEST(ParquetListSchema, ThreeAndTwoLevelListsByTheBackwardCompatibilityRules) {
+  namespace pq = ferry::detail::parquet;
+  const auto levels = [](const pq::TopColumn& c) {
+    return std::vector<int>{c.lists.defined.at(0), c.lists.filled.at(0), c.lists.value_def};
+  };
+  {  // 3-level: optional group a (LIST) { repeated group list { optional int32 element } }
+    std::vector<pq::SchemaElement> s = {element("a", 1, 1, true), element("list", 2, 1),
+                                        element("element", 1, 0)};
+    const auto c = one_column(s);
+    ASSERT_EQ(c[0].depth(), 1U);
+    EXPECT_EQ(levels(c[0]), (std::vector<int>{1, 2, 3}));
+    EXPECT_EQ(pq::list_dtype(c[0]), DType::i32);
+    EXPECT_EQ(pq::type_text(c[0]), "list<INT32>");
+  }
+  {  // 2-level: optional group a (LIST) { repeated int32 element }
+    std::vector<pq::SchemaElement> s = {element("a", 1, 1, true), element("element", 2, 0)};
+    const auto c = one_column(s);
+    ASSERT_EQ(c[0].depth(), 1U);
+    EXPECT_EQ(levels(c[0]), (std::vector<int>{1, 2, 2}));
+  }
+  {  // a bare repeated int32: a required list of required values
+    std::vector<pq::SchemaElement> s = {element("a", 2, 0)};
+    const auto c = one_column(s);
+    ASSERT_EQ(c[0].depth(), 1U);
+    EXPECT_EQ(levels(c[0]), (std::vector<int>{0, 1, 1}));
+  }
+  {  // required group a (LIST) { repeated group list { required int32 element } }
+    std::vector<pq::SchemaElement> s = {element("a", 0, 1, true), element("list", 2, 1),
+                                        element("element", 0, 0)};
+    const auto c = one_column(s);
+    ASSERT_EQ(c[0].depth(), 1U);
+    EXPECT_EQ(levels(c[0]), (std::vector<int>{0, 1, 1}));
+  }
+  // A repeated group named "array" or "<name>_tuple", or of two fields, is a struct element:
+  // not a list ferry reads.
+  for (const std::string rep : {"array", "a_tuple"}) {
+    std::vector<pq::SchemaElement> s = {element("a", 1, 1, true), element(rep, 2, 1),
+                                        element("x", 0, 0)};
+    const auto c = one_column(s);
+    EXPECT_EQ(c[0].depth(), 0U) << rep;
+    EXPECT_TRUE(c[0].nested) << rep;
+  }
+  {
+    std::vector<pq::SchemaElement> s = {element("a", 1, 1, true), element("list", 2, 2),
+                                        element("x", 0, 0), element("y", 0, 0)};
+    EXPECT_EQ(one_column(s)[0].depth(), 0U);
+  }
+  {  // list<list<int32>>: two levels, the inner list's defined after the outer's element
+    std::vector<pq::SchemaElement> s = {element("a", 1, 1, true), element("list", 2, 1),
+                                        element("element", 1, 1, true), element("list", 2, 1),
+                                        element("element", 1, 0)};
+    const auto c = one_column(s);
+    ASSERT_EQ(c[0].depth(), 2U);
+    EXPECT_EQ(c[0].lists.defined, (std::vector<int>{1, 3}));
+    EXPECT_EQ(c[0].lists.filled, (std::vector<int>{2, 4}));
+    EXPECT_EQ(c[0].lists.value_def, 5);
+    EXPECT_EQ(c[0].max_def, 5);
+    // Without a stored Arrow schema that makes the inner list fixed: not read.
+    EXPECT_FALSE(pq::list_shape(c[0], nullptr, "a"));
+  }
 }
 
 TEST_F(ParquetLists, AListColumnReadByRangesFromAUrl) {

@@ -111,7 +111,7 @@ write("lists_other.parquet", new arrow.Table({
           rows.map((r) => ({ a: r, b: r * 0.5 }))),
 }), small(true, 1));
 
-// Hugging Face's Array2D/Array3D in Parquet: list<list<T>> storage, the shape in the field's
+// Hugging Face's Array2D/Array3D in Parquet (beside lq, a required list of required int32): list<list<T>> storage, the shape in the field's
 // extension metadata (kept in ARROW:schema). h2: Array2D (2, 3) float32, row r
 // [[r, r+1, r+2], [-r, -r-1, -r-2]]; h3: Array3D (null, 2, 2) int32, r % 3 blocks, block k
 // [[r, k], [r+k, -r]].
@@ -122,11 +122,15 @@ write("lists_other.parquet", new arrow.Table({
   ]);
   const list2 = (t) => listOf(listOf(t));
   const fields = [
+    // lq: a list (not null) of int32 (not null), as li: required group (LIST) { repeated group
+    // list { required int32 item } }.
+    new arrow.Field("lq", new arrow.List(new arrow.Field("item", new arrow.Int32(), false)), false),
     new arrow.Field("h2", list2(new arrow.Float32()), true, ext("Array2DExtensionType", [2, 3], "float32")),
     new arrow.Field("h3", listOf(list2(new arrow.Int32())), true,
                     ext("Array3DExtensionType", [null, 2, 2], "int32")),
   ];
   const values = {
+    lq: li,
     h2: (r) => [[r, r + 1, r + 2], [-r, -r - 1, -r - 2]],
     h3: (r) => range(r % 3).map((k) => [[r, k], [r + k, -r]]),
   };
