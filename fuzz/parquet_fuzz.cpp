@@ -51,8 +51,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if ((o & 2) != 0) {
       // Every text column categorical: its names from a first open.
       const auto first = ferry::detail::open_parquet({file.path()}, options);
-      for (const auto& f : first->fields) {
-        if (f.is_ragged()) options.categorical.push_back(f.name);
+      for (const auto& c : first->columns) {
+        if (c.kind == ferry::detail::TableField::bytes) options.categorical.push_back(c.name);
       }
     }
     const auto table = ferry::detail::open_parquet({file.path()}, options);
