@@ -367,11 +367,9 @@ void ParquetDataset::prefetch(std::size_t index) const noexcept {
   }
   const std::size_t row = index - t.groups[g].first;
   for (const detail::parquet::RawColumn& c : d->columns) {
-    if (c.list) {
-      __builtin_prefetch(c.offsets.data() + row);
-    } else if (c.width != 0) {
+    if (c.width != 0 && !c.list) {
       __builtin_prefetch(c.fixed.data() + row * c.width);
-    } else {
+    } else {  // byte arrays and lists: their offsets
       __builtin_prefetch(c.offsets.data() + row);
     }
     if (!c.valid.empty()) __builtin_prefetch(c.valid.data() + row);
