@@ -1,7 +1,7 @@
 // ParquetDataset over URLs, read by ranges: nginx started here on 127.0.0.1 serves the Parquet
-// files tests/table/write_tables.js writes (apache-arrow and parquet-wasm, from npm), and every
-// row read through it is compared, byte for byte, with the same file read locally. nginx's
-// access log counts the bytes sent: reading 2 of a file's 50 columns fetches the footer and
+// files tests/table/write_tables.js and write_lists.js write (apache-arrow and parquet-wasm, from
+// npm), and every row read through it is compared, byte for byte, with the same file read locally.
+// nginx's access log counts the bytes sent: reading 2 of a file's 50 columns fetches the footer and
 // those columns' chunks, nothing else. Skips (saying why) where nginx, node or the npm packages
 // are missing.
 
@@ -295,6 +295,20 @@ TEST_F(ParquetRemote, FileUrlsAreReadByRangesToo) {
   const std::string cut = "file://" + (dir_ / "cut.parquet").string();
   expect_error<DataError>([&] { (void)ParquetDataset::open({cut}, every_readable_column()); },
                           {"ParquetDataset: " + cut, "footer"});
+}
+
+TEST_F(ParquetRemote, ListColumnsComeByRangesAsTheyReadLocally) {
+  // write_lists.js's files (lists, fixed-size lists, nested ones) beside the others.
+  const fs::path lists = dir_ / "www" / "lists";
+  const std::string cmd = "node '" +
+                          (fs::path(FERRY_SOURCE_DIR) / "tests/table/write_lists.js").string() +
+                          "' '" + lists.string() + "' >/dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  TableOptions o;
+  o.columns = {"li", "lf", "ll", "f4", "a2", "id"};
+  for (const std::string name : {"lists_dict_v1.parquet", "lists_plain_v2.parquet"}) {
+    expect_same_as_local({lists / name}, {url("lists/" + name)}, o, name);
+  }
 }
 
 TEST_F(ParquetRemote, ATruncatedOrGarbledFileIsADataErrorNamingTheUrl) {
