@@ -157,9 +157,6 @@ TableColumn map_column(const TopColumn& c, const TableOptions& o,
     col.kind = TableField::list;
     col.physical = *c.list_element->type;
     col.dtype = *parquet::list_dtype(c);
-    for (std::size_t k = 1; k < col.shape.size(); ++k) {
-      col.per_element *= static_cast<std::size_t>(col.shape[k]);
-    }
     return col;
   }
   const auto dtype = parquet::scalar_dtype(c);

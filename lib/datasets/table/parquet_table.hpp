@@ -45,10 +45,8 @@ struct TableColumn {
   std::vector<std::string> categories;  ///< sorted; categorical only
   std::vector<std::uint32_t> lengths;   ///< per sample; bytes and ragged lists only
   std::int64_t max_length = 0;          ///< bytes and ragged lists only
-  /// list only: per level of lists its length (-1: ragged, the first level only), and the
-  /// values in one element of the first level (the product of the others).
+  /// list only: per level of lists its length (-1: ragged, the first level only).
   std::vector<std::int64_t> shape;
-  std::size_t per_element = 1;
   bool ragged() const noexcept {
     return kind == TableField::bytes || (!shape.empty() && shape[0] < 0);
   }
