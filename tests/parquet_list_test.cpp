@@ -537,7 +537,7 @@ TEST_F(ParquetLists, NullListsAndNullElementsFollowMissing) {
     const auto ds = ParquetDataset::open({file(name)}, o);
     EXPECT_EQ(ds->length(3, 0), 0);  // a null row's length
     expect_error<DataError>([&] { read_all(ds); },
-                            {"ParquetDataset", name, "row 3", "\"li\"", "a null",
+                            {"ParquetDataset", name, "row group 0, row 3", "\"li\"", "a null",
                              "Missing::nan reads nulls only in float"});
     const auto li_null = [](std::uint64_t r) { return r % 7 == 3 || r % 11 == 5; };
     EXPECT_EQ(rows_kept(ds), rows_but(li_null));
@@ -578,8 +578,8 @@ TEST_F(ParquetLists, NullListsAndNullElementsFollowMissing) {
   o.missing = ferry::Missing::error;
   {
     const auto ds = ParquetDataset::open({file(name)}, o);
-    expect_error<DataError>([&] { read_all(ds); },
-                            {name, "row 1", "\"f4\"", "a null inside", "Missing::error"});
+    expect_error<DataError>([&] { read_all(ds); }, {name, "row group 0, row 1", "\"f4\"",
+                                                    "a null inside", "Missing::error"});
     EXPECT_EQ(rows_kept(ds), rows_but(f4_null));
   }
   // Integers have no NaN: a null row is an error under Missing::nan too.
@@ -589,7 +589,7 @@ TEST_F(ParquetLists, NullListsAndNullElementsFollowMissing) {
     const auto ds = ParquetDataset::open({file(name)}, o);
     EXPECT_EQ(ds->fields()[0].shape, std::vector<std::int64_t>{2});
     expect_error<DataError>([&] { read_all(ds); },
-                            {name, "row 4", "\"i2\"", "a null", "only in float"});
+                            {name, "row group 0, row 4", "\"i2\"", "a null", "only in float"});
     EXPECT_EQ(rows_kept(ds), rows_but([](std::uint64_t r) { return r % 9 == 4; }));
   }
 }
@@ -600,7 +600,7 @@ TEST_F(ParquetLists, ARowOfAFixedSizeListWithAnotherLengthIsADataErrorNamingIt) 
   const auto ds = ParquetDataset::open({file(name)});
   ASSERT_EQ(ds->fields()[0].shape, std::vector<std::int64_t>{4});
   expect_error<DataError>([&] { read_all(ds); },
-                          {"ParquetDataset", name, "row group 0", "row 13", "\"v\"",
+                          {"ParquetDataset", name, "row group 0, row 13, column \"v\"",
                            "a list of 3 at dimension 0", "shape (4) has 4"});
   EXPECT_EQ(rows_kept(ds), rows_but([](std::uint64_t r) { return r == 13; }));
 }

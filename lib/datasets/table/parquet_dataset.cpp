@@ -81,11 +81,12 @@ std::size_t group_of(const ParquetTable& t, std::size_t index) noexcept {
                                   t.starts.begin() - 1);
 }
 
-/// "ParquetDataset: <file>: row <r>, column "<c>"".
+/// "ParquetDataset: <file>: row group <g>, row <r>, column "<c>"" (r counted in the file).
 std::string at_row(const ParquetTable& t, std::size_t g, std::size_t row, std::size_t c) {
   const TableGroup& tg = t.groups[g];
-  return std::string(kWho) + ": " + t.files[tg.file].name + ": row " +
-         std::to_string(tg.file_row + row) + ", column " + in_quotes(t.columns[c].name);
+  return std::string(kWho) + ": " + t.files[tg.file].name + ": row group " +
+         std::to_string(tg.group) + ", row " + std::to_string(tg.file_row + row) + ", column " +
+         in_quotes(t.columns[c].name);
 }
 
 /// Row `row` (sample `index`) of list column c, of row group g, into `out`: its values; a null
@@ -100,18 +101,14 @@ void read_list(const ParquetTable& t, std::size_t g, const parquet::RawColumn& v
         v.wrong.begin(), v.wrong.end(), row,
         [](const parquet::RawColumn::WrongLength& w, std::size_t r) { return w.row < r; });
     if (it != v.wrong.end() && it->row == row) {
-      const TableGroup& tg = t.groups[g];
       std::string shape;
       for (const std::int64_t n : col.shape) {
         shape += shape.empty() ? "(" : ", ";
         shape += n < 0 ? "None" : std::to_string(n);
       }
-      throw DataError(std::string(kWho) + ": " + t.files[tg.file].name + ": row group " +
-                      std::to_string(tg.group) + ", row " + std::to_string(tg.file_row + row) +
-                      ", column " + in_quotes(col.name) + ": a list of " +
-                      std::to_string(it->length) + " at dimension " + std::to_string(it->level) +
-                      " where its shape " + shape + ") has " +
-                      std::to_string(col.shape[it->level]));
+      throw DataError(at_row(t, g, row, c) + ": a list of " + std::to_string(it->length) +
+                      " at dimension " + std::to_string(it->level) + " where its shape " + shape +
+                      ") has " + std::to_string(col.shape[it->level]));
     }
   }
   if (null_row || (!v.null_inside.empty() && v.null_inside[row] != 0)) {
