@@ -189,7 +189,9 @@ std::optional<std::vector<std::int64_t>> list_shape(const TopColumn& c, const ar
   if (depth == 0) return std::nullopt;
   if (f != nullptr) {
     ArrowColumn array;
-    if (depth > 1 && map_hf_array(*f, array, what) && array.shape.size() == depth) {
+    if (depth > 1 &&
+        map_hf_array(*f, array, what + " (ARROW:schema: " + arrow::type_text(*f) + ")") &&
+        array.shape.size() == depth) {
       return array.shape;
     }
     std::vector<std::int64_t> shape;
