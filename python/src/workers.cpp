@@ -470,7 +470,7 @@ thread_local Range t_range;
 thread_local std::vector<std::byte> t_out;       // tasks on their way, several in one write
 thread_local std::vector<std::size_t> t_nbytes;  // a read one by one: its fields' bytes
 // Tasks in flight per process: as many as fit in kWindowBytes, within [kWindowMin, kWindowMax].
-// 4 MiB: 26 tasks of a 224 x 224 RGB image, answered 13 at a time (with 1 MiB: 6, 3 at a time,
+// 4 MiB: 27 tasks of a 224 x 224 RGB image, answered 13 at a time (with 1 MiB: 6, 3 at a time,
 // and the training process woke for every third sample).
 constexpr std::size_t kWindowMin = 4;
 constexpr std::size_t kWindowMax = 32;
