@@ -4,9 +4,13 @@
 
 #include <pybind11/stl.h>
 #include <sys/prctl.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -228,6 +232,29 @@ std::vector<PyDataset*> python_datasets(const Dataset& dataset) {
 
 namespace {
 
+/// glibc's malloc in a worker process: blocks up to 32 MiB from the heap (not mapped for each
+/// allocation and unmapped when freed), and up to 64 MiB free at the heap's top kept (not given
+/// back with each free): the ceilings of glibc's own adaptive thresholds, which a process reaches
+/// once it has freed a mapped block that large. A fresh process starts at 128 KiB (DataLoader's
+/// workers, forked, inherit what the training process's thresholds have risen to), and a
+/// __getitem__ that makes a few images of some hundred KB each (PIL's decode, resize, crop) then
+/// maps, faults in and unmaps each of them: a quarter of a JPEG sample's time. Thresholds the
+/// user set (MALLOC_*_ or GLIBC_TUNABLES) are left as they are.
+void tune_malloc() noexcept {
+#if defined(__GLIBC__)
+  if (std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr ||
+      std::getenv("MALLOC_TRIM_THRESHOLD_") != nullptr) {
+    return;
+  }
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if (tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr) return;
+  constexpr int kMmapThreshold = 32 << 20;
+  constexpr int kTrimThreshold = 64 << 20;
+  static_cast<void>(::mallopt(M_MMAP_THRESHOLD, kMmapThreshold));
+  static_cast<void>(::mallopt(M_TRIM_THRESHOLD, kTrimThreshold));
+#endif
+}
+
 /// A worker process's reader: the dataset, its layout and the seeder (GIL held throughout).
 class WorkerReader {
  public:
@@ -270,6 +297,7 @@ void bind_workers(py::module_& m) {
     // The process ends with the one that started it (a spawn's parent: the training process; a
     // forkserver's: the server, which ends with the training process).
     static_cast<void>(::prctl(PR_SET_PDEATHSIG, SIGKILL));
+    tune_malloc();
   });
 }
 

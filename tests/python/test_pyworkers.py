@@ -4,6 +4,7 @@
 # Real processes, real kills, real timeouts. The datasets are defined at module level, so that
 # the worker processes can unpickle them.
 import os
+import platform
 import random
 import signal
 import subprocess
@@ -345,6 +346,40 @@ def test_many_epochs_keep_processes_and_descriptors_flat(ferry):
         if epoch in (5, 29):
             counts.append((len(os.listdir("/proc/self/fd")), len(os.listdir("/proc/self/task"))))
     assert counts[0] == counts[1]
+
+
+class ReusedBuffers:
+    """Sample i: the minor page faults of making and filling a buffer of 8 + i MiB a second time
+    in this process (the first time just before)."""
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        import resource
+
+        size = (8 + i) << 20
+        a = np.empty(size, np.uint8)
+        a.fill(1)
+        del a
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        a = np.empty(size, np.uint8)
+        a.fill(1)
+        del a
+        return {"faults": np.int64(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)}
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc thresholds")
+def test_a_worker_process_reuses_freed_buffers_rather_than_faulting_them_in_again(ferry):
+    # glibc's default thresholds in a fresh process map a block of 8 MiB, unmap it when freed,
+    # and then take the next one from the heap's top, grown and faulted in (256-514 faults a
+    # sample here); the worker's thresholds keep the freed block for the next.
+    if any(k.startswith("MALLOC_") for k in os.environ) or "glibc.malloc." in os.environ.get(
+            "GLIBC_TUNABLES", ""):
+        pytest.skip("malloc thresholds set by the environment")
+    out, _ = batches_of(ferry, ReusedBuffers(), batch_size=4, processes=1)
+    faults = [int(f) for b in out for f in b["faults"]]
+    assert len(faults) == 4 and max(faults) < 64, faults
 
 
 # ---- options ------------------------------------------------------------------------------------
