@@ -156,6 +156,70 @@ TEST(LoaderAutotune, OffChangesNothingAndReportsTheFixedChoice) {
   }
 }
 
+// IndexDataset that holds memory of its own for the loader's reads (as a Python dataset's worker
+// processes do): three samples' worth and 12,345 bytes; it keeps the sample size it was told.
+class HoldingDataset : public IndexDataset {
+ public:
+  using IndexDataset::IndexDataset;
+  std::uint64_t reader_memory(std::uint64_t sample_bytes) const noexcept override {
+    told_.store(sample_bytes);
+    return 3 * sample_bytes + 12345;
+  }
+  std::uint64_t told() const { return told_.load(); }
+
+ private:
+  mutable std::atomic<std::uint64_t> told_{0};
+};
+
+// What a dataset holds for its reads (Dataset::reader_memory) counts in memory_bytes and in the
+// budget, with and without autotune, and a Mixture's sources' add up.
+TEST(LoaderAutotune, TheDatasetsOwnMemoryCountsInTheBudget) {
+  for (const bool autotune : {false, true}) {
+    LoaderOptions o = ferry::testing::cpu_options(8);
+    o.workers = 2;
+    o.prefetch = 3;
+    o.autotune = autotune;
+    const auto plain = std::make_shared<IndexDataset>(100);
+    const auto holding = std::make_shared<HoldingDataset>(100);
+    const std::uint64_t base = Loader(plain, o).stats().memory_bytes;
+    Loader loader(holding, o);
+    // A sample as the loader lays it out: at least its fields' bytes (x u8 [13], y i64, z f32
+    // [2]).
+    const std::uint64_t sample = holding->told();
+    EXPECT_GE(sample, 13U + 8U + 8U);
+    const std::uint64_t held = 3 * sample + 12345;
+    EXPECT_EQ(loader.stats().memory_bytes, base + held) << autotune;
+    EXPECT_EQ(collect(loader, 0).size(), 13U);
+    if (!autotune) {
+      EXPECT_EQ(loader.stats().memory_bytes, base + held);
+    }
+    // A budget that holds the loader's own memory but not the dataset's is refused, naming it:
+    // what the options ask for, or (autotune, which starts smaller where it must) the smallest
+    // pipeline.
+    const std::uint64_t need = (autotune ? smallest_budget(plain, o, false) : base) + held;
+    o.memory_budget = need - 1;
+    try {
+      Loader refused(holding, o);
+      ADD_FAILURE() << "a budget without room for the dataset's memory was accepted";
+    } catch (const ferry::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::to_string(held) + " held by the dataset's reads"),
+                std::string::npos)
+          << e.what();
+    }
+    o.memory_budget = need;
+    EXPECT_NO_THROW(Loader(holding, o));
+    o.memory_budget = 0;
+    const auto other = std::make_shared<HoldingDataset>(50);
+    const auto two = ferry::Mixture::open({{holding, 1}, {other, 1}});
+    const auto two_plain =
+        ferry::Mixture::open({{plain, 1}, {std::make_shared<IndexDataset>(50), 1}});
+    const std::uint64_t mixed = Loader(two, o).stats().memory_bytes;
+    // Both sources are asked with the mixture's sample as laid out.
+    EXPECT_EQ(other->told(), holding->told());
+    EXPECT_EQ(mixed, Loader(two_plain, o).stats().memory_bytes + 2 * (3 * holding->told() + 12345));
+  }
+}
+
 // Autotune is the default, and so is its budget: an eighth of the memory (physical, or the
 // cgroup's limit where lower), or what the starting options need where that is more.
 TEST(LoaderAutotune, IsOnByDefaultWithADefaultBudget) {

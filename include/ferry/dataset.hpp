@@ -139,6 +139,15 @@ class FERRY_API Dataset {
   /// as LoaderStats::network_wait_seconds. The default (a dataset that never waits on a
   /// transfer while it is read) is 0.
   virtual double network_wait_seconds() const noexcept { return 0; }
+  /// The most bytes of memory the dataset holds for a loader's reads beside the loader's own
+  /// (a Python dataset's worker processes: each one's shared window of samples), given the
+  /// bytes of one sample as the loader lays it out (a ragged field at its longest).
+  /// LoaderStats::memory_bytes counts them and LoaderOptions::memory_budget holds them, asked
+  /// once, when a loader is made. The default: 0.
+  virtual std::uint64_t reader_memory(std::uint64_t sample_bytes) const noexcept {
+    static_cast<void>(sample_bytes);
+    return 0;
+  }
   /// The samples as rows in memory, when that is what the dataset is: one tensor per field, in
   /// fields() order, whose dimension 0 is the sample, so that field f of sample i is exactly
   /// row i of rows_in_memory()[f]. Empty (the default) otherwise. A loader gathers batches from

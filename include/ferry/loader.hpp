@@ -73,11 +73,12 @@ struct FERRY_API LoaderOptions {
   /// it starts; it never goes above the machine's cores. The batches are the same, bit for bit,
   /// whatever it chooses. LoaderStats::autotune_decisions says what it did and why.
   bool autotune = true;
-  /// Bytes the loader may hold: staging slots, device buffers, and an estimate of the workers'
-  /// per-thread scratch (one sample's bytes per worker). Under autotune a hard cap on the slots
-  /// and workers it adds; 0 there: default_memory_budget(), or what the options ask for at the
-  /// start (`prefetch` slots, the device buffers, `workers`) where that is more, so no options
-  /// are refused for the default. Without autotune the options must fit in it; 0: no cap.
+  /// Bytes the loader may hold: staging slots, device buffers, an estimate of the workers'
+  /// per-thread scratch (one sample's bytes per worker), and what the dataset holds for its
+  /// reads (Dataset::reader_memory: a Python dataset's worker processes). Under autotune a hard cap
+  /// on the slots and workers it adds; 0 there: default_memory_budget(), or what the options ask
+  /// for at the start (`prefetch` slots, the device buffers, `workers`) where that is more, so no
+  /// options are refused for the default. Without autotune the options must fit in it; 0: no cap.
   /// \throws ConfigError (at construction) when it cannot hold the minimum pipeline (one slot,
   /// the device buffers, one worker) or, without autotune, what the options ask for.
   std::uint64_t memory_budget = 0;

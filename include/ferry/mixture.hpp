@@ -88,6 +88,8 @@ class FERRY_API Mixture final : public Dataset {
   bool wants_read_order() const noexcept override;
   /// The sources' waits for the network, summed.
   double network_wait_seconds() const noexcept override;
+  /// Its sources' reader_memory(), summed.
+  std::uint64_t reader_memory(std::uint64_t sample_bytes) const noexcept override;
 
   std::uint64_t selection_key() const noexcept override { return key_; }
   std::size_t epoch_size() const override { return epoch_size_; }

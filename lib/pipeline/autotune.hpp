@@ -71,6 +71,7 @@ struct Tuning {
   std::uint64_t slot_bytes = 0;          // each staging slot
   std::uint64_t device_bytes = 0;        // every device buffer together
   std::uint64_t scratch_per_worker = 0;  // the estimate: one sample's bytes
+  std::uint64_t reader_bytes = 0;        // Dataset::reader_memory (worker processes' windows)
   int max_workers = 1;
 
   std::atomic<int> workers{1};       // in use now
@@ -94,7 +95,8 @@ struct Tuning {
 
   /// The loader's memory with `slots` slots made and `workers` workers' scratch.
   std::uint64_t bytes(std::uint64_t slots_made, std::uint64_t worker_count) const noexcept {
-    return slots_made * slot_bytes + device_bytes + worker_count * scratch_per_worker;
+    return slots_made * slot_bytes + device_bytes + worker_count * scratch_per_worker +
+           reader_bytes;
   }
   bool fits(std::uint64_t slots_made, std::uint64_t worker_count) const noexcept {
     return budget == 0 || bytes(slots_made, worker_count) <= budget;

@@ -53,15 +53,17 @@ int autotune_slot_cap(const LoaderOptions& o, int max_workers) {
 
 // "N bytes (one staging slot of S, D device buffers of B, one worker's scratch of C)".
 std::string budget_parts(std::uint64_t total, int slots, std::uint64_t slot_bytes, int devices,
-                         std::uint64_t device_bytes, int workers, std::uint64_t scratch) {
+                         std::uint64_t device_bytes, int workers, std::uint64_t scratch,
+                         std::uint64_t reader) {
   std::string s = std::to_string(total) + " bytes (" + std::to_string(slots) + " staging slot" +
                   (slots == 1 ? "" : "s") + " of " + std::to_string(slot_bytes);
   if (devices > 0) {
     s += ", " + std::to_string(devices) + " device buffers of " + std::to_string(device_bytes);
   }
   s += ", " + std::to_string(workers) + " worker" + (workers == 1 ? "" : "s") + "' scratch of " +
-       std::to_string(scratch) + " each)";
-  return s;
+       std::to_string(scratch) + " each";
+  if (reader > 0) s += ", " + std::to_string(reader) + " held by the dataset's reads";
+  return s + ")";
 }
 
 detail::Sampler::Options sampler_options(const LoaderOptions& o) {
@@ -220,6 +222,7 @@ void detail::LoaderImpl::plan_memory(BufferRing::Sizes& sizes) {
   t.slot_bytes = sizes.staging_bytes;
   t.device_bytes = static_cast<std::uint64_t>(sizes.device_buffers) * sizes.device_bytes;
   t.scratch_per_worker = (layout->written.bytes + capacity - 1) / capacity;
+  t.reader_bytes = dataset->reader_memory(t.scratch_per_worker);
   t.budget = options.memory_budget;
   if (t.enabled && t.budget == 0) {
     // The default: a share of the memory, and never less than the options ask for at the start
@@ -231,7 +234,8 @@ void detail::LoaderImpl::plan_memory(BufferRing::Sizes& sizes) {
   const int devices = sizes.device_buffers;
   const auto parts = [&](int slots, int w) {
     return budget_parts(t.bytes(static_cast<std::uint64_t>(slots), static_cast<std::uint64_t>(w)),
-                        slots, t.slot_bytes, devices, sizes.device_bytes, w, t.scratch_per_worker);
+                        slots, t.slot_bytes, devices, sizes.device_bytes, w, t.scratch_per_worker,
+                        t.reader_bytes);
   };
   const std::string budget = "Loader: memory_budget of " + std::to_string(t.budget) + " bytes";
   if (!t.fits(1, 1)) {

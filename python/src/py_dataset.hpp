@@ -129,6 +129,8 @@ class PyDataset final : public Dataset {
   void begin_reads(std::span<const std::size_t> indices,
                    std::span<const SampleRef> out) const noexcept override;
   void end_reads() const noexcept override;
+  /// The worker processes' shared windows, at most (0 on threads).
+  std::uint64_t reader_memory(std::uint64_t sample_bytes) const noexcept override;
 
   /// The Python object read (for the garbage collector's traversal).
   PyObject* source() const noexcept { return source_.ptr(); }

@@ -131,6 +131,10 @@ void PyDataset::end_reads() const noexcept {
   if (pool_) pool_->end_reads();
 }
 
+std::uint64_t PyDataset::reader_memory(std::uint64_t sample_bytes) const noexcept {
+  return pool_ ? pool_->memory_bound(sample_bytes) : 0;
+}
+
 void PyDataset::use_processes(const ProcessOptions& options) {
   if (pool_ && pool_users_ > 0) {
     if (pool_->options() == options) {

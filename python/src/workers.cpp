@@ -501,6 +501,16 @@ void append_task(std::vector<std::byte>& out, std::size_t index, std::uint64_t s
 
 }  // namespace
 
+std::uint64_t ProcessPool::memory_bound(std::uint64_t sample_bytes) const noexcept {
+  // A task's part: its token's line, then each field from a line of its own.
+  const std::uint64_t part = kAlign * (1 + field_count_) + sample_bytes;
+  // A window of tasks fills at most kWindowBytes, or kWindowMin parts where those are more; a
+  // read one by one grows the region to under two parts.
+  const std::uint64_t each =
+      std::max<std::uint64_t>({kMinScratch, kWindowBytes, kWindowMin * part});
+  return each * static_cast<std::uint64_t>(options_.count);
+}
+
 bool ProcessPool::send_task(Child& c, std::size_t index, std::uint64_t seed, std::size_t base,
                             std::uint64_t token, std::span<const std::size_t> nbytes) {
   t_out.clear();

@@ -76,6 +76,9 @@ class ProcessPool {
   const ProcessOptions& options() const noexcept { return options_; }
   /// Processes started so far, replacements included.
   std::uint64_t started() const;
+  /// The most bytes the processes' shared memory grows to, given a sample's bytes: each one's
+  /// window of tasks (kWindowBytes, or kWindowMin samples where those are more).
+  std::uint64_t memory_bound(std::uint64_t sample_bytes) const noexcept;
 
  private:
   struct Child {

@@ -382,6 +382,53 @@ def test_a_worker_process_reuses_freed_buffers_rather_than_faulting_them_in_agai
     assert len(faults) == 4 and max(faults) < 64, faults
 
 
+class Big:
+    """Sample i: "img" u8 [2 MiB], every byte i."""
+
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        return {"img": np.full(2 << 20, i, np.uint8)}
+
+
+def scratch_mapped():
+    """Bytes of the worker processes' shared memory mapped in this process."""
+    total = 0
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            if "memfd:ferry-scratch" in line:
+                start, end = (int(a, 16) for a in line.split()[0].split("-"))
+                total += end - start
+    return total
+
+
+def test_the_processes_shared_memory_counts_in_memory_bytes_and_the_budget(ferry):
+    # Each process's window is 4 MiB of samples, or 4 samples where those are more; the loader's
+    # memory_bytes and memory_budget count it for each process.
+    for make, low, high in ((lambda: Indexed(64), 4 << 20, 4 << 20),
+                            (Big, 4 * (2 << 20), 4 * ((2 << 20) + 4096))):
+        options = dict(batch_size=4, device="cpu", autotune=False)
+        threads = ferry.Loader(make(), processes=0, workers=2, **options).stats().memory_bytes
+        before = scratch_mapped()  # other loaders' processes, still alive
+        loader = ferry.Loader(make(), processes=2, **options)
+        held = loader.stats().memory_bytes - threads
+        assert 2 * low <= held <= 2 * high, held
+        seen = []
+        for b in loader.epoch(0):
+            if "img" in b.keys():
+                img = b["img"].numpy()
+                assert all((img[k] == i).all() for k, i in enumerate(b.indices))
+            seen += list(b.indices)
+        assert sorted(seen) == list(range(len(make())))
+        # what the processes' regions grew to (mapped here too) stays within what was counted
+        assert 0 < scratch_mapped() - before <= held, (scratch_mapped(), before, held)
+        with pytest.raises(ferry.ConfigError, match=f"{held} held by the dataset's reads"):
+            ferry.Loader(make(), processes=2, memory_budget=threads + held - 1, **options)
+        ferry.Loader(make(), processes=2, memory_budget=threads + held, **options)
+        del loader
+
+
 # ---- options ------------------------------------------------------------------------------------
 
 

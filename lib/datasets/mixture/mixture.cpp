@@ -304,6 +304,12 @@ double Mixture::network_wait_seconds() const noexcept {
   return total;
 }
 
+std::uint64_t Mixture::reader_memory(std::uint64_t sample_bytes) const noexcept {
+  std::uint64_t total = 0;
+  for (const MixtureSource& s : sources_) total += s.dataset->reader_memory(sample_bytes);
+  return total;
+}
+
 std::shared_ptr<const std::vector<std::uint64_t>> Mixture::inner_list(std::size_t k,
                                                                       std::uint64_t seed,
                                                                       std::uint64_t pass,
