@@ -27,6 +27,7 @@
 #include "expect_error.hpp"
 #include "ferry/ferry.hpp"
 #include "remote/nginx.hpp"
+#include "table_writer.hpp"
 
 namespace {
 
@@ -104,14 +105,7 @@ std::string ArrowRemote::skip_;
 fs::path ArrowRemote::dir_;
 
 ferry::LoaderOptions loader_options(bool shuffle, int workers) {
-  ferry::LoaderOptions lo;
-  lo.batch_size = 7;
-  lo.shuffle = shuffle;
-  lo.seed = 11;
-  lo.workers = workers;
-  lo.autotune = false;
-  lo.device = ferry::Device::cpu();
-  return lo;
+  return ferry::testing::table_loader_options(7, shuffle, workers, 11);
 }
 
 // Every sample an epoch delivers: its fields' bytes (a ragged field's `length` values alone),

@@ -25,6 +25,7 @@
 #include "expect_error.hpp"
 #include "ferry/ferry.hpp"
 #include "table_images.hpp"
+#include "table_writer.hpp"
 
 namespace {
 
@@ -64,34 +65,13 @@ constexpr std::size_t kImages = 40;  // images.parquet's rows: 6 row groups of 7
 class ParquetFiles : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const fs::path writer = fs::path(FERRY_SOURCE_DIR) / "tests/table";
-    if (!fs::exists(writer / "node_modules/parquet-wasm") ||
-        !fs::exists(writer / "node_modules/apache-arrow")) {
-      skip_ = "the Parquet writer is not installed (scripts/setup runs npm ci in tests/table)";
-      return;
-    }
-    if (std::system("node --version >/dev/null 2>&1") != 0) {
-      skip_ = "node is not installed";
-      return;
-    }
     dir_ = fs::temp_directory_path() / ("ferry_parquet_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     // The images: in one folder for the writer, and as ImageFolder's class "a" (JPEG and PNG).
-    fs::create_directories(dir_ / "images");
-    fs::create_directories(dir_ / "folder/a");
-    for (std::size_t i = 0; i < kImages; ++i) {
-      const int w = 20 + static_cast<int>(i % 9);
-      const int h = 14 + static_cast<int>(i % 5);
-      const Bytes px = pattern(w, h, static_cast<int>(i));
-      char name[32];
-      std::snprintf(name, sizeof name, "%03zu.%s", i, i % 2 == 0 ? "jpg" : "png");
-      const Bytes encoded = i % 2 == 0 ? encode_jpeg(px, w, h) : encode_png(px, w, h);
-      write_bytes(dir_ / "images" / name, encoded);
-      write_bytes(dir_ / "folder/a" / name, encoded);
-    }
-    const std::string cmd = "node '" + (writer / "write_tables.js").string() + "' '" +
-                            dir_.string() + "' '" + (dir_ / "images").string() + "' >/dev/null";
-    if (std::system(cmd.c_str()) != 0) skip_ = "write_tables.js failed: " + cmd;
+    ferry::testing::table_images::write_image_pair(dir_ / "images", dir_ / "folder/a", kImages);
+    skip_ = ferry::testing::run_table_writer(FERRY_SOURCE_DIR, "write_tables.js",
+                                             {"parquet-wasm", "apache-arrow"},
+                                             {dir_.string(), (dir_ / "images").string()});
   }
   static void TearDownTestSuite() {
     if (!dir_.empty()) fs::remove_all(dir_);
@@ -105,14 +85,7 @@ class ParquetFiles : public ::testing::Test {
   static fs::path file(const std::string& name) { return dir_ / name; }
 
   static ferry::LoaderOptions loader_options(std::size_t batch, bool shuffle, int workers) {
-    ferry::LoaderOptions lo;
-    lo.batch_size = batch;
-    lo.shuffle = shuffle;
-    lo.seed = 5;
-    lo.workers = workers;
-    lo.autotune = false;
-    lo.device = ferry::Device::cpu();
-    return lo;
+    return ferry::testing::table_loader_options(batch, shuffle, workers, 5);
   }
 
   static std::string skip_;

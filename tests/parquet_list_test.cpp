@@ -25,6 +25,7 @@
 #include "datasets/table/parquet_lists.hpp"
 #include "expect_error.hpp"
 #include "ferry/ferry.hpp"
+#include "table_writer.hpp"
 
 namespace {
 
@@ -127,21 +128,10 @@ std::vector<double> values_of(const ferry::Batch& b, const std::string& name, st
 class ParquetLists : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const fs::path writer = fs::path(FERRY_SOURCE_DIR) / "tests/table";
-    if (!fs::exists(writer / "node_modules/parquet-wasm") ||
-        !fs::exists(writer / "node_modules/apache-arrow")) {
-      skip_ = "the Parquet writer is not installed (scripts/setup runs npm ci in tests/table)";
-      return;
-    }
-    if (std::system("node --version >/dev/null 2>&1") != 0) {
-      skip_ = "node is not installed";
-      return;
-    }
     dir_ = fs::temp_directory_path() / ("ferry_parquet_lists_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
-    const std::string cmd =
-        "node '" + (writer / "write_lists.js").string() + "' '" + dir_.string() + "' >/dev/null";
-    if (std::system(cmd.c_str()) != 0) skip_ = "write_lists.js failed: " + cmd;
+    skip_ = ferry::testing::run_table_writer(FERRY_SOURCE_DIR, "write_lists.js",
+                                             {"parquet-wasm", "apache-arrow"}, {dir_.string()});
   }
   static void TearDownTestSuite() {
     if (!dir_.empty()) fs::remove_all(dir_);
@@ -153,14 +143,7 @@ class ParquetLists : public ::testing::Test {
   static fs::path file(const std::string& name) { return dir_ / name; }
 
   static ferry::LoaderOptions loader_options(std::size_t batch, bool shuffle, int workers) {
-    ferry::LoaderOptions lo;
-    lo.batch_size = batch;
-    lo.shuffle = shuffle;
-    lo.seed = 11;
-    lo.workers = workers;
-    lo.autotune = false;
-    lo.device = ferry::Device::cpu();
-    return lo;
+    return ferry::testing::table_loader_options(batch, shuffle, workers, 11);
   }
 
   static std::string skip_;

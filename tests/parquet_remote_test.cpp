@@ -25,6 +25,7 @@
 #include "expect_error.hpp"
 #include "ferry/ferry.hpp"
 #include "remote/nginx.hpp"
+#include "table_writer.hpp"
 
 namespace {
 
@@ -91,14 +92,7 @@ std::string ParquetRemote::skip_;
 fs::path ParquetRemote::dir_;
 
 ferry::LoaderOptions loader_options(bool shuffle, int workers) {
-  ferry::LoaderOptions lo;
-  lo.batch_size = 7;
-  lo.shuffle = shuffle;
-  lo.seed = 11;
-  lo.workers = workers;
-  lo.autotune = false;
-  lo.device = ferry::Device::cpu();
-  return lo;
+  return ferry::testing::table_loader_options(7, shuffle, workers, 11);
 }
 
 // Every sample an epoch delivers: its fields' bytes (a ragged field's `length` values alone),
@@ -300,10 +294,9 @@ TEST_F(ParquetRemote, FileUrlsAreReadByRangesToo) {
 TEST_F(ParquetRemote, ListColumnsComeByRangesAsTheyReadLocally) {
   // write_lists.js's files (lists, fixed-size lists, nested ones) beside the others.
   const fs::path lists = dir_ / "www" / "lists";
-  const std::string cmd = "node '" +
-                          (fs::path(FERRY_SOURCE_DIR) / "tests/table/write_lists.js").string() +
-                          "' '" + lists.string() + "' >/dev/null";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const std::string failed = ferry::testing::run_table_writer(
+      FERRY_SOURCE_DIR, "write_lists.js", {"parquet-wasm", "apache-arrow"}, {lists.string()});
+  ASSERT_TRUE(failed.empty()) << failed;
   TableOptions o;
   o.columns = {"li", "lf", "ll", "f4", "a2", "id"};
   for (const std::string name : {"lists_dict_v1.parquet", "lists_plain_v2.parquet"}) {

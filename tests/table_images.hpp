@@ -10,6 +10,7 @@
 #include <turbojpeg.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -66,6 +67,24 @@ inline Bytes encode_png(const Bytes& px, int w, int h) {
   std::free(buf);
   spng_ctx_free(ctx);
   return out;
+}
+
+/// `count` images (sizes 20-28 x 14-18, JPEG at even rows, PNG at odd ones) written twice: into
+/// `flat` for a writer, and into `folder` (an ImageFolder's class) to compare with.
+inline void write_image_pair(const std::filesystem::path& flat, const std::filesystem::path& folder,
+                             std::size_t count) {
+  std::filesystem::create_directories(flat);
+  std::filesystem::create_directories(folder);
+  for (std::size_t i = 0; i < count; ++i) {
+    const int w = 20 + static_cast<int>(i % 9);
+    const int h = 14 + static_cast<int>(i % 5);
+    const Bytes px = pattern(w, h, static_cast<int>(i));
+    char name[32];
+    std::snprintf(name, sizeof name, "%03zu.%s", i, i % 2 == 0 ? "jpg" : "png");
+    const Bytes encoded = i % 2 == 0 ? encode_jpeg(px, w, h) : encode_png(px, w, h);
+    write_bytes(flat / name, encoded);
+    write_bytes(folder / name, encoded);
+  }
 }
 
 /// Checks that `table`'s batches (fields "image", "raw" and "label", in order) carry the same

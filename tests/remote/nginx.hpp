@@ -23,6 +23,8 @@
 #include <utility>
 #include <vector>
 
+#include "../table_writer.hpp"
+
 namespace ferry::testing {
 
 namespace fs = std::filesystem;
@@ -257,20 +259,13 @@ class Nginx {
 inline std::string serve_written_tables(const fs::path& source_dir, const std::string& script,
                                         const std::vector<std::string>& packages,
                                         const fs::path& dir, Nginx*& nginx) {
-  const fs::path writer = source_dir / "tests/table";
-  for (const std::string& package : packages) {
-    if (!fs::exists(writer / "node_modules" / package)) {
-      return package + " is not installed (scripts/setup runs npm ci in tests/table)";
-    }
-  }
-  if (std::system("node --version >/dev/null 2>&1") != 0) return "node is not installed";
   if (!fs::exists(Nginx::kBinary)) {
     return std::string(Nginx::kBinary) + " is missing (apt-get install nginx-light)";
   }
   fs::remove_all(dir);
-  const std::string cmd =
-      "node '" + (writer / script).string() + "' '" + (dir / "www").string() + "' >/dev/null";
-  if (std::system(cmd.c_str()) != 0) return script + " failed: " + cmd;
+  const std::string failed =
+      run_table_writer(source_dir, script, packages, {(dir / "www").string()});
+  if (!failed.empty()) return failed;
   nginx = new Nginx(dir / "nginx", dir / "www");
   if (!nginx->up()) return "nginx did not start; its error log: " + nginx->error_log();
   return {};
