@@ -39,6 +39,7 @@ using ferry::DataError;
 using ferry::DType;
 using ferry::TableOptions;
 using ferry::testing::expect_error;
+using ferry::testing::rows_kept;
 using ferry::testing::table_images::Bytes;
 using ferry::testing::table_images::encode_jpeg;
 using ferry::testing::table_images::encode_png;
@@ -332,22 +333,6 @@ TEST_F(ArrowFiles, ANullInsideAListIsADataErrorForItsRowOnly) {
   auto it = epoch.begin();
   EXPECT_EQ(values<std::int32_t>(*it, "ln", 2, true), std::vector<std::int32_t>{2});
   expect_error<DataError>([&] { ++it; }, {"all.arrow", "row 3", "\"ln\"", "a null inside"});
-}
-
-/// The rows an epoch delivers under ErrorPolicy::skip, in order (one worker, no shuffle).
-std::vector<std::uint64_t> rows_kept(const std::shared_ptr<ArrowDataset>& ds) {
-  ferry::LoaderOptions lo;
-  lo.batch_size = 4;
-  lo.workers = 1;
-  lo.autotune = false;
-  lo.device = ferry::Device::cpu();
-  lo.on_error = ferry::ErrorPolicy::skip;
-  ferry::Loader loader(ds, lo);
-  std::vector<std::uint64_t> rows;
-  for (const ferry::Batch& b : loader.epoch(0)) {
-    for (std::size_t j = 0; j < b.size(); ++j) rows.push_back(b.indices()[j]);
-  }
-  return rows;
 }
 
 std::vector<std::uint64_t> rows_but(std::uint64_t n,

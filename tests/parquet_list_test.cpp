@@ -36,6 +36,7 @@ using ferry::DType;
 using ferry::ParquetDataset;
 using ferry::TableOptions;
 using ferry::testing::expect_error;
+using ferry::testing::rows_kept;
 
 constexpr std::size_t kRows = 60;
 
@@ -472,22 +473,6 @@ TEST_F(ParquetLists, AListColumnReadByRangesFromAUrl) {
   const auto ds = ParquetDataset::open({url});
   ASSERT_EQ(ds->size(), kRows);
   expect_all_rows(ds, loader_options(6, true, 2), url);
-}
-
-/// The rows an epoch delivers under ErrorPolicy::skip, in order.
-std::vector<std::uint64_t> rows_kept(const std::shared_ptr<ParquetDataset>& ds) {
-  ferry::LoaderOptions lo;
-  lo.batch_size = 4;
-  lo.workers = 1;
-  lo.autotune = false;
-  lo.device = ferry::Device::cpu();
-  lo.on_error = ferry::ErrorPolicy::skip;
-  ferry::Loader loader(ds, lo);
-  std::vector<std::uint64_t> rows;
-  for (const ferry::Batch& b : loader.epoch(0)) {
-    for (std::size_t j = 0; j < b.size(); ++j) rows.push_back(b.indices()[j]);
-  }
-  return rows;
 }
 
 std::vector<std::uint64_t> rows_but(const std::function<bool(std::uint64_t)>& out) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,19 @@ inline LoaderOptions table_loader_options(std::size_t batch, bool shuffle, int w
   lo.autotune = false;
   lo.device = Device::cpu();
   return lo;
+}
+
+/// The rows an epoch of `ds` delivers under ErrorPolicy::skip, in order (one worker, batches of
+/// 4, no shuffle).
+inline std::vector<std::uint64_t> rows_kept(const std::shared_ptr<const Dataset>& ds) {
+  LoaderOptions lo = table_loader_options(4, false, 1, 0);
+  lo.on_error = ErrorPolicy::skip;
+  Loader loader(ds, lo);
+  std::vector<std::uint64_t> rows;
+  for (const Batch& b : loader.epoch(0)) {
+    for (std::size_t j = 0; j < b.size(); ++j) rows.push_back(b.indices()[j]);
+  }
+  return rows;
 }
 
 }  // namespace ferry::testing
