@@ -81,6 +81,20 @@ std::size_t group_of(const ParquetTable& t, std::size_t index) noexcept {
                                   t.starts.begin() - 1);
 }
 
+/// Field c of `out` filled with NaN (Missing::nan's null): false, and nothing written, for a
+/// dtype other than f32 and f64.
+bool fill_nan(DType dtype, const SampleRef& out, std::size_t c) {
+  if (dtype == DType::f32) {
+    std::fill_n(out.as<float>(c), out.nbytes(c) / 4, std::numeric_limits<float>::quiet_NaN());
+    return true;
+  }
+  if (dtype == DType::f64) {
+    std::fill_n(out.as<double>(c), out.nbytes(c) / 8, std::numeric_limits<double>::quiet_NaN());
+    return true;
+  }
+  return false;
+}
+
 /// "ParquetDataset: <file>: row group <g>, row <r>, column "<c>"" (r counted in the file).
 std::string at_row(const ParquetTable& t, std::size_t g, std::size_t row, std::size_t c) {
   const TableGroup& tg = t.groups[g];
@@ -113,15 +127,7 @@ void read_list(const ParquetTable& t, std::size_t g, const parquet::RawColumn& v
   }
   if (null_row || (!v.null_inside.empty() && v.null_inside[row] != 0)) {
     const bool floating = col.dtype == DType::f32 || col.dtype == DType::f64;
-    if (t.options.missing == Missing::nan && floating && !col.ragged()) {
-      const std::size_t n = out.nbytes(c) / dtype_size(col.dtype);
-      if (col.dtype == DType::f32) {
-        std::fill_n(out.as<float>(c), n, std::numeric_limits<float>::quiet_NaN());
-      } else {
-        std::fill_n(out.as<double>(c), n, std::numeric_limits<double>::quiet_NaN());
-      }
-      return;
-    }
+    if (t.options.missing == Missing::nan && !col.ragged() && fill_nan(col.dtype, out, c)) return;
     throw DataError(at_row(t, g, row, c) + (null_row ? ": a null" : ": a null inside its values") +
                     (floating && !col.ragged()
                          ? std::string(" (TableOptions::missing is Missing::error)")
@@ -298,14 +304,7 @@ void ParquetDataset::read(std::size_t index, SampleRef out) const {
     }
     if (!v.is_valid(row)) {
       const bool nan = t.options.missing == Missing::nan;
-      if (nan && col.kind == TableField::scalar && col.dtype == DType::f32) {
-        *out.as<float>(c) = std::numeric_limits<float>::quiet_NaN();
-        continue;
-      }
-      if (nan && col.kind == TableField::scalar && col.dtype == DType::f64) {
-        *out.as<double>(c) = std::numeric_limits<double>::quiet_NaN();
-        continue;
-      }
+      if (nan && col.kind == TableField::scalar && detail::fill_nan(col.dtype, out, c)) continue;
       if (nan && col.kind == TableField::categorical) {
         *out.as<std::int64_t>(c) = -1;
         continue;
