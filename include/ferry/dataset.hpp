@@ -148,6 +148,10 @@ class FERRY_API Dataset {
     static_cast<void>(sample_bytes);
     return 0;
   }
+  /// Whether other processes do the dataset's reads and write the samples straight into the
+  /// places read() is given (a Python dataset's worker processes): the loader then makes its
+  /// staging slots of shared memory (SharedBuffer) that they map. The default: false.
+  virtual bool shares_staging() const noexcept { return false; }
   /// The samples as rows in memory, when that is what the dataset is: one tensor per field, in
   /// fields() order, whose dimension 0 is the sample, so that field f of sample i is exactly
   /// row i of rows_in_memory()[f]. Empty (the default) otherwise. A loader gathers batches from

@@ -61,6 +61,62 @@ class FERRY_API PinnedBuffer {
   Lock lock_ = Lock::none;
 };
 
+/// Host memory that other processes can map: a memfd (Linux), mapped shared here. Where `pin`
+/// and CUDA is usable its pages are registered with CUDA (cudaHostRegister, portable), so that the
+/// GPU's DMA engine reads it as it reads cudaHostAlloc's memory. While it lives, shared_region()
+/// finds it from any address inside it. A loader makes its staging slots of it when its dataset's
+/// reads are done by other processes (Dataset::shares_staging): they write samples straight into
+/// the slots. Move-only; the destructor unregisters, unmaps and closes it (another process's
+/// mapping keeps the memory until that process lets it go).
+class FERRY_API SharedBuffer {
+ public:
+  SharedBuffer() noexcept = default;
+  /// \throws ConfigError as HostBuffer::allocate (or when no memfd can be made), DeviceError
+  /// when CUDA refuses to register it.
+  static SharedBuffer allocate(std::size_t nbytes, bool pin);
+  SharedBuffer(SharedBuffer&& other) noexcept;
+  SharedBuffer& operator=(SharedBuffer&& other) noexcept;
+  SharedBuffer(const SharedBuffer&) = delete;
+  SharedBuffer& operator=(const SharedBuffer&) = delete;
+  ~SharedBuffer();
+
+  void* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+  /// True when CUDA registered its pages (page-locked).
+  bool locked() const noexcept { return registered_; }
+  /// Its memfd (close-on-exec): another process maps it (MAP_SHARED) from offset 0.
+  int fd() const noexcept { return fd_; }
+  /// Unique in this process for its life: a buffer made later never has an earlier one's id.
+  std::uint64_t id() const noexcept { return id_; }
+
+ private:
+  void reset() noexcept;
+  void* data_ = nullptr;
+  std::size_t size_ = 0;
+  std::size_t mapped_ = 0;  // size_ rounded up to pages
+  int fd_ = -1;
+  std::uint64_t id_ = 0;
+  bool registered_ = false;
+};
+
+/// A place in a live SharedBuffer: its memfd and id, the buffer's size, and the offset of the
+/// address asked about.
+struct SharedRegion {
+  int fd = -1;
+  std::uint64_t id = 0;
+  std::size_t size = 0;
+  std::size_t offset = 0;
+};
+
+/// The live SharedBuffer that holds `bytes` bytes from `p`, or false. The fd stays valid while
+/// that buffer lives (the caller's to ensure: it is writing into it).
+FERRY_API bool shared_region(const void* p, std::size_t bytes, SharedRegion& out) noexcept;
+/// Bumped each time a SharedBuffer is freed: a process that mapped regions looks again (with
+/// shared_region_live) at which are gone when it changed.
+FERRY_API std::uint64_t shared_regions_freed() noexcept;
+/// True while the SharedBuffer with this id lives.
+FERRY_API bool shared_region_live(std::uint64_t id) noexcept;
+
 /// Memory of a device: cudaMalloc on a GPU, or the host copy engine's stand-in buffers.
 /// Move-only; the destructor frees it (tolerating a CUDA runtime that is shutting down).
 class FERRY_API DeviceBuffer {

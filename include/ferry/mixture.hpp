@@ -90,6 +90,8 @@ class FERRY_API Mixture final : public Dataset {
   double network_wait_seconds() const noexcept override;
   /// Its sources' reader_memory(), summed.
   std::uint64_t reader_memory(std::uint64_t sample_bytes) const noexcept override;
+  /// Whether any source's reads are done by other processes.
+  bool shares_staging() const noexcept override;
 
   std::uint64_t selection_key() const noexcept override { return key_; }
   std::size_t epoch_size() const override { return epoch_size_; }

@@ -197,6 +197,7 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, const LoaderOpt
                         : layout->gather ? layout->index_bytes
                                          : layout->written.bytes;
   sizes.pinned = options.pin_memory && options.device.is_cuda();
+  sizes.shared = dataset->shares_staging();
   sizes.device_buffers = device_path ? options.device_buffers : 0;
   sizes.device_bytes = layout->bytes;
   sizes.ragged_fields = layout->written.ragged_count();

@@ -58,7 +58,12 @@ std::uint32_t BufferRing::add_slot() {
   // new. No other thread refers to an id without a buffer.
   if (!slots_[next]) slots_[next] = std::make_unique<Slot>();
   Slot& slot = *slots_[next];
-  if (sizes_.pinned) {
+  if (sizes_.shared) {
+    SharedBuffer b = SharedBuffer::allocate(sizes_.staging_bytes, sizes_.pinned);
+    slot.data = static_cast<std::byte*>(b.data());
+    slot.pinned = b.locked();
+    staging_[next] = std::move(b);
+  } else if (sizes_.pinned) {
     PinnedBuffer b = PinnedBuffer::allocate(sizes_.staging_bytes);
     slot.data = static_cast<std::byte*>(b.data());
     slot.pinned = b.locked();

@@ -151,6 +151,7 @@ class BufferRing {
     std::size_t staging_bytes = 0;  ///< each
     std::size_t capacity = 1;       ///< samples per batch
     bool pinned = false;            ///< page-locked staging
+    bool shared = false;            ///< staging other processes map (SharedBuffer)
     int device_buffers = 0;         ///< 0: no copy stage
     std::size_t device_bytes = 0;   ///< each
     std::size_t ragged_fields = 0;  ///< fields whose rows vary per sample
@@ -256,7 +257,7 @@ class BufferRing {
   std::size_t staging_bytes_ = 0;
   // Sized to the capacity up front, so that making a slot never moves another: slots_[id] of a
   // slot made is read by every stage while the planner makes the next one.
-  std::vector<std::variant<std::monostate, HostBuffer, PinnedBuffer>> staging_;
+  std::vector<std::variant<std::monostate, HostBuffer, PinnedBuffer, SharedBuffer>> staging_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::atomic<std::size_t> made_{0};  // slots with a staging buffer
   std::atomic<std::uint64_t> allocations_{0};

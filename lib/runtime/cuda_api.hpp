@@ -26,6 +26,11 @@ std::string device_problem(int index);
 void* host_alloc(std::size_t nbytes);
 /// Frees host_alloc memory; tolerates a runtime that is shutting down.
 void host_free(void* ptr) noexcept;
+/// Page-locks `nbytes` of host memory at `ptr` for every device (cudaHostRegister, portable).
+/// \throws DeviceError.
+void host_register(void* ptr, std::size_t nbytes);
+/// Undoes host_register; tolerates a runtime that is shutting down.
+void host_unregister(void* ptr) noexcept;
 
 /// `nbytes` (at least 1) of memory on cuda:index for work queued on `stream`, from the device's
 /// caching allocator: a cached block when one of the size class is free (`stream` then waits, on

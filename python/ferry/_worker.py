@@ -4,16 +4,22 @@ python/src/workers.cpp is the parent's side. A process is started once per worke
 after one dies) with multiprocessing's forkserver or spawn; it unpickles the dataset once, runs
 worker_init_fn, then serves task records from its socket until the socket closes:
 
-    task:   <QQQQQQ index, sample seed, scratch bytes, where its fields begin, group, token>
-            then <Q> per field: the bytes it must write; the token goes in the 8 bytes at 64
-            before the fields once they are written
-    answer: b"\\0" (the fields are in the scratch region from there, each at a 64-byte aligned
-            offset), or
+    task:   <QQQQQQQ index, sample seed, scratch bytes, where its state word lies in the
+            scratch region, group, token, region> then <QQ> per field: the bytes it must write
+            and where. Region 0 is the scratch region; another is a staging slot of the
+            training process, mapped here (below), into which the sample goes straight.
+    map:    <QQ region, bytes>, its memfd attached (SCM_RIGHTS): map it
+    drop:   <Q region>: it was freed, let it go
+    answer: b"\\0" (the sample is written, or its task was cancelled), or
             b"\\1" <II len(text), len(traceback)> text traceback pickled-exception
+
+The state word (workers.hpp, TaskState) is claimed after __getitem__ and before the first byte
+is written, then marked done or failed; a task the training process cancelled first (its read
+given up) writes nothing.
 
 Messages use multiprocessing.Connection's framing (a 4-byte big-endian length). The parent
 sends the tasks of a worker thread's share of a batch several at a time, in one write; the process
-reads whatever has come in one read. It answers in groups: when `group` answers are ready (the
+reads whatever has come in one read (recvmsg: a map message's descriptor comes with it). It answers in groups: when `group` answers are ready (the
 parent then has half of the window's places to give again), when no task is left to do, and at
 once for a failure. The parent asks for groups of 1 where a timeout is set, so that a sample's
 timeout counts its own time only. The scratch region is a memfd the parent sends over the
@@ -28,6 +34,7 @@ import os
 import pickle
 import re
 import signal
+import socket
 import struct
 import sys
 import traceback
@@ -39,8 +46,9 @@ the number of worker processes, a seed derived from the loader's seed and the id
 process's copy of the dataset."""
 
 _info = None
-_TASK = struct.Struct("<QQQQQQ")
-_TOKEN = struct.Struct("<Q")
+_TASK = struct.Struct("<QQQQQQQ")
+_MAP = struct.Struct("<QQ")
+_DROP = struct.Struct("<Q")
 _FAILURE = struct.Struct("<II")
 _LENGTH = struct.Struct(">I")  # multiprocessing.Connection's framing
 _DONE = _LENGTH.pack(1) + b"\0"  # a sample's answer: its fields are in the scratch region
@@ -248,13 +256,15 @@ def _write_all(fd, data):
 
 
 class _Tasks:
-    """The task messages that come on socket `fd`. The parent sends several tasks in one write:
-    they are read together (one read for many tasks) and split here."""
+    """The messages that come on socket `fd`. The parent sends several tasks in one write: they
+    are read together (one read for many tasks) and split here. The descriptors that come with
+    map messages wait in `fds`, in order (a read ends after a message that brings one)."""
 
     def __init__(self, fd):
-        self.fd = fd
+        self.sock = socket.socket(fileno=os.dup(fd))
         self.pending = bytearray()
         self.at = 0
+        self.fds = collections.deque()
 
     def take(self):
         """The next whole message that has come, or None."""
@@ -272,9 +282,13 @@ class _Tasks:
             del self.pending[:self.at]
             self.at = 0
         try:
-            chunk = os.read(self.fd, 1 << 16)
+            chunk, ancillary, _, _ = self.sock.recvmsg(1 << 16, socket.CMSG_SPACE(64))
         except OSError:
             return False
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                usable = len(data) - len(data) % 4
+                self.fds.extend(struct.unpack("%di" % (usable // 4), data[:usable]))
         self.pending += chunk
         return bool(chunk)
 
@@ -324,8 +338,9 @@ def _main(conn, packed, worker_id, count, seed, layout, seed_python, init_fn, cl
         return
     scratch = None
     size = 0
+    regions = {}  # staging regions of the training process, by id
     fields = len(layout[0])
-    sizes_format = struct.Struct("<%dQ" % fields)
+    places_format = struct.Struct("<%dQ" % (2 * fields))
     fd = conn.fileno()
     tasks = _Tasks(fd)
     answers = []
@@ -341,8 +356,21 @@ def _main(conn, packed, worker_id, count, seed, layout, seed_python, init_fn, cl
             if not tasks.wait():
                 break
             continue
-        index, sample_seed, want, base, group, token = _TASK.unpack_from(task)
-        sizes = sizes_format.unpack_from(task, _TASK.size)
+        if len(task) == _MAP.size:
+            region, region_bytes = _MAP.unpack(task)
+            region_fd = tasks.fds.popleft()
+            try:
+                regions[region] = mmap.mmap(region_fd, region_bytes)
+            finally:
+                os.close(region_fd)
+            continue
+        if len(task) == _DROP.size:
+            dropped = regions.pop(_DROP.unpack(task)[0], None)
+            if dropped is not None:
+                dropped.close()
+            continue
+        index, sample_seed, want, state_at, group, token, region = _TASK.unpack_from(task)
+        places = places_format.unpack_from(task, _TASK.size)
         try:
             if failure is not None:
                 raise failure
@@ -351,10 +379,9 @@ def _main(conn, packed, worker_id, count, seed, layout, seed_python, init_fn, cl
                     scratch.close()
                 scratch = mmap.mmap(memfd, want)
                 size = want
-            reader.read(index, sample_seed, scratch, base, sizes)
-            # Written after the sample: the parent takes it as answered if this process ends
-            # before its group's answers go.
-            _TOKEN.pack_into(scratch, base - 64, token)
+            target = scratch if region == 0 else regions[region]
+            reader.read(index, sample_seed, scratch, state_at, token, target, places[1::2],
+                        places[0::2])
             answers.append(_DONE)
         except BaseException as error:  # noqa: BLE001 (the parent raises it)
             answers.append(_frame(_failure(error, _ferry.Error)))
@@ -365,6 +392,9 @@ def _main(conn, packed, worker_id, count, seed, layout, seed_python, init_fn, cl
             except OSError:
                 break
             answers.clear()
+    for mapping in regions.values():
+        mapping.close()
+    tasks.sock.close()
     if scratch is not None:
         scratch.close()
     os.close(memfd)

@@ -131,6 +131,8 @@ class PyDataset final : public Dataset {
   void end_reads() const noexcept override;
   /// The worker processes' shared windows, at most (0 on threads).
   std::uint64_t reader_memory(std::uint64_t sample_bytes) const noexcept override;
+  /// True while worker processes do the reads: they write into the loader's staging slots.
+  bool shares_staging() const noexcept override { return pool_ != nullptr && pool_users_ > 0; }
 
   /// The Python object read (for the garbage collector's traversal).
   PyObject* source() const noexcept { return source_.ptr(); }

@@ -265,23 +265,44 @@ class WorkerReader {
   WorkerReader(py::object dataset, const py::tuple& layout, bool seed_python)
       : dataset_(std::move(dataset)), layout_(layout), seed_python_(seed_python) {}
 
-  void read(std::uint64_t index, std::uint64_t seed, const py::buffer& scratch, std::size_t base,
-            const std::vector<std::size_t>& nbytes) const {
+  /// Task `token`'s sample `index` written at `offsets` in `target` (the scratch region, or a
+  /// staging slot's region), each field `nbytes` long. The task's state word at `state_at` in
+  /// `scratch` (TaskState) is claimed before the first byte is written and marked done or failed
+  /// after: false, with nothing written, when the parent cancelled the task first.
+  bool read(std::uint64_t index, std::uint64_t seed, const py::buffer& scratch,
+            std::size_t state_at, std::uint64_t token, const py::buffer& target,
+            const std::vector<std::size_t>& offsets, const std::vector<std::size_t>& nbytes) const {
     const std::size_t n = layout_.fields().size();
-    if (nbytes.size() != n) throw py::value_error("a task for " + std::to_string(n) + " fields");
-    const py::buffer_info buffer = scratch.request(/*writable=*/true);
+    if (nbytes.size() != n || offsets.size() != n) {
+      throw py::value_error("a task for " + std::to_string(n) + " fields");
+    }
+    const py::buffer_info state_buffer = scratch.request(/*writable=*/true);
+    const auto state_size = static_cast<std::size_t>(state_buffer.size * state_buffer.itemsize);
+    if (state_at % alignof(std::uint64_t) != 0 || state_at + sizeof(std::uint64_t) > state_size) {
+      throw py::value_error("the task's state word is outside the scratch region");
+    }
+    const py::buffer_info buffer = target.request(/*writable=*/true);
     std::vector<std::byte*> dest(n);
-    std::size_t offset = base;
     auto* start = static_cast<std::byte*>(buffer.ptr);
     const auto size = static_cast<std::size_t>(buffer.size * buffer.itemsize);
     for (std::size_t f = 0; f < n; ++f) {
-      if (offset + nbytes[f] > size) throw py::value_error("the scratch region is too small");
-      dest[f] = start + offset;
-      offset += (nbytes[f] + 63) / 64 * 64;
+      if (offsets[f] > size || nbytes[f] > size - offsets[f]) {
+        throw py::value_error("a field's place is outside its region");
+      }
+      dest[f] = start + offsets[f];
     }
     if (seed_python_) seeder_.seed(seed);
     const py::object sample = dataset_[py::int_(index)];
-    layout_.write(sample, index, dest, nbytes);
+    TaskState state(static_cast<std::byte*>(state_buffer.ptr) + state_at, token);
+    if (!state.claim()) return false;
+    try {
+      layout_.write(sample, index, dest, nbytes);
+    } catch (...) {
+      state.finish(/*ok=*/false);
+      throw;
+    }
+    state.finish(/*ok=*/true);
+    return true;
   }
 
  private:

@@ -205,6 +205,7 @@ void ProcessPool::retire(Child& c) noexcept {
   c.memfd = -1;
   c.dead = true;
   c.stale = 0;
+  c.regions.clear();
   c.in_at = 0;
   c.in_end = 0;
 }
@@ -374,7 +375,9 @@ const std::vector<std::byte>& ProcessPool::receive(Child& c, std::size_t index, 
   const bool timed = answer && options_.timeout > 0;
   for (;;) {
     if (abandoned_.load()) {
-      // Its epoch was left: an answer still to come is discarded when it comes.
+      // Its epoch was left: an answer still to come is discarded when it comes, and its sample
+      // is not written (nor those of the tasks behind it).
+      if (answer) cancel_in_flight(c, done);
       {
         const std::lock_guard<std::mutex> lock(mutex_);
         if (answer) c.stale += 1 + also_stale;
@@ -413,20 +416,18 @@ const std::vector<std::byte>& ProcessPool::receive(Child& c, std::size_t index, 
     const int ready = ::poll(fds.data(), fds.size(), slice);
     if (ready < 0 && errno != EINTR) lost(c, index, std::string("poll: ") + std::strerror(errno));
     if (fds[1].revents != 0) {
+      if (answer) cancel_in_flight(c, done);
       release(c);
       throw Error("Python dataset: the loader's worker processes are stopping");
     }
     if (ready > 0 && fds[0].revents != 0 && !take_in(c)) {
       // It ended. The samples it did before, their answers not sent yet (it answers in
-      // groups), are whole in the memfd, their tokens written after them: taken as answered.
-      // The first without its token is the one it ended on.
-      if (answer && done.token != 0 && done.at + sizeof(std::uint64_t) <= c.map_size) {
-        std::uint64_t token = 0;
-        std::memcpy(&token, c.map + done.at, sizeof token);
-        if (token == done.token) {
-          c.taken.assign(1, std::byte{0});
-          return c.taken;
-        }
+      // groups), are whole, their tasks marked done: taken as answered. The first not done is
+      // the one it ended on.
+      if (answer && done.token != 0 && done.at + sizeof(std::uint64_t) <= c.map_size &&
+          TaskState(c.map + done.at, done.token).code() == TaskState::Code::done) {
+        c.taken.assign(1, std::byte{0});
+        return c.taken;
       }
       lost(c, index, ending(c));
     }
@@ -436,44 +437,53 @@ const std::vector<std::byte>& ProcessPool::receive(Child& c, std::size_t index, 
 namespace {
 
 /// A share of a batch this thread reads through one process, its tasks sent ahead
-/// (ProcessPool::begin_reads): the tasks (index, seed, each field's bytes), which have been sent
-/// and read, and where each lands. Kept by the thread (cleared, not freed) from one share to the
-/// next, so that a share costs no allocation.
+/// (ProcessPool::begin_reads): the tasks (index, seed, each field's bytes and place), which have
+/// been sent and read, and where each lands. Kept by the thread (cleared, not freed) from one
+/// share to the next, so that a share costs no allocation.
 struct Range {
   std::uint64_t pool = 0;  // the pool's id_; 0: none
   void* child = nullptr;   // its Child
   std::size_t fields = 0;
   std::vector<std::size_t> indices;
   std::vector<std::uint64_t> seeds;
-  std::vector<std::size_t> nbytes;  // `fields` a task
+  std::vector<std::size_t> nbytes;   // `fields` a task
+  std::vector<std::size_t> offsets;  // `fields` a task: their places in `region` (direct)
+  std::uint64_t region = 0;          // the staging region the process writes into; 0: its memfd
   std::size_t next_read = 0;
   std::size_t next_send = 0;
-  std::size_t window = 0;      // tasks in flight at most, each in its own part of the memfd
-  std::size_t slot_bytes = 0;  // the size of such a part
+  std::size_t window = 0;      // tasks in flight at most, each with its own part of the memfd
+  std::size_t slot_bytes = 0;  // the size of such a part: its state word's line, then the fields
   std::size_t group = 1;       // the process answers this many samples together
   std::uint64_t token = 0;     // task n's token is token + n
 
   std::span<const std::size_t> bytes_of(std::size_t t) const {
     return {nbytes.data() + t * fields, fields};
   }
+  /// Where task t's state word lies in the memfd (its fields follow it, when they go there).
+  std::size_t state_at(std::size_t t) const noexcept { return (t % window) * slot_bytes; }
   void clear() noexcept {
     pool = 0;
     child = nullptr;
     indices.clear();
     seeds.clear();
     nbytes.clear();
+    offsets.clear();
+    region = 0;
     next_read = next_send = window = slot_bytes = 0;
     group = 1;
   }
 };
 thread_local Range t_range;
-thread_local std::vector<std::byte> t_out;       // tasks on their way, several in one write
-thread_local std::vector<std::size_t> t_nbytes;  // a read one by one: its fields' bytes
+thread_local std::vector<std::byte> t_out;        // tasks on their way, several in one write
+thread_local std::vector<std::size_t> t_nbytes;   // a read one by one: its fields' bytes
+thread_local std::vector<std::size_t> t_offsets;  // a task's fields' places
 // Tasks in flight per process: as many as fit in kWindowBytes, within [kWindowMin, kWindowMax].
 // 4 MiB: 27 tasks of a 224 x 224 RGB image, answered 13 at a time (with 1 MiB: 6, 3 at a time,
-// and the training process woke for every third sample).
+// and the training process woke for every third sample). Samples written straight into a staging
+// slot take only their state word's line of the memfd: up to kWindowDirect tasks then.
 constexpr std::size_t kWindowMin = 4;
 constexpr std::size_t kWindowMax = 32;
+constexpr std::size_t kWindowDirect = 64;
 constexpr std::size_t kWindowBytes = 4U << 20U;
 
 std::size_t total_of(std::span<const std::size_t> nbytes) {
@@ -482,27 +492,90 @@ std::size_t total_of(std::span<const std::size_t> nbytes) {
   return total;
 }
 
-/// A task message (Connection framing) at the end of `out`.
+/// The places of a task's fields in its memfd: from `base`, each at a 64-byte aligned offset.
+std::span<const std::size_t> scratch_places(std::size_t base, std::span<const std::size_t> nbytes) {
+  t_offsets.clear();
+  for (const std::size_t n : nbytes) {
+    t_offsets.push_back(base);
+    base += aligned(n);
+  }
+  return t_offsets;
+}
+
+/// The staging region that holds every field of `out` (the same one), or false.
+bool direct_region(SampleRef out, std::size_t fields, SharedRegion& region,
+                   std::vector<std::size_t>& offsets) {
+  region = SharedRegion{};
+  for (std::size_t f = 0; f < fields; ++f) {
+    const std::size_t n = out.nbytes(f);
+    if (n == 0) {
+      offsets.push_back(0);
+      continue;
+    }
+    SharedRegion at;
+    if (!shared_region(out.data(f), n, at) || (region.id != 0 && at.id != region.id)) return false;
+    if (region.id == 0) region = at;
+    offsets.push_back(at.offset);
+  }
+  return region.id != 0;
+}
+
+/// A task message (Connection framing) at the end of `out`: see ferry/_worker.py.
 void append_task(std::vector<std::byte>& out, std::size_t index, std::uint64_t seed,
-                 std::size_t map_size, std::size_t base, std::size_t group, std::uint64_t token,
-                 std::span<const std::size_t> nbytes) {
+                 std::size_t map_size, std::size_t state_at, std::size_t group, std::uint64_t token,
+                 std::uint64_t region, std::span<const std::size_t> nbytes,
+                 std::span<const std::size_t> offsets) {
   const std::size_t at = out.size();
   out.resize(at + 4);
   put_u64(out, index);
   put_u64(out, seed);
   put_u64(out, map_size);
-  put_u64(out, base);
+  put_u64(out, state_at);
   put_u64(out, group);
   put_u64(out, token);
-  for (const std::size_t n : nbytes) put_u64(out, n);
+  put_u64(out, region);
+  for (std::size_t f = 0; f < nbytes.size(); ++f) {
+    put_u64(out, nbytes[f]);
+    put_u64(out, offsets[f]);
+  }
   const auto n = static_cast<std::uint32_t>(out.size() - at - 4);
   for (unsigned i = 0; i < 4; ++i) out[at + i] = static_cast<std::byte>(n >> (8U * (3 - i)));
+}
+
+/// A message of `payload` (Connection framing) with descriptor `fd` attached (SCM_RIGHTS), or
+/// without one where fd < 0. False when the other side is gone.
+bool send_message(int socket, std::span<const std::byte> payload, int fd) {
+  std::vector<std::byte> frame(4 + payload.size());
+  const auto n = static_cast<std::uint32_t>(payload.size());
+  for (unsigned i = 0; i < 4; ++i) frame[i] = static_cast<std::byte>(n >> (8U * (3 - i)));
+  std::copy(payload.begin(), payload.end(), frame.begin() + 4);
+  if (fd < 0) return send_all(socket, frame.data(), frame.size());
+  iovec io{frame.data(), frame.size()};
+  alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int))> control{};
+  msghdr message{};
+  message.msg_iov = &io;
+  message.msg_iovlen = 1;
+  message.msg_control = control.data();
+  message.msg_controllen = control.size();
+  cmsghdr* header = CMSG_FIRSTHDR(&message);
+  header->cmsg_level = SOL_SOCKET;
+  header->cmsg_type = SCM_RIGHTS;
+  header->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(header), &fd, sizeof fd);
+  for (;;) {
+    const ssize_t k = ::sendmsg(socket, &message, MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    // The descriptor went with the first byte; the rest (if any) goes plainly.
+    const auto sent = static_cast<std::size_t>(k);
+    return sent == frame.size() || send_all(socket, frame.data() + sent, frame.size() - sent);
+  }
 }
 
 }  // namespace
 
 std::uint64_t ProcessPool::memory_bound(std::uint64_t sample_bytes) const noexcept {
-  // A task's part: its token's line, then each field from a line of its own.
+  // A task's part: its state word's line, then each field from a line of its own.
   const std::uint64_t part = kAlign * (1 + field_count_) + sample_bytes;
   // A window of tasks fills at most kWindowBytes, or kWindowMin parts where those are more; a
   // read one by one grows the region to under two parts.
@@ -511,17 +584,55 @@ std::uint64_t ProcessPool::memory_bound(std::uint64_t sample_bytes) const noexce
   return each * static_cast<std::uint64_t>(options_.count);
 }
 
-bool ProcessPool::send_task(Child& c, std::size_t index, std::uint64_t seed, std::size_t base,
-                            std::uint64_t token, std::span<const std::size_t> nbytes) {
-  t_out.clear();
-  append_task(t_out, index, seed, c.map_size, base, /*group=*/1, token, nbytes);
-  return send_all(c.fd, t_out.data(), t_out.size());
+bool ProcessPool::map_region(Child& c, const SharedRegion& region) {
+  const std::uint64_t freed = shared_regions_freed();
+  if (freed != c.freed_seen) {
+    c.freed_seen = freed;
+    for (std::size_t i = 0; i < c.regions.size();) {
+      if (shared_region_live(c.regions[i])) {
+        ++i;
+        continue;
+      }
+      std::vector<std::byte> drop;  // <Q id>: let it go
+      put_u64(drop, c.regions[i]);
+      if (!send_message(c.fd, drop, -1)) return false;
+      c.regions.erase(c.regions.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+  if (std::find(c.regions.begin(), c.regions.end(), region.id) != c.regions.end()) return true;
+  std::vector<std::byte> map;  // <QQ id, size>, its memfd attached: map it
+  put_u64(map, region.id);
+  put_u64(map, region.size);
+  if (!send_message(c.fd, map, region.fd)) return false;
+  c.regions.push_back(region.id);
+  return true;
+}
+
+void ProcessPool::cancel(Child& c, std::size_t at, std::uint64_t token) noexcept {
+  if (c.map == nullptr || at + sizeof(std::uint64_t) > c.map_size) return;
+  TaskState state(c.map + at, token);
+  // Being written: that takes the time of copying a sample, unless the process ends first.
+  while (state.cancel() == TaskState::Code::writing) {
+    pollfd fd{c.fd, 0, 0};
+    if (::poll(&fd, 1, 1) > 0 && (fd.revents & (POLLHUP | POLLERR | POLLNVAL)) != 0) return;
+  }
+}
+
+void ProcessPool::cancel_in_flight(Child& c, DoneMark awaited) noexcept {
+  const Range& r = t_range;
+  if (r.pool == id_ && r.child == &c) {
+    for (std::size_t n = r.next_read; n < r.next_send; ++n) cancel(c, r.state_at(n), r.token + n);
+    return;
+  }
+  if (awaited.token != 0) cancel(c, awaited.at, awaited.token);
 }
 
 void ProcessPool::deliver(const PyDataset& dataset, const Child& c, std::size_t index,
-                          const std::vector<std::byte>& answer, std::size_t base, SampleRef out) {
+                          const std::vector<std::byte>& answer, std::size_t base, bool direct,
+                          SampleRef out) {
   const std::size_t size = answer.size();
   if (answer[0] == std::byte{0}) {
+    if (direct) return;  // the process wrote the sample into its place in the slot
     // Each field at a 64-byte aligned offset from `base`, as the task said.
     for (std::size_t f = 0; f < field_count_; ++f) {
       const std::size_t n = out.nbytes(f);
@@ -569,16 +680,29 @@ void ProcessPool::begin_reads(std::span<const std::size_t> indices,
     r.indices.assign(indices.begin(), indices.end());
     r.seeds.resize(indices.size());
     r.nbytes.resize(indices.size() * field_count_);
+    // Straight into the slot where every sample's fields lie in one staging region.
+    SharedRegion region;
+    bool direct = true;
     for (std::size_t i = 0; i < indices.size(); ++i) {
       r.seeds[i] = out[i].seed();
       for (std::size_t f = 0; f < field_count_; ++f) {
         r.nbytes[i * field_count_ + f] = out[i].nbytes(f);
       }
+      SharedRegion at;
+      direct = direct && direct_region(out[i], field_count_, at, r.offsets) &&
+               (i == 0 || at.id == region.id);
+      if (i == 0) region = at;
       r.slot_bytes = std::max(r.slot_bytes, kAlign + total_of(r.bytes_of(i)));
     }
-    r.window = std::min(
-        indices.size(),
-        std::clamp(kWindowBytes / std::max<std::size_t>(r.slot_bytes, 1), kWindowMin, kWindowMax));
+    if (direct && map_region(*c, region)) {
+      r.region = region.id;
+      r.slot_bytes = kAlign;
+    } else {
+      r.offsets.clear();
+    }
+    r.window = std::min(indices.size(),
+                        std::clamp(kWindowBytes / std::max<std::size_t>(r.slot_bytes, 1),
+                                   kWindowMin, r.region != 0 ? kWindowDirect : kWindowMax));
     // Answers in groups of half the window (the tasks that then go fill the half their samples
     // freed): one write, and here one read, for a group. One by one where a timeout is set: a
     // sample's timeout counts its own time only.
@@ -601,6 +725,7 @@ void ProcessPool::end_reads() noexcept {
   if (r.pool != id_) return;
   if (r.child != nullptr) {
     auto& c = *static_cast<Child*>(r.child);
+    cancel_in_flight(c, {});  // their samples are read again elsewhere, or not at all
     {
       const std::lock_guard<std::mutex> lock(mutex_);
       c.stale += static_cast<int>(r.next_send - r.next_read);  // answered, then discarded
@@ -619,6 +744,14 @@ bool ProcessPool::read_ahead(const PyDataset& dataset, std::size_t index, Sample
   for (std::size_t f = 0; announced && f < field_count_; ++f) {
     announced = r.nbytes[at * field_count_ + f] == out.nbytes(f);
   }
+  if (announced && r.region != 0) {  // and the places announced
+    SharedRegion place;
+    for (std::size_t f = 0; announced && f < field_count_; ++f) {
+      const std::size_t n = out.nbytes(f);
+      announced = n == 0 || (shared_region(out.data(f), n, place) && place.id == r.region &&
+                             place.offset == r.offsets[at * field_count_ + f]);
+    }
+  }
   if (!announced) {
     end_reads();  // not the order announced: one by one from here
     return false;
@@ -628,22 +761,24 @@ bool ProcessPool::read_ahead(const PyDataset& dataset, std::size_t index, Sample
     return false;
   }
   auto& c = *static_cast<Child*>(r.child);
-  const std::size_t base = (at % r.window) * r.slot_bytes + kAlign;
+  const std::size_t state_at = r.state_at(at);
+  const bool direct = r.region != 0;
   const std::vector<std::byte>* answer = nullptr;
   try {
     answer = &receive(c, index, /*answer=*/true, static_cast<int>(r.next_send - at - 1),
-                      {base - kAlign, r.token + at});
+                      {state_at, r.token + at});
   } catch (...) {
     // It ended (died, or overran the timeout: lost() retired and released it), or the read was
-    // abandoned or the pool stops (c released, its answers counted stale). The tasks queued
-    // behind this one had not started: their reads go one by one, to another process.
+    // abandoned or the pool stops (its tasks cancelled, c released, its answers counted stale).
+    // The tasks queued behind this one had not started: their reads go one by one, to another
+    // process.
     r.clear();
     throw;
   }
   ++r.next_read;
   const bool last = r.next_read == r.indices.size();
   try {
-    deliver(dataset, c, index, *answer, base, out);
+    deliver(dataset, c, index, *answer, state_at + kAlign, direct, out);
   } catch (...) {
     send_next(c);
     if (last) end_reads();
@@ -663,8 +798,13 @@ void ProcessPool::send_next(Child& c) noexcept {
   std::size_t n = r.next_send;
   try {
     for (; n < r.indices.size() && n - r.next_read < r.window; ++n) {
-      append_task(t_out, r.indices[n], r.seeds[n], c.map_size,
-                  (n % r.window) * r.slot_bytes + kAlign, r.group, r.token + n, r.bytes_of(n));
+      const std::size_t state_at = r.state_at(n);
+      const std::span<const std::size_t> places =
+          r.region != 0 ? std::span<const std::size_t>(r.offsets.data() + n * r.fields, r.fields)
+                        : scratch_places(state_at + kAlign, r.bytes_of(n));
+      TaskState(c.map + state_at, r.token + n).open();
+      append_task(t_out, r.indices[n], r.seeds[n], c.map_size, state_at, r.group, r.token + n,
+                  r.region, r.bytes_of(n), places);
     }
   } catch (...) {  // no memory for the message: the reads go one by one from here
     return;
@@ -685,8 +825,12 @@ void ProcessPool::read(const PyDataset& dataset, std::size_t index, SampleRef ou
   nbytes.clear();
   for (std::size_t f = 0; f < fields; ++f) nbytes.push_back(out.nbytes(f));
   const std::size_t total = kAlign + total_of(nbytes);
+  SharedRegion region;
+  bool direct = false;
   try {
-    if (total > c.map_size) grow(c, std::max(total, 2 * c.map_size));
+    t_offsets.clear();
+    direct = direct_region(out, fields, region, t_offsets) && map_region(c, region);
+    if (!direct && total > c.map_size) grow(c, std::max(total, 2 * c.map_size));
   } catch (...) {
     release(c);
     throw;
@@ -698,10 +842,15 @@ void ProcessPool::read(const PyDataset& dataset, std::size_t index, SampleRef ou
     c.ready = true;
   }
   const std::uint64_t token = c.tokens++;
-  if (!send_task(c, index, out.seed(), kAlign, token, nbytes)) lost(c, index, ending(c));
+  TaskState(c.map, token).open();
+  t_out.clear();
+  append_task(t_out, index, out.seed(), c.map_size, 0, /*group=*/1, token,
+              direct ? region.id : 0, nbytes,
+              direct ? std::span<const std::size_t>(t_offsets) : scratch_places(kAlign, nbytes));
+  if (!send_all(c.fd, t_out.data(), t_out.size())) lost(c, index, ending(c));
   const std::vector<std::byte>& answer = receive(c, index, /*answer=*/true, 0, {0, token});
   try {
-    deliver(dataset, c, index, answer, kAlign, out);  // from c's memfd: c held
+    deliver(dataset, c, index, answer, kAlign, direct, out);  // from c's memfd: c held
   } catch (...) {
     release(c);
     throw;

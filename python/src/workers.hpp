@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "binding.hpp"
+#include "ferry/memory.hpp"
 
 namespace ferry::python {
 
@@ -39,8 +40,48 @@ struct ProcessOptions {
   }
 };
 
-/// Where a task's token lands in its process's memfd (written there after its sample), and its
-/// value (0: none).
+/// A task's state word in its process's scratch region, which the training process and the
+/// worker process both map. The training process writes it pending before it sends the task; the
+/// worker process claims it (pending to writing) after __getitem__ and before it writes the
+/// sample's first byte, then marks it done or failed. A read given up (its epoch left, its thread
+/// gone on one by one) is cancelled while still pending, and then never written; one already
+/// being written is waited out. So a sample that goes straight into a staging slot is never
+/// written there after the slot has been given to another batch. A word written for a later
+/// task makes an older task's claim fail the same way.
+class TaskState {
+ public:
+  enum class Code : std::uint8_t { pending = 0, writing = 1, done = 2, failed = 3, cancelled = 4 };
+
+  TaskState(std::byte* word, std::uint64_t token) noexcept
+      : word_(*reinterpret_cast<std::uint64_t*>(word)), token_(token) {}
+  /// The training process: the task is about to go.
+  void open() noexcept { word_.store(value(Code::pending)); }
+  /// The worker process: true when the task was still pending (now writing).
+  bool claim() noexcept {
+    std::uint64_t expected = value(Code::pending);
+    return word_.compare_exchange_strong(expected, value(Code::writing));
+  }
+  /// The worker process: the sample was written (or failed half-way).
+  void finish(bool ok) noexcept { word_.store(value(ok ? Code::done : Code::failed)); }
+  /// The training process: pending becomes cancelled. Returns the task's code before (pending:
+  /// cancelled now); a word of another task reads as cancelled.
+  Code cancel() noexcept {
+    std::uint64_t seen = value(Code::pending);
+    if (word_.compare_exchange_strong(seen, value(Code::cancelled))) return Code::pending;
+    return code_of(seen);
+  }
+  Code code() const noexcept { return code_of(word_.load()); }
+
+ private:
+  std::uint64_t value(Code c) const noexcept { return token_ * 8 + static_cast<std::uint64_t>(c); }
+  Code code_of(std::uint64_t v) const noexcept {
+    return v / 8 == token_ && v % 8 <= 4 ? static_cast<Code>(v % 8) : Code::cancelled;
+  }
+  std::atomic_ref<std::uint64_t> word_;
+  std::uint64_t token_;
+};
+
+/// Where a task's state word (TaskState) lies in its process's memfd, and its token (0: none).
 struct DoneMark {
   std::size_t at = 0;
   std::uint64_t token = 0;
@@ -97,7 +138,9 @@ class ProcessPool {
     std::size_t in_at = 0;         // the next message's start in `in`
     std::size_t in_end = 0;        // the end of what came
     std::vector<std::byte> taken;  // the message receive() took last
-    std::uint64_t tokens = 1;      // the next task's token (written after its sample: done)
+    std::uint64_t tokens = 1;      // the next task's token (its TaskState's)
+    std::vector<std::uint64_t> regions;  // the staging regions (SharedBuffer ids) it has mapped
+    std::uint64_t freed_seen = 0;        // shared_regions_freed() when they were last looked at
   };
 
   void start(Child& c);  // GIL held
@@ -119,11 +162,20 @@ class ProcessPool {
   static bool take_in(Child& c);
   /// c's next whole message from what has come into c.taken: false when none has whole.
   static bool next_message(Child& c);
-  bool send_task(Child& c, std::size_t index, std::uint64_t seed, std::size_t base,
-                 std::uint64_t token, std::span<const std::size_t> nbytes);
-  /// The answer's fields into `out` (from c's memfd at `offsets`), or its failure thrown.
+  /// The answer's fields into `out`: from c's memfd at `base` (each field at a 64-byte aligned
+  /// offset from it), nothing where the process wrote them into the slot itself (`direct`); or
+  /// its failure thrown.
   void deliver(const PyDataset& dataset, const Child& c, std::size_t index,
-               const std::vector<std::byte>& answer, std::size_t base, SampleRef out);
+               const std::vector<std::byte>& answer, std::size_t base, bool direct, SampleRef out);
+  /// c maps staging region `region` (sent now with its memfd if it did not), and lets go of the
+  /// regions freed since it last looked. False when c's socket is gone.
+  bool map_region(Child& c, const SharedRegion& region);
+  /// Cancels c's task at `at` (TaskState) unless its process is writing it, and then waits until
+  /// it has written it or ended.
+  static void cancel(Child& c, std::size_t at, std::uint64_t token) noexcept;
+  /// Cancels the tasks c holds for this thread that are not answered: `awaited`, or this thread's
+  /// read-ahead share's, from `awaited` on.
+  void cancel_in_flight(Child& c, DoneMark awaited) noexcept;
   /// read() of the next sample of this thread's begin_reads() share: true when it was.
   bool read_ahead(const PyDataset& dataset, std::size_t index, SampleRef out);
   /// Sends the share's next tasks, several in one write, when half of the window is free.

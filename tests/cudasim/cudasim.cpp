@@ -38,6 +38,7 @@ struct Block {
   std::size_t bytes = 0;
   Memory kind = Memory::device;
   int device = 0;
+  bool registered = false;  // cudaHostRegister's: the caller's memory, not freed here
 };
 
 struct Op {
@@ -723,13 +724,37 @@ cudaError_t cudaFreeHost(void* ptr) {
   if (const cudaError_t e = enter(w, "cudaFreeHost"); e != cudaSuccess) return fail(e);
   if (ptr == nullptr) return cudaSuccess;
   auto it = w.blocks.find(reinterpret_cast<std::uintptr_t>(ptr));
-  if (it == w.blocks.end() || it->second.kind != Memory::pinned) {
+  if (it == w.blocks.end() || it->second.kind != Memory::pinned || it->second.registered) {
     return fail(cudaErrorInvalidValue);
   }
   ++w.counts.host_frees;
   // Freed at once, without waiting: work still queued that touches it faults, so that a
   // program that frees a staging buffer before the copy from it is done is caught.
   std::free(it->second.base);
+  w.blocks.erase(it);
+  w.generation.fetch_add(1, std::memory_order_release);
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostRegister(void* ptr, std::size_t size, unsigned /*flags*/) {
+  World& w = world();
+  std::lock_guard lock(w.mutex);
+  if (const cudaError_t e = enter(w, "cudaHostRegister"); e != cudaSuccess) return fail(e);
+  if (ptr == nullptr || size == 0 || locate(w, ptr, size) != Where::pageable) {
+    return fail(cudaErrorInvalidValue);
+  }
+  w.blocks[reinterpret_cast<std::uintptr_t>(ptr)] =
+      Block{static_cast<std::byte*>(ptr), size, Memory::pinned, current_device, true};
+  ++w.counts.host_registers;
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostUnregister(void* ptr) {
+  World& w = world();
+  std::lock_guard lock(w.mutex);
+  if (const cudaError_t e = enter(w, "cudaHostUnregister"); e != cudaSuccess) return fail(e);
+  auto it = w.blocks.find(reinterpret_cast<std::uintptr_t>(ptr));
+  if (it == w.blocks.end() || !it->second.registered) return fail(cudaErrorInvalidValue);
   w.blocks.erase(it);
   w.generation.fetch_add(1, std::memory_order_release);
   return cudaSuccess;

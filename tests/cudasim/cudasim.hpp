@@ -100,6 +100,7 @@ struct Counts {
   std::uint64_t frees = 0;            ///< cudaFree of memory
   std::uint64_t host_allocs = 0;      ///< cudaHostAlloc, cudaMallocHost
   std::uint64_t host_frees = 0;       ///< cudaFreeHost
+  std::uint64_t host_registers = 0;   ///< cudaHostRegister
   std::uint64_t events_made = 0;      ///< cudaEventCreate*
   std::uint64_t spinning_events = 0;  ///< ... without cudaEventBlockingSync
   std::uint64_t host_functions = 0;   ///< cudaLaunchHostFunc

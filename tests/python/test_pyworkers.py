@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -432,6 +433,96 @@ def test_the_processes_shared_memory_counts_in_memory_bytes_and_the_budget(ferry
             ferry.Loader(make(), processes=2, memory_budget=threads + held - 1, **options)
         ferry.Loader(make(), processes=2, memory_budget=threads + held, **options)
         del loader
+
+
+def staging_mappers():
+    """The loader's staging slots that worker processes write into: the inodes of this process's
+    ferry-staging memfds, and the other processes that map each."""
+    ours = set()
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            if "memfd:ferry-staging" in line:
+                ours.add(line.split()[4])
+    mappers = {inode: set() for inode in ours}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/maps") as maps:
+                for line in maps:
+                    if "memfd:ferry-staging" in line and line.split()[4] in ours:
+                        mappers[line.split()[4]].add(int(pid))
+        except OSError:
+            continue
+    return mappers
+
+
+def test_worker_processes_write_samples_straight_into_the_staging_slots(ferry):
+    # 2 MiB samples: through the processes' own regions each would have grown to hold several;
+    # written into the slots, the regions stay at their first 1 MiB (the tasks' state words).
+    before, slots_before = scratch_mapped(), staging_mappers()
+    loader = ferry.Loader(Big(), batch_size=4, device="cpu", autotune=False, processes=2)
+    got = {}
+    for b in loader.epoch(0):
+        for k, i in enumerate(b.indices):
+            got[int(i)] = b["img"].numpy()[k]
+    assert sorted(got) == list(range(12))
+    assert all((img == i).all() for i, img in got.items())
+    regions = [n for inode, n in scratch_mapped().items() if inode not in before]
+    assert regions == [1 << 20, 1 << 20], regions
+    # the batches' slots are mapped by the worker processes that wrote into them
+    writers = set().union(*(p for k, p in staging_mappers().items() if k not in slots_before))
+    assert 1 <= len(writers) <= 2, writers
+    del loader
+    assert wait_gone(writers) == []  # they were this loader's worker processes
+
+
+class Gated:
+    """Sample i: "x" u8 [4096], every byte i % 251, "i" its index; until the file `phase` exists,
+    every byte 255 instead, and sample 4 first waits for the file `gate`."""
+
+    def __init__(self, n, phase, gate):
+        self.n, self.phase, self.gate = n, phase, gate
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if not os.path.exists(self.phase):
+            deadline = time.monotonic() + 20
+            while i == 4 and not os.path.exists(self.gate) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return {"x": np.full(4096, 255, np.uint8), "i": np.int64(i)}
+        time.sleep(0.002)
+        return {"x": np.full(4096, i % 251, np.uint8), "i": np.int64(i)}
+
+
+def test_a_read_given_up_never_writes_into_a_slot_given_to_another_batch(ferry, tmp_path):
+    # Epoch 0 is left while a process is inside sample 4 (its tasks 5..7 queued behind it). The
+    # two other processes read epoch 1 and fill the ring while the loop holds batch 1; then
+    # sample 4 returns, its bytes all 255. Its task was cancelled when its read was given up: it
+    # must not write them into the slot it was meant for, which then holds a batch of epoch 1
+    # waiting to be taken (unless it is the one the loop holds).
+    phase, gate = tmp_path / "phase", tmp_path / "gate"
+    loader = ferry.Loader(Gated(400, str(phase), str(gate)), batch_size=4, device="cpu",
+                          shuffle=False, autotune=False, processes=3, workers=2, prefetch=4)
+    ep = loader.epoch(0)
+    next(ep)
+    time.sleep(0.3)  # a process is inside sample 4 now
+    del ep
+    phase.touch()
+    seen = []
+    opener = threading.Timer(0.3, gate.touch)  # sample 4 of epoch 0 returns then
+    opener.start()
+    for n, b in enumerate(loader.epoch(1)):
+        if n == 1:
+            time.sleep(0.8)  # the ring fills, and the gate opens
+        x = b["x"].numpy()
+        for k, i in enumerate(b.indices):
+            assert (x[k] == int(i) % 251).all(), (n, int(i), np.unique(x[k]))
+            seen.append(int(i))
+    assert sorted(seen) == list(range(400))
+    opener.join()
 
 
 # ---- options ------------------------------------------------------------------------------------

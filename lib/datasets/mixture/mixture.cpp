@@ -298,6 +298,11 @@ bool Mixture::wants_read_order() const noexcept {
                      [](const MixtureSource& s) { return s.dataset->wants_read_order(); });
 }
 
+bool Mixture::shares_staging() const noexcept {
+  return std::any_of(sources_.begin(), sources_.end(),
+                     [](const MixtureSource& s) { return s.dataset->shares_staging(); });
+}
+
 double Mixture::network_wait_seconds() const noexcept {
   double total = 0;
   for (const MixtureSource& s : sources_) total += s.dataset->network_wait_seconds();

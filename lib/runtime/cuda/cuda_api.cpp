@@ -88,6 +88,20 @@ void host_free(void* ptr) noexcept {
   }
 }
 
+void host_register(void* ptr, std::size_t nbytes) {
+  DeviceGuard guard(context_device());
+  FERRY_CUDA_CHECK(cudaHostRegister(ptr, nbytes, cudaHostRegisterPortable));
+}
+
+void host_unregister(void* ptr) noexcept {
+  try {
+    DeviceGuard guard(context_device());
+    ignore(cudaHostUnregister(ptr));
+  } catch (...) {  // the runtime is shutting down
+    (void)cudaGetLastError();
+  }
+}
+
 bool has_context(int index) noexcept {
   // cuDevicePrimaryCtxGetState through the runtime's door to the driver: no link to libcuda.
   using GetState = int (*)(int device, unsigned* flags, int* active);

@@ -23,6 +23,10 @@ void* host_alloc(std::size_t /*nbytes*/) {
   throw DeviceError(std::string("cudaHostAlloc: ") + kReason);
 }
 void host_free(void* /*ptr*/) noexcept {}
+void host_register(void* /*ptr*/, std::size_t /*nbytes*/) {
+  throw DeviceError(std::string("cudaHostRegister: ") + kReason);
+}
+void host_unregister(void* /*ptr*/) noexcept {}
 void* device_alloc(int index, std::size_t /*nbytes*/, Stream /*stream*/) { unusable(index); }
 void device_free(void* /*ptr*/, Stream /*stream*/) noexcept {}
 DeviceCacheStats device_cache_stats(int index) { unusable(index); }

@@ -98,6 +98,7 @@ inline constexpr unsigned cudaEventBlockingSync = 0x1;
 inline constexpr unsigned cudaEventDisableTiming = 0x2;
 inline constexpr unsigned cudaHostAllocDefault = 0x0;
 inline constexpr unsigned cudaHostAllocPortable = 0x1;
+inline constexpr unsigned cudaHostRegisterPortable = 0x1;
 
 extern "C" {
 cudaError_t cudaGetDeviceCount(int* count);
@@ -120,6 +121,8 @@ cudaError_t cudaFree(void* ptr);
 cudaError_t cudaHostAlloc(void** ptr, std::size_t size, unsigned flags);
 cudaError_t cudaMallocHost(void** ptr, std::size_t size);
 cudaError_t cudaFreeHost(void* ptr);
+cudaError_t cudaHostRegister(void* ptr, std::size_t size, unsigned flags);
+cudaError_t cudaHostUnregister(void* ptr);
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr);
 cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t count, cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t count, cudaMemcpyKind kind,
