@@ -1,4 +1,6 @@
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -20,6 +22,8 @@ using ferry::DeviceBuffer;
 using ferry::HostBuffer;
 using ferry::PinnedBuffer;
 using ferry::PinnedPool;
+using ferry::SharedBuffer;
+using ferry::SharedRegion;
 
 using ferry::testing::expect_error;
 
@@ -45,6 +49,65 @@ TEST(HostBuffer, IsAlignedAndMoveOnly) {
   EXPECT_EQ(static_cast<unsigned char*>(c.data())[999], 7);
   static_assert(!std::is_copy_constructible_v<HostBuffer>);
   static_assert(std::is_nothrow_destructible_v<HostBuffer>);
+}
+
+TEST(SharedBuffer, IsFoundFromAnyAddressInsideItAndSharedWithAnotherMapping) {
+  SharedBuffer a = SharedBuffer::allocate(10000, /*pin=*/false);
+  SharedBuffer b = SharedBuffer::allocate(4096, /*pin=*/false);
+  ASSERT_NE(a.data(), nullptr);
+  EXPECT_EQ(a.size(), 10000U);
+  EXPECT_FALSE(a.locked());  // not pinned, and no GPU here
+  EXPECT_GE(a.fd(), 0);
+  EXPECT_NE(a.id(), 0U);
+  EXPECT_GT(b.id(), a.id());
+  auto* bytes = static_cast<unsigned char*>(a.data());
+  SharedRegion r;
+  ASSERT_TRUE(ferry::shared_region(bytes + 100, 50, r));
+  EXPECT_EQ(r.id, a.id());
+  EXPECT_EQ(r.fd, a.fd());
+  EXPECT_EQ(r.size, 10000U);
+  EXPECT_EQ(r.offset, 100U);
+  ASSERT_TRUE(ferry::shared_region(bytes, 10000, r));
+  EXPECT_EQ(r.offset, 0U);
+  EXPECT_FALSE(ferry::shared_region(bytes + 9990, 20, r));  // runs past its end
+  ASSERT_TRUE(ferry::shared_region(b.data(), 1, r));
+  EXPECT_EQ(r.id, b.id());
+  const HostBuffer other = HostBuffer::allocate(64);
+  EXPECT_FALSE(ferry::shared_region(other.data(), 1, r));
+
+  // Another mapping of its memfd (what another process maps) sees the same bytes, both ways.
+  void* map = ::mmap(nullptr, 10000, PROT_READ | PROT_WRITE, MAP_SHARED, a.fd(), 0);
+  ASSERT_NE(map, MAP_FAILED);
+  auto* seen = static_cast<unsigned char*>(map);
+  bytes[5000] = 42;
+  EXPECT_EQ(seen[5000], 42);
+  seen[7] = 9;
+  EXPECT_EQ(bytes[7], 9);
+  ::munmap(map, 10000);
+  // And a child process writes into it.
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    bytes[9999] = 77;
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_EQ(bytes[9999], 77);
+
+  // Moved, it is still found; freed, it is not, and the count of freed buffers moves.
+  const std::uint64_t id = a.id();
+  SharedBuffer c = std::move(a);
+  EXPECT_EQ(a.data(), nullptr);  // NOLINT(bugprone-use-after-move): moved-from state is defined
+  ASSERT_TRUE(ferry::shared_region(bytes + 1, 1, r));
+  EXPECT_EQ(r.id, id);
+  EXPECT_TRUE(ferry::shared_region_live(id));
+  const std::uint64_t freed = ferry::shared_regions_freed();
+  c = SharedBuffer();
+  EXPECT_FALSE(ferry::shared_region_live(id));
+  EXPECT_EQ(ferry::shared_regions_freed(), freed + 1);
+  EXPECT_TRUE(ferry::shared_region_live(b.id()));
+  static_assert(!std::is_copy_constructible_v<SharedBuffer>);
 }
 
 TEST(PinnedBuffer, LockedSaysTruthfullyWhetherThePagesAreLocked) {

@@ -844,8 +844,8 @@ void ProcessPool::read(const PyDataset& dataset, std::size_t index, SampleRef ou
   const std::uint64_t token = c.tokens++;
   TaskState(c.map, token).open();
   t_out.clear();
-  append_task(t_out, index, out.seed(), c.map_size, 0, /*group=*/1, token,
-              direct ? region.id : 0, nbytes,
+  append_task(t_out, index, out.seed(), c.map_size, 0, /*group=*/1, token, direct ? region.id : 0,
+              nbytes,
               direct ? std::span<const std::size_t>(t_offsets) : scratch_places(kAlign, nbytes));
   if (!send_all(c.fd, t_out.data(), t_out.size())) lost(c, index, ending(c));
   const std::vector<std::byte>& answer = receive(c, index, /*answer=*/true, 0, {0, token});

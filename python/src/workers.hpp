@@ -3,12 +3,14 @@
 // Worker processes for a Python dataset. Each process (started by ferry/_worker.py with
 // multiprocessing's forkserver or spawn) holds the dataset, unpickled once, and a scratch region
 // of shared memory (a memfd both sides map). One of ferry's worker threads at a time drives a
-// process: it sends a task record (index, seed, the fields' byte counts) over the process's
-// socket, the process seeds Python's generators, calls __getitem__ and writes each field's bytes
-// into the scratch region, and answers; the thread copies them into its sample's place in the
-// staging slot. No Python runs in the training process per sample. A process that dies or
-// overruns the timeout costs the sample it held (a DataError naming it, the exit code or the
-// signal) and is replaced by a fresh one before the next task.
+// process: it sends a task record (index, seed, the fields' byte counts and places) over the
+// process's socket, the process seeds Python's generators, calls __getitem__ and writes each
+// field's bytes straight into its sample's place in the staging slot (a SharedBuffer the loader
+// made because PyDataset::shares_staging(); the process maps it), and answers. Where a field's
+// place is not in such a slot it goes into the scratch region and the thread copies it. No Python
+// runs in the training process per sample. A process that dies or overruns the timeout costs the
+// sample it held (a DataError naming it, the exit code or the signal) and is replaced by a fresh
+// one before the next task.
 
 #include <atomic>
 #include <condition_variable>
@@ -131,14 +133,14 @@ class ProcessPool {
     std::byte* map = nullptr;
     std::size_t map_size = 0;
     bool busy = false;
-    bool dead = false;             // to be replaced before its next task
-    int stale = 0;                 // answers still to come for abandoned reads: discarded
-    bool ready = false;            // it said it has started
-    std::vector<std::byte> in;     // what came on its socket and is not yet taken
-    std::size_t in_at = 0;         // the next message's start in `in`
-    std::size_t in_end = 0;        // the end of what came
-    std::vector<std::byte> taken;  // the message receive() took last
-    std::uint64_t tokens = 1;      // the next task's token (its TaskState's)
+    bool dead = false;                   // to be replaced before its next task
+    int stale = 0;                       // answers still to come for abandoned reads: discarded
+    bool ready = false;                  // it said it has started
+    std::vector<std::byte> in;           // what came on its socket and is not yet taken
+    std::size_t in_at = 0;               // the next message's start in `in`
+    std::size_t in_end = 0;              // the end of what came
+    std::vector<std::byte> taken;        // the message receive() took last
+    std::uint64_t tokens = 1;            // the next task's token (its TaskState's)
     std::vector<std::uint64_t> regions;  // the staging regions (SharedBuffer ids) it has mapped
     std::uint64_t freed_seen = 0;        // shared_regions_freed() when they were last looked at
   };

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -579,6 +580,54 @@ TEST_F(GpuLoader, PinnedAndPageableStagingDeliverTheSameBytes) {
     EXPECT_TRUE(same_epoch(runs[0], runs[2])) << "epoch 0: pinned vs pageable";
     EXPECT_TRUE(same_epoch(runs[1], runs[3])) << "epoch 1: pinned vs pageable";
     EXPECT_TRUE(same_epoch(cpu_epoch(1000, 32, true, 41, 0), runs[2])) << "pageable vs the cpu";
+  });
+}
+
+/// IndexDataset whose reads other processes do (Dataset::shares_staging): counts the samples
+/// whose every field lies in a SharedBuffer, and those whose first field CUDA reads as page-locked
+/// host memory.
+class SharedIndex : public IndexDataset {
+ public:
+  using IndexDataset::IndexDataset;
+  bool shares_staging() const noexcept override { return true; }
+  void read(std::size_t index, ferry::SampleRef out) const override {
+    ferry::SharedRegion r;
+    bool shared = true;
+    for (std::size_t f = 0; f < 3; ++f) {
+      shared = shared && ferry::shared_region(out.data(f), out.nbytes(f), r);
+    }
+    if (shared) shared_.fetch_add(1);
+#if FERRY_HAS_CUDA
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, out.data(0)) == cudaSuccess &&
+        a.type == cudaMemoryTypeHost) {
+      pinned_.fetch_add(1);
+    }
+    static_cast<void>(cudaGetLastError());
+#endif
+    IndexDataset::read(index, out);
+  }
+  int shared() const { return shared_.load(); }
+  int pinned() const { return pinned_.load(); }
+
+ private:
+  mutable std::atomic<int> shared_{0};
+  mutable std::atomic<int> pinned_{0};
+};
+
+TEST_F(GpuLoader, SharedStagingIsRegisteredWithCudaAndDeliversTheSameBytes) {
+  within(kLimit, [&] {
+    LoaderOptions o = gpu_options(32, true, 41, 2, 3);
+    o.pin_memory = true;
+    auto ds = std::make_shared<SharedIndex>(1000, kWidth);
+    Loader gpu(ds, o);
+    const std::vector<Delivered> got = run_epoch(gpu, 1, true);
+    EXPECT_TRUE(each_index_once(got, 1000, 32));
+    EXPECT_TRUE(same_epoch(cpu_epoch(1000, 32, true, 41, 1), got));
+    EXPECT_EQ(ds->shared(), 1000);
+#if FERRY_HAS_CUDA
+    EXPECT_EQ(ds->pinned(), 1000) << "the shared slots are registered (cudaHostRegister)";
+#endif
   });
 }
 
