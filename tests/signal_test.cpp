@@ -1,7 +1,8 @@
 // The loader's wake-up counter (lib/pipeline/ring.hpp's Signal): a waiter that saw a version is
 // woken by every notify() after it, whether it waits for ever (std::atomic::wait) or until a
 // deadline (a futex wait with a timeout, as the consumer's next() does from Python's main thread),
-// and a timed wait that nobody notifies ends at its deadline with false.
+// a timed wait that nobody notifies ends at its deadline with false, and the slices of a long
+// wait do not each spin before they sleep.
 
 #include <gtest/gtest.h>
 
@@ -93,6 +94,29 @@ TEST(Signal, ATimedWaitNobodyNotifiesEndsAtItsDeadlineWithFalse) {
   // A version that moved before the wait: true at once, whatever the deadline.
   s.notify();
   EXPECT_TRUE(s.wait_until(seen, Clock::now() - std::chrono::seconds(1)));
+}
+
+// next() from Python's main thread waits in 20 ms slices: a batch that takes seconds must not
+// cost a dozen sched_yield()s a slice. A thread gives up the processor before it sleeps once per
+// version it waits on, not again in a wait that comes back to the version its last one timed out
+// on; a version that moved (or another signal) brings the looks back.
+TEST(Signal, SlicesOfAWaitOnOneVersionLookBeforeSleepingOnlyOnce) {
+  Signal s;
+  Signal other;
+  const std::uint32_t seen = s.version();
+  const auto slice = [](auto& signal, std::uint32_t at) {
+    const std::uint64_t before = Signal::yields_here();
+    EXPECT_FALSE(signal.wait_until(at, Clock::now() + std::chrono::milliseconds(2)));
+    return Signal::yields_here() - before;
+  };
+  EXPECT_GT(slice(s, seen), 0U);  // the first slice looks
+  EXPECT_EQ(slice(s, seen), 0U);  // the next ones sleep at once
+  EXPECT_EQ(slice(s, seen), 0U);
+  EXPECT_GT(slice(other, other.version()), 0U);  // another signal looks again
+  EXPECT_GT(slice(s, seen), 0U);                 // and then this one does too
+  s.notify();
+  EXPECT_GT(slice(s, s.version()), 0U);  // a new version looks again
+  EXPECT_EQ(slice(s, s.version()), 0U);
 }
 
 }  // namespace

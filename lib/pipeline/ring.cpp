@@ -15,7 +15,28 @@ namespace ferry::detail {
 // The futex is the counter's own word (std::atomic<std::uint32_t> holds just the value).
 static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
 
-void Signal::yield() noexcept { ::sched_yield(); }
+namespace {
+thread_local std::uint64_t t_yields = 0;
+// This thread's last timed wait that ended at its deadline: on which signal, at which version.
+thread_local const void* t_timed_out_on = nullptr;
+thread_local std::uint32_t t_timed_out_at = 0;
+}  // namespace
+
+void Signal::yield() noexcept {
+  ++t_yields;
+  ::sched_yield();
+}
+
+std::uint64_t Signal::yields_here() noexcept { return t_yields; }
+
+bool Signal::timed_out_before(std::uint32_t seen) const noexcept {
+  return t_timed_out_on == this && t_timed_out_at == seen;
+}
+
+void Signal::timed_out(std::uint32_t seen) const noexcept {
+  t_timed_out_on = this;
+  t_timed_out_at = seen;
+}
 
 void Signal::futex_wait(std::uint32_t seen, std::chrono::nanoseconds left) const noexcept {
   timespec timeout{};

@@ -57,9 +57,13 @@ class Signal {
     // version moved before it slept.
     // First a few looks with the processor given up between them, as std::atomic::wait does
     // before it sleeps: a batch due within microseconds is taken without a sleep and a wake-up.
-    for (int i = 0; i < kYields; ++i) {
-      if (value_.load(std::memory_order_seq_cst) != seen) return true;
-      yield();
+    // Once per version and thread: a wait that comes back to the version its last one timed out
+    // on (the consumer's next() waiting in 20 ms slices for a slow batch) sleeps at once.
+    if (!timed_out_before(seen)) {
+      for (int i = 0; i < kYields; ++i) {
+        if (value_.load(std::memory_order_seq_cst) != seen) return true;
+        yield();
+      }
     }
     timed_waiters_.fetch_add(1, std::memory_order_seq_cst);
     bool moved = false;
@@ -73,6 +77,7 @@ class Signal {
       futex_wait(seen, std::chrono::duration_cast<std::chrono::nanoseconds>(left));
     }
     timed_waiters_.fetch_sub(1, std::memory_order_seq_cst);
+    if (!moved) timed_out(seen);
     return moved;
   }
   void notify() noexcept {
@@ -80,10 +85,16 @@ class Signal {
     value_.notify_all();
     if (timed_waiters_.load(std::memory_order_seq_cst) != 0) futex_wake();
   }
+  /// The times this thread gave up the processor in wait_until() (for tests).
+  static std::uint64_t yields_here() noexcept;
 
  private:
   static constexpr int kYields = 12;
   static void yield() noexcept;
+  /// Whether this thread's last timed wait that ended at its deadline was on this signal at
+  /// `seen`; timed_out() records one.
+  bool timed_out_before(std::uint32_t seen) const noexcept;
+  void timed_out(std::uint32_t seen) const noexcept;
   void futex_wait(std::uint32_t seen, std::chrono::nanoseconds left) const noexcept;
   void futex_wake() const noexcept;
 
