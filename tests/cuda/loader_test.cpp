@@ -599,8 +599,7 @@ class SharedIndex : public IndexDataset {
     if (shared) shared_.fetch_add(1);
 #if FERRY_HAS_CUDA
     cudaPointerAttributes a{};
-    if (cudaPointerGetAttributes(&a, out.data(0)) == cudaSuccess &&
-        a.type == cudaMemoryTypeHost) {
+    if (cudaPointerGetAttributes(&a, out.data(0)) == cudaSuccess && a.type == cudaMemoryTypeHost) {
       pinned_.fetch_add(1);
     }
     static_cast<void>(cudaGetLastError());
