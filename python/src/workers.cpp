@@ -449,6 +449,7 @@ struct Range {
   std::vector<std::size_t> nbytes;   // `fields` a task
   std::vector<std::size_t> offsets;  // `fields` a task: their places in `region` (direct)
   std::uint64_t region = 0;          // the staging region the process writes into; 0: its memfd
+  std::uintptr_t region_base = 0;    // its first byte here
   std::size_t next_read = 0;
   std::size_t next_send = 0;
   std::size_t window = 0;      // tasks in flight at most, each with its own part of the memfd
@@ -469,6 +470,7 @@ struct Range {
     nbytes.clear();
     offsets.clear();
     region = 0;
+    region_base = 0;
     next_read = next_send = window = slot_bytes = 0;
     group = 1;
   }
@@ -502,20 +504,25 @@ std::span<const std::size_t> scratch_places(std::size_t base, std::span<const st
   return t_offsets;
 }
 
-/// The staging region that holds every field of `out` (the same one), or false.
-bool direct_region(SampleRef out, std::size_t fields, SharedRegion& region,
+/// The places of `out`'s fields in one staging region, appended to `offsets`, or false where one
+/// is not in it. `region` and `base` (its first byte) are looked up at the first place
+/// (shared_region(), under a lock) and kept for the next samples of a share, which lie in the
+/// same slot.
+bool direct_places(SampleRef out, std::size_t fields, SharedRegion& region, std::uintptr_t& base,
                    std::vector<std::size_t>& offsets) {
-  region = SharedRegion{};
   for (std::size_t f = 0; f < fields; ++f) {
     const std::size_t n = out.nbytes(f);
     if (n == 0) {
       offsets.push_back(0);
       continue;
     }
-    SharedRegion at;
-    if (!shared_region(out.data(f), n, at) || (region.id != 0 && at.id != region.id)) return false;
-    if (region.id == 0) region = at;
-    offsets.push_back(at.offset);
+    const auto p = reinterpret_cast<std::uintptr_t>(out.data(f));
+    if (region.id == 0) {
+      if (!shared_region(out.data(f), n, region)) return false;
+      base = p - region.offset;
+    }
+    if (p < base || p - base > region.size || n > region.size - (p - base)) return false;
+    offsets.push_back(p - base);
   }
   return region.id != 0;
 }
@@ -688,10 +695,7 @@ void ProcessPool::begin_reads(std::span<const std::size_t> indices,
       for (std::size_t f = 0; f < field_count_; ++f) {
         r.nbytes[i * field_count_ + f] = out[i].nbytes(f);
       }
-      SharedRegion at;
-      direct = direct && direct_region(out[i], field_count_, at, r.offsets) &&
-               (i == 0 || at.id == region.id);
-      if (i == 0) region = at;
+      direct = direct && direct_places(out[i], field_count_, region, r.region_base, r.offsets);
       r.slot_bytes = std::max(r.slot_bytes, kAlign + total_of(r.bytes_of(i)));
     }
     if (direct && map_region(*c, region)) {
@@ -744,13 +748,10 @@ bool ProcessPool::read_ahead(const PyDataset& dataset, std::size_t index, Sample
   for (std::size_t f = 0; announced && f < field_count_; ++f) {
     announced = r.nbytes[at * field_count_ + f] == out.nbytes(f);
   }
-  if (announced && r.region != 0) {  // and the places announced
-    SharedRegion place;
-    for (std::size_t f = 0; announced && f < field_count_; ++f) {
-      const std::size_t n = out.nbytes(f);
-      announced = n == 0 || (shared_region(out.data(f), n, place) && place.id == r.region &&
-                             place.offset == r.offsets[at * field_count_ + f]);
-    }
+  for (std::size_t f = 0; announced && r.region != 0 && f < field_count_; ++f) {
+    // and the places announced
+    announced = out.nbytes(f) == 0 || reinterpret_cast<std::uintptr_t>(out.data(f)) ==
+                                          r.region_base + r.offsets[at * field_count_ + f];
   }
   if (!announced) {
     end_reads();  // not the order announced: one by one from here
@@ -829,7 +830,8 @@ void ProcessPool::read(const PyDataset& dataset, std::size_t index, SampleRef ou
   bool direct = false;
   try {
     t_offsets.clear();
-    direct = direct_region(out, fields, region, t_offsets) && map_region(c, region);
+    std::uintptr_t base = 0;
+    direct = direct_places(out, fields, region, base, t_offsets) && map_region(c, region);
     if (!direct && total > c.map_size) grow(c, std::max(total, 2 * c.map_size));
   } catch (...) {
     release(c);
