@@ -291,6 +291,26 @@ TEST_F(ArrowFiles, ACompressedBatchIsDecompressedOncePerReadOfIt) {
     EXPECT_EQ(n, kRows);
   }
   EXPECT_EQ(ds->batches_decoded(), 3U);  // all three stay in the cache
+
+  // Ragged and categorical columns: open() decompresses their offsets (and a categorical
+  // column's values) to learn lengths and categories, and decodes no whole batch; the same
+  // lengths and categories as the uncompressed file's.
+  TableOptions r;
+  r.columns = {"i32", "lst", "bin", "s"};
+  r.categorical = {"s"};
+  const auto packed = ArrowDataset::open({file("all_lz4.arrow")}, r);
+  const auto plain = ArrowDataset::open({file("all.arrow")}, r);
+  EXPECT_EQ(packed->batches_decoded(), 0U);
+  const std::vector<std::string> fruit = {"apple", "banana", "fig", "kiwi", "pear"};
+  for (const auto& table : {packed, plain}) {
+    EXPECT_EQ(table->categories("s"), fruit);
+    EXPECT_EQ(table->max_length(1), 3);  // lst: r % 4 values
+    EXPECT_EQ(table->max_length(2), 5);  // bin: r % 6 bytes
+    for (std::size_t i = 0; i < kRows; ++i) {
+      ASSERT_EQ(table->length(i, 1), static_cast<std::int64_t>(i % 4)) << "row " << i;
+      ASSERT_EQ(table->length(i, 2), static_cast<std::int64_t>(i % 6)) << "row " << i;
+    }
+  }
 }
 
 TEST_F(ArrowFiles, NullsUnderEachMissing) {

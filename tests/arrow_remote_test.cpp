@@ -225,33 +225,43 @@ TEST_F(ArrowRemote, TwoOfFiftyColumnsFetchTheFooterMetadataAndTheirBuffersAlone)
   const auto batches = wide_batches(name);
   ASSERT_EQ(batches.size(), 4U);
   const std::uint64_t file_size = fs::file_size(local(name));
-  std::uint64_t metadata = 0, buffers = 0;
+  std::uint64_t metadata = 0, buffers = 0, offsets = 0;
   for (const WideBatch& b : batches) {
     metadata += b.body - b.message;
     const auto [c05, c05_end] = b.columns.at("c05");
     const auto [text, text_end] = b.columns.at("text");
     ASSERT_GT(text, c05_end + (8 << 10));  // two ranges: 43 columns lie between them
     buffers += (c05_end - c05) + (text_end - text);
+    const auto [first, end] = b.columns.at("text.offsets");
+    ASSERT_LT(end - first, (text_end - text) / 2);
+    offsets += end - first;
   }
   const std::uint64_t before = nginx_->bytes_sent(name);
   const int requests_before = nginx_->requests(name);
   TableOptions o;
   o.columns = {"c05", "text"};
   const auto ds = ArrowDataset::open({url(name)}, o);
+  // open(): the tail (the footer), each record batch's metadata, and of each batch the text
+  // column's offsets alone (its lengths), not its values nor c05's.
+  const std::uint64_t opened = kTail + metadata + offsets;
+  EXPECT_EQ(settled<std::uint64_t>([&] { return nginx_->bytes_sent(name) - before; }, opened),
+            opened);
+  EXPECT_EQ(nginx_->requests(name) - requests_before, 1 + 4 + 4);
+  EXPECT_EQ(ds->batches_decoded(), 0U);
   const Rows rows = rows_of(ds, true, 2);
   expect_wide_values(rows);
-  // The tail (the footer), each record batch's metadata, and each batch's two ranges once (at
-  // open, for the text column's lengths; the reads find them decoded).
-  const std::uint64_t total = kTail + metadata + buffers;
+  // Then the reads: each batch's two ranges once.
+  const std::uint64_t total = opened + buffers;
   const std::uint64_t sent =
       settled<std::uint64_t>([&] { return nginx_->bytes_sent(name) - before; }, total);
   EXPECT_EQ(sent, total);
-  EXPECT_EQ(nginx_->requests(name) - requests_before, 1 + 4 + 4 * 2);
+  EXPECT_EQ(nginx_->requests(name) - requests_before, 1 + 4 + 4 + 4 * 2);
   EXPECT_EQ(ds->batches_decoded(), 4U);
   EXPECT_LT(sent * 4, file_size);
   std::cout << "[ figures  ] " << name << ", 2 of 50 columns (c05, text) over HTTP: " << sent
             << " bytes sent of a " << file_size << "-byte file (tail " << kTail << ", metadata "
-            << metadata << ", buffers " << buffers << ")\n";
+            << metadata << ", the text column's offsets at open " << offsets << ", buffers "
+            << buffers << ")\n";
 }
 
 TEST_F(ArrowRemote, TheStreamFormatIsReadMessageByMessage) {
@@ -260,7 +270,8 @@ TEST_F(ArrowRemote, TheStreamFormatIsReadMessageByMessage) {
   ASSERT_EQ(batches.size(), 4U);
   const std::uint64_t file_size = fs::file_size(local(name));
   // The tail; the first 4 KiB (the schema); then the first 4 KiB of each message whose head
-  // and metadata the last read did not hold; then each batch's two ranges.
+  // and metadata the last read did not hold; the text column's offsets (its lengths); then each
+  // batch's two ranges.
   std::uint64_t want = kTail + kHead;
   int requests = 2;
   std::uint64_t window_end = kHead;
@@ -270,6 +281,8 @@ TEST_F(ArrowRemote, TheStreamFormatIsReadMessageByMessage) {
       window_end = b.message + kHead;
       ++requests;
     }
+    want += b.columns.at("text.offsets").second - b.columns.at("text.offsets").first;
+    ++requests;
     for (const std::string c : {"c05", "text"}) {
       want += b.columns.at(c).second - b.columns.at(c).first;
       ++requests;

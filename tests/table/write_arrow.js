@@ -298,7 +298,8 @@ for (const [name, first, count] of [["part0", 0, 120], ["part1", 120, 100], ["pa
 // c00..c47, an int64 "label" and a utf8 "text", 2000 rows in record batches of 500; in the file
 // format, the stream format, and the stream format LZ4-compressed. wide_arrow.txt lists, per
 // file and record batch: "<file> <message's first byte> <body's first byte>", then per column
-// "<name> <first byte> <end>" of its buffers that hold bytes (absolute places in the file).
+// "<name> <first byte> <end>" of its buffers that hold bytes (absolute places in the file), and
+// "text.offsets <first byte> <end>" of the text column's offsets buffer.
 {
   const WIDE = 2000;
   const wr = range(WIDE);
@@ -333,8 +334,12 @@ for (const [name, first, count] of [["part0", 0, 120], ["part1", 120, 100], ["pa
             const o = body + Number(regions[k].offset), l = Number(regions[k].length);
             if (l > 0) { first = Math.min(first, o); end = Math.max(end, o + l); }
           }
-          b += counts[c];
           line += ` ${n} ${first} ${end}`;
+          if (n === "text") {  // its offsets alone: what open() reads for its lengths
+            const o = body + Number(regions[b + 1].offset);
+            line += ` text.offsets ${o} ${o + Number(regions[b + 1].length)}`;
+          }
+          b += counts[c];
         });
         lines.push(line);
       }

@@ -5,6 +5,7 @@
 #include <lz4frame.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -137,30 +138,6 @@ std::int64_t times(std::int64_t a, std::int64_t b) {
 
 /// Checks the offsets of an array of `length` rows: from 0 up, never down, ending at most at
 /// `limit`.
-void check_offsets(const ArrowArray& a, bool large, std::int64_t limit, const char* what) {
-  const std::int64_t n = a.node.length;
-  if (n == 0) return;
-  const std::int64_t w = large ? 8 : 4;
-  if (static_cast<std::int64_t>(a.buffers[1].size()) < times(n + 1, w)) {
-    throw FormatError(std::string("the offsets buffer of a ") + what + " array of " +
-                      std::to_string(n) + " rows holds " + std::to_string(a.buffers[1].size()) +
-                      " bytes");
-  }
-  std::int64_t prev = load_offset(a.buffers[1], large, 0);
-  if (prev < 0) throw FormatError(std::string("a negative offset in a ") + what + " array");
-  for (std::int64_t i = 1; i <= n; ++i) {
-    const std::int64_t o = load_offset(a.buffers[1], large, i);
-    if (o < prev) {
-      throw FormatError(std::string("offsets going down in a ") + what + " array (row " +
-                        std::to_string(i - 1) + ")");
-    }
-    prev = o;
-  }
-  if (prev > limit) {
-    throw FormatError(std::string("a ") + what + " array's offsets reach " + std::to_string(prev) +
-                      ", past its " + std::to_string(limit) + " values");
-  }
-}
 
 void fields_arrays(const Field& f, const RecordBatch& batch,
                    const std::vector<std::span<const std::byte>>& buffers, std::size_t& node,
@@ -319,6 +296,31 @@ std::vector<ArrowArray> field_arrays(const Field& field, const RecordBatch& batc
   return out;
 }
 
+void check_offsets(const ArrowArray& a, bool large, std::int64_t limit, const char* what) {
+  const std::int64_t n = a.node.length;
+  if (n == 0) return;
+  const std::int64_t w = large ? 8 : 4;
+  if (static_cast<std::int64_t>(a.buffers[1].size()) < times(n + 1, w)) {
+    throw FormatError(std::string("the offsets buffer of a ") + what + " array of " +
+                      std::to_string(n) + " rows holds " + std::to_string(a.buffers[1].size()) +
+                      " bytes");
+  }
+  std::int64_t prev = load_offset(a.buffers[1], large, 0);
+  if (prev < 0) throw FormatError(std::string("a negative offset in a ") + what + " array");
+  for (std::int64_t i = 1; i <= n; ++i) {
+    const std::int64_t o = load_offset(a.buffers[1], large, i);
+    if (o < prev) {
+      throw FormatError(std::string("offsets going down in a ") + what + " array (row " +
+                        std::to_string(i - 1) + ")");
+    }
+    prev = o;
+  }
+  if (prev > limit) {
+    throw FormatError(std::string("a ") + what + " array's offsets reach " + std::to_string(prev) +
+                      ", past its " + std::to_string(limit) + " values");
+  }
+}
+
 std::pair<std::int64_t, std::int64_t> offsets_at(const ArrowArray& a, bool large, std::int64_t i) {
   return {load_offset(a.buffers[1], large, i), load_offset(a.buffers[1], large, i + 1)};
 }
@@ -380,6 +382,16 @@ std::shared_ptr<const ArrowBatchData> ArrowTable::decode(std::size_t b) const {
                                  std::to_string(m.batch.length));
       }
       d->columns[c] = std::move(arrays);
+    }
+    d->plain.assign(columns.size(), nullptr);
+    for (std::size_t c = 0; c < columns.size(); ++c) {
+      const ArrowColumn& col = columns[c];
+      const std::vector<ArrowArray>& arrays = d->columns[c];
+      if (col.kind != ArrowKind::scalar || col.width == 0) continue;
+      const bool nulls =
+          std::any_of(arrays.begin(), arrays.begin() + static_cast<std::ptrdiff_t>(col.leaf) + 1,
+                      [](const ArrowArray& a) { return a.node.null_count != 0; });
+      if (!nulls) d->plain[c] = arrays[col.leaf].buffers[1].data();
     }
   } catch (const arrow::FormatError& e) {
     throw DataError(where(b) + e.what());

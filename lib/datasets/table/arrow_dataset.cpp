@@ -281,7 +281,12 @@ void ArrowDataset::read(std::size_t index, SampleRef out) const {
   const detail::ArrowBatchData& d = *held.data;  // held by this thread while it reads
   const std::size_t row = index - t.batches[b].first;
   for (std::size_t c = 0; c < t.columns.size(); ++c) {
-    detail::read_column(t, b, d, row, index, c, out);
+    if (const std::byte* values = d.plain[c]) {
+      const std::size_t n = t.columns[c].per_row * t.columns[c].width;
+      std::memcpy(out.data(c), values + row * n, n);
+    } else {
+      detail::read_column(t, b, d, row, index, c, out);
+    }
   }
 }
 
@@ -293,13 +298,17 @@ void ArrowDataset::prefetch(std::size_t index) const noexcept {
   const detail::HeldBatch& last = detail::held_place(t, bi);
   if (last.id != t.id || last.batch != bi || !last.data) return;
   const std::size_t row = index - t.batches[bi].first;
+  const detail::ArrowBatchData& d = *last.data;
   for (std::size_t c = 0; c < t.columns.size(); ++c) {
     const detail::ArrowColumn& col = t.columns[c];
+    if (const std::byte* values = d.plain[c]) {
+      __builtin_prefetch(values + row * col.per_row * col.width);
+      continue;
+    }
     // A value's bytes, or (binary, lists, images) its offsets.
     const bool values = col.kind == detail::ArrowKind::scalar && col.width != 0;
     const std::span<const std::byte> buf =
-        last.data->columns[c][values || col.kind == detail::ArrowKind::image ? col.leaf : 0]
-            .buffers[1];
+        d.columns[c][values || col.kind == detail::ArrowKind::image ? col.leaf : 0].buffers[1];
     const std::size_t at = values ? row * col.per_row * col.width : row * (col.large ? 8 : 4);
     if (at < buf.size()) __builtin_prefetch(buf.data() + at);
   }

@@ -3,7 +3,8 @@
 // metadata (the blocks' metadata ranges, close ones in one GET); in the stream format, the
 // messages from the start, each message's head and metadata in one GET of at least 4 KiB.
 // Dictionary bodies are fetched only for the dictionaries of the columns read. A record batch
-// read fetches only the buffers of the columns read, close ones (kRangeGap) in one GET.
+// read fetches only the buffers of the columns read, close ones (kRangeGap) in one GET; the scan
+// of ragged and categorical columns at open, only the buffers it reads (arrow_scan.cpp).
 
 #include <algorithm>
 #include <cstring>
@@ -231,7 +232,8 @@ void index_remote(ArrowTable& t, ArrowFile& f, bool first) {
 
 std::vector<std::span<const std::byte>> fetch_buffers(const ArrowTable& t, std::size_t b,
                                                       const arrow::RecordBatch& batch,
-                                                      ArrowBatchData& d) {
+                                                      ArrowBatchData& d,
+                                                      const std::vector<bool>* only) {
   const ArrowBatch& ab = t.batches[b];
   const ArrowFile& f = t.files[ab.file];
   // The buffers of the columns read: stepping over the schema's fields as decode() does.
@@ -252,6 +254,7 @@ std::vector<std::span<const std::byte>> fetch_buffers(const ArrowTable& t, std::
     (void)arrow::field_arrays(f.schema[i], batch, raw, node, buffer, variadic, false);
     if (!read[i]) continue;
     for (std::size_t k = from; k < buffer; ++k) {
+      if (only != nullptr && !(*only)[k]) continue;
       const arrow::Buffer& bu = batch.buffers[k];
       if (bu.offset < 0 || bu.length < 0 ||
           static_cast<std::uint64_t>(bu.offset) > ab.body_length ||

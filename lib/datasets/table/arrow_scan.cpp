@@ -47,6 +47,105 @@ void number_dictionaries(ArrowTable& t) {
   }
 }
 
+namespace {
+
+/// The top arrays of record batch b's columns `scanned`, with only the buffers the scan reads
+/// (validity and offsets; a categorical column's values too) and the others empty: a URL's other
+/// buffers are not fetched, and a compressed body's not decompressed. Their offsets are checked
+/// (within their buffer, none going down; a list's within its child's values; a categorical
+/// column's within its values); the rest is checked when the batch is decoded for reading.
+/// \throws DataError as ArrowTable::decode().
+std::vector<ArrowArray> scan_arrays(const ArrowTable& t, std::size_t b,
+                                    const std::vector<std::size_t>& scanned, ArrowBatchData& keep) {
+  const ArrowBatch& ab = t.batches[b];
+  const ArrowFile& f = t.files[ab.file];
+  std::vector<ArrowArray> out(t.columns.size());
+  try {
+    const arrow::Message m =
+        arrow::parse_message(f.remote ? std::span<const std::byte>(ab.metadata_bytes)
+                                      : f.map->bytes().subspan(ab.metadata, ab.metadata_length));
+    if (m.type != arrow::HeaderType::record_batch ||
+        m.batch.length != static_cast<std::int64_t>(ab.rows)) {
+      throw arrow::FormatError("not the record batch it was when the file was opened");
+    }
+    const arrow::RecordBatch& batch = m.batch;
+    // Where each scanned column's top array starts among the nodes and buffers.
+    std::vector<std::size_t> column_of(f.schema.size(), t.columns.size());
+    for (const std::size_t c : scanned) column_of[f.tops[c]] = c;
+    std::vector<std::pair<std::size_t, std::size_t>> at(t.columns.size());  // node, buffer
+    const std::vector<std::span<const std::byte>> none(batch.buffers.size());
+    std::size_t node = 0;
+    std::size_t buffer = 0;
+    std::size_t variadic = 0;
+    for (std::size_t i = 0; i < f.schema.size(); ++i) {
+      if (column_of[i] < t.columns.size()) at[column_of[i]] = {node, buffer};
+      (void)arrow::field_arrays(f.schema[i], batch, none, node, buffer, variadic, false);
+    }
+    std::vector<bool> wanted(batch.buffers.size(), false);
+    for (const std::size_t c : scanned) {
+      const auto [n, first] = at[c];
+      if (batch.nodes[n].null_count != 0) wanted[first] = true;
+      wanted[first + 1] = true;
+      if (t.columns[c].kind == ArrowKind::categorical) wanted[first + 2] = true;
+    }
+    std::vector<std::span<const std::byte>> raw(batch.buffers.size());
+    std::vector<std::span<const std::byte>> buffers;
+    if (f.remote) {
+      buffers = fetch_buffers(t, b, batch, keep, &wanted);
+    } else {
+      const auto body = f.map->bytes().subspan(ab.body, ab.body_length);
+      for (std::size_t k = 0; k < raw.size(); ++k) {
+        const arrow::Buffer& bu = batch.buffers[k];
+        if (!wanted[k]) continue;
+        if (bu.offset < 0 || bu.length < 0 || static_cast<std::uint64_t>(bu.offset) > body.size() ||
+            static_cast<std::uint64_t>(bu.length) >
+                body.size() - static_cast<std::uint64_t>(bu.offset)) {
+          throw arrow::FormatError("buffer " + std::to_string(k) + ": " +
+                                   std::to_string(bu.length) + " bytes at " +
+                                   std::to_string(bu.offset) + ", outside the message body of " +
+                                   std::to_string(body.size()) + " bytes");
+        }
+        raw[k] =
+            body.subspan(static_cast<std::size_t>(bu.offset), static_cast<std::size_t>(bu.length));
+      }
+      buffers = arrow::unpack_buffers(batch, raw, keep.owned, keep.owned_bytes);
+    }
+    for (const std::size_t c : scanned) {
+      const ArrowColumn& col = t.columns[c];
+      const auto [n, first] = at[c];
+      ArrowArray& a = out[c];
+      a.node = batch.nodes[n];
+      if (a.node.length != batch.length) {
+        throw arrow::FormatError("column " + in_quotes(col.name) + " has " +
+                                 std::to_string(a.node.length) + " rows in a batch of " +
+                                 std::to_string(batch.length));
+      }
+      const bool list = col.kind == ArrowKind::list || col.kind == ArrowKind::array;
+      for (std::size_t k = 0; k < (list ? 2U : 3U); ++k) a.buffers[k] = buffers[first + k];
+      if (a.node.null_count != 0 &&
+          static_cast<std::int64_t>(a.buffers[0].size()) < (a.node.length + 7) / 8) {
+        throw arrow::FormatError("column " + in_quotes(col.name) + ": a validity bitmap of " +
+                                 std::to_string(a.buffers[0].size()) + " bytes for " +
+                                 std::to_string(a.node.length) + " rows");
+      }
+      // A binary column's values were not read: its offsets are checked against them when the
+      // batch is decoded, and here only against each other.
+      std::int64_t limit = std::numeric_limits<std::int64_t>::max();
+      if (list) {
+        limit = n + 1 < batch.nodes.size() ? batch.nodes[n + 1].length : 0;
+      } else if (col.kind == ArrowKind::categorical) {
+        limit = static_cast<std::int64_t>(a.buffers[2].size());
+      }
+      arrow::check_offsets(a, col.large, limit, list ? "list" : "binary");
+    }
+  } catch (const arrow::FormatError& e) {
+    throw DataError(t.where(b) + e.what());
+  }
+  return out;
+}
+
+}  // namespace
+
 /// Categories and lengths: what a loader asks of every row before it reads any.
 void scan_rows(ArrowTable& t) {
   std::vector<std::size_t> scanned;
@@ -60,10 +159,11 @@ void scan_rows(ArrowTable& t) {
   if (scanned.empty()) return;
   std::vector<std::set<std::string, std::less<>>> distinct(t.columns.size());
   for (std::size_t b = 0; b < t.batches.size(); ++b) {
-    const auto d = t.cache.get(b, [&] { return t.decode(b); });
+    ArrowBatchData keep;  // what the arrays point into, when not the mapped file
+    const std::vector<ArrowArray> arrays = scan_arrays(t, b, scanned, keep);
     for (const std::size_t c : scanned) {
       ArrowColumn& col = t.columns[c];
-      const ArrowArray& a = d->columns[c][0];
+      const ArrowArray& a = arrays[c];
       for (std::int64_t r = 0; r < a.node.length; ++r) {
         const auto [from, to] = arrow::offsets_at(a, col.large, r);
         if (col.kind == ArrowKind::categorical) {

@@ -79,6 +79,10 @@ struct FERRY_HIDDEN ArrowBatchData {
   std::vector<std::unique_ptr<std::byte[]>> owned;
   std::vector<std::vector<std::byte>> fetched;
   std::size_t owned_bytes = 0;
+  /// Per column: where row 0's values begin when the column is fixed-width values without a
+  /// null in this batch (a row is then ArrowColumn::per_row * width bytes at row * that), else
+  /// null. read() copies such columns without looking at their arrays.
+  std::vector<const std::byte*> plain;
 };
 std::size_t decoded_bytes(const ArrowBatchData& d) noexcept;
 
@@ -171,6 +175,9 @@ std::vector<ArrowArray> field_arrays(const Field& field, const RecordBatch& batc
 std::span<const std::byte> binary_value(const ArrowArray& a, bool large, std::int64_t i);
 /// Offsets [i, i+1] of a list or binary array.
 std::pair<std::int64_t, std::int64_t> offsets_at(const ArrowArray& a, bool large, std::int64_t i);
+/// That a list or binary array's offsets buffer holds its rows' offsets, none negative, none
+/// going down, the last at most `limit` (its values). \throws FormatError naming `what`.
+void check_offsets(const ArrowArray& a, bool large, std::int64_t limit, const char* what);
 
 }  // namespace arrow
 
@@ -192,11 +199,13 @@ void add_batch(ArrowTable& t, ArrowFile& f, const arrow::Frame& fr, std::size_t 
 /// \throws DataError naming the URL and the place.
 void index_remote(ArrowTable& t, ArrowFile& f, bool first);
 /// Record batch b's buffers of the columns read, fetched from its URL (close ones in one
-/// ranged GET) into d.fetched, and decompressed as needed; the other buffers empty.
+/// ranged GET) into d.fetched, and decompressed as needed; the other buffers empty. `only`
+/// (by buffer index): just those of the columns read.
 /// \throws FormatError, DataError (the transfer).
 std::vector<std::span<const std::byte>> fetch_buffers(const ArrowTable& t, std::size_t b,
                                                       const arrow::RecordBatch& batch,
-                                                      ArrowBatchData& d);
+                                                      ArrowBatchData& d,
+                                                      const std::vector<bool>* only = nullptr);
 
 /// The categories of dictionary-encoded columns, and each dictionary version's codes
 /// (arrow_scan.cpp).
