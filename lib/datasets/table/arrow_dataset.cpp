@@ -299,10 +299,14 @@ void ArrowDataset::prefetch(std::size_t index) const noexcept {
   if (last.id != t.id || last.batch != bi || !last.data) return;
   const std::size_t row = index - t.batches[bi].first;
   const detail::ArrowBatchData& d = *last.data;
+  // Into the outer caches (locality 1), not L1: a record batch's column buffers often lie a
+  // power of two apart (batches of 65,536 rows), so that a row's values of every column fall in
+  // one L1 set, and prefetched there they evict each other before the read (bench/tables, 20
+  // columns: 0.73 of in memory with L1 prefetches, about 1.1 with these).
   for (std::size_t c = 0; c < t.columns.size(); ++c) {
     const detail::ArrowColumn& col = t.columns[c];
     if (const std::byte* values = d.plain[c]) {
-      __builtin_prefetch(values + row * col.per_row * col.width);
+      __builtin_prefetch(values + row * col.per_row * col.width, 0, 1);
       continue;
     }
     // A value's bytes, or (binary, lists, images) its offsets.
@@ -310,7 +314,7 @@ void ArrowDataset::prefetch(std::size_t index) const noexcept {
     const std::span<const std::byte> buf =
         d.columns[c][values || col.kind == detail::ArrowKind::image ? col.leaf : 0].buffers[1];
     const std::size_t at = values ? row * col.per_row * col.width : row * (col.large ? 8 : 4);
-    if (at < buf.size()) __builtin_prefetch(buf.data() + at);
+    if (at < buf.size()) __builtin_prefetch(buf.data() + at, 0, 1);
   }
 }
 

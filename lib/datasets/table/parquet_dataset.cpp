@@ -364,11 +364,11 @@ void ParquetDataset::prefetch(std::size_t index) const noexcept {
   const std::size_t row = index - t.groups[g].first;
   for (const detail::parquet::RawColumn& c : d->columns) {
     if (c.width != 0 && !c.list) {
-      __builtin_prefetch(c.fixed.data() + row * c.width);
+      __builtin_prefetch(c.fixed.data() + row * c.width, 0, 1);
     } else {  // byte arrays and lists: their offsets
-      __builtin_prefetch(c.offsets.data() + row);
+      __builtin_prefetch(c.offsets.data() + row, 0, 1);
     }
-    if (!c.valid.empty()) __builtin_prefetch(c.valid.data() + row);
+    if (!c.valid.empty()) __builtin_prefetch(c.valid.data() + row, 0, 1);
   }
 }
 
