@@ -234,6 +234,20 @@ py::object SampleLayout::value_of(const py::handle& sample, std::size_t f,
 void SampleLayout::write(const py::handle& sample, std::size_t index,
                          std::span<std::byte* const> dest,
                          std::span<const std::size_t> nbytes) const {
+  copy(arrays(sample, index, nbytes), dest, nbytes);
+}
+
+void SampleLayout::copy(const std::vector<py::array>& arrays, std::span<std::byte* const> dest,
+                        std::span<const std::size_t> nbytes) noexcept {
+  for (std::size_t f = 0; f < arrays.size(); ++f) {
+    if (nbytes[f] != 0) std::memcpy(dest[f], arrays[f].data(), nbytes[f]);
+  }
+}
+
+std::vector<py::array> SampleLayout::arrays(const py::handle& sample, std::size_t index,
+                                            std::span<const std::size_t> nbytes) const {
+  std::vector<py::array> out;
+  out.reserve(fields_.size());
   for (std::size_t f = 0; f < fields_.size(); ++f) {
     py::array a = converted(value_of(sample, f, index), f, index);
     if ((a.flags() & py::array::c_style) == 0) a = contiguous_(a);
@@ -258,8 +272,9 @@ void SampleLayout::write(const py::handle& sample, std::size_t index,
                       std::to_string(index) + " has " + std::to_string(a.shape(0)) +
                       " rows; length() gave " + std::to_string(row == 0 ? 0 : nbytes[f] / row));
     }
-    if (nbytes[f] != 0) std::memcpy(dest[f], a.data(), nbytes[f]);
+    out.push_back(std::move(a));
   }
+  return out;
 }
 
 // A conversion that changes a value (300 or -1 into u8, 3.7 into an integer, a finite float that

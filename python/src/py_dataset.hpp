@@ -70,6 +70,13 @@ class SampleLayout {
   /// (TypeError, KeyError, ValueError) or DataError naming the sample and the field.
   void write(const py::handle& sample, std::size_t index, std::span<std::byte* const> dest,
              std::span<const std::size_t> nbytes) const;
+  /// write() in two steps: first each field as a C-contiguous array of its dtype and shape,
+  /// exactly nbytes[f] bytes (every conversion done, Python code such as a value's __array__
+  /// run, every check passed: what write() throws, this throws), then only their bytes copied.
+  std::vector<py::array> arrays(const py::handle& sample, std::size_t index,
+                                std::span<const std::size_t> nbytes) const;
+  static void copy(const std::vector<py::array>& arrays, std::span<std::byte* const> dest,
+                   std::span<const std::size_t> nbytes) noexcept;
 
   /// Lets go of Python objects without touching Python (the interpreter is going).
   void abandon() noexcept;

@@ -267,8 +267,9 @@ class WorkerReader {
 
   /// Task `token`'s sample `index` written at `offsets` in `target` (the scratch region, or a
   /// staging slot's region), each field `nbytes` long. The task's state word at `state_at` in
-  /// `scratch` (TaskState) is claimed before the first byte is written and marked done or failed
-  /// after: false, with nothing written, when the parent cancelled the task first.
+  /// `scratch` (TaskState) is claimed after __getitem__ and every conversion, before the first
+  /// byte is written, and marked done after: false, with nothing written, when the parent
+  /// cancelled the task first.
   bool read(std::uint64_t index, std::uint64_t seed, const py::buffer& scratch,
             std::size_t state_at, std::uint64_t token, const py::buffer& target,
             const std::vector<std::size_t>& offsets, const std::vector<std::size_t>& nbytes) const {
@@ -293,14 +294,12 @@ class WorkerReader {
     }
     if (seed_python_) seeder_.seed(seed);
     const py::object sample = dataset_[py::int_(index)];
+    // Every conversion first (a value's __array__ is Python code that may take long): a task
+    // is claimed only for the copy, so that a cancel never waits on the user's code.
+    const std::vector<py::array> arrays = layout_.arrays(sample, index, nbytes);
     TaskState state(static_cast<std::byte*>(state_buffer.ptr) + state_at, token);
     if (!state.claim()) return false;
-    try {
-      layout_.write(sample, index, dest, nbytes);
-    } catch (...) {
-      state.finish(/*ok=*/false);
-      throw;
-    }
+    SampleLayout::copy(arrays, dest, nbytes);
     state.finish(/*ok=*/true);
     return true;
   }

@@ -525,6 +525,66 @@ def test_a_read_given_up_never_writes_into_a_slot_given_to_another_batch(ferry, 
     opener.join()
 
 
+class SlowArray:
+    """A value whose conversion to an array (its __array__, Python code) waits for the file
+    `gate`, up to 20 s, then gives 4096 bytes of 255."""
+
+    def __init__(self, gate):
+        self.gate = gate
+
+    def __array__(self, dtype=None):
+        deadline = time.monotonic() + 20
+        while not os.path.exists(self.gate) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return np.full(4096, 255, np.uint8)
+
+
+class SlowToConvert:
+    """Sample i: "x" u8 [4096], every byte i % 251, "i" its index; in epoch 0 (until the file
+    `phase` exists) sample 4's "x" is a SlowArray."""
+
+    def __init__(self, n, phase, gate):
+        self.n, self.phase, self.gate = n, phase, gate
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i == 4 and not os.path.exists(self.phase):
+            return {"x": SlowArray(self.gate), "i": np.int64(i)}
+        time.sleep(0.002)
+        return {"x": np.full(4096, i % 251, np.uint8), "i": np.int64(i)}
+
+
+def test_leaving_an_epoch_never_waits_for_a_value_being_converted(ferry, tmp_path):
+    # Epoch 0 is left while a process converts sample 4's value (its __array__ waits for a gate
+    # that opens only after the test, or after 20 s). The task is claimed only once the value is
+    # an array, so its cancel does not wait for the conversion: epoch 1 starts at once on the
+    # other processes, and the late sample never lands in a slot of epoch 1. (When the claim
+    # came before the conversion, leaving epoch 0 waited the 20 s out.)
+    phase, gate = tmp_path / "phase", tmp_path / "gate"
+    loader = ferry.Loader(SlowToConvert(200, str(phase), str(gate)), batch_size=4, device="cpu",
+                          shuffle=False, autotune=False, processes=3, workers=2, prefetch=4)
+    ep = loader.epoch(0)
+    next(ep)
+    time.sleep(0.3)  # a process is inside sample 4's __array__ now
+    phase.touch()
+    start = time.monotonic()
+    del ep
+    seen = []
+    first = None
+    for b in loader.epoch(1):
+        if first is None:
+            first = time.monotonic() - start
+        x = b["x"].numpy()
+        for k, i in enumerate(b.indices):
+            assert (x[k] == int(i) % 251).all(), (int(i), np.unique(x[k]))
+            seen.append(int(i))
+    gate.touch()
+    assert sorted(seen) == list(range(200))
+    assert first < 10, f"epoch 1's first batch came {first:.1f} s after epoch 0 was left"
+
+
 # ---- options ------------------------------------------------------------------------------------
 
 
