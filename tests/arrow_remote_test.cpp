@@ -269,18 +269,28 @@ TEST_F(ArrowRemote, TheStreamFormatIsReadMessageByMessage) {
   const auto batches = wide_batches(name);
   ASSERT_EQ(batches.size(), 4U);
   const std::uint64_t file_size = fs::file_size(local(name));
-  // The tail; the first 4 KiB (the schema); then the first 4 KiB of each message whose head
-  // and metadata the last read did not hold; the text column's offsets (its lengths); then each
-  // batch's two ranges.
+  // The tail; the first 4 KiB (the schema); then a read from each message whose head and
+  // metadata the last read did not hold: after a message of at most 64 KiB (the schema) twice
+  // as long as it or the last read, after a larger one 4 KiB; the text column's offsets (its
+  // lengths); then each batch's two ranges.
+  const auto next_ahead = [](std::uint64_t length, std::uint64_t ahead) {
+    return length <= (64U << 10) ? std::min(2 * std::max(ahead, length), std::uint64_t{256} << 10)
+                                 : kHead;
+  };
   std::uint64_t want = kTail + kHead;
   int requests = 2;
   std::uint64_t window_end = kHead;
-  for (const WideBatch& b : batches) {
+  std::uint64_t ahead = next_ahead(batches[0].message, kHead);
+  for (std::size_t k = 0; k < batches.size(); ++k) {
+    const WideBatch& b = batches[k];
     if (b.body > window_end) {
-      want += std::min(kHead, file_size - b.message);
-      window_end = b.message + kHead;
+      const std::uint64_t n = std::min(ahead, file_size - b.message);
+      want += n;
+      window_end = b.message + n;
       ++requests;
     }
+    const std::uint64_t end = k + 1 < batches.size() ? batches[k + 1].message : file_size - 8;
+    ahead = next_ahead(end - b.message, ahead);
     want += b.columns.at("text.offsets").second - b.columns.at("text.offsets").first;
     ++requests;
     for (const std::string c : {"c05", "text"}) {
@@ -309,6 +319,37 @@ TEST_F(ArrowRemote, TheStreamFormatIsReadMessageByMessage) {
   expect_wide_values(rows_of(packed, true, 2));
   EXPECT_EQ(packed->batches_decoded(), 4U);
   EXPECT_LT((nginx_->bytes_sent(lz4) - lz4_before) * 3, fs::file_size(local(lz4)));
+}
+
+TEST_F(ArrowRemote, AStreamOfSmallMessagesIsIndexedInAFewReads) {
+  // 125 record batches of 2 rows: each message is a few KiB. Reads from the stream's start double
+  // while the messages are small (4, 8 or more, 16 or more, ... KiB), so the open takes a few
+  // GETs besides the tail, not one a message, and reads no byte twice but where a read reaches
+  // the tail.
+  const std::string name = "small_batches.arrow";
+  const std::uint64_t file_size = fs::file_size(local(name));
+  ASSERT_GT(file_size, kTail + 32 * kHead);  // more than the tail holds
+  expect_same_as_local({local(name)}, {url(name)}, every_readable_column(), name);
+  const std::uint64_t before = nginx_->bytes_sent(name);
+  const int requests_before = nginx_->requests(name);
+  TableOptions o;
+  o.columns = {"i32", "f64"};  // nothing to scan at open
+  const auto ds = ArrowDataset::open({url(name)}, o);
+  EXPECT_EQ(ds->num_record_batches(), 125U);
+  EXPECT_EQ(ds->size(), 250U);
+  // The tail, then 4 + 8 + 16 + ... KiB from the start until they reach it.
+  int reads = 1;
+  std::uint64_t covered = 0;
+  for (std::uint64_t n = kHead; covered < file_size - kTail; n *= 2) {
+    covered += n;
+    ++reads;
+  }
+  EXPECT_LE(settled<int>([&] { return nginx_->requests(name) - requests_before; }, reads),
+            reads + 1);
+  EXPECT_LE(nginx_->bytes_sent(name) - before, file_size + kTail);
+  std::cout << "[ figures  ] " << name << " (stream, 125 record batches, " << file_size
+            << " bytes) opened over HTTP in " << nginx_->requests(name) - requests_before
+            << " requests\n";
 }
 
 TEST_F(ArrowRemote, TheNextRecordBatchesInTheLoadersOrderAreFetchedAhead) {

@@ -217,6 +217,9 @@ function write(name, t, format = "stream", compression = null) {
 
 const all = batches(table(0, N), 100);
 write("all.arrow", all);
+// The same rows in record batches of 2: a stream of 125 small messages (a URL's open reads
+// several of them a GET).
+write("small_batches.arrow", batches(table(0, N), 2));
 write("all_file.arrow", all, "file");
 write("all_lz4.arrow", all, "stream", A.CompressionType.LZ4_FRAME);
 write("all_zstd.arrow", all, "stream", A.CompressionType.ZSTD);

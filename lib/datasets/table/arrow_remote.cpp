@@ -1,7 +1,8 @@
 // ArrowDataset over URLs, read by ranges (remote::RangeReader). At open: the file's last 64 KiB
 // (its size and ETag learnt), then, in the file format, the footer and each record batch's
 // metadata (the blocks' metadata ranges, close ones in one GET); in the stream format, the
-// messages from the start, each message's head and metadata in one GET of at least 4 KiB.
+// messages from the start, each message's head and metadata in one GET of at least 4 KiB (more
+// while the messages are small: up to 256 KiB, several messages a GET).
 // Dictionary bodies are fetched only for the dictionaries of the columns read. A record batch
 // read fetches only the buffers of the columns read, close ones (kRangeGap) in one GET; the scan
 // of ragged and categorical columns at open, only the buffers it reads (arrow_scan.cpp).
@@ -21,6 +22,7 @@ using arrow::FormatError;
 
 constexpr std::uint64_t kTail = std::uint64_t{64} << 10;      // what open reads first
 constexpr std::uint64_t kHead = std::uint64_t{4} << 10;       // a stream message's first read
+constexpr std::uint64_t kMaxHead = std::uint64_t{256} << 10;  // ... grown while messages fit
 constexpr std::int64_t kMaxMetadata = std::int64_t{1} << 30;  // a message's flatbuffer
 
 /// A URL's bytes through the last range read and the file's tail: a read of bytes that neither
@@ -183,10 +185,17 @@ void index_remote_stream(ArrowTable& t, ArrowFile& f, Window& w, bool first) {
   std::uint64_t at = 0;
   std::size_t file_row = 0;
   std::size_t number = 0;
+  // A stream has no index of its messages: each is found from the end of the one before. A read
+  // from a message's start holds its head and metadata, and, where the messages are small, the
+  // next ones too: after a message of at most kMaxHead / 4 bytes the next read is twice as long
+  // as that message or the last read (up to kMaxHead), so that a stream of small record batches
+  // takes a few GETs, not one each (their bodies come along: a round trip saved is worth more
+  // than a few KiB); after a larger one, kHead again.
+  std::uint64_t ahead = kHead;
   for (std::size_t m = 0;; ++m) {
     try {
       std::vector<std::byte> metadata;
-      const arrow::Frame fr = remote_frame(w, size, at, kHead, metadata);
+      const arrow::Frame fr = remote_frame(w, size, at, ahead, metadata);
       if (fr.end) {
         if (m == 0) throw FormatError("no schema: an empty stream");
         break;
@@ -202,6 +211,8 @@ void index_remote_stream(ArrowTable& t, ArrowFile& f, Window& w, bool first) {
       } else {
         add_remote_batch(t, f, fr, m, file_row, number, metadata);
       }
+      const std::uint64_t length = fr.next - at;
+      ahead = length <= kMaxHead / 4 ? std::min(2 * std::max(ahead, length), kMaxHead) : kHead;
       at = fr.next;
     } catch (const FormatError& e) {
       throw DataError(label.prefix() + "message " + std::to_string(m) + " (byte " +
