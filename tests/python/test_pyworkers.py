@@ -477,6 +477,13 @@ def test_worker_processes_write_samples_straight_into_the_staging_slots(ferry):
     assert wait_gone(writers) == []  # they were this loader's worker processes
 
 
+def wait_for(path, seconds=20):
+    """Until the file `path` exists, or `seconds` have passed."""
+    deadline = time.monotonic() + seconds
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 class Gated:
     """Sample i: "x" u8 [4096], every byte i % 251, "i" its index; until the file `phase` exists,
     every byte 255 instead, and sample 4 first waits for the file `gate`."""
@@ -489,12 +496,23 @@ class Gated:
 
     def __getitem__(self, i):
         if not os.path.exists(self.phase):
-            deadline = time.monotonic() + 20
-            while i == 4 and not os.path.exists(self.gate) and time.monotonic() < deadline:
-                time.sleep(0.01)
+            if i == 4:
+                wait_for(self.gate)
             return {"x": np.full(4096, 255, np.uint8), "i": np.int64(i)}
         time.sleep(0.002)
         return {"x": np.full(4096, i % 251, np.uint8), "i": np.int64(i)}
+
+
+def inside_sample_4(ferry, cls, n, tmp_path):
+    """A loader of cls(n, phase, gate) in 3 processes, unshuffled, batches of 4, and its epoch 0
+    after its first batch, a process inside sample 4 by now: (loader, epoch, phase, gate)."""
+    phase, gate = tmp_path / "phase", tmp_path / "gate"
+    loader = ferry.Loader(cls(n, str(phase), str(gate)), batch_size=4, device="cpu",
+                          shuffle=False, autotune=False, processes=3, workers=2, prefetch=4)
+    ep = loader.epoch(0)
+    next(ep)
+    time.sleep(0.3)
+    return loader, ep, phase, gate
 
 
 def test_a_read_given_up_never_writes_into_a_slot_given_to_another_batch(ferry, tmp_path):
@@ -503,12 +521,7 @@ def test_a_read_given_up_never_writes_into_a_slot_given_to_another_batch(ferry, 
     # sample 4 returns, its bytes all 255. Its task was cancelled when its read was given up: it
     # must not write them into the slot it was meant for, which then holds a batch of epoch 1
     # waiting to be taken (unless it is the one the loop holds).
-    phase, gate = tmp_path / "phase", tmp_path / "gate"
-    loader = ferry.Loader(Gated(400, str(phase), str(gate)), batch_size=4, device="cpu",
-                          shuffle=False, autotune=False, processes=3, workers=2, prefetch=4)
-    ep = loader.epoch(0)
-    next(ep)
-    time.sleep(0.3)  # a process is inside sample 4 now
+    loader, ep, phase, gate = inside_sample_4(ferry, Gated, 400, tmp_path)
     del ep
     phase.touch()
     seen = []
@@ -533,21 +546,13 @@ class SlowArray:
         self.gate = gate
 
     def __array__(self, dtype=None):
-        deadline = time.monotonic() + 20
-        while not os.path.exists(self.gate) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(self.gate)
         return np.full(4096, 255, np.uint8)
 
 
-class SlowToConvert:
+class SlowToConvert(Gated):
     """Sample i: "x" u8 [4096], every byte i % 251, "i" its index; in epoch 0 (until the file
     `phase` exists) sample 4's "x" is a SlowArray."""
-
-    def __init__(self, n, phase, gate):
-        self.n, self.phase, self.gate = n, phase, gate
-
-    def __len__(self):
-        return self.n
 
     def __getitem__(self, i):
         if i == 4 and not os.path.exists(self.phase):
@@ -562,13 +567,8 @@ def test_leaving_an_epoch_never_waits_for_a_value_being_converted(ferry, tmp_pat
     # an array, so its cancel does not wait for the conversion: epoch 1 starts at once on the
     # other processes, and the late sample never lands in a slot of epoch 1. (When the claim
     # came before the conversion, leaving epoch 0 waited the 20 s out.)
-    phase, gate = tmp_path / "phase", tmp_path / "gate"
-    loader = ferry.Loader(SlowToConvert(200, str(phase), str(gate)), batch_size=4, device="cpu",
-                          shuffle=False, autotune=False, processes=3, workers=2, prefetch=4)
-    ep = loader.epoch(0)
-    next(ep)
-    time.sleep(0.3)  # a process is inside sample 4's __array__ now
-    phase.touch()
+    loader, ep, phase, gate = inside_sample_4(ferry, SlowToConvert, 200, tmp_path)
+    phase.touch()  # (the process is inside sample 4's __array__)
     start = time.monotonic()
     del ep
     seen = []

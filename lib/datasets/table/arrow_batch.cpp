@@ -223,10 +223,11 @@ void fields_arrays(const Field& f, const RecordBatch& batch,
 
 std::vector<std::span<const std::byte>> body_buffers(
     const RecordBatch& batch, std::span<const std::byte> body,
-    std::vector<std::unique_ptr<std::byte[]>>& owned, std::size_t& owned_bytes) {
-  std::vector<std::span<const std::byte>> raw;
-  raw.reserve(batch.buffers.size());
+    std::vector<std::unique_ptr<std::byte[]>>& owned, std::size_t& owned_bytes,
+    const std::vector<bool>* only) {
+  std::vector<std::span<const std::byte>> raw(batch.buffers.size());
   for (std::size_t i = 0; i < batch.buffers.size(); ++i) {
+    if (only != nullptr && !(*only)[i]) continue;
     const Buffer& b = batch.buffers[i];
     if (b.offset < 0 || b.length < 0 || static_cast<std::uint64_t>(b.offset) > body.size() ||
         static_cast<std::uint64_t>(b.length) > body.size() - static_cast<std::uint64_t>(b.offset)) {
@@ -234,8 +235,7 @@ std::vector<std::span<const std::byte>> body_buffers(
                         " bytes at " + std::to_string(b.offset) + ", outside the message body of " +
                         std::to_string(body.size()) + " bytes");
     }
-    raw.push_back(
-        body.subspan(static_cast<std::size_t>(b.offset), static_cast<std::size_t>(b.length)));
+    raw[i] = body.subspan(static_cast<std::size_t>(b.offset), static_cast<std::size_t>(b.length));
   }
   return unpack_buffers(batch, raw, owned, owned_bytes);
 }
@@ -348,19 +348,26 @@ std::string ArrowTable::where(std::size_t b) const {
          std::to_string(ab.file_row + ab.rows - 1) + "): ";
 }
 
+arrow::Message ArrowTable::batch_message(std::size_t b) const {
+  const ArrowBatch& ab = batches[b];
+  const ArrowFile& f = files[ab.file];
+  arrow::Message m =
+      arrow::parse_message(f.remote ? std::span<const std::byte>(ab.metadata_bytes)
+                                    : f.map->bytes().subspan(ab.metadata, ab.metadata_length));
+  if (m.type != arrow::HeaderType::record_batch ||
+      m.batch.length != static_cast<std::int64_t>(ab.rows)) {
+    throw arrow::FormatError("not the record batch it was when the file was opened");
+  }
+  return m;
+}
+
 std::shared_ptr<const ArrowBatchData> ArrowTable::decode(std::size_t b) const {
   const ArrowBatch& ab = batches[b];
   const ArrowFile& f = files[ab.file];
   batches_decoded.fetch_add(1, std::memory_order_relaxed);
   auto d = std::make_shared<ArrowBatchData>();
   try {
-    const arrow::Message m =
-        arrow::parse_message(f.remote ? std::span<const std::byte>(ab.metadata_bytes)
-                                      : f.map->bytes().subspan(ab.metadata, ab.metadata_length));
-    if (m.type != arrow::HeaderType::record_batch ||
-        m.batch.length != static_cast<std::int64_t>(ab.rows)) {
-      throw arrow::FormatError("not the record batch it was when the file was opened");
-    }
+    const arrow::Message m = batch_message(b);
     const auto buffers =
         f.remote ? fetch_buffers(*this, b, m.batch, *d)
                  : arrow::body_buffers(m.batch, f.map->bytes().subspan(ab.body, ab.body_length),

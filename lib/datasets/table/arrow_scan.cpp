@@ -61,13 +61,7 @@ std::vector<ArrowArray> scan_arrays(const ArrowTable& t, std::size_t b,
   const ArrowFile& f = t.files[ab.file];
   std::vector<ArrowArray> out(t.columns.size());
   try {
-    const arrow::Message m =
-        arrow::parse_message(f.remote ? std::span<const std::byte>(ab.metadata_bytes)
-                                      : f.map->bytes().subspan(ab.metadata, ab.metadata_length));
-    if (m.type != arrow::HeaderType::record_batch ||
-        m.batch.length != static_cast<std::int64_t>(ab.rows)) {
-      throw arrow::FormatError("not the record batch it was when the file was opened");
-    }
+    const arrow::Message m = t.batch_message(b);
     const arrow::RecordBatch& batch = m.batch;
     // Where each scanned column's top array starts among the nodes and buffers.
     std::vector<std::size_t> column_of(f.schema.size(), t.columns.size());
@@ -88,28 +82,10 @@ std::vector<ArrowArray> scan_arrays(const ArrowTable& t, std::size_t b,
       wanted[first + 1] = true;
       if (t.columns[c].kind == ArrowKind::categorical) wanted[first + 2] = true;
     }
-    std::vector<std::span<const std::byte>> raw(batch.buffers.size());
-    std::vector<std::span<const std::byte>> buffers;
-    if (f.remote) {
-      buffers = fetch_buffers(t, b, batch, keep, &wanted);
-    } else {
-      const auto body = f.map->bytes().subspan(ab.body, ab.body_length);
-      for (std::size_t k = 0; k < raw.size(); ++k) {
-        const arrow::Buffer& bu = batch.buffers[k];
-        if (!wanted[k]) continue;
-        if (bu.offset < 0 || bu.length < 0 || static_cast<std::uint64_t>(bu.offset) > body.size() ||
-            static_cast<std::uint64_t>(bu.length) >
-                body.size() - static_cast<std::uint64_t>(bu.offset)) {
-          throw arrow::FormatError("buffer " + std::to_string(k) + ": " +
-                                   std::to_string(bu.length) + " bytes at " +
-                                   std::to_string(bu.offset) + ", outside the message body of " +
-                                   std::to_string(body.size()) + " bytes");
-        }
-        raw[k] =
-            body.subspan(static_cast<std::size_t>(bu.offset), static_cast<std::size_t>(bu.length));
-      }
-      buffers = arrow::unpack_buffers(batch, raw, keep.owned, keep.owned_bytes);
-    }
+    const std::vector<std::span<const std::byte>> buffers =
+        f.remote ? fetch_buffers(t, b, batch, keep, &wanted)
+                 : arrow::body_buffers(batch, f.map->bytes().subspan(ab.body, ab.body_length),
+                                       keep.owned, keep.owned_bytes, &wanted);
     for (const std::size_t c : scanned) {
       const ArrowColumn& col = t.columns[c];
       const auto [n, first] = at[c];

@@ -142,6 +142,9 @@ struct FERRY_HIDDEN ArrowTable {
   std::shared_ptr<const ArrowBatchData> decode(std::size_t b) const;
   /// "ArrowDataset: <file>: record batch <n> (message <m>): ".
   std::string where(std::size_t b) const;
+  /// Record batch b's message, parsed again, and checked to be the record batch it was at open.
+  /// \throws arrow::FormatError.
+  arrow::Message batch_message(std::size_t b) const;
 
   ArrowTable();
   ~ArrowTable();
@@ -152,11 +155,12 @@ struct FERRY_HIDDEN ArrowTable {
 
 namespace arrow {
 
-/// The buffers of `batch`, whose body is `body`: views into it, or decompressed into `owned`.
-/// \throws FormatError naming the buffer.
+/// The buffers of `batch`, whose body is `body`: views into it, or decompressed into `owned`;
+/// `only` (by buffer index): just those, the others empty. \throws FormatError naming the buffer.
 std::vector<std::span<const std::byte>> body_buffers(
     const RecordBatch& batch, std::span<const std::byte> body,
-    std::vector<std::unique_ptr<std::byte[]>>& owned, std::size_t& owned_bytes);
+    std::vector<std::unique_ptr<std::byte[]>>& owned, std::size_t& owned_bytes,
+    const std::vector<bool>* only = nullptr);
 /// The buffers of `batch` from their stored bytes `raw` (one per buffer; empty for one not
 /// needed): the same views, or decompressed into `owned`. \throws FormatError naming the buffer.
 std::vector<std::span<const std::byte>> unpack_buffers(
