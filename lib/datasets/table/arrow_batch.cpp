@@ -136,9 +136,6 @@ std::int64_t times(std::int64_t a, std::int64_t b) {
   return r;
 }
 
-/// Checks the offsets of an array of `length` rows: from 0 up, never down, ending at most at
-/// `limit`.
-
 void fields_arrays(const Field& f, const RecordBatch& batch,
                    const std::vector<std::span<const std::byte>>& buffers, std::size_t& node,
                    std::size_t& buffer, std::size_t& variadic, bool check,
