@@ -1,15 +1,23 @@
 // A dataset whose reads other processes do (Dataset::shares_staging): the loader makes its staging
 // slots of SharedBuffers, so that every place read() is given lies in one, and what is written
 // there through another mapping of its memfd (as a worker process writes it) is what the batch
-// holds. Python's worker processes are tested in tests/python/test_pyworkers.py.
+// holds. A slot whose batch was let go is told to the dataset (staging_released), which may give
+// its pages back until the slot is written again (staging_reused comes first). Python's worker
+// processes are tested in tests/python/test_pyworkers.py.
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <thread>
 #include <vector>
 
 #include "ferry/ferry.hpp"
@@ -106,6 +114,143 @@ TEST(SharedStaging, AMixtureSharesWhenOneSourceDoes) {
   EXPECT_EQ(n, 100U);
   EXPECT_EQ(shares->found(), 2 * 50);  // every sample of the source that shares, in a slot
   EXPECT_EQ(own->found(), 2 * 50);     // and the other source's too: the slots are shared
+}
+
+/// Remote, and what happened last to each staging slot (by its region's id): its pages are given
+/// back at once when the loader says the slot's batch was let go (MADV_REMOVE: the slot then
+/// reads as zeros), and a read into a slot given back but not yet said to be reused is counted.
+/// Each read takes `read_ms` (asleep), as a worker process's does.
+class GivingBack : public Remote {
+ public:
+  explicit GivingBack(int read_ms = 2) : Remote(true), read_ms_(read_ms) {}
+  void read(std::size_t index, SampleRef out) const override {
+    {
+      const std::lock_guard lock(mutex_);
+      if (last(out.data(0)) == Event::released) ++too_early_;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(read_ms_));
+    Remote::read(index, out);
+  }
+  void staging_released(std::span<std::byte> slot) const noexcept override {
+    const std::lock_guard lock(mutex_);
+    SharedRegion r;
+    if (!ferry::shared_region(slot.data(), slot.size(), r) || r.offset != 0 ||
+        r.size < slot.size()) {
+      ++outside_;
+      return;
+    }
+    if (last(slot.data()) == Event::released) ++twice_;
+    state_[r.id] = Event::released;
+    ++released_;
+    if (::madvise(slot.data(), slot.size(), MADV_REMOVE) != 0) ++outside_;
+  }
+  void staging_reused(std::span<std::byte> slot) const noexcept override {
+    const std::lock_guard lock(mutex_);
+    SharedRegion r;
+    if (!ferry::shared_region(slot.data(), slot.size(), r)) {
+      ++outside_;
+      return;
+    }
+    state_[r.id] = Event::reused;
+    ++reused_;
+  }
+  int released() const {
+    const std::lock_guard lock(mutex_);
+    return released_;
+  }
+  int reused() const {
+    const std::lock_guard lock(mutex_);
+    return reused_;
+  }
+  /// Reads into a slot given back and not said to be reused; slots given back twice in a row;
+  /// calls with bytes that are not a whole slot.
+  int faults() const {
+    const std::lock_guard lock(mutex_);
+    return too_early_ + twice_ + outside_;
+  }
+
+ private:
+  enum class Event { released, reused };
+  std::optional<Event> last(const void* p) const {
+    SharedRegion r;
+    if (!ferry::shared_region(p, 1, r)) return std::nullopt;
+    const auto it = state_.find(r.id);
+    return it == state_.end() ? std::nullopt : std::optional<Event>(it->second);
+  }
+  int read_ms_;
+  mutable std::mutex mutex_;
+  mutable std::map<std::uint64_t, Event> state_;
+  mutable int released_ = 0;
+  mutable int reused_ = 0;
+  mutable int too_early_ = 0;
+  mutable int twice_ = 0;
+  mutable int outside_ = 0;
+};
+
+TEST(SharedStaging, ASlotLetGoIsGivenBackAndSaidReusedBeforeItsNextReads) {
+  auto ds = std::make_shared<GivingBack>();
+  Loader loader(ds, cpu_options(8, /*shuffle=*/true, 3));
+  // The reads are slower than the loop, which waits for each batch: each batch's slot is given
+  // back (zeroed) when the loop lets the batch go, and the batches after are right only if every
+  // slot is said reused before it is read into again.
+  expect_samples(loader, 0);
+  expect_samples(loader, 1);
+  EXPECT_EQ(ds->faults(), 0);
+  // Of the 14 batches (50 samples, batches of 8, two epochs), those the loop waited for: most
+  // (all but where a stall of this thread let the reads get ahead).
+  EXPECT_GE(ds->released(), 7);
+  EXPECT_LE(ds->released(), 14);
+  EXPECT_EQ(ds->reused(), 2 * 7);  // before each batch's reads
+}
+
+TEST(SharedStaging, ASlotIsNotGivenBackWhereBatchesWaitForTheLoop) {
+  // Instant reads and a loop that takes 10 ms a batch: the slots are written again as soon as
+  // they are let go, so none is given back (the first batch, which the loop waited for, may be).
+  auto ds = std::make_shared<GivingBack>(/*read_ms=*/0);
+  Loader loader(ds, cpu_options(8, /*shuffle=*/true, 3));
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    for (const Batch& b : loader.epoch(static_cast<std::uint64_t>(epoch))) {
+      static_cast<void>(b);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  EXPECT_LE(ds->released(), 2);
+  EXPECT_EQ(ds->reused(), 2 * 7);
+  EXPECT_EQ(ds->faults(), 0);
+}
+
+TEST(SharedStaging, AKeptBatchIsGivenBackOnlyWhenItsLastCopyGoes) {
+  auto ds = std::make_shared<GivingBack>();
+  Loader loader(ds, cpu_options(8, /*shuffle=*/false, 3));
+  std::optional<Batch> kept;
+  int batches = 0;
+  for (const Batch& b : loader.epoch(0)) {
+    if (!kept) kept = b;
+    ++batches;
+  }
+  EXPECT_EQ(batches, 7);
+  // Still its bytes: sample i's x is {i, 2i, 3i} (a slot given back would read zeros).
+  const auto* x = (*kept)["x"].data<std::int32_t>();
+  for (std::size_t k = 0; k < kept->size(); ++k) {
+    EXPECT_EQ(x[3 * k + 2], 3 * static_cast<std::int32_t>(kept->indices()[k]));
+  }
+  const int released = ds->released();
+  EXPECT_GE(released, 3);  // the others' slots (the loop waited for most)
+  kept.reset();
+  EXPECT_LE(ds->released(), released + 1);
+  EXPECT_EQ(ds->faults(), 0);
+}
+
+TEST(SharedStaging, AMixtureTellsTheSourcesThatShare) {
+  auto shares = std::make_shared<GivingBack>();
+  auto own = std::make_shared<Remote>(false);
+  Loader loader(ferry::Mixture::open({{own, 1}, {shares, 1}}), cpu_options(10));
+  std::size_t n = 0;
+  for (const Batch& b : loader.epoch(0)) n += b.size();
+  EXPECT_EQ(n, 100U);
+  EXPECT_GE(shares->released(), 5);  // of 10 batches, those the loop waited for
+  EXPECT_EQ(shares->reused(), 10);
+  EXPECT_EQ(shares->faults(), 0);
 }
 
 }  // namespace

@@ -152,6 +152,18 @@ class FERRY_API Dataset {
   /// places read() is given (a Python dataset's worker processes): the loader then makes its
   /// staging slots of shared memory (SharedBuffer) that they map. The default: false.
   virtual bool shares_staging() const noexcept { return false; }
+  /// A staging slot whose batch was let go, on the CPU path of a loader whose dataset
+  /// shares_staging(): its bytes are not needed until the slot is written again, which
+  /// staging_reused() precedes. A dataset whose processes map the slot may have one of them give
+  /// its memory pages back meanwhile (a slot then holds memory only while it holds a batch). The
+  /// default does nothing. Never throws; called on the thread that let the batch go.
+  virtual void staging_released(std::span<std::byte> slot) const noexcept {
+    static_cast<void>(slot);
+  }
+  /// Before anything writes into `slot` again (a batch's reads begin): a give-back that
+  /// staging_released() started is finished or called off, so that it never takes a byte written
+  /// after this. The default does nothing. Never throws.
+  virtual void staging_reused(std::span<std::byte> slot) const noexcept { static_cast<void>(slot); }
   /// The samples as rows in memory, when that is what the dataset is: one tensor per field, in
   /// fields() order, whose dimension 0 is the sample, so that field f of sample i is exactly
   /// row i of rows_in_memory()[f]. Empty (the default) otherwise. A loader gathers batches from

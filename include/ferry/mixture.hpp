@@ -92,6 +92,9 @@ class FERRY_API Mixture final : public Dataset {
   std::uint64_t reader_memory(std::uint64_t sample_bytes) const noexcept override;
   /// Whether any source's reads are done by other processes.
   bool shares_staging() const noexcept override;
+  /// To each source that shares_staging().
+  void staging_released(std::span<std::byte> slot) const noexcept override;
+  void staging_reused(std::span<std::byte> slot) const noexcept override;
 
   std::uint64_t selection_key() const noexcept override { return key_; }
   std::size_t epoch_size() const override { return epoch_size_; }

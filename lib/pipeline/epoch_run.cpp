@@ -219,6 +219,7 @@ bool EpochRun::next_until(Clock::time_point deadline, const Batch*& batch) {
   const std::optional<ReadyBatch> got = stage_->take(deadline, timed_out);
   if (timed_out) {
     impl.consumer_wait_ns.fetch_add(nanos_since(wait_start));
+    slice_timed_out_ = true;
     return false;
   }
   if (!got) {
@@ -240,7 +241,11 @@ bool EpochRun::next_until(Clock::time_point deadline, const Batch*& batch) {
   }
   if (b.error) fail_epoch(b.error);
   if (b.device) impl.engine->stream_wait(impl.options.stream, b.ready);
-  impl.consumer_wait_ns.fetch_add(nanos_since(wait_start));
+  const std::uint64_t waited = nanos_since(wait_start);
+  impl.consumer_wait_ns.fetch_add(waited);
+  impl.consumer_waited.store(slice_timed_out_ || waited >= LoaderImpl::kWaitedNs,
+                             std::memory_order_relaxed);
+  slice_timed_out_ = false;
 
   current_.indices_.assign(b.indices->begin(), b.indices->end());
   const std::size_t count = current_.indices_.size();

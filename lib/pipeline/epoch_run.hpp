@@ -46,6 +46,7 @@ class EpochRun {
   Batch current_;
   std::vector<std::uint64_t> source_counts_;  // a batch's samples per source, before the atomics
   bool over_ = false;
+  bool slice_timed_out_ = false;  // a timed take() of this batch ran out before it came
   bool shut_down_ = false;
   bool first_ = true;
   std::atomic<bool> cancelled_{false};

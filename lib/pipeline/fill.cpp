@@ -194,6 +194,9 @@ void fill(RunState& run, std::uint32_t slot_id, std::uint64_t number, int worker
   std::atomic<bool> any_failed{false};
   try {
     if (!slot.error) {
+      if (impl.tells_staging) {
+        impl.dataset->staging_reused(std::span<std::byte>(slot.data, impl.ring->staging_bytes()));
+      }
       fault(FaultPoint::fill, number);
       const std::size_t grain =
           std::max<std::size_t>(1, count / (4 * static_cast<std::size_t>(workers)));

@@ -212,6 +212,13 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, const LoaderOpt
                      "of staging",
                      [&] { ring = std::make_unique<BufferRing>(sizes, engine.get()); });
   ring->set_limit(start_slots);
+  tells_staging = sizes.shared && !device_path && !layout->gather && !ragged->any;
+  if (tells_staging) {
+    const Dataset* reader = dataset.get();  // the loader's: it outlives the ring
+    ring->set_let_go([reader, this](std::span<std::byte> slot) {
+      if (consumer_waited.load(std::memory_order_relaxed)) reader->staging_released(slot);
+    });
+  }
   staging_allocations = ring->slot_allocations();
   device_allocations = ring->device_count();
 }

@@ -73,6 +73,16 @@ struct LoaderImpl {
   std::atomic<std::size_t> planned_batches{kUnplanned};
   std::unique_ptr<BatchLayout> layout;
   std::unique_ptr<BufferRing> ring;
+  // Dataset::staging_released() when the consumer lets a batch go, and staging_reused() before
+  // the batch after it is read into its slot: a dataset that shares_staging(), on the CPU path,
+  // with nothing written into a slot before its reads (no ragged field, no gathered rows).
+  bool tells_staging = false;
+  // Whether the consumer waited (kWaitedNs or more) for the batch it took last: the pipeline is
+  // bound by its reads, so a slot let go now waits for them, and a give-back's cost (the
+  // consumer's faults on the slot's next batch) falls in time it spends waiting. Where batches
+  // wait for the consumer instead, its slots are written again at once: none is given back.
+  static constexpr std::uint64_t kWaitedNs = 100'000;
+  std::atomic<bool> consumer_waited{true};
   int start_slots = 1;  // slots in use at the start (prefetch, or autotune's first choice)
   /// The budget's accounting (tuning's sizes), its checks, and autotune's starting point.
   /// \throws ConfigError when memory_budget cannot hold the smallest pipeline, or (without

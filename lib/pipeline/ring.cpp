@@ -180,7 +180,7 @@ bool BufferRing::stalled() const noexcept {
 Lease::~Lease() {
   if (kept_) ring_.remove_kept();
   if (!device_) {
-    ring_.release_slot(id_);
+    ring_.let_go(id_);
     return;
   }
   DeviceSlot& d = ring_.device(id_);

@@ -19,9 +19,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <variant>
 #include <vector>
 
@@ -229,6 +231,14 @@ class BufferRing {
   }
   /// Returns a slot that acquire_slot() gave.
   void release_slot(std::uint32_t id) noexcept;
+  /// Called with a slot's bytes when the consumer lets its batch go (Lease, no copy stage),
+  /// before the slot is free again. Set before the first batch; never throws.
+  void set_let_go(std::function<void(std::span<std::byte>)> hook) { let_go_ = std::move(hook); }
+  /// The consumer let slot `id`'s batch go (Lease): let_go's hook, then release_slot().
+  void let_go(std::uint32_t id) noexcept {
+    if (let_go_) let_go_(std::span<std::byte>(slots_[id]->data, staging_bytes_));
+    release_slot(id);
+  }
   void release_device(std::uint32_t id) noexcept;
   /// Wakes every waiter, so that it looks at its stop condition again.
   void wake() noexcept;
@@ -282,6 +292,7 @@ class BufferRing {
   Signal slot_returned_;
   Signal device_returned_;
   std::atomic<int> kept_{0};
+  std::function<void(std::span<std::byte>)> let_go_;
 };
 
 /// The hold a batch has on its buffer: a staging slot (no copy stage) or a device buffer. The

@@ -10,6 +10,10 @@ worker_init_fn, then serves task records from its socket until the socket closes
             training process, mapped here (below), into which the sample goes straight.
     map:    <QQ region, bytes>, its memfd attached (SCM_RIGHTS): map it
     drop:   <Q region>: it was freed, let it go
+    give back: <QQQ region, where its state word lies in the control region, token>: the
+            training process let the batch in that staging slot go; its memory pages are freed
+            (MADV_REMOVE), unless the training process called it off first (the state word, as
+            a task's), so that an idle slot holds no memory
     answer: b"\\0" (the sample is written, or its task was cancelled), or
             b"\\1" <II len(text), len(traceback)> text traceback pickled-exception
 
@@ -49,6 +53,7 @@ _info = None
 _TASK = struct.Struct("<QQQQQQQ")
 _MAP = struct.Struct("<QQ")
 _DROP = struct.Struct("<Q")
+_GIVE_BACK = struct.Struct("<QQQ")
 _FAILURE = struct.Struct("<II")
 _LENGTH = struct.Struct(">I")  # multiprocessing.Connection's framing
 _DONE = _LENGTH.pack(1) + b"\0"  # a sample's answer: its fields are in the scratch region
@@ -166,7 +171,7 @@ def check_picklable(dataset):
 
 
 def start(method, packed, worker_id, count, seed, layout, seed_python, init_fn,
-          scratch_bytes, close_fds):
+          scratch_bytes, close_fds, control_fd=-1):
     """Starts one worker process. Returns (process, this side's socket descriptor, memfd)."""
     ctx = multiprocessing.get_context(method)
     ours, theirs = ctx.Pipe(duplex=True)
@@ -175,7 +180,7 @@ def start(method, packed, worker_id, count, seed, layout, seed_python, init_fn,
     process = ctx.Process(
         target=_main, name="ferry-worker-%d" % worker_id, daemon=True,
         args=(theirs, [packed.data, len(packed.fds)], worker_id, count, seed, layout,
-              seed_python, init_fn, close_fds))
+              seed_python, init_fn, close_fds, control_fd >= 0))
     try:
         process.start()
     finally:
@@ -184,6 +189,8 @@ def start(method, packed, worker_id, count, seed, layout, seed_python, init_fn,
     try:
         os.ftruncate(memfd, scratch_bytes)
         reduction.send_handle(ours, memfd, process.pid)
+        if control_fd >= 0:
+            reduction.send_handle(ours, control_fd, process.pid)
         for fd in packed.fds:
             reduction.send_handle(ours, fd, process.pid)
     except BaseException:
@@ -293,7 +300,8 @@ class _Tasks:
         return bool(chunk)
 
 
-def _main(conn, packed, worker_id, count, seed, layout, seed_python, init_fn, close_fds):
+def _main(conn, packed, worker_id, count, seed, layout, seed_python, init_fn, close_fds,
+          has_control):
     global _info
     # Ctrl-C is the training process's to handle: it stops the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -308,6 +316,13 @@ def _main(conn, packed, worker_id, count, seed, layout, seed_python, init_fn, cl
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[name] = "1"
     memfd = reduction.recv_handle(conn)
+    control = None  # the state words of the give-backs of slots' pages
+    if has_control:
+        control_fd = reduction.recv_handle(conn)
+        try:
+            control = mmap.mmap(control_fd, 0)
+        finally:
+            os.close(control_fd)
     pickled, shared = packed.pop(0), packed.pop(0)
     failure = None
     reader = None
@@ -364,6 +379,12 @@ def _main(conn, packed, worker_id, count, seed, layout, seed_python, init_fn, cl
             finally:
                 os.close(region_fd)
             continue
+        if len(task) == _GIVE_BACK.size:
+            region, state_at, token = _GIVE_BACK.unpack(task)
+            mapping = regions.get(region)
+            if mapping is not None and control is not None:
+                _ferry._give_back(control, state_at, token, mapping)
+            continue
         if len(task) == _DROP.size:
             dropped = regions.pop(_DROP.unpack(task)[0], None)
             if dropped is not None:
@@ -394,6 +415,8 @@ def _main(conn, packed, worker_id, count, seed, layout, seed_python, init_fn, cl
             answers.clear()
     for mapping in regions.values():
         mapping.close()
+    if control is not None:
+        control.close()
     tasks.sock.close()
     if scratch is not None:
         scratch.close()

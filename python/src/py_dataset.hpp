@@ -140,6 +140,10 @@ class PyDataset final : public Dataset {
   std::uint64_t reader_memory(std::uint64_t sample_bytes) const noexcept override;
   /// True while worker processes do the reads: they write into the loader's staging slots.
   bool shares_staging() const noexcept override { return pool_ != nullptr && pool_users_ > 0; }
+  /// A worker process gives the slot's pages back (ProcessPool::released).
+  void staging_released(std::span<std::byte> slot) const noexcept override;
+  /// That give-back finished or called off (ProcessPool::reused).
+  void staging_reused(std::span<std::byte> slot) const noexcept override;
 
   /// The Python object read (for the garbage collector's traversal).
   PyObject* source() const noexcept { return source_.ptr(); }

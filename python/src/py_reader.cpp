@@ -3,6 +3,7 @@
 // (_WorkerReader).
 
 #include <pybind11/stl.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -129,6 +130,14 @@ void PyDataset::begin_reads(std::span<const std::size_t> indices,
 
 void PyDataset::end_reads() const noexcept {
   if (pool_) pool_->end_reads();
+}
+
+void PyDataset::staging_released(std::span<std::byte> slot) const noexcept {
+  if (pool_) pool_->released(slot);
+}
+
+void PyDataset::staging_reused(std::span<std::byte> slot) const noexcept {
+  if (pool_) pool_->reused(slot);
 }
 
 std::uint64_t PyDataset::reader_memory(std::uint64_t sample_bytes) const noexcept {
@@ -317,6 +326,23 @@ void bind_workers(py::module_& m) {
   py::class_<WorkerReader>(m, "_WorkerReader")
       .def(py::init<py::object, py::tuple, bool>())
       .def("read", &WorkerReader::read);
+  m.def("_give_back", [](const py::buffer& control, std::size_t state_at, std::uint64_t token,
+                         const py::buffer& region) {
+    // A worker process: the pages of a staging slot the training process let go are
+    // freed, unless it called that off first (the state word, a TaskState).
+    const py::buffer_info words = control.request(/*writable=*/true);
+    const auto size = static_cast<std::size_t>(words.size * words.itemsize);
+    if (state_at % alignof(std::uint64_t) != 0 || state_at + sizeof(std::uint64_t) > size) {
+      throw py::value_error("the give-back's state word is outside the control region");
+    }
+    const py::buffer_info pages = region.request(/*writable=*/true);
+    TaskState state(static_cast<std::byte*>(words.ptr) + state_at, token);
+    if (!state.claim()) return false;
+    const int rc =
+        ::madvise(pages.ptr, static_cast<std::size_t>(pages.size * pages.itemsize), MADV_REMOVE);
+    state.finish(rc == 0);
+    return rc == 0;
+  });
   m.def("_worker_prepare", [] {
     // The process ends with the one that started it (a spawn's parent: the training process; a
     // forkserver's: the server, which ends with the training process).

@@ -11,8 +11,10 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -30,6 +32,10 @@ constexpr std::size_t kMinScratch = 1U << 20U;
 // process when no larger.
 constexpr std::size_t kKeptPickle = std::size_t{16} << 20U;
 constexpr int kSliceMs = 100;
+// The control region: a state word (TaskState) per give-back of a slot's pages in flight.
+constexpr std::size_t kControlWords = 64;
+constexpr std::size_t kControlBytes = 4096;
+static_assert(kControlWords * sizeof(std::uint64_t) <= kControlBytes);
 constexpr std::size_t kReadBytes = 1U << 16U;     // what one read of a socket may take
 constexpr std::uint32_t kMaxMessage = 1U << 30U;  // a longer message is a broken process
 std::atomic<std::uint64_t> g_pool_ids{0};         // ProcessPool::id_
@@ -67,6 +73,21 @@ std::uint32_t get_u32(const std::byte* p) {
   std::uint32_t v = 0;
   for (int i = 3; i >= 0; --i) v = (v << 8U) | std::to_integer<std::uint32_t>(p[i]);
   return v;
+}
+
+/// Whether process `pid` still runs (not ended, nor a zombie): a process that has ended can no
+/// longer write into shared memory.
+bool running(long pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  std::FILE* f = std::fopen(path, "re");
+  if (f == nullptr) return false;
+  char text[512];
+  const std::size_t n = std::fread(text, 1, sizeof text - 1, f);
+  std::fclose(f);
+  text[n] = 0;
+  const char* end = std::strrchr(text, ')');  // the name may hold anything; the state follows
+  return end != nullptr && end[1] == ' ' && end[2] != 'Z' && end[2] != 'X' && end[2] != 0;
 }
 
 std::string seconds_text(double s) {
@@ -115,6 +136,15 @@ ProcessPool::ProcessPool(const PyDataset& dataset, ProcessOptions options)
   start_ = worker.attr("start");
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) throw Error(std::string("Loader: eventfd: ") + std::strerror(errno));
+  control_fd_ = ::memfd_create("ferry-control", MFD_CLOEXEC);
+  if (control_fd_ >= 0 && ::ftruncate(control_fd_, kControlBytes) == 0) {
+    void* map = ::mmap(nullptr, kControlBytes, PROT_READ | PROT_WRITE, MAP_SHARED, control_fd_, 0);
+    if (map != MAP_FAILED) control_ = static_cast<std::byte*>(map);
+  }
+  if (control_ == nullptr) {
+    if (control_fd_ >= 0) ::close(control_fd_);
+    control_fd_ = -1;  // no give-backs: idle slots keep their pages
+  }
   children_.resize(static_cast<std::size_t>(options_.count));
   try {
     for (std::size_t i = 0; i < children_.size(); ++i) {
@@ -135,6 +165,8 @@ ProcessPool::ProcessPool(const PyDataset& dataset, ProcessOptions options)
 ProcessPool::~ProcessPool() {
   stop();
   if (wake_fd_ >= 0) ::close(wake_fd_);
+  if (control_ != nullptr) ::munmap(control_, kControlBytes);
+  if (control_fd_ >= 0) ::close(control_fd_);
   if (!python_usable()) {
     static_cast<void>(start_.release());
     static_cast<void>(pickled_.release());
@@ -159,6 +191,7 @@ void ProcessPool::start(Child& c) {
       if (other.memfd >= 0) close_fds.append(other.memfd);
     }
     close_fds.append(wake_fd_);
+    if (control_fd_ >= 0) close_fds.append(control_fd_);
   }
   const std::uint64_t worker_seed =
       options_.seed * std::uint64_t{0x9E3779B97F4A7C15} + 1 + static_cast<std::uint64_t>(c.id);
@@ -167,7 +200,7 @@ void ProcessPool::start(Child& c) {
   try {
     if (pickled_.is_none()) pickled_ = py::module_::import("ferry._worker").attr("Packed")(source_);
     started = start_(options_.start_method, pickled_, c.id, options_.count, worker_seed, layout_,
-                     options_.seed_python, init, bytes, close_fds);
+                     options_.seed_python, init, bytes, close_fds, control_fd_);
   } catch (py::error_already_set& e) {
     pickled_ = py::none();
     throw DataError("Python dataset: worker process " + std::to_string(c.id) +
@@ -479,6 +512,7 @@ thread_local Range t_range;
 thread_local std::vector<std::byte> t_out;        // tasks on their way, several in one write
 thread_local std::vector<std::size_t> t_nbytes;   // a read one by one: its fields' bytes
 thread_local std::vector<std::size_t> t_offsets;  // a task's fields' places
+thread_local std::vector<std::byte> t_discard;    // a give-back's message
 // Tasks in flight per process: as many as fit in kWindowBytes, within [kWindowMin, kWindowMax].
 // 4 MiB: 27 tasks of a 224 x 224 RGB image, answered 13 at a time (with 1 MiB: 6, 3 at a time,
 // and the training process woke for every third sample). Samples written straight into a staging
@@ -613,6 +647,96 @@ bool ProcessPool::map_region(Child& c, const SharedRegion& region) {
   if (!send_message(c.fd, map, region.fd)) return false;
   c.regions.push_back(region.id);
   return true;
+}
+
+void ProcessPool::released(std::span<std::byte> slot) noexcept {
+  if (control_ == nullptr) return;
+  SharedRegion region;
+  // A slot is a SharedBuffer of its own: its pages go from the first byte to the last.
+  if (!shared_region(slot.data(), slot.size(), region) || region.offset != 0) return;
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (stopping_) return;
+  try {
+    // Those of regions freed since (a loader gone, autotune's slots given back) go first.
+    std::erase_if(discards_, [this](const Discard& d) {
+      if (shared_region_live(d.region)) return false;
+      if (!d.sent) {
+        unsent_.fetch_sub(1);
+        return true;
+      }
+      if (!settle(d, /*wait=*/false)) return false;
+      words_used_ &= ~(std::uint64_t{1} << (d.word / sizeof(std::uint64_t)));
+      return true;
+    });
+    for (const Discard& d : discards_) {
+      if (d.region == region.id) return;
+    }
+    discards_.push_back(Discard{region.id});
+    unsent_.fetch_add(1);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): no memory: the slot keeps its pages
+  }
+}
+
+void ProcessPool::reused(std::span<std::byte> slot) noexcept {
+  if (control_ == nullptr) return;
+  SharedRegion region;
+  if (!shared_region(slot.data(), slot.size(), region)) return;
+  Discard d;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = std::find_if(discards_.begin(), discards_.end(),
+                                 [&](const Discard& e) { return e.region == region.id; });
+    if (it == discards_.end()) return;
+    d = *it;
+    discards_.erase(it);
+    if (!d.sent) {
+      unsent_.fetch_sub(1);
+      return;
+    }
+  }
+  settle(d, /*wait=*/true);
+  const std::lock_guard<std::mutex> lock(mutex_);
+  words_used_ &= ~(std::uint64_t{1} << (d.word / sizeof(std::uint64_t)));
+}
+
+bool ProcessPool::settle(const Discard& d, bool wait) noexcept {
+  TaskState state(control_ + d.word, d.token);
+  // Being done: that takes the time of freeing a slot's pages, unless the process ends first.
+  while (state.cancel() == TaskState::Code::writing) {
+    if (!running(d.pid)) return true;
+    if (!wait) return false;
+    ::usleep(100);
+  }
+  return true;
+}
+
+void ProcessPool::send_discards(Child& c, std::vector<std::byte>& out) noexcept {
+  if (unsent_.load() == 0) return;
+  const std::lock_guard<std::mutex> lock(mutex_);
+  try {
+    for (Discard& d : discards_) {
+      if (d.sent || words_used_ == ~std::uint64_t{0} ||
+          std::find(c.regions.begin(), c.regions.end(), d.region) == c.regions.end()) {
+        continue;
+      }
+      const auto word = static_cast<std::size_t>(std::countr_one(words_used_));
+      // <QQQ region, its word's place, token>: give the region's pages back.
+      std::vector<std::byte>& message = t_discard;
+      message.assign({std::byte{0}, std::byte{0}, std::byte{0}, std::byte{24}});
+      put_u64(message, d.region);
+      put_u64(message, word * sizeof(std::uint64_t));
+      put_u64(message, discard_token_);
+      out.insert(out.end(), message.begin(), message.end());  // whole, or not at all
+      words_used_ |= std::uint64_t{1} << word;
+      d.sent = true;
+      d.pid = c.pid;
+      d.word = word * sizeof(std::uint64_t);
+      d.token = discard_token_++;
+      TaskState(control_ + d.word, d.token).open();
+      unsent_.fetch_sub(1);
+    }
+  } catch (...) {  // NOLINT(bugprone-empty-catch): no memory: they wait for the next message
+  }
 }
 
 void ProcessPool::cancel(Child& c, std::size_t at, std::uint64_t token) noexcept {
@@ -796,6 +920,7 @@ void ProcessPool::send_next(Child& c) noexcept {
   // read) for several samples.
   if (r.next_send >= r.indices.size() || r.next_send - r.next_read > r.window / 2) return;
   t_out.clear();
+  send_discards(c, t_out);  // before the tasks: the process gives the pages back first
   std::size_t n = r.next_send;
   try {
     for (; n < r.indices.size() && n - r.next_read < r.window; ++n) {
@@ -846,6 +971,7 @@ void ProcessPool::read(const PyDataset& dataset, std::size_t index, SampleRef ou
   const std::uint64_t token = c.tokens++;
   TaskState(c.map, token).open();
   t_out.clear();
+  send_discards(c, t_out);
   append_task(t_out, index, out.seed(), c.map_size, 0, /*group=*/1, token, direct ? region.id : 0,
               nbytes,
               direct ? std::span<const std::size_t>(t_offsets) : scratch_places(kAlign, nbytes));

@@ -117,6 +117,14 @@ class ProcessPool {
   void resume() noexcept { abandoned_.store(false); }
 
   const ProcessOptions& options() const noexcept { return options_; }
+  /// A staging slot's batch was let go (Dataset::staging_released): the next process a thread
+  /// sends tasks to, among those that map the slot, gives its memory pages back (MADV_REMOVE)
+  /// before its next task, so that an idle slot holds no memory. No GIL needed.
+  void released(std::span<std::byte> slot) noexcept;
+  /// Before the slot is written again (Dataset::staging_reused): its give-back is called off
+  /// while not begun, or waited out (until done, or its process ended). No GIL needed.
+  void reused(std::span<std::byte> slot) noexcept;
+
   /// Processes started so far, replacements included.
   std::uint64_t started() const;
   /// The most bytes the processes' shared memory grows to, given a sample's bytes: each one's
@@ -144,6 +152,22 @@ class ProcessPool {
     std::vector<std::uint64_t> regions;  // the staging regions (SharedBuffer ids) it has mapped
     std::uint64_t freed_seen = 0;        // shared_regions_freed() when they were last looked at
   };
+
+  /// A give-back of a staging region's pages: waiting for a process that maps the region, or
+  /// sent to one (`pid`), its state word (TaskState) at `word` in the control region.
+  struct Discard {
+    std::uint64_t region = 0;
+    bool sent = false;
+    long pid = 0;
+    std::size_t word = 0;
+    std::uint64_t token = 0;
+  };
+  /// Appends to `out` the give-backs waiting for a process that c maps the region of (c is this
+  /// thread's).
+  void send_discards(Child& c, std::vector<std::byte>& out) noexcept;
+  /// Calls off a sent give-back, or waits until its process has done it or ended. True when it
+  /// is settled (its word free again); with `wait` false, false while it is being done.
+  bool settle(const Discard& d, bool wait) noexcept;
 
   void start(Child& c);  // GIL held
   void retire(Child& c) noexcept;
@@ -202,6 +226,14 @@ class ProcessPool {
   int wake_fd_ = -1;  // an eventfd that wakes reads when the pool stops
   std::uint64_t started_ = 0;
   std::atomic<bool> abandoned_{false};
+  // The give-backs of slots' pages (released(), reused()); their state words lie in a memfd of
+  // the pool's (`control_`), which every process maps.
+  std::vector<Discard> discards_;  // under mutex_
+  std::atomic<int> unsent_{0};     // of discards_
+  std::uint64_t words_used_ = 0;   // a bit per word of control_, under mutex_
+  std::uint64_t discard_token_ = 1;
+  int control_fd_ = -1;
+  std::byte* control_ = nullptr;
 };
 
 }  // namespace ferry::python

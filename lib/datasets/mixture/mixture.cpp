@@ -303,6 +303,18 @@ bool Mixture::shares_staging() const noexcept {
                      [](const MixtureSource& s) { return s.dataset->shares_staging(); });
 }
 
+void Mixture::staging_released(std::span<std::byte> slot) const noexcept {
+  for (const MixtureSource& s : sources_) {
+    if (s.dataset->shares_staging()) s.dataset->staging_released(slot);
+  }
+}
+
+void Mixture::staging_reused(std::span<std::byte> slot) const noexcept {
+  for (const MixtureSource& s : sources_) {
+    if (s.dataset->shares_staging()) s.dataset->staging_reused(slot);
+  }
+}
+
 double Mixture::network_wait_seconds() const noexcept {
   double total = 0;
   for (const MixtureSource& s : sources_) total += s.dataset->network_wait_seconds();
