@@ -33,9 +33,9 @@ constexpr std::size_t kMinScratch = 1U << 20U;
 constexpr std::size_t kKeptPickle = std::size_t{16} << 20U;
 constexpr int kSliceMs = 100;
 // The control region: a state word (TaskState) per give-back of a slot's pages in flight.
-constexpr std::size_t kControlWords = 64;
+constexpr std::size_t kControlWords = 64;  // a bit each in ProcessPool::words_used_
 constexpr std::size_t kControlBytes = 4096;
-static_assert(kControlWords * sizeof(std::uint64_t) <= kControlBytes);
+static_assert(kControlWords == 64 && kControlWords * sizeof(std::uint64_t) <= kControlBytes);
 constexpr std::size_t kReadBytes = 1U << 16U;     // what one read of a socket may take
 constexpr std::uint32_t kMaxMessage = 1U << 30U;  // a longer message is a broken process
 std::atomic<std::uint64_t> g_pool_ids{0};         // ProcessPool::id_
@@ -512,7 +512,6 @@ thread_local Range t_range;
 thread_local std::vector<std::byte> t_out;        // tasks on their way, several in one write
 thread_local std::vector<std::size_t> t_nbytes;   // a read one by one: its fields' bytes
 thread_local std::vector<std::size_t> t_offsets;  // a task's fields' places
-thread_local std::vector<std::byte> t_discard;    // a give-back's message
 // Tasks in flight per process: as many as fit in kWindowBytes, within [kWindowMin, kWindowMax].
 // 4 MiB: 27 tasks of a 224 x 224 RGB image, answered 13 at a time (with 1 MiB: 6, 3 at a time,
 // and the training process woke for every third sample). Samples written straight into a staging
@@ -665,7 +664,7 @@ void ProcessPool::released(std::span<std::byte> slot) noexcept {
         return true;
       }
       if (!settle(d, /*wait=*/false)) return false;
-      words_used_ &= ~(std::uint64_t{1} << (d.word / sizeof(std::uint64_t)));
+      free_word(d);
       return true;
     });
     for (const Discard& d : discards_) {
@@ -696,7 +695,7 @@ void ProcessPool::reused(std::span<std::byte> slot) noexcept {
   }
   settle(d, /*wait=*/true);
   const std::lock_guard<std::mutex> lock(mutex_);
-  words_used_ &= ~(std::uint64_t{1} << (d.word / sizeof(std::uint64_t)));
+  free_word(d);
 }
 
 bool ProcessPool::settle(const Discard& d, bool wait) noexcept {
@@ -720,13 +719,13 @@ void ProcessPool::send_discards(Child& c, std::vector<std::byte>& out) noexcept 
         continue;
       }
       const auto word = static_cast<std::size_t>(std::countr_one(words_used_));
-      // <QQQ region, its word's place, token>: give the region's pages back.
-      std::vector<std::byte>& message = t_discard;
-      message.assign({std::byte{0}, std::byte{0}, std::byte{0}, std::byte{24}});
-      put_u64(message, d.region);
-      put_u64(message, word * sizeof(std::uint64_t));
-      put_u64(message, discard_token_);
-      out.insert(out.end(), message.begin(), message.end());  // whole, or not at all
+      // <QQQ region, its word's place, token>: give the region's pages back. Room first, so
+      // that the message goes whole or not at all.
+      out.reserve(out.size() + 4 + 3 * sizeof(std::uint64_t));
+      out.insert(out.end(), {std::byte{0}, std::byte{0}, std::byte{0}, std::byte{24}});
+      put_u64(out, d.region);
+      put_u64(out, word * sizeof(std::uint64_t));
+      put_u64(out, discard_token_);
       words_used_ |= std::uint64_t{1} << word;
       d.sent = true;
       d.pid = c.pid;

@@ -168,6 +168,10 @@ class ProcessPool {
   /// Calls off a sent give-back, or waits until its process has done it or ended. True when it
   /// is settled (its word free again); with `wait` false, false while it is being done.
   bool settle(const Discard& d, bool wait) noexcept;
+  /// d's state word is free again (mutex_ held).
+  void free_word(const Discard& d) noexcept {
+    words_used_ &= ~(std::uint64_t{1} << (d.word / sizeof(std::uint64_t)));
+  }
 
   void start(Child& c);  // GIL held
   void retire(Child& c) noexcept;
