@@ -4,9 +4,12 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <set>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -49,6 +52,53 @@ TEST(HostBuffer, IsAlignedAndMoveOnly) {
   EXPECT_EQ(static_cast<unsigned char*>(c.data())[999], 7);
   static_assert(!std::is_copy_constructible_v<HostBuffer>);
   static_assert(std::is_nothrow_destructible_v<HostBuffer>);
+}
+
+// The line of /proc/self/smaps that says `key` of the mapping holding `address`, or "".
+std::string smaps_field(const void* address, const std::string& key) {
+  std::ifstream in("/proc/self/smaps");
+  const auto at = reinterpret_cast<std::uintptr_t>(address);
+  std::string line;
+  bool inside = false;
+  while (std::getline(in, line)) {
+    unsigned long lo = 0;
+    unsigned long hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
+      inside = lo <= at && at < hi;
+    } else if (inside && line.rfind(key + ":", 0) == 0) {
+      return line;
+    }
+  }
+  return "";
+}
+
+TEST(HostBuffer, ALargeBufferAsksForHugePagesInsideItsOwnBytesOnly) {
+  std::ifstream mode_file("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string mode;
+  std::getline(mode_file, mode);
+  if (mode.empty() || mode.find("[never]") != std::string::npos) {
+    GTEST_SKIP() << "transparent huge pages are off here (" << mode << ")";
+  }
+  constexpr std::size_t kHuge = std::size_t{2} << 20;
+  constexpr std::size_t kBytes = std::size_t{16} << 20;
+  HostBuffer big = HostBuffer::allocate(kBytes);
+  auto* bytes = static_cast<std::uint8_t*>(big.data());
+  std::memset(bytes, 0x5a, kBytes);
+  // The huge pages inside the buffer may be huge; the bytes before the first of them keep
+  // their own advice (they may share pages with other allocations).
+  const auto begin = reinterpret_cast<std::uintptr_t>(bytes);
+  const std::uintptr_t first_huge = (begin + kHuge - 1) / kHuge * kHuge;
+  const std::uint8_t* inside = bytes + (first_huge - begin) + kHuge;
+  EXPECT_NE(smaps_field(inside, "VmFlags").find(" hg"), std::string::npos)
+      << smaps_field(inside, "VmFlags");
+  const std::string eligible = smaps_field(inside, "THPeligible");
+  EXPECT_EQ(eligible.substr(eligible.find_last_of(' ') + 1), "1") << eligible;
+  if (begin != first_huge) {
+    EXPECT_EQ(smaps_field(bytes, "VmFlags").find(" hg"), std::string::npos)
+        << smaps_field(bytes, "VmFlags");
+  }
+  EXPECT_EQ(bytes[0], 0x5a);
+  EXPECT_EQ(bytes[kBytes - 1], 0x5a);
 }
 
 TEST(SharedBuffer, IsFoundFromAnyAddressInsideItAndSharedWithAnotherMapping) {
