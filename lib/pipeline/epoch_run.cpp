@@ -245,6 +245,8 @@ bool EpochRun::next_until(Clock::time_point deadline, const Batch*& batch) {
   impl.consumer_wait_ns.fetch_add(waited);
   impl.consumer_waited.store(slice_timed_out_ || waited >= LoaderImpl::kWaitedNs,
                              std::memory_order_relaxed);
+  impl.epoch_tail.store(next_ + static_cast<std::size_t>(impl.ring->limit()) >= run_.end,
+                        std::memory_order_relaxed);
   slice_timed_out_ = false;
 
   current_.indices_.assign(b.indices->begin(), b.indices->end());

@@ -83,6 +83,12 @@ struct LoaderImpl {
   // wait for the consumer instead, its slots are written again at once: none is given back.
   static constexpr std::uint64_t kWaitedNs = 100'000;
   std::atomic<bool> consumer_waited{true};
+  // Whether the batch the consumer took last is one of its epoch's last limit() batches: its slot
+  // is not written again in this epoch, so it waits idle (for the next epoch, or for whatever
+  // the training loop does between epochs) and is given back whatever the wait. Without this,
+  // every slot kept its last batch's bytes across the epoch's end, and the next epoch's first
+  // batches found all of them resident (the JPEG bench's tree held its peak there).
+  std::atomic<bool> epoch_tail{false};
   int start_slots = 1;  // slots in use at the start (prefetch, or autotune's first choice)
   /// The budget's accounting (tuning's sizes), its checks, and autotune's starting point.
   /// \throws ConfigError when memory_budget cannot hold the smallest pipeline, or (without

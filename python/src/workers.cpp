@@ -653,8 +653,40 @@ void ProcessPool::released(std::span<std::byte> slot) noexcept {
   SharedRegion region;
   // A slot is a SharedBuffer of its own: its pages go from the first byte to the last.
   if (!shared_region(slot.data(), slot.size(), region) || region.offset != 0) return;
+  if (queue_discard(region.id)) send_to_idle(region.id);
+}
+
+void ProcessPool::send_to_idle(std::uint64_t region) noexcept {
+  // A give-back goes with the next tasks sent to a process that maps the region; where none is
+  // being sent tasks (the epoch's last batches, or between epochs), an idle one takes it now.
+  Child* idle = nullptr;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return;
+    for (Child& c : children_) {
+      if (c.busy || c.dead || !c.ready || c.stale > 0 ||
+          std::find(c.regions.begin(), c.regions.end(), region) == c.regions.end()) {
+        continue;
+      }
+      c.busy = true;
+      idle = &c;
+      break;
+    }
+  }
+  if (idle == nullptr) return;
+  std::vector<std::byte> out;
+  send_discards(*idle, out);
+  if (!out.empty() && !send_all(idle->fd, out.data(), out.size())) {
+    // Gone: its give-backs settle as its process ends; it is replaced before its next task.
+    const std::lock_guard<std::mutex> lock(mutex_);
+    idle->dead = true;
+  }
+  release(*idle);
+}
+
+bool ProcessPool::queue_discard(std::uint64_t region) noexcept {
   const std::lock_guard<std::mutex> lock(mutex_);
-  if (stopping_) return;
+  if (stopping_) return false;
   try {
     // Those of regions freed since (a loader gone, autotune's slots given back) go first.
     std::erase_if(discards_, [this](const Discard& d) {
@@ -668,11 +700,13 @@ void ProcessPool::released(std::span<std::byte> slot) noexcept {
       return true;
     });
     for (const Discard& d : discards_) {
-      if (d.region == region.id) return;
+      if (d.region == region) return !d.sent;
     }
-    discards_.push_back(Discard{region.id});
+    discards_.push_back(Discard{region});
     unsent_.fetch_add(1);
-  } catch (...) {  // NOLINT(bugprone-empty-catch): no memory: the slot keeps its pages
+    return true;
+  } catch (...) {  // no memory: the slot keeps its pages
+    return false;
   }
 }
 

@@ -162,6 +162,10 @@ class ProcessPool {
     std::size_t word = 0;
     std::uint64_t token = 0;
   };
+  /// Queues a give-back of `region`'s pages; true when one waits unsent.
+  bool queue_discard(std::uint64_t region) noexcept;
+  /// Sends the give-backs of `region` waiting to an idle process that maps it, if one is idle.
+  void send_to_idle(std::uint64_t region) noexcept;
   /// Appends to `out` the give-backs waiting for a process that c maps the region of (c is this
   /// thread's).
   void send_discards(Child& c, std::vector<std::byte>& out) noexcept;

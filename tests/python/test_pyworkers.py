@@ -510,6 +510,7 @@ def test_an_idle_staging_slot_gives_its_memory_back(ferry):
     loader = ferry.Loader(Slowish(), batch_size=8, device="cpu", autotune=False, processes=2,
                           workers=2, prefetch=4, shuffle=True)
     held = []
+    between = []
     for e in range(3):
         seen = set()
         for n, b in enumerate(loader.epoch(e)):
@@ -521,11 +522,20 @@ def test_an_idle_staging_slot_gives_its_memory_back(ferry):
             if n >= 5:
                 held.append(staging_allocated())
         assert seen == set(range(96))
+        # Between epochs no slot is written: the epoch's last batches' slots are given back,
+        # whether or not the loop waited for them, by the idle processes (no task to go with).
+        deadline = time.monotonic() + 10
+        while staging_allocated() > slot and time.monotonic() < deadline:
+            time.sleep(0.01)
+        between.append(staging_allocated())
     # Without the give-back every slot holds 4 MiB from the fifth batch on (20 MiB) at every
     # look. With it, the slots being written (two batches at a time) and the one just delivered
     # hold theirs: 2-3 slots on a quiet machine; on a busy one the loop falls behind at times
     # and batches wait in their slots, so only the least is bounded.
     assert min(held) <= 3 * slot, [h >> 20 for h in held]
+    # Every slot idle: at most one (a batch the loop let go while a process was busy) keeps its
+    # bytes; before the epoch's tail was given back, all five did (20 MiB).
+    assert max(between) <= slot, [h >> 20 for h in between]
 
 
 def wait_for(path, seconds=20):
