@@ -218,8 +218,10 @@ TEST(SharedStaging, ASlotIsNotGivenBackWhereBatchesWaitForTheLoopButTheEpochsTai
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
+  // The 6 of the tails, and the first of each epoch; a few more where this thread stalled (a
+  // busy machine, the sanitizers) and found its batch not ready. Of the other 44, most are not.
   EXPECT_GE(ds->released(), 2 * 3);
-  EXPECT_LE(ds->released(), 2 * 3 + 2);
+  EXPECT_LE(ds->released(), 2 * 3 + 2 + 6);
   EXPECT_EQ(ds->reused(), 2 * 25);
   EXPECT_EQ(ds->faults(), 0);
 }
