@@ -369,7 +369,19 @@ ProcessPool::Child& ProcessPool::acquire() {
 }
 
 void ProcessPool::release(Child& c) {
+  // Give-backs that waited for tasks to go with (a slot let go while every process was busy
+  // with the epoch's last batches) go to it now, before it idles.
+  bool gone = false;
+  if (unsent_.load() > 0 && !c.dead && c.fd >= 0) {
+    try {
+      std::vector<std::byte> out;
+      send_discards(c, out);
+      gone = !out.empty() && !send_all(c.fd, out.data(), out.size());
+    } catch (...) {  // NOLINT(bugprone-empty-catch): no memory: they wait for the next message
+    }
+  }
   const std::lock_guard<std::mutex> lock(mutex_);
+  if (gone) c.dead = true;  // replaced before its next task; its give-backs settle as it ends
   c.busy = false;
   idle_.notify_all();
 }
@@ -673,15 +685,7 @@ void ProcessPool::send_to_idle(std::uint64_t region) noexcept {
       break;
     }
   }
-  if (idle == nullptr) return;
-  std::vector<std::byte> out;
-  send_discards(*idle, out);
-  if (!out.empty() && !send_all(idle->fd, out.data(), out.size())) {
-    // Gone: its give-backs settle as its process ends; it is replaced before its next task.
-    const std::lock_guard<std::mutex> lock(mutex_);
-    idle->dead = true;
-  }
-  release(*idle);
+  if (idle != nullptr) release(*idle);  // which sends it the give-backs waiting
 }
 
 bool ProcessPool::queue_discard(std::uint64_t region) noexcept {
