@@ -243,10 +243,9 @@ bool EpochRun::next_until(Clock::time_point deadline, const Batch*& batch) {
   if (b.device) impl.engine->stream_wait(impl.options.stream, b.ready);
   const std::uint64_t waited = nanos_since(wait_start);
   impl.consumer_wait_ns.fetch_add(waited);
-  impl.consumer_waited.store(slice_timed_out_ || waited >= LoaderImpl::kWaitedNs,
-                             std::memory_order_relaxed);
-  impl.epoch_tail.store(next_ + static_cast<std::size_t>(impl.ring->limit()) >= run_.end,
-                        std::memory_order_relaxed);
+  const bool epoch_tail = next_ + static_cast<std::size_t>(impl.ring->limit()) >= run_.end;
+  impl.give_back_slot.store(slice_timed_out_ || waited >= LoaderImpl::kWaitedNs || epoch_tail,
+                            std::memory_order_relaxed);
   slice_timed_out_ = false;
 
   current_.indices_.assign(b.indices->begin(), b.indices->end());

@@ -216,10 +216,7 @@ detail::LoaderImpl::LoaderImpl(std::shared_ptr<const Dataset> d, const LoaderOpt
   if (tells_staging) {
     const Dataset* reader = dataset.get();  // the loader's: it outlives the ring
     ring->set_let_go([reader, this](std::span<std::byte> slot) {
-      if (consumer_waited.load(std::memory_order_relaxed) ||
-          epoch_tail.load(std::memory_order_relaxed)) {
-        reader->staging_released(slot);
-      }
+      if (give_back_slot.load(std::memory_order_relaxed)) reader->staging_released(slot);
     });
   }
   staging_allocations = ring->slot_allocations();

@@ -77,18 +77,18 @@ struct LoaderImpl {
   // the batch after it is read into its slot: a dataset that shares_staging(), on the CPU path,
   // with nothing written into a slot before its reads (no ragged field, no gathered rows).
   bool tells_staging = false;
-  // Whether the consumer waited (kWaitedNs or more) for the batch it took last: the pipeline is
-  // bound by its reads, so a slot let go now waits for them, and a give-back's cost (the
-  // consumer's faults on the slot's next batch) falls in time it spends waiting. Where batches
-  // wait for the consumer instead, its slots are written again at once: none is given back.
+  // Whether the slot of the batch the consumer took last is given back when the batch is let go
+  // (set by EpochRun::next_until), where either
+  // - the consumer waited kWaitedNs or more for it: the pipeline is bound by its reads, so the
+  //   slot waits for them, and a give-back's cost (the consumer's faults on the slot's next
+  //   batch) falls in time it spends waiting. Where batches wait for the consumer instead, its
+  //   slots are written again at once: none is given back;
+  // - or it is one of its epoch's last limit() batches: the slot is not written again in the
+  //   epoch and waits idle (for the next epoch, or whatever the loop does between epochs).
+  //   Without this every slot kept its bytes across the epoch's end, and the next epoch's first
+  //   batches found all of them resident (the JPEG bench's tree held its peak there).
   static constexpr std::uint64_t kWaitedNs = 100'000;
-  std::atomic<bool> consumer_waited{true};
-  // Whether the batch the consumer took last is one of its epoch's last limit() batches: its slot
-  // is not written again in this epoch, so it waits idle (for the next epoch, or for whatever
-  // the training loop does between epochs) and is given back whatever the wait. Without this,
-  // every slot kept its last batch's bytes across the epoch's end, and the next epoch's first
-  // batches found all of them resident (the JPEG bench's tree held its peak there).
-  std::atomic<bool> epoch_tail{false};
+  std::atomic<bool> give_back_slot{true};
   int start_slots = 1;  // slots in use at the start (prefetch, or autotune's first choice)
   /// The budget's accounting (tuning's sizes), its checks, and autotune's starting point.
   /// \throws ConfigError when memory_budget cannot hold the smallest pipeline, or (without
