@@ -12,12 +12,11 @@
 #include <system_error>
 #include <utility>
 
+#include "datasets/common/file_io.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry::detail {
 namespace {
-
-std::string errno_text(int code) { return std::system_category().message(code); }
 
 // 64 bits nobody can predict: the kernel's random bytes, or, where getrandom() fails, a mix of
 // the clock, the process and a counter (the exclusive create still keeps the name ours).

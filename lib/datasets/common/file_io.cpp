@@ -15,11 +15,7 @@
 #include "ferry/error.hpp"
 
 namespace ferry::detail {
-namespace {
-
 std::string errno_text(int code) { return std::system_category().message(code); }
-
-}  // namespace
 
 std::string FileLabel::prefix() const {
   std::string out;

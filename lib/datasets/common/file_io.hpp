@@ -188,4 +188,7 @@ class GzipReader {
 /// \throws DataError as GzipReader::read().
 std::string gunzip(std::span<const std::byte> compressed, FileLabel label, DecompressedLimit limit);
 
+/// The system's text for errno value `code` (strerror's, without its thread-safety problem).
+std::string errno_text(int code);
+
 }  // namespace ferry::detail

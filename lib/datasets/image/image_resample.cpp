@@ -20,7 +20,6 @@ namespace ferry::detail::image {
 namespace {
 
 constexpr std::int32_t kOne = 1 << kWeightBits;
-constexpr std::int32_t kHalf = 1 << (kWeightBits - 1);
 
 // The bilinear filter: a triangle of support 1.
 double triangle(double x) {
@@ -53,7 +52,7 @@ FERRY_RESAMPLE_CLONES void horizontal(const std::uint8_t* src, std::size_t src_s
       if constexpr (In == 4) {
         // A pixel's four lanes as one vector (GCC's generic vectors: SSE2 or AVX2 code).
         using V4 = std::int32_t __attribute__((vector_size(16)));
-        V4 sum = {kHalf, kHalf, kHalf, kHalf};
+        V4 sum = {kWeightHalf, kWeightHalf, kWeightHalf, kWeightHalf};
         for (int k = 0; k < taps; ++k) {
           const std::uint8_t* q = p + static_cast<std::ptrdiff_t>(k) * 4;
           const V4 px = {q[0], q[1], q[2], q[3]};
@@ -64,7 +63,7 @@ FERRY_RESAMPLE_CLONES void horizontal(const std::uint8_t* src, std::size_t src_s
         continue;
       }
       std::int32_t acc[static_cast<std::size_t>(In)];
-      for (int c = 0; c < In; ++c) acc[c] = kHalf;
+      for (int c = 0; c < In; ++c) acc[c] = kWeightHalf;
       for (int k = 0; k < taps; ++k) {
         const std::int32_t wk = w[k];
         for (int c = 0; c < In; ++c) acc[c] += wk * p[k * In + c];
@@ -135,7 +134,7 @@ FERRY_RESAMPLE_CLONES void vertical_fixed(const std::uint8_t* src, std::size_t s
     }
     std::uint8_t* __restrict to = dst + static_cast<std::size_t>(i) * dst_stride;
     for (std::size_t x = 0; x < n; ++x) {
-      std::int32_t sum = kHalf;
+      std::int32_t sum = kWeightHalf;
       for (int k = 0; k < Taps; ++k) sum += wk[k] * static_cast<std::int16_t>(r[k][x]);
       to[x] = static_cast<std::uint8_t>(sum >> kWeightBits);
     }
@@ -150,7 +149,7 @@ FERRY_RESAMPLE_CLONES void vertical_any(const std::uint8_t* src, std::size_t src
     const std::int16_t* w = ay.weights.data() + static_cast<std::ptrdiff_t>(i) * taps;
     const std::uint8_t* base =
         src + static_cast<std::size_t>(ay.start[static_cast<std::size_t>(i)] - top) * src_stride;
-    for (std::size_t x = 0; x < n; ++x) acc[x] = kHalf;
+    for (std::size_t x = 0; x < n; ++x) acc[x] = kWeightHalf;
     int k = 0;
     for (; k + 1 < taps; k += 2) {
       // i16 weights times u8 widened to i16: products GCC computes with 16-bit multiplies.

@@ -19,6 +19,8 @@ namespace ferry::detail::image {
 /// Fraction bits of the weights: 1.0 is 1 << kWeightBits (16384 fits an i16, and 255 × 16384 ×
 /// any sum of weights that is 1 fits an i32).
 inline constexpr int kWeightBits = 14;
+/// One half in those fraction bits: a weighted sum starts there, so that the shift rounds.
+inline constexpr std::int32_t kWeightHalf = 1 << (kWeightBits - 1);
 
 /// One axis of a resize: output pixel i is the weighted sum of source pixels start[i] ..
 /// start[i] + taps - 1 (the narrower windows padded with zero weights, moved inward at the

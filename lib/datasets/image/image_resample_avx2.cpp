@@ -18,7 +18,6 @@ namespace ferry::detail::image {
 
 namespace {
 
-constexpr std::int32_t kHalf = 1 << (kWeightBits - 1);
 
 std::atomic<bool>& enabled_flag() {
   static std::atomic<bool> enabled{__builtin_cpu_supports("avx2") != 0};
@@ -29,7 +28,7 @@ __attribute__((target("avx2"))) void vertical_rows(const std::uint8_t* const* r,
                                                    const std::int16_t* w, int taps, std::size_t n,
                                                    std::uint8_t* to) {
   const __m256i zero = _mm256_setzero_si256();
-  const __m256i half = _mm256_set1_epi32(kHalf);
+  const __m256i half = _mm256_set1_epi32(kWeightHalf);
   std::size_t x = 0;
   for (; x + 32 <= n; x += 32) {
     __m256i acc[4] = {half, half, half, half};
@@ -57,7 +56,7 @@ __attribute__((target("avx2"))) void vertical_rows(const std::uint8_t* const* r,
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + x), _mm256_packus_epi16(s01, s23));
   }
   for (; x < n; ++x) {
-    std::int32_t sum = kHalf;
+    std::int32_t sum = kWeightHalf;
     for (int k = 0; k < taps; ++k) sum += w[k] * static_cast<std::int16_t>(r[k][x]);
     to[x] = static_cast<std::uint8_t>(sum >> kWeightBits);
   }

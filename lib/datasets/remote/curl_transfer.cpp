@@ -24,8 +24,6 @@ std::string trim(std::string_view s) {
 
 }  // namespace
 
-std::string errno_text(int e) { return std::system_category().message(e); }
-
 bool starts_with_ci(std::string_view s, std::string_view prefix) {
   if (s.size() < prefix.size()) return false;
   for (std::size_t i = 0; i < prefix.size(); ++i) {

@@ -23,9 +23,6 @@ namespace ferry::detail::remote {
 /// Whether `s` starts with `prefix` (lower case), whatever the case of `s`.
 bool starts_with_ci(std::string_view s, std::string_view prefix);
 
-/// strerror's text for `e`.
-std::string errno_text(int e);
-
 /// curl_global_init, once per process.
 void global_init();
 

@@ -26,7 +26,7 @@ using arrow::TypeId;
 using parquet::in_quotes;
 using parquet::listed;
 
-constexpr std::string_view kWho = "ArrowDataset";
+constexpr std::string_view kOpenWho = "ArrowDataset";
 constexpr std::int64_t kMaxRowValues = std::int64_t{1} << 31;  // leaf values in one row
 
 bool is_binary(const Field& f) {
@@ -76,7 +76,7 @@ ArrowColumn map_column(const Field& f, const TableOptions& o) {
   col.name = f.name;
   col.field = f;
   const std::string what =
-      std::string(kWho) + ": column " + in_quotes(f.name) + " is of type " + arrow::type_text(f);
+      std::string(kOpenWho) + ": column " + in_quotes(f.name) + " is of type " + arrow::type_text(f);
   if (listed(o.images, f.name)) {
     col.kind = ArrowKind::image;
     col.dtype = DType::u8;
@@ -136,7 +136,7 @@ bool same_type(const Field& a, const Field& b) {
 }
 
 void check_options(const std::vector<std::filesystem::path>& files, const TableOptions& o) {
-  const std::string w(kWho);
+  const std::string w(kOpenWho);
   if (files.empty()) throw ConfigError(w + ": no files");
   if (std::any_of(files.begin(), files.end(),
                   [](const auto& f) { return remote::is_url(f.string()); })) {
@@ -147,7 +147,7 @@ void check_options(const std::vector<std::filesystem::path>& files, const TableO
 
 /// The file format: the footer's schema and blocks.
 void index_file_format(ArrowTable& t, ArrowFile& f, bool first) {
-  const FileLabel label{kWho, f.name};
+  const FileLabel label{kOpenWho, f.name};
   const auto bytes = f.map->bytes();
   arrow::Footer footer;
   try {
@@ -197,7 +197,7 @@ void index_file_format(ArrowTable& t, ArrowFile& f, bool first) {
 
 /// The stream format: one pass over its messages.
 void index_stream(ArrowTable& t, ArrowFile& f, bool first) {
-  const FileLabel label{kWho, f.name};
+  const FileLabel label{kOpenWho, f.name};
   const auto bytes = f.map->bytes();
   std::size_t at = 0;
   std::size_t file_row = 0;
@@ -263,7 +263,7 @@ void map_schema(ArrowTable& t, ArrowFile& f, bool first) {
   std::set<std::string_view> names;
   for (const Field& c : f.schema) {
     if (!names.insert(c.name).second) {
-      throw DataError(FileLabel{kWho, f.name}.prefix() + "schema: two columns named " +
+      throw DataError(FileLabel{kOpenWho, f.name}.prefix() + "schema: two columns named " +
                       in_quotes(c.name));
     }
   }
@@ -271,7 +271,7 @@ void map_schema(ArrowTable& t, ArrowFile& f, bool first) {
     for (const auto* list : {&o.columns, &o.categorical, &o.images}) {
       for (const auto& name : *list) {
         if (find(name) == f.schema.end()) {
-          throw ConfigError(std::string(kWho) + ": " + f.name + ": no column " + in_quotes(name));
+          throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": no column " + in_quotes(name));
         }
       }
     }
@@ -291,11 +291,11 @@ void map_schema(ArrowTable& t, ArrowFile& f, bool first) {
   for (const ArrowColumn& col : t.columns) {
     const auto it = find(col.name);
     if (it == f.schema.end()) {
-      throw ConfigError(std::string(kWho) + ": " + f.name + ": no column " + in_quotes(col.name) +
+      throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": no column " + in_quotes(col.name) +
                         ", which " + t.files[0].name + " has");
     }
     if (!same_type(*it, col.field)) {
-      throw ConfigError(std::string(kWho) + ": " + f.name + ": column " + in_quotes(col.name) +
+      throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": column " + in_quotes(col.name) +
                         " is of type " + arrow::type_text(*it) + ", not " +
                         arrow::type_text(col.field) + " as in " + t.files[0].name);
     }
@@ -390,12 +390,12 @@ std::unique_ptr<ArrowTable> open_arrow(std::vector<std::filesystem::path> files,
     ArrowFile& f = t->files[i];
     f.name = files[i].string();
     if (remote::is_url(f.name)) {
-      f.remote = std::make_unique<remote::RangeReader>(f.name, t->options.remote, kWho);
+      f.remote = std::make_unique<remote::RangeReader>(f.name, t->options.remote, kOpenWho);
       t->remote = true;
       index_remote(*t, f, i == 0);
       continue;
     }
-    f.map = std::make_unique<MappedFile>(files[i], FileLabel{kWho, f.name}, false);
+    f.map = std::make_unique<MappedFile>(files[i], FileLabel{kOpenWho, f.name}, false);
     const auto bytes = f.map->bytes();
     f.file_format = bytes.size() >= 8 && std::memcmp(bytes.data(), "ARROW1", 6) == 0;
     if (f.file_format) {
@@ -404,8 +404,8 @@ std::unique_ptr<ArrowTable> open_arrow(std::vector<std::filesystem::path> files,
       index_stream(*t, f, i == 0);
     }
   }
-  if (t->columns.empty()) throw ConfigError(std::string(kWho) + ": no columns to read");
-  if (t->size == 0) throw DataError(std::string(kWho) + ": " + t->files[0].name + ": no rows");
+  if (t->columns.empty()) throw ConfigError(std::string(kOpenWho) + ": no columns to read");
+  if (t->size == 0) throw DataError(std::string(kOpenWho) + ": " + t->files[0].name + ": no rows");
   for (const ArrowBatch& b : t->batches) t->starts.push_back(b.first);
   t->starts.push_back(t->size);
   number_dictionaries(*t);

@@ -26,7 +26,7 @@ using parquet::in_quotes;
 using parquet::listed;
 using parquet::TopColumn;
 
-constexpr std::string_view kWho = "ParquetDataset";
+constexpr std::string_view kOpenWho = "ParquetDataset";
 // The most rows a row group may have: far above what writers make (Arrow's default is 2^20,
 // DuckDB's 122,880), and pages count their values in 32 bits.
 constexpr std::int64_t kMaxGroupRows = std::int64_t{1} << 31;
@@ -36,7 +36,7 @@ constexpr std::uint64_t kTail = std::uint64_t{64} << 10;
 /// The footer's metadata, and where the data ends (the footer's first byte). A URL's footer
 /// comes by ranges: its last kTail bytes, then, for a longer footer, the rest of it.
 parquet::FileMetaData read_footer(const ParquetFile& f, std::size_t& data_end) {
-  const FileLabel label{kWho, f.name};
+  const FileLabel label{kOpenWho, f.name};
   std::vector<std::byte> fetched;   // a URL's last bytes
   std::span<const std::byte> tail;  // the file's last bytes (a local file's: all of them)
   std::uint64_t size = 0;
@@ -115,7 +115,7 @@ const arrow::Field* arrow_field(const std::optional<std::vector<arrow::Field>>& 
 std::vector<std::int64_t> list_column_shape(const TopColumn& c,
                                             const std::optional<std::vector<arrow::Field>>& schema,
                                             const std::string& file) {
-  const std::string what = std::string(kWho) + ": " + file + ": column " + in_quotes(c.name) +
+  const std::string what = std::string(kOpenWho) + ": " + file + ": column " + in_quotes(c.name) +
                            " is of type " + parquet::type_text(c);
   std::optional<std::vector<std::int64_t>> shape;
   if (parquet::list_dtype(c)) shape = parquet::list_shape(c, arrow_field(schema, c.name), what);
@@ -137,7 +137,7 @@ TableColumn map_column(const TopColumn& c, const TableOptions& o,
   col.name = c.name;
   if (listed(o.images, c.name)) {
     if (!column_leaf(c, TableField::image)) {
-      throw ConfigError(std::string(kWho) + ": column " + in_quotes(c.name) + " is of type " +
+      throw ConfigError(std::string(kOpenWho) + ": column " + in_quotes(c.name) + " is of type " +
                         parquet::type_text(c) +
                         ", not an image column (BYTE_ARRAY, or a struct{bytes, path} of them)");
     }
@@ -150,7 +150,7 @@ TableColumn map_column(const TopColumn& c, const TableOptions& o,
   if (c.depth() > 0) {
     col.shape = list_column_shape(c, schema, file);
     if (categorical) {
-      throw ConfigError(std::string(kWho) + ": categorical column " + in_quotes(c.name) +
+      throw ConfigError(std::string(kOpenWho) + ": categorical column " + in_quotes(c.name) +
                         " is of type " + parquet::type_text(c) +
                         ", not text (BYTE_ARRAY): only text columns are categorical");
     }
@@ -161,7 +161,7 @@ TableColumn map_column(const TopColumn& c, const TableOptions& o,
   }
   const auto dtype = parquet::scalar_dtype(c);
   if (!dtype) {
-    throw ConfigError(std::string(kWho) + ": column " + in_quotes(c.name) + " is of type " +
+    throw ConfigError(std::string(kOpenWho) + ": column " + in_quotes(c.name) + " is of type " +
                       parquet::type_text(c) + ", which ferry does not read");
   }
   col.physical = *c.element->type;
@@ -170,7 +170,7 @@ TableColumn map_column(const TopColumn& c, const TableOptions& o,
     col.kind = categorical ? TableField::categorical : TableField::bytes;
     col.dtype = categorical ? DType::i64 : DType::u8;
   } else if (categorical) {
-    throw ConfigError(std::string(kWho) + ": categorical column " + in_quotes(c.name) +
+    throw ConfigError(std::string(kOpenWho) + ": categorical column " + in_quotes(c.name) +
                       " is of type " + parquet::type_text(c) +
                       ", not text (BYTE_ARRAY): only text columns are categorical");
   }
@@ -178,11 +178,11 @@ TableColumn map_column(const TopColumn& c, const TableOptions& o,
 }
 
 void check_options(const std::vector<std::filesystem::path>& files, const TableOptions& o) {
-  const std::string w(kWho);
+  const std::string w(kOpenWho);
   if (files.empty()) throw ConfigError(w + ": no files");
   if (std::any_of(files.begin(), files.end(),
                   [](const auto& f) { return remote::is_url(f.string()); })) {
-    remote::check_options(o.remote, kWho);
+    remote::check_options(o.remote, kOpenWho);
   }
   parquet::check_column_lists(o, w);
 }
@@ -190,7 +190,7 @@ void check_options(const std::vector<std::filesystem::path>& files, const TableO
 /// Checks the chunks of the columns read: there, in this file, within its data.
 void check_chunks(const ParquetFile& f, std::size_t g, std::size_t data_end,
                   const std::vector<TableColumn>& columns, std::size_t leaves) {
-  const FileLabel label{kWho, f.name};
+  const FileLabel label{kOpenWho, f.name};
   const parquet::RowGroup& rg = f.groups[g];
   const std::string at = label.prefix() + "row group " + std::to_string(g) + ": ";
   if (rg.num_rows < 0 || rg.num_rows > kMaxGroupRows) {
@@ -233,13 +233,13 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
   try {
     top = parquet::top_columns(meta.schema, leaves);
   } catch (const ChunkError& e) {
-    throw DataError(FileLabel{kWho, f.name}.prefix() + "footer: " + e.what());
+    throw DataError(FileLabel{kOpenWho, f.name}.prefix() + "footer: " + e.what());
   }
   const auto schema = parquet::stored_arrow_schema(meta.arrow_schema);
   std::set<std::string_view> names;
   for (const TopColumn& c : top) {
     if (!names.insert(c.name).second) {
-      throw DataError(FileLabel{kWho, f.name}.prefix() + "footer: two columns named " +
+      throw DataError(FileLabel{kOpenWho, f.name}.prefix() + "footer: two columns named " +
                       in_quotes(c.name));
     }
   }
@@ -248,14 +248,14 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
     for (const auto& name : o.columns) {
       if (std::none_of(top.begin(), top.end(),
                        [&](const TopColumn& c) { return c.name == name; })) {
-        throw ConfigError(std::string(kWho) + ": " + f.name + ": no column " + in_quotes(name));
+        throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": no column " + in_quotes(name));
       }
     }
     for (const auto* list : {&o.categorical, &o.images}) {
       for (const auto& name : *list) {
         if (std::none_of(top.begin(), top.end(),
                          [&](const TopColumn& c) { return c.name == name; })) {
-          throw ConfigError(std::string(kWho) + ": " + f.name + ": no " +
+          throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": no " +
                             (list == &o.images ? "image" : "categorical") + " column " +
                             in_quotes(name));
         }
@@ -275,7 +275,7 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
     const auto it = std::find_if(top.begin(), top.end(),
                                  [&](const TopColumn& c) { return c.name == col.name; });
     if (it == top.end()) {
-      throw ConfigError(std::string(kWho) + ": " + f.name + ": no column " + in_quotes(col.name) +
+      throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": no column " + in_quotes(col.name) +
                         ", which " + t.files[0].name + " has");
     }
     const auto dtype = parquet::scalar_dtype(*it);
@@ -286,7 +286,7 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
                     list_column_shape(*it, schema, f.name) != col.shape
               : (col.kind != TableField::image && *it->element->type != col.physical) ||
                     (col.kind == TableField::scalar && *dtype != col.dtype))) {
-      throw ConfigError(std::string(kWho) + ": " + f.name + ": column " + in_quotes(col.name) +
+      throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": column " + in_quotes(col.name) +
                         " is of type " + parquet::type_text(*it) + ", not as in " +
                         t.files[0].name);
     }
@@ -328,7 +328,7 @@ void scan_rows(ParquetTable& t) {
         const auto v = raw.value(r);
         if (col.kind == TableField::bytes) {
           if (v.size() > std::numeric_limits<std::uint32_t>::max()) {
-            throw DataError(std::string(kWho) + ": " + t.files[t.groups[g].file].name +
+            throw DataError(std::string(kOpenWho) + ": " + t.files[t.groups[g].file].name +
                             ": row group " + std::to_string(t.groups[g].group) + ", column " +
                             in_quotes(col.name) + ": a value of more than 4 GiB");
           }
@@ -361,14 +361,14 @@ std::unique_ptr<ParquetTable> open_parquet(std::vector<std::filesystem::path> fi
     ParquetFile& f = t->files[i];
     f.name = files[i].string();
     if (remote::is_url(f.name)) {
-      f.remote = std::make_unique<remote::RangeReader>(f.name, t->options.remote, kWho);
+      f.remote = std::make_unique<remote::RangeReader>(f.name, t->options.remote, kOpenWho);
     } else {
-      f.map = std::make_unique<MappedFile>(files[i], FileLabel{kWho, f.name}, false);
+      f.map = std::make_unique<MappedFile>(files[i], FileLabel{kOpenWho, f.name}, false);
     }
     index_file(*t, f, i == 0);
   }
-  if (t->columns.empty()) throw ConfigError(std::string(kWho) + ": no columns to read");
-  if (t->size == 0) throw DataError(std::string(kWho) + ": " + t->files[0].name + ": no rows");
+  if (t->columns.empty()) throw ConfigError(std::string(kOpenWho) + ": no columns to read");
+  if (t->size == 0) throw DataError(std::string(kOpenWho) + ": " + t->files[0].name + ": no rows");
   for (const TableGroup& g : t->groups) t->starts.push_back(g.first);
   t->starts.push_back(t->size);
   for (const TableColumn& col : t->columns) {
