@@ -218,6 +218,75 @@ TEST_F(ParquetFiles, DeltaEncodingsByteStreamSplitAndRleBooleansDeliverEveryValu
   }
 }
 
+/// An IEEE binary16 value as a float (every half is a float exactly).
+float half_value(std::uint16_t h) {
+  const int sign = h >> 15;
+  const int exponent = (h >> 10) & 0x1f;
+  const int mantissa = h & 0x3ff;
+  float v = 0;
+  if (exponent == 0x1f) {
+    v = mantissa != 0 ? std::numeric_limits<float>::quiet_NaN()
+                      : std::numeric_limits<float>::infinity();
+  } else if (exponent == 0) {
+    v = std::ldexp(static_cast<float>(mantissa), -24);
+  } else {
+    v = std::ldexp(static_cast<float>(mantissa + 1024), exponent - 25);
+  }
+  return sign != 0 ? -v : v;
+}
+/// Value j of an f16 tensor.
+float half_at(const ferry::Tensor& t, std::size_t j) {
+  return half_value(static_cast<const std::uint16_t*>(t.data())[j]);
+}
+
+TEST_F(ParquetFiles, Float16ColumnsAndListsOfThemAreF16Fields) {
+  // arrow-rs writes Arrow's float16 as FIXED_LEN_BYTE_ARRAY(2) with the FLOAT16 logical type;
+  // write_tables.js checks that each file's chunks carry the encoding its name says.
+  for (const std::string enc : {"plain", "split", "delta"}) {
+    for (const std::string v : {"v1", "v2"}) {
+      const std::string name = "float16_" + enc + "_" + v + ".parquet";
+      SCOPED_TRACE(name);
+      TableOptions o;
+      o.columns = {"h", "hv", "hl"};
+      o.missing = ferry::Missing::nan;
+      const auto ds = ParquetDataset::open({file(name)}, o);
+      ASSERT_EQ(ds->size(), kRows);
+      const auto fields = ds->fields();
+      ASSERT_EQ(fields.size(), 3U);
+      for (const auto& f : fields) EXPECT_EQ(f.dtype, DType::f16) << f.name;
+      EXPECT_EQ(fields[0].shape, std::vector<std::int64_t>{});
+      EXPECT_EQ(fields[1].shape, std::vector<std::int64_t>{3});
+      EXPECT_EQ(fields[2].shape, std::vector<std::int64_t>{ferry::ragged});
+      ferry::Loader loader(ds, loader_options(7, true, 2));
+      std::set<std::uint64_t> seen;
+      for (const ferry::Batch& b : loader.epoch(0)) {
+        const ferry::Tensor& hl = b["hl"];
+        const auto width = static_cast<std::size_t>(hl.shape()[1]);
+        for (std::size_t j = 0; j < b.size(); ++j) {
+          const std::uint64_t r = b.indices()[j];
+          seen.insert(r);
+          const auto x = static_cast<float>(r);
+          const float h = half_at(b["h"], j);
+          if (r % 5 == 3) {
+            EXPECT_TRUE(std::isnan(h)) << "row " << r;
+          } else {
+            EXPECT_EQ(h, x / 4 - 4) << "row " << r;
+          }
+          EXPECT_EQ(half_at(b["hv"], 3 * j), x) << "row " << r;
+          EXPECT_EQ(half_at(b["hv"], 3 * j + 1), -x) << "row " << r;
+          EXPECT_EQ(half_at(b["hv"], 3 * j + 2), x / 8) << "row " << r;
+          ASSERT_EQ(at<std::int64_t>(b.lengths("hl"), j), static_cast<std::int64_t>(r % 4));
+          for (std::size_t k = 0; k < r % 4; ++k) {
+            EXPECT_EQ(half_at(hl, j * width + k), x + static_cast<float>(k) / 2)
+                << "row " << r << ", value " << k;
+          }
+        }
+      }
+      EXPECT_EQ(seen.size(), kRows);
+    }
+  }
+}
+
 TEST_F(ParquetFiles, EachRowGroupIsDecodedOnceWhateverTheThreadsAndTheOrder) {
   TableOptions o;
   o.columns = {"i32", "f64"};

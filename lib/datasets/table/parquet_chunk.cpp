@@ -184,6 +184,8 @@ void place(RawColumn& col, std::size_t first_row, const std::vector<std::uint32_
     switch (col.width) {
       case 1:
         return place_all<1>(col, first_row, rows, values, indices);
+      case 2:
+        return place_all<2>(col, first_row, rows, values, indices);
       case 4:
         return place_all<4>(col, first_row, rows, values, indices);
       case 8:
@@ -228,6 +230,8 @@ std::size_t physical_width(Physical type) noexcept {
   switch (type) {
     case Physical::boolean:
       return 1;
+    case Physical::fixed_len_byte_array:  // FLOAT16's, the only one scalar_dtype() reads
+      return 2;
     case Physical::int32:
     case Physical::float32:
       return 4;
@@ -410,13 +414,15 @@ void decode_pages(std::span<const std::byte> bytes, Physical type, Codec codec, 
           delta_binary_packed(values, type, present, v);
         } else if (h.encoding == encoding::byte_stream_split) {
           byte_stream_split(values, type, present, v);
-        } else if (type != Physical::byte_array) {
+        } else if (type != Physical::byte_array && (type != Physical::fixed_len_byte_array ||
+                                                    h.encoding != encoding::delta_byte_array)) {
           throw ChunkError(std::string(encoding_name(h.encoding)) +
                            " values in a column that is not BYTE_ARRAY");
         } else if (h.encoding == encoding::delta_length_byte_array) {
           delta_length_byte_array(values, present, v);
         } else {
           delta_byte_array(values, present, v);
+          if (type == Physical::fixed_len_byte_array) fixed_width(v, physical_width(type));
         }
         sink(page_levels, v, nullptr);
       } else {

@@ -82,8 +82,12 @@ std::size_t group_of(const ParquetTable& t, std::size_t index) noexcept {
 }
 
 /// Field c of `out` filled with NaN (Missing::nan's null): false, and nothing written, for a
-/// dtype other than f32 and f64.
+/// dtype other than f16, f32 and f64.
 bool fill_nan(DType dtype, const SampleRef& out, std::size_t c) {
+  if (dtype == DType::f16) {
+    std::fill_n(out.as<std::uint16_t>(c), out.nbytes(c) / 2, std::uint16_t{0x7e00});
+    return true;
+  }
   if (dtype == DType::f32) {
     std::fill_n(out.as<float>(c), out.nbytes(c) / 4, std::numeric_limits<float>::quiet_NaN());
     return true;

@@ -28,6 +28,9 @@ void delta_binary_packed(std::span<const std::byte> data, Physical type, std::si
 void delta_length_byte_array(std::span<const std::byte> data, std::size_t n, Values& out);
 /// DELTA_BYTE_ARRAY (incremental: a prefix of the value before, then a suffix): n byte arrays.
 void delta_byte_array(std::span<const std::byte> data, std::size_t n, Values& out);
+/// Byte arrays (DELTA_BYTE_ARRAY's of a FIXED_LEN_BYTE_ARRAY column) as fixed-width values.
+/// \throws ChunkError for a value of another length.
+void fixed_width(Values& values, std::size_t width);
 /// BYTE_STREAM_SPLIT (fixed-width values, their bytes in `width` streams): n values.
 void byte_stream_split(std::span<const std::byte> data, Physical type, std::size_t n, Values& out);
 
