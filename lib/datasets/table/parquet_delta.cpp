@@ -171,6 +171,11 @@ void delta_byte_array(std::span<const std::byte> data, std::size_t n, Values& ou
                        " bytes of a value of " + std::to_string(prev_len));
     }
     const std::size_t start = out.bytes.size();
+    // Prefixes repeat bytes for a few bits each: the values a page makes are bounded as its
+    // decompressed bytes are.
+    if (prefix[i] > kMaxPageBytes - start) {
+      throw ChunkError("DELTA_BYTE_ARRAY values of more than 1 GiB in one page");
+    }
     out.bytes.resize(start + prefix[i]);
     if (prefix[i] > 0) std::memmove(out.bytes.data() + start, out.bytes.data() + prev, prefix[i]);
     out.bytes.insert(out.bytes.end(),

@@ -13,6 +13,10 @@
 
 namespace ferry::detail::parquet {
 
+/// The most bytes one page may decompress (or its values decode) to: far above what writers make
+/// (about 1 MiB), and a bound on what a forged header can make the reader allocate.
+inline constexpr std::size_t kMaxPageBytes = std::size_t{1} << 30;
+
 struct Values {
   std::size_t count = 0;
   std::vector<std::byte> fixed;
