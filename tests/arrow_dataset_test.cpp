@@ -716,4 +716,45 @@ TEST_F(ArrowFiles, ACorruptCompressedBufferIsADataErrorWhenItsBatchIsRead) {
       {"bad_lz4.arrow", "record batch 0", "buffer", "LZ4"});
 }
 
+TEST_F(ArrowFiles, AForgedDecompressedLengthIsADataErrorNotAnAllocation) {
+  // big_zstd.arrow: one ZSTD frame of about 300 KB that makes 320,000 bytes. Its length prefix
+  // says 16 GiB (more than zstd makes of 300 KB), then 8 GiB (less): before the bound, both
+  // were allocated as asked and ended in std::bad_alloc under an address space of 2 GiB; now
+  // the first is refused and the second's buffer grows only as the frame decompresses.
+  const Bytes good = read_bytes(file("big_zstd.arrow"));
+  const Bytes magic = {0x28, 0xb5, 0x2f, 0xfd};
+  const auto frame = std::search(good.begin(), good.end(), magic.begin(), magic.end());
+  ASSERT_NE(frame, good.end());
+  const auto at = static_cast<std::size_t>(frame - good.begin());
+  ASSERT_GE(at, 8U);
+  std::int64_t prefix = 0;
+  std::memcpy(&prefix, good.data() + at - 8, 8);
+  ASSERT_EQ(prefix, 320000);
+  for (const std::int64_t forged : {std::int64_t{16} << 30, std::int64_t{8} << 30}) {
+    Bytes bad = good;
+    std::memcpy(bad.data() + at - 8, &forged, 8);
+    const fs::path path = scratch_ / ("forged_" + std::to_string(forged) + ".arrow");
+    write_bytes(path, bad);
+    const std::string said = ferry::testing::in_child(
+        [&]() -> std::string {
+          try {
+            const auto ds = ArrowDataset::open({path}, {});
+            ferry::Loader loader(ds, loader_options(1, false, 1));
+            for (const ferry::Batch& b : loader.epoch(0)) (void)b;
+            return "no error";
+          } catch (const DataError& e) {
+            return e.what();
+          }
+        },
+        std::uint64_t{2} << 30, 120);
+    SCOPED_TRACE(said);
+    EXPECT_NE(said.find(path.string()), std::string::npos);
+    EXPECT_NE(said.find("record batch 0"), std::string::npos);
+    EXPECT_NE(said.find("buffer"), std::string::npos);
+    EXPECT_NE(said.find(forged == (std::int64_t{16} << 30) ? "a decompressed length of"
+                                                           : "less than its length says"),
+              std::string::npos);
+  }
+}
+
 }  // namespace
