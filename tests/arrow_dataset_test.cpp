@@ -757,4 +757,94 @@ TEST_F(ArrowFiles, AForgedDecompressedLengthIsADataErrorNotAnAllocation) {
   }
 }
 
+/// A stream whose schema has `fields` fields that all point at one field table, whose metadata
+/// points `pairs` times at one key-value pair: a legal flatbuffer of about 4 (fields + pairs)
+/// bytes, laid out here by hand (each object after what points at it, as uoffsets need).
+Bytes shared_objects_stream(std::uint32_t fields, std::uint32_t pairs) {
+  Bytes b;
+  const auto raw = [&](std::size_t at, auto v) {
+    if (b.size() < at + sizeof v) b.resize(at + sizeof v, 0);
+    std::memcpy(b.data() + at, &v, sizeof v);
+  };
+  // The message's flatbuffer follows the stream's continuation marker and its length.
+  const auto put = [&](std::size_t at, auto v) { raw(8 + at, v); };
+  const auto vtable = [&](std::size_t at, std::vector<std::uint16_t> slots, std::uint16_t tsize) {
+    put(at, static_cast<std::uint16_t>(4 + 2 * slots.size()));
+    put(at + 2, tsize);
+    for (std::size_t i = 0; i < slots.size(); ++i) put(at + 4 + 2 * i, slots[i]);
+  };
+  const auto uoffset = [&](std::size_t at, std::size_t target) {
+    put(at, static_cast<std::uint32_t>(target - at));
+  };
+  const auto string = [&](std::size_t at, char c) {
+    put(at, std::uint32_t{1});
+    put(at + 4, c);
+    put(at + 5, '\0');
+  };
+  // Message {version V5, header_type Schema, header}: its vtable at 4, the table at 16.
+  put(0, std::uint32_t{16});
+  vtable(4, {4, 6, 8}, 12);
+  put(16, std::int32_t{16 - 4});
+  put(20, std::int16_t{4});
+  put(22, std::uint8_t{1});
+  uoffset(24, 36);
+  // Schema {fields}: its vtable at 28, the table at 36, the fields' vector at 44.
+  vtable(28, {0, 4}, 8);
+  put(36, std::int32_t{36 - 28});
+  uoffset(40, 44);
+  put(44, fields);
+  const std::size_t field_vtable = 48 + 4 * std::size_t{fields};
+  const std::size_t field = field_vtable + 20;
+  for (std::size_t i = 0; i < fields; ++i) uoffset(48 + 4 * i, field);
+  // Field {name "x", type Int (no parameters), custom_metadata}.
+  vtable(field_vtable, {4, 0, 8, 0, 0, 0, 12}, 16);
+  put(field, static_cast<std::int32_t>(field - field_vtable));
+  uoffset(field + 4, field + 16);
+  put(field + 8, std::uint8_t{2});
+  uoffset(field + 12, field + 24);
+  string(field + 16, 'x');
+  put(field + 24, pairs);
+  const std::size_t kv_vtable = field + 28 + 4 * std::size_t{pairs};
+  const std::size_t kv = kv_vtable + 8;
+  for (std::size_t i = 0; i < pairs; ++i) uoffset(field + 28 + 4 * i, kv);
+  vtable(kv_vtable, {4, 8}, 12);
+  put(kv, std::int32_t{8});
+  uoffset(kv + 4, kv + 12);
+  uoffset(kv + 8, kv + 20);
+  string(kv + 12, 'k');
+  string(kv + 20, 'v');
+  const std::size_t length = (b.size() - 8 + 7) / 8 * 8;
+  raw(0, std::uint32_t{0xffffffff});
+  raw(4, static_cast<std::int32_t>(length));
+  raw(8 + length, std::uint32_t{0xffffffff});  // the end of the stream
+  raw(12 + length, std::uint32_t{0});
+  return b;
+}
+
+TEST_F(ArrowFiles, ASchemaOfSharedObjectsIsRefusedInTimeProportionalToItsBytes) {
+  // 60,000 fields pointing at one field whose metadata points a million times at one pair: a
+  // 4 MB schema that was walked once per reference (6 x 10^10 steps), in a child under a timer
+  // of 30 s. Now the work is counted against the schema's bytes.
+  const fs::path path = scratch_ / "shared.arrow";
+  write_bytes(path, shared_objects_stream(60000, 1000000));
+  const std::string said = ferry::testing::in_child(
+      [&]() -> std::string {
+        try {
+          static_cast<void>(ArrowDataset::open({path}, {}));
+          return "no error";
+        } catch (const DataError& e) {
+          return e.what();
+        }
+      },
+      std::uint64_t{4} << 30, 30);
+  EXPECT_NE(said.find(path.string()), std::string::npos) << said;
+  EXPECT_NE(said.find("shared many times over"), std::string::npos) << said;
+  // The same layout with 3 fields and 2 pairs: read as a schema of three int columns "x" (and
+  // refused for its names, not for its work).
+  const fs::path small = scratch_ / "shared_small.arrow";
+  write_bytes(small, shared_objects_stream(3, 2));
+  expect_error<DataError>([&] { static_cast<void>(ArrowDataset::open({small}, {})); },
+                          {small.string(), "two columns named \"x\""});
+}
+
 }  // namespace

@@ -47,6 +47,8 @@ class FlatTable {
   /// A little-endian value at byte `at` of the buffer (checked).
   template <class T>
   T load(std::size_t at) const;
+  /// The bytes of the whole buffer.
+  std::size_t buffer_size() const noexcept { return buf_.size(); }
 
  private:
   FlatTable(std::span<const std::byte> buf, std::size_t pos);

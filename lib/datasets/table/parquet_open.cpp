@@ -235,7 +235,12 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
   } catch (const ChunkError& e) {
     throw DataError(FileLabel{kWho, f.name}.prefix() + "footer: " + e.what());
   }
-  const auto schema = parquet::stored_arrow_schema(meta.arrow_schema);
+  // The stored Arrow schema is parsed only for what needs it: the shapes of the list columns read.
+  const bool lists_read = std::any_of(top.begin(), top.end(), [&](const TopColumn& c) {
+    return c.depth() > 0 && (t.options.columns.empty() || listed(t.options.columns, c.name));
+  });
+  const std::optional<std::vector<arrow::Field>> schema =
+      lists_read ? parquet::stored_arrow_schema(meta.arrow_schema) : std::nullopt;
   std::set<std::string_view> names;
   for (const TopColumn& c : top) {
     if (!names.insert(c.name).second) {
