@@ -612,4 +612,34 @@ TEST_F(ParquetFiles, ANullImageIsADataErrorNamingFileRowAndColumn) {
                             {"column \"image\"", "group", "does not read"});
 }
 
+TEST(ParquetForgedFile, APageClaimingMoreThanItHoldsIsADataErrorNamingFileAndPlace) {
+  // fuzz/corpus/parquet/forged_page (after its first byte, the fuzz target's options): 124
+  // bytes whose one row group claims 2^31 - 1 rows, and whose page claims as many values in
+  // 2^28 bytes with 16 there. Before the bound, the read allocated 8 GiB of levels (here in a
+  // child under an address space of 2 GiB: std::bad_alloc).
+  const auto seed = bytes_of(fs::path(FERRY_SOURCE_DIR) / "fuzz/corpus/parquet/forged_page");
+  ASSERT_EQ(seed.size(), 125U);
+  const fs::path path =
+      fs::temp_directory_path() / ("ferry_forged_" + std::to_string(::getpid()) + ".parquet");
+  write_bytes(path, std::vector<std::uint8_t>(seed.begin() + 1, seed.end()));
+  const std::string said = ferry::testing::in_child(
+      [&]() -> std::string {
+        try {
+          const auto ds = ParquetDataset::open({path}, {});
+          ferry::Loader loader(ds, ferry::testing::table_loader_options(1, false, 1, 0));
+          for (const ferry::Batch& b : loader.epoch(0)) (void)b;
+          return "no error";
+        } catch (const DataError& e) {
+          return e.what();
+        }
+      },
+      std::uint64_t{2} << 30, 60);
+  fs::remove(path);
+  for (const std::string& part :
+       {"ParquetDataset: " + path.string(), std::string("row group 0"), std::string("column \"a\""),
+        std::string("page 0"), std::string("claims 268435456 decompressed")}) {
+    EXPECT_NE(said.find(part), std::string::npos) << part << " in: " << said;
+  }
+}
+
 }  // namespace
