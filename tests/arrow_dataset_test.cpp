@@ -847,4 +847,24 @@ TEST_F(ArrowFiles, ASchemaOfSharedObjectsIsRefusedInTimeProportionalToItsBytes) 
                           {small.string(), "two columns named \"x\""});
 }
 
+TEST_F(ArrowFiles, FilesWhoseSchemasDifferAreAConfigErrorNamingBoth) {
+  // Every column read: a column of the second file that the first lacks is not dropped.
+  const fs::path a = file("schema_a.arrow");
+  const fs::path ab = file("schema_ab.arrow");
+  expect_error<ConfigError>(
+      [&] {
+        static_cast<void>(ArrowDataset::open({a, ab}));
+      },
+      {ab.string(), "column \"y\"", a.string()});
+  expect_error<ConfigError>(
+      [&] {
+        static_cast<void>(ArrowDataset::open({ab, a}));
+      },
+      {a.string(), "no column \"y\"", ab.string()});
+  // The columns named: the extra one is not among them.
+  TableOptions o;
+  o.columns = {"x"};
+  EXPECT_EQ(ArrowDataset::open({a, ab}, o)->fields().size(), 1U);
+}
+
 }  // namespace

@@ -642,4 +642,24 @@ TEST(ParquetForgedFile, APageClaimingMoreThanItHoldsIsADataErrorNamingFileAndPla
   }
 }
 
+TEST_F(ParquetFiles, FilesWhoseSchemasDifferAreAConfigErrorNamingBoth) {
+  // Every column read: a column of the second file that the first lacks is not dropped.
+  const fs::path a = file("schema_a.parquet");
+  const fs::path ab = file("schema_ab.parquet");
+  expect_error<ConfigError>(
+      [&] {
+        static_cast<void>(ParquetDataset::open({a, ab}));
+      },
+      {ab.string(), "column \"y\"", a.string()});
+  expect_error<ConfigError>(
+      [&] {
+        static_cast<void>(ParquetDataset::open({ab, a}));
+      },
+      {a.string(), "no column \"y\"", ab.string()});
+  // The columns named: the extra one is not among them.
+  TableOptions o;
+  o.columns = {"x"};
+  EXPECT_EQ(ParquetDataset::open({a, ab}, o)->fields().size(), 1U);
+}
+
 }  // namespace

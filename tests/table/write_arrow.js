@@ -234,6 +234,12 @@ write("all_file_lz4.arrow", all, "file", A.CompressionType.LZ4_FRAME);
   const big = new A.Table({ x: A.vectorFromArray(x, new A.Float64()) });
   write("big_zstd.arrow", big, "stream", A.CompressionType.ZSTD);
 }
+// Files whose schemas differ: schema_ab.arrow has schema_a.arrow's column and one more.
+{
+  const x = A.vectorFromArray([1, 2, 3], new A.Int32());
+  write("schema_a.arrow", new A.Table({ x }));
+  write("schema_ab.arrow", new A.Table({ x, y: A.vectorFromArray([0.5, 1, 1.5], new A.Float64()) }));
+}
 // The same rows in three files (120 + 100 + 30 rows).
 for (const [name, first, count] of [["part0", 0, 120], ["part1", 120, 100], ["part2", 220, 30]]) {
   write(`${name}.arrow`, batches(table(first, count), 100));

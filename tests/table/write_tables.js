@@ -200,6 +200,12 @@ if (imagesDir) {
     }
   }
 }
+// Files whose schemas differ: schema_ab.parquet has schema_a.parquet's column and one more.
+{
+  const x = vec(new arrow.Int32(), rows);
+  write("schema_a.parquet", new arrow.Table({ x }));
+  write("schema_ab.parquet", new arrow.Table({ x, y: vec(new arrow.Float64(), rows.map((r) => r / 2)) }));
+}
 // A footer longer than the 64 KiB a remote file's first read takes: a row group per row.
 write("long_footer.parquet", table(0, N), new pq.WriterPropertiesBuilder().setMaxRowGroupSize(1).build());
 (async () => {

@@ -287,6 +287,16 @@ void map_schema(ArrowTable& t, ArrowFile& f, bool first) {
       for (const auto& name : o.columns) add(*find(name));
     }
   }
+  if (!first && o.columns.empty()) {  // every column read: none of this file's is dropped
+    for (const Field& c : f.schema) {
+      if (std::none_of(t.columns.begin(), t.columns.end(),
+                       [&](const ArrowColumn& col) { return col.name == c.name; })) {
+        throw ConfigError(std::string(kWho) + ": " + f.name + ": column " + in_quotes(c.name) +
+                          ", which " + t.files[0].name +
+                          " has not (every column is read: the files' schemas differ)");
+      }
+    }
+  }
   std::size_t dictionaries = 0;
   for (const ArrowColumn& col : t.columns) {
     const auto it = find(col.name);

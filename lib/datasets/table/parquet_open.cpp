@@ -276,6 +276,16 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
       }
     }
   }
+  if (!first && t.options.columns.empty()) {  // every column read: none of this file's is dropped
+    for (const TopColumn& c : top) {
+      if (std::none_of(t.columns.begin(), t.columns.end(),
+                       [&](const TableColumn& col) { return col.name == c.name; })) {
+        throw ConfigError(std::string(kWho) + ": " + f.name + ": column " + in_quotes(c.name) +
+                          ", which " + t.files[0].name +
+                          " has not (every column is read: the files' schemas differ)");
+      }
+    }
+  }
   for (const TableColumn& col : t.columns) {
     const auto it = std::find_if(top.begin(), top.end(),
                                  [&](const TopColumn& c) { return c.name == col.name; });
