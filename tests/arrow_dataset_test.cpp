@@ -867,4 +867,31 @@ TEST_F(ArrowFiles, FilesWhoseSchemasDifferAreAConfigErrorNamingBoth) {
   EXPECT_EQ(ArrowDataset::open({a, ab}, o)->fields().size(), 1U);
 }
 
+TEST(ArrowUnions, AVersion4UnionHasAValidityBitmapBeforeItsTypeIds) {
+  // Metadata V4 gave a union a validity bitmap, which V5 dropped: a sparse union of one int32
+  // child takes 3 buffers in V4 (validity, type ids; the child's 2) and 2 in V5, so that the
+  // buffers of the columns after it are found where they are.
+  namespace fa = ferry::detail::arrow;
+  fa::Field child;
+  child.type = fa::TypeId::int_;
+  child.bit_width = 32;
+  child.is_signed = true;
+  fa::Field u;
+  u.type = fa::TypeId::union_;
+  u.children = {child};
+  for (const bool v4 : {true, false}) {
+    fa::RecordBatch batch;
+    batch.length = 2;
+    batch.nodes = {{2, 0}, {2, 0}};
+    batch.v4 = v4;
+    const std::vector<std::span<const std::byte>> buffers(8);
+    std::size_t node = 0;
+    std::size_t buffer = 0;
+    std::size_t variadic = 0;
+    static_cast<void>(fa::field_arrays(u, batch, buffers, node, buffer, variadic, false));
+    EXPECT_EQ(node, 2U);
+    EXPECT_EQ(buffer, v4 ? 4U : 3U) << (v4 ? "V4" : "V5");
+  }
+}
+
 }  // namespace

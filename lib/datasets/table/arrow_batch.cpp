@@ -136,8 +136,8 @@ std::size_t buffer_count(const Field& f, const RecordBatch& b, std::size_t& vari
     case TypeId::null:
     case TypeId::run_end_encoded:
       return 0;
-    case TypeId::union_:
-      return f.union_mode == 1 ? 2 : 1;
+    case TypeId::union_:  // type ids (and offsets when dense), after V4's validity bitmap
+      return std::size_t{f.union_mode == 1 ? 2U : 1U} + (b.v4 ? 1U : 0U);
     case TypeId::struct_:
     case TypeId::fixed_size_list:
       return 1;

@@ -246,6 +246,7 @@ Message parse_message(std::span<const std::byte> flatbuffer) {
     case HeaderType::record_batch:
       if (!header) throw FormatError("a record batch message without its record batch");
       m.batch = parse_batch(*header);
+      m.batch.v4 = version == 3;
       break;
     case HeaderType::dictionary_batch: {
       if (!header) throw FormatError("a dictionary batch message without its batch");
@@ -253,6 +254,7 @@ Message parse_message(std::span<const std::byte> flatbuffer) {
       const auto data = header->table(1);
       if (!data) throw FormatError("a dictionary batch without its data");
       m.batch = parse_batch(*data);
+      m.batch.v4 = version == 3;
       m.is_delta = header->scalar<std::uint8_t>(2, 0) != 0;
       break;
     }

@@ -135,6 +135,7 @@ struct RecordBatch {
   std::vector<Buffer> buffers;
   Compression compression = Compression::none;
   std::vector<std::int64_t> variadic;  ///< variadicBufferCounts
+  bool v4 = false;  ///< its message is of metadata version V4: a union has a validity bitmap
 };
 
 enum class HeaderType : std::uint8_t {
