@@ -894,4 +894,25 @@ TEST(ArrowUnions, AVersion4UnionHasAValidityBitmapBeforeItsTypeIds) {
   }
 }
 
+TEST_F(ArrowFiles, AColumnTheFileLacksIsAConfigErrorListingTheColumnsItHas) {
+  const fs::path ab = file("schema_ab.arrow");
+  TableOptions o;
+  o.columns = {"x", "z"};
+  expect_error<ConfigError>([&] { static_cast<void>(ArrowDataset::open({ab}, o)); },
+                            {ab.string(), "no column \"z\"", "(its columns: \"x\", \"y\")"});
+  o.columns = {};
+  o.categorical = {"w"};
+  expect_error<ConfigError>([&] { static_cast<void>(ArrowDataset::open({ab}, o)); },
+                            {"\"w\"", "(its columns: \"x\", \"y\")"});
+  // A later file without a column of the first's.
+  const fs::path a = file("schema_a.arrow");
+  o.categorical = {};
+  o.columns = {"x", "y"};
+  expect_error<ConfigError>(
+      [&] {
+        static_cast<void>(ArrowDataset::open({ab, a}, o));
+      },
+      {a.string(), "no column \"y\"", "(its columns: \"x\")"});
+}
+
 }  // namespace

@@ -662,4 +662,25 @@ TEST_F(ParquetFiles, FilesWhoseSchemasDifferAreAConfigErrorNamingBoth) {
   EXPECT_EQ(ParquetDataset::open({a, ab}, o)->fields().size(), 1U);
 }
 
+TEST_F(ParquetFiles, AColumnTheFileLacksIsAConfigErrorListingTheColumnsItHas) {
+  const fs::path ab = file("schema_ab.parquet");
+  TableOptions o;
+  o.columns = {"x", "z"};
+  expect_error<ConfigError>([&] { static_cast<void>(ParquetDataset::open({ab}, o)); },
+                            {ab.string(), "no column \"z\"", "(its columns: \"x\", \"y\")"});
+  o.columns = {};
+  o.categorical = {"w"};
+  expect_error<ConfigError>([&] { static_cast<void>(ParquetDataset::open({ab}, o)); },
+                            {"\"w\"", "(its columns: \"x\", \"y\")"});
+  // A later file without a column of the first's.
+  const fs::path a = file("schema_a.parquet");
+  o.categorical = {};
+  o.columns = {"x", "y"};
+  expect_error<ConfigError>(
+      [&] {
+        static_cast<void>(ParquetDataset::open({ab, a}, o));
+      },
+      {a.string(), "no column \"y\"", "(its columns: \"x\")"});
+}
+
 }  // namespace

@@ -267,11 +267,14 @@ void map_schema(ArrowTable& t, ArrowFile& f, bool first) {
                       in_quotes(c.name));
     }
   }
+  std::vector<std::string_view> schema_names;
+  for (const Field& c : f.schema) schema_names.push_back(c.name);
   if (first) {
     for (const auto* list : {&o.columns, &o.categorical, &o.images}) {
       for (const auto& name : *list) {
         if (find(name) == f.schema.end()) {
-          throw ConfigError(std::string(kWho) + ": " + f.name + ": no column " + in_quotes(name));
+          throw ConfigError(std::string(kWho) + ": " + f.name + ": no column " + in_quotes(name) +
+                            parquet::columns_text(schema_names));
         }
       }
     }
@@ -302,7 +305,8 @@ void map_schema(ArrowTable& t, ArrowFile& f, bool first) {
     const auto it = find(col.name);
     if (it == f.schema.end()) {
       throw ConfigError(std::string(kWho) + ": " + f.name + ": no column " + in_quotes(col.name) +
-                        ", which " + t.files[0].name + " has");
+                        ", which " + t.files[0].name + " has" +
+                        parquet::columns_text(schema_names));
     }
     if (!same_type(*it, col.field)) {
       throw ConfigError(std::string(kWho) + ": " + f.name + ": column " + in_quotes(col.name) +

@@ -248,12 +248,15 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
                       in_quotes(c.name));
     }
   }
+  std::vector<std::string_view> top_names;
+  for (const TopColumn& c : top) top_names.push_back(c.name);
   if (first) {
     const TableOptions& o = t.options;
     for (const auto& name : o.columns) {
       if (std::none_of(top.begin(), top.end(),
                        [&](const TopColumn& c) { return c.name == name; })) {
-        throw ConfigError(std::string(kWho) + ": " + f.name + ": no column " + in_quotes(name));
+        throw ConfigError(std::string(kWho) + ": " + f.name + ": no column " + in_quotes(name) +
+                          parquet::columns_text(top_names));
       }
     }
     for (const auto* list : {&o.categorical, &o.images}) {
@@ -262,7 +265,7 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
                          [&](const TopColumn& c) { return c.name == name; })) {
           throw ConfigError(std::string(kWho) + ": " + f.name + ": no " +
                             (list == &o.images ? "image" : "categorical") + " column " +
-                            in_quotes(name));
+                            in_quotes(name) + parquet::columns_text(top_names));
         }
       }
     }
@@ -291,7 +294,7 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
                                  [&](const TopColumn& c) { return c.name == col.name; });
     if (it == top.end()) {
       throw ConfigError(std::string(kWho) + ": " + f.name + ": no column " + in_quotes(col.name) +
-                        ", which " + t.files[0].name + " has");
+                        ", which " + t.files[0].name + " has" + parquet::columns_text(top_names));
     }
     const auto dtype = parquet::scalar_dtype(*it);
     const auto leaf = column_leaf(*it, col.kind);

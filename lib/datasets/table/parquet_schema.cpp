@@ -191,6 +191,17 @@ std::string in_quotes(std::string_view name) {
   return out;
 }
 
+std::string columns_text(const std::vector<std::string_view>& names) {
+  constexpr std::size_t kShown = 32;
+  std::string out = " (its columns: ";
+  for (std::size_t i = 0; i < names.size() && i < kShown; ++i) {
+    if (i > 0) out += ", ";
+    out += in_quotes(names[i]);
+  }
+  if (names.size() > kShown) out += ", and " + std::to_string(names.size() - kShown) + " more";
+  return out + ")";
+}
+
 bool listed(const std::vector<std::string>& names, std::string_view name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
