@@ -31,16 +31,23 @@ struct FreeZstd {
   void operator()(ZSTD_DCtx* d) const noexcept { ZSTD_freeDCtx(d); }
 };
 
-/// A decompressed buffer of the length its prefix says, grown as the data decompresses: a forged
+/// A decompressed buffer of the length its prefix says: whole at once when that is what data of
+/// common ratios makes (up to 64-fold), else grown as the data decompresses, so that a forged
 /// length costs no more memory than the data really makes.
 class Growing {
  public:
   Growing(std::size_t length, std::size_t packed)
-      : length_(length), cap_(std::min(length, packed * 16 + 65536)), mem_(new std::byte[cap_]) {}
+      : length_(length),
+        cap_(length <= packed * 64 + (std::size_t{1} << 20) ? length
+                                                            : std::min(length, packed * 16)),
+        mem_(new std::byte[cap_]) {}
+  /// Whether the whole length is there to be filled.
+  bool whole() const noexcept { return cap_ == length_; }
   /// Where the next bytes go; empty once `length` bytes are there.
   std::span<std::byte> room() {
     if (size_ == cap_ && cap_ < length_) {
-      const std::size_t cap = cap_ > (length_ - cap_) / 4 ? length_ : cap_ * 4 + cap_;
+      const std::size_t step = std::max<std::size_t>(cap_ * 4, 65536);
+      const std::size_t cap = step >= length_ - cap_ ? length_ : cap_ + step;
       auto mem = std::unique_ptr<std::byte[]>(new std::byte[cap]);
       if (size_ > 0) std::memcpy(mem.get(), mem_.get(), size_);
       mem_ = std::move(mem);
@@ -94,9 +101,23 @@ void lz4_frame(std::span<const std::byte> in, Growing& out) {
 }
 
 void zstd(std::span<const std::byte> in, Growing& out) {
-  thread_local std::unique_ptr<ZSTD_DCtx, FreeZstd> ctx(ZSTD_createDCtx());
+  if (out.whole()) {  // in one pass, with this thread's context
+    thread_local std::unique_ptr<ZSTD_DCtx, FreeZstd> ctx(ZSTD_createDCtx());
+    if (!ctx) throw FormatError("cannot decompress: out of memory");
+    const std::span<std::byte> all = out.room();
+    const std::size_t r =
+        ZSTD_decompressDCtx(ctx.get(), all.data(), all.size(), in.data(), in.size());
+    if (ZSTD_isError(r) != 0) {
+      throw FormatError(std::string("corrupt ZSTD data: ") + ZSTD_getErrorName(r));
+    }
+    if (r != all.size())
+      throw FormatError("the ZSTD data decompresses to less than its length says");
+    out.advance(r);
+    return;
+  }
+  // Streamed, with a context of its own: the window it buffers goes with it.
+  const std::unique_ptr<ZSTD_DCtx, FreeZstd> ctx(ZSTD_createDCtx());
   if (!ctx) throw FormatError("cannot decompress: out of memory");
-  ZSTD_DCtx_reset(ctx.get(), ZSTD_reset_session_only);
   ZSTD_inBuffer src{in.data(), in.size(), 0};
   std::size_t left = 1;  // 0: a frame ended
   while (src.pos < src.size || left != 0) {
