@@ -6,6 +6,7 @@
 // table are encoded here (TurboJPEG, libspng) and handed to the writer as files.
 
 #include <gtest/gtest.h>
+#include <malloc.h>
 #include <spng.h>
 #include <turbojpeg.h>
 #include <unistd.h>
@@ -913,6 +914,26 @@ TEST_F(ArrowFiles, AColumnTheFileLacksIsAConfigErrorListingTheColumnsItHas) {
         static_cast<void>(ArrowDataset::open({ab, a}, o));
       },
       {a.string(), "no column \"y\"", "(its columns: \"x\")"});
+}
+
+TEST_F(ArrowFiles, DecompressedRecordBatchesGoWithTheDataset) {
+  // oneTBB's worker threads outlive loaders: what a thread keeps of the compressed record batch
+  // it read last must go with the dataset, not stay until the thread reads another table.
+  const auto in_use = [] {
+    const struct mallinfo2 m = mallinfo2();
+    return m.uordblks + m.hblkhd;
+  };
+  const auto read_all = [&](const fs::path& f, std::size_t batch) {
+    ferry::Loader loader(ArrowDataset::open({f}, {}), loader_options(batch, false, 2));
+    for (const ferry::Batch& b : loader.epoch(0)) (void)b;
+  };
+  read_all(file("big_zstd.arrow"), 1000);  // one batch of 320,000 bytes decompressed
+  const std::size_t after = in_use();
+  // Reads of another table on the same threads free what they kept of the big one, if they
+  // kept anything: little must be left to free.
+  for (int i = 0; i < 4; ++i) read_all(file("schema_a.arrow"), 1);
+  const std::size_t flushed = in_use();
+  EXPECT_LT(after, flushed + (160 << 10)) << "after " << after << ", flushed " << flushed;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // here (TurboJPEG, libspng) and handed to the writer as files.
 
 #include <gtest/gtest.h>
+#include <malloc.h>
 #include <spng.h>
 #include <turbojpeg.h>
 #include <unistd.h>
@@ -681,6 +682,32 @@ TEST_F(ParquetFiles, AColumnTheFileLacksIsAConfigErrorListingTheColumnsItHas) {
         static_cast<void>(ParquetDataset::open({ab, a}, o));
       },
       {a.string(), "no column \"y\"", "(its columns: \"x\")"});
+}
+
+/// Bytes malloc holds for the program (every arena, and its own maps).
+std::size_t bytes_in_use() {
+  const struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;
+}
+
+TEST_F(ParquetFiles, DecodedRowGroupsGoWithTheDataset) {
+  // oneTBB's worker threads outlive loaders: what a thread keeps of the row group it read last
+  // must go with the dataset, not stay until the thread reads another table.
+  const auto read_all = [&](const fs::path& f, const std::vector<std::string>& columns) {
+    TableOptions o;
+    o.columns = columns;
+    ferry::Loader loader(ParquetDataset::open({f}, o), loader_options(50, false, 2));
+    for (const ferry::Batch& b : loader.epoch(0)) (void)b;
+  };
+  read_all(file("part0.parquet"), {"i64"});  // what stays anyway (threads, contexts) is made
+  read_all(file("part0.parquet"), {"i64"});
+  const std::size_t before = bytes_in_use();
+  // wide.parquet: row groups of 500 rows of 48 float64 columns and more, 200 KB and more each.
+  std::vector<std::string> columns;
+  for (int k = 0; k < 48; ++k) columns.push_back((k < 10 ? "c0" : "c") + std::to_string(k));
+  read_all(file("wide.parquet"), columns);
+  const std::size_t after = bytes_in_use();
+  EXPECT_LT(after, before + (100 << 10)) << "before " << before << ", after " << after;
 }
 
 }  // namespace

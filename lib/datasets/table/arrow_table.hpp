@@ -22,6 +22,7 @@
 #include "datasets/remote/range_reader.hpp"
 #include "datasets/table/arrow_format.hpp"
 #include "datasets/table/parquet_cache.hpp"
+#include "datasets/table/thread_kept.hpp"
 #include "ferry/dataset.hpp"
 #include "ferry/export.hpp"
 #include "ferry/table.hpp"
@@ -136,6 +137,8 @@ struct FERRY_HIDDEN ArrowTable {
   mutable std::atomic<std::uint64_t> batches_decoded{0};
   static constexpr std::size_t kDecodedBudget = std::size_t{512} << 20;
   mutable BasicGroupCache<ArrowBatchData> cache{kDecodedBudget};
+  /// A compressed table's (or a URL's) record batch each thread read last, kept with the table.
+  mutable ThreadKept<ArrowBatchData> held;
 
   /// Record batch b made readable (arrow_batch.cpp).
   /// \throws DataError naming the file, the record batch and what is wrong.
