@@ -936,4 +936,15 @@ TEST_F(ArrowFiles, DecompressedRecordBatchesGoWithTheDataset) {
   EXPECT_LT(after, flushed + (160 << 10)) << "after " << after << ", flushed " << flushed;
 }
 
+TEST_F(ArrowFiles, AnImageStructNotNamedInImagesIsAConfigErrorThatSaysSo) {
+  TableOptions o;
+  o.columns = {"image", "label"};
+  expect_error<ConfigError>(
+      [&] { static_cast<void>(ArrowDataset::open({file("images.arrow")}, o)); },
+      {"column \"image\"", "does not read", "TableOptions::images", "images="});
+  // Named, it decodes.
+  o.images = {"image"};
+  EXPECT_EQ(ArrowDataset::open({file("images.arrow")}, o)->fields().size(), 2U);
+}
+
 }  // namespace

@@ -710,4 +710,15 @@ TEST_F(ParquetFiles, DecodedRowGroupsGoWithTheDataset) {
   EXPECT_LT(after, before + (100 << 10)) << "before " << before << ", after " << after;
 }
 
+TEST_F(ParquetFiles, AnImageStructNotNamedInImagesIsAConfigErrorThatSaysSo) {
+  TableOptions o;
+  o.columns = {"image", "label"};
+  expect_error<ConfigError>(
+      [&] { static_cast<void>(ParquetDataset::open({file("images.parquet")}, o)); },
+      {"column \"image\"", "does not read", "TableOptions::images", "images="});
+  // Named, it decodes.
+  o.images = {"image"};
+  EXPECT_EQ(ParquetDataset::open({file("images.parquet")}, o)->fields().size(), 2U);
+}
+
 }  // namespace

@@ -127,7 +127,14 @@ ArrowColumn map_column(const Field& f, const TableOptions& o) {
   } else if (fixed_values(f, col, 0)) {
     return col;
   }
-  throw ConfigError(what + ", which ferry does not read");
+  const bool image_like = f.type == TypeId::struct_ && !f.dictionary &&
+                          std::any_of(f.children.begin(), f.children.end(), [](const Field& c) {
+                            return c.name == "bytes" && is_binary(c) && !c.dictionary;
+                          });
+  throw ConfigError(what + ", which ferry does not read" +
+                    (image_like ? " (a struct with binary bytes, as Hugging Face's Image: name it "
+                                  "in TableOptions::images, images= in Python, to decode it)"
+                                : ""));
 }
 
 bool same_type(const Field& a, const Field& b) {
@@ -268,6 +275,7 @@ void map_schema(ArrowTable& t, ArrowFile& f, bool first) {
     }
   }
   std::vector<std::string_view> schema_names;
+  schema_names.reserve(f.schema.size());
   for (const Field& c : f.schema) schema_names.push_back(c.name);
   if (first) {
     for (const auto* list : {&o.columns, &o.categorical, &o.images}) {

@@ -162,7 +162,11 @@ TableColumn map_column(const TopColumn& c, const TableOptions& o,
   const auto dtype = parquet::scalar_dtype(c);
   if (!dtype) {
     throw ConfigError(std::string(kWho) + ": column " + in_quotes(c.name) + " is of type " +
-                      parquet::type_text(c) + ", which ferry does not read");
+                      parquet::type_text(c) + ", which ferry does not read" +
+                      (c.image_leaf >= 0
+                           ? " (a struct{bytes, path}, as Hugging Face's Image: name it in "
+                             "TableOptions::images, images= in Python, to decode it)"
+                           : ""));
   }
   col.physical = *c.element->type;
   col.dtype = *dtype;
@@ -249,6 +253,7 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
     }
   }
   std::vector<std::string_view> top_names;
+  top_names.reserve(top.size());
   for (const TopColumn& c : top) top_names.push_back(c.name);
   if (first) {
     const TableOptions& o = t.options;
