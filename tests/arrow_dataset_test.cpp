@@ -947,4 +947,35 @@ TEST_F(ArrowFiles, AnImageStructNotNamedInImagesIsAConfigErrorThatSaysSo) {
   EXPECT_EQ(ArrowDataset::open({file("images.arrow")}, o)->fields().size(), 2U);
 }
 
+TEST_F(ArrowFiles, AColumnWhoseHuggingFaceFeatureIsImageDecodesWithoutBeingNamed) {
+  // images_hf.arrow: images.arrow with Hugging Face's features in its metadata, as `datasets`
+  // writes them: `image` an Image, `raw` a Value("binary").
+  TableOptions o;
+  o.columns = {"image", "label"};
+  const auto hf = ArrowDataset::open({file("images_hf.arrow")}, o);
+  ASSERT_EQ(hf->fields()[0], ferry::image_field(o.image, "image"));
+  TableOptions named = o;
+  named.images = {"image"};
+  const auto plain = ArrowDataset::open({file("images.arrow")}, named);
+  ferry::Loader a(hf, loader_options(5, false, 1));
+  ferry::Loader b(plain, loader_options(5, false, 1));
+  std::vector<std::vector<std::uint8_t>> from_hf;
+  for (const ferry::Batch& batch : a.epoch(0)) {
+    const auto* p = static_cast<const std::uint8_t*>(batch["image"].data());
+    from_hf.emplace_back(p, p + batch["image"].nbytes());
+  }
+  std::size_t i = 0;
+  for (const ferry::Batch& batch : b.epoch(0)) {
+    ASSERT_LT(i, from_hf.size());
+    const auto* p = static_cast<const std::uint8_t*>(batch["image"].data());
+    EXPECT_EQ(from_hf[i++], std::vector<std::uint8_t>(p, p + batch["image"].nbytes()));
+  }
+  EXPECT_EQ(i, from_hf.size());
+  // A Value("binary") stays bytes; the Image column left out of the columns read stays out.
+  o.columns = {"raw"};
+  const auto raw = ArrowDataset::open({file("images_hf.arrow")}, o);
+  ASSERT_EQ(raw->fields().size(), 1U);
+  EXPECT_EQ(raw->fields()[0].shape, std::vector<std::int64_t>{ferry::ragged});
+}
+
 }  // namespace

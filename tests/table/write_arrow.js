@@ -396,6 +396,14 @@ if (images) {
     label: A.vectorFromArray(files.map((f, i) => BigInt(i % 7)), new A.Int64()),
   });
   write("images.arrow", batches(t, 100));
+  // The same with Hugging Face's features in the schema's metadata, as `datasets` writes them:
+  // `image` an Image, `raw` a Value("binary").
+  const features = { image: { _type: "Image" }, raw: { dtype: "binary", _type: "Value" },
+                     label: { dtype: "int64", _type: "Value" } };
+  const hf = new A.Table(
+    new A.Schema(t.schema.fields, new Map([["huggingface", JSON.stringify({ info: { features } })]])),
+    t.batches);
+  write("images_hf.arrow", hf);
 }
 // The fuzz target's seeds (fuzz/corpus/arrow/, written once with FERRY_ARROW_SEEDS=DIR): a table
 // of 5 rows in batches of 2, each file behind the fuzz target's options byte.

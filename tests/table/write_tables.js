@@ -165,6 +165,13 @@ if (imagesDir) {
     label: vec(new arrow.Int64(), files.map((f, i) => BigInt(i))),
   });
   write("images.parquet", t, new pq.WriterPropertiesBuilder().setMaxRowGroupSize(7).build());
+  // The same with Hugging Face's features in the file's key-value metadata, as `datasets` writes
+  // them (through pyarrow): `image` an Image, `raw` a Value("binary").
+  const features = { image: { _type: "Image" }, raw: { dtype: "binary", _type: "Value" },
+                     label: { dtype: "int64", _type: "Value" } };
+  const hf = new Map([["huggingface", JSON.stringify({ info: { features } })]]);
+  write("images_hf.parquet", t,
+        new pq.WriterPropertiesBuilder().setMaxRowGroupSize(7).setKeyValueMetadata(hf).build());
   const n = new arrow.Table({
     image: vec(image, [0, 1, 2].map((i) => ({ bytes: i === 1 ? null : data[i], path: files[i] }))),
   });

@@ -188,6 +188,16 @@ Schema parse_schema(const FlatTable& t) {
   for (std::size_t i = 0; i < fields.count; ++i) {
     s.fields.push_back(parse_field(t.table_at(fields, i), 0, work));
   }
+  const FlatTable::Vector metadata = t.vector(2, 4);
+  work.take(metadata.count);
+  for (std::size_t i = 0; i < metadata.count; ++i) {
+    const FlatTable kv = t.table_at(metadata, i);
+    if (kv.string(0) == "huggingface") {
+      const std::string_view value = kv.string(1);
+      work.take(value.size());
+      s.huggingface = std::string(value);
+    }
+  }
   return s;
 }
 

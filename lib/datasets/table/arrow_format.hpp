@@ -117,6 +117,8 @@ std::string type_text(const Field& f);
 
 struct Schema {
   std::vector<Field> fields;
+  /// The schema's custom metadata "huggingface" (JSON: Hugging Face's features); empty without.
+  std::string huggingface;
 };
 
 struct Node {

@@ -13,6 +13,7 @@
 #include "datasets/remote/remote_cache.hpp"
 #include "datasets/table/arrow_ahead.hpp"
 #include "datasets/table/arrow_table.hpp"
+#include "datasets/table/hf_features.hpp"
 #include "datasets/table/parquet_schema.hpp"
 #include "ferry/error.hpp"
 #include "ferry/image.hpp"
@@ -173,6 +174,7 @@ void index_file_format(ArrowTable& t, ArrowFile& f, bool first) {
     throw DataError(label.prefix() + "footer: " + e.what());
   }
   f.schema = std::move(footer.schema.fields);
+  f.huggingface = std::move(footer.schema.huggingface);
   map_schema(t, f, first);
   std::size_t file_row = 0;
   std::size_t number = 0;
@@ -221,6 +223,7 @@ void index_stream(ArrowTable& t, ArrowFile& f, bool first) {
       }
       if (m == 0) {
         f.schema = fr.message.schema.fields;
+        f.huggingface = fr.message.schema.huggingface;
         map_schema(t, f, first);
       } else if (fr.message.type == arrow::HeaderType::dictionary_batch) {
         add_dictionary(t, f, fr.message, bytes.subspan(fr.body, fr.next - fr.body));
@@ -262,6 +265,11 @@ std::optional<DType> scalar_dtype(const arrow::Field& f) {
 }
 
 void map_schema(ArrowTable& t, ArrowFile& f, bool first) {
+  if (first)
+    add_hf_images(t.options, f.huggingface, [&](const std::string& name) {
+      return std::any_of(f.schema.begin(), f.schema.end(),
+                         [&](const Field& c) { return c.name == name; });
+    });
   const TableOptions& o = t.options;
   const auto find = [&](std::string_view name) {
     return std::find_if(f.schema.begin(), f.schema.end(),

@@ -102,6 +102,7 @@ struct ArrowFile {
   bool file_format = false;
   std::vector<std::size_t> tops;  ///< per column read: its place among the schema's fields
   std::vector<arrow::Field> schema;
+  std::string huggingface;  ///< the schema's "huggingface" metadata (Hugging Face's features)
   std::vector<ArrowDictionary> dictionaries;  ///< per dictionary column
 };
 

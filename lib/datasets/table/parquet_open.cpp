@@ -10,6 +10,7 @@
 #include <string>
 
 #include "datasets/remote/remote_cache.hpp"
+#include "datasets/table/hf_features.hpp"
 #include "datasets/table/parquet_ahead.hpp"
 #include "datasets/table/parquet_lists.hpp"
 #include "datasets/table/parquet_schema.hpp"
@@ -256,6 +257,10 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
   top_names.reserve(top.size());
   for (const TopColumn& c : top) top_names.push_back(c.name);
   if (first) {
+    add_hf_images(t.options, meta.huggingface, [&](const std::string& name) {
+      return std::any_of(top.begin(), top.end(),
+                         [&](const TopColumn& c) { return c.name == name; });
+    });
     const TableOptions& o = t.options;
     for (const auto& name : o.columns) {
       if (std::none_of(top.begin(), top.end(),
