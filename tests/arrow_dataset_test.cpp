@@ -6,6 +6,7 @@
 // table are encoded here (TurboJPEG, libspng) and handed to the writer as files.
 
 #include <gtest/gtest.h>
+#include <malloc.h>
 #include <spng.h>
 #include <turbojpeg.h>
 #include <unistd.h>
@@ -714,6 +715,267 @@ TEST_F(ArrowFiles, ACorruptCompressedBufferIsADataErrorWhenItsBatchIsRead) {
         for (const ferry::Batch& b : loader.epoch(0)) (void)b;
       },
       {"bad_lz4.arrow", "record batch 0", "buffer", "LZ4"});
+}
+
+TEST_F(ArrowFiles, AForgedDecompressedLengthIsADataErrorNotAnAllocation) {
+  // big_zstd.arrow: one ZSTD frame of about 300 KB that makes 320,000 bytes. Its length prefix
+  // says 16 GiB (more than zstd makes of 300 KB), then 8 GiB (less): before the bound, both
+  // were allocated as asked and ended in std::bad_alloc under an address space of 2 GiB; now
+  // the first is refused and the second's buffer grows only as the frame decompresses.
+  const Bytes good = read_bytes(file("big_zstd.arrow"));
+  const Bytes magic = {0x28, 0xb5, 0x2f, 0xfd};
+  const auto frame = std::search(good.begin(), good.end(), magic.begin(), magic.end());
+  ASSERT_NE(frame, good.end());
+  const auto at = static_cast<std::size_t>(frame - good.begin());
+  ASSERT_GE(at, 8U);
+  std::int64_t prefix = 0;
+  std::memcpy(&prefix, good.data() + at - 8, 8);
+  ASSERT_EQ(prefix, 320000);
+  for (const std::int64_t forged : {std::int64_t{16} << 30, std::int64_t{8} << 30}) {
+    Bytes bad = good;
+    std::memcpy(bad.data() + at - 8, &forged, 8);
+    const fs::path path = scratch_ / ("forged_" + std::to_string(forged) + ".arrow");
+    write_bytes(path, bad);
+    const std::string said = ferry::testing::in_child(
+        [&]() -> std::string {
+          try {
+            const auto ds = ArrowDataset::open({path}, {});
+            ferry::Loader loader(ds, loader_options(1, false, 1));
+            for (const ferry::Batch& b : loader.epoch(0)) (void)b;
+            return "no error";
+          } catch (const DataError& e) {
+            return e.what();
+          }
+        },
+        std::uint64_t{2} << 30, 120);
+    SCOPED_TRACE(said);
+    EXPECT_NE(said.find(path.string()), std::string::npos);
+    EXPECT_NE(said.find("record batch 0"), std::string::npos);
+    EXPECT_NE(said.find("buffer"), std::string::npos);
+    EXPECT_NE(said.find(forged == (std::int64_t{16} << 30) ? "a decompressed length of"
+                                                           : "less than its length says"),
+              std::string::npos);
+  }
+}
+
+/// A stream whose schema has `fields` fields that all point at one field table, whose metadata
+/// points `pairs` times at one key-value pair: a legal flatbuffer of about 4 (fields + pairs)
+/// bytes, laid out here by hand (each object after what points at it, as uoffsets need).
+Bytes shared_objects_stream(std::uint32_t fields, std::uint32_t pairs) {
+  Bytes b;
+  const auto raw = [&](std::size_t at, auto v) {
+    if (b.size() < at + sizeof v) b.resize(at + sizeof v, 0);
+    std::memcpy(b.data() + at, &v, sizeof v);
+  };
+  // The message's flatbuffer follows the stream's continuation marker and its length.
+  const auto put = [&](std::size_t at, auto v) { raw(8 + at, v); };
+  const auto vtable = [&](std::size_t at, std::vector<std::uint16_t> slots, std::uint16_t tsize) {
+    put(at, static_cast<std::uint16_t>(4 + 2 * slots.size()));
+    put(at + 2, tsize);
+    for (std::size_t i = 0; i < slots.size(); ++i) put(at + 4 + 2 * i, slots[i]);
+  };
+  const auto uoffset = [&](std::size_t at, std::size_t target) {
+    put(at, static_cast<std::uint32_t>(target - at));
+  };
+  const auto string = [&](std::size_t at, char c) {
+    put(at, std::uint32_t{1});
+    put(at + 4, c);
+    put(at + 5, '\0');
+  };
+  // Message {version V5, header_type Schema, header}: its vtable at 4, the table at 16.
+  put(0, std::uint32_t{16});
+  vtable(4, {4, 6, 8}, 12);
+  put(16, std::int32_t{16 - 4});
+  put(20, std::int16_t{4});
+  put(22, std::uint8_t{1});
+  uoffset(24, 36);
+  // Schema {fields}: its vtable at 28, the table at 36, the fields' vector at 44.
+  vtable(28, {0, 4}, 8);
+  put(36, std::int32_t{36 - 28});
+  uoffset(40, 44);
+  put(44, fields);
+  const std::size_t field_vtable = 48 + 4 * std::size_t{fields};
+  const std::size_t field = field_vtable + 20;
+  for (std::size_t i = 0; i < fields; ++i) uoffset(48 + 4 * i, field);
+  // Field {name "x", type Int (no parameters), custom_metadata}.
+  vtable(field_vtable, {4, 0, 8, 0, 0, 0, 12}, 16);
+  put(field, static_cast<std::int32_t>(field - field_vtable));
+  uoffset(field + 4, field + 16);
+  put(field + 8, std::uint8_t{2});
+  uoffset(field + 12, field + 24);
+  string(field + 16, 'x');
+  put(field + 24, pairs);
+  const std::size_t kv_vtable = field + 28 + 4 * std::size_t{pairs};
+  const std::size_t kv = kv_vtable + 8;
+  for (std::size_t i = 0; i < pairs; ++i) uoffset(field + 28 + 4 * i, kv);
+  vtable(kv_vtable, {4, 8}, 12);
+  put(kv, std::int32_t{8});
+  uoffset(kv + 4, kv + 12);
+  uoffset(kv + 8, kv + 20);
+  string(kv + 12, 'k');
+  string(kv + 20, 'v');
+  const std::size_t length = (b.size() - 8 + 7) / 8 * 8;
+  raw(0, std::uint32_t{0xffffffff});
+  raw(4, static_cast<std::int32_t>(length));
+  raw(8 + length, std::uint32_t{0xffffffff});  // the end of the stream
+  raw(12 + length, std::uint32_t{0});
+  return b;
+}
+
+TEST_F(ArrowFiles, ASchemaOfSharedObjectsIsRefusedInTimeProportionalToItsBytes) {
+  // 60,000 fields pointing at one field whose metadata points a million times at one pair: a
+  // 4 MB schema that was walked once per reference (6 x 10^10 steps), in a child under a timer
+  // of 30 s. Now the work is counted against the schema's bytes.
+  const fs::path path = scratch_ / "shared.arrow";
+  write_bytes(path, shared_objects_stream(60000, 1000000));
+  const std::string said = ferry::testing::in_child(
+      [&]() -> std::string {
+        try {
+          static_cast<void>(ArrowDataset::open({path}, {}));
+          return "no error";
+        } catch (const DataError& e) {
+          return e.what();
+        }
+      },
+      std::uint64_t{4} << 30, 30);
+  EXPECT_NE(said.find(path.string()), std::string::npos) << said;
+  EXPECT_NE(said.find("shared many times over"), std::string::npos) << said;
+  // The same layout with 3 fields and 2 pairs: read as a schema of three int columns "x" (and
+  // refused for its names, not for its work).
+  const fs::path small = scratch_ / "shared_small.arrow";
+  write_bytes(small, shared_objects_stream(3, 2));
+  expect_error<DataError>([&] { static_cast<void>(ArrowDataset::open({small}, {})); },
+                          {small.string(), "two columns named \"x\""});
+}
+
+TEST_F(ArrowFiles, FilesWhoseSchemasDifferAreAConfigErrorNamingBoth) {
+  // Every column read: a column of the second file that the first lacks is not dropped.
+  const fs::path a = file("schema_a.arrow");
+  const fs::path ab = file("schema_ab.arrow");
+  expect_error<ConfigError>(
+      [&] {
+        static_cast<void>(ArrowDataset::open({a, ab}));
+      },
+      {ab.string(), "column \"y\"", a.string()});
+  expect_error<ConfigError>(
+      [&] {
+        static_cast<void>(ArrowDataset::open({ab, a}));
+      },
+      {a.string(), "no column \"y\"", ab.string()});
+  // The columns named: the extra one is not among them.
+  TableOptions o;
+  o.columns = {"x"};
+  EXPECT_EQ(ArrowDataset::open({a, ab}, o)->fields().size(), 1U);
+}
+
+TEST(ArrowUnions, AVersion4UnionHasAValidityBitmapBeforeItsTypeIds) {
+  // Metadata V4 gave a union a validity bitmap, which V5 dropped: a sparse union of one int32
+  // child takes 3 buffers in V4 (validity, type ids; the child's 2) and 2 in V5, so that the
+  // buffers of the columns after it are found where they are.
+  namespace fa = ferry::detail::arrow;
+  fa::Field child;
+  child.type = fa::TypeId::int_;
+  child.bit_width = 32;
+  child.is_signed = true;
+  fa::Field u;
+  u.type = fa::TypeId::union_;
+  u.children = {child};
+  for (const bool v4 : {true, false}) {
+    fa::RecordBatch batch;
+    batch.length = 2;
+    batch.nodes = {{2, 0}, {2, 0}};
+    batch.v4 = v4;
+    const std::vector<std::span<const std::byte>> buffers(8);
+    std::size_t node = 0;
+    std::size_t buffer = 0;
+    std::size_t variadic = 0;
+    static_cast<void>(fa::field_arrays(u, batch, buffers, node, buffer, variadic, false));
+    EXPECT_EQ(node, 2U);
+    EXPECT_EQ(buffer, v4 ? 4U : 3U) << (v4 ? "V4" : "V5");
+  }
+}
+
+TEST_F(ArrowFiles, AColumnTheFileLacksIsAConfigErrorListingTheColumnsItHas) {
+  const fs::path ab = file("schema_ab.arrow");
+  TableOptions o;
+  o.columns = {"x", "z"};
+  expect_error<ConfigError>([&] { static_cast<void>(ArrowDataset::open({ab}, o)); },
+                            {ab.string(), "no column \"z\"", "(its columns: \"x\", \"y\")"});
+  o.columns = {};
+  o.categorical = {"w"};
+  expect_error<ConfigError>([&] { static_cast<void>(ArrowDataset::open({ab}, o)); },
+                            {"\"w\"", "(its columns: \"x\", \"y\")"});
+  // A later file without a column of the first's.
+  const fs::path a = file("schema_a.arrow");
+  o.categorical = {};
+  o.columns = {"x", "y"};
+  expect_error<ConfigError>(
+      [&] {
+        static_cast<void>(ArrowDataset::open({ab, a}, o));
+      },
+      {a.string(), "no column \"y\"", "(its columns: \"x\")"});
+}
+
+TEST_F(ArrowFiles, DecompressedRecordBatchesGoWithTheDataset) {
+  // oneTBB's worker threads outlive loaders: what a thread keeps of the compressed record batch
+  // it read last must go with the dataset, not stay until the thread reads another table.
+  const auto in_use = [] {
+    const struct mallinfo2 m = mallinfo2();
+    return m.uordblks + m.hblkhd;
+  };
+  const auto read_all = [&](const fs::path& f, std::size_t batch) {
+    ferry::Loader loader(ArrowDataset::open({f}, {}), loader_options(batch, false, 2));
+    for (const ferry::Batch& b : loader.epoch(0)) (void)b;
+  };
+  read_all(file("big_zstd.arrow"), 1000);  // one batch of 320,000 bytes decompressed
+  const std::size_t after = in_use();
+  // Reads of another table on the same threads free what they kept of the big one, if they
+  // kept anything: little must be left to free.
+  for (int i = 0; i < 4; ++i) read_all(file("schema_a.arrow"), 1);
+  const std::size_t flushed = in_use();
+  EXPECT_LT(after, flushed + (160 << 10)) << "after " << after << ", flushed " << flushed;
+}
+
+TEST_F(ArrowFiles, AnImageStructNotNamedInImagesIsAConfigErrorThatSaysSo) {
+  TableOptions o;
+  o.columns = {"image", "label"};
+  expect_error<ConfigError>(
+      [&] { static_cast<void>(ArrowDataset::open({file("images.arrow")}, o)); },
+      {"column \"image\"", "does not read", "TableOptions::images", "images="});
+  // Named, it decodes.
+  o.images = {"image"};
+  EXPECT_EQ(ArrowDataset::open({file("images.arrow")}, o)->fields().size(), 2U);
+}
+
+TEST_F(ArrowFiles, AColumnWhoseHuggingFaceFeatureIsImageDecodesWithoutBeingNamed) {
+  // images_hf.arrow: images.arrow with Hugging Face's features in its metadata, as `datasets`
+  // writes them: `image` an Image, `raw` a Value("binary").
+  TableOptions o;
+  o.columns = {"image", "label"};
+  const auto hf = ArrowDataset::open({file("images_hf.arrow")}, o);
+  ASSERT_EQ(hf->fields()[0], ferry::image_field(o.image, "image"));
+  TableOptions named = o;
+  named.images = {"image"};
+  const auto plain = ArrowDataset::open({file("images.arrow")}, named);
+  ferry::Loader a(hf, loader_options(5, false, 1));
+  ferry::Loader b(plain, loader_options(5, false, 1));
+  std::vector<std::vector<std::uint8_t>> from_hf;
+  for (const ferry::Batch& batch : a.epoch(0)) {
+    const auto* p = static_cast<const std::uint8_t*>(batch["image"].data());
+    from_hf.emplace_back(p, p + batch["image"].nbytes());
+  }
+  std::size_t i = 0;
+  for (const ferry::Batch& batch : b.epoch(0)) {
+    ASSERT_LT(i, from_hf.size());
+    const auto* p = static_cast<const std::uint8_t*>(batch["image"].data());
+    EXPECT_EQ(from_hf[i++], std::vector<std::uint8_t>(p, p + batch["image"].nbytes()));
+  }
+  EXPECT_EQ(i, from_hf.size());
+  // A Value("binary") stays bytes; the Image column left out of the columns read stays out.
+  o.columns = {"raw"};
+  const auto raw = ArrowDataset::open({file("images_hf.arrow")}, o);
+  ASSERT_EQ(raw->fields().size(), 1U);
+  EXPECT_EQ(raw->fields()[0].shape, std::vector<std::int64_t>{ferry::ragged});
 }
 
 }  // namespace

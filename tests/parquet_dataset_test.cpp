@@ -5,6 +5,7 @@
 // here (TurboJPEG, libspng) and handed to the writer as files.
 
 #include <gtest/gtest.h>
+#include <malloc.h>
 #include <spng.h>
 #include <turbojpeg.h>
 #include <unistd.h>
@@ -215,6 +216,75 @@ TEST_F(ParquetFiles, DeltaEncodingsByteStreamSplitAndRleBooleansDeliverEveryValu
     expect_all_rows(ds, loader_options(7, true, 2), name);
     expect_all_rows(ds, loader_options(48, true, 1), name + " in shares of 12");
     expect_all_rows(ds, loader_options(16, false, 1), name + " in order");
+  }
+}
+
+/// An IEEE binary16 value as a float (every half is a float exactly).
+float half_value(std::uint16_t h) {
+  const int sign = h >> 15;
+  const int exponent = (h >> 10) & 0x1f;
+  const int mantissa = h & 0x3ff;
+  float v = 0;
+  if (exponent == 0x1f) {
+    v = mantissa != 0 ? std::numeric_limits<float>::quiet_NaN()
+                      : std::numeric_limits<float>::infinity();
+  } else if (exponent == 0) {
+    v = std::ldexp(static_cast<float>(mantissa), -24);
+  } else {
+    v = std::ldexp(static_cast<float>(mantissa + 1024), exponent - 25);
+  }
+  return sign != 0 ? -v : v;
+}
+/// Value j of an f16 tensor.
+float half_at(const ferry::Tensor& t, std::size_t j) {
+  return half_value(static_cast<const std::uint16_t*>(t.data())[j]);
+}
+
+TEST_F(ParquetFiles, Float16ColumnsAndListsOfThemAreF16Fields) {
+  // arrow-rs writes Arrow's float16 as FIXED_LEN_BYTE_ARRAY(2) with the FLOAT16 logical type;
+  // write_tables.js checks that each file's chunks carry the encoding its name says.
+  for (const std::string enc : {"plain", "split", "delta"}) {
+    for (const std::string v : {"v1", "v2"}) {
+      const std::string name = "float16_" + enc + "_" + v + ".parquet";
+      SCOPED_TRACE(name);
+      TableOptions o;
+      o.columns = {"h", "hv", "hl"};
+      o.missing = ferry::Missing::nan;
+      const auto ds = ParquetDataset::open({file(name)}, o);
+      ASSERT_EQ(ds->size(), kRows);
+      const auto fields = ds->fields();
+      ASSERT_EQ(fields.size(), 3U);
+      for (const auto& f : fields) EXPECT_EQ(f.dtype, DType::f16) << f.name;
+      EXPECT_EQ(fields[0].shape, std::vector<std::int64_t>{});
+      EXPECT_EQ(fields[1].shape, std::vector<std::int64_t>{3});
+      EXPECT_EQ(fields[2].shape, std::vector<std::int64_t>{ferry::ragged});
+      ferry::Loader loader(ds, loader_options(7, true, 2));
+      std::set<std::uint64_t> seen;
+      for (const ferry::Batch& b : loader.epoch(0)) {
+        const ferry::Tensor& hl = b["hl"];
+        const auto width = static_cast<std::size_t>(hl.shape()[1]);
+        for (std::size_t j = 0; j < b.size(); ++j) {
+          const std::uint64_t r = b.indices()[j];
+          seen.insert(r);
+          const auto x = static_cast<float>(r);
+          const float h = half_at(b["h"], j);
+          if (r % 5 == 3) {
+            EXPECT_TRUE(std::isnan(h)) << "row " << r;
+          } else {
+            EXPECT_EQ(h, x / 4 - 4) << "row " << r;
+          }
+          EXPECT_EQ(half_at(b["hv"], 3 * j), x) << "row " << r;
+          EXPECT_EQ(half_at(b["hv"], 3 * j + 1), -x) << "row " << r;
+          EXPECT_EQ(half_at(b["hv"], 3 * j + 2), x / 8) << "row " << r;
+          ASSERT_EQ(at<std::int64_t>(b.lengths("hl"), j), static_cast<std::int64_t>(r % 4));
+          for (std::size_t k = 0; k < r % 4; ++k) {
+            EXPECT_EQ(half_at(hl, j * width + k), x + static_cast<float>(k) / 2)
+                << "row " << r << ", value " << k;
+          }
+        }
+      }
+      EXPECT_EQ(seen.size(), kRows);
+    }
   }
 }
 
@@ -541,6 +611,145 @@ TEST_F(ParquetFiles, ANullImageIsADataErrorNamingFileRowAndColumn) {
   // A struct not named in images is not read.
   expect_error<ConfigError>([&] { (void)ParquetDataset::open({file("images.parquet")}, {}); },
                             {"column \"image\"", "group", "does not read"});
+}
+
+TEST(ParquetForgedFile, APageClaimingMoreThanItHoldsIsADataErrorNamingFileAndPlace) {
+  // fuzz/corpus/parquet/forged_page (after its first byte, the fuzz target's options): 124
+  // bytes whose one row group claims 2^31 - 1 rows, and whose page claims as many values in
+  // 2^28 bytes with 16 there. Before the bound, the read allocated 8 GiB of levels (here in a
+  // child under an address space of 2 GiB: std::bad_alloc).
+  const auto seed = bytes_of(fs::path(FERRY_SOURCE_DIR) / "fuzz/corpus/parquet/forged_page");
+  ASSERT_EQ(seed.size(), 125U);
+  const fs::path path =
+      fs::temp_directory_path() / ("ferry_forged_" + std::to_string(::getpid()) + ".parquet");
+  write_bytes(path, std::vector<std::uint8_t>(seed.begin() + 1, seed.end()));
+  const std::string said = ferry::testing::in_child(
+      [&]() -> std::string {
+        try {
+          const auto ds = ParquetDataset::open({path}, {});
+          ferry::Loader loader(ds, ferry::testing::table_loader_options(1, false, 1, 0));
+          for (const ferry::Batch& b : loader.epoch(0)) (void)b;
+          return "no error";
+        } catch (const DataError& e) {
+          return e.what();
+        }
+      },
+      std::uint64_t{2} << 30, 60);
+  fs::remove(path);
+  for (const std::string& part :
+       {"ParquetDataset: " + path.string(), std::string("row group 0"), std::string("column \"a\""),
+        std::string("page 0"), std::string("claims 268435456 decompressed")}) {
+    EXPECT_NE(said.find(part), std::string::npos) << part << " in: " << said;
+  }
+}
+
+TEST_F(ParquetFiles, FilesWhoseSchemasDifferAreAConfigErrorNamingBoth) {
+  // Every column read: a column of the second file that the first lacks is not dropped.
+  const fs::path a = file("schema_a.parquet");
+  const fs::path ab = file("schema_ab.parquet");
+  expect_error<ConfigError>(
+      [&] {
+        static_cast<void>(ParquetDataset::open({a, ab}));
+      },
+      {ab.string(), "column \"y\"", a.string()});
+  expect_error<ConfigError>(
+      [&] {
+        static_cast<void>(ParquetDataset::open({ab, a}));
+      },
+      {a.string(), "no column \"y\"", ab.string()});
+  // The columns named: the extra one is not among them.
+  TableOptions o;
+  o.columns = {"x"};
+  EXPECT_EQ(ParquetDataset::open({a, ab}, o)->fields().size(), 1U);
+}
+
+TEST_F(ParquetFiles, AColumnTheFileLacksIsAConfigErrorListingTheColumnsItHas) {
+  const fs::path ab = file("schema_ab.parquet");
+  TableOptions o;
+  o.columns = {"x", "z"};
+  expect_error<ConfigError>([&] { static_cast<void>(ParquetDataset::open({ab}, o)); },
+                            {ab.string(), "no column \"z\"", "(its columns: \"x\", \"y\")"});
+  o.columns = {};
+  o.categorical = {"w"};
+  expect_error<ConfigError>([&] { static_cast<void>(ParquetDataset::open({ab}, o)); },
+                            {"\"w\"", "(its columns: \"x\", \"y\")"});
+  // A later file without a column of the first's.
+  const fs::path a = file("schema_a.parquet");
+  o.categorical = {};
+  o.columns = {"x", "y"};
+  expect_error<ConfigError>(
+      [&] {
+        static_cast<void>(ParquetDataset::open({ab, a}, o));
+      },
+      {a.string(), "no column \"y\"", "(its columns: \"x\")"});
+}
+
+/// Bytes malloc holds for the program (every arena, and its own maps).
+std::size_t bytes_in_use() {
+  const struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;
+}
+
+TEST_F(ParquetFiles, DecodedRowGroupsGoWithTheDataset) {
+  // oneTBB's worker threads outlive loaders: what a thread keeps of the row group it read last
+  // must go with the dataset, not stay until the thread reads another table.
+  const auto read_all = [&](const fs::path& f, const std::vector<std::string>& columns) {
+    TableOptions o;
+    o.columns = columns;
+    ferry::Loader loader(ParquetDataset::open({f}, o), loader_options(50, false, 2));
+    for (const ferry::Batch& b : loader.epoch(0)) (void)b;
+  };
+  read_all(file("part0.parquet"), {"i64"});  // what stays anyway (threads, contexts) is made
+  read_all(file("part0.parquet"), {"i64"});
+  const std::size_t before = bytes_in_use();
+  // wide.parquet: row groups of 500 rows of 48 float64 columns and more, 200 KB and more each.
+  std::vector<std::string> columns;
+  for (int k = 0; k < 48; ++k) columns.push_back((k < 10 ? "c0" : "c") + std::to_string(k));
+  read_all(file("wide.parquet"), columns);
+  const std::size_t after = bytes_in_use();
+  EXPECT_LT(after, before + (100 << 10)) << "before " << before << ", after " << after;
+}
+
+TEST_F(ParquetFiles, AnImageStructNotNamedInImagesIsAConfigErrorThatSaysSo) {
+  TableOptions o;
+  o.columns = {"image", "label"};
+  expect_error<ConfigError>(
+      [&] { static_cast<void>(ParquetDataset::open({file("images.parquet")}, o)); },
+      {"column \"image\"", "does not read", "TableOptions::images", "images="});
+  // Named, it decodes.
+  o.images = {"image"};
+  EXPECT_EQ(ParquetDataset::open({file("images.parquet")}, o)->fields().size(), 2U);
+}
+
+TEST_F(ParquetFiles, AColumnWhoseHuggingFaceFeatureIsImageDecodesWithoutBeingNamed) {
+  // images_hf.parquet: images.parquet with Hugging Face's features in its metadata, as `datasets`
+  // writes them: `image` an Image, `raw` a Value("binary").
+  TableOptions o;
+  o.columns = {"image", "label"};
+  const auto hf = ParquetDataset::open({file("images_hf.parquet")}, o);
+  ASSERT_EQ(hf->fields()[0], ferry::image_field(o.image, "image"));
+  TableOptions named = o;
+  named.images = {"image"};
+  const auto plain = ParquetDataset::open({file("images.parquet")}, named);
+  ferry::Loader a(hf, loader_options(5, false, 1));
+  ferry::Loader b(plain, loader_options(5, false, 1));
+  std::vector<std::vector<std::uint8_t>> from_hf;
+  for (const ferry::Batch& batch : a.epoch(0)) {
+    const auto* p = static_cast<const std::uint8_t*>(batch["image"].data());
+    from_hf.emplace_back(p, p + batch["image"].nbytes());
+  }
+  std::size_t i = 0;
+  for (const ferry::Batch& batch : b.epoch(0)) {
+    ASSERT_LT(i, from_hf.size());
+    const auto* p = static_cast<const std::uint8_t*>(batch["image"].data());
+    EXPECT_EQ(from_hf[i++], std::vector<std::uint8_t>(p, p + batch["image"].nbytes()));
+  }
+  EXPECT_EQ(i, from_hf.size());
+  // A Value("binary") stays bytes; the Image column left out of the columns read stays out.
+  o.columns = {"raw"};
+  const auto raw = ParquetDataset::open({file("images_hf.parquet")}, o);
+  ASSERT_EQ(raw->fields().size(), 1U);
+  EXPECT_EQ(raw->fields()[0].shape, std::vector<std::int64_t>{ferry::ragged});
 }
 
 }  // namespace

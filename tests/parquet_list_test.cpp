@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "datasets/table/parquet_chunk.hpp"
 #include "datasets/table/parquet_format.hpp"
 #include "datasets/table/parquet_lists.hpp"
 #include "expect_error.hpp"
@@ -734,6 +735,63 @@ TEST(ParquetListLevels, LevelsThatMakeNoRowsAreChunkErrorsNamingThePage) {
   PageWriter more;  // more pages than the chunk's count of values
   more.page({0}, {3}, {1});
   expect_error<pq::ChunkError>([&] { decode(more, 2); }, {"page 1", "the chunk ends"});
+}
+
+/// A page header of `type` (0 DATA_PAGE, 2 DICTIONARY_PAGE) that claims `values` values and
+/// `claimed` bytes decompressed, followed by `body` zero bytes.
+std::vector<std::byte> forged_page(int type, std::int32_t values, std::int32_t claimed, int body) {
+  PageWriter w;
+  w.i32(1, type);
+  w.i32(1, claimed);
+  w.i32(1, body);
+  w.byte(type == 0 ? 0x2c : 0x4c);  // field 5, DataPageHeader, or 7, DictionaryPageHeader
+  w.i32(1, values);
+  w.i32(1, 0);  // PLAIN
+  if (type == 0) {
+    w.i32(1, 3);  // RLE levels
+    w.i32(1, 3);
+  }
+  w.byte(0);
+  w.byte(0);
+  w.out.resize(w.out.size() + static_cast<std::size_t>(body), std::byte{0});
+  return w.out;
+}
+
+TEST(ParquetForgedSizes, PagesClaimingMoreThanTheirBytesHoldAreChunkErrorsNotAllocations) {
+  // Run in a child under an address space of 2 GiB: before the bound, each of these asked for
+  // gigabytes (levels for 2^31 - 1 values, or offsets for as many byte arrays) and ended in
+  // std::bad_alloc.
+  namespace pq = ferry::detail::parquet;
+  const auto decode = [](std::vector<std::byte> page, pq::Physical type, pq::Codec codec,
+                         std::size_t rows) {
+    return ferry::testing::in_child(
+        [&]() -> std::string {
+          try {
+            static_cast<void>(pq::decode_chunk(page, type, codec, 1, rows));
+            return "no error";
+          } catch (const pq::ChunkError& e) {
+            return e.what();
+          }
+        },
+        std::uint64_t{2} << 30, 60);
+  };
+  const std::size_t rows = 0x7fffffff;
+  // 16 bytes of a data page that claims 2^31 - 1 values in 2^28 bytes, uncompressed or snappy.
+  for (const auto codec : {pq::Codec::uncompressed, pq::Codec::snappy}) {
+    const std::string said =
+        decode(forged_page(0, 0x7fffffff, 1 << 28, 16), pq::Physical::int32, codec, rows);
+    EXPECT_NE(said.find("page 0"), std::string::npos) << said;
+    EXPECT_NE(said.find("claims 268435456 decompressed"), std::string::npos) << said;
+  }
+  // A dictionary page of 16 bytes that claims 2^31 - 1 byte arrays.
+  const std::string said = decode(forged_page(2, 0x7fffffff, 16, 16), pq::Physical::byte_array,
+                                  pq::Codec::uncompressed, 1);
+  EXPECT_NE(said.find("page 0"), std::string::npos) << said;
+  EXPECT_NE(said.find("PLAIN byte arrays end early"), std::string::npos) << said;
+  // A zstd page of 64 bytes that claims 1 GiB: zstd makes at most 32768 bytes of a byte.
+  const std::string zstd =
+      decode(forged_page(0, 1000, 1 << 30, 64), pq::Physical::int32, pq::Codec::zstd, 1000);
+  EXPECT_NE(zstd.find("more than ZSTD makes"), std::string::npos) << zstd;
 }
 
 }  // namespace

@@ -1,14 +1,21 @@
 #pragma once
 
 // What the table suites share to make their files at run time with tests/table's independent
-// writers (node, with npm's apache-arrow and parquet-wasm in tests/table/node_modules), and the
-// fixed CPU loader they read them with.
+// writers (node, with npm's apache-arrow and parquet-wasm in tests/table/node_modules), the
+// fixed CPU loader they read them with, and a child process to run memory bombs and hangs in.
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -61,6 +68,54 @@ inline std::vector<std::uint64_t> rows_kept(const std::shared_ptr<const Dataset>
     for (std::size_t j = 0; j < b.size(); ++j) rows.push_back(b.indices()[j]);
   }
   return rows;
+}
+
+/// Runs `body` in a child process whose address space is limited to `address_space` bytes
+/// (not under a sanitizer, which reserves far more) and which a timer of `seconds` kills.
+/// Returns what `body` returned (say, the text of the error it caught), or what went wrong
+/// instead: "std::bad_alloc", "an exception: ...", "killed by signal 14" (the timer).
+inline std::string in_child(const std::function<std::string()>& body, std::uint64_t address_space,
+                            unsigned seconds) {
+  int fds[2];
+  if (::pipe(fds) != 0) return "pipe() failed";
+  const pid_t pid = ::fork();
+  if (pid < 0) return "fork() failed";
+  if (pid == 0) {
+    ::close(fds[0]);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+    const rlimit limit{address_space, address_space};
+    ::setrlimit(RLIMIT_AS, &limit);
+#else
+    static_cast<void>(address_space);
+#endif
+    ::alarm(seconds);
+    std::string said;
+    try {
+      said = body();
+    } catch (const std::bad_alloc&) {
+      said = "std::bad_alloc";
+    } catch (const std::exception& e) {
+      said = std::string("an exception: ") + e.what();
+    }
+    std::size_t at = 0;
+    while (at < said.size()) {
+      const ssize_t n = ::write(fds[1], said.data() + at, said.size() - at);
+      if (n <= 0) break;
+      at += static_cast<std::size_t>(n);
+    }
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string said;
+  char buf[4096];
+  for (ssize_t n = 0; (n = ::read(fds[0], buf, sizeof buf)) > 0;) {
+    said.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
+  return said;
 }
 
 }  // namespace ferry::testing

@@ -52,7 +52,8 @@ struct TableOptions {
 /// Column types and their fields:
 /// - boolean -> u8 []; INT32 / INT64 with their logical (or converted) integer types ->
 ///   i8, i16, i32, i64, u8, u16, u32, u64 [] (the type the column declares); FLOAT -> f32 [];
-///   DOUBLE -> f64 [].
+///   DOUBLE -> f64 []; FLOAT16 (FIXED_LEN_BYTE_ARRAY(2), as arrow-rs and pyarrow write
+///   float16) -> f16 [] (a null: NaN under Missing::nan).
 /// - BYTE_ARRAY (binary, string) -> ragged u8 [L], the bytes as stored; named in
 ///   TableOptions::categorical -> i64 [] codes; named in TableOptions::images -> u8
 ///   image_shape(options.image), decoded as ImageFolder's (image_field()).
@@ -67,7 +68,7 @@ struct TableOptions {
 ///   the file, row group, row and column when it is read. A null list or a null inside follows
 ///   TableOptions::missing as ArrowDataset's (NaN slots only in a fixed shape of floats).
 /// - Any other type in a column that is read (timestamps, decimals, maps, other structs, lists
-///   of lists that vary inside, lists of byte arrays, fixed-length byte arrays, INT96):
+///   of lists that vary inside, lists of byte arrays, other fixed-length byte arrays, INT96):
 ///   ConfigError naming the column and its type.
 ///
 /// What is read: PLAIN, dictionary (PLAIN_DICTIONARY, RLE_DICTIONARY), DELTA_BINARY_PACKED,

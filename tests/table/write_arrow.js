@@ -171,7 +171,8 @@ function zstdFrame(src) {
   if (blocks.length === 0) blocks.push([0, 0, []]);
   blocks.forEach(([type, size, data], k) => {
     const h = (k === blocks.length - 1 ? 1 : 0) | (type << 1) | (size << 3);
-    o.push(h & 255, (h >> 8) & 255, (h >> 16) & 255, ...data);
+    o.push(h & 255, (h >> 8) & 255, (h >> 16) & 255);
+    for (const x of data) o.push(x);  // one at a time: a block of 128 KiB overflows a spread
   });
   return Uint8Array.from(o);
 }
@@ -224,6 +225,21 @@ write("all_file.arrow", all, "file");
 write("all_lz4.arrow", all, "stream", A.CompressionType.LZ4_FRAME);
 write("all_zstd.arrow", all, "stream", A.CompressionType.ZSTD);
 write("all_file_lz4.arrow", all, "file", A.CompressionType.LZ4_FRAME);
+// One ZSTD batch of 40,000 float64 values in column "x", r * 1.5 + 0.1 at odd rows and 0 at even
+// ones: a frame of about 300 KB (raw blocks between RLE ones), whose length prefix the tests
+// forge.
+{
+  const rs = [...Array(40000).keys()];
+  const x = rs.map((r) => (r % 2 === 0 ? 0 : r * 1.5 + 0.1));
+  const big = new A.Table({ x: A.vectorFromArray(x, new A.Float64()) });
+  write("big_zstd.arrow", big, "stream", A.CompressionType.ZSTD);
+}
+// Files whose schemas differ: schema_ab.arrow has schema_a.arrow's column and one more.
+{
+  const x = A.vectorFromArray([1, 2, 3], new A.Int32());
+  write("schema_a.arrow", new A.Table({ x }));
+  write("schema_ab.arrow", new A.Table({ x, y: A.vectorFromArray([0.5, 1, 1.5], new A.Float64()) }));
+}
 // The same rows in three files (120 + 100 + 30 rows).
 for (const [name, first, count] of [["part0", 0, 120], ["part1", 120, 100], ["part2", 220, 30]]) {
   write(`${name}.arrow`, batches(table(first, count), 100));
@@ -380,6 +396,14 @@ if (images) {
     label: A.vectorFromArray(files.map((f, i) => BigInt(i % 7)), new A.Int64()),
   });
   write("images.arrow", batches(t, 100));
+  // The same with Hugging Face's features in the schema's metadata, as `datasets` writes them:
+  // `image` an Image, `raw` a Value("binary").
+  const features = { image: { _type: "Image" }, raw: { dtype: "binary", _type: "Value" },
+                     label: { dtype: "int64", _type: "Value" } };
+  const hf = new A.Table(
+    new A.Schema(t.schema.fields, new Map([["huggingface", JSON.stringify({ info: { features } })]])),
+    t.batches);
+  write("images_hf.arrow", hf);
 }
 // The fuzz target's seeds (fuzz/corpus/arrow/, written once with FERRY_ARROW_SEEDS=DIR): a table
 // of 5 rows in batches of 2, each file behind the fuzz target's options byte.

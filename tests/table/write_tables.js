@@ -165,10 +165,53 @@ if (imagesDir) {
     label: vec(new arrow.Int64(), files.map((f, i) => BigInt(i))),
   });
   write("images.parquet", t, new pq.WriterPropertiesBuilder().setMaxRowGroupSize(7).build());
+  // The same with Hugging Face's features in the file's key-value metadata, as `datasets` writes
+  // them (through pyarrow): `image` an Image, `raw` a Value("binary").
+  const features = { image: { _type: "Image" }, raw: { dtype: "binary", _type: "Value" },
+                     label: { dtype: "int64", _type: "Value" } };
+  const hf = new Map([["huggingface", JSON.stringify({ info: { features } })]]);
+  write("images_hf.parquet", t,
+        new pq.WriterPropertiesBuilder().setMaxRowGroupSize(7).setKeyValueMetadata(hf).build());
   const n = new arrow.Table({
     image: vec(image, [0, 1, 2].map((i) => ({ bytes: i === 1 ? null : data[i], path: files[i] }))),
   });
   write("images_null.parquet", n);
+}
+// FLOAT16 (FIXED_LEN_BYTE_ARRAY(2) with the FLOAT16 logical type, as arrow-rs writes Arrow's
+// float16): `h` r / 4 - 4 (null every fifth row), `hv` fixed_size_list<float16>[3] of r, -r and
+// r / 8, `hl` list<float16> of r % 4 values r + k / 2; PLAIN, BYTE_STREAM_SPLIT and
+// DELTA_BYTE_ARRAY (the writer makes no dictionary for them), pages v1 (snappy) and v2 (zstd).
+{
+  const fld = (name, type) => new arrow.Field(name, type, true);
+  const half = new arrow.Float16();
+  const t = new arrow.Table({
+    h: vec(half, rows.map((r) => (r % 5 === 3 ? null : r / 4 - 4))),
+    hv: vec(new arrow.FixedSizeList(3, fld("item", half)), rows.map((r) => [r, -r, r / 8])),
+    hl: vec(new arrow.List(fld("item", half)),
+            rows.map((r) => [...Array(r % 4).keys()].map((k) => r + k / 2))),
+  });
+  const encodings = { plain: pq.Encoding.PLAIN, split: pq.Encoding.BYTE_STREAM_SPLIT,
+                      delta: pq.Encoding.DELTA_BYTE_ARRAY };
+  for (const [name, e] of Object.entries(encodings)) {
+    for (const version of [1, 2]) {
+      const props = new pq.WriterPropertiesBuilder()
+        .setCompression(version === 1 ? pq.Compression.SNAPPY : pq.Compression.ZSTD)
+        .setDictionaryEnabled(false)
+        .setWriterVersion(version === 1 ? pq.WriterVersion.V1 : pq.WriterVersion.V2)
+        .setMaxRowGroupSize(16)
+        .setDataPageSizeLimit(64)
+        .setWriteBatchSize(8)
+        .setEncoding(e)
+        .build();
+      write(`float16_${name}_v${version}.parquet`, t, props);
+    }
+  }
+}
+// Files whose schemas differ: schema_ab.parquet has schema_a.parquet's column and one more.
+{
+  const x = vec(new arrow.Int32(), rows);
+  write("schema_a.parquet", new arrow.Table({ x }));
+  write("schema_ab.parquet", new arrow.Table({ x, y: vec(new arrow.Float64(), rows.map((r) => r / 2)) }));
 }
 // A footer longer than the 64 KiB a remote file's first read takes: a row group per row.
 write("long_footer.parquet", table(0, N), new pq.WriterPropertiesBuilder().setMaxRowGroupSize(1).build());
@@ -187,6 +230,14 @@ write("long_footer.parquet", table(0, N), new pq.WriterPropertiesBuilder().setMa
   await expect("all_none_delta_v2.parquet", "i64", pq.Compression.UNCOMPRESSED, E.DELTA_BINARY_PACKED);
   await expect("all_none_delta_v2.parquet", "s", pq.Compression.UNCOMPRESSED, E.DELTA_BYTE_ARRAY);
   await expect("all_none_delta_v2.parquet", "b", pq.Compression.UNCOMPRESSED, E.RLE);
+  for (const v of [1, 2]) {
+    const c = v === 1 ? pq.Compression.SNAPPY : pq.Compression.ZSTD;
+    await expect(`float16_plain_v${v}.parquet`, "h", c, E.PLAIN);
+    await expect(`float16_split_v${v}.parquet`, "h", c, E.BYTE_STREAM_SPLIT);
+    await expect(`float16_split_v${v}.parquet`, "hv.list.item", c, E.BYTE_STREAM_SPLIT);
+    await expect(`float16_delta_v${v}.parquet`, "h", c, E.DELTA_BYTE_ARRAY);
+    await expect(`float16_delta_v${v}.parquet`, "hl.list.item", c, E.DELTA_BYTE_ARRAY);
+  }
   const enc = "all_zstd_encodings_v1.parquet";
   await expect(enc, "i8", pq.Compression.ZSTD, E.DELTA_BINARY_PACKED);
   await expect(enc, "u64", pq.Compression.ZSTD, E.DELTA_BINARY_PACKED);

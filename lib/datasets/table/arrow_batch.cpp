@@ -31,7 +31,42 @@ struct FreeZstd {
   void operator()(ZSTD_DCtx* d) const noexcept { ZSTD_freeDCtx(d); }
 };
 
-void lz4_frame(std::span<const std::byte> in, std::span<std::byte> out) {
+/// A decompressed buffer of the length its prefix says: whole at once when that is what data of
+/// common ratios makes (up to 64-fold), else grown as the data decompresses, so that a forged
+/// length costs no more memory than the data really makes.
+class Growing {
+ public:
+  Growing(std::size_t length, std::size_t packed)
+      : length_(length),
+        cap_(length <= packed * 64 + (std::size_t{1} << 20) ? length
+                                                            : std::min(length, packed * 16)),
+        mem_(new std::byte[cap_]) {}
+  /// Whether the whole length is there to be filled.
+  bool whole() const noexcept { return cap_ == length_; }
+  /// Where the next bytes go; empty once `length` bytes are there.
+  std::span<std::byte> room() {
+    if (size_ == cap_ && cap_ < length_) {
+      const std::size_t step = std::max<std::size_t>(cap_ * 4, 65536);
+      const std::size_t cap = step >= length_ - cap_ ? length_ : cap_ + step;
+      auto mem = std::unique_ptr<std::byte[]>(new std::byte[cap]);
+      if (size_ > 0) std::memcpy(mem.get(), mem_.get(), size_);
+      mem_ = std::move(mem);
+      cap_ = cap;
+    }
+    return {mem_.get() + size_, cap_ - size_};
+  }
+  void advance(std::size_t n) noexcept { size_ += n; }
+  bool full() const noexcept { return size_ == length_; }
+  std::unique_ptr<std::byte[]> take() noexcept { return std::move(mem_); }
+
+ private:
+  std::size_t length_;
+  std::size_t size_ = 0;
+  std::size_t cap_;
+  std::unique_ptr<std::byte[]> mem_;
+};
+
+void lz4_frame(std::span<const std::byte> in, Growing& out) {
   thread_local std::unique_ptr<LZ4F_dctx, FreeLz4> ctx = [] {
     LZ4F_dctx* d = nullptr;
     if (LZ4F_isError(LZ4F_createDecompressionContext(&d, LZ4F_VERSION))) d = nullptr;
@@ -40,37 +75,69 @@ void lz4_frame(std::span<const std::byte> in, std::span<std::byte> out) {
   if (!ctx) throw FormatError("cannot decompress: out of memory");
   LZ4F_resetDecompressionContext(ctx.get());
   std::size_t ip = 0;
-  std::size_t op = 0;
   for (;;) {
+    std::byte spill[1];  // where bytes past the length would go
+    std::span<std::byte> room = out.room();
+    const bool full = room.empty();
+    if (full) room = spill;
     std::size_t src = in.size() - ip;
-    std::size_t dst = out.size() - op;
+    std::size_t dst = room.size();
     const std::size_t r =
-        LZ4F_decompress(ctx.get(), out.data() + op, &dst, in.data() + ip, &src, nullptr);
+        LZ4F_decompress(ctx.get(), room.data(), &dst, in.data() + ip, &src, nullptr);
     if (LZ4F_isError(r)) {
       throw FormatError(std::string("corrupt LZ4 frame: ") + LZ4F_getErrorName(r));
     }
+    if (full && dst > 0)
+      throw FormatError("the LZ4 frame decompresses to more than its length says");
     ip += src;
-    op += dst;
+    if (!full) out.advance(dst);
     if (r == 0) {  // a frame ended: another may follow
       if (ip == in.size()) break;
       continue;
     }
-    if (src == 0 && dst == 0) {
-      throw FormatError(op == out.size() ? "the LZ4 frame decompresses to more than its length says"
-                                         : "the LZ4 frame ends early");
-    }
+    if (src == 0 && dst == 0) throw FormatError("the LZ4 frame ends early");
   }
-  if (op != out.size())
-    throw FormatError("the LZ4 frame decompresses to less than its length says");
+  if (!out.full()) throw FormatError("the LZ4 frame decompresses to less than its length says");
 }
 
-void zstd(std::span<const std::byte> in, std::span<std::byte> out) {
-  thread_local std::unique_ptr<ZSTD_DCtx, FreeZstd> ctx(ZSTD_createDCtx());
+void zstd(std::span<const std::byte> in, Growing& out) {
+  if (out.whole()) {  // in one pass, with this thread's context
+    thread_local std::unique_ptr<ZSTD_DCtx, FreeZstd> ctx(ZSTD_createDCtx());
+    if (!ctx) throw FormatError("cannot decompress: out of memory");
+    const std::span<std::byte> all = out.room();
+    const std::size_t r =
+        ZSTD_decompressDCtx(ctx.get(), all.data(), all.size(), in.data(), in.size());
+    if (ZSTD_isError(r) != 0) {
+      throw FormatError(std::string("corrupt ZSTD data: ") + ZSTD_getErrorName(r));
+    }
+    if (r != all.size())
+      throw FormatError("the ZSTD data decompresses to less than its length says");
+    out.advance(r);
+    return;
+  }
+  // Streamed, with a context of its own: the window it buffers goes with it.
+  const std::unique_ptr<ZSTD_DCtx, FreeZstd> ctx(ZSTD_createDCtx());
   if (!ctx) throw FormatError("cannot decompress: out of memory");
-  const std::size_t r =
-      ZSTD_decompressDCtx(ctx.get(), out.data(), out.size(), in.data(), in.size());
-  if (ZSTD_isError(r)) throw FormatError(std::string("corrupt ZSTD data: ") + ZSTD_getErrorName(r));
-  if (r != out.size()) throw FormatError("the ZSTD data decompresses to less than its length says");
+  ZSTD_inBuffer src{in.data(), in.size(), 0};
+  std::size_t left = 1;  // 0: a frame ended
+  while (src.pos < src.size || left != 0) {
+    std::byte spill[1];  // where bytes past the length would go
+    std::span<std::byte> room = out.room();
+    const bool full = room.empty();
+    if (full) room = spill;
+    ZSTD_outBuffer dst{room.data(), room.size(), 0};
+    const std::size_t before = src.pos;
+    left = ZSTD_decompressStream(ctx.get(), &dst, &src);
+    if (ZSTD_isError(left) != 0) {
+      throw FormatError(std::string("corrupt ZSTD data: ") + ZSTD_getErrorName(left));
+    }
+    if (full && dst.pos > 0) {
+      throw FormatError("the ZSTD data decompresses to more than its length says");
+    }
+    if (!full) out.advance(dst.pos);
+    if (dst.pos == 0 && src.pos == before) throw FormatError("the ZSTD data ends early");
+  }
+  if (!out.full()) throw FormatError("the ZSTD data decompresses to less than its length says");
 }
 
 std::int64_t load_offset(std::span<const std::byte> b, bool large, std::int64_t i) {
@@ -90,8 +157,8 @@ std::size_t buffer_count(const Field& f, const RecordBatch& b, std::size_t& vari
     case TypeId::null:
     case TypeId::run_end_encoded:
       return 0;
-    case TypeId::union_:
-      return f.union_mode == 1 ? 2 : 1;
+    case TypeId::union_:  // type ids (and offsets when dense), after V4's validity bitmap
+      return std::size_t{f.union_mode == 1 ? 2U : 1U} + (b.v4 ? 1U : 0U);
     case TypeId::struct_:
     case TypeId::fixed_size_list:
       return 1;
@@ -257,17 +324,17 @@ std::vector<std::span<const std::byte>> unpack_buffers(
       out.push_back(packed);
       continue;
     }
-    // LZ4 frames expand at most 255-fold; zstd much more (a run of one byte), but not without
-    // limit: either way a forged length cannot ask for much more than the data could make.
+    // LZ4 frames expand at most 255-fold; zstd much more (an RLE block: 128 KiB in 4 bytes),
+    // but not without limit: a forged length cannot ask for more than the data could make,
+    // and the buffer grows only as the data decompresses.
     const auto limit = batch.compression == Compression::lz4_frame
                            ? static_cast<std::int64_t>(packed.size()) * 256 + 1024
-                           : static_cast<std::int64_t>(packed.size()) * 65536 + (1 << 20);
+                           : static_cast<std::int64_t>(packed.size()) * 32768 + (1 << 17);
     if (length < 0 || length > kMaxBuffer || length > limit) {
       throw FormatError(which + "a decompressed length of " + std::to_string(length) +
                         " bytes for " + std::to_string(packed.size()) + " compressed");
     }
-    auto mem = std::unique_ptr<std::byte[]>(new std::byte[static_cast<std::size_t>(length)]);
-    const std::span<std::byte> dst(mem.get(), static_cast<std::size_t>(length));
+    Growing dst(static_cast<std::size_t>(length), packed.size());
     try {
       if (batch.compression == Compression::lz4_frame) {
         lz4_frame(packed, dst);
@@ -277,9 +344,9 @@ std::vector<std::span<const std::byte>> unpack_buffers(
     } catch (const FormatError& e) {
       throw FormatError(which + e.what());
     }
-    owned_bytes += dst.size();
-    owned.push_back(std::move(mem));
-    out.push_back(dst);
+    owned.push_back(dst.take());
+    owned_bytes += static_cast<std::size_t>(length);
+    out.emplace_back(owned.back().get(), static_cast<std::size_t>(length));
   }
   return out;
 }

@@ -23,10 +23,13 @@ using parquet::in_quotes;
 /// holds up to 64 of them (batch b in place b % 64), so that shuffled reads find theirs without
 /// the shared cache's lock; of a compressed table's, whose decompressed buffers count against the
 /// cache's budget, it holds one (so of a URL's, whose buffers were fetched).
+/// A compressed table's (or a URL's) is kept by the table (ArrowTable::held), so that its
+/// buffers go with the table; an uncompressed one's views, by the thread.
 struct HeldBatch {
   std::uint64_t id = 0;
   std::size_t batch = 0;
-  std::shared_ptr<const ArrowBatchData> data;
+  const ArrowBatchData* data = nullptr;
+  std::shared_ptr<const ArrowBatchData> views;
 };
 constexpr std::size_t kHeld = 64;
 thread_local std::array<HeldBatch, kHeld> t_held;
@@ -271,10 +274,20 @@ void ArrowDataset::read(std::size_t index, SampleRef out) const {
   const auto b = static_cast<std::size_t>(
       std::upper_bound(t.starts.begin(), t.starts.end(), index) - t.starts.begin() - 1);
   detail::HeldBatch& held = detail::held_place(t, b);
-  if (held.id != t.id || held.batch != b || !held.data) {
+  if (held.id != t.id || held.batch != b || held.data == nullptr) {
     if (t.ahead) t.ahead->reading(b);
-    held.data.reset();  // let the one held go first
-    held.data = t.cache.get(b, [&] { return t.decode(b); });
+    const bool kept = t.compressed || t.remote;
+    held.data = nullptr;  // let the one held go first
+    held.views.reset();
+    if (kept) t.held.keep(nullptr);
+    std::shared_ptr<const detail::ArrowBatchData> data =
+        t.cache.get(b, [&] { return t.decode(b); });
+    held.data = data.get();
+    if (kept) {
+      t.held.keep(std::move(data));
+    } else {
+      held.views = std::move(data);
+    }
     held.id = t.id;
     held.batch = b;
   }
@@ -296,7 +309,7 @@ void ArrowDataset::prefetch(std::size_t index) const noexcept {
   const auto bi = static_cast<std::size_t>(
       std::upper_bound(t.starts.begin(), t.starts.end(), index) - t.starts.begin() - 1);
   const detail::HeldBatch& last = detail::held_place(t, bi);
-  if (last.id != t.id || last.batch != bi || !last.data) return;
+  if (last.id != t.id || last.batch != bi || last.data == nullptr) return;
   const std::size_t row = index - t.batches[bi].first;
   const detail::ArrowBatchData& d = *last.data;
   // Into the outer caches (locality 1), not L1: a record batch's column buffers often lie a

@@ -101,11 +101,31 @@ std::string_view FlatTable::string(int slot) const {
 
 namespace {
 
-Field parse_field(const FlatTable& t, int depth, std::size_t& count) {
+/// What parsing a schema may visit and copy: fields, key-value pairs and the bytes of the
+/// strings kept, within a budget of twice the buffer's bytes. A flatbuffer may point at one
+/// object many times (legally), so the work is counted, not the objects: a small schema whose
+/// fields share one table of a million key-value pairs is refused instead of walked once per
+/// reference.
+struct Work {
+  std::size_t fields = 0;
+  std::size_t left = 0;
+  void take(std::size_t n) {
+    if (n > left) {
+      throw FormatError(
+          "the schema's objects, counted each time they are pointed at, are more "
+          "than its bytes can hold (objects shared many times over)");
+    }
+    left -= n;
+  }
+};
+
+Field parse_field(const FlatTable& t, int depth, Work& work) {
   if (depth > kMaxDepth) throw FormatError("the schema nests deeper than 64 levels");
-  if (++count > kMaxFields) throw FormatError("the schema has more than 65536 fields");
+  if (++work.fields > kMaxFields) throw FormatError("the schema has more than 65536 fields");
   Field f;
-  f.name = std::string(t.string(0));
+  const std::string_view name = t.string(0);
+  work.take(1 + name.size());
+  f.name = std::string(name);
   f.nullable = t.scalar<std::uint8_t>(1, 0) != 0;
   f.type = static_cast<TypeId>(t.scalar<std::uint8_t>(2, 0));
   if (const auto type = t.table(3)) {
@@ -141,14 +161,18 @@ Field parse_field(const FlatTable& t, int depth, std::size_t& count) {
   }
   const FlatTable::Vector children = t.vector(5, 4);
   for (std::size_t i = 0; i < children.count; ++i) {
-    f.children.push_back(parse_field(t.table_at(children, i), depth + 1, count));
+    f.children.push_back(parse_field(t.table_at(children, i), depth + 1, work));
   }
   const FlatTable::Vector metadata = t.vector(6, 4);
+  work.take(metadata.count);
   for (std::size_t i = 0; i < metadata.count; ++i) {
     const FlatTable kv = t.table_at(metadata, i);
     const std::string_view key = kv.string(0);
-    if (key == "ARROW:extension:name") f.extension_name = std::string(kv.string(1));
-    if (key == "ARROW:extension:metadata") f.extension_metadata = std::string(kv.string(1));
+    if (key == "ARROW:extension:name" || key == "ARROW:extension:metadata") {
+      const std::string_view value = kv.string(1);
+      work.take(value.size());
+      (key == "ARROW:extension:name" ? f.extension_name : f.extension_metadata) = value;
+    }
   }
   return f;
 }
@@ -159,9 +183,20 @@ Schema parse_schema(const FlatTable& t) {
   }
   Schema s;
   const FlatTable::Vector fields = t.vector(1, 4);
-  std::size_t count = 0;
+  Work work;
+  work.left = 2 * t.buffer_size() + 4096;
   for (std::size_t i = 0; i < fields.count; ++i) {
-    s.fields.push_back(parse_field(t.table_at(fields, i), 0, count));
+    s.fields.push_back(parse_field(t.table_at(fields, i), 0, work));
+  }
+  const FlatTable::Vector metadata = t.vector(2, 4);
+  work.take(metadata.count);
+  for (std::size_t i = 0; i < metadata.count; ++i) {
+    const FlatTable kv = t.table_at(metadata, i);
+    if (kv.string(0) == "huggingface") {
+      const std::string_view value = kv.string(1);
+      work.take(value.size());
+      s.huggingface = std::string(value);
+    }
   }
   return s;
 }
@@ -221,6 +256,7 @@ Message parse_message(std::span<const std::byte> flatbuffer) {
     case HeaderType::record_batch:
       if (!header) throw FormatError("a record batch message without its record batch");
       m.batch = parse_batch(*header);
+      m.batch.v4 = version == 3;
       break;
     case HeaderType::dictionary_batch: {
       if (!header) throw FormatError("a dictionary batch message without its batch");
@@ -228,6 +264,7 @@ Message parse_message(std::span<const std::byte> flatbuffer) {
       const auto data = header->table(1);
       if (!data) throw FormatError("a dictionary batch without its data");
       m.batch = parse_batch(*data);
+      m.batch.v4 = version == 3;
       m.is_delta = header->scalar<std::uint8_t>(2, 0) != 0;
       break;
     }

@@ -47,6 +47,8 @@ class FlatTable {
   /// A little-endian value at byte `at` of the buffer (checked).
   template <class T>
   T load(std::size_t at) const;
+  /// The bytes of the whole buffer.
+  std::size_t buffer_size() const noexcept { return buf_.size(); }
 
  private:
   FlatTable(std::span<const std::byte> buf, std::size_t pos);
@@ -115,6 +117,8 @@ std::string type_text(const Field& f);
 
 struct Schema {
   std::vector<Field> fields;
+  /// The schema's custom metadata "huggingface" (JSON: Hugging Face's features); empty without.
+  std::string huggingface;
 };
 
 struct Node {
@@ -133,6 +137,7 @@ struct RecordBatch {
   std::vector<Buffer> buffers;
   Compression compression = Compression::none;
   std::vector<std::int64_t> variadic;  ///< variadicBufferCounts
+  bool v4 = false;  ///< its message is of metadata version V4: a union has a validity bitmap
 };
 
 enum class HeaderType : std::uint8_t {

@@ -13,6 +13,7 @@
 #include "datasets/remote/remote_cache.hpp"
 #include "datasets/table/arrow_ahead.hpp"
 #include "datasets/table/arrow_table.hpp"
+#include "datasets/table/hf_features.hpp"
 #include "datasets/table/parquet_schema.hpp"
 #include "ferry/error.hpp"
 #include "ferry/image.hpp"
@@ -127,7 +128,14 @@ ArrowColumn map_column(const Field& f, const TableOptions& o) {
   } else if (fixed_values(f, col, 0)) {
     return col;
   }
-  throw ConfigError(what + ", which ferry does not read");
+  const bool image_like = f.type == TypeId::struct_ && !f.dictionary &&
+                          std::any_of(f.children.begin(), f.children.end(), [](const Field& c) {
+                            return c.name == "bytes" && is_binary(c) && !c.dictionary;
+                          });
+  throw ConfigError(what + ", which ferry does not read" +
+                    (image_like ? " (a struct with binary bytes, as Hugging Face's Image: name it "
+                                  "in TableOptions::images, images= in Python, to decode it)"
+                                : ""));
 }
 
 bool same_type(const Field& a, const Field& b) {
@@ -166,6 +174,7 @@ void index_file_format(ArrowTable& t, ArrowFile& f, bool first) {
     throw DataError(label.prefix() + "footer: " + e.what());
   }
   f.schema = std::move(footer.schema.fields);
+  f.huggingface = std::move(footer.schema.huggingface);
   map_schema(t, f, first);
   std::size_t file_row = 0;
   std::size_t number = 0;
@@ -214,6 +223,7 @@ void index_stream(ArrowTable& t, ArrowFile& f, bool first) {
       }
       if (m == 0) {
         f.schema = fr.message.schema.fields;
+        f.huggingface = fr.message.schema.huggingface;
         map_schema(t, f, first);
       } else if (fr.message.type == arrow::HeaderType::dictionary_batch) {
         add_dictionary(t, f, fr.message, bytes.subspan(fr.body, fr.next - fr.body));
@@ -255,6 +265,11 @@ std::optional<DType> scalar_dtype(const arrow::Field& f) {
 }
 
 void map_schema(ArrowTable& t, ArrowFile& f, bool first) {
+  if (first)
+    add_hf_images(t.options, f.huggingface, [&](const std::string& name) {
+      return std::any_of(f.schema.begin(), f.schema.end(),
+                         [&](const Field& c) { return c.name == name; });
+    });
   const TableOptions& o = t.options;
   const auto find = [&](std::string_view name) {
     return std::find_if(f.schema.begin(), f.schema.end(),
@@ -267,11 +282,15 @@ void map_schema(ArrowTable& t, ArrowFile& f, bool first) {
                       in_quotes(c.name));
     }
   }
+  std::vector<std::string_view> schema_names;
+  schema_names.reserve(f.schema.size());
+  for (const Field& c : f.schema) schema_names.push_back(c.name);
   if (first) {
     for (const auto* list : {&o.columns, &o.categorical, &o.images}) {
       for (const auto& name : *list) {
         if (find(name) == f.schema.end()) {
-          throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": no column " + in_quotes(name));
+          throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": no column " + in_quotes(name) +
+                            parquet::columns_text(schema_names));
         }
       }
     }
@@ -287,12 +306,23 @@ void map_schema(ArrowTable& t, ArrowFile& f, bool first) {
       for (const auto& name : o.columns) add(*find(name));
     }
   }
+  if (!first && o.columns.empty()) {  // every column read: none of this file's is dropped
+    for (const Field& c : f.schema) {
+      if (std::none_of(t.columns.begin(), t.columns.end(),
+                       [&](const ArrowColumn& col) { return col.name == c.name; })) {
+        throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": column " + in_quotes(c.name) +
+                          ", which " + t.files[0].name +
+                          " has not (every column is read: the files' schemas differ)");
+      }
+    }
+  }
   std::size_t dictionaries = 0;
   for (const ArrowColumn& col : t.columns) {
     const auto it = find(col.name);
     if (it == f.schema.end()) {
       throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": no column " + in_quotes(col.name) +
-                        ", which " + t.files[0].name + " has");
+                        ", which " + t.files[0].name + " has" +
+                        parquet::columns_text(schema_names));
     }
     if (!same_type(*it, col.field)) {
       throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": column " + in_quotes(col.name) +

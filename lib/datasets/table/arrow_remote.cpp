@@ -133,6 +133,7 @@ void index_remote_file(ArrowTable& t, ArrowFile& f, Window& w, bool first) {
     throw DataError(label.prefix() + "footer: " + e.what());
   }
   f.schema = std::move(footer.schema.fields);
+  f.huggingface = std::move(footer.schema.huggingface);
   map_schema(t, f, first);
   std::size_t file_row = 0;
   std::size_t number = 0;
@@ -205,6 +206,7 @@ void index_remote_stream(ArrowTable& t, ArrowFile& f, Window& w, bool first) {
       }
       if (m == 0) {
         f.schema = fr.message.schema.fields;
+        f.huggingface = fr.message.schema.huggingface;
         map_schema(t, f, first);
       } else if (fr.message.type == arrow::HeaderType::dictionary_batch) {
         remote_dictionary(t, f, w, fr);

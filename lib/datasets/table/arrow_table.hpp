@@ -22,6 +22,7 @@
 #include "datasets/remote/range_reader.hpp"
 #include "datasets/table/arrow_format.hpp"
 #include "datasets/table/parquet_cache.hpp"
+#include "datasets/table/thread_kept.hpp"
 #include "ferry/dataset.hpp"
 #include "ferry/export.hpp"
 #include "ferry/table.hpp"
@@ -101,6 +102,7 @@ struct ArrowFile {
   bool file_format = false;
   std::vector<std::size_t> tops;  ///< per column read: its place among the schema's fields
   std::vector<arrow::Field> schema;
+  std::string huggingface;  ///< the schema's "huggingface" metadata (Hugging Face's features)
   std::vector<ArrowDictionary> dictionaries;  ///< per dictionary column
 };
 
@@ -136,6 +138,8 @@ struct FERRY_HIDDEN ArrowTable {
   mutable std::atomic<std::uint64_t> batches_decoded{0};
   static constexpr std::size_t kDecodedBudget = std::size_t{512} << 20;
   mutable BasicGroupCache<ArrowBatchData> cache{kDecodedBudget};
+  /// A compressed table's (or a URL's) record batch each thread read last, kept with the table.
+  mutable ThreadKept<ArrowBatchData> held;
 
   /// Record batch b made readable (arrow_batch.cpp).
   /// \throws DataError naming the file, the record batch and what is wrong.

@@ -11,9 +11,6 @@
 namespace ferry::detail::parquet {
 namespace {
 
-// The most bytes one page may decompress to: far above what writers make (about 1 MiB), and a
-// bound on what a forged header can make the reader allocate.
-constexpr std::size_t kMaxPageBytes = std::size_t{1} << 30;
 // The most values a page may hold beyond 8 a byte (booleans' density): an all-null page or a
 // run of one dictionary index takes a few bytes for any count, and writers make pages of at
 // most some tens of thousands of rows (20,000 by default for Arrow's and parquet-mr's).
@@ -139,6 +136,10 @@ void plain_values(std::span<const std::byte> data, Physical type, std::size_t n,
     out.fixed.assign(data.begin(), data.begin() + static_cast<std::ptrdiff_t>(n * width));
   } else {
     std::size_t pos = 0;
+    if (n > data.size() / 4) {  // each after its length in 4 bytes
+      throw ChunkError("PLAIN byte arrays end early (" + std::to_string(n) + " values in " +
+                       std::to_string(data.size()) + " bytes)");
+    }
     out.offsets.reserve(n + 1);
     for (std::size_t i = 0; i < n; ++i) {
       if (4 > data.size() - pos) throw ChunkError("PLAIN byte arrays end early (a length)");
@@ -184,6 +185,8 @@ void place(RawColumn& col, std::size_t first_row, const std::vector<std::uint32_
     switch (col.width) {
       case 1:
         return place_all<1>(col, first_row, rows, values, indices);
+      case 2:
+        return place_all<2>(col, first_row, rows, values, indices);
       case 4:
         return place_all<4>(col, first_row, rows, values, indices);
       case 8:
@@ -228,6 +231,8 @@ std::size_t physical_width(Physical type) noexcept {
   switch (type) {
     case Physical::boolean:
       return 1;
+    case Physical::fixed_len_byte_array:  // FLOAT16's, the only one scalar_dtype() reads
+      return 2;
     case Physical::int32:
     case Physical::float32:
       return 4;
@@ -292,12 +297,21 @@ void decode_pages(std::span<const std::byte> bytes, Physical type, Codec codec, 
       if (!h.has_body) throw ChunkError("a page header without its page type's header");
       if (h.num_values < 0) throw ChunkError("a negative count of values");
       const auto count = static_cast<std::size_t>(h.num_values);
+      // The sizes a header claims are bounded by the page's bytes before anything is made of
+      // them: its decompressed bytes by what its codec makes of them, and its values (below)
+      // by those bytes.
+      const auto size = static_cast<std::size_t>(h.uncompressed_size);
+      const bool v2_plain = h.type == page_type::data_v2 && !h.is_compressed;
+      if (size > max_decompressed(v2_plain ? Codec::uncompressed : codec, body.size())) {
+        throw ChunkError("a page of " + std::to_string(body.size()) + " bytes that claims " +
+                         std::to_string(size) + " decompressed, more than " +
+                         codec_name(v2_plain ? Codec::uncompressed : codec) + " makes of them");
+      }
       if (h.type == page_type::dictionary) {
         if (h.encoding != encoding::plain && h.encoding != encoding::plain_dictionary) {
           throw ChunkError(std::string("a dictionary page in ") + encoding_name(h.encoding));
         }
-        page.resize(static_cast<std::size_t>(h.uncompressed_size));
-        decompress(codec, body, page);
+        decompress(codec, body, page, size);
         dict = Values{};
         plain_values(page, type, count, dict);
         have_dict = true;
@@ -316,12 +330,13 @@ void decode_pages(std::span<const std::byte> bytes, Physical type, Codec codec, 
                          " bytes (at most 2^20 more than 8 a byte)");
       }
       std::span<const std::byte> values;
+      if (h.type == page_type::data) {
+        decompress(codec, body, page, size);
+        values = page;
+      }
       levels.assign(count, static_cast<std::uint32_t>(max_def));
       reps.assign(max_rep > 0 ? count : 0, 0);
       if (h.type == page_type::data) {
-        page.resize(static_cast<std::size_t>(h.uncompressed_size));
-        decompress(codec, body, page);
-        values = page;
         // v1: repetition levels, then definition levels, each after its length in 4 bytes.
         for (const bool rep : {true, false}) {
           if ((rep ? max_rep : max_def) == 0) continue;
@@ -359,8 +374,7 @@ void decode_pages(std::span<const std::byte> bytes, Physical type, Codec codec, 
         }
         const auto rest = body.subspan(level_bytes);
         if (h.is_compressed && codec != Codec::uncompressed) {
-          page.resize(static_cast<std::size_t>(h.uncompressed_size) - level_bytes);
-          decompress(codec, rest, page);
+          decompress(codec, rest, page, size - level_bytes);
           values = page;
         } else {
           values = rest;
@@ -410,13 +424,15 @@ void decode_pages(std::span<const std::byte> bytes, Physical type, Codec codec, 
           delta_binary_packed(values, type, present, v);
         } else if (h.encoding == encoding::byte_stream_split) {
           byte_stream_split(values, type, present, v);
-        } else if (type != Physical::byte_array) {
+        } else if (type != Physical::byte_array && (type != Physical::fixed_len_byte_array ||
+                                                    h.encoding != encoding::delta_byte_array)) {
           throw ChunkError(std::string(encoding_name(h.encoding)) +
                            " values in a column that is not BYTE_ARRAY");
         } else if (h.encoding == encoding::delta_length_byte_array) {
           delta_length_byte_array(values, present, v);
         } else {
           delta_byte_array(values, present, v);
+          if (type == Physical::fixed_len_byte_array) fixed_width(v, physical_width(type));
         }
         sink(page_levels, v, nullptr);
       } else {

@@ -73,7 +73,8 @@ using PageSink = std::function<void(const PageLevels& levels, const Values& valu
 void decode_pages(std::span<const std::byte> bytes, Physical type, Codec codec, int max_def,
                   int max_rep, std::size_t total, const PageSink& sink);
 
-/// Bytes per value of a fixed-width physical type (boolean: 1, as decoded); 0 for byte arrays.
+/// Bytes per value of a fixed-width physical type (boolean: 1, as decoded;
+/// FIXED_LEN_BYTE_ARRAY: 2, as FLOAT16's, the only one read); 0 for byte arrays.
 std::size_t physical_width(Physical type) noexcept;
 
 /// Decodes `chunk`, whose bytes are `bytes` (the chunk's range of the file, from its first

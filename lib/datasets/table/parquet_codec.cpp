@@ -6,6 +6,8 @@
 #include <snappy-c.h>
 #include <zstd.h>
 
+#include <algorithm>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -67,6 +69,39 @@ bool lz4_hadoop(std::span<const std::byte> in, std::span<std::byte> out) {
   return op == out.size();
 }
 
+struct FreeBrotli {
+  void operator()(BrotliDecoderState* s) const noexcept { BrotliDecoderDestroyInstance(s); }
+};
+
+/// Brotli into `out`, grown as the data decompresses up to `size` bytes.
+void brotli(std::span<const std::byte> in, std::vector<std::byte>& out, std::size_t size,
+            const std::string& sizes) {
+  const std::unique_ptr<BrotliDecoderState, FreeBrotli> state(
+      BrotliDecoderCreateInstance(nullptr, nullptr, nullptr));
+  if (!state) throw ChunkError("cannot decompress: out of memory");
+  out.resize(std::min(size, in.size() * 16 + 65536));
+  std::size_t in_left = in.size();
+  const auto* next_in = reinterpret_cast<const std::uint8_t*>(in.data());
+  std::size_t done = 0;
+  for (;;) {
+    if (done == out.size() && out.size() < size) out.resize(std::min(size, out.size() * 4));
+    std::uint8_t spill[1];  // where output past `size` would go: a sign of a wrong size
+    const bool full = done == out.size();
+    std::size_t room = full ? 1 : out.size() - done;
+    const std::size_t had = room;
+    auto* next_out = full ? spill : reinterpret_cast<std::uint8_t*>(out.data()) + done;
+    const BrotliDecoderResult r =
+        BrotliDecoderDecompressStream(state.get(), &in_left, &next_in, &room, &next_out, nullptr);
+    if (full && room != had) throw ChunkError("a brotli page of more bytes than it claims" + sizes);
+    if (!full) done += had - room;
+    if (r == BROTLI_DECODER_RESULT_SUCCESS) break;
+    if (r != BROTLI_DECODER_RESULT_NEEDS_MORE_OUTPUT) {
+      throw ChunkError("a corrupt brotli page" + sizes);
+    }
+  }
+  if (done != size) throw ChunkError("a brotli page of fewer bytes than it claims" + sizes);
+}
+
 }  // namespace
 
 const char* codec_name(Codec codec) noexcept {
@@ -109,9 +144,39 @@ void check_codec(Codec codec) {
   }
 }
 
-void decompress(Codec codec, std::span<const std::byte> in, std::span<std::byte> out) {
-  const std::string sizes = " (" + std::to_string(in.size()) + " bytes that should give " +
-                            std::to_string(out.size()) + ")";
+std::size_t max_decompressed(Codec codec, std::size_t in) noexcept {
+  constexpr std::size_t kNoLimit = std::numeric_limits<std::size_t>::max();
+  const auto times = [&](std::size_t ratio, std::size_t extra) {
+    return in > (kNoLimit - extra) / ratio ? kNoLimit : in * ratio + extra;
+  };
+  switch (codec) {
+    case Codec::uncompressed:
+      return in;
+    case Codec::snappy:  // a copy of 64 bytes in 3
+      return times(22, 64);
+    case Codec::gzip:  // deflate: 258 bytes in a code of 2 bits, at most 1032 to 1
+      return times(1032, 1024);
+    case Codec::lz4:  // a byte of 255 in a match's length: 255 bytes more
+    case Codec::lz4_raw:
+      return times(256, 1024);
+    case Codec::zstd:  // an RLE block: 128 KiB in 4 bytes
+      return times(32768, std::size_t{1} << 17);
+    default:
+      return kNoLimit;
+  }
+}
+
+void decompress(Codec codec, std::span<const std::byte> in, std::vector<std::byte>& page,
+                std::size_t size) {
+  const std::string sizes =
+      " (" + std::to_string(in.size()) + " bytes that should give " + std::to_string(size) + ")";
+  if (size > max_decompressed(codec, in.size())) {
+    throw ChunkError(std::string("a page that claims more bytes decompressed than ") +
+                     codec_name(codec) + " makes of its bytes" + sizes);
+  }
+  if (codec == Codec::brotli) return brotli(in, page, size, sizes);
+  page.resize(size);
+  const std::span<std::byte> out(page);
   switch (codec) {
     case Codec::uncompressed:
       if (in.size() != out.size()) {
@@ -159,16 +224,6 @@ void decompress(Codec codec, std::span<const std::byte> in, std::span<std::byte>
         throw ChunkError("a corrupt LZ4 page" + sizes);
       }
       return;
-    case Codec::brotli: {
-      std::size_t got = out.size();
-      if (BrotliDecoderDecompress(in.size(), reinterpret_cast<const std::uint8_t*>(in.data()), &got,
-                                  reinterpret_cast<std::uint8_t*>(out.data())) !=
-              BROTLI_DECODER_RESULT_SUCCESS ||
-          got != out.size()) {
-        throw ChunkError("a corrupt brotli page" + sizes);
-      }
-      return;
-    }
     default:
       check_codec(codec);
   }

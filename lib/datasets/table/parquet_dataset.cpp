@@ -41,11 +41,12 @@ void narrow_int32(parquet::RawColumn& c) {
   c.width = sizeof(T);
 }
 
-/// The row group this thread read last: a read of the same one takes no lock.
+/// The row group this thread read last: a read of the same one takes no lock. The table keeps
+/// it (ParquetTable::last_groups), so that it goes with the table.
 struct LastGroup {
   std::uint64_t id = 0;
   std::size_t group = 0;
-  std::shared_ptr<const DecodedGroup> columns;
+  const DecodedGroup* columns = nullptr;
 };
 thread_local LastGroup t_last;
 
@@ -82,8 +83,12 @@ std::size_t group_of(const ParquetTable& t, std::size_t index) noexcept {
 }
 
 /// Field c of `out` filled with NaN (Missing::nan's null): false, and nothing written, for a
-/// dtype other than f32 and f64.
+/// dtype other than f16, f32 and f64.
 bool fill_nan(DType dtype, const SampleRef& out, std::size_t c) {
+  if (dtype == DType::f16) {
+    std::fill_n(out.as<std::uint16_t>(c), out.nbytes(c) / 2, std::uint16_t{0x7e00});
+    return true;
+  }
   if (dtype == DType::f32) {
     std::fill_n(out.as<float>(c), out.nbytes(c) / 4, std::numeric_limits<float>::quiet_NaN());
     return true;
@@ -286,13 +291,18 @@ void ParquetDataset::read(std::size_t index, SampleRef out) const {
   const detail::DecodedGroup* d = detail::t_held.find(t.id, g);
   if (d == nullptr) {
     detail::LastGroup& last = detail::t_last;
-    if (last.id != t.id || last.group != g || !last.columns) {
-      last.columns.reset();  // a thread holds one row group besides the cache's and its share's
-      last.columns = t.cache.get(g, [&] { return t.decode(g); });
+    if (last.id != t.id || last.group != g || last.columns == nullptr) {
+      last.columns = nullptr;
+      t.last_groups.keep(nullptr);  // a thread holds one row group besides the cache's and its
+                                    // share's
+      std::shared_ptr<const detail::DecodedGroup> columns =
+          t.cache.get(g, [&] { return t.decode(g); });
+      last.columns = columns.get();
+      t.last_groups.keep(std::move(columns));
       last.id = t.id;
       last.group = g;
     }
-    d = last.columns.get();
+    d = last.columns;
   }
   const std::size_t row = index - t.groups[g].first;
   for (std::size_t c = 0; c < t.columns.size(); ++c) {
@@ -358,8 +368,8 @@ void ParquetDataset::prefetch(std::size_t index) const noexcept {
   const detail::DecodedGroup* d = detail::t_held.find(t.id, g);
   if (d == nullptr) {
     const detail::LastGroup& last = detail::t_last;
-    if (last.id != t.id || last.group != g || !last.columns) return;
-    d = last.columns.get();
+    if (last.id != t.id || last.group != g || last.columns == nullptr) return;
+    d = last.columns;
   }
   const std::size_t row = index - t.groups[g].first;
   for (const detail::parquet::RawColumn& c : d->columns) {

@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "datasets/table/parquet_chunk.hpp"
 #include "datasets/table/parquet_values.hpp"
@@ -170,6 +171,11 @@ void delta_byte_array(std::span<const std::byte> data, std::size_t n, Values& ou
                        " bytes of a value of " + std::to_string(prev_len));
     }
     const std::size_t start = out.bytes.size();
+    // Prefixes repeat bytes for a few bits each: the values a page makes are bounded as its
+    // decompressed bytes are.
+    if (prefix[i] > kMaxPageBytes - start) {
+      throw ChunkError("DELTA_BYTE_ARRAY values of more than 1 GiB in one page");
+    }
     out.bytes.resize(start + prefix[i]);
     if (prefix[i] > 0) std::memmove(out.bytes.data() + start, out.bytes.data() + prev, prefix[i]);
     out.bytes.insert(out.bytes.end(),
@@ -179,6 +185,19 @@ void delta_byte_array(std::span<const std::byte> data, std::size_t n, Values& ou
     prev = start;
     prev_len = out.bytes.size() - start;
   }
+}
+
+void fixed_width(Values& values, std::size_t width) {
+  for (std::size_t i = 0; i < values.count; ++i) {
+    const std::uint64_t length = values.offsets[i + 1] - values.offsets[i];
+    if (length != width) {
+      throw ChunkError("a FIXED_LEN_BYTE_ARRAY value of " + std::to_string(length) +
+                       " bytes, not " + std::to_string(width));
+    }
+  }
+  values.fixed = std::move(values.bytes);  // the values one after another, each `width` long
+  values.bytes.clear();
+  values.offsets.assign(1, 0);
 }
 
 void byte_stream_split(std::span<const std::byte> data, Physical type, std::size_t n, Values& out) {

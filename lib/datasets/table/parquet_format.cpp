@@ -190,6 +190,7 @@ FileMetaData parse_file_metadata(std::span<const std::byte> bytes) {
             }
           });
           if (key == "ARROW:schema") m.arrow_schema = std::string(value);
+          if (key == "huggingface") m.huggingface = std::string(value);
         });
         break;
       default:

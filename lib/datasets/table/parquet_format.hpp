@@ -94,6 +94,8 @@ struct FileMetaData {
   /// The key-value metadata's ARROW:schema (base64 of the Arrow IPC Schema message the writer
   /// wrote from); empty without.
   std::string arrow_schema;
+  /// The key-value metadata's "huggingface" (JSON: Hugging Face's features); empty without.
+  std::string huggingface;
 };
 
 /// Decodes the footer's FileMetaData. \throws thrift::ThriftError saying what is wrong.

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "datasets/remote/remote_cache.hpp"
+#include "datasets/table/hf_features.hpp"
 #include "datasets/table/parquet_ahead.hpp"
 #include "datasets/table/parquet_lists.hpp"
 #include "datasets/table/parquet_schema.hpp"
@@ -162,7 +163,11 @@ TableColumn map_column(const TopColumn& c, const TableOptions& o,
   const auto dtype = parquet::scalar_dtype(c);
   if (!dtype) {
     throw ConfigError(std::string(kOpenWho) + ": column " + in_quotes(c.name) + " is of type " +
-                      parquet::type_text(c) + ", which ferry does not read");
+                      parquet::type_text(c) + ", which ferry does not read" +
+                      (c.image_leaf >= 0
+                           ? " (a struct{bytes, path}, as Hugging Face's Image: name it in "
+                             "TableOptions::images, images= in Python, to decode it)"
+                           : ""));
   }
   col.physical = *c.element->type;
   col.dtype = *dtype;
@@ -235,7 +240,12 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
   } catch (const ChunkError& e) {
     throw DataError(FileLabel{kOpenWho, f.name}.prefix() + "footer: " + e.what());
   }
-  const auto schema = parquet::stored_arrow_schema(meta.arrow_schema);
+  // The stored Arrow schema is parsed only for what needs it: the shapes of the list columns read.
+  const bool lists_read = std::any_of(top.begin(), top.end(), [&](const TopColumn& c) {
+    return c.depth() > 0 && (t.options.columns.empty() || listed(t.options.columns, c.name));
+  });
+  const std::optional<std::vector<arrow::Field>> schema =
+      lists_read ? parquet::stored_arrow_schema(meta.arrow_schema) : std::nullopt;
   std::set<std::string_view> names;
   for (const TopColumn& c : top) {
     if (!names.insert(c.name).second) {
@@ -243,12 +253,20 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
                       in_quotes(c.name));
     }
   }
+  std::vector<std::string_view> top_names;
+  top_names.reserve(top.size());
+  for (const TopColumn& c : top) top_names.push_back(c.name);
   if (first) {
+    add_hf_images(t.options, meta.huggingface, [&](const std::string& name) {
+      return std::any_of(top.begin(), top.end(),
+                         [&](const TopColumn& c) { return c.name == name; });
+    });
     const TableOptions& o = t.options;
     for (const auto& name : o.columns) {
       if (std::none_of(top.begin(), top.end(),
                        [&](const TopColumn& c) { return c.name == name; })) {
-        throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": no column " + in_quotes(name));
+        throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": no column " + in_quotes(name) +
+                          parquet::columns_text(top_names));
       }
     }
     for (const auto* list : {&o.categorical, &o.images}) {
@@ -257,7 +275,7 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
                          [&](const TopColumn& c) { return c.name == name; })) {
           throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": no " +
                             (list == &o.images ? "image" : "categorical") + " column " +
-                            in_quotes(name));
+                            in_quotes(name) + parquet::columns_text(top_names));
         }
       }
     }
@@ -271,12 +289,22 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
       }
     }
   }
+  if (!first && t.options.columns.empty()) {  // every column read: none of this file's is dropped
+    for (const TopColumn& c : top) {
+      if (std::none_of(t.columns.begin(), t.columns.end(),
+                       [&](const TableColumn& col) { return col.name == c.name; })) {
+        throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": column " + in_quotes(c.name) +
+                          ", which " + t.files[0].name +
+                          " has not (every column is read: the files' schemas differ)");
+      }
+    }
+  }
   for (const TableColumn& col : t.columns) {
     const auto it = std::find_if(top.begin(), top.end(),
                                  [&](const TopColumn& c) { return c.name == col.name; });
     if (it == top.end()) {
       throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": no column " + in_quotes(col.name) +
-                        ", which " + t.files[0].name + " has");
+                        ", which " + t.files[0].name + " has" + parquet::columns_text(top_names));
     }
     const auto dtype = parquet::scalar_dtype(*it);
     const auto leaf = column_leaf(*it, col.kind);

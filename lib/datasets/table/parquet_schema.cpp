@@ -191,6 +191,17 @@ std::string in_quotes(std::string_view name) {
   return out;
 }
 
+std::string columns_text(const std::vector<std::string_view>& names) {
+  constexpr std::size_t kShown = 32;
+  std::string out = " (its columns: ";
+  for (std::size_t i = 0; i < names.size() && i < kShown; ++i) {
+    if (i > 0) out += ", ";
+    out += in_quotes(names[i]);
+  }
+  if (names.size() > kShown) out += ", and " + std::to_string(names.size() - kShown) + " more";
+  return out + ")";
+}
+
 bool listed(const std::vector<std::string>& names, std::string_view name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
@@ -303,6 +314,10 @@ std::optional<DType> scalar_dtype(const TopColumn& column) {
       if (a->bits == 0 || a->bits == 64) return a->is_signed ? DType::i64 : DType::u64;
       return std::nullopt;
     }
+    case Physical::fixed_len_byte_array:
+      // FLOAT16: IEEE binary16, little-endian, in 2 bytes. No other FIXED_LEN_BYTE_ARRAY is
+      // read (so physical_width() can take this type's width as 2).
+      return e.logical.which == 15 && e.type_length == 2 ? std::optional(DType::f16) : std::nullopt;
     case Physical::byte_array: {
       // Bytes, text, JSON, BSON, an enum: read as bytes. DECIMAL and others are not.
       const int l = e.logical.which;

@@ -53,6 +53,10 @@ std::vector<TopColumn> top_columns(const std::vector<SchemaElement>& schema, std
 /// '\\' as \xNN, so that a message stays one line of text whatever the file holds.
 std::string in_quotes(std::string_view name);
 
+/// " (its columns: "a", "b")", for a message that names a column the file lacks: the first 32
+/// names, then how many more there are.
+std::string columns_text(const std::vector<std::string_view>& names);
+
 /// Whether `name` is among `names`.
 bool listed(const std::vector<std::string>& names, std::string_view name);
 

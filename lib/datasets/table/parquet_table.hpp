@@ -21,6 +21,7 @@
 #include "datasets/table/parquet_chunk.hpp"
 #include "datasets/table/parquet_format.hpp"
 #include "datasets/table/parquet_schema.hpp"
+#include "datasets/table/thread_kept.hpp"
 #include "ferry/dataset.hpp"
 #include "ferry/export.hpp"
 #include "ferry/table.hpp"
@@ -98,6 +99,8 @@ struct FERRY_HIDDEN ParquetTable {
   /// Decoded row groups, shared by the reading threads: up to 512 MiB of them.
   static constexpr std::size_t kDecodedBudget = std::size_t{512} << 20;
   mutable GroupCache cache{kDecodedBudget};
+  /// The row group each thread read last (its LastGroup's), kept with the table.
+  mutable ThreadKept<DecodedGroup> last_groups;
 
   /// Decodes row group g's columns into their fields' form.
   /// \throws DataError naming the file, the row group, the column and the page.
