@@ -183,6 +183,7 @@ std::uint64_t ProcessPool::started() const {
 }
 
 void ProcessPool::start(Child& c) {
+  retire(c);  // what is left of the process before it, if any: its socket, memfd and mapping
   const std::size_t bytes = kMinScratch;
   py::list close_fds;
   if (options_.start_method == "fork") {
@@ -309,6 +310,12 @@ bool ProcessPool::next_message(Child& c) {
   return true;
 }
 
+bool ProcessPool::ended(const Child& c) noexcept {
+  if (c.fd < 0) return true;
+  pollfd fd{c.fd, 0, 0};
+  return ::poll(&fd, 1, 0) > 0 && (fd.revents & (POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
+
 bool ProcessPool::stopping() {
   const std::lock_guard<std::mutex> lock(mutex_);
   return stopping_;
@@ -333,6 +340,9 @@ ProcessPool::Child& ProcessPool::acquire() {
           continue;
         }
       }
+      // One that ended while idle (killed between epochs, or while the training process held a
+      // batch) owes no sample: it is replaced now, before a task goes to it.
+      if (!c.dead && c.stale == 0 && ended(c)) retire(c);
       if (c.dead) {
         lock.unlock();
         try {
@@ -381,7 +391,9 @@ void ProcessPool::release(Child& c) {
     }
   }
   const std::lock_guard<std::mutex> lock(mutex_);
-  if (gone) c.dead = true;  // replaced before its next task; its give-backs settle as it ends
+  // Replaced before its next task (its socket, memfd, mapping and regions let go now); its
+  // give-backs settle as it ends.
+  if (gone) retire(c);
   c.busy = false;
   idle_.notify_all();
 }

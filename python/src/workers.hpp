@@ -185,6 +185,8 @@ class ProcessPool {
   /// is left. c is busy (this thread's).
   bool drain(Child& c, bool wait);
   bool stopping();
+  /// Whether c's socket says that its process ended (its other end closed). No wait.
+  static bool ended(const Child& c) noexcept;
   /// c's next message (an answer, or the word that it has started), waiting in slices for it,
   /// an abandon, a stop, or (an answer) the timeout; valid until c's next receive(). \throws
   /// what lost() throws when c ended. `also_stale`: answers of later tasks in flight, discarded

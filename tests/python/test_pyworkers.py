@@ -878,3 +878,59 @@ def test_large_numpy_arrays_are_shared_by_the_worker_processes_copy_on_write(fer
     last = np.arange(1, 64) * 16384 + 16383
     assert np.array_equal(ds.c[1:, -1], last.astype(np.float32))
     assert all(int(v) == 1 for b in threads for v in b["writable"])
+
+
+# ---- faults: a worker that dies idle, one that stops answering, a killed trainer, a thread ------
+
+
+def our_workers():
+    """The pids of this process's live worker processes (the loaders of earlier tests gone)."""
+    import gc
+    import multiprocessing
+
+    gc.collect()
+    return {p.pid for p in multiprocessing.active_children() if p.name.startswith("ferry-worker")}
+
+
+def kill_all(pids):
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    assert wait_gone(pids) == []
+
+
+def test_workers_killed_while_idle_cost_no_sample(ferry):
+    # Killed between epochs: the next epoch takes fresh processes and loses nothing.
+    loader = ferry.Loader(WhoReads(), batch_size=4, device="cpu", processes=2)
+    first = {int(p) for b in loader.epoch(0) for p in b["pid"].numpy()}
+    pids = our_workers()
+    assert first <= pids and len(pids) == 2
+    kill_all(pids)
+    rows = [(int(i), int(p)) for b in loader.epoch(1) for i, p in zip(b["i"].numpy(),
+                                                                       b["pid"].numpy())]
+    assert sorted(i for i, _ in rows) == list(range(40))
+    assert not {p for _, p in rows} & pids
+
+
+def test_a_worker_killed_while_a_batch_is_held_is_replaced_whole(ferry):
+    # The batch let go after the kill: its give-back finds the dead process. The replacement maps
+    # the staging slots itself, and the dead one's descriptors and mappings go.
+    loader = ferry.Loader(WhoReads(), batch_size=20, device="cpu", processes=2)
+    for epoch in range(2):
+        assert sum(b.size for b in loader.epoch(epoch)) == 40
+    fds, scratch = len(os.listdir("/proc/self/fd")), len(scratch_mapped())
+    pids = our_workers()
+    assert len(pids) == 2
+    ep = loader.epoch(2)
+    held = next(ep)
+    time.sleep(1.0)  # the next batch read: the processes idle
+    kill_all(pids)
+    del held
+    time.sleep(0.2)
+    rest = [int(i) for b in ep for i in b["i"].numpy()]
+    assert len(rest) == 20
+    for epoch in (3, 4):
+        got = sorted(int(i) for b in loader.epoch(epoch) for i in b["i"].numpy())
+        assert got == list(range(40)), epoch
+    assert not our_workers() & pids
+    assert len(scratch_mapped()) == scratch
+    assert len(os.listdir("/proc/self/fd")) <= fds
