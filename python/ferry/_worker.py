@@ -8,6 +8,8 @@ worker_init_fn, then serves task records from its socket until the socket closes
             scratch region, group, token, region> then <QQ> per field: the bytes it must write
             and where. Region 0 is the scratch region; another is a staging slot of the
             training process, mapped here (below), into which the sample goes straight.
+    started: b"I" when it begins worker_init_fn (the parent's timeout counts from there), then
+            b"R" when it is ready for tasks (whatever failed on the way, each task answers with)
     map:    <QQ region, bytes>, its memfd attached (SCM_RIGHTS): map it
     drop:   <Q region>: it was freed, let it go
     give back: <QQQ region, where its state word lies in the control region, token>: the
@@ -343,6 +345,7 @@ def _main(conn, packed, worker_id, count, seed, layout, seed_python, init_fn, cl
         if torch is not None:
             torch.set_num_threads(1)
         if init_fn is not None:
+            conn.send_bytes(b"I")  # the parent's timeout counts from here
             init_fn(worker_id)
         reader = _ferry._WorkerReader(dataset, layout, seed_python)
     except BaseException as error:  # noqa: BLE001 (every task answers with it)

@@ -934,3 +934,77 @@ def test_a_worker_killed_while_a_batch_is_held_is_replaced_whole(ferry):
     assert not our_workers() & pids
     assert len(scratch_mapped()) == scratch
     assert len(os.listdir("/proc/self/fd")) <= fds
+
+
+class Muted(Indexed):
+    """Sample `victim` closes every descriptor of its process and then hangs."""
+
+    def __init__(self, n, victim):
+        super().__init__(n)
+        self.victim = victim
+
+    def __getitem__(self, i):
+        if i == self.victim:
+            os.closerange(3, 4096)
+            time.sleep(3600)
+        return super().__getitem__(i)
+
+
+def hanging_init(worker_id):
+    time.sleep(3600)
+
+
+def run_bounded(tmp_path, body, seconds):
+    """`body` run as a script (as run_script) in a session of its own; killed, with whatever it
+    started, after `seconds`. Returns (returncode or None when it ran over, stdout, stderr)."""
+    script = tmp_path / "bounded.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, sys, time
+        sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+        import ferry
+        from test_pyworkers import Muted, Slow, WhoReads, hanging_init
+        if __name__ == "__main__":
+    """) + textwrap.indent(textwrap.dedent(body), "    "))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=seconds)
+        return proc.returncode, out, err
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        return None, out, err
+
+
+def test_a_worker_that_closes_its_socket_and_hangs_costs_its_sample_only(tmp_path):
+    rc, out, err = run_bounded(tmp_path, """
+        loader = ferry.Loader(Muted(24, 5), batch_size=4, device="cpu", processes=2,
+                              on_error="skip")
+        for epoch in range(2):
+            got = sorted(int(y) for b in loader.epoch(epoch) for y in b["y"].numpy())
+            print(epoch, len(got), 5 in got, loader.stats().skipped, flush=True)
+        print(loader.stats().skip_reasons[0], flush=True)
+    """, 90)
+    assert rc == 0, (rc, out, err)
+    lines = out.splitlines()
+    assert lines[:2] == ["0 23 False 1", "1 23 False 2"], out
+    assert "sample 5" in lines[2], out
+
+
+def test_a_hanging_worker_init_fn_overruns_the_timeout(tmp_path):
+    rc, out, err = run_bounded(tmp_path, """
+        loader = ferry.Loader(WhoReads(), batch_size=4, device="cpu", processes=1, timeout=2,
+                              worker_init_fn=hanging_init)
+        start = time.monotonic()
+        try:
+            for b in loader.epoch(0):
+                pass
+        except ferry.Error as e:
+            print("raised", type(e).__name__, round(time.monotonic() - start), flush=True)
+            print(e, flush=True)
+    """, 60)
+    assert rc == 0, (rc, out, err)
+    lines = out.splitlines()
+    assert lines[0].startswith("raised ") and int(lines[0].split()[2]) < 15, out
+    assert "timeout=2 s" in lines[1] and "worker_init_fn" in lines[1], out
