@@ -132,6 +132,18 @@ ProcessPool::ProcessPool(const PyDataset& dataset, ProcessOptions options)
                         why.cast<std::string>() + ", or use processes=0 (threads)");
     }
   }
+  if (options_.start_method != "fork" && options_.worker_init_fn &&
+      !options_.worker_init_fn.is_none()) {
+    try {  // it goes to each process pickled, as the dataset does
+      static_cast<void>(py::module_::import("pickle").attr("dumps")(options_.worker_init_fn));
+    } catch (py::error_already_set& e) {
+      throw ConfigError(
+          "Loader: worker_init_fn cannot be pickled for the worker processes (" +
+          py::str(py::type::of(e.value()).attr("__name__")).cast<std::string>() + ": " +
+          py::str(e.value()).cast<std::string>() +
+          "); define it with def at a module's top level (not a lambda or a nested function)");
+    }
+  }
   layout_ = dataset.layout().describe();
   start_ = worker.attr("start");
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

@@ -1008,3 +1008,35 @@ def test_a_hanging_worker_init_fn_overruns_the_timeout(tmp_path):
     lines = out.splitlines()
     assert lines[0].startswith("raised ") and int(lines[0].split()[2]) < 15, out
     assert "timeout=2 s" in lines[1] and "worker_init_fn" in lines[1], out
+
+
+# ---- errors of the right kind ---------------------------------------------------------------
+
+
+class LaterShape(Indexed):
+    def __getitem__(self, i):
+        return {"x": np.zeros(3 if i != 6 else 4, np.float32), "y": np.int64(i)}
+
+
+@pytest.mark.parametrize("processes", [0, 2])
+def test_a_later_sample_of_another_shape_is_a_data_error_naming_it(ferry, processes):
+    with pytest.raises(ferry.DataError, match=r'field "x" of sample 6 has shape \(4,\)'):
+        batches_of(ferry, LaterShape(10), processes=processes, batch_size=4)
+    got, loader = batches_of(ferry, LaterShape(10), processes=processes, batch_size=4,
+                             on_error="skip")
+    assert sorted(int(y) for b in got for y in b["y"]) == [i for i in range(10) if i != 6]
+
+
+class BoolPairs(Indexed):
+    def __getitem__(self, i):
+        return np.full(3, i, np.float32), np.array([True, False])
+
+
+def test_an_unsupported_dtype_in_a_tuple_names_the_field(ferry):
+    with pytest.raises(ferry.ConfigError, match=r'field "1" of sample 0 has dtype bool'):
+        ferry.Loader(BoolPairs(4), device="cpu")
+
+
+def test_a_worker_init_fn_that_cannot_be_pickled_is_a_config_error(ferry):
+    with pytest.raises(ferry.ConfigError, match="worker_init_fn"):
+        batches_of(ferry, Indexed(8), processes=1, worker_init_fn=lambda worker_id: None)
