@@ -1010,6 +1010,79 @@ def test_a_hanging_worker_init_fn_overruns_the_timeout(tmp_path):
     assert "timeout=2 s" in lines[1] and "worker_init_fn" in lines[1], out
 
 
+def descendants(pid):
+    """The processes below `pid` (children, their children, ...)."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                pass
+    found, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        for child, parent in parents.items():
+            if parent == p and child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_a_killed_trainer_with_busy_workers_leaves_nothing(tmp_path, how, start_method):
+    # The workers inside a 30-second __getitem__; the forkserver and the resource tracker too.
+    script = tmp_path / "trainer.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+        import ferry
+        from test_pyworkers import Slow
+        if __name__ == "__main__":
+            loader = ferry.Loader(Slow(64, set(range(8, 64)), 30), batch_size=4, device="cpu",
+                                  processes=2, start_method={start_method!r})
+            ep = loader.epoch(0)
+            next(ep)
+            time.sleep(1.0)
+            print("busy", flush=True)
+            time.sleep(60)
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ))
+    try:
+        assert proc.stdout.readline().strip() == "busy"
+        below = descendants(proc.pid)
+        assert len(below) >= 2  # the workers (and the forkserver, the resource tracker)
+        proc.send_signal(how)
+        proc.wait(10)
+        assert wait_gone(below, 15) == []
+    finally:
+        proc.kill()
+        for pid in descendants(proc.pid) if proc.poll() is None else ():
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_spawn_workers_outlive_the_thread_that_made_the_loader(ferry):
+    made = {}
+
+    def make():
+        made["loader"] = ferry.Loader(WhoReads(), batch_size=4, device="cpu", processes=2,
+                                      start_method="spawn")
+        made["pids"] = {int(p) for b in made["loader"].epoch(0) for p in b["pid"].numpy()}
+
+    thread = threading.Thread(target=make)
+    thread.start()
+    thread.join()
+    time.sleep(0.5)
+    assert made["pids"] and all(alive(p) for p in made["pids"])
+    rows = [(int(i), int(p)) for b in made["loader"].epoch(1)
+            for i, p in zip(b["i"].numpy(), b["pid"].numpy())]
+    assert sorted(i for i, _ in rows) == list(range(40))
+    assert {p for _, p in rows} <= made["pids"]
+
+
 # ---- errors of the right kind ---------------------------------------------------------------
 
 
