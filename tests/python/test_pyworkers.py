@@ -892,10 +892,27 @@ def our_workers():
     return {p.pid for p in multiprocessing.active_children() if p.name.startswith("ferry-worker")}
 
 
+def worker_descriptors():
+    """This process's descriptors of worker processes: their sockets and scratch memfds."""
+    found = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        found += target.startswith("socket:") or "memfd:ferry-scratch" in target
+    return found
+
+
 def kill_all(pids):
+    """Kills the forkserver's children `pids` and waits until the forkserver has reaped them (all
+    their threads gone, and with them their descriptors)."""
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
-    assert wait_gone(pids) == []
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") for p in pids):
+        time.sleep(0.05)
+    assert wait_gone(pids, 0) == []
 
 
 def test_workers_killed_while_idle_cost_no_sample(ferry):
@@ -917,7 +934,7 @@ def test_a_worker_killed_while_a_batch_is_held_is_replaced_whole(ferry):
     loader = ferry.Loader(WhoReads(), batch_size=20, device="cpu", processes=2)
     for epoch in range(2):
         assert sum(b.size for b in loader.epoch(epoch)) == 40
-    fds, scratch = len(os.listdir("/proc/self/fd")), len(scratch_mapped())
+    fds, scratch = worker_descriptors(), len(scratch_mapped())
     pids = our_workers()
     assert len(pids) == 2
     ep = loader.epoch(2)
@@ -933,7 +950,7 @@ def test_a_worker_killed_while_a_batch_is_held_is_replaced_whole(ferry):
         assert got == list(range(40)), epoch
     assert not our_workers() & pids
     assert len(scratch_mapped()) == scratch
-    assert len(os.listdir("/proc/self/fd")) <= fds
+    assert worker_descriptors() == fds
 
 
 class Muted(Indexed):
