@@ -321,17 +321,21 @@ def _watch(trainer):
         if fd >= 0:
             poller = select.poll()
             poller.register(fd, select.POLLIN)
-            while not poller.poll():
+            events = []
+            while not events:
+                events = poller.poll()
+            if events[0][1] & select.POLLIN:
+                os._exit(1)
+            # The pidfd was closed under this thread (a dataset that closes every descriptor):
+            # asked below instead.
+        while True:
+            try:
+                os.kill(trainer, 0)
+            except ProcessLookupError:
+                break
+            except OSError:
                 pass
-        else:
-            while True:
-                try:
-                    os.kill(trainer, 0)
-                except ProcessLookupError:
-                    break
-                except OSError:
-                    pass
-                time.sleep(0.5)
+            time.sleep(0.5)
         os._exit(1)
 
     threading.Thread(target=wait, name="ferry-watch-trainer", daemon=True).start()

@@ -1006,7 +1006,7 @@ def test_a_worker_that_closes_its_socket_and_hangs_costs_its_sample_only(tmp_pat
     assert rc == 0, (rc, out, err)
     lines = out.splitlines()
     assert lines[:2] == ["0 23 False 1", "1 23 False 2"], out
-    assert "sample 5" in lines[2], out
+    assert "sample 5" in lines[2] and "stopped answering, and was killed" in lines[2], out
 
 
 def test_a_hanging_worker_init_fn_overruns_the_timeout(tmp_path):
