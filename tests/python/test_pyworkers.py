@@ -1020,10 +1020,11 @@ def test_a_hanging_worker_init_fn_overruns_the_timeout(tmp_path):
         except ferry.Error as e:
             print("raised", type(e).__name__, round(time.monotonic() - start), flush=True)
             print(e, flush=True)
-    """, 60)
+    """, 120)
     assert rc == 0, (rc, out, err)
     lines = out.splitlines()
-    assert lines[0].startswith("raised ") and int(lines[0].split()[2]) < 15, out
+    # the process's start (its imports: torch, where installed) and then 2 s, not for ever
+    assert lines[0].startswith("raised ") and int(lines[0].split()[2]) < 60, out
     assert "timeout=2 s" in lines[1] and "worker_init_fn" in lines[1], out
 
 
