@@ -8,6 +8,8 @@ worker_init_fn, then serves task records from its socket until the socket closes
             scratch region, group, token, region> then <QQ> per field: the bytes it must write
             and where. Region 0 is the scratch region; another is a staging slot of the
             training process, mapped here (below), into which the sample goes straight.
+    started: b"I" when it begins worker_init_fn (the parent's timeout counts from there), then
+            b"R" when it is ready for tasks (whatever failed on the way, each task answers with)
     map:    <QQ region, bytes>, its memfd attached (SCM_RIGHTS): map it
     drop:   <Q region>: it was freed, let it go
     give back: <QQQ region, where its state word lies in the control region, token>: the
@@ -37,10 +39,13 @@ import multiprocessing
 import os
 import pickle
 import re
+import select
 import signal
 import socket
 import struct
 import sys
+import threading
+import time
 import traceback
 from multiprocessing import reduction
 
@@ -180,7 +185,7 @@ def start(method, packed, worker_id, count, seed, layout, seed_python, init_fn,
     process = ctx.Process(
         target=_main, name="ferry-worker-%d" % worker_id, daemon=True,
         args=(theirs, [packed.data, len(packed.fds)], worker_id, count, seed, layout,
-              seed_python, init_fn, close_fds, control_fd >= 0))
+              seed_python, init_fn, close_fds, control_fd >= 0, os.getpid()))
     try:
         process.start()
     finally:
@@ -300,11 +305,48 @@ class _Tasks:
         return bool(chunk)
 
 
+def _watch(trainer):
+    """Ends this process when the training process `trainer` ends, however it ends (SIGKILL
+    too) and whatever this process is doing (a long __getitem__ too): a thread waits on a pidfd
+    of it. Not PR_SET_PDEATHSIG: that follows the thread that started the process (spawn), or
+    the forkserver, which outlives the training process while its children run."""
+    try:
+        fd = os.pidfd_open(trainer)
+    except ProcessLookupError:
+        os._exit(1)  # already gone
+    except (AttributeError, OSError):  # Linux before 5.3: asked twice a second instead
+        fd = -1
+
+    def wait():
+        if fd >= 0:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            events = []
+            while not events:
+                events = poller.poll()
+            if events[0][1] & select.POLLIN:
+                os._exit(1)
+            # The pidfd was closed under this thread (a dataset that closes every descriptor):
+            # asked below instead.
+        while True:
+            try:
+                os.kill(trainer, 0)
+            except ProcessLookupError:
+                break
+            except OSError:
+                pass
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=wait, name="ferry-watch-trainer", daemon=True).start()
+
+
 def _main(conn, packed, worker_id, count, seed, layout, seed_python, init_fn, close_fds,
-          has_control):
+          has_control, trainer):
     global _info
     # Ctrl-C is the training process's to handle: it stops the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _watch(trainer)
     for fd in close_fds:  # "fork" only: the other workers' sockets, so that their ends close
         try:
             os.close(fd)
@@ -312,7 +354,7 @@ def _main(conn, packed, worker_id, count, seed, layout, seed_python, init_fn, cl
             pass
     from . import _ferry  # noqa: PLC0415 (the extension, in the child)
 
-    _ferry._worker_prepare()  # ends with its parent (PR_SET_PDEATHSIG)
+    _ferry._worker_prepare()
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[name] = "1"
     memfd = reduction.recv_handle(conn)
@@ -343,6 +385,7 @@ def _main(conn, packed, worker_id, count, seed, layout, seed_python, init_fn, cl
         if torch is not None:
             torch.set_num_threads(1)
         if init_fn is not None:
+            conn.send_bytes(b"I")  # the parent's timeout counts from here
             init_fn(worker_id)
         reader = _ferry._WorkerReader(dataset, layout, seed_python)
     except BaseException as error:  # noqa: BLE001 (every task answers with it)

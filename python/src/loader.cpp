@@ -652,7 +652,7 @@ ferry.default_memory_budget(), or what the starting options need where that is m
 autotune=False keeps them as given. iter(loader) plays epochs 0, 1, 2, ... one per iter().
 processes (None: as many as workers when a Python dataset can be pickled, else threads; 0:
 threads), start_method ("forkserver", "spawn"), worker_init_fn(worker_id), timeout (seconds a
-sample may take in a process; 0: no limit) and seed_python (seed random, numpy and torch from
+sample, or a worker_init_fn, may take in a process; 0: no limit) and seed_python (seed random, numpy and torch from
 each sample's seed before its __getitem__) concern a dataset written in Python.)doc")
       .def(py::init([](const py::object& dataset, std::size_t batch_size, bool shuffle,
                        std::uint64_t seed, bool drop_last, int workers, int prefetch,

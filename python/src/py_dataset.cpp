@@ -32,6 +32,18 @@ std::string shape_text(const py::array& a) {
   return py::str(py::tuple(a.attr("shape"))).cast<std::string>();
 }
 
+/// The dtype of field `name` as sample 0 gives it. \throws ConfigError naming the field.
+DType sample0_dtype(const std::string& name, const py::array& a) {
+  try {
+    return to_dtype(a.dtype());
+  } catch (const Error&) {
+    throw ConfigError("Python dataset: field \"" + name + "\" of sample 0 has dtype " +
+                      py::str(a.dtype()).cast<std::string>() +
+                      ", which ferry does not take (u8, u16, u32, u64, i8, i16, i32, i64, f16, "
+                      "bf16, f32, f64; convert it, e.g. a bool to u8)");
+  }
+}
+
 /// One (name, dtype, shape) of a `fields` declaration, shape's None a ragged first dimension.
 FieldSpec declared_field(const py::handle& item, std::size_t position) {
   const std::string where = "Python dataset: fields[" + std::to_string(position) + "]";
@@ -110,7 +122,7 @@ SampleLayout::SampleLayout(const py::object& source, const py::object& first) {
       const py::array a = asarray_(value);
       FieldSpec f;
       f.name = std::to_string(i);
-      f.dtype = to_dtype(a.dtype());
+      f.dtype = sample0_dtype(f.name, a);
       f.shape.assign(a.shape(), a.shape() + a.ndim());
       add_field(std::move(f), py::int_(i));
     }
@@ -126,14 +138,7 @@ SampleLayout::SampleLayout(const py::object& source, const py::object& first) {
       const py::array a = asarray_(value);
       FieldSpec f;
       f.name = name;
-      try {
-        f.dtype = to_dtype(a.dtype());
-      } catch (const Error&) {
-        throw ConfigError("Python dataset: field \"" + f.name + "\" of sample 0 has dtype " +
-                          py::str(a.dtype()).cast<std::string>() +
-                          ", which ferry does not take (u8, u16, u32, u64, i8, i16, i32, i64, "
-                          "f16, bf16, f32, f64; convert it, e.g. a bool to u8)");
-      }
+      f.dtype = sample0_dtype(f.name, a);
       f.shape.assign(a.shape(), a.shape() + a.ndim());
       add_field(std::move(f), py::reinterpret_borrow<py::object>(key));
     }
@@ -261,10 +266,10 @@ std::vector<py::array> SampleLayout::arrays(const py::handle& sample, std::size_
       for (const std::int64_t d : spec.shape) {
         want.append(d == ragged ? py::object(py::str("L")) : py::object(py::int_(d)));
       }
-      throw py::value_error("field \"" + spec.name + "\" of sample " + std::to_string(index) +
-                            " has shape " + shape_text(a) + "; " +
-                            (declared_ ? "`fields` declares " : "sample 0's is ") +
-                            py::str(py::tuple(want)).cast<std::string>());
+      throw DataError("Python dataset: field \"" + spec.name + "\" of sample " +
+                      std::to_string(index) + " has shape " + shape_text(a) + "; " +
+                      (declared_ ? "`fields` declares " : "sample 0's is ") +
+                      py::str(py::tuple(want)).cast<std::string>());
     }
     if (static_cast<std::size_t>(a.nbytes()) != nbytes[f]) {
       const std::size_t row = spec.sample_bytes();

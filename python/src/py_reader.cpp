@@ -4,13 +4,11 @@
 
 #include <pybind11/stl.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
 #include <unistd.h>
 
-#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -344,9 +342,8 @@ void bind_workers(py::module_& m) {
     return rc == 0;
   });
   m.def("_worker_prepare", [] {
-    // The process ends with the one that started it (a spawn's parent: the training process; a
-    // forkserver's: the server, which ends with the training process).
-    static_cast<void>(::prctl(PR_SET_PDEATHSIG, SIGKILL));
+    // (It ends with the training process by ferry/_worker.py's _watch, not PR_SET_PDEATHSIG,
+    // which follows the thread that started it.)
     tune_malloc();
   });
 }

@@ -132,6 +132,18 @@ ProcessPool::ProcessPool(const PyDataset& dataset, ProcessOptions options)
                         why.cast<std::string>() + ", or use processes=0 (threads)");
     }
   }
+  if (options_.start_method != "fork" && options_.worker_init_fn &&
+      !options_.worker_init_fn.is_none()) {
+    try {  // it goes to each process pickled, as the dataset does
+      static_cast<void>(py::module_::import("pickle").attr("dumps")(options_.worker_init_fn));
+    } catch (py::error_already_set& e) {
+      throw ConfigError(
+          "Loader: worker_init_fn cannot be pickled for the worker processes (" +
+          py::str(py::type::of(e.value()).attr("__name__")).cast<std::string>() + ": " +
+          py::str(e.value()).cast<std::string>() +
+          "); define it with def at a module's top level (not a lambda or a nested function)");
+    }
+  }
   layout_ = dataset.layout().describe();
   start_ = worker.attr("start");
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -183,6 +195,7 @@ std::uint64_t ProcessPool::started() const {
 }
 
 void ProcessPool::start(Child& c) {
+  retire(c);  // what is left of the process before it, if any: its socket, memfd and mapping
   const std::size_t bytes = kMinScratch;
   py::list close_fds;
   if (options_.start_method == "fork") {
@@ -309,6 +322,12 @@ bool ProcessPool::next_message(Child& c) {
   return true;
 }
 
+bool ProcessPool::ended(const Child& c) noexcept {
+  if (c.fd < 0) return true;
+  pollfd fd{c.fd, 0, 0};
+  return ::poll(&fd, 1, 0) > 0 && (fd.revents & (POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
+
 bool ProcessPool::stopping() {
   const std::lock_guard<std::mutex> lock(mutex_);
   return stopping_;
@@ -333,14 +352,24 @@ ProcessPool::Child& ProcessPool::acquire() {
           continue;
         }
       }
+      // One that ended while idle (killed between epochs, or while the training process held a
+      // batch) owes no sample: it is replaced now, before a task goes to it.
+      if (!c.dead && c.stale == 0 && ended(c)) retire(c);
+      if (c.dead && !init_overran_.empty()) {  // it would only hang in it again
+        c.busy = false;
+        idle_.notify_all();
+        throw DataError(init_overran_);
+      }
       if (c.dead) {
         lock.unlock();
         try {
           if (!python_usable()) throw Error("Python dataset: the interpreter is exiting");
           const ReaderGil gil;
           if (c.process) {
-            // Reaped: the process that ended (its replacement gets a new one).
-            c.process.attr("join")();
+            // Reaped: the process that ended (its replacement gets a new one). One that closed
+            // its socket but runs on is killed first: the join then waits for no one.
+            if (c.process.attr("exitcode").is_none()) c.process.attr("kill")();
+            c.process.attr("join")(5.0);
             c.process = py::object();
           }
           start(c);
@@ -381,7 +410,9 @@ void ProcessPool::release(Child& c) {
     }
   }
   const std::lock_guard<std::mutex> lock(mutex_);
-  if (gone) c.dead = true;  // replaced before its next task; its give-backs settle as it ends
+  // Replaced before its next task (its socket, memfd, mapping and regions let go now); its
+  // give-backs settle as it ends.
+  if (gone) retire(c);
   c.busy = false;
   idle_.notify_all();
 }
@@ -392,7 +423,13 @@ std::string ProcessPool::ending(Child& c) {
   try {
     c.process.attr("join")(5.0);
     const py::object code = c.process.attr("exitcode");
-    if (code.is_none()) return "stopped answering";
+    if (code.is_none()) {
+      // Its socket closed, yet it runs on (it closed its descriptors, say): it is killed, so
+      // that nothing waits for it.
+      c.process.attr("kill")();
+      c.process.attr("join")(5.0);
+      return "closed its socket and stopped answering, and was killed";
+    }
     const int n = code.cast<int>();
     if (n < 0) {
       const char* name = ::sigabbrev_np(-n);
@@ -405,19 +442,20 @@ std::string ProcessPool::ending(Child& c) {
   }
 }
 
-void ProcessPool::lost(Child& c, std::size_t index, const std::string& why) {
+void ProcessPool::lost(Child& c, std::size_t index, const std::string& why, bool reading) {
   const std::string pid = std::to_string(c.pid);
   retire(c);
   release(c);
   throw DataError("Python dataset: worker process " + std::to_string(c.id) + " (pid " + pid + ") " +
-                  why + " while reading sample " + std::to_string(index) +
-                  "; a fresh process takes its place");
+                  why + (reading ? " while reading sample " : " before reading sample ") +
+                  std::to_string(index) + "; a fresh process takes its place");
 }
 
 const std::vector<std::byte>& ProcessPool::receive(Child& c, std::size_t index, bool answer,
                                                    int also_stale, DoneMark done) {
-  const auto begin = std::chrono::steady_clock::now();
-  const bool timed = answer && options_.timeout > 0;
+  auto begin = std::chrono::steady_clock::now();
+  bool timed = answer && options_.timeout > 0;
+  bool initializing = false;  // in its worker_init_fn: that has the timeout's time too
   for (;;) {
     if (abandoned_.load()) {
       // Its epoch was left: an answer still to come is discarded when it comes, and its sample
@@ -433,6 +471,13 @@ const std::vector<std::byte>& ProcessPool::receive(Child& c, std::size_t index, 
     }
     if (next_message(c)) {
       if (c.taken.empty()) lost(c, index, "sent an empty message");
+      if (!answer && c.taken.size() == 1 && c.taken[0] == std::byte{'I'}) {
+        // Its dataset unpickled, it runs worker_init_fn now.
+        initializing = true;
+        timed = options_.timeout > 0;
+        begin = std::chrono::steady_clock::now();
+        continue;
+      }
       return c.taken;
     }
     if (c.in_end - c.in_at >= 4) {
@@ -452,9 +497,18 @@ const std::vector<std::byte>& ProcessPool::receive(Child& c, std::size_t index, 
       if (left <= 0) {
         ::kill(static_cast<pid_t>(c.pid), SIGKILL);
         const std::string how = ending(c);
+        if (initializing) {
+          const std::lock_guard<std::mutex> lock(mutex_);
+          init_overran_ = "Python dataset: the worker_init_fn of worker process " +
+                          std::to_string(c.id) + " (pid " + std::to_string(c.pid) +
+                          ") overran timeout=" + seconds_text(options_.timeout) +
+                          "; no process starts again until the next epoch";
+        }
         lost(c, index,
-             "overran timeout=" + seconds_text(options_.timeout) + " and " +
-                 (how.rfind("was killed", 0) == 0 ? "was killed" : how));
+             "overran timeout=" + seconds_text(options_.timeout) +
+                 (initializing ? " in its worker_init_fn" : "") + " and " +
+                 (how.rfind("was killed", 0) == 0 ? "was killed" : how),
+             /*reading=*/!initializing);
       }
       slice = std::min(slice, static_cast<int>(left * 1000) + 1);
     }
@@ -1000,8 +1054,8 @@ void ProcessPool::read(const PyDataset& dataset, std::size_t index, SampleRef ou
     throw;
   }
   if (!c.ready) {
-    // Its first task waits until it has started (imports, unpickling, worker_init_fn): the
-    // timeout is per sample, not for the start.
+    // Its first task waits until it has started: the imports and unpickling without a limit
+    // (they take what they take on a busy machine), its worker_init_fn within the timeout.
     static_cast<void>(receive(c, index, /*answer=*/false, 0));
     c.ready = true;
   }

@@ -114,7 +114,11 @@ class ProcessPool {
   /// epoch left early, so that its teardown waits for no __getitem__. No GIL needed.
   void abandon() noexcept { abandoned_.store(true); }
   /// Reads go to the processes again (an epoch starts). No GIL needed.
-  void resume() noexcept { abandoned_.store(false); }
+  void resume() noexcept {
+    abandoned_.store(false);
+    const std::lock_guard<std::mutex> lock(mutex_);
+    init_overran_.clear();
+  }
 
   const ProcessOptions& options() const noexcept { return options_; }
   /// A staging slot's batch was let go (Dataset::staging_released): the next process a thread
@@ -185,8 +189,11 @@ class ProcessPool {
   /// is left. c is busy (this thread's).
   bool drain(Child& c, bool wait);
   bool stopping();
+  /// Whether c's socket says that its process ended (its other end closed). No wait.
+  static bool ended(const Child& c) noexcept;
   /// c's next message (an answer, or the word that it has started), waiting in slices for it,
-  /// an abandon, a stop, or (an answer) the timeout; valid until c's next receive(). \throws
+  /// an abandon, a stop, or the timeout (for an answer, or for a worker_init_fn: the process
+  /// says when it begins one); valid until c's next receive(). \throws
   /// what lost() throws when c ended. `also_stale`: answers of later tasks in flight, discarded
   /// too when this read gives up.
   /// `done`: where the awaited sample's token lands in c's memfd, and its value (0: none).
@@ -215,9 +222,12 @@ class ProcessPool {
   /// Sends the share's next tasks, several in one write, when half of the window is free.
   void send_next(Child& c) noexcept;
   void grow(Child& c, std::size_t bytes);
-  /// Why c's process ended (its exit code or signal), after it did. Takes the GIL.
+  /// Why c's process ended (its exit code or signal), after it did; one whose socket closed but
+  /// that runs on is killed. Takes the GIL.
   std::string ending(Child& c);
-  [[noreturn]] void lost(Child& c, std::size_t index, const std::string& why);
+  /// c's process is gone (or killed): c retired and released, and a DataError thrown naming
+  /// sample `index`, which it was reading (`reading`) or was about to.
+  [[noreturn]] void lost(Child& c, std::size_t index, const std::string& why, bool reading = true);
 
   ProcessOptions options_;
   std::uint64_t id_;  // this pool among all (a thread's read-ahead names it)
@@ -234,6 +244,9 @@ class ProcessPool {
   int wake_fd_ = -1;  // an eventfd that wakes reads when the pool stops
   std::uint64_t started_ = 0;
   std::atomic<bool> abandoned_{false};
+  // Why no process is started until the next epoch (resume()): a worker_init_fn overran the
+  // timeout. Under mutex_.
+  std::string init_overran_;
   // The give-backs of slots' pages (released(), reused()); their state words lie in a memfd of
   // the pool's (`control_`), which every process maps.
   std::vector<Discard> discards_;  // under mutex_

@@ -114,7 +114,7 @@ def test_a_sample_of_another_shape_is_an_error_naming_it(ferry):
         def __getitem__(self, i):
             return {"x": np.zeros(3 if i != 6 else 4, np.float32)}
 
-    with pytest.raises(ValueError, match=r"sample 6 has shape \(4,\)"):
+    with pytest.raises(ferry.DataError, match=r'field "x" of sample 6 has shape \(4,\)'):
         for _ in ferry.Loader(Ragged(10), batch_size=4, device="cpu").epoch(0):
             pass
 

@@ -878,3 +878,256 @@ def test_large_numpy_arrays_are_shared_by_the_worker_processes_copy_on_write(fer
     last = np.arange(1, 64) * 16384 + 16383
     assert np.array_equal(ds.c[1:, -1], last.astype(np.float32))
     assert all(int(v) == 1 for b in threads for v in b["writable"])
+
+
+# ---- faults: a worker that dies idle, one that stops answering, a killed trainer, a thread ------
+
+
+def our_workers():
+    """The pids of this process's live worker processes (the loaders of earlier tests gone)."""
+    import gc
+    import multiprocessing
+
+    gc.collect()
+    return {p.pid for p in multiprocessing.active_children() if p.name.startswith("ferry-worker")}
+
+
+def worker_descriptors():
+    """This process's descriptors of worker processes: their sockets and scratch memfds."""
+    found = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        found += target.startswith("socket:") or "memfd:ferry-scratch" in target
+    return found
+
+
+def kill_all(pids):
+    """Kills the forkserver's children `pids` and waits until the forkserver has reaped them (all
+    their threads gone, and with them their descriptors)."""
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") for p in pids):
+        time.sleep(0.05)
+    assert wait_gone(pids, 0) == []
+
+
+def test_workers_killed_while_idle_cost_no_sample(ferry):
+    # Killed between epochs: the next epoch takes fresh processes and loses nothing.
+    loader = ferry.Loader(WhoReads(), batch_size=4, device="cpu", processes=2)
+    first = {int(p) for b in loader.epoch(0) for p in b["pid"].numpy()}
+    pids = our_workers()
+    assert first <= pids and len(pids) == 2
+    kill_all(pids)
+    rows = [(int(i), int(p)) for b in loader.epoch(1) for i, p in zip(b["i"].numpy(),
+                                                                       b["pid"].numpy())]
+    assert sorted(i for i, _ in rows) == list(range(40))
+    assert not {p for _, p in rows} & pids
+
+
+def test_a_worker_killed_while_a_batch_is_held_is_replaced_whole(ferry):
+    # The batch let go after the kill: its give-back finds the dead process. The replacement maps
+    # the staging slots itself, and the dead one's descriptors and mappings go.
+    loader = ferry.Loader(WhoReads(), batch_size=20, device="cpu", processes=2)
+    for epoch in range(2):
+        assert sum(b.size for b in loader.epoch(epoch)) == 40
+    fds, scratch = worker_descriptors(), len(scratch_mapped())
+    pids = our_workers()
+    assert len(pids) == 2
+    ep = loader.epoch(2)
+    held = next(ep)
+    time.sleep(1.0)  # the next batch read: the processes idle
+    kill_all(pids)
+    del held
+    time.sleep(0.2)
+    rest = [int(i) for b in ep for i in b["i"].numpy()]
+    assert len(rest) == 20
+    for epoch in (3, 4):
+        got = sorted(int(i) for b in loader.epoch(epoch) for i in b["i"].numpy())
+        assert got == list(range(40)), epoch
+    assert not our_workers() & pids
+    assert len(scratch_mapped()) == scratch
+    assert worker_descriptors() == fds
+
+
+class Muted(Indexed):
+    """Sample `victim` closes every descriptor of its process and then hangs."""
+
+    def __init__(self, n, victim):
+        super().__init__(n)
+        self.victim = victim
+
+    def __getitem__(self, i):
+        if i == self.victim:
+            os.closerange(3, 4096)
+            time.sleep(3600)
+        return super().__getitem__(i)
+
+
+def hanging_init(worker_id):
+    time.sleep(3600)
+
+
+def run_bounded(tmp_path, body, seconds):
+    """`body` run as a script (as run_script) in a session of its own; killed, with whatever it
+    started, after `seconds`. Returns (returncode or None when it ran over, stdout, stderr)."""
+    script = tmp_path / "bounded.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, sys, time
+        sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+        import ferry
+        from test_pyworkers import Muted, Slow, WhoReads, hanging_init
+        if __name__ == "__main__":
+    """) + textwrap.indent(textwrap.dedent(body), "    "))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=seconds)
+        return proc.returncode, out, err
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        return None, out, err
+
+
+def test_a_worker_that_closes_its_socket_and_hangs_costs_its_sample_only(tmp_path):
+    rc, out, err = run_bounded(tmp_path, """
+        loader = ferry.Loader(Muted(24, 5), batch_size=4, device="cpu", processes=2,
+                              on_error="skip")
+        for epoch in range(2):
+            got = sorted(int(y) for b in loader.epoch(epoch) for y in b["y"].numpy())
+            print(epoch, len(got), 5 in got, loader.stats().skipped, flush=True)
+        print(loader.stats().skip_reasons[0], flush=True)
+    """, 90)
+    assert rc == 0, (rc, out, err)
+    lines = out.splitlines()
+    assert lines[:2] == ["0 23 False 1", "1 23 False 2"], out
+    assert "sample 5" in lines[2] and "stopped answering, and was killed" in lines[2], out
+
+
+def test_a_hanging_worker_init_fn_overruns_the_timeout(tmp_path):
+    rc, out, err = run_bounded(tmp_path, """
+        loader = ferry.Loader(WhoReads(), batch_size=4, device="cpu", processes=1, timeout=2,
+                              worker_init_fn=hanging_init)
+        start = time.monotonic()
+        try:
+            for b in loader.epoch(0):
+                pass
+        except ferry.Error as e:
+            print("raised", type(e).__name__, round(time.monotonic() - start), flush=True)
+            print(e, flush=True)
+    """, 120)
+    assert rc == 0, (rc, out, err)
+    lines = out.splitlines()
+    # the process's start (its imports: torch, where installed) and then 2 s, not for ever
+    assert lines[0].startswith("raised ") and int(lines[0].split()[2]) < 60, out
+    assert "timeout=2 s" in lines[1] and "worker_init_fn" in lines[1], out
+
+
+def descendants(pid):
+    """The processes below `pid` (children, their children, ...)."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                pass
+    found, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        for child, parent in parents.items():
+            if parent == p and child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_a_killed_trainer_with_busy_workers_leaves_nothing(tmp_path, how, start_method):
+    # The workers inside a 30-second __getitem__; the forkserver and the resource tracker too.
+    script = tmp_path / "trainer.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+        import ferry
+        from test_pyworkers import Slow
+        if __name__ == "__main__":
+            loader = ferry.Loader(Slow(64, set(range(8, 64)), 30), batch_size=4, device="cpu",
+                                  processes=2, start_method={start_method!r})
+            ep = loader.epoch(0)
+            next(ep)
+            time.sleep(1.0)
+            print("busy", flush=True)
+            time.sleep(60)
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ))
+    try:
+        assert proc.stdout.readline().strip() == "busy"
+        below = descendants(proc.pid)
+        assert len(below) >= 2  # the workers (and the forkserver, the resource tracker)
+        proc.send_signal(how)
+        proc.wait(10)
+        assert wait_gone(below, 15) == []
+    finally:
+        proc.kill()
+        for pid in descendants(proc.pid) if proc.poll() is None else ():
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_spawn_workers_outlive_the_thread_that_made_the_loader(ferry):
+    made = {}
+
+    def make():
+        made["loader"] = ferry.Loader(WhoReads(), batch_size=4, device="cpu", processes=2,
+                                      start_method="spawn")
+        made["pids"] = {int(p) for b in made["loader"].epoch(0) for p in b["pid"].numpy()}
+
+    thread = threading.Thread(target=make)
+    thread.start()
+    thread.join()
+    time.sleep(0.5)
+    assert made["pids"] and all(alive(p) for p in made["pids"])
+    rows = [(int(i), int(p)) for b in made["loader"].epoch(1)
+            for i, p in zip(b["i"].numpy(), b["pid"].numpy())]
+    assert sorted(i for i, _ in rows) == list(range(40))
+    assert {p for _, p in rows} <= made["pids"]
+
+
+# ---- errors of the right kind ---------------------------------------------------------------
+
+
+class LaterShape(Indexed):
+    def __getitem__(self, i):
+        return {"x": np.zeros(3 if i != 6 else 4, np.float32), "y": np.int64(i)}
+
+
+@pytest.mark.parametrize("processes", [0, 2])
+def test_a_later_sample_of_another_shape_is_a_data_error_naming_it(ferry, processes):
+    with pytest.raises(ferry.DataError, match=r'field "x" of sample 6 has shape \(4,\)'):
+        batches_of(ferry, LaterShape(10), processes=processes, batch_size=4)
+    got, loader = batches_of(ferry, LaterShape(10), processes=processes, batch_size=4,
+                             on_error="skip")
+    assert sorted(int(y) for b in got for y in b["y"]) == [i for i in range(10) if i != 6]
+
+
+class BoolPairs(Indexed):
+    def __getitem__(self, i):
+        return np.full(3, i, np.float32), np.array([True, False])
+
+
+def test_an_unsupported_dtype_in_a_tuple_names_the_field(ferry):
+    with pytest.raises(ferry.ConfigError, match=r'field "1" of sample 0 has dtype bool'):
+        ferry.Loader(BoolPairs(4), device="cpu")
+
+
+def test_a_worker_init_fn_that_cannot_be_pickled_is_a_config_error(ferry):
+    with pytest.raises(ferry.ConfigError, match="worker_init_fn"):
+        batches_of(ferry, Indexed(8), processes=1, worker_init_fn=lambda worker_id: None)
