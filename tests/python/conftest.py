@@ -8,6 +8,19 @@ import numpy as np
 import pytest
 
 
+def pytest_collection_modifyitems(config, items):
+    """FERRY_PYTEST_SHARD=i/n keeps the i-th of every n tests collected (0 <= i < n): ctest runs
+    the shards of one file side by side (python/CMakeLists.txt), so that the longest file does
+    not run alone at the end of a step."""
+    shard = os.environ.get("FERRY_PYTEST_SHARD")
+    if not shard:
+        return
+    i, n = (int(part) for part in shard.split("/"))
+    keep = [item for k, item in enumerate(items) if k % n == i]
+    config.hook.pytest_deselected(items=[item for k, item in enumerate(items) if k % n != i])
+    items[:] = keep
+
+
 @pytest.fixture(scope="session")
 def ferry():
     import ferry as module
