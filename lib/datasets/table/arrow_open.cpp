@@ -76,8 +76,8 @@ ArrowColumn map_column(const Field& f, const TableOptions& o) {
   ArrowColumn col;
   col.name = f.name;
   col.field = f;
-  const std::string what =
-      std::string(kOpenWho) + ": column " + in_quotes(f.name) + " is of type " + arrow::type_text(f);
+  const std::string what = std::string(kOpenWho) + ": column " + in_quotes(f.name) +
+                           " is of type " + arrow::type_text(f);
   if (listed(o.images, f.name)) {
     col.kind = ArrowKind::image;
     col.dtype = DType::u8;
@@ -289,8 +289,8 @@ void map_schema(ArrowTable& t, ArrowFile& f, bool first) {
     for (const auto* list : {&o.columns, &o.categorical, &o.images}) {
       for (const auto& name : *list) {
         if (find(name) == f.schema.end()) {
-          throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": no column " + in_quotes(name) +
-                            parquet::columns_text(schema_names));
+          throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": no column " +
+                            in_quotes(name) + parquet::columns_text(schema_names));
         }
       }
     }
@@ -320,8 +320,8 @@ void map_schema(ArrowTable& t, ArrowFile& f, bool first) {
   for (const ArrowColumn& col : t.columns) {
     const auto it = find(col.name);
     if (it == f.schema.end()) {
-      throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": no column " + in_quotes(col.name) +
-                        ", which " + t.files[0].name + " has" +
+      throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": no column " +
+                        in_quotes(col.name) + ", which " + t.files[0].name + " has" +
                         parquet::columns_text(schema_names));
     }
     if (!same_type(*it, col.field)) {

@@ -303,8 +303,9 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
     const auto it = std::find_if(top.begin(), top.end(),
                                  [&](const TopColumn& c) { return c.name == col.name; });
     if (it == top.end()) {
-      throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": no column " + in_quotes(col.name) +
-                        ", which " + t.files[0].name + " has" + parquet::columns_text(top_names));
+      throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": no column " +
+                        in_quotes(col.name) + ", which " + t.files[0].name + " has" +
+                        parquet::columns_text(top_names));
     }
     const auto dtype = parquet::scalar_dtype(*it);
     const auto leaf = column_leaf(*it, col.kind);
