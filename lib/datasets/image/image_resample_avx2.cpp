@@ -18,7 +18,6 @@ namespace ferry::detail::image {
 
 namespace {
 
-
 std::atomic<bool>& enabled_flag() {
   static std::atomic<bool> enabled{__builtin_cpu_supports("avx2") != 0};
   return enabled;
