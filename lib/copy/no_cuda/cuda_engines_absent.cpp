@@ -9,15 +9,15 @@
 namespace ferry::detail::cuda {
 
 namespace {
-constexpr const char* kReason = "ferry was built without CUDA";
+constexpr const char* kNoCuda = "ferry was built without CUDA";
 }
 
 CopyEngine& engine(int index) {
-  throw DeviceError("cuda:" + std::to_string(index) + " is not usable: " + kReason);
+  throw DeviceError("cuda:" + std::to_string(index) + " is not usable: " + kNoCuda);
 }
 
 std::unique_ptr<CopyEngine> make_engine(int index) {
-  throw DeviceError("cuda:" + std::to_string(index) + " is not usable: " + kReason);
+  throw DeviceError("cuda:" + std::to_string(index) + " is not usable: " + kNoCuda);
 }
 
 }  // namespace ferry::detail::cuda
