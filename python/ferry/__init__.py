@@ -52,7 +52,7 @@ from ._ferry import (  # noqa: F401  (the public names)
     from_dlpack,
     zeros,
 )
-from . import _ferry
+from . import _arguments, _ferry
 from ._worker import WorkerInfo, worker_info  # noqa: F401
 
 __all__ = [
@@ -64,6 +64,13 @@ __all__ = [
     "cuda_is_available", "cuda_unavailable_reason", "empty", "expand_braces", "from_dlpack", "zeros",
     "WorkerInfo", "worker_info",
 ]
+
+# A constructor call that pybind11 refuses (a wrong type, an unknown keyword, an option given by
+# position) raises an error naming the argument and what it takes, not the whole signature.
+for _cls in (ArrowDataset, CsvDataset, Device, IdxDataset, ImageFolder, Loader, Mixture,
+             Normalize, ParquetDataset, RemoteOptions, TensorDataset, TokenDataset, WebDataset):
+    _arguments.check_constructor(_cls, _sys.modules[__name__])
+del _cls
 
 # Epochs still running at interpreter exit are stopped before it finalizes: a worker reading a
 # Python dataset must not wait for the GIL then.
