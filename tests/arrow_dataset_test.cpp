@@ -959,18 +959,10 @@ TEST_F(ArrowFiles, AColumnWhoseHuggingFaceFeatureIsImageDecodesWithoutBeingNamed
   const auto plain = ArrowDataset::open({file("images.arrow")}, named);
   ferry::Loader a(hf, loader_options(5, false, 1));
   ferry::Loader b(plain, loader_options(5, false, 1));
-  std::vector<std::vector<std::uint8_t>> from_hf;
-  for (const ferry::Batch& batch : a.epoch(0)) {
-    const auto* p = static_cast<const std::uint8_t*>(batch["image"].data());
-    from_hf.emplace_back(p, p + batch["image"].nbytes());
-  }
-  std::size_t i = 0;
-  for (const ferry::Batch& batch : b.epoch(0)) {
-    ASSERT_LT(i, from_hf.size());
-    const auto* p = static_cast<const std::uint8_t*>(batch["image"].data());
-    EXPECT_EQ(from_hf[i++], std::vector<std::uint8_t>(p, p + batch["image"].nbytes()));
-  }
-  EXPECT_EQ(i, from_hf.size());
+  const auto from_hf = ferry::testing::table_images::field_bytes_by_batch(a, "image");
+  const auto from_named = ferry::testing::table_images::field_bytes_by_batch(b, "image");
+  EXPECT_EQ(from_hf.size(), from_named.size());
+  EXPECT_EQ(from_hf, from_named);
   // A Value("binary") stays bytes; the Image column left out of the columns read stays out.
   o.columns = {"raw"};
   const auto raw = ArrowDataset::open({file("images_hf.arrow")}, o);

@@ -115,4 +115,14 @@ void expect_images_as_folder(ferry::Loader& table, ferry::Loader& folder, std::s
   EXPECT_EQ(n, rows);
 }
 
+/// The bytes of field `name` in each batch of `loader`'s epoch 0, in order.
+inline std::vector<Bytes> field_bytes_by_batch(ferry::Loader& loader, const char* name) {
+  std::vector<Bytes> out;
+  for (const ferry::Batch& batch : loader.epoch(0)) {
+    const auto* p = static_cast<const std::uint8_t*>(batch[name].data());
+    out.emplace_back(p, p + batch[name].nbytes());
+  }
+  return out;
+}
+
 }  // namespace ferry::testing::table_images

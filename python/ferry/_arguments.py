@@ -60,20 +60,31 @@ class _Param:
         self.keyword_only = keyword_only
 
 
-def _split(text):
-    """Splits at the commas outside brackets and quotes."""
-    parts, depth, quote, start = [], 0, None, 0
-    for i, c in enumerate(text):
+def _outside_quotes(text, start=0, depth=0):
+    """Yields (index, character, bracket depth after it) for each character of `text` from
+    `start` that is outside quotes."""
+    quote = None
+    for i in range(start, len(text)):
+        c = text[i]
         if quote:
             if c == quote:
                 quote = None
-        elif c in "'\"":
+            continue
+        if c in "'\"":
             quote = c
-        elif c in "([{":
+            continue
+        if c in "([{":
             depth += 1
         elif c in ")]}":
             depth -= 1
-        elif c == "," and depth == 0:
+        yield i, c, depth
+
+
+def _split(text):
+    """Splits at the commas outside brackets and quotes."""
+    parts, start = [], 0
+    for i, c, depth in _outside_quotes(text):
+        if c == "," and depth == 0:
             parts.append(text[start:i].strip())
             start = i + 1
     if text[start:].strip():
@@ -87,21 +98,11 @@ def signature(doc):
     match = re.match(r"\s*__init__\(", doc or "")
     if not match:
         return None
-    depth, quote, end = 1, None, None
-    for i in range(match.end(), len(doc)):
-        c = doc[i]
-        if quote:
-            if c == quote:
-                quote = None
-        elif c in "'\"":
-            quote = c
-        elif c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-            if depth == 0:
-                end = i
-                break
+    end = None
+    for i, c, depth in _outside_quotes(doc, match.end(), 1):
+        if c in ")]}" and depth == 0:
+            end = i
+            break
     if end is None:
         return None
     params, keyword_only = [], False
