@@ -21,6 +21,7 @@
 #include "datasets/csv/csv_parse.hpp"
 #include "ferry/ferry.hpp"
 #include "loader_test_util.hpp"
+#include "test_util.hpp"
 
 namespace {
 
@@ -534,7 +535,8 @@ TEST(CsvCategoricalOrder, SharedPrefixesAndLongTextsSortByByte) {
 TEST(CsvCategoricalMemory, AMillionDistinctTexts) {
   // Every row's text distinct, written in an order unlike the sorted one: the dictionaries hold
   // views of the text, and the codes are the ranks.
-  constexpr std::size_t kRows = 1000000;
+  // A quarter under TSan (test_util.hpp): still far more than the parser's pieces.
+  constexpr std::size_t kRows = ferry::testing::scaled_for_tsan<std::size_t>(1000000, 4);
   std::string text = "id\n";
   text.reserve(kRows * 12);
   for (std::size_t r = 0; r < kRows; ++r) {

@@ -22,6 +22,7 @@
 #include "ferry/ferry.hpp"
 #include "ferry/mixture.hpp"
 #include "pipeline/sampler.hpp"
+#include "test_util.hpp"
 
 namespace {
 
@@ -144,7 +145,8 @@ TEST(EpochPlan, TenMillionSamplesPlanInABoundedHeap) {
   // and 8 kept. Window by window, the plan holds the windows being planned (16 bytes a sample
   // of each; two at once here, one per worker), a count per window and a position per batch of
   // this rank: about 3 MB here, whatever the epoch.
-  constexpr std::size_t kSamples = 10'000'000;
+  // A quarter under TSan (test_util.hpp): a list of the epoch would still pass the bound 5 times.
+  constexpr std::size_t kSamples = ferry::testing::scaled_for_tsan<std::size_t>(10'000'000, 4);
   constexpr std::uint64_t kBound = 4'000'000;  // bytes
   const Lengths data(kSamples);
   LoaderOptions o = budget(256, 4, 1);
@@ -524,11 +526,13 @@ ferry::MixtureOptions mixture_options(std::size_t epoch_size) {
 TEST(EpochPlan, AMixtureOfTenMillionSamplesPlansInABoundedHeap) {
   // A mixture's epoch of 10^7 samples (two sources, one up-sampled, one down-sampled): no list
   // of the epoch (80 MB) is made, by the plan or its order.
-  constexpr std::size_t kEpoch = 10'000'000;
+  // A quarter under TSan (test_util.hpp): a list of the epoch would still pass the bound 5 times.
+  constexpr std::size_t kScale = ferry::testing::scaled_for_tsan<std::size_t>(4, 4);
+  constexpr std::size_t kEpoch = 2'500'000 * kScale;
   constexpr std::uint64_t kBound = 4'000'000;  // bytes
-  const auto mixture = ferry::Mixture::open(
-      {{std::make_shared<Lengths>(3'000'000), 1}, {std::make_shared<Lengths>(9'000'000), 1}},
-      mixture_options(kEpoch));
+  const auto mixture = ferry::Mixture::open({{std::make_shared<Lengths>(750'000 * kScale), 1},
+                                             {std::make_shared<Lengths>(2'250'000 * kScale), 1}},
+                                            mixture_options(kEpoch));
   ASSERT_TRUE(mixture->indexes_epoch());
   LoaderOptions o = budget(256, 8, 3);
   o.max_tokens = 8192;

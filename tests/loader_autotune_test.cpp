@@ -20,6 +20,7 @@
 
 #include "ferry/ferry.hpp"
 #include "loader_test_util.hpp"
+#include "test_util.hpp"
 
 namespace {
 
@@ -278,6 +279,8 @@ TEST(LoaderAutotune, TheBudgetHoldsAfterEveryBatch) {
       bool index;  // IndexDataset: bytes checked
     };
     auto big = std::make_shared<SlowDataset>(400, 64 * 1024, 300);  // 64 KiB samples
+    // Two epochs under TSan (test_util.hpp): the tuner has moved by the second.
+    constexpr std::uint64_t kEpochs = ferry::testing::scaled_for_tsan<std::uint64_t>(4, 2);
     const std::vector<Case> cases = {{big, false, true},
                                      {big, true, true},
                                      {std::make_shared<RaggedDataset>(500), false, false},
@@ -290,7 +293,7 @@ TEST(LoaderAutotune, TheBudgetHoldsAfterEveryBatch) {
       Loader loader = make_loader(c.ds, o, c.copy);
       std::uint64_t peak = 0;
       std::size_t samples = 0;
-      for (std::uint64_t e = 0; e < 4; ++e) {
+      for (std::uint64_t e = 0; e < kEpochs; ++e) {
         for (const Batch& b : loader.epoch(e)) {
           if (c.index) {
             EXPECT_TRUE(holds_its_samples(b, 64 * 1024));
@@ -301,7 +304,7 @@ TEST(LoaderAutotune, TheBudgetHoldsAfterEveryBatch) {
           peak = std::max(peak, now);
         }
       }
-      EXPECT_EQ(samples, 4 * c.ds->size());
+      EXPECT_EQ(samples, kEpochs * c.ds->size());
       EXPECT_LE(peak, o.memory_budget);
       const ferry::LoaderStats s = loader.stats();
       EXPECT_LE(s.memory_bytes, o.memory_budget);

@@ -20,6 +20,7 @@
 
 #include "ferry/ferry.hpp"
 #include "loader_test_util.hpp"
+#include "test_util.hpp"
 
 namespace {
 
@@ -105,7 +106,8 @@ TEST(LoaderProperty, ExactlyOnceSameOrderSkipAndResumeOverRandomConfigurations) 
   std::mt19937_64 rng(20261130);
   std::uint64_t total_skipped = 0;  // the random cases do exercise skipping
   within(120s, [&] {
-    for (int i = 0; i < 200; ++i) {
+    // 60 cases under TSan (test_util.hpp), 200 elsewhere.
+    for (int i = 0; i < ferry::testing::scaled_for_tsan(200, 3); ++i) {
       const Case c = random_case(rng);
       SCOPED_TRACE("case " + std::to_string(i) + ": " + c.str());
       const auto w = static_cast<std::size_t>(c.world);
@@ -185,7 +187,7 @@ TEST(LoaderProperty, ExactlyOnceSameOrderSkipAndResumeOverRandomConfigurations) 
       }
     }
   });
-  EXPECT_GT(total_skipped, 100U);
+  EXPECT_GT(total_skipped, ferry::testing::scaled_for_tsan<std::uint64_t>(100, 3));
 }
 
 }  // namespace

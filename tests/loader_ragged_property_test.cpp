@@ -19,6 +19,7 @@
 
 #include "ferry/ferry.hpp"
 #include "loader_test_util.hpp"
+#include "test_util.hpp"
 
 namespace {
 
@@ -104,7 +105,8 @@ TEST(LoaderRaggedProperty, ExactValuesEverySampleAndTheSameBatchesOverRandomConf
     return std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng);
   };
   within(120s, [&] {
-    for (int c = 0; c < 60; ++c) {
+    // 20 cases under TSan (test_util.hpp), 60 elsewhere.
+    for (int c = 0; c < ferry::testing::scaled_for_tsan(60, 3); ++c) {
       const std::size_t n = pick(1, 300);
       const auto ds =
           std::make_shared<RandomLengths>(n, rng(), static_cast<std::int64_t>(pick(0, 40)));

@@ -17,6 +17,7 @@
 
 #include "ferry/ferry.hpp"
 #include "loader_test_util.hpp"
+#include "test_util.hpp"
 
 namespace {
 
@@ -65,6 +66,8 @@ class FlakyDataset : public IndexDataset {
 TEST(LoaderSoak, TwoHundredEpochsKeepMemoryDescriptorsAndThreadsFlat) {
   // Wide samples (a slot is 100 KB), so that one slot or batch leaked per epoch would show.
   constexpr std::int64_t kWidth = 2000;
+  // Fewer under TSan (test_util.hpp): past the 20 warm-up epochs, 40 still show a leak.
+  constexpr std::uint64_t kEpochs = ferry::testing::scaled_for_tsan<std::uint64_t>(200, 3);
   auto ds = std::make_shared<FlakyDataset>(1000, kWidth);
   for (const bool copy_stage : {false, true}) {
     for (const bool tuned : {false, true}) {
@@ -80,7 +83,7 @@ TEST(LoaderSoak, TwoHundredEpochsKeepMemoryDescriptorsAndThreadsFlat) {
       std::size_t errors = 0;
       std::uint64_t delivered = 0;
       within(120s, [&] {
-        for (std::uint64_t e = 0; e < 200; ++e) {
+        for (std::uint64_t e = 0; e < kEpochs; ++e) {
           if (e == 20) {  // warmed up: the pool's threads exist, the allocator has its arenas
             fds = entries("/proc/self/fd");
             threads = entries("/proc/self/task");
@@ -101,9 +104,9 @@ TEST(LoaderSoak, TwoHundredEpochsKeepMemoryDescriptorsAndThreadsFlat) {
           }
         }
       });
-      EXPECT_GT(errors, 10U);
-      EXPECT_LT(errors, 100U);
-      EXPECT_GT(delivered, 50000U);
+      EXPECT_GT(errors, kEpochs / 20);
+      EXPECT_LT(errors, kEpochs / 2);
+      EXPECT_GT(delivered, kEpochs * 250);
       const ferry::LoaderStats s = loader.stats();
       if (tuned) {
         // Slots come and go with the choices; the memory they hold never passes the budget.
@@ -115,8 +118,8 @@ TEST(LoaderSoak, TwoHundredEpochsKeepMemoryDescriptorsAndThreadsFlat) {
       EXPECT_EQ(s.device_allocations, copy_stage ? 2U : 0U);
       std::cout << name << ": " << errors << " failed epochs, " << delivered
                 << " samples; resident " << (rss >> 10) << " KiB after 20 epochs, "
-                << (resident_bytes() >> 10) << " KiB after 200; " << fds << " fds, " << threads
-                << " threads\n";
+                << (resident_bytes() >> 10) << " KiB after " << kEpochs << "; " << fds << " fds, "
+                << threads << " threads\n";
       EXPECT_EQ(entries("/proc/self/fd"), fds);
       EXPECT_LE(entries("/proc/self/task"), threads);
       if (kResidentMemoryMeaningful) {

@@ -8,6 +8,23 @@
 
 namespace ferry::testing {
 
+/// True in the tsan preset. ThreadSanitizer runs a test 5-15 times slower than release, and
+/// what it looks for (races, lock order) shows in the first rounds of a soak or sweep, not the
+/// thousandth: the longest of them run fewer rounds there (scaled_for_tsan), every one of them
+/// still runs, and release and ASan run them whole.
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool kUnderTsan = true;
+#else
+inline constexpr bool kUnderTsan = false;
+#endif
+
+/// n, or n / divisor (at least 1) under TSan.
+template <typename T>
+constexpr T scaled_for_tsan(T n, T divisor) {
+  if (!kUnderTsan) return n;
+  return n / divisor > 0 ? n / divisor : T{1};
+}
+
 /// Bytes of this process's memory locked in RAM (VmLck in /proc/self/status), or 0 when the
 /// line is absent.
 inline std::size_t locked_bytes() {

@@ -15,28 +15,8 @@ import time
 
 import numpy as np
 import pytest
+from augmented import Augmented
 from conftest import Indexed, expected_x
-
-try:  # this module's datasets draw from torch's generator too, where torch is installed
-    import torch
-except ImportError:
-    torch = None
-
-
-class Augmented:
-    """Sample i: its index, and draws from random, numpy's global generator and (if imported)
-    torch's, as a random augmentation would make them."""
-
-    def __init__(self, n):
-        self.n = n
-
-    def __len__(self):
-        return self.n
-
-    def __getitem__(self, i):
-        draws = [random.random(), np.random.rand(), np.random.randint(1 << 30),
-                 float(torch.rand(1)) if torch is not None else 0.0]
-        return {"i": np.int64(i), "draws": np.array(draws, np.float64)}
 
 
 class Pairs:
