@@ -6,6 +6,7 @@
 #   ffv1.mkv    FFV1 (lossless, intra only), 30 frames
 #   bf.mp4      H.264, B-frames (-bf 2), a keyframe every 12 frames, lossy, 40 frames
 #   long.mp4    H.264 lossless (-qp 0), long GOP (-g 50), B-frames (-bf 3), 90 frames
+#   long.mkv    long.mp4's packets in Matroska (-c copy)
 #   vfr.mkv     H.264, B-frames, variable frame rate (irregular gaps between timestamps), 36 frames
 #   vp9.webm    VP9, a keyframe every 10 frames, 24 frames
 #   mpeg4.avi   MPEG-4 part 2 in AVI, a keyframe every 8 frames, 20 frames
@@ -22,6 +23,7 @@ ff -f lavfi -i "$(src)" -frames:v 40 -c:v libx264 -preset ultrafast -bf 2 -g 12 
    -x264-params b-adapt=0:scenecut=0 "$out/bf.mp4"
 ff -f lavfi -i "$(src)" -frames:v 90 -c:v libx264 -preset veryfast -qp 0 -bf 3 -g 50 \
    -x264-params b-adapt=0:scenecut=0 "$out/long.mp4"
+ff -i "$out/long.mp4" -c copy "$out/long.mkv"
 ff -f lavfi -i "$(src),setpts='(N+floor(N/3)*2+floor(N/7))/(25*TB)'" -frames:v 36 \
    -fps_mode passthrough -c:v libx264 -preset ultrafast -bf 2 -g 9 \
    -x264-params b-adapt=0:scenecut=0 "$out/vfr.mkv"

@@ -35,6 +35,26 @@ double video_index_header_seconds(const AVFormatContext* fmt, const AVStream* st
   return -1;
 }
 
+// A header whose duration the frames fall well short of: the file was cut short (a container
+// such as Matroska has no frame count to tell). Judged by the stream's own duration, or the
+// file's when the video is its only stream; a second, or 5 % of the duration, of slack.
+void video_index_check_coverage(const AVFormatContext* fmt, const AVStream* st,
+                                const std::vector<VideoIndexPacket>& packets, double seconds,
+                                const std::string& name) {
+  if (!(seconds > 0) || packets.size() < 2) return;
+  if (!(st->duration != AV_NOPTS_VALUE && st->duration > 0) && fmt->nb_streams != 1) return;
+  const auto [lo, hi] = std::minmax_element(
+      packets.begin(), packets.end(),
+      [](const VideoIndexPacket& a, const VideoIndexPacket& b) { return a.pts < b.pts; });
+  const auto n = static_cast<double>(packets.size());
+  const double covered =
+      static_cast<double>(hi->pts - lo->pts) * av_q2d(st->time_base) * n / (n - 1);
+  if (seconds - covered > std::max(1.0, 0.05 * seconds)) {
+    throw DataError(name + ": truncated: its header claims " + std::to_string(seconds) +
+                    " seconds, its frames cover " + std::to_string(covered));
+  }
+}
+
 // splitmix64 of the sample's seed: the clip's only source of randomness.
 std::uint64_t video_index_mix(std::uint64_t seed) noexcept {
   std::uint64_t z = seed + 0x9e3779b97f4a7c15ULL;
@@ -102,6 +122,7 @@ VideoIndex index_video(AvInput& in, const std::string& name, double max_seconds,
     throw DataError(name + ": truncated: its header counts " + std::to_string(st->nb_frames) +
                     " frames, the file holds " + std::to_string(packets.size()));
   }
+  video_index_check_coverage(fmt, st, packets, seconds, name);
   std::stable_sort(
       packets.begin(), packets.end(),
       [](const VideoIndexPacket& a, const VideoIndexPacket& b) { return a.pts < b.pts; });
