@@ -20,6 +20,6 @@
 #include "ferry/table.hpp"          // IWYU pragma: export
 #include "ferry/tensor.hpp"         // IWYU pragma: export
 #include "ferry/token_dataset.hpp"  // IWYU pragma: export
-#include "ferry/video.hpp"          // IWYU pragma: export
 #include "ferry/version.hpp"        // IWYU pragma: export
+#include "ferry/video.hpp"          // IWYU pragma: export
 #include "ferry/webdataset.hpp"     // IWYU pragma: export

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,21 @@ struct VideoOptions {
   /// false: always index at open, write nothing.
   bool index_files = true;
 };
+
+/// The field a clip takes under `options`: `name` u8 [frames, height, width, 3].
+/// \throws ConfigError naming the member for bad options (as VideoFolder::open()).
+FERRY_API FieldSpec video_field(const VideoOptions& options, std::string name = "video");
+
+/// Decodes one clip of the video held in `bytes` (any container FFmpeg reads, read from memory
+/// through a custom AVIOContext: no temporary file) into `out` (video_field(options)'s bytes),
+/// exactly as VideoFolder decodes a file: the video indexed (its packets, no decode), the clip's
+/// frames chosen by options.start with `seed`, then one seek and forward-only decoding.
+/// WebDataset's video members decode through it. Any thread may call it.
+/// \throws DataError `name` + ": <why>" for a bad video (as VideoFolder::read()); ConfigError
+/// for bad options or an `out` of another size.
+FERRY_API void decode_video(std::span<const std::byte> bytes, const VideoOptions& options,
+                            std::uint64_t seed, std::span<std::uint8_t> out,
+                            const std::string& name);
 
 /// Videos in class folders: root/<class>/<file>, classes sorted by name, files with extensions
 /// .mp4, .mkv, .webm, .avi or .mov in any case (others are ignored). Decoded by FFmpeg's
