@@ -39,6 +39,35 @@ void video_size(const py::handle& size, VideoOptions& o) {
 
 }  // namespace
 
+VideoOptions video_options(const py::handle& obj, const char* where) {
+  VideoOptions o;
+  if (obj.is_none()) return o;
+  if (!py::isinstance<py::dict>(obj)) {
+    throw py::type_error(std::string(where) + ": video is a dict of VideoFolder's keywords, not " +
+                         py::repr(obj).cast<std::string>());
+  }
+  for (const auto& [key, value] : obj.cast<py::dict>()) {
+    const auto k = key.cast<std::string>();
+    if (k == "frames") {
+      o.frames = value.cast<int>();
+    } else if (k == "stride") {
+      o.stride = value.cast<int>();
+    } else if (k == "size") {
+      video_size(value, o);
+    } else if (k == "start") {
+      o.start = to_clip_start(value.cast<std::string>());
+    } else if (k == "max_seconds") {
+      o.max_seconds = value.cast<double>();
+    } else if (k == "decode_threads") {
+      o.decode_threads = value.cast<int>();
+    } else {
+      throw py::type_error(std::string(where) + ": video has no key " + k +
+                           "; it takes frames, stride, size, start, max_seconds, decode_threads");
+    }
+  }
+  return o;
+}
+
 void bind_video(py::module_& m) {
   py::class_<VideoFolder, Dataset, std::shared_ptr<VideoFolder>>(m, "VideoFolder", R"doc(
 root/<class>/<video> (.mp4, .mkv, .webm, .avi, .mov), decoded by FFmpeg on the loader's workers:

@@ -121,3 +121,27 @@ def test_errors(ferry, tmp_path, videos):
         ferry.VideoFolder(root, size=(1, 2, 3))
     with pytest.raises(ferry.DataError, match="max_seconds"):
         ferry.VideoFolder(root, max_seconds=0.5, index_files=False).frame_count(0)
+
+
+def test_webdataset_video_members(ferry, tmp_path, videos):
+    import tarfile
+
+    shard = tmp_path / "shard.tar"
+    with tarfile.open(shard, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for k, name in enumerate(["bf.mp4", "long.mp4"]):
+            tar.add(videos / name, arcname=f"{k:03d}.mp4")
+            info = tarfile.TarInfo(f"{k:03d}.cls")
+            info.size = 1
+            import io
+            tar.addfile(info, io.BytesIO(str(k).encode()))
+    ds = ferry.WebDataset(str(shard), video=dict(frames=3, stride=4, size=(24, 32), start="start"),
+                          index_files=False)
+    assert [name for name, _, _ in ds.fields] == ["cls", "mp4"]
+    got = []
+    for b in ferry.Loader(ds, batch_size=2, device="cpu"):
+        got = np.from_dlpack(b["mp4"]).copy()
+        assert list(np.from_dlpack(b["cls"])) == [0, 1]
+    assert got.shape == (2, 3, 24, 32, 3)
+    assert [shown(c) for c in got] == [[0, 4, 8], [0, 4, 8]]
+    with pytest.raises(TypeError, match="clips_per_video"):
+        ferry.WebDataset(str(shard), video=dict(clips_per_video=2))
