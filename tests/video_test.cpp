@@ -260,6 +260,25 @@ TEST_F(VideoFolderTest, FramesAreResizedToTheSizeAsked) {
   for (std::size_t i = 0; i < 5 * 40 * 3; ++i) ASSERT_LE(clip[i], 2) << i;
 }
 
+TEST_F(VideoFolderTest, FFmpegsThreadsInsideADecodeGiveTheSameBytes) {
+  link("v", "long.mp4");
+  link("v", "vp9.webm");
+  VideoOptions o = options(6, 2, ClipStart::random);
+  const auto one = VideoFolder::open(dir_, o);
+  o.decode_threads = 3;
+  const auto three = VideoFolder::open(dir_, o);
+  o.decode_threads = 0;  // FFmpeg's choice
+  const auto any = VideoFolder::open(dir_, o);
+  for (std::size_t i = 0; i < 2; ++i) {
+    for (const std::uint64_t seed : {4ULL, 5ULL}) {
+      const Bytes clip = read_clip(*one, i, seed);
+      EXPECT_EQ(read_clip(*three, i, seed), clip);
+      EXPECT_EQ(read_clip(*any, i, seed), clip);
+      EXPECT_EQ(shown(clip, o), one->clip_frames(i, seed));
+    }
+  }
+}
+
 // ---- samples, labels, the loader -----------------------------------------------------------
 
 TEST_F(VideoFolderTest, ClipsPerVideoMakeKSamplesOfEachVideoWithTheirOwnSeeds) {
