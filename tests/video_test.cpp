@@ -192,7 +192,7 @@ TEST_F(VideoFolderTest, RandomStartsCoverTheVideoFromTheSeed) {
 TEST_F(VideoFolderTest, ClipsAreTheFramesADecodeFromTheFirstFrameGives) {
   // Byte for byte, lossy codecs included: a seek to a keyframe, then decoding forward, gives
   // the same pictures as decoding the whole video.
-  for (const char* file : {"bf.mp4", "long.mp4", "vfr.mkv", "vp9.webm", "mpeg4.avi"}) {
+  for (const char* file : {"bf.mp4", "long.mp4", "vfr.mkv", "vp9.webm", "mpeg4.avi", "trim.mp4"}) {
     fs::remove_all(dir_);
     link("v", file);
     const VideoOptions whole_o = options(90, 1, ClipStart::start);
@@ -212,6 +212,21 @@ TEST_F(VideoFolderTest, ClipsAreTheFramesADecodeFromTheFirstFrameGives) {
       }
     }
   }
+}
+
+TEST_F(VideoFolderTest, AnEditListsDiscardedFramesAreDecodedButNotCounted) {
+  // trim.mp4: bf.mp4's packets from 0.5 s on; its first keyframe lies before the edit list's
+  // start, flagged discard: decoded (later frames refer to it), never a frame of the video.
+  link("v", "trim.mp4");
+  VideoOptions o = options(27, 1, ClipStart::start);
+  const auto ds = VideoFolder::open(dir_, o);
+  ASSERT_EQ(ds->frame_count(0), 27);
+  const std::vector<std::int64_t> frames = shown(read_clip(*ds, 0), o);
+  EXPECT_EQ(frames, iota(frames[0], 27));
+  EXPECT_EQ(frames.back(), 39);  // bf.mp4's last frame
+  o = options(3, 5, ClipStart::center);
+  EXPECT_EQ(shown(read_clip(*VideoFolder::open(dir_, o), 0), o),
+            (std::vector<std::int64_t>{21, 26, 31}));  // frame 8 of 27 shows 13 + 8
 }
 
 TEST_F(VideoFolderTest, LongGopClipsSeekToTheKeyframeBefore) {

@@ -10,6 +10,7 @@
 #   vfr.mkv     H.264, B-frames, variable frame rate (irregular gaps between timestamps), 36 frames
 #   vp9.webm    VP9, a keyframe every 10 frames, 24 frames
 #   mpeg4.avi   MPEG-4 part 2 in AVI, a keyframe every 8 frames, 20 frames
+#   trim.mp4    bf.mp4 from 0.5 s on, stream copied: an edit list, its first keyframe discarded
 #   fast.mp4    H.264 with the index (moov) before the data (+faststart), 40 frames
 #   audio.mkv   a sine tone and no video stream
 set -euo pipefail
@@ -32,4 +33,5 @@ ff -f lavfi -i "$(src)" -frames:v 24 -c:v libvpx-vp9 -deadline realtime -cpu-use
 ff -f lavfi -i "$(src)" -frames:v 20 -c:v mpeg4 -q:v 2 -g 8 "$out/mpeg4.avi"
 ff -f lavfi -i "$(src)" -frames:v 40 -c:v libx264 -preset ultrafast -bf 2 -g 12 \
    -movflags +faststart "$out/fast.mp4"
+ff -ss 0.5 -i "$out/bf.mp4" -c copy "$out/trim.mp4"
 ff -f lavfi -i "sine=frequency=440:duration=0.5" -c:a pcm_s16le "$out/audio.mkv"

@@ -162,7 +162,9 @@ Attempt video_decode_run(AVFormatContext* fmt, AVCodecContext* ctx, const VideoI
       continue;
     }
     if (r < 0) throw DataError(name + ": cannot read a packet: " + av_error_text(r));
-    if (pkt->stream_index != index.stream || (pkt->flags & AV_PKT_FLAG_DISCARD) != 0) {
+    // A packet flagged discard (before an edit list's start) is decoded all the same: later
+    // frames may refer to it; the decoder drops its picture, and the index has no number for it.
+    if (pkt->stream_index != index.stream) {
       av_packet_unref(pkt.get());
       continue;
     }

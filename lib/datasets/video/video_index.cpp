@@ -90,6 +90,7 @@ VideoIndex index_video(AvInput& in, const std::string& name, double max_seconds,
   }
 
   std::vector<VideoIndexPacket> packets;
+  std::uint64_t stream_packets = 0;  // the discarded ones too, as the header counts them
   const PacketPtr pkt = make_packet();
   for (;;) {
     r = av_read_frame(fmt, pkt.get());
@@ -103,7 +104,9 @@ VideoIndex index_video(AvInput& in, const std::string& name, double max_seconds,
     const std::int64_t dts = pkt->dts;
     const int flags = pkt->flags;
     av_packet_unref(pkt.get());
-    if (!ours || (flags & AV_PKT_FLAG_DISCARD) != 0) continue;
+    if (!ours) continue;
+    ++stream_packets;
+    if ((flags & AV_PKT_FLAG_DISCARD) != 0) continue;  // before an edit list's start
     if ((flags & AV_PKT_FLAG_CORRUPT) != 0) {
       throw DataError(name + ": corrupt or truncated packet at frame " +
                       std::to_string(packets.size()) + " (in decoding order)");
@@ -118,9 +121,9 @@ VideoIndex index_video(AvInput& in, const std::string& name, double max_seconds,
   }
   if (packets.empty()) throw DataError(name + ": no video frames");
   // A header that counts more frames than the file holds: the file was cut short.
-  if (st->nb_frames > 0 && static_cast<std::uint64_t>(st->nb_frames) > packets.size()) {
+  if (st->nb_frames > 0 && static_cast<std::uint64_t>(st->nb_frames) > stream_packets) {
     throw DataError(name + ": truncated: its header counts " + std::to_string(st->nb_frames) +
-                    " frames, the file holds " + std::to_string(packets.size()));
+                    " frames, the file holds " + std::to_string(stream_packets));
   }
   video_index_check_coverage(fmt, st, packets, seconds, name);
   std::stable_sort(
