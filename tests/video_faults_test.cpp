@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "datasets/video/video_av.hpp"
+#include "datasets/video/video_index.hpp"
 #include "expect_error.hpp"
 #include "ferry/ferry.hpp"
 #include "pipeline/staging.hpp"
@@ -183,6 +185,43 @@ TEST_F(VideoFaultsTest, TheLoaderRaisesOrSkipsABadVideoAndDeliversTheRest) {
   for (const ferry::Batch& b : loader.epoch(0))
     for (const std::uint64_t i : b.indices()) got.push_back(i);
   EXPECT_EQ(got, (std::vector<std::uint64_t>{0, 2}));  // a/good.mp4, (a/junk.mp4), b/good.mkv
+}
+
+TEST_F(VideoFaultsTest, ASeekThatLandsPastTheClipTriesTheKeyframeBeforeThenTheStart) {
+  // An index whose keyframe flags lie (as some containers' do): it claims frame 10 of long.mp4
+  // is a keyframe and seeks there with frame 60's timestamp, so the seek lands on the real
+  // keyframe 50, past the clip's first frame 20. The decode goes back to the keyframe before
+  // (frame 0, from the start: the container opened afresh), and the clip is exact.
+  namespace video = ferry::detail::video;
+  const fs::path file = fixtures() / "long.mp4";
+  video::AvInput probe = video::AvInput::open_file(file, "long.mp4");
+  ferry::detail::VideoIndex index = video::index_video(probe, "long.mp4", 100);
+  ASSERT_EQ(index.keyframes, (std::vector<std::int64_t>{0, 50}));
+  index.keyframes = {0, 10, 50};
+  index.seek_ts = {index.seek_ts[0], index.pts[60], index.seek_ts[1]};
+  VideoOptions o = options();
+  o.frames = 3;
+  o.stride = 5;
+  const std::vector<std::int64_t> frames = {20, 25, 30};
+  std::vector<std::uint8_t> lied(3 * 8 * 8 * 3);
+  {
+    video::AvInput in = video::AvInput::open_file(file, "long.mp4");
+    video::decode_clip(in, index, frames, o, lied.data(), "long.mp4");
+  }
+  index.keyframes = {0, 50};
+  index.seek_ts = {index.seek_ts[0], index.seek_ts[2]};
+  std::vector<std::uint8_t> truth(lied.size());
+  video::AvInput in = video::AvInput::open_file(file, "long.mp4");
+  video::decode_clip(in, index, frames, o, truth.data(), "long.mp4");
+  EXPECT_EQ(lied, truth);
+  // And the clip shows frames 20, 25, 30: bars read from the 8 x 8 frames' middle row.
+  for (std::size_t t = 0; t < 3; ++t) {
+    std::int64_t n = 0;
+    for (std::size_t b = 0; b < 8; ++b) {
+      if (truth[t * 192 + (4 * 8 + b) * 3 + 1] > 128) n |= std::int64_t{1} << b;
+    }
+    EXPECT_EQ(n, frames[t]);
+  }
 }
 
 // ---- the index sidecar ------------------------------------------------------------------------

@@ -143,6 +143,16 @@ void AvInput::open_source(const std::string& name) {
   if (r < 0) video_av_open_failed(name, r);  // the context is freed; ~AvInput frees io_
 }
 
+void AvInput::reopen(const std::string& name) {
+  if (fmt_ != nullptr) avformat_close_input(&fmt_);
+  if (io_ != nullptr) {
+    av_freep(&io_->buffer);
+    avio_context_free(&io_);
+  }
+  memory_->position = 0;
+  open_source(name);
+}
+
 std::uint64_t AvInput::file_size() const noexcept {
   return memory_ && memory_->fd ? static_cast<std::uint64_t>(memory_->size) : 0;
 }

@@ -64,6 +64,10 @@ class AvInput {
   ~AvInput();
 
   AVFormatContext* get() const noexcept { return fmt_; }
+  /// Opens the same file (or bytes) again from its start, as a fresh container: the way back to
+  /// the first packet that needs no seek (a seek before the first keyframe is not reliable in
+  /// every demuxer). get() changes. \throws DataError as open_file().
+  void reopen(const std::string& name);
   /// The file's size and modification time when opened (0 for bytes in memory).
   std::uint64_t file_size() const noexcept;
   std::int64_t file_mtime_ns() const noexcept;

@@ -131,7 +131,8 @@ enum class Attempt { done, started_late, ended };
 // Reads, decodes and hands frames to `w` until the clip is done, the decode started past its
 // first frame, or the stream ended.
 Attempt video_decode_run(AVFormatContext* fmt, AVCodecContext* ctx, const VideoIndex& index,
-                         ClipWriter& w, const std::string& name) {
+                         ClipWriter& w, std::int64_t max_packets, const std::string& name) {
+  std::int64_t sent = 0;
   const PacketPtr pkt = make_packet();
   const FramePtr frame = make_frame();
   bool draining = false;
@@ -153,6 +154,13 @@ Attempt video_decode_run(AVFormatContext* fmt, AVCodecContext* ctx, const VideoI
       if (w.done()) return Attempt::done;
     }
     if (draining) return Attempt::ended;
+    if (sent == max_packets) {  // past the clip's packets: drain what the decoder holds
+      draining = true;
+      const int r = avcodec_send_packet(ctx, nullptr);
+      if (r < 0 && r != AVERROR_EOF)
+        throw DataError(name + ": cannot finish the decode: " + av_error_text(r));
+      continue;
+    }
     int r = av_read_frame(fmt, pkt.get());
     if (r == AVERROR_EOF) {
       draining = true;
@@ -169,6 +177,7 @@ Attempt video_decode_run(AVFormatContext* fmt, AVCodecContext* ctx, const VideoI
       continue;
     }
     const std::int64_t ts = pkt->pts != AV_NOPTS_VALUE ? pkt->pts : pkt->dts;
+    ++sent;
     r = avcodec_send_packet(ctx, pkt.get());
     av_packet_unref(pkt.get());
     if (r < 0 && r != AVERROR(EAGAIN)) {
@@ -182,16 +191,17 @@ Attempt video_decode_run(AVFormatContext* fmt, AVCodecContext* ctx, const VideoI
 
 void decode_clip(AvInput& in, const VideoIndex& index, std::span<const std::int64_t> frames,
                  const VideoOptions& options, std::uint8_t* out, const std::string& name) {
-  AVFormatContext* fmt = in.get();
-  if (index.stream < 0 || index.stream >= static_cast<int>(fmt->nb_streams) ||
-      fmt->streams[index.stream]->codecpar->codec_type != AVMEDIA_TYPE_VIDEO) {
-    throw DataError(name + ": its video stream changed since it was indexed");
-  }
-  for (unsigned s = 0; s < fmt->nb_streams; ++s) {
-    if (static_cast<int>(s) != index.stream) fmt->streams[s]->discard = AVDISCARD_ALL;
-  }
-  const AVStream* st = fmt->streams[index.stream];
-  const CodecPtr ctx = video_decode_open_codec(st, options.decode_threads, name);
+  auto stream_of = [&](AVFormatContext* fmt) {
+    if (index.stream < 0 || index.stream >= static_cast<int>(fmt->nb_streams) ||
+        fmt->streams[index.stream]->codecpar->codec_type != AVMEDIA_TYPE_VIDEO) {
+      throw DataError(name + ": its video stream changed since it was indexed");
+    }
+    for (unsigned s = 0; s < fmt->nb_streams; ++s) {
+      if (static_cast<int>(s) != index.stream) fmt->streams[s]->discard = AVDISCARD_ALL;
+    }
+    return fmt->streams[index.stream];
+  };
+  const CodecPtr ctx = video_decode_open_codec(stream_of(in.get()), options.decode_threads, name);
   ClipWriter writer(frames, options, out, name);
 
   // The keyframe at or before the first frame; -1: none (decode from the start).
@@ -199,26 +209,31 @@ void decode_clip(AvInput& in, const VideoIndex& index, std::span<const std::int6
                  std::upper_bound(index.keyframes.begin(), index.keyframes.end(), frames[0]) -
                  index.keyframes.begin()) -
              1;
+  // The decode is bounded by the packets from its keyframe to the clip's last frame, with room
+  // for reordering, frame threads, and packets an edit list discards: a damaged video ends in
+  // a DataError, never in a read through the rest of a long file.
+  const std::int64_t slack = 300 + 2 * std::int64_t{options.decode_threads};
   bool fresh = true;  // nothing read yet: the container stands at its start
   for (int attempt = 0;; ++attempt) {
     const bool from_start = key <= 0 || attempt >= 3;
-    if (!(fresh && from_start)) {
-      const std::int64_t target =
-          from_start ? (index.seek_ts.empty() ? index.pts.front() : index.seek_ts.front())
-                     : index.seek_ts[static_cast<std::size_t>(key)];
-      int r = av_seek_frame(fmt, index.stream, target, AVSEEK_FLAG_BACKWARD);
-      if (r < 0 && from_start) r = av_seek_frame(fmt, index.stream, 0, AVSEEK_FLAG_BYTE);
+    if (from_start && !fresh) {
+      in.reopen(name);
+      stream_of(in.get());
+      avcodec_flush_buffers(ctx.get());
+    } else if (!from_start) {
+      const auto k = static_cast<std::size_t>(key);
+      const int r = av_seek_frame(in.get(), index.stream, index.seek_ts[k], AVSEEK_FLAG_BACKWARD);
       if (r < 0) {
-        throw DataError(
-            name + ": cannot seek to frame " +
-            std::to_string(from_start ? 0 : index.keyframes[static_cast<std::size_t>(key)]) + ": " +
-            av_error_text(r));
+        throw DataError(name + ": cannot seek to frame " + std::to_string(index.keyframes[k]) +
+                        ": " + av_error_text(r));
       }
       avcodec_flush_buffers(ctx.get());
     }
     fresh = false;
     writer.restart();
-    switch (video_decode_run(fmt, ctx.get(), index, writer, name)) {
+    const std::int64_t first = from_start ? 0 : index.keyframes[static_cast<std::size_t>(key)];
+    const std::int64_t max_packets = frames.back() - first + 1 + slack;
+    switch (video_decode_run(in.get(), ctx.get(), index, writer, max_packets, name)) {
       case Attempt::done:
         return;
       case Attempt::started_late:
