@@ -232,7 +232,8 @@ void decode_clip(AvInput& in, const VideoIndex& index, std::span<const std::int6
     fresh = false;
     writer.restart();
     const std::int64_t first = from_start ? 0 : index.keyframes[static_cast<std::size_t>(key)];
-    const std::int64_t max_packets = frames.back() - first + 1 + slack;
+    const std::int64_t max_packets =
+        frames.back() - first + 1 + slack + (from_start ? index.discarded : 0);
     switch (video_decode_run(in.get(), ctx.get(), index, writer, max_packets, name)) {
       case Attempt::done:
         return;

@@ -120,6 +120,7 @@ VideoIndex index_video(AvInput& in, const std::string& name, double max_seconds,
         {ts, dts != AV_NOPTS_VALUE ? std::min(ts, dts) : ts, (flags & AV_PKT_FLAG_KEY) != 0});
   }
   if (packets.empty()) throw DataError(name + ": no video frames");
+  index.discarded = static_cast<std::int64_t>(stream_packets - packets.size());
   // A header that counts more frames than the file holds: the file was cut short.
   if (st->nb_frames > 0 && static_cast<std::uint64_t>(st->nb_frames) > stream_packets) {
     throw DataError(name + ": truncated: its header counts " + std::to_string(st->nb_frames) +

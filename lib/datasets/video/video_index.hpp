@@ -18,7 +18,9 @@ struct VideoIndex {
   int stream = -1;                      // the video stream's index in the container
   std::vector<std::int64_t> pts;        // sorted: frame k's timestamp (the stream's time base)
   std::vector<std::int64_t> keyframes;  // frame numbers of the keyframes, ascending
-  std::vector<std::int64_t> seek_ts;    // per keyframe: min(pts, dts) of its packet
+  std::vector<std::int64_t> seek_ts;
+  std::int64_t discarded = 0;  // packets an edit list discards (decoded, never frames)    // per
+                               // keyframe: min(pts, dts) of its packet
   /// Frame number of timestamp `ts`; -1 when no frame has it.
   std::int64_t frame_of(std::int64_t ts) const noexcept;
 };

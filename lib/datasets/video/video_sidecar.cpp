@@ -5,8 +5,9 @@
 // where the folder cannot be written, silently not at all.
 //
 // Format (little-endian): "FERRYVID" u32 version, u64 video size, i64 mtime (ns), f64 the
-// header's seconds (negative: none), i32 stream, u64 frames, per frame i64 pts, u64 keyframes,
-// per keyframe i64 frame and i64 seek timestamp; then u64 FNV-1a of all that precedes.
+// header's seconds (negative: none), i32 stream, i64 discarded packets, u64 frames, per frame i64
+// pts, u64 keyframes, per keyframe i64 frame and i64 seek timestamp; then u64 FNV-1a of all that
+// precedes.
 
 #include <algorithm>
 #include <bit>
@@ -101,13 +102,16 @@ std::optional<VideoIndex> video_sidecar_parse(std::string_view bytes, const Vide
   const auto mtime = c.get<std::int64_t>();
   const auto secs = c.get<double>();
   const auto stream = c.get<std::int32_t>();
+  const auto discarded = c.get<std::int64_t>();
   const auto frames = c.get<std::uint64_t>();
   if (version != kVideoSidecarVersion || size != stamp.size || mtime != stamp.mtime_ns || !secs ||
-      !stream || *stream < 0 || !frames || *frames == 0 || *frames > c.left() / 8) {
+      !stream || *stream < 0 || !discarded || *discarded < 0 || !frames || *frames == 0 ||
+      *frames > c.left() / 8) {
     return {};
   }
   VideoIndex index;
   index.stream = *stream;
+  index.discarded = *discarded;
   index.pts.resize(static_cast<std::size_t>(*frames));
   for (std::int64_t& p : index.pts) p = *c.get<std::int64_t>();
   if (!std::is_sorted(index.pts.begin(), index.pts.end())) return {};
@@ -154,6 +158,7 @@ void video_sidecar_save(const std::filesystem::path& sidecar, const VideoStamp& 
     video_sidecar_put(out, stamp.mtime_ns);
     video_sidecar_put(out, seconds);
     video_sidecar_put(out, static_cast<std::int32_t>(index.stream));
+    video_sidecar_put(out, index.discarded);
     video_sidecar_put(out, static_cast<std::uint64_t>(index.pts.size()));
     for (const std::int64_t p : index.pts) video_sidecar_put(out, p);
     video_sidecar_put(out, static_cast<std::uint64_t>(index.keyframes.size()));
