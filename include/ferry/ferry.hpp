@@ -21,4 +21,5 @@
 #include "ferry/tensor.hpp"         // IWYU pragma: export
 #include "ferry/token_dataset.hpp"  // IWYU pragma: export
 #include "ferry/version.hpp"        // IWYU pragma: export
+#include "ferry/video.hpp"          // IWYU pragma: export
 #include "ferry/webdataset.hpp"     // IWYU pragma: export

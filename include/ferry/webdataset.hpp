@@ -12,6 +12,7 @@
 #include "ferry/export.hpp"
 #include "ferry/image.hpp"
 #include "ferry/remote.hpp"
+#include "ferry/video.hpp"
 
 namespace ferry {
 
@@ -19,6 +20,10 @@ namespace ferry {
 struct WebDatasetOptions {
   /// How "jpg", "jpeg" and "png" members decode: exactly as ImageFolder decodes its files.
   ImageOptions image;
+  /// How "mp4", "mkv", "webm" and "avi" members decode: a clip, exactly as VideoFolder decodes
+  /// its files (decode_video(), from memory; clips_per_video and index_files do not apply: a
+  /// sample is one clip, and a member is indexed each time it is read).
+  VideoOptions video;
   /// Keep each shard's index beside it, as "<shard>.idx" (the shard's size and modification
   /// time, its members), and reuse it while the shard is unchanged. A stale or corrupt index is
   /// rebuilt; where the folder cannot be written the index is built in memory only, silently.
@@ -39,6 +44,8 @@ struct WebDatasetOptions {
 /// One field per extension of the first sample, sorted by name:
 /// * "jpg", "jpeg", "png" (any case): u8 [H, W, C], decoded as ImageFolder decodes (same
 ///   ImageOptions, same geometry and seed, normalize on the loader's device);
+/// * "mp4", "mkv", "webm", "avi" (any case): u8 [T, H, W, 3], a clip decoded as VideoFolder
+///   decodes (WebDatasetOptions::video, the sample's seed);
 /// * "cls": i64 [], the member's text: an optional '-' and decimal digits, written as
 ///   std::to_string writes them (no '+', no leading zero: "7", "-3"; not "+7", "07", "-0",
 ///   "7.0"), within i64, with ASCII white space around it allowed ("7\n");

@@ -40,6 +40,7 @@ from ._ferry import (  # noqa: F401  (the public names)
     Tensor,
     TensorDataset,
     TokenDataset,
+    VideoFolder,
     WebDataset,
     __version__,
     built_with_cuda,
@@ -60,7 +61,7 @@ __all__ = [
     "Epoch", "Error", "IdxDataset", "ImageFolder", "Loader", "LoaderStats", "Mixture", "Normalize", "ParquetDataset",
     "RemoteOptions",
     "Tensor",
-    "TensorDataset", "TokenDataset", "WebDataset", "built_with_cuda", "cuda_device_count",
+    "TensorDataset", "TokenDataset", "VideoFolder", "WebDataset", "built_with_cuda", "cuda_device_count",
     "cuda_is_available", "cuda_unavailable_reason", "empty", "expand_braces", "from_dlpack", "zeros",
     "WorkerInfo", "worker_info",
 ]
@@ -68,7 +69,8 @@ __all__ = [
 # A constructor call that pybind11 refuses (a wrong type, an unknown keyword, an option given by
 # position) raises an error naming the argument and what it takes, not the whole signature.
 for _cls in (ArrowDataset, CsvDataset, Device, IdxDataset, ImageFolder, Loader, Mixture,
-             Normalize, ParquetDataset, RemoteOptions, TensorDataset, TokenDataset, WebDataset):
+             Normalize, ParquetDataset, RemoteOptions, TensorDataset, TokenDataset, VideoFolder,
+             WebDataset):
     _arguments.check_constructor(_cls, _sys.modules[__name__])
 del _cls
 

@@ -25,6 +25,10 @@ void bind_tensor(py::module_& m);
 void bind_datasets(py::module_& m);
 void bind_loader(py::module_& m);
 void bind_workers(py::module_& m);
+void bind_video(py::module_& m);
+/// WebDataset's video=dict(frames=, stride=, size=, start=, max_seconds=, decode_threads=):
+/// VideoOptions (None: the defaults). \throws TypeError naming a key it does not take.
+VideoOptions video_options(const py::handle& obj, const char* where);
 
 /// None: Device::best(); a ferry.Device; or its text ("cpu", "cuda:1").
 Device to_device(const py::handle& obj);

@@ -430,14 +430,16 @@ Language-model windows over token files (llm.c shards, .npy, raw tokens), memory
 
   py::class_<WebDataset, Dataset, std::shared_ptr<WebDataset>>(m, "WebDataset", R"doc(
 WebDataset tar shards with random access (an index per shard, kept as <shard>.idx):
-one field per member extension of the first sample, sorted; images decode as ImageFolder's.)doc")
+one field per member extension of the first sample, sorted; images decode as ImageFolder's,
+videos (.mp4 .mkv .webm .avi) as VideoFolder's (video=dict(frames=, size=, ...)).)doc")
       .def(py::init([](const py::object& shards, int height, int width, int channels,
                        const std::string& geometry, int resize, bool random_flip,
                        const std::optional<Normalize>& normalize, std::int64_t max_pixels,
                        int max_jpeg_scans, bool index_files,
-                       const std::optional<RemoteOptions>& remote) {
+                       const std::optional<RemoteOptions>& remote, const py::object& video) {
              WebDatasetOptions o;
              if (remote) o.remote = *remote;
+             o.video = video_options(video, "WebDataset");
              o.image = image_options(height, width, channels, geometry, resize, random_flip,
                                      normalize, max_pixels, max_jpeg_scans);
              o.index_files = index_files;
@@ -449,7 +451,8 @@ one field per member extension of the first sample, sorted; images decode as Ima
            py::arg("channels") = 3, py::arg("geometry") = "resize_then_center_crop",
            py::arg("resize") = 0, py::arg("random_flip") = false, py::arg("normalize") = py::none(),
            py::arg("max_pixels") = std::int64_t{1} << 26, py::arg("max_jpeg_scans") = 256,
-           py::arg("index_files") = true, py::arg("remote") = py::none())
+           py::arg("index_files") = true, py::arg("remote") = py::none(),
+           py::arg("video") = py::none())
       .def("key", &WebDataset::key, py::arg("index"))
       .def("shard_of", &WebDataset::shard_of, py::arg("index"));
 

@@ -134,5 +134,6 @@ PYBIND11_MODULE(_ferry, m) {
   ferry::python::bind_datasets(m);
   ferry::python::bind_loader(m);
   ferry::python::bind_workers(m);
+  ferry::python::bind_video(m);
   ferry::python::reset_main_thread();
 }

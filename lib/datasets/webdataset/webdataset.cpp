@@ -34,6 +34,7 @@ std::string lower(std::string_view s) {
 Kind kind_of(std::string_view ext) {
   const std::string e = lower(ext);
   if (e == "jpg" || e == "jpeg" || e == "png") return Kind::image;
+  if (e == "mp4" || e == "mkv" || e == "webm" || e == "avi") return Kind::video;
   if (e == "cls") return Kind::cls;
   if (e == "npy") return Kind::npy;
   return Kind::bytes;
@@ -295,9 +296,10 @@ std::shared_ptr<WebDataset> WebDataset::open(std::vector<fs::path> shards,
       for (const std::string& ext : exts) {
         impl.kinds.push_back(kind_of(ext));
         impl.fields.push_back(
-            impl.kinds.back() == Kind::image ? image_field(impl.options.image, ext)
-            : impl.kinds.back() == Kind::cls ? FieldSpec{ext, DType::i64, {}}
-                                             : FieldSpec{ext, DType::u8, {ragged}});
+            impl.kinds.back() == Kind::image   ? image_field(impl.options.image, ext)
+            : impl.kinds.back() == Kind::video ? video_field(impl.options.video, ext)
+            : impl.kinds.back() == Kind::cls   ? FieldSpec{ext, DType::i64, {}}
+                                               : FieldSpec{ext, DType::u8, {ragged}});
       }
       npy_first.resize(exts.size());
     }

@@ -25,7 +25,7 @@ inline constexpr const char* kWebDatasetWho = "WebDataset";
 namespace detail::wds {
 
 /// How a field's members become its bytes.
-enum class Kind { image, cls, npy, bytes };
+enum class Kind { image, video, cls, npy, bytes };
 
 /// Where one field of one sample lies in its shard: the bytes read() writes (for "npy", the
 /// array's data after its header), and its rows for a ragged field. offset == kMissing: the

@@ -198,6 +198,24 @@ void WebDataset::read(std::size_t index, SampleRef out) const {
         *out.as<std::int64_t>(f) = parse_cls({text, loc.size}, label, loc.offset, what);
         break;
       }
+      case Kind::video: {
+        // Decoded from memory (decode_video()); the member is read into this thread's buffer,
+        // released after a large one as for images.
+        constexpr std::uint64_t kMaxVideoBytes = std::uint64_t{4} << 30;
+        if (loc.size > kMaxVideoBytes) {
+          throw DataError(label.at(loc.offset) + what + ": a video of " + std::to_string(loc.size) +
+                          " bytes, more than the 4 GiB read at once");
+        }
+        const TrimImageBuffer trim;
+        const std::span<std::byte> bytes = image_buffer(static_cast<std::size_t>(loc.size));
+        detail::wds::pread_exact(fd.get(), bytes, loc.offset, label, what);
+        name.clear();
+        label.append_prefix(name);
+        name += what;
+        decode_video(bytes, impl.options.video, out.seed(),
+                     {out.as<std::uint8_t>(f), out.nbytes(f)}, name);
+        break;
+      }
       case Kind::image: {
         const ImageOptions& o = impl.options.image;
         // As ImageFolder: an encoded image larger than 8 bytes a pixel plus 64 MiB is refused.

@@ -1,0 +1,260 @@
+// One clip: a seek to a keyframe, then forward-only decoding, one frame at a time, each frame
+// that the clip takes scaled to RGB straight into its place in the sample.
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "datasets/video/video_av.hpp"
+#include "datasets/video/video_index.hpp"
+#include "ferry/error.hpp"
+
+namespace ferry::detail::video {
+namespace {
+
+struct SwsHolder {
+  SwsContext* ctx = nullptr;
+  SwsHolder() = default;
+  SwsHolder(const SwsHolder&) = delete;
+  SwsHolder& operator=(const SwsHolder&) = delete;
+  ~SwsHolder() { sws_freeContext(ctx); }
+};
+
+// The decoder of the index's stream, opened.
+CodecPtr video_decode_open_codec(const AVStream* st, int threads, const std::string& name) {
+  const AVCodec* codec = avcodec_find_decoder(st->codecpar->codec_id);
+  if (codec == nullptr) {
+    throw DataError(name + ": no decoder for its codec (" +
+                    std::string(avcodec_get_name(st->codecpar->codec_id)) + ")");
+  }
+  CodecPtr ctx(avcodec_alloc_context3(codec));
+  if (!ctx) throw std::bad_alloc();
+  int r = avcodec_parameters_to_context(ctx.get(), st->codecpar);
+  if (r < 0) throw DataError(name + ": bad codec parameters: " + av_error_text(r));
+  ctx->pkt_timebase = st->time_base;
+  ctx->thread_count = threads;
+  r = avcodec_open2(ctx.get(), codec, nullptr);
+  if (r < 0) throw DataError(name + ": cannot open its decoder: " + av_error_text(r));
+  return ctx;
+}
+
+// Where a clip's decode stands.
+class ClipWriter {
+ public:
+  ClipWriter(std::span<const std::int64_t> frames, const VideoOptions& o, std::uint8_t* out,
+             const std::string& name)
+      : frames_(frames), o_(o), out_(out), name_(name) {}
+
+  bool done() const noexcept { return next_ == frames_.size(); }
+  std::size_t next() const noexcept { return next_; }
+  bool started() const noexcept { return seen_; }
+
+  // Takes decoded frame number n. False when the decode started past the clip's first frame
+  // (the caller then seeks to an earlier keyframe).
+  bool take(const AVFrame* frame, std::int64_t n) {
+    if (done() || n < frames_[next_]) {
+      seen_ = seen_ || n >= 0;
+      return true;
+    }
+    if (n > frames_[next_]) {
+      if (next_ == 0 && !seen_) return false;
+      throw DataError(name_ + ": the decode skipped frame " + std::to_string(frames_[next_]) +
+                      " (it gave frame " + std::to_string(n) + ")");
+    }
+    seen_ = true;
+    const std::size_t frame_bytes =
+        static_cast<std::size_t>(o_.height) * static_cast<std::size_t>(o_.width) * 3;
+    std::uint8_t* dst = out_ + next_ * frame_bytes;
+    scale(frame, dst);
+    ++next_;
+    // Frames the clip takes twice (past the end, or uniform over a short video): copies.
+    while (!done() && frames_[next_] == n) {
+      std::memcpy(out_ + next_ * frame_bytes, dst, frame_bytes);
+      ++next_;
+    }
+    return true;
+  }
+
+  void restart() noexcept { seen_ = false; }
+
+ private:
+  void scale(const AVFrame* frame, std::uint8_t* dst) {
+    if (frame->width <= 0 || frame->height <= 0 || frame->format < 0)
+      throw DataError(name_ + ": frame " + std::to_string(frames_[next_]) + " has no picture");
+    sws_.ctx = sws_getCachedContext(sws_.ctx, frame->width, frame->height,
+                                    static_cast<AVPixelFormat>(frame->format), o_.width, o_.height,
+                                    AV_PIX_FMT_RGB24, SWS_BILINEAR, nullptr, nullptr, nullptr);
+    if (sws_.ctx == nullptr) {
+      throw DataError(
+          name_ + ": cannot convert frame " + std::to_string(frames_[next_]) + " (pixel format " +
+          std::string(av_get_pix_fmt_name(static_cast<AVPixelFormat>(frame->format))
+                          ? av_get_pix_fmt_name(static_cast<AVPixelFormat>(frame->format))
+                          : "unknown") +
+          ")");
+    }
+    // Scaled into a padded buffer (libswscale's vector code may write past a row's end), then
+    // the rows copied into the sample.
+    const int row = o_.width * 3;
+    const int stride = (row + 63) / 64 * 64 + 64;
+    const auto rows = static_cast<std::size_t>(o_.height);
+    const auto row_bytes = static_cast<std::size_t>(row);
+    const auto stride_bytes = static_cast<std::size_t>(stride);
+    buffer_.resize(stride_bytes * (rows + 1));
+    std::uint8_t* planes[4] = {buffer_.data(), nullptr, nullptr, nullptr};
+    int strides[4] = {stride, 0, 0, 0};
+    const int h =
+        sws_scale(sws_.ctx, frame->data, frame->linesize, 0, frame->height, planes, strides);
+    if (h != o_.height)
+      throw DataError(name_ + ": cannot scale frame " + std::to_string(frames_[next_]));
+    for (std::size_t y = 0; y < rows; ++y)
+      std::memcpy(dst + y * row_bytes, buffer_.data() + y * stride_bytes, row_bytes);
+  }
+
+  std::span<const std::int64_t> frames_;
+  const VideoOptions& o_;
+  std::uint8_t* out_;
+  const std::string& name_;
+  std::size_t next_ = 0;
+  bool seen_ = false;  // a frame of this attempt was decoded
+  SwsHolder sws_;
+  std::vector<std::uint8_t> buffer_;
+};
+
+// The timestamp of a decoded frame.
+std::int64_t video_decode_ts(const AVFrame* f) {
+  return f->pts != AV_NOPTS_VALUE ? f->pts : f->best_effort_timestamp;
+}
+
+enum class Attempt { done, started_late, ended };
+
+// Reads, decodes and hands frames to `w` until the clip is done, the decode started past its
+// first frame, or the stream ended.
+Attempt video_decode_run(AVFormatContext* fmt, AVCodecContext* ctx, const VideoIndex& index,
+                         ClipWriter& w, std::int64_t max_packets, const std::string& name) {
+  std::int64_t sent = 0;
+  const PacketPtr pkt = make_packet();
+  const FramePtr frame = make_frame();
+  bool draining = false;
+  for (;;) {
+    // Every frame the decoder has ready, before it is given more.
+    for (;;) {
+      const int r = avcodec_receive_frame(ctx, frame.get());
+      if (r == AVERROR(EAGAIN)) break;
+      if (r == AVERROR_EOF) return w.done() ? Attempt::done : Attempt::ended;
+      if (r < 0) {
+        throw DataError(name + ": cannot decode near frame " +
+                        std::to_string(w.done() ? 0 : w.next()) +
+                        " of the clip: " + av_error_text(r));
+      }
+      const std::int64_t n = index.frame_of(video_decode_ts(frame.get()));
+      const bool ok = w.take(frame.get(), n);
+      av_frame_unref(frame.get());
+      if (!ok) return Attempt::started_late;
+      if (w.done()) return Attempt::done;
+    }
+    if (draining) return Attempt::ended;
+    if (sent == max_packets) {  // past the clip's packets: drain what the decoder holds
+      draining = true;
+      const int r = avcodec_send_packet(ctx, nullptr);
+      if (r < 0 && r != AVERROR_EOF)
+        throw DataError(name + ": cannot finish the decode: " + av_error_text(r));
+      continue;
+    }
+    int r = av_read_frame(fmt, pkt.get());
+    if (r == AVERROR_EOF) {
+      draining = true;
+      r = avcodec_send_packet(ctx, nullptr);
+      if (r < 0 && r != AVERROR_EOF)
+        throw DataError(name + ": cannot finish the decode: " + av_error_text(r));
+      continue;
+    }
+    if (r < 0) throw DataError(name + ": cannot read a packet: " + av_error_text(r));
+    // A packet flagged discard (before an edit list's start) is decoded all the same: later
+    // frames may refer to it; the decoder drops its picture, and the index has no number for it.
+    if (pkt->stream_index != index.stream) {
+      av_packet_unref(pkt.get());
+      continue;
+    }
+    const std::int64_t ts = pkt->pts != AV_NOPTS_VALUE ? pkt->pts : pkt->dts;
+    ++sent;
+    r = avcodec_send_packet(ctx, pkt.get());
+    av_packet_unref(pkt.get());
+    if (r < 0 && r != AVERROR(EAGAIN)) {
+      throw DataError(name + ": corrupt data at frame " + std::to_string(index.frame_of(ts)) +
+                      ": " + av_error_text(r));
+    }
+  }
+}
+
+}  // namespace
+
+void decode_clip(AvInput& in, const VideoIndex& index, std::span<const std::int64_t> frames,
+                 const VideoOptions& options, std::uint8_t* out, const std::string& name) {
+  auto stream_of = [&](AVFormatContext* fmt) {
+    if (index.stream < 0 || index.stream >= static_cast<int>(fmt->nb_streams) ||
+        fmt->streams[index.stream]->codecpar->codec_type != AVMEDIA_TYPE_VIDEO) {
+      throw DataError(name + ": its video stream changed since it was indexed");
+    }
+    for (unsigned s = 0; s < fmt->nb_streams; ++s) {
+      if (static_cast<int>(s) != index.stream) fmt->streams[s]->discard = AVDISCARD_ALL;
+    }
+    return fmt->streams[index.stream];
+  };
+  const CodecPtr ctx = video_decode_open_codec(stream_of(in.get()), options.decode_threads, name);
+  ClipWriter writer(frames, options, out, name);
+
+  // The keyframe at or before the first frame; -1: none (decode from the start).
+  auto key = static_cast<std::ptrdiff_t>(
+                 std::upper_bound(index.keyframes.begin(), index.keyframes.end(), frames[0]) -
+                 index.keyframes.begin()) -
+             1;
+  // The decode is bounded by the packets from its keyframe to the clip's last frame, with room
+  // for reordering, frame threads, and packets an edit list discards: a damaged video ends in
+  // a DataError, never in a read through the rest of a long file.
+  const std::int64_t slack = 300 + 2 * std::int64_t{options.decode_threads};
+  bool fresh = true;  // nothing read yet: the container stands at its start
+  for (int attempt = 0;; ++attempt) {
+    const bool from_start = key <= 0 || attempt >= 3;
+    if (from_start && !fresh) {
+      in.reopen(name);
+      stream_of(in.get());
+      avcodec_flush_buffers(ctx.get());
+    } else if (!from_start) {
+      const auto k = static_cast<std::size_t>(key);
+      const int r = av_seek_frame(in.get(), index.stream, index.seek_ts[k], AVSEEK_FLAG_BACKWARD);
+      if (r < 0) {
+        throw DataError(name + ": cannot seek to frame " + std::to_string(index.keyframes[k]) +
+                        ": " + av_error_text(r));
+      }
+      avcodec_flush_buffers(ctx.get());
+    }
+    fresh = false;
+    writer.restart();
+    const std::int64_t first = from_start ? 0 : index.keyframes[static_cast<std::size_t>(key)];
+    const std::int64_t max_packets =
+        frames.back() - first + 1 + slack + (from_start ? index.discarded : 0);
+    switch (video_decode_run(in.get(), ctx.get(), index, writer, max_packets, name)) {
+      case Attempt::done:
+        return;
+      case Attempt::started_late:
+        if (from_start) {
+          throw DataError(name + ": the decode from the first keyframe starts past frame " +
+                          std::to_string(frames[0]));
+        }
+        --key;
+        continue;
+      case Attempt::ended:
+        // Nothing at all after the seek: the keyframe before may do better.
+        if (!writer.started() && !from_start) {
+          --key;
+          continue;
+        }
+        throw DataError(name + ": the decode stopped giving frames before frame " +
+                        std::to_string(frames[writer.next()]) + " (the index has " +
+                        std::to_string(index.pts.size()) + ")");
+    }
+  }
+}
+
+}  // namespace ferry::detail::video

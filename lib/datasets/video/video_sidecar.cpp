@@ -1,0 +1,201 @@
+// A video's index kept beside it, "<video>.ferryidx", so that opening the folder again reads one
+// small file instead of every packet. It records the video's size and modification time and is
+// used only while both still match; anything else wrong with it (magic, version, checksum,
+// values out of order) makes it ignored and rebuilt. Written atomically (atomic_file.hpp);
+// where the folder cannot be written, silently not at all.
+//
+// Format (little-endian): "FERRYVID" u32 version, u64 video size, i64 mtime (ns), f64 the
+// header's seconds (negative: none), i32 stream, i64 discarded packets, u64 frames, per frame i64
+// pts, u64 keyframes, per keyframe i64 frame and i64 seek timestamp; then u64 FNV-1a of all that
+// precedes.
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "datasets/common/atomic_file.hpp"
+#include "datasets/common/file_io.hpp"
+#include "datasets/video/video_av.hpp"
+#include "datasets/video/video_index.hpp"
+#include "ferry/error.hpp"
+
+namespace ferry::detail::video {
+namespace {
+
+constexpr std::string_view kVideoSidecarMagic = "FERRYVID";
+constexpr std::uint32_t kVideoSidecarVersion = 1;
+
+std::uint64_t video_sidecar_fnv1a(std::string_view bytes) noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (const char c : bytes) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+template <class T>
+void video_sidecar_put(std::string& out, T v) {
+  std::uint64_t bits = 0;
+  if constexpr (std::is_same_v<T, double>) {
+    bits = std::bit_cast<std::uint64_t>(v);
+  } else {
+    bits = static_cast<std::uint64_t>(v);
+  }
+  for (std::size_t i = 0; i < sizeof(T); ++i) out.push_back(static_cast<char>(bits >> (8 * i)));
+}
+
+// Reads little-endian values, refusing to read past the end.
+class VideoSidecarCursor {
+ public:
+  explicit VideoSidecarCursor(std::string_view bytes) : bytes_(bytes) {}
+  template <class T>
+  std::optional<T> get() {
+    if (bytes_.size() - pos_ < sizeof(T)) return std::nullopt;
+    std::uint64_t v = 0;
+    for (std::size_t i = 0; i < sizeof(T); ++i)
+      v |= std::uint64_t{static_cast<unsigned char>(bytes_[pos_ + i])} << (8 * i);
+    pos_ += sizeof(T);
+    if constexpr (std::is_same_v<T, double>) {
+      return std::bit_cast<double>(v);
+    } else {
+      return static_cast<T>(v);
+    }
+  }
+  std::size_t left() const noexcept { return bytes_.size() - pos_; }
+
+ private:
+  std::string_view bytes_;
+  std::size_t pos_ = 0;
+};
+
+struct VideoStamp {
+  std::uint64_t size = 0;
+  std::int64_t mtime_ns = 0;
+};
+
+std::filesystem::path video_sidecar_path(const std::filesystem::path& video) {
+  std::filesystem::path p = video;
+  p += ".ferryidx";
+  return p;
+}
+
+std::optional<VideoIndex> video_sidecar_parse(std::string_view bytes, const VideoStamp& stamp,
+                                              double& seconds) {
+  if (bytes.size() < kVideoSidecarMagic.size() + 8 ||
+      bytes.substr(0, kVideoSidecarMagic.size()) != kVideoSidecarMagic) {
+    return {};
+  }
+  const std::string_view body = bytes.substr(0, bytes.size() - 8);
+  if (VideoSidecarCursor(bytes.substr(body.size())).get<std::uint64_t>() !=
+      video_sidecar_fnv1a(body)) {
+    return {};
+  }
+  VideoSidecarCursor c(body.substr(kVideoSidecarMagic.size()));
+  const auto version = c.get<std::uint32_t>();
+  const auto size = c.get<std::uint64_t>();
+  const auto mtime = c.get<std::int64_t>();
+  const auto secs = c.get<double>();
+  const auto stream = c.get<std::int32_t>();
+  const auto discarded = c.get<std::int64_t>();
+  const auto frames = c.get<std::uint64_t>();
+  if (version != kVideoSidecarVersion || size != stamp.size || mtime != stamp.mtime_ns || !secs ||
+      !stream || *stream < 0 || !discarded || *discarded < 0 || !frames || *frames == 0 ||
+      *frames > c.left() / 8) {
+    return {};
+  }
+  VideoIndex index;
+  index.stream = *stream;
+  index.discarded = *discarded;
+  index.pts.resize(static_cast<std::size_t>(*frames));
+  for (std::int64_t& p : index.pts) p = *c.get<std::int64_t>();
+  if (!std::is_sorted(index.pts.begin(), index.pts.end())) return {};
+  const auto keys = c.get<std::uint64_t>();
+  if (!keys || *keys > c.left() / 16) return {};
+  for (std::uint64_t k = 0; k < *keys; ++k) {
+    const std::int64_t frame = *c.get<std::int64_t>();
+    const std::int64_t seek = *c.get<std::int64_t>();
+    if (frame < 0 || frame >= static_cast<std::int64_t>(*frames) ||
+        (!index.keyframes.empty() && frame <= index.keyframes.back())) {
+      return {};
+    }
+    index.keyframes.push_back(frame);
+    index.seek_ts.push_back(seek);
+  }
+  if (c.left() != 0) return {};
+  seconds = *secs;
+  return index;
+}
+
+std::optional<VideoIndex> video_sidecar_load(const std::filesystem::path& sidecar,
+                                             const VideoStamp& stamp, double& seconds) {
+  try {
+    const FileLabel label{"", sidecar.native()};
+    const OpenFile file(sidecar, label);
+    // 8 bytes a frame at the least, and a frame takes more than 8 bytes of the video.
+    if (file.size() > 64 + 3 * stamp.size) return {};
+    std::string bytes(file.size(), '\0');
+    if (file.read_all({reinterpret_cast<std::byte*>(bytes.data()), bytes.size()}) != bytes.size()) {
+      return {};
+    }
+    return video_sidecar_parse(bytes, stamp, seconds);
+  } catch (const Error&) {
+    return {};
+  }
+}
+
+void video_sidecar_save(const std::filesystem::path& sidecar, const VideoStamp& stamp,
+                        double seconds, const VideoIndex& index) noexcept {
+  try {
+    std::string out(kVideoSidecarMagic);
+    video_sidecar_put(out, kVideoSidecarVersion);
+    video_sidecar_put(out, stamp.size);
+    video_sidecar_put(out, stamp.mtime_ns);
+    video_sidecar_put(out, seconds);
+    video_sidecar_put(out, static_cast<std::int32_t>(index.stream));
+    video_sidecar_put(out, index.discarded);
+    video_sidecar_put(out, static_cast<std::uint64_t>(index.pts.size()));
+    for (const std::int64_t p : index.pts) video_sidecar_put(out, p);
+    video_sidecar_put(out, static_cast<std::uint64_t>(index.keyframes.size()));
+    for (std::size_t k = 0; k < index.keyframes.size(); ++k) {
+      video_sidecar_put(out, index.keyframes[k]);
+      video_sidecar_put(out, index.seek_ts[k]);
+    }
+    video_sidecar_put(out, video_sidecar_fnv1a(out));
+    const FileLabel label{"", sidecar.native()};
+    write_file_atomically(sidecar, std::as_bytes(std::span<const char>(out)), label);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): a cache that cannot be written is not kept
+  }
+}
+
+}  // namespace
+
+VideoIndex load_video_index(const std::filesystem::path& file, const std::string& name,
+                            const VideoOptions& options) {
+  const std::filesystem::path sidecar = video_sidecar_path(file);
+  if (options.index_files) {
+    VideoStamp stamp;
+    {
+      const OpenFile opened(file, FileLabel{{}, name});
+      stamp = {opened.size(), opened.mtime_ns()};
+    }
+    double seconds = -1;
+    if (std::optional<VideoIndex> kept = video_sidecar_load(sidecar, stamp, seconds)) {
+      check_video_seconds(seconds, options.max_seconds, name);
+      return std::move(*kept);
+    }
+  }
+  AvInput in = AvInput::open_file(file, name);
+  double seconds = -1;
+  VideoIndex index = index_video(in, name, options.max_seconds, &seconds);
+  if (options.index_files)
+    video_sidecar_save(sidecar, {in.file_size(), in.file_mtime_ns()}, seconds, index);
+  return index;
+}
+
+}  // namespace ferry::detail::video

@@ -1,0 +1,114 @@
+// ferry.VideoFolder: the binding of include/ferry/video.hpp (the keywords are VideoOptions'
+// members, documented there; size is (height, width)).
+
+#include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
+
+#include <string>
+#include <vector>
+
+#include "binding.hpp"
+
+namespace ferry::python {
+namespace {
+
+ClipStart to_clip_start(const std::string& text) {
+  if (text == "random") return ClipStart::random;
+  if (text == "start") return ClipStart::start;
+  if (text == "center") return ClipStart::center;
+  if (text == "uniform") return ClipStart::uniform;
+  throw ConfigError("VideoOptions: start \"" + text +
+                    "\" is none of random, start, center, uniform");
+}
+
+// (height, width) from a pair, or one int for a square.
+void video_size(const py::handle& size, VideoOptions& o) {
+  if (py::isinstance<py::int_>(size)) {
+    o.height = o.width = size.cast<int>();
+    return;
+  }
+  if (py::isinstance<py::sequence>(size) && !py::isinstance<py::str>(size) && py::len(size) == 2) {
+    const auto pair = size.cast<std::vector<int>>();
+    o.height = pair[0];
+    o.width = pair[1];
+    return;
+  }
+  throw py::type_error("VideoFolder: size is (height, width) or an int, not " +
+                       py::repr(size).cast<std::string>());
+}
+
+}  // namespace
+
+VideoOptions video_options(const py::handle& obj, const char* where) {
+  VideoOptions o;
+  if (obj.is_none()) return o;
+  if (!py::isinstance<py::dict>(obj)) {
+    throw py::type_error(std::string(where) + ": video is a dict of VideoFolder's keywords, not " +
+                         py::repr(obj).cast<std::string>());
+  }
+  for (const auto& [key, value] : obj.cast<py::dict>()) {
+    const auto k = key.cast<std::string>();
+    if (k == "frames") {
+      o.frames = value.cast<int>();
+    } else if (k == "stride") {
+      o.stride = value.cast<int>();
+    } else if (k == "size") {
+      video_size(value, o);
+    } else if (k == "start") {
+      o.start = to_clip_start(value.cast<std::string>());
+    } else if (k == "max_seconds") {
+      o.max_seconds = value.cast<double>();
+    } else if (k == "decode_threads") {
+      o.decode_threads = value.cast<int>();
+    } else {
+      throw py::type_error(std::string(where) + ": video has no key " + k +
+                           "; it takes frames, stride, size, start, max_seconds, decode_threads");
+    }
+  }
+  return o;
+}
+
+void bind_video(py::module_& m) {
+  py::class_<VideoFolder, Dataset, std::shared_ptr<VideoFolder>>(m, "VideoFolder", R"doc(
+root/<class>/<video> (.mp4, .mkv, .webm, .avi, .mov), decoded by FFmpeg on the loader's workers:
+"video" u8 [frames, height, width, 3] (RGB) and "label" i64 []. Frames are exact (counted by
+presentation timestamps). start: "random" (from the sample's seed), "start", "center" or
+"uniform" (frames spread over the whole video); a clip past the end repeats the last frame.
+clips_per_video=k makes k samples of each video. Each video is indexed at open (kept beside it
+as <video>.ferryidx when index_files and the folder is writable). A bad video raises
+ferry.DataError naming it when its samples are read. See VideoOptions in ferry/video.hpp.)doc")
+      .def(py::init([](const std::filesystem::path& root, int frames, int stride,
+                       const py::object& size, const std::string& start, int clips_per_video,
+                       double max_seconds, int decode_threads, bool index_files) {
+             VideoOptions o;
+             o.frames = frames;
+             o.stride = stride;
+             video_size(size, o);
+             o.start = to_clip_start(start);
+             o.clips_per_video = clips_per_video;
+             o.max_seconds = max_seconds;
+             o.decode_threads = decode_threads;
+             o.index_files = index_files;
+             const py::gil_scoped_release release;
+             return VideoFolder::open(root, o);
+           }),
+           py::arg("root"), py::kw_only(), py::arg("frames") = 16, py::arg("stride") = 1,
+           py::arg("size") = py::make_tuple(112, 112), py::arg("start") = "random",
+           py::arg("clips_per_video") = 1, py::arg("max_seconds") = 4 * 3600.0,
+           py::arg("decode_threads") = 1, py::arg("index_files") = true)
+      .def_property_readonly("classes", &VideoFolder::classes)
+      .def_property_readonly("videos", &VideoFolder::videos)
+      .def("path", &VideoFolder::path, py::arg("video"))
+      .def("label", &VideoFolder::label, py::arg("video"))
+      .def(
+          "frame_count",
+          [](const VideoFolder& d, std::size_t video) {
+            const py::gil_scoped_release release;
+            return d.frame_count(video);
+          },
+          py::arg("video"))
+      .def("clip_frames", &VideoFolder::clip_frames, py::arg("index"), py::arg("seed"),
+           "The frame numbers sample `index` takes with sample seed `seed`.");
+}
+
+}  // namespace ferry::python

@@ -1,0 +1,279 @@
+// VideoFolder and bad videos: truncated, garbage, empty, no video stream, longer than
+// max_seconds, damaged in the middle. Each is a DataError naming the file, raised for that
+// video's samples (never by open()), promptly; the folder's good videos still read. And the
+// index sidecar: written at open, reused while the video is unchanged, rebuilt when it is not.
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "datasets/video/video_av.hpp"
+#include "datasets/video/video_index.hpp"
+#include "expect_error.hpp"
+#include "ferry/ferry.hpp"
+#include "pipeline/staging.hpp"
+#include "video/video_fixtures.hpp"
+
+namespace fs = std::filesystem;
+using ferry::ClipStart;
+using ferry::DataError;
+using ferry::VideoFolder;
+using ferry::VideoOptions;
+using ferry::testing::expect_error;
+
+namespace {
+
+const fs::path& fixtures() { return ferry::testing::video_fixtures(); }
+using ferry::testing::slurp;
+
+class VideoFaultsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ferry_video_faults_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  fs::path write(const std::string& rel, const std::string& bytes) {
+    const fs::path p = dir_ / rel;
+    fs::create_directories(p.parent_path());
+    std::ofstream(p, std::ios::binary)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    return p;
+  }
+  std::string fixture(const std::string& name) { return slurp(fixtures() / name); }
+
+  static VideoOptions options() {
+    VideoOptions o;
+    o.frames = 4;
+    o.stride = 2;
+    o.start = ClipStart::random;
+    o.height = 8;
+    o.width = 8;
+    o.index_files = false;
+    return o;
+  }
+
+  static std::vector<std::uint8_t> read_clip(const VideoFolder& ds, std::size_t i,
+                                             std::uint64_t seed = 0) {
+    const std::vector<ferry::FieldSpec> fields = ds.fields();
+    const ferry::detail::SlotLayout layout(fields, 1);
+    std::vector<std::byte> slot(layout.bytes);
+    ds.read(i, ferry::detail::SampleRefs::make(&layout, slot.data(), 0, seed));
+    const auto* p = reinterpret_cast<const std::uint8_t*>(slot.data() + layout.offsets[0]);
+    return {p, p + layout.sample_bytes[0]};
+  }
+
+  fs::path dir_;
+};
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+TEST_F(VideoFaultsTest, EachBadVideoIsADataErrorNamingItForItsSamplesOnly) {
+  const std::string bf = fixture("bf.mp4");
+  const std::string fast = fixture("fast.mp4");
+  const std::string mkv = fixture("long.mkv");
+  write("a/good.mp4", bf);
+  write("b/cut_index_at_end.mp4", bf.substr(0, bf.size() / 2));
+  write("b/cut_data.mp4", fast.substr(0, fast.size() * 6 / 10));
+  write("b/cut.mkv", mkv.substr(0, mkv.size() * 4 / 10));
+  std::string junk(5000, '\0');
+  for (std::size_t i = 0; i < junk.size(); ++i) junk[i] = static_cast<char>((i * 7919U) >> 3);
+  write("b/garbage.webm", junk);
+  write("b/empty.avi", "");
+  write("b/sound.mkv", fixture("audio.mkv"));
+  const auto t0 = Clock::now();
+  VideoOptions o = options();
+  o.clips_per_video = 2;
+  const auto ds = VideoFolder::open(dir_, o);  // never throws for a bad video
+  ASSERT_EQ(ds->videos(), 7U);
+  ASSERT_EQ(ds->size(), 14U);
+  EXPECT_EQ(read_clip(*ds, 0).size(), 4U * 8 * 8 * 3);  // a/good.mp4
+  EXPECT_EQ(ds->frame_count(0), 40);
+  // Sorted by name: cut.mkv, cut_data.mp4, cut_index_at_end.mp4, empty.avi, garbage.webm,
+  // sound.mkv.
+  const std::vector<std::string> why = {
+      "", "truncated", "truncated", "cannot open", "cannot open", "cannot open", "no video stream"};
+  for (std::size_t v = 1; v < ds->videos(); ++v) {
+    const std::string file = ds->path(v).filename().string();
+    for (const std::size_t i : {2 * v, 2 * v + 1}) {
+      const std::string m = expect_error<DataError>([&] { read_clip(*ds, i); },
+                                                    {"VideoFolder: ", ds->path(v).string()});
+      if (!why[v].empty()) {
+        EXPECT_NE(m.find(why[v]), std::string::npos) << m;
+      }
+    }
+    expect_error<DataError>([&] { (void)ds->frame_count(v); }, {file});
+  }
+  EXPECT_LT(seconds_since(t0), 20.0);
+}
+
+TEST_F(VideoFaultsTest, AVideoLongerThanMaxSecondsIsRefusedByItsHeader) {
+  write("a/long.mp4", fixture("long.mp4"));  // 3.6 s
+  write("a/short.mp4", fixture("bf.mp4"));   // 1.6 s
+  VideoOptions o = options();
+  o.max_seconds = 2;
+  const auto ds = VideoFolder::open(dir_, o);
+  expect_error<DataError>([&] { read_clip(*ds, 0); }, {"long.mp4", "max_seconds", "3.6"});
+  EXPECT_EQ(ds->frame_count(1), 40);
+  o.max_seconds = 4;
+  EXPECT_EQ(VideoFolder::open(dir_, o)->frame_count(0), 90);
+}
+
+TEST_F(VideoFaultsTest, DamagedDataNeverHangsAClip) {
+  // Bytes in the middle of each video overwritten: every clip either decodes or is a
+  // DataError naming the file, and promptly.
+  const auto t0 = Clock::now();
+  for (const char* name : {"ffv1.mkv", "bf.mp4", "long.mp4", "vp9.webm", "mpeg4.avi"}) {
+    std::string bytes = fixture(name);
+    for (std::size_t i = bytes.size() / 3; i < bytes.size() / 3 + 400; ++i)
+      bytes[i] = static_cast<char>(i * 131U);
+    write(std::string("a/") + name, bytes);
+  }
+  VideoOptions o = options();
+  o.clips_per_video = 6;
+  const auto ds = VideoFolder::open(dir_, o);
+  int errors = 0;
+  for (std::size_t i = 0; i < ds->size(); ++i) {
+    try {
+      EXPECT_EQ(read_clip(*ds, i, i).size(), 4U * 8 * 8 * 3);
+    } catch (const DataError& e) {
+      ++errors;
+      EXPECT_NE(std::string(e.what()).find(ds->path(i / 6).string()), std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_LT(seconds_since(t0), 20.0);
+  EXPECT_GT(errors, 0);  // the damage is reported, not passed over in silence everywhere
+}
+
+TEST_F(VideoFaultsTest, TheLoaderRaisesOrSkipsABadVideoAndDeliversTheRest) {
+  write("a/good.mp4", fixture("bf.mp4"));
+  write("a/junk.mp4", std::string(3000, 'x'));
+  write("b/good.mkv", fixture("ffv1.mkv"));
+  const auto ds = VideoFolder::open(dir_, options());
+  ferry::LoaderOptions lo;
+  lo.batch_size = 1;
+  lo.device = ferry::Device::cpu();
+  lo.workers = 2;
+  {
+    ferry::Loader loader(ds, lo);
+    expect_error<DataError>(
+        [&] {
+          for (const ferry::Batch& b : loader.epoch(0)) static_cast<void>(b);
+        },
+        {"junk.mp4"});
+  }
+  lo.on_error = ferry::ErrorPolicy::skip;
+  ferry::Loader loader(ds, lo);
+  std::vector<std::uint64_t> got;
+  for (const ferry::Batch& b : loader.epoch(0))
+    for (const std::uint64_t i : b.indices()) got.push_back(i);
+  EXPECT_EQ(got, (std::vector<std::uint64_t>{0, 2}));  // a/good.mp4, (a/junk.mp4), b/good.mkv
+}
+
+TEST_F(VideoFaultsTest, ASeekThatLandsPastTheClipTriesTheKeyframeBeforeThenTheStart) {
+  // An index whose keyframe flags lie (as some containers' do): it claims frame 10 of long.mp4
+  // is a keyframe and seeks there with frame 60's timestamp, so the seek lands on the real
+  // keyframe 50, past the clip's first frame 20. The decode goes back to the keyframe before
+  // (frame 0, from the start: the container opened afresh), and the clip is exact.
+  namespace video = ferry::detail::video;
+  const fs::path file = fixtures() / "long.mp4";
+  video::AvInput probe = video::AvInput::open_file(file, "long.mp4");
+  ferry::detail::VideoIndex index = video::index_video(probe, "long.mp4", 100);
+  ASSERT_EQ(index.keyframes, (std::vector<std::int64_t>{0, 50}));
+  index.keyframes = {0, 10, 50};
+  index.seek_ts = {index.seek_ts[0], index.pts[60], index.seek_ts[1]};
+  VideoOptions o = options();
+  o.frames = 3;
+  o.stride = 5;
+  const std::vector<std::int64_t> frames = {20, 25, 30};
+  std::vector<std::uint8_t> lied(3 * 8 * 8 * 3);
+  {
+    video::AvInput in = video::AvInput::open_file(file, "long.mp4");
+    video::decode_clip(in, index, frames, o, lied.data(), "long.mp4");
+  }
+  index.keyframes = {0, 50};
+  index.seek_ts = {index.seek_ts[0], index.seek_ts[2]};
+  std::vector<std::uint8_t> truth(lied.size());
+  video::AvInput in = video::AvInput::open_file(file, "long.mp4");
+  video::decode_clip(in, index, frames, o, truth.data(), "long.mp4");
+  EXPECT_EQ(lied, truth);
+  // And the clip shows frames 20, 25, 30: bars read from the 8 x 8 frames' middle row.
+  for (std::size_t t = 0; t < 3; ++t) {
+    std::int64_t n = 0;
+    for (std::size_t b = 0; b < 8; ++b) {
+      if (truth[t * 192 + (4 * 8 + b) * 3 + 1] > 128) n |= std::int64_t{1} << b;
+    }
+    EXPECT_EQ(n, frames[t]);
+  }
+}
+
+// ---- the index sidecar ------------------------------------------------------------------------
+
+TEST_F(VideoFaultsTest, TheIndexIsKeptBesideTheVideoAndReusedWhileItIsUnchanged) {
+  const fs::path video = write("a/v.mp4", fixture("long.mp4"));
+  const fs::path sidecar = video.string() + ".ferryidx";
+  VideoOptions o = options();
+  o.index_files = true;
+  EXPECT_EQ(VideoFolder::open(dir_, o)->frame_count(0), 90);
+  ASSERT_TRUE(fs::exists(sidecar));
+  const std::string kept = slurp(sidecar);
+  // The same bytes count as the same video: overwrite it with junk of its size and keep its
+  // modification time; the folder opens from the sidecar and still counts 90 frames.
+  const auto mtime = fs::last_write_time(video);
+  std::string junk(fs::file_size(video), 'j');
+  write("a/v.mp4", junk);
+  fs::last_write_time(video, mtime);
+  EXPECT_EQ(VideoFolder::open(dir_, o)->frame_count(0), 90);
+  o.index_files = false;  // without sidecars, the junk is indexed: an error
+  expect_error<DataError>([&] { (void)VideoFolder::open(dir_, o)->frame_count(0); }, {"v.mp4"});
+  // Another video in its place: the stale sidecar is rebuilt.
+  o.index_files = true;
+  write("a/v.mp4", fixture("bf.mp4"));
+  const auto ds = VideoFolder::open(dir_, o);
+  EXPECT_EQ(ds->frame_count(0), 40);
+  EXPECT_NE(slurp(sidecar), kept);
+  EXPECT_EQ(read_clip(*ds, 0).size(), 4U * 8 * 8 * 3);
+  // A damaged sidecar is ignored and rewritten.
+  std::string bad = slurp(sidecar);
+  bad[bad.size() / 2] = static_cast<char>(bad[bad.size() / 2] ^ 0x55);
+  write("a/v.mp4.ferryidx", bad);
+  EXPECT_EQ(VideoFolder::open(dir_, o)->frame_count(0), 40);
+  EXPECT_NE(slurp(sidecar), bad);
+  // A folder that cannot be written: the index stays in memory, silently.
+  if (::geteuid() != 0) {
+    fs::remove(sidecar);
+    fs::permissions(dir_ / "a", fs::perms::owner_write, fs::perm_options::remove);
+    EXPECT_EQ(VideoFolder::open(dir_, o)->frame_count(0), 40);
+    EXPECT_FALSE(fs::exists(sidecar));
+    fs::permissions(dir_ / "a", fs::perms::owner_write, fs::perm_options::add);
+  }
+}
+
+TEST_F(VideoFaultsTest, ASidecarStillObeysMaxSeconds) {
+  write("a/v.mp4", fixture("long.mp4"));
+  VideoOptions o = options();
+  o.index_files = true;
+  EXPECT_EQ(VideoFolder::open(dir_, o)->frame_count(0), 90);
+  o.max_seconds = 1;
+  expect_error<DataError>([&] { (void)VideoFolder::open(dir_, o)->frame_count(0); },
+                          {"v.mp4", "max_seconds"});
+}
+
+}  // namespace
