@@ -134,6 +134,17 @@ class ImageFolder(Dataset):
     def path(self, index: int) -> str: ...
     def label(self, index: int) -> int: ...
 
+class AudioFolder(Dataset):
+    def __init__(self, root: _Path, *, sample_rate: int = 16000, channels: int = 1,
+                 clip_seconds: float = 0.0, crop: str = "random",
+                 mel: dict[str, float] | bool | None = None,
+                 max_seconds: float = 3600.0) -> None: ...
+    classes: list[str]
+    sample_rate: int
+    channels: int
+    def path(self, index: int) -> str: ...
+    def label(self, index: int) -> int: ...
+
 class TokenDataset(Dataset):
     def __init__(self, files: _Path | Sequence[_Path], *, seq_len: int = 1024, stride: int = 0,
                  dtype: _DTypeLike = "i64", raw_dtype: _DTypeLike = "u16",

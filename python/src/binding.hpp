@@ -25,6 +25,7 @@ void bind_tensor(py::module_& m);
 void bind_datasets(py::module_& m);
 void bind_loader(py::module_& m);
 void bind_workers(py::module_& m);
+void bind_audio(py::module_& m);
 
 /// None: Device::best(); a ferry.Device; or its text ("cpu", "cuda:1").
 Device to_device(const py::handle& obj);
