@@ -3,6 +3,7 @@
 // Fixtures are made by sox in a temporary folder (a few tenths of a second each).
 
 #include <gtest/gtest.h>
+#include <sndfile.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -366,4 +367,64 @@ TEST_F(AudioFolderTest, MelSpectrogramShapeAndItsPeakAtTheTone) {
   EXPECT_GT(frame[peak], frame[10] + 10);  // log power: far above a filter away from the tone
   o.clip_seconds = 0.1;
   EXPECT_EQ(AudioFolder::open(dir_, o)->fields()[0].shape, (std::vector<std::int64_t>{11, 80}));
+}
+
+TEST_F(AudioFolderTest, AClipDecodesOnlyItsPartOfTheFile) {
+  // A FLAC whose bytes from 20% to 30% are garbage: a whole decode fails there; a clip after it
+  // seeks past it, and one before it stops before it.
+  synth("a/long.flac", "-r 8000 -c 1 -b 16", "synth 3 sine 300-900 vol 0.5");
+  const std::vector<float> intact = decode(dir_ / "a/long.flac", keep_rate());
+  std::string bytes = read("a/long.flac");
+  for (std::size_t i = bytes.size() / 5; i < bytes.size() * 3 / 10; ++i)
+    bytes[i] = static_cast<char>(i * 7);
+  write("a/bad.flac", bytes);
+  expect_error<ferry::DataError>([&] { decode(dir_ / "a/bad.flac", keep_rate()); },
+                                 {"bad.flac", "truncated or corrupt"});
+  AudioOptions clip = keep_rate();
+  clip.clip_seconds = 0.5;
+  clip.crop = AudioCrop::center;  // frames 10000..14000 of 24000
+  EXPECT_EQ(decode(dir_ / "a/bad.flac", clip),
+            std::vector<float>(intact.begin() + 10000, intact.begin() + 14000));
+  clip.crop = AudioCrop::start;
+  clip.clip_seconds = 0.25;
+  EXPECT_EQ(decode(dir_ / "a/bad.flac", clip),
+            std::vector<float>(intact.begin(), intact.begin() + 2000));
+}
+
+TEST_F(AudioFolderTest, OggVorbisOpusAndMp3Decode) {
+  // Vorbis written by sox, decoded by sox as the reference; Opus and MP3 written by libsndfile
+  // (sox has neither), checked against the signal they were made from.
+  synth("a/v.ogg", "-r 16000 -c 1 -t ogg", "synth 0.5 sine 440 vol 0.5");
+  const std::vector<float> vorbis = sox_values("a/v.ogg");
+  // sox's Vorbis reader gives 16-bit samples: one step is 2^-15.
+  EXPECT_LT(max_diff(decode(dir_ / "a/v.ogg", keep_rate()), vorbis), 4e-5F);
+  std::vector<float> tone(16000);  // 1 s at 16 kHz (Opus: 48 kHz inside)
+  for (std::size_t i = 0; i < tone.size(); ++i) {
+    tone[i] = 0.5F * static_cast<float>(
+                         std::sin(2 * 3.14159265358979 * 440 * static_cast<double>(i) / 16000));
+  }
+  for (const auto& [name, format] :
+       {std::pair<const char*, int>{"a/o.opus", SF_FORMAT_OGG | SF_FORMAT_OPUS},
+        {"a/m.mp3", SF_FORMAT_MPEG | SF_FORMAT_MPEG_LAYER_III}}) {
+    SF_INFO info{};
+    info.samplerate = 16000;
+    info.channels = 1;
+    info.format = format;
+    SNDFILE* f = sf_open((dir_ / name).c_str(), SFM_WRITE, &info);
+    if (f == nullptr) {
+      ADD_FAILURE() << name << ": libsndfile cannot write it: " << sf_strerror(nullptr);
+      continue;
+    }
+    sf_writef_float(f, tone.data(), static_cast<sf_count_t>(tone.size()));
+    sf_close(f);
+    AudioOptions o;  // 16 kHz
+    const std::vector<float> got = decode(dir_ / name, o);
+    EXPECT_NEAR(static_cast<double>(got.size()), 16000.0, 1200) << name;
+    // A lossy codec's tone: the same energy, and (after its delay) mostly the same samples.
+    double energy = 0;
+    for (std::size_t i = 2000; i < 14000; ++i) energy += static_cast<double>(got[i]) * got[i];
+    EXPECT_NEAR(energy / 12000, 0.125, 0.01) << name;
+  }
+  const auto ds = AudioFolder::open(dir_);
+  EXPECT_EQ(ds->size(), 3U);  // m.mp3, o.opus, v.ogg
 }
