@@ -46,7 +46,7 @@ class AudioFolderTest : public ::testing::Test {
   // A sound file made by sox: `spec` is what follows `sox -n` up to the output name.
   fs::path synth(const std::string& name, const std::string& format, const std::string& effects) {
     fs::create_directories((dir_ / name).parent_path());
-    sox("-n " + format + " " + name + " " + effects);
+    sox("-R -D -n " + format + " " + name + " " + effects);  // no dither, the same file each run
     return dir_ / name;
   }
   // What sox decodes `name` to, as f32 (after `effects`: a rate, a channel count).
@@ -427,4 +427,67 @@ TEST_F(AudioFolderTest, OggVorbisOpusAndMp3Decode) {
   }
   const auto ds = AudioFolder::open(dir_);
   EXPECT_EQ(ds->size(), 3U);  // m.mp3, o.opus, v.ogg
+}
+
+TEST_F(AudioFolderTest, WebDatasetMembersDecodeAsAudioFolderFiles) {
+  synth("c/k1.wav", "-r 22050 -c 1 -b 16", "synth 0.3 sine 300-900 vol 0.5");
+  synth("c/k2.wav", "-r 16000 -c 2 -b 16", "synth 0.2 sine 500 sine 700 vol 0.5");
+  synth("c/k3.wav", "-r 8000 -c 1 -b 16", "synth 0.4 pinknoise vol 0.5");
+  write("c/k1.cls", "0");
+  write("c/k2.cls", "1");
+  write("c/k3.cls", "2");
+  ASSERT_EQ(std::system(("cd '" + (dir_ / "c").string() +
+                         "' && tar -cf ../s.tar k1.cls k1.wav k2.cls k2.wav k3.cls k3.wav")
+                            .c_str()),
+            0);
+  ferry::WebDatasetOptions wo;
+  wo.index_files = false;
+  wo.audio.clip_seconds = 0.1;
+  const auto shards = ferry::WebDataset::open({dir_ / "s.tar"}, wo);
+  EXPECT_EQ(shards->fields()[1], (ferry::FieldSpec{"wav", ferry::DType::f32, {1600}}));
+  AudioOptions ao;
+  ao.clip_seconds = 0.1;
+  // The folder holds the .cls files too, but only sound files are samples: k1, k2, k3.
+  const auto folder = AudioFolder::open(dir_, ao);
+  ASSERT_EQ(folder->size(), 3U);
+  ferry::LoaderOptions lo = cpu_options(2);
+  lo.shuffle = true;
+  lo.seed = 3;
+  lo.batch_size = 3;
+  ferry::Loader a(shards, lo);
+  ferry::Loader b(folder, lo);
+  auto ea = a.epoch(1);
+  auto eb = b.epoch(1);
+  const ferry::Batch& x = *ea.begin();
+  const ferry::Batch& y = *eb.begin();
+  EXPECT_EQ(std::vector<std::uint64_t>(x.indices().begin(), x.indices().end()),
+            std::vector<std::uint64_t>(y.indices().begin(), y.indices().end()));
+  EXPECT_TRUE(std::equal(x["wav"].data<float>(), x["wav"].data<float>() + 3 * 1600,
+                         y["audio"].data<float>()));
+  // Whole members: ragged, their lengths from their headers.
+  wo.audio.clip_seconds = 0;
+  const auto whole = ferry::WebDataset::open({dir_ / "s.tar"}, wo);
+  EXPECT_EQ(whole->max_length(1), -1);
+  for (std::size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(whole->length(i, 1), (std::vector<std::int64_t>{4800, 3200, 6400})[i]);
+  ferry::LoaderOptions po = cpu_options();
+  po.batch_size = 3;
+  po.ragged = ferry::RaggedBatch::pack;
+  ferry::Loader p(whole, po);
+  for (const ferry::Batch& batch : p.epoch(0)) {
+    const std::vector<float> k2 = decode(dir_ / "c/k2.wav", AudioOptions{});
+    EXPECT_TRUE(std::equal(k2.begin(), k2.end(), batch["wav"].data<float>() + 4800));
+  }
+  // A member that is not a sound file: DataError naming the shard and the member.
+  write("c/k2.wav", "not a sound file at all");
+  ASSERT_EQ(std::system(("cd '" + (dir_ / "c").string() +
+                         "' && tar -cf ../t.tar k1.cls k1.wav k2.cls k2.wav")
+                            .c_str()),
+            0);
+  const auto bad = ferry::WebDataset::open({dir_ / "t.tar"}, wo);
+  expect_error<ferry::DataError>([&] { bad->length(1, 1); },
+                                 {"WebDataset", "t.tar", "member 'k2.wav'", "not a sound file"});
+  wo.audio.sample_rate = 0;
+  expect_error<ferry::ConfigError>([&] { ferry::WebDataset::open({dir_ / "t.tar"}, wo); },
+                                   {"audio.sample_rate and audio.channels"});
 }

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.skipif(shutil.which("sox") is None, reason="sox is not 
 def sox(folder, name, fmt, effects):
     path = folder / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["sox", "-n", *fmt.split(), str(path), *effects.split()], check=True)
+    subprocess.run(["sox", "-R", "-D", "-n", *fmt.split(), str(path), *effects.split()], check=True)
     return path
 
 
