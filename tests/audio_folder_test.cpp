@@ -17,6 +17,7 @@
 
 #include "expect_error.hpp"
 #include "ferry/ferry.hpp"
+#include "table_writer.hpp"
 
 namespace fs = std::filesystem;
 using ferry::AudioCrop;
@@ -490,4 +491,68 @@ TEST_F(AudioFolderTest, WebDatasetMembersDecodeAsAudioFolderFiles) {
   wo.audio.sample_rate = 0;
   expect_error<ferry::ConfigError>([&] { ferry::WebDataset::open({dir_ / "t.tar"}, wo); },
                                    {"audio.sample_rate and audio.channels"});
+}
+
+TEST_F(AudioFolderTest, TableAudioColumnsDecodeAsAudioFolderFiles) {
+  // Hugging Face's Audio struct{bytes, path}, the same bytes as plain binary, in Parquet (written
+  // by parquet-wasm) and Arrow IPC (apache-arrow): tests/table/write_audio.js.
+  synth("x/a.wav", "-r 16000 -c 1 -b 16", "synth 0.3 sine 300 vol 0.5");
+  synth("x/b.flac", "-r 22050 -c 2 -b 16", "synth 0.2 sine 500 vol 0.5");
+  synth("x/c.wav", "-r 8000 -c 1 -b 16", "synth 0.25 sine 800 vol 0.5");
+  const std::string skip = ferry::testing::run_table_writer(
+      FERRY_SOURCE_DIR, "write_audio.js", {"apache-arrow", "parquet-wasm"},
+      {(dir_ / "t").string(), (dir_ / "x").string()});
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  AudioOptions ao;
+  ao.clip_seconds = 0.1;
+  const auto folder = AudioFolder::open(dir_, ao);
+  ASSERT_EQ(folder->size(), 3U);
+  ferry::LoaderOptions lo = cpu_options(2);
+  lo.shuffle = true;
+  lo.seed = 11;
+  lo.batch_size = 3;
+  const auto batch_of = [&](const std::shared_ptr<const ferry::Dataset>& ds,
+                            const std::string& field) {
+    ferry::Loader loader(ds, lo);
+    auto epoch = loader.epoch(2);
+    const ferry::Batch& b = *epoch.begin();
+    const float* p = b[field].data<float>();
+    return std::vector<float>(p, p + 3 * 1600);
+  };
+  const std::vector<float> want = batch_of(folder, "audio");
+  ferry::TableOptions named;
+  named.columns = {"audio", "label"};
+  named.audio = {"audio"};
+  named.audio_options = ao;
+  ferry::TableOptions hf;  // the features say `audio` is an Audio
+  hf.columns = {"audio", "label"};
+  hf.audio_options = ao;
+  ferry::TableOptions raw;
+  raw.columns = {"raw"};
+  raw.audio = {"raw"};
+  raw.audio_options = ao;
+  const fs::path t = dir_ / "t";
+  for (const auto& [ds, field] :
+       std::vector<std::pair<std::shared_ptr<const ferry::Dataset>, std::string>>{
+           {ferry::ParquetDataset::open({t / "audio.parquet"}, named), "audio"},
+           {ferry::ParquetDataset::open({t / "audio_hf.parquet"}, hf), "audio"},
+           {ferry::ParquetDataset::open({t / "audio.parquet"}, raw), "raw"},
+           {ferry::ArrowDataset::open({t / "audio.arrow"}, named), "audio"},
+           {ferry::ArrowDataset::open({t / "audio_hf.arrow"}, hf), "audio"},
+           {ferry::ArrowDataset::open({t / "audio.arrow"}, raw), "raw"}}) {
+    EXPECT_EQ(ds->fields()[0], (ferry::FieldSpec{field, ferry::DType::f32, {1600}}));
+    EXPECT_EQ(batch_of(ds, field), want) << field;
+  }
+  // Whole files are not read from tables yet; a column that is not bytes is refused.
+  named.audio_options.clip_seconds = 0;
+  hf.audio_options.clip_seconds = 0;
+  expect_error<ferry::ConfigError>(
+      [&] { ferry::ParquetDataset::open({t / "audio.parquet"}, named); }, {"clip_seconds > 0"});
+  expect_error<ferry::ConfigError>([&] { ferry::ArrowDataset::open({t / "audio_hf.arrow"}, hf); },
+                                   {"clip_seconds > 0"});
+  raw.columns = {"label"};
+  raw.audio = {"label"};
+  raw.audio_options = ao;
+  expect_error<ferry::ConfigError>([&] { ferry::ParquetDataset::open({t / "audio.parquet"}, raw); },
+                                   {"not an audio column"});
 }
