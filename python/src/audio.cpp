@@ -70,6 +70,38 @@ AudioOptions audio_options(int sample_rate, int channels, double clip_seconds,
 
 }  // namespace
 
+AudioOptions audio_options_from(const py::object& kw, const char* who) {
+  AudioOptions o;
+  if (kw.is_none()) return o;
+  if (!py::isinstance<py::dict>(kw)) {
+    throw py::type_error(std::string(who) +
+                         ": audio options are a dict of AudioFolder's keywords (sample_rate, "
+                         "channels, clip_seconds, crop, mel, max_seconds), not " +
+                         py::repr(kw).cast<std::string>());
+  }
+  for (const auto& [key, value] : kw.cast<py::dict>()) {
+    const std::string k = py::str(key).cast<std::string>();
+    if (k == "sample_rate") {
+      o.sample_rate = value.cast<int>();
+    } else if (k == "channels") {
+      o.channels = value.cast<int>();
+    } else if (k == "clip_seconds") {
+      o.clip_seconds = value.cast<double>();
+    } else if (k == "crop") {
+      o.crop = audio_crop(value.cast<std::string>());
+    } else if (k == "mel") {
+      o.mel = mel_options(py::reinterpret_borrow<py::object>(value));
+    } else if (k == "max_seconds") {
+      o.max_seconds = value.cast<double>();
+    } else {
+      throw py::type_error(std::string(who) + ": audio options have no key '" + k +
+                           "' (they take sample_rate, channels, clip_seconds, crop, mel, "
+                           "max_seconds)");
+    }
+  }
+  return o;
+}
+
 void bind_audio(py::module_& m) {
   py::class_<AudioFolder, Dataset, std::shared_ptr<AudioFolder>>(m, "AudioFolder", R"doc(
 root/<class>/<file> (.wav, .flac, .ogg, .opus, .mp3), decoded on the loader's workers by

@@ -26,6 +26,9 @@ void bind_datasets(py::module_& m);
 void bind_loader(py::module_& m);
 void bind_workers(py::module_& m);
 void bind_audio(py::module_& m);
+/// AudioOptions from a dict of AudioFolder's keywords (None: the defaults). \throws TypeError
+/// naming `who` and the key for a key AudioOptions lacks.
+AudioOptions audio_options_from(const py::object& kw, const char* who);
 
 /// None: Device::best(); a ferry.Device; or its text ("cpu", "cuda:1").
 Device to_device(const py::handle& obj);

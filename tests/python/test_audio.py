@@ -105,3 +105,41 @@ def test_keywords_and_bad_files(ferry, folder):
     skip = ferry.Loader(ds, batch_size=4, device="cpu", on_error="skip")
     (batch,) = list(skip.epoch(0))
     assert list(batch.indices) == [0, 1, 3]
+
+
+def test_webdataset_and_table_audio_decode_as_audiofolder(ferry, folder):
+    import os
+    import tarfile
+
+    # The shard holds AudioFolder's files (cat/a.wav, cat/b.flac, dog/c.wav) as keys a, b, c.
+    ds = ferry.AudioFolder(folder, clip_seconds=0.1)
+    shard = folder / "s.tar"
+    with tarfile.open(shard, "w") as tar:
+        for i, key in enumerate("abc"):
+            tar.add(ds.path(i), arcname=f"{key}.wav")
+    # b.flac went in as b.wav: libsndfile goes by the bytes, not the name.
+    shards = ferry.WebDataset(shard, index_files=False, audio=dict(clip_seconds=0.1))
+    assert shards.fields == [("wav", "f32", (1600,))]
+    batches = []
+    for d, field in ((ds, "audio"), (shards, "wav")):
+        loader = ferry.Loader(d, batch_size=3, device="cpu", shuffle=True, seed=4)
+        batches.append(next(iter(loader.epoch(1)))[field].numpy().copy())
+    np.testing.assert_array_equal(batches[0], batches[1])
+    with pytest.raises(TypeError, match="rate"):
+        ferry.WebDataset(shard, audio=dict(rate=8000))
+    # Parquet and Arrow tables of HF Audio structs, when tests/table's writers are installed.
+    writer = os.path.join(os.path.dirname(__file__), "..", "table")
+    if not os.path.isdir(os.path.join(writer, "node_modules", "parquet-wasm")) or \
+            shutil.which("node") is None:
+        pytest.skip("tests/table's node writers are not installed")
+    flat = folder / "flat"
+    flat.mkdir()
+    for i in range(3):
+        shutil.copy(ds.path(i), flat / os.path.basename(ds.path(i)))
+    subprocess.run(["node", os.path.join(writer, "write_audio.js"), str(folder / "t"), str(flat)],
+                   check=True, stdout=subprocess.DEVNULL)
+    for cls, name in ((ferry.ParquetDataset, "audio.parquet"), (ferry.ArrowDataset, "audio.arrow")):
+        table = cls(folder / "t" / name, columns=["audio"], audio=["audio"],
+                    audio_options=dict(clip_seconds=0.1))
+        loader = ferry.Loader(table, batch_size=3, device="cpu", shuffle=True, seed=4)
+        np.testing.assert_array_equal(next(iter(loader.epoch(1)))["audio"].numpy(), batches[0])

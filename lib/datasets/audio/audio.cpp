@@ -73,7 +73,8 @@ void check_audio_options(const AudioOptions& o) {
     if (!(m.f_min >= 0) || !(m.f_max >= 0) || (m.f_max > 0 && m.f_max <= m.f_min)) {
       audio_option_error("mel.f_min and f_max must be >= 0 with f_min < f_max (or f_max 0)");
     }
-    if (o.sample_rate > 0 && (m.f_max > 0 ? m.f_max : o.sample_rate / 2) <= m.f_min) {
+    const int nyquist = o.sample_rate / 2;
+    if (o.sample_rate > 0 && (m.f_max > 0 ? m.f_max : static_cast<double>(nyquist)) <= m.f_min) {
       audio_option_error("mel.f_min must be below f_max (sample_rate / 2 when 0)");
     }
     if (!(m.log_floor > 0)) audio_option_error("mel.log_floor must be > 0");

@@ -211,7 +211,7 @@ std::int64_t row_values(const AudioInfo& info, const AudioOptions& options) {
 }
 
 std::int64_t mel_frames(std::int64_t frames, const MelOptions& mel) {
-  return 1 + (frames + 2 * (mel.n_fft / 2) - mel.n_fft) / mel.hop;
+  return 1 + (frames + 2 * static_cast<std::int64_t>(mel.n_fft / 2) - mel.n_fft) / mel.hop;
 }
 
 void decode(SoundFile& file, const AudioOptions& options, std::uint64_t seed, std::span<float> out,

@@ -50,13 +50,14 @@ std::unique_ptr<MelPlan> make_plan(const MelOptions& o, int rate) {
   }
   // torchaudio's melscale_fbanks: bins at linspace(0, rate // 2, bins), the filters' corners at
   // linspace(mel(f_min), mel(f_max), n_mels + 2) back in Hz.
-  const double f_max = o.f_max > 0 ? o.f_max : static_cast<double>(rate / 2);
+  const int nyquist = rate / 2;  // torchaudio's sample_rate // 2, for f_max and the bins
+  const double f_max = o.f_max > 0 ? o.f_max : static_cast<double>(nyquist);
   const double m_min = hz_to_mel(o.f_min), m_max = hz_to_mel(f_max);
   std::vector<double> corner(static_cast<std::size_t>(o.n_mels + 2));
   for (int i = 0; i < o.n_mels + 2; ++i) {
     corner[static_cast<std::size_t>(i)] = mel_to_hz(m_min + (m_max - m_min) * i / (o.n_mels + 1));
   }
-  const double top = static_cast<double>(rate / 2);
+  const auto top = static_cast<double>(nyquist);
   for (int m = 0; m < o.n_mels; ++m) {
     const double lo = corner[static_cast<std::size_t>(m)];
     const double mid = corner[static_cast<std::size_t>(m) + 1];
