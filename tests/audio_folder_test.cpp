@@ -255,6 +255,16 @@ TEST_F(AudioFolderTest, RaggedWholeFilesThroughALoaderAndTheSameClipsWhateverThe
     }
   }
   EXPECT_EQ(batches, 1U);
+  // max_tokens: batches cut by the headers' lengths (1600, 5600, 3200) under a budget of 7200.
+  lo.max_tokens = 7200;
+  lo.ragged = ferry::RaggedBatch::pack;
+  ferry::Loader budget(ds, lo);
+  std::vector<std::vector<std::uint64_t>> cut;
+  for (const ferry::Batch& b : budget.epoch(0)) {
+    cut.emplace_back(b.indices().begin(), b.indices().end());
+    EXPECT_LE(b["audio"].shape()[0], 7200);
+  }
+  EXPECT_EQ(cut, (std::vector<std::vector<std::uint64_t>>{{0, 1}, {2}}));
   // Random clips, shuffled: the same batches with 1 worker and with 3.
   AudioOptions clip;
   clip.clip_seconds = 0.05;
