@@ -2,6 +2,7 @@
 
 /// \file Everything a ferry user includes.
 
+#include "ferry/audio.hpp"          // IWYU pragma: export
 #include "ferry/csv_dataset.hpp"    // IWYU pragma: export
 #include "ferry/dataset.hpp"        // IWYU pragma: export
 #include "ferry/device.hpp"         // IWYU pragma: export

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/audio.hpp"
 #include "ferry/csv_dataset.hpp"  // Missing
 #include "ferry/dataset.hpp"
 #include "ferry/export.hpp"
@@ -33,6 +34,12 @@ struct TableOptions {
   /// null). Read by ArrowDataset and ParquetDataset.
   std::vector<std::string> images;
   ImageOptions image;  ///< for those columns
+  /// Columns of encoded sound files (binary, or HF's Audio struct{bytes, path}), decoded as
+  /// AudioFolder does with audio_options, whose sample_rate and channels must not be 0 and
+  /// whose clip_seconds must be > 0 (whole files of a table are not read yet: ConfigError).
+  /// A column whose Hugging Face feature is Audio is read as if named here.
+  std::vector<std::string> audio;
+  AudioOptions audio_options;  ///< for those columns
   /// String columns read as i64 [] codes: the column's distinct values (over all the files)
   /// numbered in sorted byte order from 0, as CsvDataset; categories(name) lists them.
   std::vector<std::string> categorical;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ferry/audio.hpp"
 #include "ferry/dataset.hpp"
 #include "ferry/export.hpp"
 #include "ferry/image.hpp"
@@ -31,6 +32,10 @@ struct WebDatasetOptions {
   bool index_files = true;
   /// How shards given as URLs are fetched and cached (see RemoteOptions).
   RemoteOptions remote;
+  /// How "wav", "flac", "ogg", "opus" and "mp3" members decode: exactly as AudioFolder decodes
+  /// its files (the same field, clip and seed). sample_rate and channels must be given here (0,
+  /// "the first file's", is a ConfigError for shards).
+  AudioOptions audio;
 };
 
 /// WebDataset shards: plain (uncompressed) tar files, written by any tar tool, read by random
@@ -49,6 +54,8 @@ struct WebDatasetOptions {
 /// * "cls": i64 [], the member's text: an optional '-' and decimal digits, written as
 ///   std::to_string writes them (no '+', no leading zero: "7", "-3"; not "+7", "07", "-0",
 ///   "7.0"), within i64, with ASCII white space around it allowed ("7\n");
+/// * "wav", "flac", "ogg", "opus", "mp3": f32 audio as AudioFolder's (see audio_field(); ragged
+///   without a clip, its length from the member's header, read once when first asked);
 /// * "npy": a NumPy array (little-endian u1, u2, u4, i4, i8, f2, f4 or f8, C order) of its dtype
 ///   and shape; the first dimension is `ragged` when it differs between samples (the others
 ///   must agree);

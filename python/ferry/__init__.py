@@ -8,7 +8,7 @@
             x = torch.from_dlpack(batch["image"])                  # no copy
 
 Datasets: TensorDataset (numpy, torch or any DLPack arrays, no copy), CsvDataset, IdxDataset,
-ImageFolder, TokenDataset, WebDataset, ParquetDataset, ArrowDataset, Mixture (weighted mixing of datasets), and any Python
+ImageFolder, AudioFolder, TokenDataset, WebDataset, ParquetDataset, ArrowDataset, Mixture (weighted mixing of datasets), and any Python
 object with __len__ and __getitem__(i) returning a dict (or tuple) of arrays, run in worker processes
 (Loader(processes=...)) or on ferry's threads. ferry.torch yields torch tensors directly.
 """
@@ -20,6 +20,7 @@ import sys as _sys
 
 from ._ferry import (  # noqa: F401  (the public names)
     ArrowDataset,
+    AudioFolder,
     Batch,
     ConfigError,
     CsvDataset,
@@ -57,7 +58,7 @@ from . import _arguments, _ferry
 from ._worker import WorkerInfo, worker_info  # noqa: F401
 
 __all__ = [
-    "ArrowDataset", "Batch", "ConfigError", "CsvDataset", "DataError", "Dataset", "Device", "DeviceError",
+    "ArrowDataset", "AudioFolder", "Batch", "ConfigError", "CsvDataset", "DataError", "Dataset", "Device", "DeviceError",
     "Epoch", "Error", "IdxDataset", "ImageFolder", "Loader", "LoaderStats", "Mixture", "Normalize", "ParquetDataset",
     "RemoteOptions",
     "Tensor",
@@ -68,9 +69,9 @@ __all__ = [
 
 # A constructor call that pybind11 refuses (a wrong type, an unknown keyword, an option given by
 # position) raises an error naming the argument and what it takes, not the whole signature.
-for _cls in (ArrowDataset, CsvDataset, Device, IdxDataset, ImageFolder, Loader, Mixture,
-             Normalize, ParquetDataset, RemoteOptions, TensorDataset, TokenDataset, VideoFolder,
-             WebDataset):
+for _cls in (ArrowDataset, AudioFolder, CsvDataset, Device, IdxDataset, ImageFolder, Loader,
+             Mixture, Normalize, ParquetDataset, RemoteOptions, TensorDataset, TokenDataset,
+             VideoFolder, WebDataset):
     _arguments.check_constructor(_cls, _sys.modules[__name__])
 del _cls
 

@@ -146,6 +146,17 @@ class VideoFolder(Dataset):
     def frame_count(self, video: int) -> int: ...
     def clip_frames(self, index: int, seed: int) -> list[int]: ...
 
+class AudioFolder(Dataset):
+    def __init__(self, root: _Path, *, sample_rate: int = 16000, channels: int = 1,
+                 clip_seconds: float = 0.0, crop: str = "random",
+                 mel: dict[str, float] | bool | None = None,
+                 max_seconds: float = 3600.0) -> None: ...
+    classes: list[str]
+    sample_rate: int
+    channels: int
+    def path(self, index: int) -> str: ...
+    def label(self, index: int) -> int: ...
+
 class TokenDataset(Dataset):
     def __init__(self, files: _Path | Sequence[_Path], *, seq_len: int = 1024, stride: int = 0,
                  dtype: _DTypeLike = "i64", raw_dtype: _DTypeLike = "u16",
@@ -159,7 +170,8 @@ class WebDataset(Dataset):
                  random_flip: bool = False, normalize: Normalize | None = None,
                  max_pixels: int = ..., max_jpeg_scans: int = 256,
                  index_files: bool = True, remote: RemoteOptions | None = None,
-                 video: dict[str, Any] | None = None) -> None: ...
+                 video: dict[str, Any] | None = None,
+                 audio: dict[str, object] | None = None) -> None: ...
     def key(self, index: int) -> str: ...
     def shard_of(self, index: int) -> int: ...
 
@@ -170,7 +182,9 @@ class ParquetDataset(Dataset):
                  geometry: str = "resize_then_center_crop", resize: int = 0,
                  random_flip: bool = False, normalize: Normalize | None = None,
                  max_pixels: int = 67108864, max_jpeg_scans: int = 256,
-                 remote: RemoteOptions | None = None) -> None: ...
+                 remote: RemoteOptions | None = None,
+                 audio: Sequence[str] | None = None,
+                 audio_options: dict[str, object] | None = None) -> None: ...
     def categories(self, name: str) -> list[str]: ...
     num_row_groups: int
 
@@ -181,7 +195,9 @@ class ArrowDataset(Dataset):
                  geometry: str = "resize_then_center_crop", resize: int = 0,
                  random_flip: bool = False, normalize: Normalize | None = None,
                  max_pixels: int = 67108864, max_jpeg_scans: int = 256,
-                 remote: RemoteOptions | None = None) -> None: ...
+                 remote: RemoteOptions | None = None,
+                 audio: Sequence[str] | None = None,
+                 audio_options: dict[str, object] | None = None) -> None: ...
     def categories(self, name: str) -> list[str]: ...
     num_record_batches: int
 

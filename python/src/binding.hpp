@@ -29,6 +29,10 @@ void bind_video(py::module_& m);
 /// WebDataset's video=dict(frames=, stride=, size=, start=, max_seconds=, decode_threads=):
 /// VideoOptions (None: the defaults). \throws TypeError naming a key it does not take.
 VideoOptions video_options(const py::handle& obj, const char* where);
+void bind_audio(py::module_& m);
+/// AudioOptions from a dict of AudioFolder's keywords (None: the defaults). \throws TypeError
+/// naming `who` and the key for a key AudioOptions lacks.
+AudioOptions audio_options_from(const py::object& kw, const char* who);
 
 /// None: Device::best(); a ferry.Device; or its text ("cpu", "cuda:1").
 Device to_device(const py::handle& obj);

@@ -431,13 +431,16 @@ Language-model windows over token files (llm.c shards, .npy, raw tokens), memory
   py::class_<WebDataset, Dataset, std::shared_ptr<WebDataset>>(m, "WebDataset", R"doc(
 WebDataset tar shards with random access (an index per shard, kept as <shard>.idx):
 one field per member extension of the first sample, sorted; images decode as ImageFolder's,
-videos (.mp4 .mkv .webm .avi) as VideoFolder's (video=dict(frames=, size=, ...)).)doc")
+videos (.mp4 .mkv .webm .avi) as VideoFolder's (video=dict(frames=, size=, ...)), sound members
+(.wav .flac .ogg .opus .mp3) as AudioFolder's under audio=dict(AudioFolder's keywords).)doc")
       .def(py::init([](const py::object& shards, int height, int width, int channels,
                        const std::string& geometry, int resize, bool random_flip,
                        const std::optional<Normalize>& normalize, std::int64_t max_pixels,
                        int max_jpeg_scans, bool index_files,
-                       const std::optional<RemoteOptions>& remote, const py::object& video) {
+                       const std::optional<RemoteOptions>& remote, const py::object& video,
+                       const py::object& audio) {
              WebDatasetOptions o;
+             o.audio = audio_options_from(audio, "WebDataset");
              if (remote) o.remote = *remote;
              o.video = video_options(video, "WebDataset");
              o.image = image_options(height, width, channels, geometry, resize, random_flip,
@@ -452,7 +455,7 @@ videos (.mp4 .mkv .webm .avi) as VideoFolder's (video=dict(frames=, size=, ...))
            py::arg("resize") = 0, py::arg("random_flip") = false, py::arg("normalize") = py::none(),
            py::arg("max_pixels") = std::int64_t{1} << 26, py::arg("max_jpeg_scans") = 256,
            py::arg("index_files") = true, py::arg("remote") = py::none(),
-           py::arg("video") = py::none())
+           py::arg("video") = py::none(), py::arg("audio") = py::none())
       .def("key", &WebDataset::key, py::arg("index"))
       .def("shard_of", &WebDataset::shard_of, py::arg("index"));
 
@@ -461,6 +464,8 @@ Parquet files: the rows of all the files, in order, are the samples; each column
 named as the column. Numbers are scalar fields of their type (bool as u8); binary and text are
 ragged u8 [L] (the bytes as stored); columns named in images (binary, or HF's Image
 struct{bytes, path}) are decoded as ImageFolder does (the image keywords as ImageFolder's);
+columns named in audio (binary, or HF's Audio struct) as AudioFolder does, with
+audio_options=dict(AudioFolder's keywords; a clip_seconds is needed);
 columns named in categorical (text) are i64 codes in sorted byte order (categories(name) lists
 them). columns: the columns read, in this order (None: all). missing: "error" (a null is a
 DataError when its row is read) or "nan" (NaN in a float column, -1 as a categorical code).
@@ -473,9 +478,13 @@ read); remote: a RemoteOptions (its retries and timeout_seconds).)doc")
                        const std::string& missing, int height, int width, int channels,
                        const std::string& geometry, int resize, bool random_flip,
                        const std::optional<Normalize>& normalize, std::int64_t max_pixels,
-                       int max_jpeg_scans, const std::optional<RemoteOptions>& remote) {
+                       int max_jpeg_scans, const std::optional<RemoteOptions>& remote,
+                       const std::optional<std::vector<std::string>>& audio,
+                       const py::object& audio_options) {
              TableOptions o =
                  table_options("ParquetDataset", columns, images, categorical, missing, remote);
+             if (audio) o.audio = *audio;
+             o.audio_options = audio_options_from(audio_options, "ParquetDataset");
              o.image = image_options(height, width, channels, geometry, resize, random_flip,
                                      normalize, max_pixels, max_jpeg_scans);
              std::vector<std::filesystem::path> paths = to_paths(files, "ParquetDataset", "files");
@@ -488,7 +497,8 @@ read); remote: a RemoteOptions (its retries and timeout_seconds).)doc")
            py::arg("channels") = 3, py::arg("geometry") = "resize_then_center_crop",
            py::arg("resize") = 0, py::arg("random_flip") = false, py::arg("normalize") = py::none(),
            py::arg("max_pixels") = std::int64_t{1} << 26, py::arg("max_jpeg_scans") = 256,
-           py::arg("remote") = py::none())
+           py::arg("remote") = py::none(), py::arg("audio") = py::none(),
+           py::arg("audio_options") = py::none())
       .def(
           "categories",
           [](const ParquetDataset& d, const std::string& name) { return d.categories(name); },
@@ -519,9 +529,13 @@ RemoteOptions (its retries and timeout_seconds).)doc")
                        const std::string& missing, int height, int width, int channels,
                        const std::string& geometry, int resize, bool random_flip,
                        const std::optional<Normalize>& normalize, std::int64_t max_pixels,
-                       int max_jpeg_scans, const std::optional<RemoteOptions>& remote) {
+                       int max_jpeg_scans, const std::optional<RemoteOptions>& remote,
+                       const std::optional<std::vector<std::string>>& audio,
+                       const py::object& audio_options) {
              TableOptions o =
                  table_options("ArrowDataset", columns, images, categorical, missing, remote);
+             if (audio) o.audio = *audio;
+             o.audio_options = audio_options_from(audio_options, "ArrowDataset");
              o.image = image_options(height, width, channels, geometry, resize, random_flip,
                                      normalize, max_pixels, max_jpeg_scans);
              std::vector<std::filesystem::path> paths = to_paths(files, "ArrowDataset", "files");
@@ -534,7 +548,8 @@ RemoteOptions (its retries and timeout_seconds).)doc")
            py::arg("channels") = 3, py::arg("geometry") = "resize_then_center_crop",
            py::arg("resize") = 0, py::arg("random_flip") = false, py::arg("normalize") = py::none(),
            py::arg("max_pixels") = std::int64_t{1} << 26, py::arg("max_jpeg_scans") = 256,
-           py::arg("remote") = py::none())
+           py::arg("remote") = py::none(), py::arg("audio") = py::none(),
+           py::arg("audio_options") = py::none())
       .def(
           "categories",
           [](const ArrowDataset& d, const std::string& name) { return d.categories(name); },

@@ -132,6 +132,7 @@ PYBIND11_MODULE(_ferry, m) {
   ferry::python::bind_device(m);
   ferry::python::bind_tensor(m);
   ferry::python::bind_datasets(m);
+  ferry::python::bind_audio(m);
   ferry::python::bind_loader(m);
   ferry::python::bind_workers(m);
   ferry::python::bind_video(m);

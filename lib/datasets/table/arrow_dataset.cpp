@@ -199,6 +199,13 @@ void read_column(const ArrowTable& t, std::size_t b, const ArrowBatchData& d, st
                    {out.as<std::uint8_t>(c), out.nbytes(c)}, at_row(t, b, row, col));
       return;
     }
+    case ArrowKind::audio: {
+      const ArrowArray& bytes = arrays[col.leaf];
+      if (!bytes.is_valid(r)) return null_value(t, b, row, c, out);
+      decode_audio(arrow::binary_value(bytes, col.large, r), t.options.audio_options, out.seed(),
+                   {out.as<float>(c), out.nbytes(c) / sizeof(float)}, at_row(t, b, row, col));
+      return;
+    }
     case ArrowKind::categorical: {
       const auto v = arrow::binary_value(top, col.large, r);
       const std::string_view text(reinterpret_cast<const char*>(v.data()), v.size());
@@ -325,7 +332,11 @@ void ArrowDataset::prefetch(std::size_t index) const noexcept {
     // A value's bytes, or (binary, lists, images) its offsets.
     const bool values = col.kind == detail::ArrowKind::scalar && col.width != 0;
     const std::span<const std::byte> buf =
-        d.columns[c][values || col.kind == detail::ArrowKind::image ? col.leaf : 0].buffers[1];
+        d.columns[c][values || col.kind == detail::ArrowKind::image ||
+                             col.kind == detail::ArrowKind::audio
+                         ? col.leaf
+                         : 0]
+            .buffers[1];
     const std::size_t at = values ? row * col.per_row * col.width : row * (col.large ? 8 : 4);
     if (at < buf.size()) __builtin_prefetch(buf.data() + at, 0, 1);
   }

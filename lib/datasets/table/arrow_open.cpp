@@ -78,9 +78,10 @@ ArrowColumn map_column(const Field& f, const TableOptions& o) {
   col.field = f;
   const std::string what = std::string(kOpenWho) + ": column " + in_quotes(f.name) +
                            " is of type " + arrow::type_text(f);
-  if (listed(o.images, f.name)) {
-    col.kind = ArrowKind::image;
-    col.dtype = DType::u8;
+  const bool audio = listed(o.audio, f.name);
+  if (audio || listed(o.images, f.name)) {
+    col.kind = audio ? ArrowKind::audio : ArrowKind::image;
+    col.dtype = audio ? DType::f32 : DType::u8;
     if (is_binary(f) && !f.dictionary) {
       col.large = is_large(f);
       return col;
@@ -96,7 +97,8 @@ ArrowColumn map_column(const Field& f, const TableOptions& o) {
         at += subtree(c);
       }
     }
-    throw ConfigError(what + ", not an image column (binary, or a struct{bytes: binary, path})");
+    throw ConfigError(what + (audio ? ", not an audio column" : ", not an image column") +
+                      " (binary, or a struct{bytes: binary, path})");
   }
   if (f.dictionary) {
     if (!is_binary(f)) throw ConfigError(what + ", which ferry does not read");
@@ -265,11 +267,15 @@ std::optional<DType> scalar_dtype(const arrow::Field& f) {
 }
 
 void map_schema(ArrowTable& t, ArrowFile& f, bool first) {
-  if (first)
-    add_hf_images(t.options, f.huggingface, [&](const std::string& name) {
+  if (first) {
+    const auto has = [&](const std::string& name) {
       return std::any_of(f.schema.begin(), f.schema.end(),
                          [&](const Field& c) { return c.name == name; });
-    });
+    };
+    add_hf_images(t.options, f.huggingface, has);
+    add_hf_audio(t.options, f.huggingface, has);
+    parquet::check_table_audio(t.options, std::string(kOpenWho));
+  }
   const TableOptions& o = t.options;
   const auto find = [&](std::string_view name) {
     return std::find_if(f.schema.begin(), f.schema.end(),
@@ -286,7 +292,7 @@ void map_schema(ArrowTable& t, ArrowFile& f, bool first) {
   schema_names.reserve(f.schema.size());
   for (const Field& c : f.schema) schema_names.push_back(c.name);
   if (first) {
-    for (const auto* list : {&o.columns, &o.categorical, &o.images}) {
+    for (const auto* list : {&o.columns, &o.categorical, &o.images, &o.audio}) {
       for (const auto& name : *list) {
         if (find(name) == f.schema.end()) {
           throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": no column " +
@@ -442,6 +448,11 @@ std::unique_ptr<ArrowTable> open_arrow(std::vector<std::filesystem::path> files,
   for (const ArrowColumn& col : t->columns) {
     if (col.kind == ArrowKind::image) {
       t->fields.push_back(image_field(t->options.image, col.name));
+      continue;
+    }
+    if (col.kind == ArrowKind::audio) {
+      t->fields.push_back(
+          audio_field(t->options.audio_options, t->options.audio_options.channels, col.name));
       continue;
     }
     FieldSpec f{col.name, col.dtype, {}};

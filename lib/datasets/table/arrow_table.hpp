@@ -35,6 +35,7 @@ enum class ArrowKind {
   list,         ///< list / large_list of those: dtype [ragged, inner...]
   bytes,        ///< binary / string: ragged u8 [L]
   image,        ///< binary, or struct{bytes, path}: decoded image
+  audio,        ///< binary, or struct{bytes, path}: decoded sound (f32)
   categorical,  ///< string: i64 [] codes into `categories`
   dictionary,   ///< dictionary-encoded string: i64 [] codes into `categories`
   array,        ///< Hugging Face's ArrayND (list<list<...>>, shape in the field's metadata)

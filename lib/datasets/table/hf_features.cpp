@@ -82,6 +82,10 @@ class Json {
 }  // namespace
 
 std::vector<std::string> hf_image_columns(std::string_view json) {
+  return hf_feature_columns(json, "Image");
+}
+
+std::vector<std::string> hf_feature_columns(std::string_view json, std::string_view wanted) {
   std::vector<std::string> images;
   Json j(json);
   const bool ok = j.object([&](std::string_view key) {
@@ -95,7 +99,7 @@ std::vector<std::string> hf_image_columns(std::string_view json) {
           std::string_view type;
           if (field != "_type" || !j.at('"')) return j.skip();
           if (!j.string(type)) return false;
-          image = type == "Image";
+          image = type == wanted;
           return true;
         });
         if (read && image) images.emplace_back(column);

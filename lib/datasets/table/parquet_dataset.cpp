@@ -335,6 +335,13 @@ void ParquetDataset::read(std::size_t index, SampleRef out) const {
                    std::string(detail::kWho) + ": " + t.files[tg.file].name + ": row " +
                        std::to_string(tg.file_row + row) + ", column " +
                        detail::parquet::in_quotes(col.name));
+    } else if (col.kind == TableField::audio) {
+      const detail::TableGroup& tg = t.groups[g];
+      decode_audio(v.value(row), t.options.audio_options, out.seed(),
+                   {out.as<float>(c), out.nbytes(c) / sizeof(float)},
+                   std::string(detail::kWho) + ": " + t.files[tg.file].name + ": row " +
+                       std::to_string(tg.file_row + row) + ", column " +
+                       detail::parquet::in_quotes(col.name));
     } else if (col.kind == TableField::bytes) {
       const auto bytes = v.value(row);
       if (bytes.size() != out.nbytes(c)) {

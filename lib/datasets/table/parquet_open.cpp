@@ -92,7 +92,7 @@ std::optional<TableLeaf> column_leaf(const TopColumn& c, TableField kind) {
     if (kind != TableField::list || c.depth() == 0 || !parquet::list_dtype(c)) return std::nullopt;
     return TableLeaf{c.leaf, c.max_def, c.lists};
   }
-  if (kind == TableField::image) {
+  if (kind == TableField::image || kind == TableField::audio) {
     if (c.image_leaf >= 0)
       return TableLeaf{static_cast<std::size_t>(c.image_leaf), c.image_def, {}};
     if (c.nested || *c.element->type != parquet::Physical::byte_array) return std::nullopt;
@@ -145,6 +145,17 @@ TableColumn map_column(const TopColumn& c, const TableOptions& o,
     col.kind = TableField::image;
     col.physical = parquet::Physical::byte_array;
     col.dtype = DType::u8;
+    return col;
+  }
+  if (listed(o.audio, c.name)) {
+    if (!column_leaf(c, TableField::audio)) {
+      throw ConfigError(std::string(kOpenWho) + ": column " + in_quotes(c.name) + " is of type " +
+                        parquet::type_text(c) +
+                        ", not an audio column (BYTE_ARRAY, or a struct{bytes, path} of them)");
+    }
+    col.kind = TableField::audio;
+    col.physical = parquet::Physical::byte_array;
+    col.dtype = DType::f32;
     return col;
   }
   const bool categorical = listed(o.categorical, c.name);
@@ -257,10 +268,13 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
   top_names.reserve(top.size());
   for (const TopColumn& c : top) top_names.push_back(c.name);
   if (first) {
-    add_hf_images(t.options, meta.huggingface, [&](const std::string& name) {
+    const auto has = [&](const std::string& name) {
       return std::any_of(top.begin(), top.end(),
                          [&](const TopColumn& c) { return c.name == name; });
-    });
+    };
+    add_hf_images(t.options, meta.huggingface, has);
+    add_hf_audio(t.options, meta.huggingface, has);
+    parquet::check_table_audio(t.options, std::string(kOpenWho));
     const TableOptions& o = t.options;
     for (const auto& name : o.columns) {
       if (std::none_of(top.begin(), top.end(),
@@ -269,13 +283,15 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
                           parquet::columns_text(top_names));
       }
     }
-    for (const auto* list : {&o.categorical, &o.images}) {
+    for (const auto* list : {&o.categorical, &o.images, &o.audio}) {
       for (const auto& name : *list) {
         if (std::none_of(top.begin(), top.end(),
                          [&](const TopColumn& c) { return c.name == name; })) {
           throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": no " +
-                            (list == &o.images ? "image" : "categorical") + " column " +
-                            in_quotes(name) + parquet::columns_text(top_names));
+                            (list == &o.images  ? "image"
+                             : list == &o.audio ? "audio"
+                                                : "categorical") +
+                            " column " + in_quotes(name) + parquet::columns_text(top_names));
         }
       }
     }
@@ -313,7 +329,8 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
     if (!leaf ||
         (list ? *it->list_element->type != col.physical || parquet::list_dtype(*it) != col.dtype ||
                     list_column_shape(*it, schema, f.name) != col.shape
-              : (col.kind != TableField::image && *it->element->type != col.physical) ||
+              : (col.kind != TableField::image && col.kind != TableField::audio &&
+                 *it->element->type != col.physical) ||
                     (col.kind == TableField::scalar && *dtype != col.dtype))) {
       throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": column " + in_quotes(col.name) +
                         " is of type " + parquet::type_text(*it) + ", not as in " +
@@ -338,7 +355,7 @@ void scan_rows(ParquetTable& t) {
   for (std::size_t c = 0; c < t.columns.size(); ++c) {
     TableColumn& col = t.columns[c];
     if (col.kind == TableField::scalar || col.kind == TableField::image ||
-        (col.kind == TableField::list && !col.ragged())) {
+        col.kind == TableField::audio || (col.kind == TableField::list && !col.ragged())) {
       continue;
     }
     std::set<std::string, std::less<>> distinct;
@@ -403,6 +420,11 @@ std::unique_ptr<ParquetTable> open_parquet(std::vector<std::filesystem::path> fi
   for (const TableColumn& col : t->columns) {
     if (col.kind == TableField::image) {
       t->fields.push_back(image_field(t->options.image, col.name));
+      continue;
+    }
+    if (col.kind == TableField::audio) {
+      t->fields.push_back(
+          audio_field(t->options.audio_options, t->options.audio_options.channels, col.name));
       continue;
     }
     FieldSpec f{col.name, col.dtype, {}};

@@ -206,6 +206,18 @@ bool listed(const std::vector<std::string>& names, std::string_view name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
+void check_table_audio(const TableOptions& o, const std::string& who) {
+  check_audio_options(o.audio_options);
+  if (o.audio.empty()) return;
+  const AudioOptions& a = o.audio_options;
+  if (a.sample_rate == 0 || a.channels == 0 || !(a.clip_seconds > 0)) {
+    throw ConfigError(who +
+                      ": audio columns need audio_options with sample_rate and channels "
+                      "given (not 0) and clip_seconds > 0 (whole sound files of a table are "
+                      "not read yet)");
+  }
+}
+
 void check_column_lists(const TableOptions& o, const std::string& who) {
   std::set<std::string> seen;
   for (const auto& c : o.columns) {
@@ -213,8 +225,10 @@ void check_column_lists(const TableOptions& o, const std::string& who) {
       throw ConfigError(who + ": column " + in_quotes(c) + " listed twice");
     }
   }
-  for (const auto* list : {&o.categorical, &o.images}) {
-    const std::string kind = list == &o.images ? "image" : "categorical";
+  for (const auto* list : {&o.categorical, &o.images, &o.audio}) {
+    const std::string kind = list == &o.images  ? "image"
+                             : list == &o.audio ? "audio"
+                                                : "categorical";
     seen.clear();
     for (const auto& c : *list) {
       if (!seen.insert(c).second) {
@@ -231,7 +245,14 @@ void check_column_lists(const TableOptions& o, const std::string& who) {
       throw ConfigError(who + ": column " + in_quotes(c) + " is both an image and categorical");
     }
   }
+  for (const auto& c : o.audio) {
+    if (listed(o.categorical, c) || listed(o.images, c)) {
+      throw ConfigError(who + ": column " + in_quotes(c) + " is both audio and " +
+                        (listed(o.images, c) ? "an image" : "categorical"));
+    }
+  }
   if (!o.images.empty()) static_cast<void>(image_shape(o.image));
+  check_table_audio(o, who);
 }
 
 std::string type_text(const TopColumn& column) {

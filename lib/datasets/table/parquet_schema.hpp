@@ -60,6 +60,10 @@ std::string columns_text(const std::vector<std::string_view>& names);
 /// Whether `name` is among `names`.
 bool listed(const std::vector<std::string>& names, std::string_view name);
 
+/// Checks audio_options for audio columns (the clip and rate they need). \throws ConfigError
+/// naming `who`.
+void check_table_audio(const TableOptions& o, const std::string& who);
+
 /// The column lists of TableOptions, as both table datasets check them at open (`who` names the
 /// dataset): no column named twice in a list, categorical and image columns among the columns
 /// read (when those are listed), none both an image and categorical, and the image options

@@ -34,6 +34,7 @@ enum class TableField {
   bytes,        ///< ragged u8 [L]: the bytes as stored
   categorical,  ///< i64 [] codes into `categories`
   image,        ///< u8 image_shape(): a BYTE_ARRAY or an Image struct's `bytes`, decoded
+  audio,        ///< f32 audio_field(): a BYTE_ARRAY or an Audio struct's `bytes`, decoded
   list,         ///< a list (lists of lists) of numbers: dtype `shape` (ragged first or fixed)
 };
 

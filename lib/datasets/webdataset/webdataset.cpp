@@ -37,7 +37,19 @@ Kind kind_of(std::string_view ext) {
   if (e == "mp4" || e == "mkv" || e == "webm" || e == "avi") return Kind::video;
   if (e == "cls") return Kind::cls;
   if (e == "npy") return Kind::npy;
+  if (e == "wav" || e == "flac" || e == "ogg" || e == "opus" || e == "mp3") return Kind::audio;
   return Kind::bytes;
+}
+
+// An audio member's field; the options must name the rate and channels (a shard has no first
+// file to take them from).
+FieldSpec wds_audio_field(const AudioOptions& o, const std::string& ext) {
+  if (o.sample_rate == 0 || o.channels == 0) {
+    throw ConfigError(std::string(kWebDatasetWho) +
+                      ": audio.sample_rate and audio.channels must be given (not 0) for '" + ext +
+                      "' members");
+  }
+  return audio_field(o, o.channels, ext);
 }
 
 // Opens a shard (OpenFile: once, without blocking, a regular file only) and stamps it from
@@ -179,6 +191,7 @@ std::shared_ptr<WebDataset> WebDataset::open(std::vector<fs::path> shards,
   const std::string who = kWebDatasetWho;
   if (shards.empty()) throw ConfigError(who + ": no shards given");
   static_cast<void>(image_shape(options.image));  // ConfigError for bad options
+  check_audio_options(options.audio);
   std::shared_ptr<WebDataset> ds(new WebDataset());
   ds->impl_ = std::make_unique<Impl>();
   Impl& impl = *ds->impl_;
@@ -298,6 +311,7 @@ std::shared_ptr<WebDataset> WebDataset::open(std::vector<fs::path> shards,
         impl.fields.push_back(
             impl.kinds.back() == Kind::image   ? image_field(impl.options.image, ext)
             : impl.kinds.back() == Kind::video ? video_field(impl.options.video, ext)
+            : impl.kinds.back() == Kind::audio ? wds_audio_field(impl.options.audio, ext)
             : impl.kinds.back() == Kind::cls   ? FieldSpec{ext, DType::i64, {}}
                                                : FieldSpec{ext, DType::u8, {ragged}});
       }
@@ -346,6 +360,14 @@ std::shared_ptr<WebDataset> WebDataset::open(std::vector<fs::path> shards,
   impl.longest.assign(impl.fields.size(), 0);
   for (std::size_t f = 0; f < impl.fields.size(); ++f) {
     if (!impl.fields[f].is_ragged()) continue;
+    if (impl.kinds[f] == Kind::audio) {  // known only from each member's header
+      impl.longest[f] = -1;
+      if (!impl.audio_rows) {
+        impl.audio_rows = std::make_unique<std::atomic<std::int64_t>[]>(impl.locs.size());
+        for (std::size_t k = 0; k < impl.locs.size(); ++k) impl.audio_rows[k].store(-1);
+      }
+      continue;
+    }
     for (std::size_t i = 0; i < impl.keys.size(); ++i) {
       impl.longest[f] = std::max(impl.longest[f], impl.loc(i, f).rows);
     }

@@ -4,6 +4,7 @@
 // webdataset_npy.cpp (the "npy" members' headers) and webdataset_read.cpp (read, length,
 // prefetch). Internal to lib/datasets/webdataset.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -25,7 +26,7 @@ inline constexpr const char* kWebDatasetWho = "WebDataset";
 namespace detail::wds {
 
 /// How a field's members become its bytes.
-enum class Kind { image, video, cls, npy, bytes };
+enum class Kind { image, video, cls, npy, audio, bytes };
 
 /// Where one field of one sample lies in its shard: the bytes read() writes (for "npy", the
 /// array's data after its header), and its rows for a ragged field. offset == kMissing: the
@@ -63,6 +64,10 @@ struct Shard {
 void pread_exact(int fd, std::span<std::byte> out, std::uint64_t offset, const FileLabel& label,
                  const std::string& what);
 
+/// A ragged audio member's rows (audio_length() of its header), read from `fd`.
+std::int64_t audio_member_rows(int fd, const Loc& loc, const AudioOptions& options,
+                               const FileLabel& label, const std::string& what);
+
 /// This thread's buffer for encoded images, in bytes (for tests: one over 16 MiB is released
 /// after its image, however its read ends).
 std::size_t image_buffer_bytes() noexcept;
@@ -95,6 +100,8 @@ struct WebDataset::Impl {
   std::vector<detail::wds::Kind> kinds;
   std::vector<detail::wds::Loc> locs;  // sample-major: locs[i * fields.size() + f]
   std::vector<std::int64_t> longest;   // per field: the most rows of a sample (0: not ragged)
+  /// Per sample and field (as locs), a ragged audio member's rows once asked (-1: not yet).
+  std::unique_ptr<std::atomic<std::int64_t>[]> audio_rows;
 
   Impl() = default;
   Impl(const Impl&) = delete;

@@ -132,7 +132,28 @@ std::int64_t parse_cls(std::string_view text, const detail::FileLabel& label, st
                        : " (beyond the range of i64)"));
 }
 
+// A member of encoded sound read into this thread's buffer (as images are).
+constexpr std::uint64_t kMaxAudioMemberBytes = std::uint64_t{1} << 31;
+
+std::span<std::byte> read_audio_member(int fd, const Loc& loc, const detail::FileLabel& label,
+                                       const std::string& what) {
+  if (loc.size > kMaxAudioMemberBytes) {
+    throw DataError(label.at(loc.offset) + what + ": a sound file of " + std::to_string(loc.size) +
+                    " bytes (at most 2 GiB)");
+  }
+  const std::span<std::byte> bytes = image_buffer(static_cast<std::size_t>(loc.size));
+  detail::wds::pread_exact(fd, bytes, loc.offset, label, what);
+  return bytes;
+}
+
 }  // namespace
+
+std::int64_t detail::wds::audio_member_rows(int fd, const Loc& loc, const AudioOptions& options,
+                                            const FileLabel& label, const std::string& what) {
+  const TrimImageBuffer trim;
+  const std::string name = label.prefix() + what;
+  return audio_length(audio_info(read_audio_member(fd, loc, label, what), name), options, name);
+}
 
 std::size_t detail::wds::image_buffer_bytes() noexcept { return image_scratch().capacity; }
 
@@ -216,6 +237,16 @@ void WebDataset::read(std::size_t index, SampleRef out) const {
                      {out.as<std::uint8_t>(f), out.nbytes(f)}, name);
         break;
       }
+      case Kind::audio: {
+        const TrimImageBuffer trim;
+        const std::span<const std::byte> bytes = read_audio_member(fd.get(), loc, label, what);
+        name.clear();
+        label.append_prefix(name);
+        name += what;
+        decode_audio(bytes, impl.options.audio, out.seed(),
+                     {out.as<float>(f), out.nbytes(f) / sizeof(float)}, name);
+        break;
+      }
       case Kind::image: {
         const ImageOptions& o = impl.options.image;
         // As ImageFolder: an encoded image larger than 8 bytes a pixel plus 64 MiB is refused.
@@ -247,7 +278,27 @@ std::int64_t WebDataset::length(std::size_t index, std::size_t field) const {
     throw ConfigError(std::string(kWebDatasetWho) + ": field " + std::to_string(field) +
                       " is not ragged");
   }
-  return impl.loc(index, field).rows;
+  if (impl.kinds[field] != Kind::audio) return impl.loc(index, field).rows;
+  std::atomic<std::int64_t>& kept = impl.audio_rows[index * impl.fields.size() + field];
+  std::int64_t rows = kept.load(std::memory_order_relaxed);
+  if (rows >= 0) return rows;
+  const detail::wds::Shard& shard = impl.shards[impl.shard_of(index)];
+  const Loc& loc = impl.loc(index, field);
+  const std::string what = "member '" + impl.keys[index] + "." + impl.fields[field].name + "'";
+  if (loc.offset == detail::wds::kMissing) {
+    throw DataError(shard.label().prefix() + "sample '" + impl.keys[index] + "' has no '" +
+                    impl.fields[field].name + "' member (a field of the first sample)");
+  }
+  if (shard.fetch != detail::wds::kNotFetched) {
+    throw ConfigError(std::string(kWebDatasetWho) + ": " + shard.name +
+                      ": whole sound files (audio.clip_seconds 0) of a shard fetched while "
+                      "reading: their lengths are in their headers, not in the index; give a "
+                      "clip_seconds");
+  }
+  const ShardFd fd(shard, nullptr);
+  rows = detail::wds::audio_member_rows(fd.get(), loc, impl.options.audio, shard.label(), what);
+  kept.store(rows, std::memory_order_relaxed);
+  return rows;
 }
 
 std::int64_t WebDataset::max_length(std::size_t field) const {

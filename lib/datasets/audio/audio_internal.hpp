@@ -1,0 +1,79 @@
+#pragma once
+
+// What the audio sources share: a libsndfile handle over a file's descriptor or over memory
+// (audio_source.cpp), the decode into a clip (audio_decode.cpp) and the log-mel spectrogram
+// (audio_mel.cpp).
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "ferry/audio.hpp"
+
+struct sf_private_tag;  // <sndfile.h>'s SNDFILE
+
+namespace ferry::detail::audio {
+
+/// The bytes libsndfile reads: a regular file through its descriptor (pread), or memory.
+struct ByteSource {
+  int fd = -1;                       ///< >= 0: read from this descriptor (not owned)
+  std::span<const std::byte> bytes;  ///< else these
+  std::int64_t size = 0;             ///< the file's or the span's size
+  std::int64_t position = 0;         ///< where the next read starts
+};
+
+/// An open libsndfile handle over a ByteSource (which must outlive it). Move-less, one thread.
+class SoundFile {
+ public:
+  /// Opens and reads the header. \throws DataError "<name>: <why>" when libsndfile does not
+  /// read it (unknown format, corrupt or truncated header) or it has no frames.
+  SoundFile(ByteSource& source, std::string_view name);
+  SoundFile(const SoundFile&) = delete;
+  SoundFile& operator=(const SoundFile&) = delete;
+  ~SoundFile();
+
+  const AudioInfo& info() const noexcept { return info_; }
+  /// The next frame read() reads.
+  std::int64_t position() const noexcept { return frame_; }
+  /// Moves to frame `frame` (< info().frames). \throws DataError naming the frame.
+  void seek(std::int64_t frame);
+  /// Reads up to `frames` frames, interleaved, into `out` (frames x channels floats in [-1, 1]);
+  /// the frames read, 0 at the end. \throws DataError naming the frame for a decode failure.
+  std::int64_t read(float* out, std::int64_t frames);
+
+ private:
+  sf_private_tag* file_ = nullptr;
+  AudioInfo info_;
+  std::string_view name_;
+  std::int64_t frame_ = 0;  // the next frame read
+};
+
+/// DataError "<name>: <what>".
+[[noreturn]] void fail(std::string_view name, std::string_view what);
+
+/// Checks `info` against options.max_seconds. \throws DataError naming the file.
+void check_duration(const AudioInfo& info, const AudioOptions& options, std::string_view name);
+
+/// The waveform's frames for a file of `info`: the clip's, else the whole resampled length.
+std::int64_t wave_frames(const AudioInfo& info, const AudioOptions& options);
+
+/// Values in one row of the field: the output channels, or n_mels.
+std::int64_t row_values(const AudioInfo& info, const AudioOptions& options);
+
+/// Spectrogram frames of a waveform of `frames` samples (torchaudio's centered frames).
+std::int64_t mel_frames(std::int64_t frames, const MelOptions& mel);
+
+/// Decodes the open `file` into `out` under `options` (already checked): audio_length() rows of
+/// the field. \throws DataError naming the file (one whose header gives another size than
+/// `out` has "changed").
+void decode(SoundFile& file, const AudioOptions& options, std::uint64_t seed, std::span<float> out,
+            std::string_view name);
+
+/// The log-mel spectrogram of `wave` (mono, at `sample_rate`) into `out`, mel_frames(wave.size())
+/// x n_mels floats, time first. Any thread may call it.
+void log_mel(std::span<const float> wave, const MelOptions& mel, int sample_rate,
+             std::span<float> out);
+
+}  // namespace ferry::detail::audio

@@ -1,0 +1,134 @@
+// ferry.AudioFolder: sound files in class folders (include/ferry/audio.hpp says what each
+// keyword does; the keywords are AudioOptions' members, with the same defaults).
+
+#include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
+
+#include <string>
+
+#include "binding.hpp"
+
+namespace ferry::python {
+namespace {
+
+AudioCrop audio_crop(const std::string& text) {
+  if (text == "random") return AudioCrop::random;
+  if (text == "start") return AudioCrop::start;
+  if (text == "center") return AudioCrop::center;
+  throw py::value_error("AudioFolder: crop must be \"random\", \"start\" or \"center\", not \"" +
+                        text + "\"");
+}
+
+// mel=dict(n_fft=..., hop=..., n_mels=..., f_min=..., f_max=..., log_floor=...); True: the
+// defaults. A key MelOptions does not have is a TypeError naming it.
+std::optional<MelOptions> mel_options(const py::object& mel) {
+  if (mel.is_none()) return std::nullopt;
+  MelOptions o;
+  if (py::isinstance<py::bool_>(mel)) {
+    if (!mel.cast<bool>()) return std::nullopt;
+    return o;
+  }
+  if (!py::isinstance<py::dict>(mel)) {
+    throw py::type_error(
+        "AudioFolder: mel is None or a dict (n_fft, hop, n_mels, f_min, f_max, "
+        "log_floor), not " +
+        py::repr(mel).cast<std::string>());
+  }
+  for (const auto& [key, value] : mel.cast<py::dict>()) {
+    const std::string k = py::str(key).cast<std::string>();
+    if (k == "n_fft") {
+      o.n_fft = value.cast<int>();
+    } else if (k == "hop" || k == "hop_length") {
+      o.hop = value.cast<int>();
+    } else if (k == "n_mels") {
+      o.n_mels = value.cast<int>();
+    } else if (k == "f_min") {
+      o.f_min = value.cast<double>();
+    } else if (k == "f_max") {
+      o.f_max = value.is_none() ? 0.0 : value.cast<double>();
+    } else if (k == "log_floor") {
+      o.log_floor = value.cast<double>();
+    } else {
+      throw py::type_error("AudioFolder: mel has no key '" + k +
+                           "' (it takes n_fft, hop, n_mels, f_min, f_max, log_floor)");
+    }
+  }
+  return o;
+}
+
+AudioOptions audio_options(int sample_rate, int channels, double clip_seconds,
+                           const std::string& crop, const py::object& mel, double max_seconds) {
+  AudioOptions o;
+  o.sample_rate = sample_rate;
+  o.channels = channels;
+  o.clip_seconds = clip_seconds;
+  o.crop = audio_crop(crop);
+  o.mel = mel_options(mel);
+  o.max_seconds = max_seconds;
+  return o;
+}
+
+}  // namespace
+
+AudioOptions audio_options_from(const py::object& kw, const char* who) {
+  AudioOptions o;
+  if (kw.is_none()) return o;
+  if (!py::isinstance<py::dict>(kw)) {
+    throw py::type_error(std::string(who) +
+                         ": audio options are a dict of AudioFolder's keywords (sample_rate, "
+                         "channels, clip_seconds, crop, mel, max_seconds), not " +
+                         py::repr(kw).cast<std::string>());
+  }
+  for (const auto& [key, value] : kw.cast<py::dict>()) {
+    const std::string k = py::str(key).cast<std::string>();
+    if (k == "sample_rate") {
+      o.sample_rate = value.cast<int>();
+    } else if (k == "channels") {
+      o.channels = value.cast<int>();
+    } else if (k == "clip_seconds") {
+      o.clip_seconds = value.cast<double>();
+    } else if (k == "crop") {
+      o.crop = audio_crop(value.cast<std::string>());
+    } else if (k == "mel") {
+      o.mel = mel_options(py::reinterpret_borrow<py::object>(value));
+    } else if (k == "max_seconds") {
+      o.max_seconds = value.cast<double>();
+    } else {
+      throw py::type_error(std::string(who) + ": audio options have no key '" + k +
+                           "' (they take sample_rate, channels, clip_seconds, crop, mel, "
+                           "max_seconds)");
+    }
+  }
+  return o;
+}
+
+void bind_audio(py::module_& m) {
+  py::class_<AudioFolder, Dataset, std::shared_ptr<AudioFolder>>(m, "AudioFolder", R"doc(
+root/<class>/<file> (.wav, .flac, .ogg, .opus, .mp3), decoded on the loader's workers by
+libsndfile and resampled by libsoxr: "audio" f32 [T] (channels=1) or [T, C], time first, in
+[-1, 1] (T ragged when clip_seconds is 0: pad or pack it with the loader's ragged=), or with
+mel=dict(n_fft=400, hop=160, n_mels=80, f_min=0, f_max=0, log_floor=1e-10) the log-mel
+spectrogram f32 [frames, n_mels] (torchaudio's MelSpectrogram, then log); and "label" i64 [].
+crop: "random" (from the sample's seed), "start" or "center". sample_rate=0 or channels=0 keep
+the first file's. A bad file is a DataError naming it, raised for its sample.)doc")
+      .def(py::init([](const std::filesystem::path& root, int sample_rate, int channels,
+                       double clip_seconds, const std::string& crop, const py::object& mel,
+                       double max_seconds) {
+             const AudioOptions o =
+                 audio_options(sample_rate, channels, clip_seconds, crop, mel, max_seconds);
+             const py::gil_scoped_release release;
+             return AudioFolder::open(root, o);
+           }),
+           py::arg("root"), py::kw_only(), py::arg("sample_rate") = 16000, py::arg("channels") = 1,
+           py::arg("clip_seconds") = 0.0, py::arg("crop") = "random", py::arg("mel") = py::none(),
+           py::arg("max_seconds") = 3600.0)
+      .def_property_readonly("classes", &AudioFolder::classes)
+      .def_property_readonly("sample_rate",
+                             [](const AudioFolder& ds) { return ds.options().sample_rate; })
+      .def_property_readonly("channels",
+                             [](const AudioFolder& ds) { return ds.options().channels; })
+      .def("path", &AudioFolder::path, py::arg("index"))
+      .def("label", &AudioFolder::label, py::arg("index"));
+}
+
+}  // namespace ferry::python

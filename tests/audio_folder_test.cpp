@@ -1,0 +1,568 @@
+// AudioFolder and decode_audio(): values against sox (an independent decoder and resampler),
+// clips and their crop rule, channels, the ragged field through a loader, and every fault.
+// Fixtures are made by sox in a temporary folder (a few tenths of a second each).
+
+#include <gtest/gtest.h>
+#include <sndfile.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "expect_error.hpp"
+#include "ferry/ferry.hpp"
+#include "table_writer.hpp"
+
+namespace fs = std::filesystem;
+using ferry::AudioCrop;
+using ferry::AudioFolder;
+using ferry::AudioOptions;
+using ferry::testing::expect_error;
+
+namespace {
+
+class AudioFolderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::system("command -v sox >/dev/null 2>&1") != 0) GTEST_SKIP() << "sox is not installed";
+    dir_ = fs::temp_directory_path() /
+           ("ferry_audio_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Runs sox with `args` (paths relative to the folder).
+  void sox(const std::string& args) const {
+    const std::string cmd = "cd '" + dir_.string() + "' && sox " + args + " 2>/dev/null";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
+  // A sound file made by sox: `spec` is what follows `sox -n` up to the output name.
+  fs::path synth(const std::string& name, const std::string& format, const std::string& effects) {
+    fs::create_directories((dir_ / name).parent_path());
+    sox("-R -D -n " + format + " " + name + " " + effects);  // no dither, the same file each run
+    return dir_ / name;
+  }
+  // What sox decodes `name` to, as f32 (after `effects`: a rate, a channel count).
+  std::vector<float> sox_values(const std::string& name, const std::string& out_format = "",
+                                const std::string& effects = "") const {
+    sox(name + " -t raw -e floating-point -b 32 " + out_format + " ref.raw " + effects);
+    const std::string bytes = read("ref.raw");
+    std::vector<float> v(bytes.size() / sizeof(float));
+    std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+    return v;
+  }
+  void write(const std::string& name, const std::string& bytes) const {
+    fs::create_directories((dir_ / name).parent_path());
+    std::ofstream(dir_ / name, std::ios::binary) << bytes;
+  }
+  std::string read(const std::string& name) const {
+    std::ifstream in(dir_ / name, std::ios::binary | std::ios::ate);
+    std::string bytes(static_cast<std::size_t>(in.tellg()), '\0');
+    in.seekg(0);
+    in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    return bytes;
+  }
+  fs::path dir_;
+};
+
+// decode_audio_file() of a whole file or clip, as the loader would ask it.
+std::vector<float> decode(const fs::path& file, const AudioOptions& o, std::uint64_t seed = 0) {
+  const ferry::AudioInfo info = ferry::audio_file_info(file);
+  const int channels = o.channels > 0 ? o.channels : info.channels;
+  std::vector<float> out(
+      static_cast<std::size_t>(ferry::audio_length(info, o) * (o.mel ? o.mel->n_mels : channels)));
+  ferry::decode_audio_file(file, o, seed, out, {});
+  return out;
+}
+
+float max_diff(const std::vector<float>& a, const std::vector<float>& b, std::size_t from = 0,
+               std::size_t to = SIZE_MAX) {
+  float m = 0;
+  for (std::size_t i = from; i < std::min({a.size(), b.size(), to}); ++i) {
+    m = std::max(m, std::abs(a[i] - b[i]));
+  }
+  return m;
+}
+
+ferry::LoaderOptions cpu_options(int workers = 1) {
+  ferry::LoaderOptions o;
+  o.batch_size = 2;
+  o.workers = workers;
+  o.prefetch = 2;
+  o.device = ferry::Device::cpu();
+  o.pin_memory = false;
+  o.autotune = false;
+  return o;
+}
+
+AudioOptions keep_rate() {
+  AudioOptions o;
+  o.sample_rate = 0;
+  return o;
+}
+
+}  // namespace
+
+TEST_F(AudioFolderTest, PcmWavAndFlacAreSoxsValuesExactly) {
+  synth("a/tone.wav", "-r 22050 -c 1 -b 16", "synth 0.3 sine 440 vol 0.5");
+  synth("a/noise.flac", "-r 22050 -c 1 -b 24", "synth 0.2 whitenoise vol 0.3");
+  synth("b/sweep.wav", "-r 22050 -c 1 -e floating-point -b 32", "synth 0.25 sine 100-3000");
+  const auto ds = AudioFolder::open(dir_, keep_rate());
+  ASSERT_EQ(ds->size(), 3U);
+  EXPECT_EQ(ds->classes(), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(ds->fields()[0], (ferry::FieldSpec{"audio", ferry::DType::f32, {ferry::ragged}}));
+  EXPECT_EQ(ds->options().sample_rate, 22050);
+  const char* names[] = {"a/noise.flac", "a/tone.wav", "b/sweep.wav"};  // sorted
+  for (std::size_t i = 0; i < 3; ++i) {
+    const std::vector<float> want = sox_values(names[i]);
+    EXPECT_EQ(ds->length(i, 0), static_cast<std::int64_t>(want.size())) << names[i];
+    EXPECT_EQ(decode(ds->path(i), ds->options()), want) << names[i];
+    EXPECT_EQ(ds->label(i), i < 2 ? 0 : 1);
+  }
+}
+
+TEST_F(AudioFolderTest, ResamplingIsSoxsWithinTolerance) {
+  // 44.1 kHz to 16 kHz and 8 kHz to 16 kHz, a tone well inside both passbands: libsoxr's high
+  // quality against sox's `rate -h` (the same library, sox's own bandwidth of 95%, not 91.3%).
+  synth("a/down.wav", "-r 44100 -c 1 -b 16", "synth 0.5 sine 1000 vol 0.5");
+  synth("a/up.wav", "-r 8000 -c 1 -b 16", "synth 0.5 sine 440 vol 0.5");
+  AudioOptions o;
+  o.sample_rate = 16000;
+  for (const char* name : {"a/down.wav", "a/up.wav"}) {
+    const std::vector<float> want = sox_values(name, "", "rate -h 16000");
+    const std::vector<float> got = decode(dir_ / name, o);
+    EXPECT_EQ(got.size(), 8000U) << name;  // round(frames * 16000 / rate)
+    EXPECT_NEAR(static_cast<double>(got.size()), static_cast<double>(want.size()), 1) << name;
+    // The first and last 10 ms see each filter's edge differently.
+    EXPECT_LT(max_diff(got, want, 160, got.size() - 160), 5e-6F) << name;  // 3.4e-7 here
+  }
+}
+
+TEST_F(AudioFolderTest, AClipIsTheWholeDecodesFramesAndSeeksThere) {
+  synth("a/long.wav", "-r 44100 -c 1 -b 16", "synth 3 sine 200-2000 vol 0.5");
+  synth("a/same.wav", "-r 16000 -c 1 -b 16", "synth 3 sine 300-900 vol 0.5");
+  AudioOptions whole;
+  const std::vector<float> resampled = decode(dir_ / "a/long.wav", whole);
+  const std::vector<float> same = decode(dir_ / "a/same.wav", whole);
+  ASSERT_EQ(resampled.size(), 48000U);
+  AudioOptions clip;
+  clip.clip_seconds = 0.5;
+  clip.crop = AudioCrop::center;  // start = (48000 - 8000) / 2
+  const std::vector<float> c = decode(dir_ / "a/long.wav", clip);
+  ASSERT_EQ(c.size(), 8000U);
+  EXPECT_LT(max_diff(c, std::vector<float>(resampled.begin() + 20000, resampled.end())), 2e-6F);
+  const std::vector<float> s = decode(dir_ / "a/same.wav", clip);
+  EXPECT_EQ(s, std::vector<float>(same.begin() + 20000, same.begin() + 28000));
+  clip.crop = AudioCrop::start;
+  EXPECT_EQ(decode(dir_ / "a/same.wav", clip),
+            std::vector<float>(same.begin(), same.begin() + 8000));
+  // random: a start in [0, 40000] drawn from the seed; the same seed, the same clip.
+  clip.crop = AudioCrop::random;
+  std::vector<std::size_t> starts;
+  for (std::uint64_t seed : {1U, 2U, 3U}) {
+    const std::vector<float> r = decode(dir_ / "a/same.wav", clip, seed);
+    EXPECT_EQ(r, decode(dir_ / "a/same.wav", clip, seed));
+    const auto at = std::search(same.begin(), same.end(), r.begin(), r.end());
+    ASSERT_NE(at, same.end());
+    starts.push_back(static_cast<std::size_t>(at - same.begin()));
+    const std::vector<float> rr = decode(dir_ / "a/long.wav", clip, seed);
+    EXPECT_LT(max_diff(rr, std::vector<float>(
+                               resampled.begin() + static_cast<std::ptrdiff_t>(starts.back()),
+                               resampled.end())),
+              1e-5F);
+  }
+  EXPECT_NE(starts[0], starts[1]);
+  EXPECT_NE(starts[1], starts[2]);
+  // A clip longer than the file: the file, then zeros.
+  clip.clip_seconds = 4;
+  const std::vector<float> padded = decode(dir_ / "a/same.wav", clip, 7);
+  ASSERT_EQ(padded.size(), 64000U);
+  EXPECT_EQ(std::vector<float>(padded.begin(), padded.begin() + 48000), same);
+  EXPECT_EQ(std::count(padded.begin() + 48000, padded.end(), 0.0F), 16000);
+}
+
+TEST_F(AudioFolderTest, ChannelsAreAveragedDuplicatedOrKept) {
+  synth("a/stereo.wav", "-r 16000 -c 2 -b 16", "synth 0.2 sine 300 sine 700 vol 0.4");
+  synth("a/mono.wav", "-r 16000 -c 1 -b 16", "synth 0.2 sine 500 vol 0.4");
+  const std::vector<float> lr = sox_values("a/stereo.wav");
+  const std::vector<float> m = sox_values("a/mono.wav");
+  AudioOptions o;
+  const std::vector<float> avg = decode(dir_ / "a/stereo.wav", o);
+  ASSERT_EQ(avg.size(), lr.size() / 2);
+  for (std::size_t i = 0; i < avg.size(); ++i) {
+    ASSERT_FLOAT_EQ(avg[i], (lr[2 * i] + lr[2 * i + 1]) * 0.5F) << i;
+  }
+  o.channels = 2;
+  EXPECT_EQ(decode(dir_ / "a/stereo.wav", o), lr);
+  const std::vector<float> dup = decode(dir_ / "a/mono.wav", o);
+  ASSERT_EQ(dup.size(), 2 * m.size());
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    ASSERT_EQ(dup[2 * i], m[i]);
+    ASSERT_EQ(dup[2 * i + 1], m[i]);
+  }
+  // channels 0 keeps the first file's count (mono.wav sorts first): stereo.wav is then refused.
+  o.channels = 0;
+  const auto ds = AudioFolder::open(dir_, o);
+  EXPECT_EQ(ds->options().channels, 1);
+  expect_error<ferry::DataError>([&] { ds->length(1, 0); }, {"AudioFolder", "stereo.wav",
+                                                             "2 channels, not the first file's 1"});
+  o.clip_seconds = 0.1;
+  ferry::Loader loader(AudioFolder::open(dir_, o), cpu_options());
+  expect_error<ferry::DataError>(
+      [&] {
+        for (const ferry::Batch& b : loader.epoch(0)) static_cast<void>(b);
+      },
+      {"AudioFolder", "stereo.wav", "2 channels, not the first file's 1", "sample 1"});
+  o.channels = 2;
+  o.clip_seconds = 0.1;
+  EXPECT_EQ(AudioFolder::open(dir_, o)->fields()[0],
+            (ferry::FieldSpec{"audio", ferry::DType::f32, {1600, 2}}));
+}
+
+TEST_F(AudioFolderTest, RaggedWholeFilesThroughALoaderAndTheSameClipsWhateverTheWorkers) {
+  // Lengths from the headers (no decode), resampled: round(frames * 16000 / 22050).
+  synth("a/x.wav", "-r 22050 -c 1 -b 16", "synth 0.1 sine 300");
+  synth("a/y.flac", "-r 16000 -c 1 -b 16", "synth 0.35 sine 600");
+  synth("b/z.wav", "-r 8000 -c 2 -b 16", "synth 0.2 sine 900");
+  const auto ds = AudioFolder::open(dir_);
+  const std::vector<std::int64_t> want = {1600, 5600, 3200};  // 2205, 5600, 1600 frames
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(ds->length(i, 0), want[i]);
+  ferry::LoaderOptions lo = cpu_options();
+  lo.batch_size = 3;
+  const ferry::Loader loader(ds, lo);
+  ferry::Loader l(ds, lo);
+  std::size_t batches = 0;
+  for (const ferry::Batch& b : l.epoch(0)) {
+    ++batches;
+    const ferry::Tensor& audio = b["audio"];
+    EXPECT_EQ(audio.shape(), (std::vector<std::int64_t>{3, 5600}));
+    const ferry::Tensor& lengths = b.lengths("audio");
+    for (std::size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(lengths.data<std::int64_t>()[i], want[i]);
+      const std::vector<float> one = decode(ds->path(i), ds->options());
+      const float* row = audio.data<float>() + i * 5600;
+      EXPECT_TRUE(std::equal(one.begin(), one.end(), row)) << i;
+      EXPECT_EQ(std::count(row + want[i], row + 5600, 0.0F), 5600 - want[i]);
+      EXPECT_EQ(b["label"].data<std::int64_t>()[i], i < 2 ? 0 : 1);
+    }
+  }
+  EXPECT_EQ(batches, 1U);
+  // max_tokens: batches cut by the headers' lengths (1600, 5600, 3200) under a budget of 7200.
+  lo.max_tokens = 7200;
+  lo.ragged = ferry::RaggedBatch::pack;
+  ferry::Loader budget(ds, lo);
+  std::vector<std::vector<std::uint64_t>> cut;
+  for (const ferry::Batch& b : budget.epoch(0)) {
+    cut.emplace_back(b.indices().begin(), b.indices().end());
+    EXPECT_LE(b["audio"].shape()[0], 7200);
+  }
+  EXPECT_EQ(cut, (std::vector<std::vector<std::uint64_t>>{{0, 1}, {2}}));
+  // Random clips, shuffled: the same batches with 1 worker and with 3.
+  AudioOptions clip;
+  clip.clip_seconds = 0.05;
+  const auto clips = AudioFolder::open(dir_, clip);
+  auto run = [&](int workers) {
+    ferry::LoaderOptions co = cpu_options(workers);
+    co.shuffle = true;
+    co.seed = 5;
+    co.batch_size = 1;
+    ferry::Loader cl(clips, co);
+    std::vector<float> all;
+    for (int e = 0; e < 2; ++e) {
+      for (const ferry::Batch& b : cl.epoch(static_cast<std::uint64_t>(e))) {
+        const float* p = b["audio"].data<float>();
+        all.insert(all.end(), p, p + 800);
+      }
+    }
+    return all;
+  };
+  const std::vector<float> one = run(1);
+  EXPECT_EQ(one.size(), 6U * 800);
+  EXPECT_EQ(one, run(3));
+}
+
+TEST_F(AudioFolderTest, BadFilesAreDataErrorsNamingThemRaisedForTheirSample) {
+  synth("a/good.wav", "-r 16000 -c 1 -b 16", "synth 0.1 sine 300");
+  synth("a/long.flac", "-r 8000 -c 1 -b 16", "synth 3 sine 300");
+  write("a/empty.wav", "");
+  write("a/junk.ogg", std::string(3000, 'x'));
+  const std::string flac = read("a/long.flac");
+  write("a/truncated.flac", flac.substr(0, flac.size() / 2));
+  const std::string wav = read("a/good.wav");
+  write("a/cut.wav", wav.substr(0, 30));  // inside the header
+  AudioOptions o;
+  o.max_seconds = 2;
+  const auto ds = AudioFolder::open(dir_, o);  // no file is opened here
+  ASSERT_EQ(ds->size(), 6U);
+  // cut, empty, good, junk, long, truncated
+  expect_error<ferry::DataError>([&] { ds->length(0, 0); }, {"AudioFolder", "cut.wav", "header"});
+  expect_error<ferry::DataError>([&] { ds->length(1, 0); }, {"AudioFolder", "empty.wav", "empty"});
+  EXPECT_EQ(ds->length(2, 0), 1600);
+  expect_error<ferry::DataError>([&] { ds->length(3, 0); }, {"AudioFolder", "junk.ogg"});
+  expect_error<ferry::DataError>([&] { ds->length(4, 0); },
+                                 {"AudioFolder", "long.flac", "3.0", "max_seconds (2.0"});
+  o.max_seconds = 3600;
+  const auto all = AudioFolder::open(dir_, o);
+  // The truncated FLAC's header claims 3 s: the decode ends early.
+  EXPECT_EQ(all->length(5, 0), 48000);
+  expect_error<ferry::DataError>(
+      [&] { decode(all->path(5), all->options()); },
+      {"truncated.flac", "truncated or corrupt", "at frame", "of the 24000 its header gives"});
+  // Through a loader: the sample's index and the file; skip leaves out exactly the bad ones.
+  ferry::LoaderOptions lo = cpu_options();
+  lo.batch_size = 1;
+  lo.on_error = ferry::ErrorPolicy::skip;
+  o.clip_seconds = 0.05;
+  const auto clips = AudioFolder::open(dir_, o);
+  ferry::Loader loader(clips, lo);
+  std::vector<std::uint64_t> read;
+  for (const ferry::Batch& b : loader.epoch(0)) {
+    for (const std::uint64_t i : b.indices()) read.push_back(i);
+  }
+  EXPECT_EQ(loader.stats().skipped, 4U);
+  EXPECT_EQ(read, (std::vector<std::uint64_t>{2, 4}));
+  lo.on_error = ferry::ErrorPolicy::raise;
+  ferry::Loader strict(clips, lo);
+  expect_error<ferry::DataError>(
+      [&] {
+        for (const ferry::Batch& b : strict.epoch(0)) static_cast<void>(b);
+      },
+      {"cut.wav", "sample 0"});
+}
+
+TEST_F(AudioFolderTest, OpenRefusesBadOptionsAndFolders) {
+  expect_error<ferry::DataError>([&] { AudioFolder::open(dir_ / "nope"); }, {"no such folder"});
+  expect_error<ferry::DataError>([&] { AudioFolder::open(dir_); }, {"no sound files"});
+  synth("a/x.wav", "-r 16000 -c 1 -b 16", "synth 0.1 sine 300");
+  AudioOptions o;
+  o.channels = -1;
+  expect_error<ferry::ConfigError>([&] { AudioFolder::open(dir_, o); }, {"channels -1"});
+  o = {};
+  o.clip_seconds = -1;
+  expect_error<ferry::ConfigError>([&] { AudioFolder::open(dir_, o); }, {"clip_seconds"});
+  o = {};
+  o.mel = ferry::MelOptions{};
+  o.channels = 2;
+  expect_error<ferry::ConfigError>([&] { AudioFolder::open(dir_, o); }, {"mel needs channels 1"});
+  o.channels = 1;
+  o.mel->hop = 0;
+  expect_error<ferry::ConfigError>([&] { AudioFolder::open(dir_, o); }, {"mel.hop"});
+  // A 0 rate takes the first file's.
+  o = keep_rate();
+  o.clip_seconds = 0.5;
+  EXPECT_EQ(AudioFolder::open(dir_, o)->fields()[0].shape, (std::vector<std::int64_t>{8000}));
+}
+
+TEST_F(AudioFolderTest, MelSpectrogramShapeAndItsPeakAtTheTone) {
+  synth("a/tone.wav", "-r 16000 -c 1 -b 16", "synth 0.5 sine 1000 vol 0.5");
+  AudioOptions o;
+  o.mel = ferry::MelOptions{};
+  const auto ds = AudioFolder::open(dir_, o);
+  EXPECT_EQ(ds->fields()[0], (ferry::FieldSpec{"audio", ferry::DType::f32, {ferry::ragged, 80}}));
+  EXPECT_EQ(ds->length(0, 0), 51);  // 1 + 8000 / 160
+  const std::vector<float> mel = decode(ds->path(0), ds->options());
+  ASSERT_EQ(mel.size(), 51U * 80);
+  // 1 kHz is mel 1000 on the htk scale; the 80 filters' centers are 2840 (k + 1) / 81 mel:
+  // 1000 lies between filters 27 (981) and 28 (1016).
+  const float* frame = mel.data() + 25 * 80;
+  const auto peak = std::max_element(frame, frame + 80) - frame;
+  EXPECT_TRUE(peak == 27 || peak == 28) << peak;
+  EXPECT_GT(frame[peak], frame[10] + 10);  // log power: far above a filter away from the tone
+  o.clip_seconds = 0.1;
+  EXPECT_EQ(AudioFolder::open(dir_, o)->fields()[0].shape, (std::vector<std::int64_t>{11, 80}));
+}
+
+TEST_F(AudioFolderTest, AClipDecodesOnlyItsPartOfTheFile) {
+  // A FLAC whose bytes from 20% to 30% are garbage: a whole decode fails there; a clip after it
+  // seeks past it, and one before it stops before it.
+  synth("a/long.flac", "-r 8000 -c 1 -b 16", "synth 3 sine 300-900 vol 0.5");
+  const std::vector<float> intact = decode(dir_ / "a/long.flac", keep_rate());
+  std::string bytes = read("a/long.flac");
+  for (std::size_t i = bytes.size() / 5; i < bytes.size() * 3 / 10; ++i)
+    bytes[i] = static_cast<char>(i * 7);
+  write("a/bad.flac", bytes);
+  expect_error<ferry::DataError>([&] { decode(dir_ / "a/bad.flac", keep_rate()); },
+                                 {"bad.flac", "truncated or corrupt"});
+  AudioOptions clip = keep_rate();
+  clip.clip_seconds = 0.5;
+  clip.crop = AudioCrop::center;  // frames 10000..14000 of 24000
+  EXPECT_EQ(decode(dir_ / "a/bad.flac", clip),
+            std::vector<float>(intact.begin() + 10000, intact.begin() + 14000));
+  clip.crop = AudioCrop::start;
+  clip.clip_seconds = 0.25;
+  EXPECT_EQ(decode(dir_ / "a/bad.flac", clip),
+            std::vector<float>(intact.begin(), intact.begin() + 2000));
+}
+
+TEST_F(AudioFolderTest, OggVorbisOpusAndMp3Decode) {
+  // Vorbis written by sox, decoded by sox as the reference; Opus and MP3 written by libsndfile
+  // (sox has neither), checked against the signal they were made from.
+  synth("a/v.ogg", "-r 16000 -c 1 -t ogg", "synth 0.5 sine 440 vol 0.5");
+  const std::vector<float> vorbis = sox_values("a/v.ogg");
+  // sox's Vorbis reader gives 16-bit samples: one step is 2^-15.
+  EXPECT_LT(max_diff(decode(dir_ / "a/v.ogg", keep_rate()), vorbis), 4e-5F);
+  std::vector<float> tone(16000);  // 1 s at 16 kHz (Opus: 48 kHz inside)
+  for (std::size_t i = 0; i < tone.size(); ++i) {
+    tone[i] = 0.5F * static_cast<float>(
+                         std::sin(2 * 3.14159265358979 * 440 * static_cast<double>(i) / 16000));
+  }
+  for (const auto& [name, format] :
+       {std::pair<const char*, int>{"a/o.opus", SF_FORMAT_OGG | SF_FORMAT_OPUS},
+        {"a/m.mp3", SF_FORMAT_MPEG | SF_FORMAT_MPEG_LAYER_III}}) {
+    SF_INFO info{};
+    info.samplerate = 16000;
+    info.channels = 1;
+    info.format = format;
+    SNDFILE* f = sf_open((dir_ / name).c_str(), SFM_WRITE, &info);
+    if (f == nullptr) {
+      ADD_FAILURE() << name << ": libsndfile cannot write it: " << sf_strerror(nullptr);
+      continue;
+    }
+    sf_writef_float(f, tone.data(), static_cast<sf_count_t>(tone.size()));
+    sf_close(f);
+    AudioOptions o;  // 16 kHz
+    const std::vector<float> got = decode(dir_ / name, o);
+    EXPECT_NEAR(static_cast<double>(got.size()), 16000.0, 1200) << name;
+    // A lossy codec's tone: the same energy, and (after its delay) mostly the same samples.
+    double energy = 0;
+    for (std::size_t i = 2000; i < 14000; ++i) energy += static_cast<double>(got[i]) * got[i];
+    EXPECT_NEAR(energy / 12000, 0.125, 0.01) << name;
+  }
+  const auto ds = AudioFolder::open(dir_);
+  EXPECT_EQ(ds->size(), 3U);  // m.mp3, o.opus, v.ogg
+}
+
+TEST_F(AudioFolderTest, WebDatasetMembersDecodeAsAudioFolderFiles) {
+  synth("c/k1.wav", "-r 22050 -c 1 -b 16", "synth 0.3 sine 300-900 vol 0.5");
+  synth("c/k2.wav", "-r 16000 -c 2 -b 16", "synth 0.2 sine 500 sine 700 vol 0.5");
+  synth("c/k3.wav", "-r 8000 -c 1 -b 16", "synth 0.4 pinknoise vol 0.5");
+  write("c/k1.cls", "0");
+  write("c/k2.cls", "1");
+  write("c/k3.cls", "2");
+  ASSERT_EQ(std::system(("cd '" + (dir_ / "c").string() +
+                         "' && tar -cf ../s.tar k1.cls k1.wav k2.cls k2.wav k3.cls k3.wav")
+                            .c_str()),
+            0);
+  ferry::WebDatasetOptions wo;
+  wo.index_files = false;
+  wo.audio.clip_seconds = 0.1;
+  const auto shards = ferry::WebDataset::open({dir_ / "s.tar"}, wo);
+  EXPECT_EQ(shards->fields()[1], (ferry::FieldSpec{"wav", ferry::DType::f32, {1600}}));
+  AudioOptions ao;
+  ao.clip_seconds = 0.1;
+  // The folder holds the .cls files too, but only sound files are samples: k1, k2, k3.
+  const auto folder = AudioFolder::open(dir_, ao);
+  ASSERT_EQ(folder->size(), 3U);
+  ferry::LoaderOptions lo = cpu_options(2);
+  lo.shuffle = true;
+  lo.seed = 3;
+  lo.batch_size = 3;
+  ferry::Loader a(shards, lo);
+  ferry::Loader b(folder, lo);
+  auto ea = a.epoch(1);
+  auto eb = b.epoch(1);
+  const ferry::Batch& x = *ea.begin();
+  const ferry::Batch& y = *eb.begin();
+  EXPECT_EQ(std::vector<std::uint64_t>(x.indices().begin(), x.indices().end()),
+            std::vector<std::uint64_t>(y.indices().begin(), y.indices().end()));
+  EXPECT_TRUE(std::equal(x["wav"].data<float>(), x["wav"].data<float>() + 3 * 1600,
+                         y["audio"].data<float>()));
+  // Whole members: ragged, their lengths from their headers.
+  wo.audio.clip_seconds = 0;
+  const auto whole = ferry::WebDataset::open({dir_ / "s.tar"}, wo);
+  EXPECT_EQ(whole->max_length(1), -1);
+  for (std::size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(whole->length(i, 1), (std::vector<std::int64_t>{4800, 3200, 6400})[i]);
+  ferry::LoaderOptions po = cpu_options();
+  po.batch_size = 3;
+  po.ragged = ferry::RaggedBatch::pack;
+  ferry::Loader p(whole, po);
+  for (const ferry::Batch& batch : p.epoch(0)) {
+    const std::vector<float> k2 = decode(dir_ / "c/k2.wav", AudioOptions{});
+    EXPECT_TRUE(std::equal(k2.begin(), k2.end(), batch["wav"].data<float>() + 4800));
+  }
+  // A member that is not a sound file: DataError naming the shard and the member.
+  write("c/k2.wav", "not a sound file at all");
+  ASSERT_EQ(std::system(("cd '" + (dir_ / "c").string() +
+                         "' && tar -cf ../t.tar k1.cls k1.wav k2.cls k2.wav")
+                            .c_str()),
+            0);
+  const auto bad = ferry::WebDataset::open({dir_ / "t.tar"}, wo);
+  expect_error<ferry::DataError>([&] { bad->length(1, 1); },
+                                 {"WebDataset", "t.tar", "member 'k2.wav'", "not a sound file"});
+  wo.audio.sample_rate = 0;
+  expect_error<ferry::ConfigError>([&] { ferry::WebDataset::open({dir_ / "t.tar"}, wo); },
+                                   {"audio.sample_rate and audio.channels"});
+}
+
+TEST_F(AudioFolderTest, TableAudioColumnsDecodeAsAudioFolderFiles) {
+  // Hugging Face's Audio struct{bytes, path}, the same bytes as plain binary, in Parquet (written
+  // by parquet-wasm) and Arrow IPC (apache-arrow): tests/table/write_audio.js.
+  synth("x/a.wav", "-r 16000 -c 1 -b 16", "synth 0.3 sine 300 vol 0.5");
+  synth("x/b.flac", "-r 22050 -c 2 -b 16", "synth 0.2 sine 500 vol 0.5");
+  synth("x/c.wav", "-r 8000 -c 1 -b 16", "synth 0.25 sine 800 vol 0.5");
+  const std::string skip = ferry::testing::run_table_writer(
+      FERRY_SOURCE_DIR, "write_audio.js", {"apache-arrow", "parquet-wasm"},
+      {(dir_ / "t").string(), (dir_ / "x").string()});
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  AudioOptions ao;
+  ao.clip_seconds = 0.1;
+  const auto folder = AudioFolder::open(dir_, ao);
+  ASSERT_EQ(folder->size(), 3U);
+  ferry::LoaderOptions lo = cpu_options(2);
+  lo.shuffle = true;
+  lo.seed = 11;
+  lo.batch_size = 3;
+  const auto batch_of = [&](const std::shared_ptr<const ferry::Dataset>& ds,
+                            const std::string& field) {
+    ferry::Loader loader(ds, lo);
+    auto epoch = loader.epoch(2);
+    const ferry::Batch& b = *epoch.begin();
+    const float* p = b[field].data<float>();
+    return std::vector<float>(p, p + 3 * 1600);
+  };
+  const std::vector<float> want = batch_of(folder, "audio");
+  ferry::TableOptions named;
+  named.columns = {"audio", "label"};
+  named.audio = {"audio"};
+  named.audio_options = ao;
+  ferry::TableOptions hf;  // the features say `audio` is an Audio
+  hf.columns = {"audio", "label"};
+  hf.audio_options = ao;
+  ferry::TableOptions raw;
+  raw.columns = {"raw"};
+  raw.audio = {"raw"};
+  raw.audio_options = ao;
+  const fs::path t = dir_ / "t";
+  for (const auto& [ds, field] :
+       std::vector<std::pair<std::shared_ptr<const ferry::Dataset>, std::string>>{
+           {ferry::ParquetDataset::open({t / "audio.parquet"}, named), "audio"},
+           {ferry::ParquetDataset::open({t / "audio_hf.parquet"}, hf), "audio"},
+           {ferry::ParquetDataset::open({t / "audio.parquet"}, raw), "raw"},
+           {ferry::ArrowDataset::open({t / "audio.arrow"}, named), "audio"},
+           {ferry::ArrowDataset::open({t / "audio_hf.arrow"}, hf), "audio"},
+           {ferry::ArrowDataset::open({t / "audio.arrow"}, raw), "raw"}}) {
+    EXPECT_EQ(ds->fields()[0], (ferry::FieldSpec{field, ferry::DType::f32, {1600}}));
+    EXPECT_EQ(batch_of(ds, field), want) << field;
+  }
+  // Whole files are not read from tables yet; a column that is not bytes is refused.
+  named.audio_options.clip_seconds = 0;
+  hf.audio_options.clip_seconds = 0;
+  expect_error<ferry::ConfigError>(
+      [&] { ferry::ParquetDataset::open({t / "audio.parquet"}, named); }, {"clip_seconds > 0"});
+  expect_error<ferry::ConfigError>([&] { ferry::ArrowDataset::open({t / "audio_hf.arrow"}, hf); },
+                                   {"clip_seconds > 0"});
+  raw.columns = {"label"};
+  raw.audio = {"label"};
+  raw.audio_options = ao;
+  expect_error<ferry::ConfigError>([&] { ferry::ParquetDataset::open({t / "audio.parquet"}, raw); },
+                                   {"not an audio column"});
+}
