@@ -9,7 +9,7 @@
 namespace ferry {
 namespace {
 
-constexpr const char* kWho = "ImageOptions";
+constexpr const char* kImageWho = "ImageOptions";
 
 // `out` when it is the image's size under `options` (which passed check_image_options()).
 std::uint8_t* checked_out(std::span<std::uint8_t> out, const ImageOptions& o) {
@@ -27,7 +27,7 @@ std::uint8_t* checked_out(std::span<std::uint8_t> out, const ImageOptions& o) {
 }  // namespace
 
 std::vector<std::int64_t> image_shape(const ImageOptions& options) {
-  detail::check_image_options(options, kWho);
+  detail::check_image_options(options, kImageWho);
   return {options.height, options.width, options.channels};
 }
 
@@ -39,7 +39,7 @@ FieldSpec image_field(const ImageOptions& options, std::string name) {
 
 void decode_image(std::span<const std::byte> encoded, const ImageOptions& options,
                   std::uint64_t seed, std::span<std::uint8_t> out, std::string_view name) {
-  detail::check_image_options(options, kWho);
+  detail::check_image_options(options, kImageWho);
   std::uint8_t* const to = checked_out(out, options);
   detail::decode_image({reinterpret_cast<const std::uint8_t*>(encoded.data()), encoded.size()},
                        options, seed, to, name);
@@ -47,7 +47,7 @@ void decode_image(std::span<const std::byte> encoded, const ImageOptions& option
 
 void decode_image_file(const std::filesystem::path& file, const ImageOptions& options,
                        std::uint64_t seed, std::span<std::uint8_t> out, std::string_view name) {
-  detail::check_image_options(options, kWho);
+  detail::check_image_options(options, kImageWho);
   std::uint8_t* const to = checked_out(out, options);
   if (name.empty()) name = file.native();
   detail::decode_image(detail::read_file_bytes(file, name, detail::max_file_bytes(options)),

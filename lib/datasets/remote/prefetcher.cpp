@@ -13,7 +13,7 @@
 namespace ferry::detail::remote {
 namespace {
 
-constexpr std::size_t kNone = ~std::size_t{0};
+constexpr std::size_t kPrefetchNone = ~std::size_t{0};
 
 }  // namespace
 
@@ -90,12 +90,12 @@ std::size_t Prefetcher::urgent_locked() {
     urgent_.pop_back();
     if (entries_[i].state == State::pending) return i;
   }
-  return kNone;
+  return kPrefetchNone;
 }
 
 std::size_t Prefetcher::planned_locked() {
   // Nothing ahead before a plan or a first read says that reading begins.
-  if (!planned_ && !asked_) return kNone;
+  if (!planned_ && !asked_) return kPrefetchNone;
   // The plan's order, while the files held for reads to come leave room in the cache.
   while (cursor_ < order_.size() && entries_[order_[cursor_]].state != State::pending) ++cursor_;
   for (std::size_t c = cursor_; c < order_.size(); ++c) {
@@ -103,10 +103,10 @@ std::size_t Prefetcher::planned_locked() {
     const Entry& e = entries_[i];
     if (e.state != State::pending || (planned_ && e.left == 0)) continue;
     const std::uint64_t held = held_bytes_locked();
-    if (held > 0 && held + sizes_[i] > bound_) return kNone;
+    if (held > 0 && held + sizes_[i] > bound_) return kPrefetchNone;
     return i;
   }
-  return kNone;
+  return kPrefetchNone;
 }
 
 std::size_t Prefetcher::helpable_locked(bool waited, bool& soon) const {
@@ -117,7 +117,7 @@ std::size_t Prefetcher::helpable_locked(bool waited, bool& soon) const {
     if (o == PartBoard::Offer::part) return i;
     soon = soon || o == PartBoard::Offer::soon;
   }
-  return kNone;
+  return kPrefetchNone;
 }
 
 void Prefetcher::work(Fetcher& fetcher) {
@@ -128,24 +128,24 @@ void Prefetcher::work(Fetcher& fetcher) {
     // is waited for (a moment), not passed for the next one.
     bool soon = false;
     std::size_t i = helpable_locked(true, soon);
-    if (i == kNone && !soon) {
-      if (const std::size_t u = urgent_locked(); u != kNone) {
+    if (i == kPrefetchNone && !soon) {
+      if (const std::size_t u = urgent_locked(); u != kPrefetchNone) {
         fetch_locked(fetcher, lock, u);
         continue;
       }
       i = helpable_locked(false, soon);
     }
-    if (i == kNone && soon) {
+    if (i == kPrefetchNone && soon) {
       changed_.wait(lock);
       continue;
     }
-    if (i != kNone) {
+    if (i != kPrefetchNone) {
       lock.unlock();
       static_cast<void>(fetcher.help(urls_[i]));
       lock.lock();
       continue;
     }
-    if (const std::size_t p = planned_locked(); p != kNone) {
+    if (const std::size_t p = planned_locked(); p != kPrefetchNone) {
       fetch_locked(fetcher, lock, p);
       continue;
     }

@@ -7,14 +7,14 @@
 namespace ferry::detail {
 
 namespace {
-constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
+constexpr std::size_t kArrowAheadNone = std::numeric_limits<std::size_t>::max();
 }
 
 ArrowTable::ArrowTable() = default;
 ArrowTable::~ArrowTable() = default;
 
 ArrowAhead::ArrowAhead(const ArrowTable& table)
-    : table_(table), rank_(table.batches.size(), kNone), thread_([this] { run(); }) {}
+    : table_(table), rank_(table.batches.size(), kArrowAheadNone), thread_([this] { run(); }) {}
 
 ArrowAhead::~ArrowAhead() {
   {
@@ -31,13 +31,13 @@ ArrowAhead::~ArrowAhead() {
 void ArrowAhead::plan(std::span<const std::size_t> indices) noexcept {
   try {
     std::vector<std::size_t> order;
-    std::vector<std::size_t> rank(table_.batches.size(), kNone);
+    std::vector<std::size_t> rank(table_.batches.size(), kArrowAheadNone);
     for (const std::size_t i : indices) {
       if (i >= table_.size) continue;
       const auto b =
           static_cast<std::size_t>(std::upper_bound(table_.starts.begin(), table_.starts.end(), i) -
                                    table_.starts.begin() - 1);
-      if (rank[b] != kNone || !table_.files[table_.batches[b].file].remote) continue;
+      if (rank[b] != kArrowAheadNone || !table_.files[table_.batches[b].file].remote) continue;
       rank[b] = order.size();
       order.push_back(b);
     }
@@ -57,7 +57,7 @@ void ArrowAhead::plan(std::span<const std::size_t> indices) noexcept {
 void ArrowAhead::reading(std::size_t b) noexcept {
   {
     const std::lock_guard lock(mutex_);
-    if (b >= rank_.size() || rank_[b] == kNone || rank_[b] + 1 <= reached_) return;
+    if (b >= rank_.size() || rank_[b] == kArrowAheadNone || rank_[b] + 1 <= reached_) return;
     reached_ = rank_[b] + 1;
     next_ = std::max(next_, reached_);  // the reads passed these: the reads make them readable
   }

@@ -15,7 +15,7 @@ namespace ferry {
 namespace detail {
 namespace {
 
-constexpr std::string_view kWho = "ArrowDataset";
+constexpr std::string_view kArrowWho = "ArrowDataset";
 using parquet::in_quotes;
 
 /// The record batches this thread read last: a read of one of them takes no lock. An
@@ -32,15 +32,15 @@ struct HeldBatch {
   std::shared_ptr<const ArrowBatchData> views;
 };
 constexpr std::size_t kHeld = 64;
-thread_local std::array<HeldBatch, kHeld> t_held;
+thread_local std::array<HeldBatch, kHeld> t_arrow_held;
 
 HeldBatch& held_place(const ArrowTable& t, std::size_t b) {
-  return t_held[t.compressed || t.remote ? 0 : b % kHeld];
+  return t_arrow_held[t.compressed || t.remote ? 0 : b % kHeld];
 }
 
 std::string at_row(const ArrowTable& t, std::size_t b, std::size_t row, const ArrowColumn& col) {
   const ArrowBatch& ab = t.batches[b];
-  return std::string(kWho) + ": " + t.files[ab.file].name + ": row " +
+  return std::string(kArrowWho) + ": " + t.files[ab.file].name + ": row " +
          std::to_string(ab.file_row + row) + ", column " + in_quotes(col.name);
 }
 
@@ -275,8 +275,8 @@ std::uint64_t ArrowDataset::batches_decoded() const noexcept {
 void ArrowDataset::read(std::size_t index, SampleRef out) const {
   const detail::ArrowTable& t = *table_;
   if (index >= t.size) {
-    throw ConfigError(std::string(detail::kWho) + ": sample " + std::to_string(index) + " of " +
-                      std::to_string(t.size));
+    throw ConfigError(std::string(detail::kArrowWho) + ": sample " + std::to_string(index) +
+                      " of " + std::to_string(t.size));
   }
   const auto b = static_cast<std::size_t>(
       std::upper_bound(t.starts.begin(), t.starts.end(), index) - t.starts.begin() - 1);
@@ -345,12 +345,12 @@ void ArrowDataset::prefetch(std::size_t index) const noexcept {
 std::int64_t ArrowDataset::length(std::size_t index, std::size_t field) const {
   const detail::ArrowTable& t = *table_;
   if (field >= t.columns.size() || t.columns[field].lengths.size() != t.size) {
-    throw ConfigError(std::string(detail::kWho) + ": length() of field " + std::to_string(field) +
-                      ", which is not ragged");
+    throw ConfigError(std::string(detail::kArrowWho) + ": length() of field " +
+                      std::to_string(field) + ", which is not ragged");
   }
   if (index >= t.size) {
-    throw ConfigError(std::string(detail::kWho) + ": length() of sample " + std::to_string(index) +
-                      " of " + std::to_string(t.size));
+    throw ConfigError(std::string(detail::kArrowWho) + ": length() of sample " +
+                      std::to_string(index) + " of " + std::to_string(t.size));
   }
   return t.columns[field].lengths[index];
 }
@@ -370,7 +370,7 @@ const std::vector<std::string>& ArrowDataset::categories(std::string_view column
       return col.categories;
     }
   }
-  throw ConfigError(std::string(detail::kWho) + ": categories(\"" + std::string(column) +
+  throw ConfigError(std::string(detail::kArrowWho) + ": categories(\"" + std::string(column) +
                     "\"): not a categorical or dictionary-encoded column");
 }
 

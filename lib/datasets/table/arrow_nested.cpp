@@ -14,7 +14,7 @@
 namespace ferry::detail {
 namespace {
 
-using arrow::Field;
+using ArrowField = arrow::Field;  // not `Field`: csv/ has one, and a unity unit may see both
 using arrow::TypeId;
 
 constexpr std::string_view kPrefix = "Array";
@@ -78,7 +78,7 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
 
 }  // namespace
 
-bool map_hf_array(const Field& f, ArrowColumn& col, const std::string& what) {
+bool map_hf_array(const ArrowField& f, ArrowColumn& col, const std::string& what) {
   const std::size_t dims = hf_dims(f.extension_name);
   if (dims == 0 || f.dictionary) return false;
   const auto shape = hf_shape(f.extension_metadata);
@@ -99,7 +99,7 @@ bool map_hf_array(const Field& f, ArrowColumn& col, const std::string& what) {
       throw ConfigError(what + ": a shape " + shape_text(*shape) + " of more than 2^31 values");
     }
   }
-  const Field* level = &f;
+  const ArrowField* level = &f;
   std::vector<bool> large;
   for (std::size_t d = 0; d < dims; ++d) {
     if ((level->type != TypeId::list && level->type != TypeId::large_list) ||

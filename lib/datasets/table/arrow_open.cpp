@@ -21,37 +21,37 @@
 namespace ferry::detail {
 namespace {
 
-using arrow::Field;
+using ArrowField = arrow::Field;  // not `Field`: csv/ has one, and a unity unit may see both
 using arrow::FormatError;
 using arrow::TypeId;
 using parquet::in_quotes;
 using parquet::listed;
 
-constexpr std::string_view kOpenWho = "ArrowDataset";
+constexpr std::string_view kArrowOpenWho = "ArrowDataset";
 constexpr std::int64_t kMaxRowValues = std::int64_t{1} << 31;  // leaf values in one row
 
-bool is_binary(const Field& f) {
+bool is_binary(const ArrowField& f) {
   return f.type == TypeId::binary || f.type == TypeId::utf8 || f.type == TypeId::large_binary ||
          f.type == TypeId::large_utf8;
 }
-bool is_large(const Field& f) {
+bool is_large(const ArrowField& f) {
   return f.type == TypeId::large_binary || f.type == TypeId::large_utf8 ||
          f.type == TypeId::large_list;
 }
 
 /// Arrays in `f`'s pre-order (a dictionary-encoded field is one: its indices).
-std::size_t subtree(const Field& f) {
+std::size_t subtree(const ArrowField& f) {
   std::size_t n = 1;
   if (!f.dictionary) {
-    for (const Field& c : f.children) n += subtree(c);
+    for (const ArrowField& c : f.children) n += subtree(c);
   }
   return n;
 }
 
 /// Fixed-size lists down to a scalar: the sizes into col.inner, the leaf's type; false when
 /// `f` is not one.
-bool fixed_values(const Field& top, ArrowColumn& col, std::size_t depth) {
-  const Field* f = &top;
+bool fixed_values(const ArrowField& top, ArrowColumn& col, std::size_t depth) {
+  const ArrowField* f = &top;
   std::int64_t values = 1;
   while (f->type == TypeId::fixed_size_list && !f->dictionary) {
     if (f->children.size() != 1 || f->list_size < 0) return false;
@@ -72,11 +72,11 @@ bool fixed_values(const Field& top, ArrowColumn& col, std::size_t depth) {
 }
 
 /// The column field `f` becomes. \throws ConfigError for a type not read.
-ArrowColumn map_column(const Field& f, const TableOptions& o) {
+ArrowColumn map_column(const ArrowField& f, const TableOptions& o) {
   ArrowColumn col;
   col.name = f.name;
   col.field = f;
-  const std::string what = std::string(kOpenWho) + ": column " + in_quotes(f.name) +
+  const std::string what = std::string(kArrowOpenWho) + ": column " + in_quotes(f.name) +
                            " is of type " + arrow::type_text(f);
   const bool audio = listed(o.audio, f.name);
   if (audio || listed(o.images, f.name)) {
@@ -88,7 +88,7 @@ ArrowColumn map_column(const Field& f, const TableOptions& o) {
     }
     if (f.type == TypeId::struct_ && !f.dictionary) {
       std::size_t at = 1;
-      for (const Field& c : f.children) {
+      for (const ArrowField& c : f.children) {
         if (c.name == "bytes" && is_binary(c) && !c.dictionary) {
           col.leaf = at;
           col.large = is_large(c);
@@ -130,23 +130,24 @@ ArrowColumn map_column(const Field& f, const TableOptions& o) {
   } else if (fixed_values(f, col, 0)) {
     return col;
   }
-  const bool image_like = f.type == TypeId::struct_ && !f.dictionary &&
-                          std::any_of(f.children.begin(), f.children.end(), [](const Field& c) {
-                            return c.name == "bytes" && is_binary(c) && !c.dictionary;
-                          });
+  const bool image_like =
+      f.type == TypeId::struct_ && !f.dictionary &&
+      std::any_of(f.children.begin(), f.children.end(), [](const ArrowField& c) {
+        return c.name == "bytes" && is_binary(c) && !c.dictionary;
+      });
   throw ConfigError(what + ", which ferry does not read" +
                     (image_like ? " (a struct with binary bytes, as Hugging Face's Image: name it "
                                   "in TableOptions::images, images= in Python, to decode it)"
                                 : ""));
 }
 
-bool same_type(const Field& a, const Field& b) {
+bool same_type(const ArrowField& a, const ArrowField& b) {
   return arrow::type_text(a) == arrow::type_text(b) && a.index_bits == b.index_bits &&
          a.index_signed == b.index_signed;
 }
 
-void check_options(const std::vector<std::filesystem::path>& files, const TableOptions& o) {
-  const std::string w(kOpenWho);
+void check_arrow_options(const std::vector<std::filesystem::path>& files, const TableOptions& o) {
+  const std::string w(kArrowOpenWho);
   if (files.empty()) throw ConfigError(w + ": no files");
   if (std::any_of(files.begin(), files.end(),
                   [](const auto& f) { return remote::is_url(f.string()); })) {
@@ -157,7 +158,7 @@ void check_options(const std::vector<std::filesystem::path>& files, const TableO
 
 /// The file format: the footer's schema and blocks.
 void index_file_format(ArrowTable& t, ArrowFile& f, bool first) {
-  const FileLabel label{kOpenWho, f.name};
+  const FileLabel label{kArrowOpenWho, f.name};
   const auto bytes = f.map->bytes();
   arrow::Footer footer;
   try {
@@ -208,7 +209,7 @@ void index_file_format(ArrowTable& t, ArrowFile& f, bool first) {
 
 /// The stream format: one pass over its messages.
 void index_stream(ArrowTable& t, ArrowFile& f, bool first) {
-  const FileLabel label{kOpenWho, f.name};
+  const FileLabel label{kArrowOpenWho, f.name};
   const auto bytes = f.map->bytes();
   std::size_t at = 0;
   std::size_t file_row = 0;
@@ -270,54 +271,54 @@ void map_schema(ArrowTable& t, ArrowFile& f, bool first) {
   if (first) {
     const auto has = [&](const std::string& name) {
       return std::any_of(f.schema.begin(), f.schema.end(),
-                         [&](const Field& c) { return c.name == name; });
+                         [&](const ArrowField& c) { return c.name == name; });
     };
     add_hf_images(t.options, f.huggingface, has);
     add_hf_audio(t.options, f.huggingface, has);
-    parquet::check_table_audio(t.options, std::string(kOpenWho));
+    parquet::check_table_audio(t.options, std::string(kArrowOpenWho));
   }
   const TableOptions& o = t.options;
   const auto find = [&](std::string_view name) {
     return std::find_if(f.schema.begin(), f.schema.end(),
-                        [&](const Field& c) { return c.name == name; });
+                        [&](const ArrowField& c) { return c.name == name; });
   };
   std::set<std::string_view> names;
-  for (const Field& c : f.schema) {
+  for (const ArrowField& c : f.schema) {
     if (!names.insert(c.name).second) {
-      throw DataError(FileLabel{kOpenWho, f.name}.prefix() + "schema: two columns named " +
+      throw DataError(FileLabel{kArrowOpenWho, f.name}.prefix() + "schema: two columns named " +
                       in_quotes(c.name));
     }
   }
   std::vector<std::string_view> schema_names;
   schema_names.reserve(f.schema.size());
-  for (const Field& c : f.schema) schema_names.push_back(c.name);
+  for (const ArrowField& c : f.schema) schema_names.push_back(c.name);
   if (first) {
     for (const auto* list : {&o.columns, &o.categorical, &o.images, &o.audio}) {
       for (const auto& name : *list) {
         if (find(name) == f.schema.end()) {
-          throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": no column " +
+          throw ConfigError(std::string(kArrowOpenWho) + ": " + f.name + ": no column " +
                             in_quotes(name) + parquet::columns_text(schema_names));
         }
       }
     }
     std::size_t dictionaries = 0;
-    const auto add = [&](const Field& c) {
+    const auto add = [&](const ArrowField& c) {
       t.columns.push_back(map_column(c, o));
       if (t.columns.back().kind == ArrowKind::dictionary)
         t.columns.back().dictionary = dictionaries++;
     };
     if (o.columns.empty()) {
-      for (const Field& c : f.schema) add(c);
+      for (const ArrowField& c : f.schema) add(c);
     } else {
       for (const auto& name : o.columns) add(*find(name));
     }
   }
   if (!first && o.columns.empty()) {  // every column read: none of this file's is dropped
-    for (const Field& c : f.schema) {
+    for (const ArrowField& c : f.schema) {
       if (std::none_of(t.columns.begin(), t.columns.end(),
                        [&](const ArrowColumn& col) { return col.name == c.name; })) {
-        throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": column " + in_quotes(c.name) +
-                          ", which " + t.files[0].name +
+        throw ConfigError(std::string(kArrowOpenWho) + ": " + f.name + ": column " +
+                          in_quotes(c.name) + ", which " + t.files[0].name +
                           " has not (every column is read: the files' schemas differ)");
       }
     }
@@ -326,13 +327,13 @@ void map_schema(ArrowTable& t, ArrowFile& f, bool first) {
   for (const ArrowColumn& col : t.columns) {
     const auto it = find(col.name);
     if (it == f.schema.end()) {
-      throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": no column " +
+      throw ConfigError(std::string(kArrowOpenWho) + ": " + f.name + ": no column " +
                         in_quotes(col.name) + ", which " + t.files[0].name + " has" +
                         parquet::columns_text(schema_names));
     }
     if (!same_type(*it, col.field)) {
-      throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": column " + in_quotes(col.name) +
-                        " is of type " + arrow::type_text(*it) + ", not " +
+      throw ConfigError(std::string(kArrowOpenWho) + ": " + f.name + ": column " +
+                        in_quotes(col.name) + " is of type " + arrow::type_text(*it) + ", not " +
                         arrow::type_text(col.field) + " as in " + t.files[0].name);
     }
     f.tops.push_back(static_cast<std::size_t>(it - f.schema.begin()));
@@ -356,14 +357,14 @@ void add_dictionary(const ArrowTable& t, ArrowFile& f, const arrow::Message& m,
                     std::span<const std::byte> body) {
   for (std::size_t c = 0; c < t.columns.size(); ++c) {
     const ArrowColumn& col = t.columns[c];
-    const Field& field = f.schema[f.tops[c]];
+    const ArrowField& field = f.schema[f.tops[c]];
     if (col.kind != ArrowKind::dictionary || field.dictionary_id != m.dictionary_id) {
       continue;
     }
     std::vector<std::unique_ptr<std::byte[]>> owned;
     std::size_t owned_bytes = 0;
     const auto buffers = arrow::body_buffers(m.batch, body, owned, owned_bytes);
-    Field values = field;
+    ArrowField values = field;
     values.dictionary = false;
     std::size_t node = 0;
     std::size_t buffer = 0;
@@ -416,7 +417,7 @@ void add_batch(ArrowTable& t, ArrowFile& f, const arrow::Frame& fr, std::size_t 
 
 std::unique_ptr<ArrowTable> open_arrow(std::vector<std::filesystem::path> files,
                                        TableOptions options) {
-  check_options(files, options);
+  check_arrow_options(files, options);
   static std::atomic<std::uint64_t> next_id{1};
   auto t = std::make_unique<ArrowTable>();
   t->id = next_id.fetch_add(1);
@@ -426,12 +427,12 @@ std::unique_ptr<ArrowTable> open_arrow(std::vector<std::filesystem::path> files,
     ArrowFile& f = t->files[i];
     f.name = files[i].string();
     if (remote::is_url(f.name)) {
-      f.remote = std::make_unique<remote::RangeReader>(f.name, t->options.remote, kOpenWho);
+      f.remote = std::make_unique<remote::RangeReader>(f.name, t->options.remote, kArrowOpenWho);
       t->remote = true;
       index_remote(*t, f, i == 0);
       continue;
     }
-    f.map = std::make_unique<MappedFile>(files[i], FileLabel{kOpenWho, f.name}, false);
+    f.map = std::make_unique<MappedFile>(files[i], FileLabel{kArrowOpenWho, f.name}, false);
     const auto bytes = f.map->bytes();
     f.file_format = bytes.size() >= 8 && std::memcmp(bytes.data(), "ARROW1", 6) == 0;
     if (f.file_format) {
@@ -440,8 +441,9 @@ std::unique_ptr<ArrowTable> open_arrow(std::vector<std::filesystem::path> files,
       index_stream(*t, f, i == 0);
     }
   }
-  if (t->columns.empty()) throw ConfigError(std::string(kOpenWho) + ": no columns to read");
-  if (t->size == 0) throw DataError(std::string(kOpenWho) + ": " + t->files[0].name + ": no rows");
+  if (t->columns.empty()) throw ConfigError(std::string(kArrowOpenWho) + ": no columns to read");
+  if (t->size == 0)
+    throw DataError(std::string(kArrowOpenWho) + ": " + t->files[0].name + ": no rows");
   for (const ArrowBatch& b : t->batches) t->starts.push_back(b.first);
   t->starts.push_back(t->size);
   number_dictionaries(*t);

@@ -20,10 +20,10 @@ namespace {
 
 using arrow::FormatError;
 
-constexpr std::uint64_t kTail = std::uint64_t{64} << 10;      // what open reads first
-constexpr std::uint64_t kHead = std::uint64_t{4} << 10;       // a stream message's first read
-constexpr std::uint64_t kMaxHead = std::uint64_t{256} << 10;  // ... grown while messages fit
-constexpr std::int64_t kMaxMetadata = std::int64_t{1} << 30;  // a message's flatbuffer
+constexpr std::uint64_t kArrowTail = std::uint64_t{64} << 10;  // what open reads first
+constexpr std::uint64_t kHead = std::uint64_t{4} << 10;        // a stream message's first read
+constexpr std::uint64_t kMaxHead = std::uint64_t{256} << 10;   // ... grown while messages fit
+constexpr std::int64_t kMaxMetadata = std::int64_t{1} << 30;   // a message's flatbuffer
 
 /// A URL's bytes through the last range read and the file's tail: a read of bytes that neither
 /// holds fetches them (at least `at_least` from their first byte, within the file).
@@ -226,7 +226,7 @@ void index_remote_stream(ArrowTable& t, ArrowFile& f, Window& w, bool first) {
 }  // namespace
 
 void index_remote(ArrowTable& t, ArrowFile& f, bool first) {
-  Window w(*f.remote, f.remote->tail(kTail));
+  Window w(*f.remote, f.remote->tail(kArrowTail));
   const std::uint64_t size = f.remote->size();
   const auto starts = [&](std::uint64_t at) {
     return size >= at + 6 && std::memcmp(w.get(at, 6, kHead).data(), "ARROW1", 6) == 0;

@@ -7,12 +7,12 @@
 namespace ferry::detail {
 
 namespace {
-constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
+constexpr std::size_t kParquetAheadNone = std::numeric_limits<std::size_t>::max();
 }
 
 AheadFetcher::AheadFetcher(const ParquetTable& table)
     : table_(table),
-      rank_(table.groups.size(), kNone),
+      rank_(table.groups.size(), kParquetAheadNone),
       taken_(table.groups.size(), false),
       thread_([this] { run(); }) {}
 
@@ -31,13 +31,13 @@ AheadFetcher::~AheadFetcher() {
 void AheadFetcher::plan(std::span<const std::size_t> indices) noexcept {
   try {
     std::vector<std::size_t> order;
-    std::vector<std::size_t> rank(table_.groups.size(), kNone);
+    std::vector<std::size_t> rank(table_.groups.size(), kParquetAheadNone);
     for (const std::size_t i : indices) {
       if (i >= table_.size) continue;
       const auto g =
           static_cast<std::size_t>(std::upper_bound(table_.starts.begin(), table_.starts.end(), i) -
                                    table_.starts.begin() - 1);
-      if (rank[g] != kNone || !table_.files[table_.groups[g].file].remote) continue;
+      if (rank[g] != kParquetAheadNone || !table_.files[table_.groups[g].file].remote) continue;
       rank[g] = order.size();
       order.push_back(g);
     }
@@ -59,7 +59,7 @@ void AheadFetcher::plan(std::span<const std::size_t> indices) noexcept {
 
 std::optional<ParquetTable::FetchedChunks> AheadFetcher::take(std::size_t g) {
   std::unique_lock lock(mutex_);
-  if (g >= rank_.size() || rank_[g] == kNone) return std::nullopt;
+  if (g >= rank_.size() || rank_[g] == kParquetAheadNone) return std::nullopt;
   taken_[g] = true;
   const std::size_t r = rank_[g];
   if (r + 1 > reached_) {

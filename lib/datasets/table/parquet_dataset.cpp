@@ -16,7 +16,7 @@ namespace ferry {
 namespace detail {
 namespace {
 
-constexpr std::string_view kWho = "ParquetDataset";
+constexpr std::string_view kParquetWho = "ParquetDataset";
 using parquet::in_quotes;
 
 /// The chunk's bytes in the mapped file: from its dictionary page (if any) or first data page
@@ -74,7 +74,7 @@ struct HeldGroups {
     decoded.clear();
   }
 };
-thread_local HeldGroups t_held;
+thread_local HeldGroups t_parquet_held;
 
 /// The row group holding sample `index` (< size).
 std::size_t group_of(const ParquetTable& t, std::size_t index) noexcept {
@@ -103,7 +103,7 @@ bool fill_nan(DType dtype, const SampleRef& out, std::size_t c) {
 /// "ParquetDataset: <file>: row group <g>, row <r>, column "<c>"" (r counted in the file).
 std::string at_row(const ParquetTable& t, std::size_t g, std::size_t row, std::size_t c) {
   const TableGroup& tg = t.groups[g];
-  return std::string(kWho) + ": " + t.files[tg.file].name + ": row group " +
+  return std::string(kParquetWho) + ": " + t.files[tg.file].name + ": row group " +
          std::to_string(tg.group) + ", row " + std::to_string(tg.file_row + row) + ", column " +
          in_quotes(t.columns[c].name);
 }
@@ -180,8 +180,8 @@ parquet::RawColumn ParquetTable::decode_raw(std::size_t g, std::size_t c,
     return parquet::decode_chunk(bytes, columns[c].physical, ch.codec, f.leaves[c].max_def,
                                  tg.rows);
   } catch (const parquet::ChunkError& e) {
-    throw DataError(FileLabel{kWho, f.name}.prefix() + "row group " + std::to_string(tg.group) +
-                    " (rows " + std::to_string(tg.file_row) + " to " +
+    throw DataError(FileLabel{kParquetWho, f.name}.prefix() + "row group " +
+                    std::to_string(tg.group) + " (rows " + std::to_string(tg.file_row) + " to " +
                     std::to_string(tg.file_row + tg.rows - 1) + "), column " +
                     in_quotes(columns[c].name) + ": " + e.what());
   }
@@ -221,7 +221,7 @@ std::shared_ptr<const DecodedGroup> ParquetTable::decode(std::size_t g) const {
           const std::string_view text(reinterpret_cast<const char*>(v.data()), v.size());
           const auto it = std::lower_bound(col.categories.begin(), col.categories.end(), text);
           if (it == col.categories.end() || *it != text) {
-            throw DataError(FileLabel{kWho, files[groups[g].file].name}.prefix() + "row " +
+            throw DataError(FileLabel{kParquetWho, files[groups[g].file].name}.prefix() + "row " +
                             std::to_string(groups[g].file_row + r) + ", column " +
                             in_quotes(col.name) +
                             ": a value not met when the file was opened "
@@ -284,11 +284,11 @@ void ParquetDataset::read(std::size_t index, SampleRef out) const {
   using detail::TableField;
   const detail::ParquetTable& t = *table_;
   if (index >= t.size) {
-    throw ConfigError(std::string(detail::kWho) + ": sample " + std::to_string(index) + " of " +
-                      std::to_string(t.size));
+    throw ConfigError(std::string(detail::kParquetWho) + ": sample " + std::to_string(index) +
+                      " of " + std::to_string(t.size));
   }
   const std::size_t g = detail::group_of(t, index);
-  const detail::DecodedGroup* d = detail::t_held.find(t.id, g);
+  const detail::DecodedGroup* d = detail::t_parquet_held.find(t.id, g);
   if (d == nullptr) {
     detail::LastGroup& last = detail::t_last;
     if (last.id != t.id || last.group != g || last.columns == nullptr) {
@@ -320,7 +320,7 @@ void ParquetDataset::read(std::size_t index, SampleRef out) const {
         continue;
       }
       const detail::TableGroup& tg = t.groups[g];
-      throw DataError(std::string(detail::kWho) + ": " + t.files[tg.file].name + ": row " +
+      throw DataError(std::string(detail::kParquetWho) + ": " + t.files[tg.file].name + ": row " +
                       std::to_string(tg.file_row + row) + ", column " +
                       detail::parquet::in_quotes(col.name) + ": a null" +
                       (col.kind == TableField::bytes || !is_floating(col.dtype)
@@ -332,20 +332,20 @@ void ParquetDataset::read(std::size_t index, SampleRef out) const {
       const detail::TableGroup& tg = t.groups[g];
       decode_image(v.value(row), t.options.image, out.seed(),
                    {out.as<std::uint8_t>(c), out.nbytes(c)},
-                   std::string(detail::kWho) + ": " + t.files[tg.file].name + ": row " +
+                   std::string(detail::kParquetWho) + ": " + t.files[tg.file].name + ": row " +
                        std::to_string(tg.file_row + row) + ", column " +
                        detail::parquet::in_quotes(col.name));
     } else if (col.kind == TableField::audio) {
       const detail::TableGroup& tg = t.groups[g];
       decode_audio(v.value(row), t.options.audio_options, out.seed(),
                    {out.as<float>(c), out.nbytes(c) / sizeof(float)},
-                   std::string(detail::kWho) + ": " + t.files[tg.file].name + ": row " +
+                   std::string(detail::kParquetWho) + ": " + t.files[tg.file].name + ": row " +
                        std::to_string(tg.file_row + row) + ", column " +
                        detail::parquet::in_quotes(col.name));
     } else if (col.kind == TableField::bytes) {
       const auto bytes = v.value(row);
       if (bytes.size() != out.nbytes(c)) {
-        throw DataError(std::string(detail::kWho) + ": " + t.files[t.groups[g].file].name +
+        throw DataError(std::string(detail::kParquetWho) + ": " + t.files[t.groups[g].file].name +
                         ": row " + std::to_string(t.groups[g].file_row + row) + ", column " +
                         detail::parquet::in_quotes(col.name) + ": " + std::to_string(bytes.size()) +
                         " bytes where its length said " + std::to_string(out.nbytes(c)));
@@ -372,7 +372,7 @@ void ParquetDataset::prefetch(std::size_t index) const noexcept {
   const detail::ParquetTable& t = *table_;
   if (index >= t.size) return;
   const std::size_t g = detail::group_of(t, index);
-  const detail::DecodedGroup* d = detail::t_held.find(t.id, g);
+  const detail::DecodedGroup* d = detail::t_parquet_held.find(t.id, g);
   if (d == nullptr) {
     const detail::LastGroup& last = detail::t_last;
     if (last.id != t.id || last.group != g || last.columns == nullptr) return;
@@ -393,7 +393,7 @@ void ParquetDataset::begin_reads(std::span<const std::size_t> indices,
                                  std::span<const SampleRef> out) const noexcept {
   static_cast<void>(out);
   const detail::ParquetTable& t = *table_;
-  detail::HeldGroups& held = detail::t_held;
+  detail::HeldGroups& held = detail::t_parquet_held;
   if (held.depth++ > 0) return;
   held.clear();
   held.id = t.id;
@@ -414,19 +414,19 @@ void ParquetDataset::begin_reads(std::span<const std::size_t> indices,
 }
 
 void ParquetDataset::end_reads() const noexcept {
-  detail::HeldGroups& held = detail::t_held;
+  detail::HeldGroups& held = detail::t_parquet_held;
   if (held.depth > 0 && --held.depth == 0) held.clear();
 }
 
 std::int64_t ParquetDataset::length(std::size_t index, std::size_t field) const {
   const detail::ParquetTable& t = *table_;
   if (field >= t.columns.size() || !t.columns[field].ragged()) {
-    throw ConfigError(std::string(detail::kWho) + ": length() of field " + std::to_string(field) +
-                      ", which is not ragged");
+    throw ConfigError(std::string(detail::kParquetWho) + ": length() of field " +
+                      std::to_string(field) + ", which is not ragged");
   }
   if (index >= t.size) {
-    throw ConfigError(std::string(detail::kWho) + ": length() of sample " + std::to_string(index) +
-                      " of " + std::to_string(t.size));
+    throw ConfigError(std::string(detail::kParquetWho) + ": length() of sample " +
+                      std::to_string(index) + " of " + std::to_string(t.size));
   }
   return t.columns[field].lengths[index];
 }
@@ -441,7 +441,7 @@ const std::vector<std::string>& ParquetDataset::categories(std::string_view colu
   for (const detail::TableColumn& col : table_->columns) {
     if (col.name == column && col.kind == detail::TableField::categorical) return col.categories;
   }
-  throw ConfigError(std::string(detail::kWho) + ": categories(\"" + std::string(column) +
+  throw ConfigError(std::string(detail::kParquetWho) + ": categories(\"" + std::string(column) +
                     "\"): not a categorical column (TableOptions::categorical)");
 }
 

@@ -27,22 +27,22 @@ using parquet::in_quotes;
 using parquet::listed;
 using parquet::TopColumn;
 
-constexpr std::string_view kOpenWho = "ParquetDataset";
+constexpr std::string_view kParquetOpenWho = "ParquetDataset";
 // The most rows a row group may have: far above what writers make (Arrow's default is 2^20,
 // DuckDB's 122,880), and pages count their values in 32 bits.
 constexpr std::int64_t kMaxGroupRows = std::int64_t{1} << 31;
 // A URL's last bytes read first: its footer, most often whole.
-constexpr std::uint64_t kTail = std::uint64_t{64} << 10;
+constexpr std::uint64_t kParquetTail = std::uint64_t{64} << 10;
 
 /// The footer's metadata, and where the data ends (the footer's first byte). A URL's footer
-/// comes by ranges: its last kTail bytes, then, for a longer footer, the rest of it.
+/// comes by ranges: its last kParquetTail bytes, then, for a longer footer, the rest of it.
 parquet::FileMetaData read_footer(const ParquetFile& f, std::size_t& data_end) {
-  const FileLabel label{kOpenWho, f.name};
+  const FileLabel label{kParquetOpenWho, f.name};
   std::vector<std::byte> fetched;   // a URL's last bytes
   std::span<const std::byte> tail;  // the file's last bytes (a local file's: all of them)
   std::uint64_t size = 0;
   if (f.remote) {
-    fetched = f.remote->tail(kTail);
+    fetched = f.remote->tail(kParquetTail);
     tail = fetched;
     size = f.remote->size();
   } else {
@@ -116,8 +116,8 @@ const arrow::Field* arrow_field(const std::optional<std::vector<arrow::Field>>& 
 std::vector<std::int64_t> list_column_shape(const TopColumn& c,
                                             const std::optional<std::vector<arrow::Field>>& schema,
                                             const std::string& file) {
-  const std::string what = std::string(kOpenWho) + ": " + file + ": column " + in_quotes(c.name) +
-                           " is of type " + parquet::type_text(c);
+  const std::string what = std::string(kParquetOpenWho) + ": " + file + ": column " +
+                           in_quotes(c.name) + " is of type " + parquet::type_text(c);
   std::optional<std::vector<std::int64_t>> shape;
   if (parquet::list_dtype(c)) shape = parquet::list_shape(c, arrow_field(schema, c.name), what);
   if (!shape) {
@@ -138,8 +138,8 @@ TableColumn map_column(const TopColumn& c, const TableOptions& o,
   col.name = c.name;
   if (listed(o.images, c.name)) {
     if (!column_leaf(c, TableField::image)) {
-      throw ConfigError(std::string(kOpenWho) + ": column " + in_quotes(c.name) + " is of type " +
-                        parquet::type_text(c) +
+      throw ConfigError(std::string(kParquetOpenWho) + ": column " + in_quotes(c.name) +
+                        " is of type " + parquet::type_text(c) +
                         ", not an image column (BYTE_ARRAY, or a struct{bytes, path} of them)");
     }
     col.kind = TableField::image;
@@ -149,8 +149,8 @@ TableColumn map_column(const TopColumn& c, const TableOptions& o,
   }
   if (listed(o.audio, c.name)) {
     if (!column_leaf(c, TableField::audio)) {
-      throw ConfigError(std::string(kOpenWho) + ": column " + in_quotes(c.name) + " is of type " +
-                        parquet::type_text(c) +
+      throw ConfigError(std::string(kParquetOpenWho) + ": column " + in_quotes(c.name) +
+                        " is of type " + parquet::type_text(c) +
                         ", not an audio column (BYTE_ARRAY, or a struct{bytes, path} of them)");
     }
     col.kind = TableField::audio;
@@ -162,7 +162,7 @@ TableColumn map_column(const TopColumn& c, const TableOptions& o,
   if (c.depth() > 0) {
     col.shape = list_column_shape(c, schema, file);
     if (categorical) {
-      throw ConfigError(std::string(kOpenWho) + ": categorical column " + in_quotes(c.name) +
+      throw ConfigError(std::string(kParquetOpenWho) + ": categorical column " + in_quotes(c.name) +
                         " is of type " + parquet::type_text(c) +
                         ", not text (BYTE_ARRAY): only text columns are categorical");
     }
@@ -173,8 +173,8 @@ TableColumn map_column(const TopColumn& c, const TableOptions& o,
   }
   const auto dtype = parquet::scalar_dtype(c);
   if (!dtype) {
-    throw ConfigError(std::string(kOpenWho) + ": column " + in_quotes(c.name) + " is of type " +
-                      parquet::type_text(c) + ", which ferry does not read" +
+    throw ConfigError(std::string(kParquetOpenWho) + ": column " + in_quotes(c.name) +
+                      " is of type " + parquet::type_text(c) + ", which ferry does not read" +
                       (c.image_leaf >= 0
                            ? " (a struct{bytes, path}, as Hugging Face's Image: name it in "
                              "TableOptions::images, images= in Python, to decode it)"
@@ -186,19 +186,19 @@ TableColumn map_column(const TopColumn& c, const TableOptions& o,
     col.kind = categorical ? TableField::categorical : TableField::bytes;
     col.dtype = categorical ? DType::i64 : DType::u8;
   } else if (categorical) {
-    throw ConfigError(std::string(kOpenWho) + ": categorical column " + in_quotes(c.name) +
+    throw ConfigError(std::string(kParquetOpenWho) + ": categorical column " + in_quotes(c.name) +
                       " is of type " + parquet::type_text(c) +
                       ", not text (BYTE_ARRAY): only text columns are categorical");
   }
   return col;
 }
 
-void check_options(const std::vector<std::filesystem::path>& files, const TableOptions& o) {
-  const std::string w(kOpenWho);
+void check_parquet_options(const std::vector<std::filesystem::path>& files, const TableOptions& o) {
+  const std::string w(kParquetOpenWho);
   if (files.empty()) throw ConfigError(w + ": no files");
   if (std::any_of(files.begin(), files.end(),
                   [](const auto& f) { return remote::is_url(f.string()); })) {
-    remote::check_options(o.remote, kOpenWho);
+    remote::check_options(o.remote, kParquetOpenWho);
   }
   parquet::check_column_lists(o, w);
 }
@@ -206,7 +206,7 @@ void check_options(const std::vector<std::filesystem::path>& files, const TableO
 /// Checks the chunks of the columns read: there, in this file, within its data.
 void check_chunks(const ParquetFile& f, std::size_t g, std::size_t data_end,
                   const std::vector<TableColumn>& columns, std::size_t leaves) {
-  const FileLabel label{kOpenWho, f.name};
+  const FileLabel label{kParquetOpenWho, f.name};
   const parquet::RowGroup& rg = f.groups[g];
   const std::string at = label.prefix() + "row group " + std::to_string(g) + ": ";
   if (rg.num_rows < 0 || rg.num_rows > kMaxGroupRows) {
@@ -249,7 +249,7 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
   try {
     top = parquet::top_columns(meta.schema, leaves);
   } catch (const ChunkError& e) {
-    throw DataError(FileLabel{kOpenWho, f.name}.prefix() + "footer: " + e.what());
+    throw DataError(FileLabel{kParquetOpenWho, f.name}.prefix() + "footer: " + e.what());
   }
   // The stored Arrow schema is parsed only for what needs it: the shapes of the list columns read.
   const bool lists_read = std::any_of(top.begin(), top.end(), [&](const TopColumn& c) {
@@ -260,7 +260,7 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
   std::set<std::string_view> names;
   for (const TopColumn& c : top) {
     if (!names.insert(c.name).second) {
-      throw DataError(FileLabel{kOpenWho, f.name}.prefix() + "footer: two columns named " +
+      throw DataError(FileLabel{kParquetOpenWho, f.name}.prefix() + "footer: two columns named " +
                       in_quotes(c.name));
     }
   }
@@ -274,20 +274,20 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
     };
     add_hf_images(t.options, meta.huggingface, has);
     add_hf_audio(t.options, meta.huggingface, has);
-    parquet::check_table_audio(t.options, std::string(kOpenWho));
+    parquet::check_table_audio(t.options, std::string(kParquetOpenWho));
     const TableOptions& o = t.options;
     for (const auto& name : o.columns) {
       if (std::none_of(top.begin(), top.end(),
                        [&](const TopColumn& c) { return c.name == name; })) {
-        throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": no column " + in_quotes(name) +
-                          parquet::columns_text(top_names));
+        throw ConfigError(std::string(kParquetOpenWho) + ": " + f.name + ": no column " +
+                          in_quotes(name) + parquet::columns_text(top_names));
       }
     }
     for (const auto* list : {&o.categorical, &o.images, &o.audio}) {
       for (const auto& name : *list) {
         if (std::none_of(top.begin(), top.end(),
                          [&](const TopColumn& c) { return c.name == name; })) {
-          throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": no " +
+          throw ConfigError(std::string(kParquetOpenWho) + ": " + f.name + ": no " +
                             (list == &o.images  ? "image"
                              : list == &o.audio ? "audio"
                                                 : "categorical") +
@@ -309,8 +309,8 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
     for (const TopColumn& c : top) {
       if (std::none_of(t.columns.begin(), t.columns.end(),
                        [&](const TableColumn& col) { return col.name == c.name; })) {
-        throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": column " + in_quotes(c.name) +
-                          ", which " + t.files[0].name +
+        throw ConfigError(std::string(kParquetOpenWho) + ": " + f.name + ": column " +
+                          in_quotes(c.name) + ", which " + t.files[0].name +
                           " has not (every column is read: the files' schemas differ)");
       }
     }
@@ -319,7 +319,7 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
     const auto it = std::find_if(top.begin(), top.end(),
                                  [&](const TopColumn& c) { return c.name == col.name; });
     if (it == top.end()) {
-      throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": no column " +
+      throw ConfigError(std::string(kParquetOpenWho) + ": " + f.name + ": no column " +
                         in_quotes(col.name) + ", which " + t.files[0].name + " has" +
                         parquet::columns_text(top_names));
     }
@@ -332,9 +332,9 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
               : (col.kind != TableField::image && col.kind != TableField::audio &&
                  *it->element->type != col.physical) ||
                     (col.kind == TableField::scalar && *dtype != col.dtype))) {
-      throw ConfigError(std::string(kOpenWho) + ": " + f.name + ": column " + in_quotes(col.name) +
-                        " is of type " + parquet::type_text(*it) + ", not as in " +
-                        t.files[0].name);
+      throw ConfigError(std::string(kParquetOpenWho) + ": " + f.name + ": column " +
+                        in_quotes(col.name) + " is of type " + parquet::type_text(*it) +
+                        ", not as in " + t.files[0].name);
     }
     f.leaves.push_back(*leaf);
   }
@@ -374,7 +374,7 @@ void scan_rows(ParquetTable& t) {
         const auto v = raw.value(r);
         if (col.kind == TableField::bytes) {
           if (v.size() > std::numeric_limits<std::uint32_t>::max()) {
-            throw DataError(std::string(kOpenWho) + ": " + t.files[t.groups[g].file].name +
+            throw DataError(std::string(kParquetOpenWho) + ": " + t.files[t.groups[g].file].name +
                             ": row group " + std::to_string(t.groups[g].group) + ", column " +
                             in_quotes(col.name) + ": a value of more than 4 GiB");
           }
@@ -397,7 +397,7 @@ void scan_rows(ParquetTable& t) {
 
 std::unique_ptr<ParquetTable> open_parquet(std::vector<std::filesystem::path> files,
                                            TableOptions options) {
-  check_options(files, options);
+  check_parquet_options(files, options);
   static std::atomic<std::uint64_t> next_id{1};
   auto t = std::make_unique<ParquetTable>();
   t->id = next_id.fetch_add(1);
@@ -407,14 +407,15 @@ std::unique_ptr<ParquetTable> open_parquet(std::vector<std::filesystem::path> fi
     ParquetFile& f = t->files[i];
     f.name = files[i].string();
     if (remote::is_url(f.name)) {
-      f.remote = std::make_unique<remote::RangeReader>(f.name, t->options.remote, kOpenWho);
+      f.remote = std::make_unique<remote::RangeReader>(f.name, t->options.remote, kParquetOpenWho);
     } else {
-      f.map = std::make_unique<MappedFile>(files[i], FileLabel{kOpenWho, f.name}, false);
+      f.map = std::make_unique<MappedFile>(files[i], FileLabel{kParquetOpenWho, f.name}, false);
     }
     index_file(*t, f, i == 0);
   }
-  if (t->columns.empty()) throw ConfigError(std::string(kOpenWho) + ": no columns to read");
-  if (t->size == 0) throw DataError(std::string(kOpenWho) + ": " + t->files[0].name + ": no rows");
+  if (t->columns.empty()) throw ConfigError(std::string(kParquetOpenWho) + ": no columns to read");
+  if (t->size == 0)
+    throw DataError(std::string(kParquetOpenWho) + ": " + t->files[0].name + ": no rows");
   for (const TableGroup& g : t->groups) t->starts.push_back(g.first);
   t->starts.push_back(t->size);
   for (const TableColumn& col : t->columns) {

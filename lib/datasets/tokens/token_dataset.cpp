@@ -30,7 +30,7 @@ namespace {
 using detail::tokens::load_le;
 using detail::tokens::npy_header_end;
 
-constexpr const char* kWho = "TokenDataset";
+constexpr const char* kTokenWho = "TokenDataset";
 
 bool is_integer(DType t) noexcept {
   return t == DType::u8 || t == DType::u16 || t == DType::u32 || t == DType::i32 || t == DType::i64;
@@ -117,7 +117,7 @@ struct TokenDataset::File {
 
   // A local file: mapped, read in place.
   File(const std::filesystem::path& path, const TokenOptions& options)
-      : name(path.string()), label{kWho, name} {
+      : name(path.string()), label{kTokenWho, name} {
     map.emplace(path, label, /*populate=*/false);
     parse(path, map->bytes(), map->bytes().size(), options);
     data = map->bytes().data() + data_offset;
@@ -127,7 +127,7 @@ struct TokenDataset::File {
   // `fetch_index` of the dataset's Prefetcher.
   File(const std::filesystem::path& path, std::span<const std::byte> head, std::uint64_t size,
        std::size_t fetch_index, const TokenOptions& options)
-      : name(path.string()), label{kWho, name}, fetch(fetch_index) {
+      : name(path.string()), label{kTokenWho, name}, fetch(fetch_index) {
     parse(path, head, size, options);
   }
 
@@ -171,7 +171,7 @@ struct TokenDataset::Remote {
 
 std::shared_ptr<TokenDataset> TokenDataset::open(std::vector<std::filesystem::path> files,
                                                  TokenOptions options) {
-  const std::string who = kWho;
+  const std::string who = kTokenWho;
   if (files.empty()) throw ConfigError(who + ": no files given");
   if (options.seq_len < 1) {
     throw ConfigError(who + ": TokenOptions::seq_len is " + std::to_string(options.seq_len) +
@@ -298,8 +298,8 @@ std::size_t TokenDataset::num_files() const noexcept { return files_.size(); }
 
 const TokenDataset::File& TokenDataset::file_at(std::size_t file) const {
   if (file >= files_.size()) {
-    throw ConfigError(std::string(kWho) + ": file " + std::to_string(file) + " out of range (" +
-                      std::to_string(files_.size()) + " files)");
+    throw ConfigError(std::string(kTokenWho) + ": file " + std::to_string(file) +
+                      " out of range (" + std::to_string(files_.size()) + " files)");
   }
   return *files_[file];
 }
@@ -356,7 +356,7 @@ std::pair<std::size_t, std::int64_t> misfit_as(DType from, const std::byte* src,
 
 void TokenDataset::read(std::size_t index, SampleRef out) const {
   if (index >= size_) {
-    throw ConfigError(std::string(kWho) + ": sample index " + std::to_string(index) +
+    throw ConfigError(std::string(kTokenWho) + ": sample index " + std::to_string(index) +
                       " out of range (" + std::to_string(size_) + " windows)");
   }
   const std::size_t file = file_of(index);
