@@ -211,14 +211,14 @@ if __name__ == "__main__":
 def test_interpreter_exit_while_daemon_threads_iterate_loaders(tmp_path):
     # Each run leaves the interpreter while four daemon threads make, iterate and drop loaders (a
     # Python dataset on threads and in a worker process, numpy arrays kept): none may abort or
-    # crash. Before the fix about one run in eight did (PyGILState_Release, SIGABRT).
+    # crash. Before the fix about one run in five did (PyGILState_Release, SIGABRT, SIGSEGV).
     import subprocess
     import sys
 
     script = tmp_path / "exit.py"
     script.write_text(EXIT_SCRIPT.format(here=os.path.dirname(os.path.abspath(__file__))))
     runs = [subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True) for _ in range(10)]
+                             stderr=subprocess.PIPE, text=True) for _ in range(6)]
     failures = []
     for proc in runs:
         try:
