@@ -434,14 +434,27 @@ TEST(Loader, AKeptBatchKeepsItsBytesWhileLaterBatchesArrive) {
   }
 }
 
-TEST(Loader, KeepingEveryBufferRaisesInsteadOfHanging) {
+TEST(Loader, KeptBatchesGetNewSlotsAndRaiseOnlyBeyondTheBudget) {
   auto ds = std::make_shared<IndexDataset>(640);
   LoaderOptions o = cpu_options(64);
   o.prefetch = 2;
+  o.autotune = false;
+  const std::uint64_t two_slots = Loader(ds, o).stats().memory_bytes;
   Loader loader(ds, o);
   within(30s, [&] {
+    // Every batch kept: each gets a new staging slot in its place.
     std::vector<Batch> hoard;
-    ferry::Epoch epoch = loader.epoch(0);
+    for (const Batch& b : loader.epoch(0)) hoard.push_back(b);
+    EXPECT_EQ(hoard.size(), 10U);
+    std::size_t samples = 0;
+    for (const Batch& b : hoard) samples += b.size();
+    EXPECT_EQ(samples, 640U);
+  });
+  o.memory_budget = two_slots;  // no room for a third slot: the consumer would wait for ever
+  Loader tight(ds, o);
+  within(30s, [&] {
+    std::vector<Batch> hoard;
+    ferry::Epoch epoch = tight.epoch(0);
     hoard.push_back(*epoch.next());
     hoard.push_back(*epoch.next());
     EXPECT_THROW((void)epoch.next(), ferry::ConfigError);

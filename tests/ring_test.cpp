@@ -95,4 +95,37 @@ TEST(BufferRing, SlotsInUseAreFreedOnlyOnceTheyComeBack) {
   ring.release_slot(c);
 }
 
+TEST(BufferRing, KeptBatchesGetNewSlotsInTheirPlaceWithinTheBudget) {
+  BufferRing ring(lazy_sizes(), nullptr);
+  ring.set_limit(2);
+  const std::uint32_t a = take(ring);
+  const std::uint32_t b = take(ring);
+  // Both batches kept past their iteration (list(loader)): without new slots the consumer would
+  // wait for ever; the budget allowing, the planner makes two more, beyond the capacity too.
+  ring.add_kept();
+  ring.add_kept();
+  EXPECT_TRUE(ring.stalled(/*may_make=*/false));
+  EXPECT_FALSE(ring.stalled(/*may_make=*/true));
+  std::vector<std::uint32_t> more;
+  for (int i = 0; i < 8; ++i) {
+    more.push_back(take(ring));
+    ring.add_kept();
+  }
+  EXPECT_EQ(ring.slot_count(), 10U);
+  EXPECT_GT(ring.slot_ids(), ring.slot_capacity());
+  for (const std::uint32_t id : more) EXPECT_NE(ring.slot(id).data, nullptr);
+  // No budget left: none is made, and it says so.
+  const std::optional<std::uint32_t> refused = ring.acquire_slot(
+      [] { return true; }, nullptr, [] { return false; });  // stops at once when it would wait
+  EXPECT_FALSE(refused.has_value());
+  // The kept batches let go: the slots above the limit are freed again.
+  for (int i = 0; i < 10; ++i) ring.remove_kept();
+  ring.release_slot(a);
+  ring.release_slot(b);
+  for (const std::uint32_t id : more) ring.release_slot(id);
+  const std::uint32_t again = take(ring);
+  EXPECT_EQ(ring.slot_count(), 2U);
+  ring.release_slot(again);
+}
+
 }  // namespace

@@ -122,6 +122,8 @@ class FERRY_API Mixture final : public Dataset {
   /// The index of source k's first sample. \pre k < num_sources().
   std::size_t offset(std::size_t k) const noexcept { return offsets_[k]; }
   const MixtureSource& source(std::size_t k) const noexcept { return sources_[k]; }
+  /// The options it was opened with (open() with other sources and these makes its twin).
+  const MixtureOptions& options() const noexcept { return options_; }
 
  private:
   Mixture() = default;
@@ -141,6 +143,7 @@ class FERRY_API Mixture final : public Dataset {
   std::uint64_t key_ = 1;
   bool source_field_ = false;
   std::size_t stratified_ = 0;
+  MixtureOptions options_;
   bool indexes_ = false;  // indexes_epoch()
   // The last epoch lists of the sources that select (and of this mixture, when it does not
   // index its epochs), kept for the next epoch, which often spans the same passes.

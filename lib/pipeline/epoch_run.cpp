@@ -27,7 +27,7 @@ RunState::RunState(std::shared_ptr<LoaderImpl> i, std::uint64_t e, std::size_t f
       start(std::min(first, plan ? plan->batches() : sampler.batches())),
       end(plan ? plan->batches() : sampler.batches()),
       number_offset(plan ? plan->number_offset() : sampler.number_offset()),
-      planned(impl->ring->slot_capacity()) {
+      planned(impl->ring->slot_ids()) {
   // The epoch's whole count, where this run knows it (not a resume between its batches).
   if (plan && (position == 0 || number_offset != 0)) {
     impl->planned_batches.store(number_offset + end);
@@ -204,7 +204,7 @@ bool EpochRun::next_until(Clock::time_point deadline, const Batch*& batch) {
     shutdown();  // the loader may start the next epoch while this object lives on
     return true;
   }
-  if (impl.ring->stalled()) {
+  if (impl.ring->stalled(tuning_may_make_slot(impl))) {
     throw ConfigError("Loader: all " +
                       std::to_string(impl.device_path
                                          ? impl.ring->device_count()

@@ -55,8 +55,10 @@ void Signal::futex_wake() const noexcept {
 BufferRing::BufferRing(const Sizes& sizes, CopyEngine* engine)
     : sizes_(sizes),
       staging_bytes_(sizes.staging_bytes),
-      staging_(static_cast<std::size_t>(std::max(sizes.slots, sizes.max_slots))),
-      slots_(static_cast<std::size_t>(std::max(sizes.slots, sizes.max_slots))),
+      staging_(static_cast<std::size_t>(std::max(sizes.slots, sizes.max_slots)) +
+               (sizes.device_buffers == 0 ? kKeptSlots : 0)),
+      slots_(staging_.size()),
+      capacity_(static_cast<std::size_t>(std::max(sizes.slots, sizes.max_slots))),
       limit_(sizes.slots),
       free_slots_(slots_.size()),
       free_device_(static_cast<std::size_t>(sizes.device_buffers)) {
@@ -111,7 +113,7 @@ std::uint32_t BufferRing::add_slot() {
 }
 
 void BufferRing::give_back_slots() noexcept {
-  while (slot_count() > static_cast<std::size_t>(limit())) {
+  while (slot_count() > static_cast<std::size_t>(limit() + kept_slots())) {
     std::uint32_t id = 0;
     if (!free_slots_.pop(id)) return;  // the others are in use: freed when they come back
     Slot& slot = *slots_[id];
@@ -134,18 +136,18 @@ void BufferRing::give_back_slots() noexcept {
 }
 
 bool BufferRing::make_slot(std::uint32_t& id) noexcept {
-  if (grow_failed_ || unmade_.empty()) return false;
+  if (grow_failed_.load() || unmade_.empty()) return false;
   try {
     id = add_slot();
     return true;
   } catch (...) {
-    grow_failed_ = true;  // the slots made serve on; ask the allocator no more
+    grow_failed_.store(true);  // the slots made serve on; ask the allocator no more
     return false;
   }
 }
 
 void BufferRing::set_limit(int slots) noexcept {
-  limit_.store(std::clamp(slots, 1, static_cast<int>(slots_.size())), std::memory_order_release);
+  limit_.store(std::clamp(slots, 1, static_cast<int>(capacity_)), std::memory_order_release);
   slot_returned_.notify();
 }
 
@@ -171,10 +173,13 @@ void BufferRing::wake() noexcept {
   device_returned_.notify();
 }
 
-bool BufferRing::stalled() const noexcept {
+bool BufferRing::stalled(bool may_make) const noexcept {
   const std::size_t buffers =
       device_slots_.empty() ? static_cast<std::size_t>(limit()) : device_slots_.size();
-  return static_cast<std::size_t>(kept_.load()) >= buffers;
+  if (static_cast<std::size_t>(kept_.load()) < buffers) return false;
+  // A slot made in place of a kept batch's: the budget allows it, and an id is left.
+  return !device_slots_.empty() || !may_make || grow_failed_.load() ||
+         slot_count() >= slots_.size();
 }
 
 Lease::~Lease() {

@@ -11,7 +11,14 @@
 // (acquired and not yet released) at once. Lowering the limit gives memory back: while more
 // slots are made than the limit, the planner frees the staging buffer of each slot it finds
 // free (after the copy out of it), and its id waits to be made again.
+//
+// Batches kept past their iteration (list(loader), labels kept for a metric) hold their staging
+// slots (no copy stage). Once they would leave the pipeline less than one slot of the limit,
+// each one more kept counts no longer among those in use: the planner makes a new slot in its
+// place, when the memory budget allows it (may_make), up to kKeptSlots more than the capacity.
+// As kept batches go, the slots above the limit are freed again.
 
+#include <algorithm>
 #include <atomic>
 #include <boost/lockfree/queue.hpp>
 #include <chrono>
@@ -181,8 +188,12 @@ class BufferRing {
   std::uint64_t slot_allocations() const noexcept {
     return allocations_.load(std::memory_order_relaxed);
   }
-  /// Slots the ring may ever hold.
-  std::size_t slot_capacity() const noexcept { return slots_.size(); }
+  /// Slots the ring may hold in use (the most limit() may be).
+  std::size_t slot_capacity() const noexcept { return capacity_; }
+  /// Slot ids, those made in place of kept batches' included.
+  std::size_t slot_ids() const noexcept { return slots_.size(); }
+  /// Slots made at most beyond slot_capacity() in place of kept batches' (no copy stage).
+  static constexpr int kKeptSlots = 1024;
   std::size_t staging_bytes() const noexcept { return staging_bytes_; }
   std::size_t device_count() const noexcept { return device_slots_.size(); }
   Slot& slot(std::uint32_t id) noexcept { return *slots_[id]; }
@@ -208,9 +219,10 @@ class BufferRing {
         slot_returned_,
         [&] {
           give_back_slots();
-          if (in_use_.load(std::memory_order_acquire) >= limit()) return false;
+          const int kept = kept_slots();
+          if (in_use_.load(std::memory_order_acquire) - kept >= limit()) return false;
           got = free_slots_.pop(id);
-          if (!got && slot_count() < static_cast<std::size_t>(limit()) && may_make()) {
+          if (!got && slot_count() < static_cast<std::size_t>(limit() + kept) && may_make()) {
             got = make_slot(id);
           }
           if (got) in_use_.fetch_add(1, std::memory_order_acq_rel);
@@ -244,12 +256,16 @@ class BufferRing {
   void wake() noexcept;
 
   /// A batch let go by its epoch but still held (kept) by the user, and its end.
-  void add_kept() noexcept { kept_.fetch_add(1); }
+  void add_kept() noexcept {
+    kept_.fetch_add(1);
+    slot_returned_.notify();  // the planner may make a slot in its place
+  }
   int kept() const noexcept { return kept_.load(); }
   void remove_kept() noexcept { kept_.fetch_sub(1); }
-  /// True when kept batches hold every buffer the consumer receives batches in: it would wait
-  /// for ever.
-  bool stalled() const noexcept;
+  /// True when kept batches hold every buffer the consumer receives batches in and no slot can
+  /// be made in place of one (`may_make`: the memory budget allows one more): it would wait for
+  /// ever.
+  bool stalled(bool may_make) const noexcept;
 
  private:
   using FreeList = boost::lockfree::queue<std::uint32_t>;
@@ -272,6 +288,12 @@ class BufferRing {
   void give_back_slots() noexcept;
   /// add_slot() as `id`, under the capacity; false when its memory cannot be had.
   bool make_slot(std::uint32_t& id) noexcept;
+  /// Slots that may be made in place of kept batches' (none with a copy stage: those hold
+  /// device buffers): as many as leave one slot of the limit to the pipeline. A loop's variable
+  /// holding the previous batch while it asks for the next (one kept) costs nothing.
+  int kept_slots() const noexcept {
+    return device_slots_.empty() ? std::max(0, kept_.load() - limit() + 1) : 0;
+  }
   void push_free(std::uint32_t id) noexcept;
 
   Sizes sizes_;
@@ -280,12 +302,13 @@ class BufferRing {
   // slot made is read by every stage while the planner makes the next one.
   std::vector<std::variant<std::monostate, HostBuffer, PinnedBuffer, SharedBuffer>> staging_;
   std::vector<std::unique_ptr<Slot>> slots_;
+  std::size_t capacity_ = 0;          // slot_capacity()
   std::atomic<std::size_t> made_{0};  // slots with a staging buffer
   std::atomic<std::uint64_t> allocations_{0};
   std::vector<std::uint32_t> unmade_;  // ids without one, the next to make last (planner only)
   std::atomic<int> limit_{1};
   std::atomic<int> in_use_{0};
-  bool grow_failed_ = false;  // an allocation failed: make no more (planner only)
+  std::atomic<bool> grow_failed_{false};  // an allocation failed: make no more
   std::vector<std::unique_ptr<DeviceSlot>> device_slots_;
   FreeList free_slots_;
   FreeList free_device_;

@@ -64,6 +64,43 @@ _LENGTH = struct.Struct(">I")  # multiprocessing.Connection's framing
 _DONE = _LENGTH.pack(1) + b"\0"  # a sample's answer: its fields are in the scratch region
 
 
+def _torch_worker_info(torch):
+    """torch.utils.data.get_worker_info() answers in this process as in a torch DataLoader's
+    worker (id, num_workers, seed, dataset), where torch is imported."""
+    try:
+        from torch.utils.data._utils import worker  # noqa: PLC0415
+
+        worker._worker_info = worker.WorkerInfo(id=_info.id, num_workers=_info.count,
+                                                seed=_info.seed, dataset=_info.dataset)
+    except (ImportError, AttributeError, TypeError):
+        pass  # a torch without it: get_worker_info() stays None
+
+
+class _TorchWatch:
+    """On sys.meta_path while torch is not imported: when a __getitem__ (or anything) imports it,
+    get_worker_info() answers from then on, that very call included."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        import importlib.util  # noqa: PLC0415
+
+        spec = importlib.util.find_spec(name)
+        loader = getattr(spec, "loader", None)
+        run = getattr(loader, "exec_module", None)
+        if run is None:
+            return spec
+
+        def exec_module(module):
+            run(module)
+            _torch_worker_info(module)
+
+        loader.exec_module = exec_module
+        return spec
+
+
 def worker_info():
     """Inside one of a loader's worker processes: WorkerInfo(id, count, seed, dataset). Elsewhere
     (the training process, ferry's threads): None."""
@@ -384,9 +421,12 @@ def _main(conn, packed, worker_id, count, seed, layout, seed_python, init_fn, cl
         torch = sys.modules.get("torch")
         if torch is not None:
             torch.set_num_threads(1)
+            _torch_worker_info(torch)
         if init_fn is not None:
             conn.send_bytes(b"I")  # the parent's timeout counts from here
             init_fn(worker_id)
+            if torch is None and sys.modules.get("torch") is not None:
+                _torch_worker_info(sys.modules["torch"])  # worker_init_fn imported it
         reader = _ferry._WorkerReader(dataset, layout, seed_python)
     except BaseException as error:  # noqa: BLE001 (every task answers with it)
         failure = error
@@ -402,6 +442,9 @@ def _main(conn, packed, worker_id, count, seed, layout, seed_python, init_fn, cl
     fd = conn.fileno()
     tasks = _Tasks(fd)
     answers = []
+    torch_told = "torch" in sys.modules
+    if not torch_told and failure is None:
+        sys.meta_path.insert(0, _TorchWatch())
     while True:
         task = tasks.take()
         if task is None:
@@ -435,6 +478,9 @@ def _main(conn, packed, worker_id, count, seed, layout, seed_python, init_fn, cl
             continue
         index, sample_seed, want, state_at, group, token, region = _TASK.unpack_from(task)
         places = places_format.unpack_from(task, _TASK.size)
+        if not torch_told and "torch" in sys.modules:  # imported by __getitem__ since
+            torch_told = True
+            _torch_worker_info(sys.modules["torch"])
         try:
             if failure is not None:
                 raise failure

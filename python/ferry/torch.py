@@ -39,6 +39,29 @@ def _convert(batch, fields, as_dict, positional=False):
     return out[0] if len(out) == 1 and not positional else out
 
 
+def _with_rows(out, batch, ragged, pack):
+    """A dict batch gets each ragged field's rows per sample (x_lengths, i64 [N]) and, packed,
+    its samples' starts (x_offsets, i32 [N + 1]): what a padded batch's attention mask, or a
+    packed one's cu_seqlens, is made from."""
+    for name in ragged:
+        if name in out:
+            out[name + "_lengths"] = to_torch(batch.lengths(name))
+            if pack:
+                out[name + "_offsets"] = to_torch(batch.offsets(name))
+    return out
+
+
+def _dataloader_convert(batch, form, names, ragged, pack):
+    if form == "single":
+        return to_torch(batch[names[0]])
+    if form == "dict" or (form == "declared" and names != [str(i) for i in range(len(names))]):
+        return _with_rows({n: to_torch(batch[n]) for n in names}, batch, ragged, pack)
+    out = tuple(to_torch(batch[n]) for n in names)
+    if form is None and len(out) == 1:
+        return out[0]  # a ferry dataset's one field: the tensor
+    return out
+
+
 def batches(loader, epoch=None, fields=None, as_dict=False):
     """Yields one epoch of `loader` as torch tensors: a tuple in `fields` order (every field
     when None), a single tensor for one field, or a dict with as_dict=True. epoch=None plays the
@@ -71,8 +94,14 @@ class DataLoader:
     generator (its initial_seed() is the seed), drop_last, shuffle and pin_memory mean what they
     mean in torch; persistent_workers is always true. collate_fn, sampler and batch_sampler have
     no meaning here: a TypeError says what to use instead. Further keyword arguments are
-    ferry.Loader's (seed, device, on_error, ...); `fields` picks and orders the fields yielded.
-    A dataset whose __getitem__ gives tuples yields tuples.
+    ferry.Loader's (seed, device, on_error, ...); `fields` picks and orders the fields yielded
+    (a tuple), as_dict=True yields dicts. Without a generator (or seed=), the seed is drawn from
+    torch's default generator, so that torch.manual_seed decides the order, as in torch.
+
+    A Python dataset's batches are as its samples: a dict sample gives a dict batch (a ragged
+    field `x` with `x_lengths`, i64 [N], and under ragged="pack" `x_offsets`, i32 [N + 1]), a
+    tuple a tuple, one array or tensor a tensor. A ferry dataset gives a tuple in its fields'
+    order (one field: the tensor).
 
     Every iter() plays the next epoch (0, 1, 2, ...); set_epoch(e) chooses it, as
     DistributedSampler.set_epoch does. state_dict() and load_state_dict() resume mid-epoch.
@@ -100,6 +129,9 @@ class DataLoader:
         options.setdefault("pin_memory", pin_memory)
         if generator is not None:
             options.setdefault("seed", generator.initial_seed())
+        elif "seed" not in options:
+            # As torch's sampler does: the order follows torch.manual_seed.
+            options["seed"] = int(_torch.empty((), dtype=_torch.int64).random_().item())
         if prefetch_factor is not None:
             options.setdefault("prefetch", max(2, prefetch_factor * max(1, num_workers)))
         if isinstance(dataset, _ferry.Dataset):
@@ -118,6 +150,11 @@ class DataLoader:
         self.fields = fields
         self.as_dict = as_dict
         self._epoch = None
+        dataset_fields = self.loader.dataset.fields
+        self._form = _ferry._ferry._sample_form(self.loader.dataset)
+        self._names = [name for name, _, _ in dataset_fields]
+        self._ragged = [name for name, _, shape in dataset_fields if shape and shape[0] is None]
+        self._pack = options.get("ragged", "pad") == "pack"
 
     def set_epoch(self, epoch):
         self._epoch = epoch
@@ -127,7 +164,18 @@ class DataLoader:
 
     def __iter__(self):
         epoch, self._epoch = self._epoch, None
-        return batches(self.loader, epoch, self.fields, self.as_dict)
+        if self.fields is not None:
+            return batches(self.loader, epoch, self.fields, self.as_dict)
+        return self._batches(epoch)
+
+    def _batches(self, epoch):
+        ep = iter(self.loader) if epoch is None else self.loader.epoch(epoch)
+        form = "dict" if self.as_dict else self._form
+        try:
+            for batch in ep:
+                yield _dataloader_convert(batch, form, self._names, self._ragged, self._pack)
+        finally:
+            ep.close()
 
     def state_dict(self):
         return self.loader.state_dict()

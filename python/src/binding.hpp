@@ -33,6 +33,7 @@ void bind_audio(py::module_& m);
 /// AudioOptions from a dict of AudioFolder's keywords (None: the defaults). \throws TypeError
 /// naming `who` and the key for a key AudioOptions lacks.
 AudioOptions audio_options_from(const py::object& kw, const char* who);
+void bind_dropin(py::module_& m);
 
 /// None: Device::best(); a ferry.Device; or its text ("cpu", "cuda:1").
 Device to_device(const py::handle& obj);
@@ -47,8 +48,50 @@ std::shared_ptr<const Dataset> to_dataset(const py::handle& obj);
 /// The object a Python dataset reads (a borrowed reference), or nullptr for any other dataset.
 PyObject* python_source(const Dataset& dataset) noexcept;
 
-/// True while the interpreter may still run Python code from another thread.
+/// True while the interpreter may still run Python code from another thread: false once it
+/// finalizes, and on threads other than the main one once the exit hook has begun (begin_exit).
 bool python_usable() noexcept;
+/// The exit hook has begun and this is not the main thread (exit_guard.cpp).
+bool exit_begun_here() noexcept;
+/// Interpreter exit: from now on threads other than the main one take the GIL no more; waits
+/// (the GIL released) for those already on their way to it. Main thread, GIL held.
+void begin_exit();
+/// A fork's child: the parent's exit is not its own.
+void exit_forgotten() noexcept;
+
+/// A stretch of code that may take the GIL on any thread (a destructor that releases it and
+/// takes it back, a thread on its way to it). Entered unless the interpreter finalizes, or the
+/// exit hook has begun (begin_exit) on a thread other than the main one that is in no region
+/// yet; begin_exit() waits until every region entered has ended. Not entered: leave the Python
+/// objects to the interpreter, and take no GIL.
+class PythonRegion {
+ public:
+  PythonRegion() noexcept;
+  ~PythonRegion();
+  PythonRegion(const PythonRegion&) = delete;
+  PythonRegion& operator=(const PythonRegion&) = delete;
+  bool entered() const noexcept { return entered_; }
+
+ private:
+  bool entered_ = false;
+};
+
+/// The GIL (PyGILState_Ensure) and a PythonRegion while it lives, where the region is entered;
+/// nothing otherwise (the interpreter is going: Python objects are then left to it). For
+/// destructors and deleters that may run on any thread.
+class GilIfUsable {
+ public:
+  GilIfUsable() noexcept;
+  ~GilIfUsable();
+  GilIfUsable(const GilIfUsable&) = delete;
+  GilIfUsable& operator=(const GilIfUsable&) = delete;
+  bool held() const noexcept { return held_; }
+
+ private:
+  PythonRegion region_;
+  bool held_ = false;
+  PyGILState_STATE state_{};
+};
 
 /// A Python dataset's failure for a sample, as raised there: the loader's DataError names the
 /// sample, and the module raises the original exception (its type and message) with that

@@ -88,7 +88,10 @@ PyEpoch::PyEpoch(std::unique_ptr<Epoch> e, std::shared_ptr<const Dataset> d)
 }
 
 PyEpoch::~PyEpoch() {
-  if (generation != g_generation.load()) {
+  // A thread other than the main one, once interpreter exit has begun: the epoch was closed by
+  // the exit hook; what is left is the interpreter's (taking the GIL back would end the thread).
+  const PythonRegion region;
+  if (generation != g_generation.load() || !region.entered()) {
     // Made in the parent of a fork: its threads are not here to join. Left as it is.
     static_cast<void>(epoch.release());
     static_cast<void>(new std::shared_ptr<const Dataset>(std::move(dataset)));
@@ -167,7 +170,9 @@ struct PyLoader {
   PyLoader(const PyLoader&) = delete;
   PyLoader& operator=(const PyLoader&) = delete;
   ~PyLoader() {
-    if (generation != g_generation.load()) {
+    // As ~PyEpoch: at interpreter exit, another thread than the main one leaves it as it is.
+    const PythonRegion region;
+    if (generation != g_generation.load() || !region.entered()) {
       static_cast<void>(loader.release());  // the parent's, as PyEpoch's
       static_cast<void>(new std::shared_ptr<const Dataset>(std::move(dataset)));
       return;
@@ -474,6 +479,14 @@ int traverse_loader(PyObject* self, visitproc visit, void* arg) {
   return 0;
 }
 
+/// pybind11's dealloc of a Loader, the object untracked by the garbage collector first: its
+/// teardown releases the GIL (joining the loader's threads), and a collection meanwhile (on
+/// another thread, or the interpreter's last one at exit) must not find it and free it again.
+void dealloc_loader(PyObject* self) {
+  PyObject_GC_UnTrack(self);
+  Py_TYPE(self)->tp_base->tp_dealloc(self);  // pybind11's (pybind11_object's)
+}
+
 /// Breaks a cycle through a Loader: the loader goes (its threads joined), then its dataset.
 int clear_loader(PyObject* self) {
   auto& inst = *reinterpret_cast<py::detail::instance*>(self);
@@ -481,6 +494,8 @@ int clear_loader(PyObject* self) {
   if (!vh || !vh.holder_constructed()) return 0;
   auto* loader = vh.value_ptr<PyLoader>();
   if (loader == nullptr || loader->generation != g_generation.load()) return 0;
+  const PythonRegion region;
+  if (!region.entered()) return 0;
   loader->release_processes();
   {
     const ReleaseGil release;
@@ -631,6 +646,7 @@ Dropping it early (break, del) stops the pipeline promptly. close() does so at o
                          type->tp_flags |= Py_TPFLAGS_HAVE_GC;
                          type->tp_traverse = traverse_loader;
                          type->tp_clear = clear_loader;
+                         type->tp_dealloc = dealloc_loader;
                        }),
                        R"doc(
 Feeds a training loop: batches of `dataset` already on `device`, read and batched on ferry's
@@ -665,7 +681,8 @@ each sample's seed before its __getitem__) concern a dataset written in Python.)
                        const std::string& start_method, const py::object& worker_init_fn,
                        double timeout, bool seed_python) {
              auto self = std::make_unique<PyLoader>();
-             self->dataset = to_dataset(dataset);
+             // Its own copy of each Python dataset: its own worker processes and reads.
+             self->dataset = loader_copy(to_dataset(dataset));
              LoaderOptions o = with_loop_buffer(
                  *self->dataset,
                  make_options(batch_size, shuffle, seed, drop_last, workers, prefetch,
@@ -799,6 +816,7 @@ each sample's seed before its __getitem__) concern a dataset written in Python.)
       e->cancel();
     }
     for (PyEpoch* e : live) e->close();
+    begin_exit();  // other threads take the GIL no more
   });
 
   // os.register_at_fork's after_in_child: the child starts clean. Epochs and loaders of the parent
@@ -806,6 +824,7 @@ each sample's seed before its __getitem__) concern a dataset written in Python.)
   m.def("_after_fork_in_child", [] {
     g_generation.fetch_add(1);
     g_exiting.store(false);
+    exit_forgotten();
     reset_main_thread();
     const std::lock_guard<std::mutex> lock(g_live_mutex);
     g_live.clear();

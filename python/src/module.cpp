@@ -12,9 +12,9 @@ namespace ferry::python {
 
 bool python_usable() noexcept {
 #if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsInitialized() != 0 && Py_IsFinalizing() == 0;
+  return Py_IsInitialized() != 0 && Py_IsFinalizing() == 0 && !exit_begun_here();
 #else
-  return Py_IsInitialized() != 0 && _Py_IsFinalizing() == 0;
+  return Py_IsInitialized() != 0 && _Py_IsFinalizing() == 0 && !exit_begun_here();
 #endif
 }
 
@@ -32,7 +32,8 @@ bool is_main_thread() noexcept { return PyThread_get_thread_ident() == g_main_th
 ReleaseGil::ReleaseGil() noexcept : state_(PyEval_SaveThread()) {}
 
 ReleaseGil::~ReleaseGil() noexcept(false) {
-  if (!python_usable() && !is_main_thread()) {
+  const PythonRegion region;
+  if (!region.entered() && !is_main_thread()) {
     for (;;) pause();  // the interpreter is going, and the process with it
   }
   PyEval_RestoreThread(state_);
@@ -136,5 +137,6 @@ PYBIND11_MODULE(_ferry, m) {
   ferry::python::bind_loader(m);
   ferry::python::bind_workers(m);
   ferry::python::bind_video(m);
+  ferry::python::bind_dropin(m);
   ferry::python::reset_main_thread();
 }

@@ -85,16 +85,17 @@ FieldSpec declared_field(const py::handle& item, std::size_t position) {
 
 // ---- SampleLayout
 
-SampleLayout::SampleLayout(const py::object& source, const py::object& first) {
+bool SampleLayout::declares(const py::object& source) {
+  return !py::isinstance<Dataset>(source) && !py::getattr(source, "fields", py::none()).is_none();
+}
+
+SampleLayout::SampleLayout(const py::object& source, const std::function<py::object()>& first) {
   bind_numpy();
-  positional_ = py::isinstance<py::tuple>(first) || py::isinstance<py::list>(first);
-  if (!positional_ && !py::isinstance<py::dict>(first)) {
-    throw ConfigError("Python dataset: __getitem__(0) gave " + type_name(first) +
-                      ", not a dict of field name to array or scalar, or a tuple or list of them");
-  }
-  const py::object declared = py::getattr(source, "fields", py::none());
-  if (!declared.is_none() && !py::isinstance<Dataset>(source)) {
-    declared_ = true;
+  if (declares(source)) {
+    // Declared: the training process reads no sample (a dataset that opens its file on first
+    // use still pickles for the worker processes). Samples are dicts or tuples.
+    form_ = Form::declared;
+    const py::object declared = source.attr("fields");
     if (!py::isinstance<py::sequence>(declared) || py::isinstance<py::str>(declared)) {
       throw ConfigError("Python dataset: `fields` is a list of (name, dtype, shape), not " +
                         py::repr(declared).cast<std::string>());
@@ -102,16 +103,17 @@ SampleLayout::SampleLayout(const py::object& source, const py::object& first) {
     std::size_t position = 0;
     for (const py::handle item : declared) {
       FieldSpec f = declared_field(item, position);
-      py::object key = positional_ ? py::object(py::int_(position)) : py::object(py::str(f.name));
+      py::object key = py::str(f.name);
       add_field(std::move(f), std::move(key));
       ++position;
     }
-    if (positional_ && py::len(first) != fields_.size()) {
-      throw ConfigError("Python dataset: sample 0 has " + std::to_string(py::len(first)) +
-                        " items; `fields` declares " + std::to_string(fields_.size()));
-    }
-  } else if (positional_) {
-    const auto items = first.cast<py::sequence>();
+    if (fields_.empty()) throw ConfigError("Python dataset: `fields` declares no field");
+    return;
+  }
+  const py::object sample = first();
+  if (py::isinstance<py::tuple>(sample) || py::isinstance<py::list>(sample)) {
+    form_ = Form::tuple;
+    const auto items = sample.cast<py::sequence>();
     for (std::size_t i = 0; i < items.size(); ++i) {
       const py::object value = items[i];
       if (py::isinstance<py::dict>(value)) {
@@ -126,8 +128,9 @@ SampleLayout::SampleLayout(const py::object& source, const py::object& first) {
       f.shape.assign(a.shape(), a.shape() + a.ndim());
       add_field(std::move(f), py::int_(i));
     }
-  } else {
-    for (const auto& [key, value] : first.cast<py::dict>()) {
+  } else if (py::isinstance<py::dict>(sample)) {
+    form_ = Form::dict;
+    for (const auto& [key, value] : sample.cast<py::dict>()) {
       const std::string name = py::str(key).cast<std::string>();
       if (py::isinstance<py::dict>(value)) {
         throw ConfigError("Python dataset: field \"" + name +
@@ -142,6 +145,31 @@ SampleLayout::SampleLayout(const py::object& source, const py::object& first) {
       f.shape.assign(a.shape(), a.shape() + a.ndim());
       add_field(std::move(f), py::reinterpret_borrow<py::object>(key));
     }
+  } else {
+    // One array, tensor or number: one field, "0". Anything else (a str, an object) is refused.
+    py::array a;
+    bool numeric = !py::isinstance<py::str>(sample) && !py::isinstance<py::bytes>(sample);
+    if (numeric) {
+      try {
+        a = asarray_(sample);
+        static_cast<void>(to_dtype(a.dtype()));
+      } catch (const py::error_already_set&) {
+        numeric = false;
+      } catch (const Error&) {
+        numeric = false;
+      }
+    }
+    if (!numeric) {
+      throw ConfigError("Python dataset: __getitem__(0) gave " + type_name(sample) +
+                        ", not a dict of field name to array or scalar, a tuple or list of them, "
+                        "or one numeric array, tensor or number");
+    }
+    form_ = Form::single;
+    FieldSpec f;
+    f.name = "0";
+    f.dtype = to_dtype(a.dtype());
+    f.shape.assign(a.shape(), a.shape() + a.ndim());
+    add_field(std::move(f), py::int_(0));
   }
   if (fields_.empty()) throw ConfigError("Python dataset: sample 0 has no fields");
 }
@@ -149,12 +177,12 @@ SampleLayout::SampleLayout(const py::object& source, const py::object& first) {
 SampleLayout::SampleLayout(const py::handle& description) {
   bind_numpy();
   const auto d = description.cast<py::tuple>();
-  positional_ = d[1].cast<bool>();
-  declared_ = d[2].cast<bool>();
+  form_ = static_cast<Form>(d[1].cast<int>());
   std::size_t position = 0;
   for (const py::handle item : d[0]) {
     FieldSpec f = declared_field(item, position);
-    py::object key = positional_ ? py::object(py::int_(position)) : py::object(py::str(f.name));
+    py::object key = form_ == Form::tuple || form_ == Form::single ? py::object(py::int_(position))
+                                                                   : py::object(py::str(f.name));
     add_field(std::move(f), std::move(key));
     ++position;
   }
@@ -171,11 +199,11 @@ void SampleLayout::bind_numpy() {
 }
 
 SampleLayout::~SampleLayout() {
-  if (!python_usable()) {
+  const GilIfUsable gil;
+  if (!gil.held()) {
     abandon();
     return;
   }
-  const py::gil_scoped_acquire gil;
   dtypes_.clear();
   keys_.clear();
   asarray_ = contiguous_ = array_equal_ = isinf_ = errstate_ = can_cast_ = py::object();
@@ -207,26 +235,36 @@ py::tuple SampleLayout::describe() const {
     }
     fields.append(py::make_tuple(f.name, std::string(dtype_name(f.dtype)), py::tuple(shape)));
   }
-  return py::make_tuple(fields, positional_, declared_);
+  return py::make_tuple(fields, static_cast<int>(form_));
 }
 
 py::object SampleLayout::value_of(const py::handle& sample, std::size_t f,
                                   std::size_t index) const {
-  if (positional_) {
-    if (!(py::isinstance<py::tuple>(sample) || py::isinstance<py::list>(sample))) {
+  if (form_ == Form::single) {
+    if (py::isinstance<py::dict>(sample) || py::isinstance<py::tuple>(sample) ||
+        py::isinstance<py::list>(sample)) {
+      throw py::type_error("__getitem__(" + std::to_string(index) + ") gave " + type_name(sample) +
+                           "; sample 0 was one array");
+    }
+    return py::reinterpret_borrow<py::object>(sample);
+  }
+  const bool sequence = py::isinstance<py::tuple>(sample) || py::isinstance<py::list>(sample);
+  if (form_ == Form::tuple || (form_ == Form::declared && sequence)) {
+    if (!sequence) {
       throw py::type_error("__getitem__(" + std::to_string(index) + ") gave " + type_name(sample) +
                            "; sample 0 was a tuple or list");
     }
     if (py::len(sample) != fields_.size()) {
       throw py::value_error("__getitem__(" + std::to_string(index) + ") gave " +
-                            std::to_string(py::len(sample)) + " items; sample 0 had " +
+                            std::to_string(py::len(sample)) + " items; " +
+                            (form_ == Form::declared ? "`fields` declares " : "sample 0 had ") +
                             std::to_string(fields_.size()));
     }
     return sample.cast<py::sequence>()[f];
   }
   if (!py::isinstance<py::dict>(sample)) {
     throw py::type_error("__getitem__(" + std::to_string(index) + ") gave " + type_name(sample) +
-                         ", not a dict");
+                         (form_ == Form::declared ? ", not a dict or a tuple" : ", not a dict"));
   }
   const auto dict = py::reinterpret_borrow<py::dict>(sample);
   if (!dict.contains(keys_[f])) {
@@ -268,7 +306,7 @@ std::vector<py::array> SampleLayout::arrays(const py::handle& sample, std::size_
       }
       throw DataError("Python dataset: field \"" + spec.name + "\" of sample " +
                       std::to_string(index) + " has shape " + shape_text(a) + "; " +
-                      (declared_ ? "`fields` declares " : "sample 0's is ") +
+                      (declared() ? "`fields` declares " : "sample 0's is ") +
                       py::str(py::tuple(want)).cast<std::string>());
     }
     if (static_cast<std::size_t>(a.nbytes()) != nbytes[f]) {
@@ -289,7 +327,7 @@ py::array SampleLayout::converted(const py::handle& value, std::size_t f, std::s
   py::array given = asarray_(value);
   const py::dtype& want = dtypes_[f];
   if (given.dtype().equal(want)) return given;
-  const std::string dtype_source = declared_ ? "the declared dtype" : "sample 0's dtype";
+  const std::string dtype_source = declared() ? "the declared dtype" : "sample 0's dtype";
   // A safe cast changes no value (numpy 1.x judges a scalar by its value: 7 into u8, 1.5 into
   // f32); whatever it does not call safe is converted and compared below.
   if (can_cast_(given, want).cast<bool>()) return given.attr("astype")(want);
@@ -342,11 +380,11 @@ PythonSeeder::PythonSeeder()
       modules_(py::module_::import("sys").attr("modules")) {}
 
 PythonSeeder::~PythonSeeder() {
-  if (!python_usable()) {
+  const GilIfUsable gil;
+  if (!gil.held()) {
     abandon();
     return;
   }
-  const py::gil_scoped_acquire gil;
   random_seed_ = numpy_seed_ = modules_ = torch_seed_ = py::object();
 }
 

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -28,6 +29,9 @@ struct ProcessOptions;
 /// later reads only take and give back the GIL: making and clearing a thread state for each
 /// sample, as a plain PyGILState_Ensure/Release pair does on a thread Python did not start, cost
 /// more than the read itself (about 100 us a sample for a trivial dataset).
+///
+/// A PythonRegion while it lives (the Python it runs may release the GIL and take it back).
+/// \throws Error when the interpreter is exiting (no region can be entered).
 class ReaderGil {
  public:
   ReaderGil();
@@ -36,7 +40,8 @@ class ReaderGil {
   ReaderGil& operator=(const ReaderGil&) = delete;
 
  private:
-  PyGILState_STATE state_;
+  PythonRegion region_;
+  PyGILState_STATE state_{};
 };
 
 /// numpy's dtype for a ferry dtype. \throws TypeError for bf16 (numpy has none).
@@ -44,13 +49,19 @@ py::dtype numpy_dtype(DType dtype);
 
 /// How a Python dataset's samples become fields. Declared by the dataset (a `fields` attribute:
 /// (name, dtype, shape) with None for a ragged first dimension, and length(index, field) for
-/// those), or taken from sample 0: one field per key of a dict, or per item of a tuple or list
-/// (named "0", "1", ...), with numpy's dtype and shape for the value. write() converts each value
-/// to its field's dtype where no value changes and checks its shape. Needs the GIL throughout.
+/// those; its samples then are dicts by those names or tuples in that order, and sample 0 is not
+/// read here), or taken from sample 0: one field per key of a dict, or per item of a tuple or
+/// list (named "0", "1", ...), or one field "0" for a sample that is one array, tensor or number
+/// (form "single"), with numpy's dtype and shape for the value. write() converts each value to
+/// its field's dtype where no value changes and checks its shape. Needs the GIL throughout.
 class SampleLayout {
  public:
-  /// The layout of `source`: its declaration, else its sample 0 (`first`).
-  SampleLayout(const py::object& source, const py::object& first);
+  /// What a sample is: a dict, a tuple or list, one array, or either of the first two by a
+  /// `fields` declaration.
+  enum class Form : std::uint8_t { dict, tuple, single, declared };
+
+  /// The layout of `source`: its declaration (`first` not used), else its sample 0 (`first()`).
+  SampleLayout(const py::object& source, const std::function<py::object()>& first);
   /// A layout rebuilt from describe() (in a worker process).
   explicit SampleLayout(const py::handle& description);
   SampleLayout(const SampleLayout&) = delete;
@@ -58,11 +69,12 @@ class SampleLayout {
   ~SampleLayout();
 
   const std::vector<FieldSpec>& fields() const noexcept { return fields_; }
-  /// Samples are tuples or lists (fields "0", "1", ...), not dicts.
-  bool positional() const noexcept { return positional_; }
+  Form form() const noexcept { return form_; }
   /// The fields were declared (`fields`), not taken from sample 0.
-  bool declared() const noexcept { return declared_; }
-  /// (fields as (name, dtype, shape) tuples, positional): what a worker process rebuilds it from.
+  bool declared() const noexcept { return form_ == Form::declared; }
+  /// Whether `source` declares its fields (then sample 0 need not be read to know them).
+  static bool declares(const py::object& source);
+  /// (fields as (name, dtype, shape) tuples, form): what a worker process rebuilds it from.
   py::tuple describe() const;
 
   /// Writes `sample` (what __getitem__(index) gave) into dest[f], exactly nbytes[f] bytes per
@@ -91,8 +103,7 @@ class SampleLayout {
   std::vector<py::dtype> dtypes_;
   std::vector<bool> float_fields_;
   std::vector<py::object> keys_;
-  bool positional_ = false;
-  bool declared_ = false;
+  Form form_ = Form::dict;
   py::object asarray_;      // np.asarray (0-d for a scalar)
   py::object contiguous_;   // np.ascontiguousarray, for a strided array
   py::object array_equal_;  // np.array_equal and np.isinf: a conversion's check
@@ -124,6 +135,9 @@ class PythonSeeder {
 class PyDataset final : public Dataset {
  public:
   explicit PyDataset(py::object source);
+  struct CopyTag {};
+  /// copy()'s (GIL held).
+  PyDataset(const PyDataset& other, CopyTag tag);
   PyDataset(const PyDataset&) = delete;
   PyDataset& operator=(const PyDataset&) = delete;
   ~PyDataset() override;
@@ -144,6 +158,11 @@ class PyDataset final : public Dataset {
   void staging_released(std::span<std::byte> slot) const noexcept override;
   /// That give-back finished or called off (ProcessPool::reused).
   void staging_reused(std::span<std::byte> slot) const noexcept override;
+
+  /// Another dataset over the same Python object, layout and seeder, with worker processes and
+  /// kept failures of its own: each loader that runs worker processes reads through its own
+  /// (GIL held).
+  std::shared_ptr<PyDataset> copy() const;
 
   /// The Python object read (for the garbage collector's traversal).
   PyObject* source() const noexcept { return source_.ptr(); }
@@ -184,8 +203,8 @@ class PyDataset final : public Dataset {
   py::object max_length_;    // source.max_length, where declared
   py::object clear_frames_;  // traceback.clear_frames: a kept failure's locals go
   std::size_t size_ = 0;
-  std::unique_ptr<SampleLayout> layout_;
-  std::unique_ptr<PythonSeeder> seeder_;
+  std::shared_ptr<const SampleLayout> layout_;  // shared with the loaders' copies (for_loader)
+  std::shared_ptr<const PythonSeeder> seeder_;
   bool seed_python_ = true;
   std::unique_ptr<ProcessPool> pool_;
   int pool_users_ = 0;  // loaders using pool_ (GIL held)
@@ -193,6 +212,11 @@ class PyDataset final : public Dataset {
   mutable std::map<std::uint64_t, py::object> failures_;  // guarded by mutex_ (and the GIL)
   mutable std::map<std::uint64_t, RemoteFailure> remote_failures_;  // guarded by mutex_
 };
+
+/// `dataset` with each Python dataset in it (itself, or a Mixture's source, nested too) replaced
+/// by a copy of its own (PyDataset::copy, its Mixtures opened again over them): a loader's. GIL
+/// held.
+std::shared_ptr<const Dataset> loader_copy(const std::shared_ptr<const Dataset>& dataset);
 
 /// The Python datasets in `dataset` (itself, or a Mixture's sources, nested too).
 std::vector<PyDataset*> python_datasets(const Dataset& dataset);

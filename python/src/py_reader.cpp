@@ -19,7 +19,9 @@
 
 namespace ferry::python {
 
-ReaderGil::ReaderGil() : state_(PyGILState_Ensure()) {
+ReaderGil::ReaderGil() {
+  if (!region_.entered()) throw Error("Python dataset: the interpreter is exiting");
+  state_ = PyGILState_Ensure();
   thread_local bool kept = false;
   if (!kept) {
     static_cast<void>(PyGILState_Ensure());  // held for the thread's life
@@ -33,9 +35,9 @@ PyDataset::PyDataset(py::object source) : source_(std::move(source)) {
   clear_frames_ = py::module_::import("traceback").attr("clear_frames");
   size_ = py::len(source_);
   if (size_ == 0) throw ConfigError("Python dataset: it is empty (len() == 0)");
-  const py::object first = source_[py::int_(0)];
-  layout_ = std::make_unique<SampleLayout>(source_, first);
-  seeder_ = std::make_unique<PythonSeeder>();
+  layout_ = std::make_shared<const SampleLayout>(
+      source_, [this] { return py::object(source_[py::int_(0)]); });
+  seeder_ = std::make_shared<const PythonSeeder>();
   bool has_ragged = false;
   for (const FieldSpec& f : layout_->fields()) has_ragged = has_ragged || f.is_ragged();
   if (has_ragged) {
@@ -50,22 +52,37 @@ PyDataset::PyDataset(py::object source) : source_(std::move(source)) {
 }
 
 PyDataset::~PyDataset() {
-  if (!python_usable()) {
+  const GilIfUsable gil;
+  if (!gil.held()) {
     // The interpreter is going: its objects are left to it.
     if (pool_) pool_.reset();
     static_cast<void>(source_.release());
     static_cast<void>(length_.release());
     static_cast<void>(max_length_.release());
     static_cast<void>(clear_frames_.release());
-    layout_->abandon();
-    seeder_->abandon();
+    // (The layout and the seeder let go of theirs themselves when the last copy goes.)
     for (auto& [i, e] : failures_) static_cast<void>(e.release());
     return;
   }
-  const py::gil_scoped_acquire gil;
   pool_.reset();
   source_ = length_ = max_length_ = clear_frames_ = py::object();
   failures_.clear();
+  layout_.reset();
+  seeder_.reset();
+}
+
+PyDataset::PyDataset(const PyDataset& other, CopyTag /*tag*/)
+    : source_(other.source_),
+      length_(other.length_),
+      max_length_(other.max_length_),
+      clear_frames_(other.clear_frames_),
+      size_(other.size_),
+      layout_(other.layout_),
+      seeder_(other.seeder_),
+      seed_python_(other.seed_python_) {}
+
+std::shared_ptr<PyDataset> PyDataset::copy() const {
+  return std::make_shared<PyDataset>(*this, CopyTag{});
 }
 
 std::int64_t PyDataset::length(std::size_t index, std::size_t field) const {

@@ -237,15 +237,13 @@ struct Imported {
 
 void imported_deleter(DLManagedTensor* self) {
   auto* imported = static_cast<Imported*>(self->manager_ctx);
-  if (python_usable()) {
-    const PyGILState_STATE state = PyGILState_Ensure();
+  if (const GilIfUsable gil; gil.held()) {
     if (imported->legacy != nullptr && imported->legacy->deleter != nullptr) {
       imported->legacy->deleter(imported->legacy);
     }
     if (imported->versioned != nullptr && imported->versioned->deleter != nullptr) {
       imported->versioned->deleter(imported->versioned);
     }
-    PyGILState_Release(state);
   }
   delete imported;
 }
@@ -295,11 +293,7 @@ struct ReadOnlyArray {
 void read_only_deleter(DLManagedTensor* self) {
   auto* held = static_cast<ReadOnlyArray*>(self->manager_ctx);
   if (held->end != held->begin) remove_read_only(held->begin, held->end);
-  if (python_usable()) {
-    const PyGILState_STATE state = PyGILState_Ensure();
-    Py_XDECREF(held->array);
-    PyGILState_Release(state);
-  }
+  if (const GilIfUsable gil; gil.held()) Py_XDECREF(held->array);
   delete held;
 }
 

@@ -192,17 +192,27 @@ def test_stats_and_summary(ferry):
     assert isinstance(s.summary(), str) and s.summary() in repr(s)
 
 
-def test_keeping_every_buffer_raises_instead_of_hanging(ferry):
-    # prefetch=2: two slots in flight, and one more for the loop's own batch.
-    l = ferry.Loader(ferry.TensorDataset({"i": np.arange(100, dtype=np.int64)}), batch_size=4,
-                     prefetch=2, device="cpu")
-    kept = []
-    with pytest.raises(ferry.ConfigError, match="all 3 staging slots are held by batches"):
-        for b in l.epoch(0):
-            kept.append(b["i"].numpy())  # a numpy view keeps the batch's buffer
-    assert [k.tolist() for k in kept] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+def test_keeping_every_batch_grows_the_ring_within_the_budget(ferry):
+    # prefetch=2: two slots in flight, and one more for the loop's own batch. A batch kept past
+    # its iteration gets a new slot in its place (list(loader), every label kept for a metric).
+    ds = ferry.TensorDataset({"i": np.arange(100, dtype=np.int64)})
+    l = ferry.Loader(ds, batch_size=4, prefetch=2, device="cpu", autotune=False)
+    kept = [b["i"].numpy() for b in l.epoch(0)]  # a numpy view keeps the batch's buffer
+    assert np.array_equal(np.concatenate(kept), np.arange(100))
+    assert l.stats().staging_allocations >= 25
     del kept
     assert len(indices_of(l.epoch(1))) == 25
+    # Where the memory budget holds no more slots, keeping them all raises instead of hanging.
+    three = ferry.Loader(ds, batch_size=4, prefetch=2, device="cpu", autotune=False)
+    tight = ferry.Loader(ds, batch_size=4, prefetch=2, device="cpu", autotune=False,
+                         memory_budget=three.stats().memory_bytes)
+    kept = []
+    with pytest.raises(ferry.ConfigError, match="all 3 staging slots are held by batches"):
+        for b in tight.epoch(0):
+            kept.append(b["i"].numpy())
+    assert [k.tolist() for k in kept] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    del kept
+    assert len(indices_of(tight.epoch(1))) == 25
 
 
 def test_prefetch_1_runs_a_plain_loop(ferry):

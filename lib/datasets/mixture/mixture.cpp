@@ -204,6 +204,7 @@ std::shared_ptr<Mixture> Mixture::open(std::vector<MixtureSource> sources, Mixtu
   key = mix(key ^ m->epoch_size_);
   for (const std::size_t share : m->shares_) key = mix(key ^ share);
   m->stratified_ = options.stratified;
+  m->options_ = options;
   if (m->stratified_ > 0) {
     // Its epochs are always listed: the list by source, shuffled, and in blocks.
     detail::check_need("Mixture: epoch_size " + std::to_string(e) + " with stratified " +
