@@ -143,3 +143,23 @@ def test_webdataset_and_table_audio_decode_as_audiofolder(ferry, folder):
                     audio_options=dict(clip_seconds=0.1))
         loader = ferry.Loader(table, batch_size=3, device="cpu", shuffle=True, seed=4)
         np.testing.assert_array_equal(next(iter(loader.epoch(1)))["audio"].numpy(), batches[0])
+
+
+def test_a_rate_more_than_256_times_from_sample_rate_is_refused_by_its_header(ferry, tmp_path):
+    # A 1 Hz file read at 4 MHz once crashed libsoxr (and 2 MHz spun in it): refused, before any
+    # decode, as a DataError naming the file; a file 256 times from the rate asked is read.
+    import wave
+
+    (tmp_path / "c").mkdir()
+    for name, rate in (("one_hertz.wav", 1), ("near.wav", 63)):
+        with wave.open(str(tmp_path / "c" / name), "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(rate)
+            w.writeframes(np.arange(3000, dtype=np.int16).tobytes())
+    ds = ferry.AudioFolder(tmp_path, sample_rate=16000, clip_seconds=0.05, crop="start")
+    skip = ferry.Loader(ds, batch_size=2, device="cpu", on_error="skip")
+    (batch,) = list(skip.epoch(0))
+    assert list(batch.indices) == [0]  # near.wav (63 Hz: 254 times); one_hertz.wav skipped
+    reasons = skip.stats().skip_reasons
+    assert len(reasons) == 1 and "one_hertz.wav" in reasons[0] and "256 times" in reasons[0]

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -192,6 +193,19 @@ class ClipWriter {
 }  // namespace
 
 void check_duration(const AudioInfo& info, const AudioOptions& options, std::string_view name) {
+  // libsndfile's count for a stream whose length its header does not give (a FLAC or Ogg file
+  // written to a pipe): not a length.
+  if (info.frames >= std::numeric_limits<std::int64_t>::max() / 2) {
+    fail(name, "its header gives no length (a stream written without one): not read");
+  }
+  // Resampling by more than 256 either way is no sound a model trains on, and libsoxr's buffers
+  // at ratios of millions crash or spin: refused from the header.
+  constexpr double kMaxRateRatio = 256;
+  const double ratio = static_cast<double>(out_rate(info, options)) / info.sample_rate;
+  if (ratio > kMaxRateRatio || ratio < 1 / kMaxRateRatio) {
+    fail(name, std::to_string(info.sample_rate) + " Hz by its header, more than 256 times from " +
+                   "the sample_rate asked (" + std::to_string(out_rate(info, options)) + " Hz)");
+  }
   const double seconds = static_cast<double>(info.frames) / info.sample_rate;
   if (seconds > options.max_seconds) {
     fail(name, std::to_string(seconds) + " s long by its header (" + std::to_string(info.frames) +
