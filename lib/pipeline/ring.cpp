@@ -113,7 +113,8 @@ std::uint32_t BufferRing::add_slot() {
 }
 
 void BufferRing::give_back_slots() noexcept {
-  while (slot_count() > static_cast<std::size_t>(limit() + kept_slots())) {
+  while (slot_count() >
+         static_cast<std::size_t>(limit()) + static_cast<std::size_t>(kept_slots())) {
     std::uint32_t id = 0;
     if (!free_slots_.pop(id)) return;  // the others are in use: freed when they come back
     Slot& slot = *slots_[id];

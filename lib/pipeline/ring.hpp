@@ -222,7 +222,9 @@ class BufferRing {
           const int kept = kept_slots();
           if (in_use_.load(std::memory_order_acquire) - kept >= limit()) return false;
           got = free_slots_.pop(id);
-          if (!got && slot_count() < static_cast<std::size_t>(limit() + kept) && may_make()) {
+          if (!got &&
+              slot_count() < static_cast<std::size_t>(limit()) + static_cast<std::size_t>(kept) &&
+              may_make()) {
             got = make_slot(id);
           }
           if (got) in_use_.fetch_add(1, std::memory_order_acq_rel);
