@@ -6,7 +6,6 @@
 #include <system_error>
 #include <utility>
 
-#include "core/tsan.hpp"
 #include "datasets/video/video_av.hpp"
 #include "datasets/video/video_index.hpp"
 #include "ferry/error.hpp"
@@ -87,12 +86,7 @@ std::shared_ptr<VideoFolder> VideoFolder::open(const fs::path& root, VideoOption
   const std::size_t n = ds->files_.size();
   ds->indexes_.resize(n);
   ds->errors_.resize(n);
-  // oneTBB's hand-offs are not instrumented: TSan is told that the loop's inputs are seen by its
-  // threads and the indexes they write are seen after it (as lib/pipeline/fill.cpp does).
-  int tsan_edge = 0;
-  FERRY_TSAN_RELEASE(&tsan_edge);
   tbb::parallel_for(std::size_t{0}, n, [&](std::size_t v) {
-    FERRY_TSAN_ACQUIRE(&tsan_edge);
     const std::string name = video_folder_name(ds->files_[v]);
     try {
       ds->indexes_[v] = std::make_shared<const detail::VideoIndex>(
@@ -102,9 +96,7 @@ std::shared_ptr<VideoFolder> VideoFolder::open(const fs::path& root, VideoOption
     } catch (const std::bad_alloc&) {
       ds->errors_[v] = name + ": out of memory while indexing";
     }
-    FERRY_TSAN_RELEASE(&tsan_edge);
   });
-  FERRY_TSAN_ACQUIRE(&tsan_edge);
   return ds;
 }
 
