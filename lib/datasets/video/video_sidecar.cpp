@@ -20,6 +20,7 @@
 
 #include "datasets/common/atomic_file.hpp"
 #include "datasets/common/file_io.hpp"
+#include "datasets/common/sidecar_bytes.hpp"
 #include "datasets/video/video_av.hpp"
 #include "datasets/video/video_index.hpp"
 #include "ferry/error.hpp"
@@ -29,50 +30,6 @@ namespace {
 
 constexpr std::string_view kVideoSidecarMagic = "FERRYVID";
 constexpr std::uint32_t kVideoSidecarVersion = 1;
-
-std::uint64_t video_sidecar_fnv1a(std::string_view bytes) noexcept {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (const char c : bytes) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 0x100000001b3ULL;
-  }
-  return h;
-}
-
-template <class T>
-void video_sidecar_put(std::string& out, T v) {
-  std::uint64_t bits = 0;
-  if constexpr (std::is_same_v<T, double>) {
-    bits = std::bit_cast<std::uint64_t>(v);
-  } else {
-    bits = static_cast<std::uint64_t>(v);
-  }
-  for (std::size_t i = 0; i < sizeof(T); ++i) out.push_back(static_cast<char>(bits >> (8 * i)));
-}
-
-// Reads little-endian values, refusing to read past the end.
-class VideoSidecarCursor {
- public:
-  explicit VideoSidecarCursor(std::string_view bytes) : bytes_(bytes) {}
-  template <class T>
-  std::optional<T> get() {
-    if (bytes_.size() - pos_ < sizeof(T)) return std::nullopt;
-    std::uint64_t v = 0;
-    for (std::size_t i = 0; i < sizeof(T); ++i)
-      v |= std::uint64_t{static_cast<unsigned char>(bytes_[pos_ + i])} << (8 * i);
-    pos_ += sizeof(T);
-    if constexpr (std::is_same_v<T, double>) {
-      return std::bit_cast<double>(v);
-    } else {
-      return static_cast<T>(v);
-    }
-  }
-  std::size_t left() const noexcept { return bytes_.size() - pos_; }
-
- private:
-  std::string_view bytes_;
-  std::size_t pos_ = 0;
-};
 
 struct VideoStamp {
   std::uint64_t size = 0;
@@ -92,11 +49,10 @@ std::optional<VideoIndex> video_sidecar_parse(std::string_view bytes, const Vide
     return {};
   }
   const std::string_view body = bytes.substr(0, bytes.size() - 8);
-  if (VideoSidecarCursor(bytes.substr(body.size())).get<std::uint64_t>() !=
-      video_sidecar_fnv1a(body)) {
+  if (SidecarCursor(bytes.substr(body.size())).get<std::uint64_t>() != sidecar_fnv1a(body)) {
     return {};
   }
-  VideoSidecarCursor c(body.substr(kVideoSidecarMagic.size()));
+  SidecarCursor c(body.substr(kVideoSidecarMagic.size()));
   const auto version = c.get<std::uint32_t>();
   const auto size = c.get<std::uint64_t>();
   const auto mtime = c.get<std::int64_t>();
@@ -153,20 +109,20 @@ void video_sidecar_save(const std::filesystem::path& sidecar, const VideoStamp& 
                         double seconds, const VideoIndex& index) noexcept {
   try {
     std::string out(kVideoSidecarMagic);
-    video_sidecar_put(out, kVideoSidecarVersion);
-    video_sidecar_put(out, stamp.size);
-    video_sidecar_put(out, stamp.mtime_ns);
-    video_sidecar_put(out, seconds);
-    video_sidecar_put(out, static_cast<std::int32_t>(index.stream));
-    video_sidecar_put(out, index.discarded);
-    video_sidecar_put(out, static_cast<std::uint64_t>(index.pts.size()));
-    for (const std::int64_t p : index.pts) video_sidecar_put(out, p);
-    video_sidecar_put(out, static_cast<std::uint64_t>(index.keyframes.size()));
+    sidecar_put(out, kVideoSidecarVersion);
+    sidecar_put(out, stamp.size);
+    sidecar_put(out, stamp.mtime_ns);
+    sidecar_put(out, seconds);
+    sidecar_put(out, static_cast<std::int32_t>(index.stream));
+    sidecar_put(out, index.discarded);
+    sidecar_put(out, static_cast<std::uint64_t>(index.pts.size()));
+    for (const std::int64_t p : index.pts) sidecar_put(out, p);
+    sidecar_put(out, static_cast<std::uint64_t>(index.keyframes.size()));
     for (std::size_t k = 0; k < index.keyframes.size(); ++k) {
-      video_sidecar_put(out, index.keyframes[k]);
-      video_sidecar_put(out, index.seek_ts[k]);
+      sidecar_put(out, index.keyframes[k]);
+      sidecar_put(out, index.seek_ts[k]);
     }
-    video_sidecar_put(out, video_sidecar_fnv1a(out));
+    sidecar_put(out, sidecar_fnv1a(out));
     const FileLabel label{"", sidecar.native()};
     write_file_atomically(sidecar, std::as_bytes(std::span<const char>(out)), label);
   } catch (...) {  // NOLINT(bugprone-empty-catch): a cache that cannot be written is not kept

@@ -9,6 +9,7 @@
 
 #include "core/checked.hpp"
 #include "datasets/common/atomic_file.hpp"
+#include "datasets/common/sidecar_bytes.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry::detail {
@@ -19,57 +20,13 @@ constexpr std::uint32_t kVersion = 1;
 constexpr std::size_t kHeadBytes = 8 + 4 + 8 + 8 + 8;
 constexpr std::size_t kMemberBytes = 8 + 8 + 8 + 4;
 
-std::uint64_t fnv1a(std::string_view bytes) noexcept {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (const char c : bytes) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 0x100000001b3ULL;
-  }
-  return h;
-}
-
-template <class T>
-void put(std::string& out, T v) {
-  for (std::size_t i = 0; i < sizeof(T); ++i) {
-    out.push_back(static_cast<char>(static_cast<std::uint64_t>(v) >> (8 * i) & 0xff));
-  }
-}
-
-// Reads little-endian values from the index, refusing to read past its end.
-class Cursor {
- public:
-  explicit Cursor(std::string_view bytes) : bytes_(bytes) {}
-  template <class T>
-  std::optional<T> get() {
-    if (bytes_.size() - pos_ < sizeof(T)) return std::nullopt;
-    std::uint64_t v = 0;
-    for (std::size_t i = 0; i < sizeof(T); ++i) {
-      v |= std::uint64_t{static_cast<unsigned char>(bytes_[pos_ + i])} << (8 * i);
-    }
-    pos_ += sizeof(T);
-    return static_cast<T>(v);
-  }
-  std::optional<std::string_view> take(std::size_t n) {
-    if (bytes_.size() - pos_ < n) return std::nullopt;
-    const std::string_view s = bytes_.substr(pos_, n);
-    pos_ += n;
-    return s;
-  }
-  std::size_t pos() const noexcept { return pos_; }
-  std::size_t left() const noexcept { return bytes_.size() - pos_; }
-
- private:
-  std::string_view bytes_;
-  std::size_t pos_ = 0;
-};
-
 std::optional<std::vector<TarMember>> parse(std::string_view bytes, const ShardStamp& stamp,
                                             bool match_mtime) {
   if (bytes.size() < kHeadBytes + 8 || bytes.substr(0, kMagic.size()) != kMagic) return {};
   const std::string_view body = bytes.substr(0, bytes.size() - 8);
-  Cursor tail(bytes.substr(body.size()));
-  if (tail.get<std::uint64_t>() != fnv1a(body)) return {};
-  Cursor c(body);
+  SidecarCursor tail(bytes.substr(body.size()));
+  if (tail.get<std::uint64_t>() != sidecar_fnv1a(body)) return {};
+  SidecarCursor c(body);
   c.take(kMagic.size());
   const auto version = c.get<std::uint32_t>();
   const auto size = c.get<std::uint64_t>();
@@ -137,7 +94,7 @@ std::optional<std::uint64_t> sidecar_shard_size(const std::filesystem::path& sid
                                             static_cast<ssize_t>(head.size())) {
       return {};
     }
-    Cursor c(head);
+    SidecarCursor c(head);
     if (c.take(kMagic.size()) != kMagic || c.get<std::uint32_t>() != kVersion) return {};
     return c.get<std::uint64_t>();
   } catch (const Error&) {
@@ -150,18 +107,18 @@ bool save_sidecar(const std::filesystem::path& sidecar, const ShardStamp& stamp,
   try {
     std::string out;
     out += kMagic;
-    put(out, kVersion);
-    put(out, stamp.size);
-    put(out, stamp.mtime_ns);
-    put(out, static_cast<std::uint64_t>(members.size()));
+    sidecar_put(out, kVersion);
+    sidecar_put(out, stamp.size);
+    sidecar_put(out, stamp.mtime_ns);
+    sidecar_put(out, static_cast<std::uint64_t>(members.size()));
     for (const TarMember& m : members) {
-      put(out, m.header);
-      put(out, m.offset);
-      put(out, m.size);
-      put(out, static_cast<std::uint32_t>(m.name.size()));
+      sidecar_put(out, m.header);
+      sidecar_put(out, m.offset);
+      sidecar_put(out, m.size);
+      sidecar_put(out, static_cast<std::uint32_t>(m.name.size()));
       out += m.name;
     }
-    put(out, fnv1a(out));
+    sidecar_put(out, sidecar_fnv1a(out));
     const FileLabel label{"", sidecar.native()};
     write_file_atomically(sidecar, {reinterpret_cast<const std::byte*>(out.data()), out.size()},
                           label);
