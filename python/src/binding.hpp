@@ -56,7 +56,7 @@ bool exit_begun_here() noexcept;
 /// Interpreter exit: from now on threads other than the main one take the GIL no more; waits
 /// (the GIL released) for those already on their way to it. Main thread, GIL held.
 void begin_exit();
-/// A fork's child: the parent's exit is not its own.
+/// A fork's child: the parent's exit is not its own, nor are its other threads' regions.
 void exit_forgotten() noexcept;
 
 /// A stretch of code that may take the GIL on any thread (a destructor that releases it and

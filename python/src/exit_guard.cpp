@@ -65,6 +65,11 @@ void begin_exit() {
   }
 }
 
-void exit_forgotten() noexcept { g_exit_begun.store(false); }
+void exit_forgotten() noexcept {
+  g_exit_begun.store(false);
+  // In a child of fork() only the forking thread exists: the regions the parent's other threads
+  // were inside will never end here, and begin_exit() must not wait for them.
+  g_regions.store(t_depth);
+}
 
 }  // namespace ferry::python

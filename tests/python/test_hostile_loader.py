@@ -165,6 +165,35 @@ def test_a_forked_child_starts_clean():
     assert r.stdout.strip() == "ok"
 
 
+def test_a_forked_child_exits_while_the_parents_thread_reads_python():
+    # A worker thread of the parent is inside Python (a dataset read in threads, processes=0)
+    # when the main thread forks: the child has no such thread, and its exit must not wait for it.
+    r = run_child("""
+        inside, go = threading.Event(), threading.Event()
+        class Blocking:
+            def __len__(self):
+                return 8
+            def __getitem__(self, i):
+                if i == 2:
+                    inside.set()
+                    go.wait()
+                return {"y": np.int64(i)}
+        loader = ferry.Loader(Blocking(), batch_size=1, workers=1, processes=0, device="cpu")
+        ep = loader.epoch(0)
+        assert inside.wait(30)
+        pid = os.fork()
+        if pid == 0:
+            sys.exit(0)  # atexit runs ferry's exit hook in the child
+        _, status = os.waitpid(pid, 0)
+        go.set()
+        assert os.waitstatus_to_exitcode(status) == 0, status
+        assert [int(y) for b in ep for y in b["y"].numpy()] == list(range(8))
+        print("ok")
+    """, timeout=30)
+    assert_clean(r)
+    assert r.stdout.strip() == "ok"
+
+
 def test_multiprocessing_fork_pool_uses_ferry_after_the_parent_did():
     r = run_child("""
         import multiprocessing as mp
