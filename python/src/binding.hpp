@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ferry/ferry.hpp"
 
@@ -34,6 +35,13 @@ void bind_audio(py::module_& m);
 /// naming `who` and the key for a key AudioOptions lacks.
 AudioOptions audio_options_from(const py::object& kw, const char* who);
 void bind_dropin(py::module_& m);
+
+/// Text from ferry that may hold a file's name, whose bytes need not be UTF-8 on Linux. A message
+/// (an error's, a skip reason): bytes that are not UTF-8 appear as \\xNN. A name (a class
+/// folder): as os.fsdecode spells it (surrogates), so that it reaches the file again.
+py::str message_text(const std::string& text);
+py::list message_texts(const std::vector<std::string>& texts);
+py::list name_texts(const std::vector<std::string>& names);
 
 /// None: Device::best(); a ferry.Device; or its text ("cpu", "cuda:1").
 Device to_device(const py::handle& obj);

@@ -51,18 +51,46 @@ void bind_errors(py::module_& m) {
   config_error.doc() = "Bad options, or an API used against its contract.";
   device_error.doc() = "A CUDA failure, with CUDA's error text.";
   py::register_exception_translator([](std::exception_ptr p) {
+    // PyErr_SetString decodes strictly: a message naming a file whose name is not UTF-8 would
+    // arrive empty.
+    const auto set = [](PyObject* kind, const std::exception& e) {
+      PyErr_SetObject(kind, message_text(e.what()).ptr());
+    };
     try {
       if (p) std::rethrow_exception(p);
     } catch (const DataError& e) {
-      PyErr_SetString(data_error.ptr(), e.what());
+      set(data_error.ptr(), e);
     } catch (const ConfigError& e) {
-      PyErr_SetString(config_error.ptr(), e.what());
+      set(config_error.ptr(), e);
     } catch (const DeviceError& e) {
-      PyErr_SetString(device_error.ptr(), e.what());
+      set(device_error.ptr(), e);
     } catch (const Error& e) {
-      PyErr_SetString(error.ptr(), e.what());
+      set(error.ptr(), e);
     }
   });
+}
+
+py::str message_text(const std::string& text) {
+  PyObject* s = PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()),
+                                     "backslashreplace");
+  if (s == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(s);
+}
+
+py::list message_texts(const std::vector<std::string>& texts) {
+  py::list out;
+  for (const std::string& t : texts) out.append(message_text(t));
+  return out;
+}
+
+py::list name_texts(const std::vector<std::string>& names) {
+  py::list out;
+  for (const std::string& n : names) {
+    PyObject* s = PyUnicode_DecodeFSDefaultAndSize(n.data(), static_cast<Py_ssize_t>(n.size()));
+    if (s == nullptr) throw py::error_already_set();
+    out.append(py::reinterpret_steal<py::str>(s));
+  }
+  return out;
 }
 
 Device to_device(const py::handle& obj) {

@@ -419,3 +419,35 @@ def test_writing_into_a_read_only_memmap_through_ferry_is_refused(tmp_path):
             print("refused")
     """)
     assert rc == 0 and "refused" in out, out
+
+
+# ---- names that are not UTF-8 -----------------------------------------------------------------
+
+
+def test_file_and_class_names_that_are_not_utf8_reach_python(ferry, tmp_path):
+    # Linux names are bytes: a class folder and a file in Latin-1. Class names come back as
+    # os.fsdecode spells them (they reach the folder again), messages name the file with \xNN,
+    # and a skip reason is text: nothing arrives empty or as a UnicodeDecodeError.
+    root = os.fsencode(tmp_path) + b"/imgs"
+    good, bad = root + b"/caf\xe9", root + b"/ok"
+    os.makedirs(good)
+    os.makedirs(bad)
+    png = bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010800000000"
+        "3a7e9b550000000a49444154789c63600000000200015c4f4b9e0000000049454e44ae426082")
+    with open(good + b"/a.png", "wb") as f:
+        f.write(png)
+    with open(bad + b"/broken\xff.png", "wb") as f:
+        f.write(b"not an image at all")
+    ds = ferry.ImageFolder(os.fsdecode(root), height=1, width=1, channels=1)
+    assert ds.classes == ["caf\udce9", "ok"]
+    assert os.path.isdir(os.path.join(os.fsdecode(root), ds.classes[0]))
+    with pytest.raises(ferry.DataError) as info:
+        for _ in ferry.Loader(ds, batch_size=1, device="cpu").epoch(0):
+            pass
+    assert "broken\\xff.png" in str(info.value), str(info.value)
+    loader = ferry.Loader(ds, batch_size=1, device="cpu", on_error="skip")
+    got = [int(y) for b in loader.epoch(0) for y in b["label"].numpy()]
+    assert got == [0]
+    reasons = loader.stats().skip_reasons
+    assert len(reasons) == 1 and "broken\\xff.png" in reasons[0], reasons
