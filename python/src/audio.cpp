@@ -122,7 +122,8 @@ the first file's. A bad file is a DataError naming it, raised for its sample.)do
            py::arg("root"), py::kw_only(), py::arg("sample_rate") = 16000, py::arg("channels") = 1,
            py::arg("clip_seconds") = 0.0, py::arg("crop") = "random", py::arg("mel") = py::none(),
            py::arg("max_seconds") = 3600.0)
-      .def_property_readonly("classes", [](const AudioFolder& d) { return name_texts(d.classes()); })
+      .def_property_readonly("classes",
+                             [](const AudioFolder& d) { return name_texts(d.classes()); })
       .def_property_readonly("sample_rate",
                              [](const AudioFolder& ds) { return ds.options().sample_rate; })
       .def_property_readonly("channels",

@@ -403,7 +403,8 @@ or "resize".)doc")
            py::arg("channels") = 3, py::arg("geometry") = "resize_then_center_crop",
            py::arg("resize") = 0, py::arg("random_flip") = false, py::arg("normalize") = py::none(),
            py::arg("max_pixels") = std::int64_t{1} << 26, py::arg("max_jpeg_scans") = 256)
-      .def_property_readonly("classes", [](const ImageFolder& d) { return name_texts(d.classes()); })
+      .def_property_readonly("classes",
+                             [](const ImageFolder& d) { return name_texts(d.classes()); })
       .def("path", &ImageFolder::path, py::arg("index"))
       .def("label", &ImageFolder::label, py::arg("index"));
 

@@ -536,7 +536,8 @@ void bind_loader(py::module_& m) {
       .def_readonly("samples", &LoaderStats::samples)
       .def_readonly("bytes", &LoaderStats::bytes)
       .def_readonly("skipped", &LoaderStats::skipped)
-      .def_property_readonly("skip_reasons", [](const LoaderStats& s) { return message_texts(s.skip_reasons); })
+      .def_property_readonly("skip_reasons",
+                             [](const LoaderStats& s) { return message_texts(s.skip_reasons); })
       .def_readonly("read_seconds", &LoaderStats::read_seconds)
       .def_readonly("worker_capacity_seconds", &LoaderStats::worker_capacity_seconds)
       .def_readonly("slot_wait_seconds", &LoaderStats::slot_wait_seconds)

@@ -96,7 +96,8 @@ ferry.DataError naming it when its samples are read. See VideoOptions in ferry/v
            py::arg("size") = py::make_tuple(112, 112), py::arg("start") = "random",
            py::arg("clips_per_video") = 1, py::arg("max_seconds") = 4 * 3600.0,
            py::arg("decode_threads") = 1, py::arg("index_files") = true)
-      .def_property_readonly("classes", [](const VideoFolder& d) { return name_texts(d.classes()); })
+      .def_property_readonly("classes",
+                             [](const VideoFolder& d) { return name_texts(d.classes()); })
       .def_property_readonly("videos", &VideoFolder::videos)
       .def("path", &VideoFolder::path, py::arg("video"))
       .def("label", &VideoFolder::label, py::arg("video"))
