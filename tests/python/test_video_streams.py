@@ -84,7 +84,8 @@ def mp4_replace(data, name, new):
     X264 + ["-bf", "3", "-g", "12"],
     ["-c:v", "mpeg4", "-q:v", "2", "-bf", "2", "-g", "8"],
     ["-c:v", "mpeg2video", "-q:v", "2", "-bf", "2", "-g", "10"],
-], ids=["h264", "mpeg4", "mpeg2"])
+    ["-c:v", "mpeg4", "-q:v", "2", "-bf", "0", "-g", "8"],  # no reordering: clips seek
+], ids=["h264", "mpeg4", "mpeg2", "mpeg4_no_b"])
 def test_avi_with_b_frames_gives_the_frames_in_presentation_order(ferry, tmp_path, codec):
     # AVI stores no presentation timestamps: frames are the decoder's, counted in its order.
     make(tmp_path / "c" / "v.avi", 30, *codec)

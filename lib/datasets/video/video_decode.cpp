@@ -76,7 +76,11 @@ class ClipWriter {
     return true;
   }
 
-  void restart() noexcept { seen_ = false; }
+  // A new attempt, from the clip's first frame.
+  void restart() noexcept {
+    seen_ = false;
+    next_ = 0;
+  }
 
  private:
   void scale(const AVFrame* frame, std::uint8_t* dst) {
@@ -141,6 +145,8 @@ class FrameNumbers {
   // (the attempt must start from the first frame instead).
   std::int64_t of(const AVFrame* f) {
     if (index_.counted) {
+      // After a seek, a B-frame means reordering: the count cannot be trusted.
+      if (first_dts_ != AV_NOPTS_VALUE && f->pict_type == AV_PICTURE_TYPE_B) return -2;
       if (!started_) {
         started_ = true;
         if (first_dts_ == AV_NOPTS_VALUE ? f->key_frame == 0 : f->pkt_dts != first_dts_) return -2;
@@ -287,8 +293,8 @@ void decode_clip(AvInput& in, const VideoIndex& index, std::span<const std::int6
       case Attempt::done:
         return;
       case Attempt::lost:
-        // Counted frames whose first is not the one expected: numbered from the start instead,
-        // never shifted.
+        // Counted frames whose first is not the one expected, or that meet a B-frame after a
+        // seek: numbered from the start instead, never shifted.
         if (from_start) {
           throw DataError(name +
                           ": cannot number its frames: the decode from the start does not "

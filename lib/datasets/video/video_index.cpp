@@ -134,7 +134,10 @@ VideoIndex index_video(AvInput& in, const std::string& name, double max_seconds,
   // its frames are numbered by the decoder's output.
   index.counted = fmt->iformat != nullptr && std::string_view(fmt->iformat->name) == "avi";
   const AVCodecDescriptor* desc = avcodec_descriptor_get(st->codecpar->codec_id);
-  const bool intra_only = desc != nullptr && (desc->props & AV_CODEC_PROP_INTRA_ONLY) != 0;
+  // Decoding order is presentation order: an intra-only codec, or one that says it reorders no
+  // frames (a decode after a seek checks it: a B-frame sends the clip back to the start).
+  const bool in_order = (desc != nullptr && (desc->props & AV_CODEC_PROP_INTRA_ONLY) != 0) ||
+                        st->codecpar->video_delay == 0;
 
   std::vector<VideoIndexPacket> packets;
   std::uint64_t stream_packets = 0;  // the discarded ones too, as the header counts them
@@ -204,11 +207,11 @@ VideoIndex index_video(AvInput& in, const std::string& name, double max_seconds,
     index.pts.push_back(packets[k].pts);
     if (!packets[k].key) continue;
     // A seek is trusted where the frame it lands on is known: in counted frames, only where
-    // decoding order is presentation order; by timestamps, only where no other frame shares the
-    // keyframe's (a seek lands on one of them, which cannot be told apart).
+    // decoding order is presentation order (in_order); by timestamps, only where no other frame
+    // shares the keyframe's (a seek lands on one of them, which cannot be told apart).
     const bool shared = (k > 0 && packets[k - 1].pts == packets[k].pts) ||
                         (k + 1 < packets.size() && packets[k + 1].pts == packets[k].pts);
-    if (k > 0 && ((index.counted && !intra_only) || shared)) continue;
+    if (k > 0 && ((index.counted && !in_order) || shared)) continue;
     index.keyframes.push_back(static_cast<std::int64_t>(k));
     index.seek_ts.push_back(packets[k].seek);
   }

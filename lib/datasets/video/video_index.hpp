@@ -23,7 +23,8 @@ struct VideoIndex {
                                // list's start, or before the first keyframe)
   /// The container stores no presentation timestamps (AVI): frame k is the k-th frame the decoder
   /// gives, and pts holds each frame's packet's dts in decoding order. A seek is kept only where
-  /// decoding order is presentation order (an intra-only codec).
+  /// decoding order is presentation order (an intra-only codec, or one that reorders no frames:
+  /// a decode after a seek that meets a B-frame starts again from the first frame).
   bool counted = false;
   /// Frame number of timestamp `ts` (the first of the frames that share it); -1 when no frame
   /// has it.
