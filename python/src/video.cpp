@@ -106,7 +106,7 @@ void bind_video(py::module_& m) {
   py::class_<VideoFolder, Dataset, std::shared_ptr<VideoFolder>>(m, "VideoFolder", R"doc(
 root/<class>/<video> (.mp4, .mkv, .webm, .avi, .mov), decoded by FFmpeg on the loader's workers:
 "video" u8 [frames, height, width, 3] (RGB) and "label" i64 []. Frames are exact (counted by
-presentation timestamps). start: "random" (from the sample's seed), "start", "center" or
+presentation timestamps; in AVI, by the decoder's output). start: "random" (from the sample's seed), "start", "center" or
 "uniform" (frames spread over the whole video); a clip past the end repeats the last frame.
 clips_per_video=k makes k samples of each video. Each video is indexed at open (kept beside it
 as <video>.ferryidx when index_files and the folder is writable). A bad video raises

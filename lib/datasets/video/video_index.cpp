@@ -133,6 +133,8 @@ VideoIndex index_video(AvInput& in, const std::string& name, double max_seconds,
   // AVI stores no presentation timestamps (FFmpeg's are guesses, wrong for H.264's B-frames):
   // its frames are numbered by the decoder's output.
   index.counted = fmt->iformat != nullptr && std::string_view(fmt->iformat->name) == "avi";
+  const bool mp4 =
+      fmt->iformat != nullptr && std::string_view(fmt->iformat->name).starts_with("mov,");
   const AVCodecDescriptor* desc = avcodec_descriptor_get(st->codecpar->codec_id);
   // Decoding order is presentation order: an intra-only codec, or one that says it reorders no
   // frames (a decode after a seek checks it: a B-frame sends the clip back to the start).
@@ -170,9 +172,9 @@ VideoIndex index_video(AvInput& in, const std::string& name, double max_seconds,
     seen_key = seen_key || key;
     if (!seen_key) continue;
     if ((flags & AV_PKT_FLAG_DISCARD) != 0) continue;  // before an edit list's start
-    // The frames an edit list shows, in decoding order: their timestamps never go back (a second
-    // edit may start again from an earlier keyframe, with packets flagged discard).
-    if (dts != AV_NOPTS_VALUE) {
+    // The frames an MP4's edit list shows, in decoding order: their stored dts never go back (a
+    // second edit may start again from an earlier keyframe, with packets flagged discard).
+    if (mp4 && dts != AV_NOPTS_VALUE) {
       if (last_dts != AV_NOPTS_VALUE && dts < last_dts) {
         throw DataError(name + ": its timestamps go backwards at frame " +
                         std::to_string(packets.size()) +
