@@ -242,3 +242,13 @@ def test_size_members_that_are_no_ints_are_a_type_error(ferry, tmp_path, size):
         tar.addfile(info, io.BytesIO(b"0"))
     with pytest.raises(TypeError, match="size"):
         ferry.WebDataset(str(shard), video=dict(size=size), index_files=False)
+
+
+def test_an_avi_index_kept_beside_it_numbers_the_same_frames(ferry, tmp_path):
+    make(tmp_path / "c" / "v.avi", 24, *X264, "-bf", "3", "-g", "8")
+    got = []
+    for _ in range(2):  # the second open reads the sidecar
+        ds = ferry.VideoFolder(tmp_path, frames=4, stride=5, size=(24, 32), start="center")
+        got.append((ds.frame_count(0), first_clip(ferry, ds), list(ds.clip_frames(0, 0))))
+    assert (tmp_path / "c" / "v.avi.ferryidx").exists()
+    assert got[0] == got[1] and got[0][1] == got[0][2] and got[0][0] == 24
