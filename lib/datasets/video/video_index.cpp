@@ -154,7 +154,8 @@ VideoIndex index_video(AvInput& in, const std::string& name, double max_seconds,
       throw DataError(name + ": cannot read the packet of frame " + std::to_string(packets.size()) +
                       ": " + av_error_text(r));
     }
-    const bool ours = pkt->stream_index == index.stream && pkt->size > 0;
+    const bool ours = pkt->stream_index == index.stream;
+    const bool empty = pkt->size <= 0;
     const std::int64_t pts = pkt->pts;
     const std::int64_t dts = pkt->dts;
     const std::int64_t duration = pkt->duration;
@@ -162,6 +163,7 @@ VideoIndex index_video(AvInput& in, const std::string& name, double max_seconds,
     av_packet_unref(pkt.get());
     if (!ours) continue;
     ++stream_packets;
+    if (empty) continue;  // a dropped frame (AVI's, an MP4's empty sample): no picture
     if (dts != AV_NOPTS_VALUE) end_dts = dts + std::max<std::int64_t>(duration, 1);
     if ((flags & AV_PKT_FLAG_CORRUPT) != 0 && (flags & AV_PKT_FLAG_DISCARD) == 0) {
       throw DataError(name + ": corrupt or truncated packet at frame " +
