@@ -72,10 +72,13 @@ FERRY_API void decode_video(std::span<const std::byte> bytes, const VideoOptions
 ///
 /// Fields: "video" u8 [T, H, W, 3] (RGB) and "label" i64 [] (the class's position in classes()).
 /// Frames are exact: frame k is the k-th frame in presentation order (by timestamps, so variable
-/// frame rates and B-frames are right), the same frames a decode from the first frame would give.
+/// frame rates and B-frames are right; in AVI, which stores none, the decoder's k-th frame), the
+/// same frames a decode from the first frame would give (frames before the first keyframe, which
+/// cannot be decoded, are not counted).
 ///
 /// Each video is indexed at open from its container's packets, without decoding: the sorted
-/// presentation timestamps (frame k has the k-th), and which frames are keyframes. A clip is one
+/// presentation timestamps (frame k has the k-th), and which frames are keyframes. An edit list
+/// that shows its media out of order is a DataError. A clip is one
 /// seek to the keyframe at or before its first frame, then forward-only decoding, one frame at
 /// a time, that stops after its last frame (should the seek land past the first frame, the
 /// keyframe before is tried). A bad video (corrupt, truncated, no video stream, no frames,

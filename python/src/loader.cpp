@@ -735,12 +735,16 @@ each sample's seed before its __getitem__) concern a dataset written in Python.)
       .def(
           "resume",
           [](PyLoader& self, const py::object& state) {
+            if (state.is_none()) {
+              throw py::type_error(
+                  "Loader.resume: state is required (what Loader.state() returned)");
+            }
             const LoaderState s = to_state(state);
             std::unique_ptr<PyEpoch> epoch = start(self, [&](Loader& l) { return l.resume(s); });
             self.next_epoch = s.epoch + 1;
             return epoch;
           },
-          py::arg("state"), py::keep_alive<0, 1>(),
+          py::arg("state") = py::none(), py::keep_alive<0, 1>(),
           "The rest of the epoch where `state` (from state(), perhaps of another process or "
           "world size) left off.")
       .def("__iter__", &next_epoch, py::keep_alive<0, 1>())

@@ -4,6 +4,8 @@
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
+#include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,20 +23,44 @@ ClipStart to_clip_start(const std::string& text) {
                     "\" is none of random, start, center, uniform");
 }
 
-// (height, width) from a pair, or one int for a square.
-void video_size(const py::handle& size, VideoOptions& o) {
-  if (py::isinstance<py::int_>(size)) {
-    o.height = o.width = size.cast<int>();
+// A Python int that fits a C int, else nullopt (a float, a str, or an int out of range).
+std::optional<int> video_int(const py::handle& v) {
+  // An int, or what __index__ makes one (numpy's integers); never a bool or a float.
+  if (py::isinstance<py::bool_>(v) || PyIndex_Check(v.ptr()) == 0) return std::nullopt;
+  const auto wide = py::reinterpret_steal<py::int_>(PyNumber_Index(v.ptr()));
+  if (!wide) throw py::error_already_set();
+  if (wide < py::int_(std::numeric_limits<int>::min()) ||
+      wide > py::int_(std::numeric_limits<int>::max())) {
+    return std::nullopt;
+  }
+  return wide.cast<int>();
+}
+
+// (height, width) from a pair of ints, or one int for a square.
+void video_size(const py::handle& size, VideoOptions& o, const char* who) {
+  if (const std::optional<int> side = video_int(size)) {
+    o.height = o.width = *side;
     return;
   }
   if (py::isinstance<py::sequence>(size) && !py::isinstance<py::str>(size) && py::len(size) == 2) {
-    const auto pair = size.cast<std::vector<int>>();
-    o.height = pair[0];
-    o.width = pair[1];
-    return;
+    const auto pair = size.cast<py::sequence>();
+    const std::optional<int> h = video_int(pair[0]);
+    const std::optional<int> w = video_int(pair[1]);
+    if (h && w) {
+      o.height = *h;
+      o.width = *w;
+      return;
+    }
   }
-  throw py::type_error("VideoFolder: size is (height, width) or an int, not " +
+  throw py::type_error(std::string(who) + ": size is (height, width) of ints or one int, not " +
                        py::repr(size).cast<std::string>());
+}
+
+// An int keyword of video=dict(...): a TypeError naming it otherwise.
+int video_int_key(const py::handle& v, const std::string& key, const char* where) {
+  if (const std::optional<int> i = video_int(v)) return *i;
+  throw py::type_error(std::string(where) + ": video's " + key + " is an int, not " +
+                       py::repr(v).cast<std::string>());
 }
 
 }  // namespace
@@ -49,17 +75,25 @@ VideoOptions video_options(const py::handle& obj, const char* where) {
   for (const auto& [key, value] : obj.cast<py::dict>()) {
     const auto k = key.cast<std::string>();
     if (k == "frames") {
-      o.frames = value.cast<int>();
+      o.frames = video_int_key(value, k, where);
     } else if (k == "stride") {
-      o.stride = value.cast<int>();
+      o.stride = video_int_key(value, k, where);
     } else if (k == "size") {
-      video_size(value, o);
+      video_size(value, o, where);
     } else if (k == "start") {
+      if (!py::isinstance<py::str>(value)) {
+        throw py::type_error(std::string(where) + ": video's start is a str, not " +
+                             py::repr(value).cast<std::string>());
+      }
       o.start = to_clip_start(value.cast<std::string>());
     } else if (k == "max_seconds") {
+      if (!py::isinstance<py::float_>(value) && !video_int(value)) {
+        throw py::type_error(std::string(where) + ": video's max_seconds is a number, not " +
+                             py::repr(value).cast<std::string>());
+      }
       o.max_seconds = value.cast<double>();
     } else if (k == "decode_threads") {
-      o.decode_threads = value.cast<int>();
+      o.decode_threads = video_int_key(value, k, where);
     } else {
       throw py::type_error(std::string(where) + ": video has no key " + k +
                            "; it takes frames, stride, size, start, max_seconds, decode_threads");
@@ -72,7 +106,7 @@ void bind_video(py::module_& m) {
   py::class_<VideoFolder, Dataset, std::shared_ptr<VideoFolder>>(m, "VideoFolder", R"doc(
 root/<class>/<video> (.mp4, .mkv, .webm, .avi, .mov), decoded by FFmpeg on the loader's workers:
 "video" u8 [frames, height, width, 3] (RGB) and "label" i64 []. Frames are exact (counted by
-presentation timestamps). start: "random" (from the sample's seed), "start", "center" or
+presentation timestamps; in AVI, by the decoder's output). start: "random" (from the sample's seed), "start", "center" or
 "uniform" (frames spread over the whole video); a clip past the end repeats the last frame.
 clips_per_video=k makes k samples of each video. Each video is indexed at open (kept beside it
 as <video>.ferryidx when index_files and the folder is writable). A bad video raises
@@ -83,7 +117,7 @@ ferry.DataError naming it when its samples are read. See VideoOptions in ferry/v
              VideoOptions o;
              o.frames = frames;
              o.stride = stride;
-             video_size(size, o);
+             video_size(size, o, "VideoFolder");
              o.start = to_clip_start(start);
              o.clips_per_video = clips_per_video;
              o.max_seconds = max_seconds;

@@ -76,7 +76,11 @@ class ClipWriter {
     return true;
   }
 
-  void restart() noexcept { seen_ = false; }
+  // A new attempt, from the clip's first frame.
+  void restart() noexcept {
+    seen_ = false;
+    next_ = 0;
+  }
 
  private:
   void scale(const AVFrame* frame, std::uint8_t* dst) {
@@ -126,12 +130,55 @@ std::int64_t video_decode_ts(const AVFrame* f) {
   return f->pts != AV_NOPTS_VALUE ? f->pts : f->best_effort_timestamp;
 }
 
-enum class Attempt { done, started_late, ended };
+enum class Attempt { done, started_late, ended, lost };
+
+// How decoded frames get their numbers in one attempt.
+class FrameNumbers {
+ public:
+  // `first`: the number of the first frame the attempt decodes where frames are counted (the
+  // keyframe it seeks to, or 0 from the start); `first_dts`: that keyframe's dts, which the first
+  // frame must show (AV_NOPTS_VALUE: from the start, where it must be a keyframe).
+  FrameNumbers(const VideoIndex& index, std::int64_t first, std::int64_t first_dts)
+      : index_(index), next_(first), first_dts_(first_dts) {}
+
+  // The number of `f`; -1: none (before the index's first frame); -2: it cannot be known here
+  // (the attempt must start from the first frame instead).
+  std::int64_t of(const AVFrame* f) {
+    if (index_.counted) {
+      // After a seek, a B-frame means reordering: the count cannot be trusted.
+      if (first_dts_ != AV_NOPTS_VALUE && f->pict_type == AV_PICTURE_TYPE_B) return -2;
+      if (!started_) {
+        started_ = true;
+        if (first_dts_ == AV_NOPTS_VALUE ? f->key_frame == 0 : f->pkt_dts != first_dts_) return -2;
+      }
+      return next_++;
+    }
+    // By timestamp; frames that share one follow one another in decoding order.
+    const std::int64_t ts = video_decode_ts(f);
+    std::int64_t n = index_.frame_of(ts);
+    if (n >= 0 && ts == last_ts_ && last_n_ >= n && last_n_ + 1 < std::ssize(index_.pts) &&
+        index_.pts[static_cast<std::size_t>(last_n_ + 1)] == ts) {
+      n = last_n_ + 1;
+    }
+    last_ts_ = ts;
+    last_n_ = n;
+    return n;
+  }
+
+ private:
+  const VideoIndex& index_;
+  std::int64_t next_;
+  std::int64_t first_dts_;
+  bool started_ = false;
+  std::int64_t last_ts_ = AV_NOPTS_VALUE;
+  std::int64_t last_n_ = -1;
+};
 
 // Reads, decodes and hands frames to `w` until the clip is done, the decode started past its
-// first frame, or the stream ended.
+// first frame, the frames' numbers are lost, or the stream ended.
 Attempt video_decode_run(AVFormatContext* fmt, AVCodecContext* ctx, const VideoIndex& index,
-                         ClipWriter& w, std::int64_t max_packets, const std::string& name) {
+                         FrameNumbers numbers, ClipWriter& w, std::int64_t max_packets,
+                         const std::string& name) {
   std::int64_t sent = 0;
   const PacketPtr pkt = make_packet();
   const FramePtr frame = make_frame();
@@ -147,7 +194,11 @@ Attempt video_decode_run(AVFormatContext* fmt, AVCodecContext* ctx, const VideoI
                         std::to_string(w.done() ? 0 : w.next()) +
                         " of the clip: " + av_error_text(r));
       }
-      const std::int64_t n = index.frame_of(video_decode_ts(frame.get()));
+      const std::int64_t n = numbers.of(frame.get());
+      if (n == -2) {
+        av_frame_unref(frame.get());
+        return Attempt::lost;
+      }
       const bool ok = w.take(frame.get(), n);
       av_frame_unref(frame.get());
       if (!ok) return Attempt::started_late;
@@ -172,7 +223,8 @@ Attempt video_decode_run(AVFormatContext* fmt, AVCodecContext* ctx, const VideoI
     if (r < 0) throw DataError(name + ": cannot read a packet: " + av_error_text(r));
     // A packet flagged discard (before an edit list's start) is decoded all the same: later
     // frames may refer to it; the decoder drops its picture, and the index has no number for it.
-    if (pkt->stream_index != index.stream) {
+    // An empty packet (an AVI's dropped frame) is no frame, and would end the decode.
+    if (pkt->stream_index != index.stream || pkt->size <= 0) {
       av_packet_unref(pkt.get());
       continue;
     }
@@ -234,9 +286,22 @@ void decode_clip(AvInput& in, const VideoIndex& index, std::span<const std::int6
     const std::int64_t first = from_start ? 0 : index.keyframes[static_cast<std::size_t>(key)];
     const std::int64_t max_packets =
         frames.back() - first + 1 + slack + (from_start ? index.discarded : 0);
-    switch (video_decode_run(in.get(), ctx.get(), index, writer, max_packets, name)) {
+    const std::int64_t first_dts =
+        from_start ? AV_NOPTS_VALUE : index.pts[static_cast<std::size_t>(first)];
+    switch (video_decode_run(in.get(), ctx.get(), index, FrameNumbers(index, first, first_dts),
+                             writer, max_packets, name)) {
       case Attempt::done:
         return;
+      case Attempt::lost:
+        // Counted frames whose first is not the one expected, or that meet a B-frame after a
+        // seek: numbered from the start instead, never shifted.
+        if (from_start) {
+          throw DataError(name +
+                          ": cannot number its frames: the decode from the start does not "
+                          "begin with a keyframe");
+        }
+        key = 0;
+        continue;
       case Attempt::started_late:
         if (from_start) {
           throw DataError(name + ": the decode from the first keyframe starts past frame " +

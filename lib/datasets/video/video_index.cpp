@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 #include <string>
+#include <string_view>
 
 #include "datasets/video/video_av.hpp"
 #include "ferry/error.hpp"
@@ -21,37 +22,78 @@ namespace {
 
 // One video packet as the index sees it.
 struct VideoIndexPacket {
-  std::int64_t pts;
-  std::int64_t seek;  // min(pts, dts)
+  std::int64_t pts;       // the dts in decoding order where the container stores no pts
+  std::int64_t seek;      // min(pts, dts)
+  std::int64_t duration;  // 0: unknown
+  std::int64_t order;     // its place among the frames in decoding order
   bool key;
 };
 
-// The duration the header claims, in seconds; negative when it says none.
-double video_index_header_seconds(const AVFormatContext* fmt, const AVStream* st) {
-  if (st->duration != AV_NOPTS_VALUE && st->duration > 0)
-    return static_cast<double>(st->duration) * av_q2d(st->time_base);
-  if (fmt->duration != AV_NOPTS_VALUE && fmt->duration > 0)
-    return static_cast<double>(fmt->duration) / AV_TIME_BASE;
-  return -1;
+// The duration the header claims, in seconds; negative when it says none. The stream's own, or
+// the file's when the video is its only stream (for the truncation check), or the longer of the
+// two (`longest`, for max_seconds).
+double video_index_header_seconds(const AVFormatContext* fmt, const AVStream* st, bool longest) {
+  const double stream = st->duration != AV_NOPTS_VALUE && st->duration > 0
+                            ? static_cast<double>(st->duration) * av_q2d(st->time_base)
+                            : -1;
+  const double file = fmt->duration != AV_NOPTS_VALUE && fmt->duration > 0
+                          ? static_cast<double>(fmt->duration) / AV_TIME_BASE
+                          : -1;
+  if (longest) return std::max(stream, file);
+  if (stream > 0) return stream;
+  return fmt->nb_streams == 1 ? file : -1;
 }
 
 // A header whose duration the frames fall well short of: the file was cut short (a container
-// such as Matroska has no frame count to tell). Judged by the stream's own duration, or the
-// file's when the video is its only stream; a second, or 5 % of the duration, of slack.
-void video_index_check_coverage(const AVFormatContext* fmt, const AVStream* st,
-                                const std::vector<VideoIndexPacket>& packets, double seconds,
-                                const std::string& name) {
+// such as Matroska has no frame count to tell). The frames' end is the last frame's timestamp
+// plus its duration (the longest such end), from time 0 or from the first frame
+// (a header may count either, when the timestamps start late); a second, or 5 % of the
+// duration, of slack.
+void video_index_check_coverage(const AVStream* st, const std::vector<VideoIndexPacket>& packets,
+                                double seconds, const std::string& name) {
   if (!(seconds > 0) || packets.size() < 2) return;
-  if (!(st->duration != AV_NOPTS_VALUE && st->duration > 0) && fmt->nb_streams != 1) return;
   const auto [lo, hi] = std::minmax_element(
       packets.begin(), packets.end(),
       [](const VideoIndexPacket& a, const VideoIndexPacket& b) { return a.pts < b.pts; });
   const auto n = static_cast<double>(packets.size());
-  const double covered =
-      static_cast<double>(hi->pts - lo->pts) * av_q2d(st->time_base) * n / (n - 1);
+  const double tb = av_q2d(st->time_base);
+  const double step = static_cast<double>(hi->pts - lo->pts) / (n - 1);
+  double end = static_cast<double>(hi->pts) + step;
+  for (const VideoIndexPacket& p : packets)
+    end = std::max(end, static_cast<double>(p.pts) + static_cast<double>(p.duration));
+  const double covered = std::max(end, end - static_cast<double>(lo->pts)) * tb;
   if (seconds - covered > std::max(1.0, 0.05 * seconds)) {
     throw DataError(name + ": truncated: its header claims " + std::to_string(seconds) +
                     " seconds, its frames cover " + std::to_string(covered));
+  }
+}
+
+// A header frame count over the frames the file holds: the file was cut short. AVI counts its
+// dropped (empty) frames, which the demuxer skips but its timestamps step over; a muxer that
+// wrote to a pipe leaves a placeholder count (2^30) that says nothing.
+void video_index_check_count(const AVStream* st, std::uint64_t stream_packets, bool counted,
+                             std::int64_t end_dts, const std::string& name) {
+  constexpr std::int64_t kPlaceholder = std::int64_t{1} << 30;
+  if (st->nb_frames <= 0 || st->nb_frames >= kPlaceholder) return;
+  std::uint64_t held = stream_packets;
+  if (counted && end_dts > 0) held = std::max(held, static_cast<std::uint64_t>(end_dts));
+  if (static_cast<std::uint64_t>(st->nb_frames) > held) {
+    throw DataError(name + ": truncated: its header counts " + std::to_string(st->nb_frames) +
+                    " frames, the file holds " + std::to_string(held));
+  }
+}
+
+// Frames that share a timestamp are numbered in decoding order, which is their order only when
+// they follow one another in it (a high frame rate in a millisecond time base); elsewhere (an edit
+// list that shows some media twice) no order can be trusted.
+void video_index_check_shared(const std::vector<VideoIndexPacket>& sorted,
+                              const std::string& name) {
+  for (std::size_t k = 1; k < sorted.size(); ++k) {
+    if (sorted[k].pts == sorted[k - 1].pts && sorted[k].order != sorted[k - 1].order + 1) {
+      throw DataError(name + ": frames " + std::to_string(k - 1) + " and " + std::to_string(k) +
+                      " share a timestamp but not a place in decoding order (an edit list that "
+                      "repeats its media?): not supported");
+    }
   }
 }
 
@@ -82,15 +124,28 @@ VideoIndex index_video(AvInput& in, const std::string& name, double max_seconds,
   VideoIndex index;
   index.stream = r;
   const AVStream* st = fmt->streams[r];
-  const double seconds = video_index_header_seconds(fmt, st);
-  check_video_seconds(seconds, max_seconds, name);
-  if (seconds_out != nullptr) *seconds_out = seconds;
+  const double claimed = video_index_header_seconds(fmt, st, true);
+  check_video_seconds(claimed, max_seconds, name);
+  if (seconds_out != nullptr) *seconds_out = claimed;
   for (unsigned s = 0; s < fmt->nb_streams; ++s) {
     if (static_cast<int>(s) != index.stream) fmt->streams[s]->discard = AVDISCARD_ALL;
   }
+  // AVI stores no presentation timestamps (FFmpeg's are guesses, wrong for H.264's B-frames):
+  // its frames are numbered by the decoder's output.
+  index.counted = fmt->iformat != nullptr && std::string_view(fmt->iformat->name) == "avi";
+  const bool mp4 =
+      fmt->iformat != nullptr && std::string_view(fmt->iformat->name).starts_with("mov,");
+  const AVCodecDescriptor* desc = avcodec_descriptor_get(st->codecpar->codec_id);
+  // Decoding order is presentation order: an intra-only codec, or one that says it reorders no
+  // frames (a decode after a seek checks it: a B-frame sends the clip back to the start).
+  const bool in_order = (desc != nullptr && (desc->props & AV_CODEC_PROP_INTRA_ONLY) != 0) ||
+                        st->codecpar->video_delay == 0;
 
   std::vector<VideoIndexPacket> packets;
   std::uint64_t stream_packets = 0;  // the discarded ones too, as the header counts them
+  std::int64_t last_dts = AV_NOPTS_VALUE;
+  std::int64_t end_dts = 0;
+  bool seen_key = false;
   const PacketPtr pkt = make_packet();
   for (;;) {
     r = av_read_frame(fmt, pkt.get());
@@ -100,43 +155,69 @@ VideoIndex index_video(AvInput& in, const std::string& name, double max_seconds,
                       ": " + av_error_text(r));
     }
     const bool ours = pkt->stream_index == index.stream;
+    const bool empty = pkt->size <= 0;
     const std::int64_t pts = pkt->pts;
     const std::int64_t dts = pkt->dts;
+    const std::int64_t duration = pkt->duration;
     const int flags = pkt->flags;
     av_packet_unref(pkt.get());
     if (!ours) continue;
     ++stream_packets;
-    if ((flags & AV_PKT_FLAG_DISCARD) != 0) continue;  // before an edit list's start
-    if ((flags & AV_PKT_FLAG_CORRUPT) != 0) {
+    if (empty) continue;  // a dropped frame (AVI's, an MP4's empty sample): no picture
+    if (dts != AV_NOPTS_VALUE) end_dts = dts + std::max<std::int64_t>(duration, 1);
+    if ((flags & AV_PKT_FLAG_CORRUPT) != 0 && (flags & AV_PKT_FLAG_DISCARD) == 0) {
       throw DataError(name + ": corrupt or truncated packet at frame " +
                       std::to_string(packets.size()) + " (in decoding order)");
     }
-    const std::int64_t ts = pts != AV_NOPTS_VALUE ? pts : dts;
+    const bool key = (flags & AV_PKT_FLAG_KEY) != 0;
+    // Before the first keyframe (an edit list's discarded one counts): no frame is decoded.
+    seen_key = seen_key || key;
+    if (!seen_key) continue;
+    if ((flags & AV_PKT_FLAG_DISCARD) != 0) continue;  // before an edit list's start
+    // The frames an MP4's edit list shows, in decoding order: their stored dts never go back (a
+    // second edit may start again from an earlier keyframe, with packets flagged discard).
+    if (mp4 && dts != AV_NOPTS_VALUE) {
+      if (last_dts != AV_NOPTS_VALUE && dts < last_dts) {
+        throw DataError(name + ": its timestamps go backwards at frame " +
+                        std::to_string(packets.size()) +
+                        " (in decoding order; an edit list that repeats or reorders its media?): "
+                        "not supported");
+      }
+      last_dts = dts;
+    }
+    const std::int64_t ts = index.counted || pts == AV_NOPTS_VALUE ? dts : pts;
     if (ts == AV_NOPTS_VALUE) {
       throw DataError(name + ": the packet of frame " + std::to_string(packets.size()) +
                       " (in decoding order) has no timestamp");
     }
-    packets.push_back(
-        {ts, dts != AV_NOPTS_VALUE ? std::min(ts, dts) : ts, (flags & AV_PKT_FLAG_KEY) != 0});
+    const auto order = static_cast<std::int64_t>(packets.size());
+    packets.push_back({ts, dts != AV_NOPTS_VALUE ? std::min(ts, dts) : ts, duration, order, key});
   }
   if (packets.empty()) throw DataError(name + ": no video frames");
   index.discarded = static_cast<std::int64_t>(stream_packets - packets.size());
-  // A header that counts more frames than the file holds: the file was cut short.
-  if (st->nb_frames > 0 && static_cast<std::uint64_t>(st->nb_frames) > stream_packets) {
-    throw DataError(name + ": truncated: its header counts " + std::to_string(st->nb_frames) +
-                    " frames, the file holds " + std::to_string(stream_packets));
+  video_index_check_count(st, stream_packets, index.counted, end_dts, name);
+  // A container with a frame count (MP4, AVI) is judged by it; the header's duration may hold a
+  // last frame for long, or be a guess from the bit rate.
+  if (st->nb_frames <= 0 && !index.counted)
+    video_index_check_coverage(st, packets, video_index_header_seconds(fmt, st, false), name);
+  if (!index.counted) {
+    std::stable_sort(
+        packets.begin(), packets.end(),
+        [](const VideoIndexPacket& a, const VideoIndexPacket& b) { return a.pts < b.pts; });
+    video_index_check_shared(packets, name);
   }
-  video_index_check_coverage(fmt, st, packets, seconds, name);
-  std::stable_sort(
-      packets.begin(), packets.end(),
-      [](const VideoIndexPacket& a, const VideoIndexPacket& b) { return a.pts < b.pts; });
   index.pts.reserve(packets.size());
   for (std::size_t k = 0; k < packets.size(); ++k) {
     index.pts.push_back(packets[k].pts);
-    if (packets[k].key) {
-      index.keyframes.push_back(static_cast<std::int64_t>(k));
-      index.seek_ts.push_back(packets[k].seek);
-    }
+    if (!packets[k].key) continue;
+    // A seek is trusted where the frame it lands on is known: in counted frames, only where
+    // decoding order is presentation order (in_order); by timestamps, only where no other frame
+    // shares the keyframe's (a seek lands on one of them, which cannot be told apart).
+    const bool shared = (k > 0 && packets[k - 1].pts == packets[k].pts) ||
+                        (k + 1 < packets.size() && packets[k + 1].pts == packets[k].pts);
+    if (k > 0 && ((index.counted && !in_order) || shared)) continue;
+    index.keyframes.push_back(static_cast<std::int64_t>(k));
+    index.seek_ts.push_back(packets[k].seek);
   }
   return index;
 }

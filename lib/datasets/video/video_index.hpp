@@ -17,11 +17,17 @@ namespace ferry::detail {
 struct VideoIndex {
   int stream = -1;                      // the video stream's index in the container
   std::vector<std::int64_t> pts;        // sorted: frame k's timestamp (the stream's time base)
-  std::vector<std::int64_t> keyframes;  // frame numbers of the keyframes, ascending
-  std::vector<std::int64_t> seek_ts;
-  std::int64_t discarded = 0;  // packets an edit list discards (decoded, never frames)    // per
-                               // keyframe: min(pts, dts) of its packet
-  /// Frame number of timestamp `ts`; -1 when no frame has it.
+  std::vector<std::int64_t> keyframes;  // frame numbers of the keyframes a seek may start at
+  std::vector<std::int64_t> seek_ts;    // per keyframe: min(pts, dts) of its packet
+  std::int64_t discarded = 0;  // packets read and decoded that are no frames (before an edit
+                               // list's start, or before the first keyframe)
+  /// The container stores no presentation timestamps (AVI): frame k is the k-th frame the decoder
+  /// gives, and pts holds each frame's packet's dts in decoding order. A seek is kept only where
+  /// decoding order is presentation order (an intra-only codec, or one that reorders no frames:
+  /// a decode after a seek that meets a B-frame starts again from the first frame).
+  bool counted = false;
+  /// Frame number of timestamp `ts` (the first of the frames that share it); -1 when no frame
+  /// has it.
   std::int64_t frame_of(std::int64_t ts) const noexcept;
 };
 
@@ -30,8 +36,9 @@ namespace video {
 class AvInput;
 
 /// Indexes the opened container `in`. \throws DataError `name` + ": <why>" for no video stream,
-/// a duration (by the header) over `max_seconds`, a packet without timestamps, a corrupt or
-/// truncated packet (naming its frame), a read error, or no frames.
+/// a duration (by the header: the stream's or the file's, the longer) over `max_seconds`, a
+/// packet without timestamps, a corrupt or truncated packet (naming its frame), timestamps that
+/// go backwards (an edit list that repeats or reorders its media), a read error, or no frames.
 /// `seconds`, when given, receives the duration the header claims (negative: none).
 VideoIndex index_video(AvInput& in, const std::string& name, double max_seconds,
                        double* seconds = nullptr);

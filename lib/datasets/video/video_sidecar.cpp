@@ -5,7 +5,8 @@
 // where the folder cannot be written, silently not at all.
 //
 // Format (little-endian): "FERRYVID" u32 version, u64 video size, i64 mtime (ns), f64 the
-// header's seconds (negative: none), i32 stream, i64 discarded packets, u64 frames, per frame i64
+// header's seconds (negative: none), i32 stream, i64 discarded packets, u8 counted (1: frames
+// numbered by the decoder's output, pts holding dts), u64 frames, per frame i64
 // pts, u64 keyframes, per keyframe i64 frame and i64 seek timestamp; then u64 FNV-1a of all that
 // precedes.
 
@@ -29,7 +30,7 @@ namespace ferry::detail::video {
 namespace {
 
 constexpr std::string_view kVideoSidecarMagic = "FERRYVID";
-constexpr std::uint32_t kVideoSidecarVersion = 1;
+constexpr std::uint32_t kVideoSidecarVersion = 2;
 
 struct VideoStamp {
   std::uint64_t size = 0;
@@ -59,15 +60,17 @@ std::optional<VideoIndex> video_sidecar_parse(std::string_view bytes, const Vide
   const auto secs = c.get<double>();
   const auto stream = c.get<std::int32_t>();
   const auto discarded = c.get<std::int64_t>();
+  const auto counted = c.get<std::uint8_t>();
   const auto frames = c.get<std::uint64_t>();
   if (version != kVideoSidecarVersion || size != stamp.size || mtime != stamp.mtime_ns || !secs ||
-      !stream || *stream < 0 || !discarded || *discarded < 0 || !frames || *frames == 0 ||
-      *frames > c.left() / 8) {
+      !stream || *stream < 0 || !discarded || *discarded < 0 || !counted || *counted > 1 ||
+      !frames || *frames == 0 || *frames > c.left() / 8) {
     return {};
   }
   VideoIndex index;
   index.stream = *stream;
   index.discarded = *discarded;
+  index.counted = *counted == 1;
   index.pts.resize(static_cast<std::size_t>(*frames));
   for (std::int64_t& p : index.pts) p = *c.get<std::int64_t>();
   if (!std::is_sorted(index.pts.begin(), index.pts.end())) return {};
@@ -115,6 +118,7 @@ void video_sidecar_save(const std::filesystem::path& sidecar, const VideoStamp& 
     sidecar_put(out, seconds);
     sidecar_put(out, static_cast<std::int32_t>(index.stream));
     sidecar_put(out, index.discarded);
+    sidecar_put(out, static_cast<std::uint8_t>(index.counted ? 1 : 0));
     sidecar_put(out, static_cast<std::uint64_t>(index.pts.size()));
     for (const std::int64_t p : index.pts) sidecar_put(out, p);
     sidecar_put(out, static_cast<std::uint64_t>(index.keyframes.size()));
