@@ -11,7 +11,7 @@ namespace ferry::testing {
 /// True in the tsan preset. ThreadSanitizer runs a test 5-15 times slower than release, and
 /// what it looks for (races, lock order) shows in the first rounds of a soak or sweep, not the
 /// thousandth: the longest of them run fewer rounds there (scaled_for_tsan), every one of them
-/// still runs, and release and ASan run them whole.
+/// still runs, and release runs them whole.
 #if defined(__SANITIZE_THREAD__)
 inline constexpr bool kUnderTsan = true;
 #else
@@ -22,6 +22,22 @@ inline constexpr bool kUnderTsan = false;
 template <typename T>
 constexpr T scaled_for_tsan(T n, T divisor) {
   if (!kUnderTsan) return n;
+  return n / divisor > 0 ? n / divisor : T{1};
+}
+
+/// True in the asan preset. ASan's cost is mostly its allocator (fresh pages for every block it
+/// holds in quarantine); the allocation-heavy sweeps and soaks run about half their rounds there
+/// (scaled_for_asan), which still reach every path many times over.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kUnderAsan = true;
+#else
+inline constexpr bool kUnderAsan = false;
+#endif
+
+/// n, or n / divisor (at least 1) under ASan.
+template <typename T>
+constexpr T scaled_for_asan(T n, T divisor) {
+  if (!kUnderAsan) return n;
   return n / divisor > 0 ? n / divisor : T{1};
 }
 
