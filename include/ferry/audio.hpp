@@ -102,7 +102,8 @@ FERRY_API void check_audio_options(const AudioOptions& options);
 /// (times the channels, or n_mels), f32. The file is resampled to options.sample_rate (libsoxr,
 /// high quality), its channels mixed as options.channels says, and a clip is taken where
 /// options.crop says (random from `seed`: pass SampleRef::seed()); only the frames the clip
-/// needs are decoded (libsndfile seeks to them). Memory: the clip returned plus fixed buffers,
+/// needs are decoded (libsndfile seeks to them), and the file's last frame, so that a file cut
+/// short is a DataError whatever the clip. Memory: the clip returned plus fixed buffers,
 /// whatever the file's length. Any thread may call it.
 /// \throws ConfigError for bad options or an `out` of another size; DataError "<name>: <reason>"
 /// for a file audio_info() refuses, one longer than max_seconds, or one that fails or ends early

@@ -249,6 +249,9 @@ void decode(SoundFile& file, const AudioOptions& options, std::uint64_t seed, st
          "the file changed: " + std::to_string(out.size() / static_cast<std::size_t>(per_row)) +
              " rows were planned for it, its header now gives " + std::to_string(rows));
   }
+  // A clip reads part of the file: its end is decoded too, so that a file cut short is a
+  // DataError whatever the clip (the whole file's read finds it anyway).
+  if (options.clip_seconds > 0) file.check_end();
   ClipWriter writer(file, rate, channels, name);
   if (!options.mel) {
     writer.write(start, frames, out.data());

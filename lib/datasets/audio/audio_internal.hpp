@@ -42,6 +42,10 @@ class SoundFile {
   /// Reads up to `frames` frames, interleaved, into `out` (frames x channels floats in [-1, 1]);
   /// the frames read, 0 at the end. \throws DataError naming the frame for a decode failure.
   std::int64_t read(float* out, std::int64_t frames);
+  /// Decodes the file's last frame, so that a read of part of it (a clip) still finds a file
+  /// cut short or damaged at its end: one seek and one frame's decode, whatever the length.
+  /// \throws DataError "truncated or corrupt" naming the file when it does not decode.
+  void check_end();
 
  private:
   sf_private_tag* file_ = nullptr;

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "datasets/audio/audio_internal.hpp"
 #include "ferry/error.hpp"
@@ -118,6 +119,20 @@ std::int64_t SoundFile::read(float* out, std::int64_t frames) {
   }
   frame_ += got;
   return got;
+}
+
+void SoundFile::check_end() {
+  const std::int64_t last = info_.frames - 1;
+  std::vector<float> frame(static_cast<std::size_t>(info_.channels));
+  const bool decoded = sf_seek(file_, last, SEEK_SET) == last &&
+                       sf_readf_float(file_, frame.data(), 1) == 1 &&
+                       sf_error(file_) == SF_ERR_NO_ERROR;
+  frame_ = -1;  // unknown: the next seek() moves
+  if (!decoded) {
+    fail(name_, "truncated or corrupt: its last frame (" + std::to_string(last) +
+                    " by its header) does not decode");
+  }
+  frame_ = info_.frames;
 }
 
 }  // namespace ferry::detail::audio
