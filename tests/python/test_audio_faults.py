@@ -93,3 +93,85 @@ def test_a_bad_whole_file_is_skipped_under_skip_not_raised_by_the_loader(ferry, 
         with pytest.raises(ferry.DataError, match="2b.wav" if field == "audio" else "002.wav"):
             list(ferry.Loader(data, batch_size=2, device="cpu").epoch(0))
 
+
+def ffmpeg(*args):
+    subprocess.run(["ffmpeg", "-loglevel", "error", "-y", *map(str, args)], check=True)
+
+
+@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg is not installed")
+def test_mp3s_without_a_xing_header_are_counted_and_clips_are_the_whole_decodes(ferry, tmp_path):
+    # Without a Xing/Info header mpg123 guesses an MP3's length from its first frame's bitrate:
+    # a CBR file got frames too many (and was refused as truncated), a VBR one a fraction. A clip
+    # is the whole decode's frames (an MP3 decoded from a few frames before the clip).
+    rng = np.random.default_rng(0)
+    t = np.arange(16000 * 3) / 16000
+    x = 0.3 * np.sin(2 * np.pi * (200 + 300 * t) * t) + 0.05 * rng.standard_normal(len(t))
+    src = tmp_path / "x.wav"
+    with __import__("wave").open(str(src), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes((x * 32767).astype(np.int16).tobytes())
+    for name, args in (("cbr", ["-b:a", "64k", "-write_xing", "0"]),
+                       ("vbr", ["-q:a", "9", "-write_xing", "0"]),
+                       ("xing", ["-b:a", "64k"])):
+        (tmp_path / name / "a").mkdir(parents=True)
+        ffmpeg("-i", src, "-c:a", "libmp3lame", *args, tmp_path / name / "a" / "x.mp3")
+        ds = ferry.AudioFolder(tmp_path / name)  # 16 kHz: the files' own rate
+        if name == "vbr":
+            # libsndfile decodes no further than its guess: a clear DataError, not a fraction.
+            with pytest.raises(ferry.DataError, match="x.mp3: an MP3 without a Xing"):
+                ds.length(0, "audio")
+            with pytest.raises(ferry.DataError, match="x.mp3: an MP3 without a Xing"):
+                list(ferry.Loader(ferry.AudioFolder(tmp_path / name, clip_seconds=0.5),
+                                  batch_size=1, device="cpu").epoch(0))
+            continue
+        (batch,) = list(ferry.Loader(ds, batch_size=1, device="cpu").epoch(0))
+        whole = batch["audio"].numpy()[0]
+        # 3 s, plus the encoder's delay and padding where no header says to trim them.
+        assert ds.length(0, "audio") == len(whole), name
+        assert 48000 <= len(whole) <= 48000 + 3 * 576, (name, len(whole))
+        assert np.abs(whole).max() > 0.2, name
+        for clip in (1.0, 0.5):
+            cds = ferry.AudioFolder(tmp_path / name, clip_seconds=clip, crop="center")
+            (batch,) = list(ferry.Loader(cds, batch_size=1, device="cpu").epoch(0))
+            got = batch["audio"].numpy()[0]
+            start = (len(whole) - len(got)) // 2
+            np.testing.assert_allclose(got, whole[start: start + len(got)], rtol=0, atol=3e-7,
+                                       err_msg=f"{name} clip {clip}")
+
+
+def test_a_flac_whose_header_gives_no_length_is_counted_a_truncated_ogg_is_corrupt(ferry,
+                                                                                 tmp_path):
+    sf = pytest.importorskip("soundfile")
+    src = sox(tmp_path, "src/x.flac", "-r 16000 -c 1 -b 16", "synth 1.25 sine 440 vol 0.5")
+    data = bytearray(src.read_bytes())
+    # STREAMINFO's total samples (36 bits from the low nibble of its 14th byte) 0: "unknown",
+    # as a FLAC written to a pipe has it.
+    assert data[:4] == b"fLaC" and data[4] & 0x7F == 0
+    info = 8
+    data[info + 13] &= 0xF0
+    data[info + 14: info + 18] = b"\0\0\0\0"
+    root = tmp_path / "root"
+    (root / "a").mkdir(parents=True)
+    (root / "a" / "piped.flac").write_bytes(bytes(data))
+    want, _ = sf.read(src, dtype="float32")
+    for clip in (0, 0.5):
+        ds = ferry.AudioFolder(root, clip_seconds=clip, crop="start")
+        (batch,) = list(ferry.Loader(ds, batch_size=1, device="cpu").epoch(0))
+        got = batch["audio"].numpy()[0]
+        assert len(got) == (20000 if clip == 0 else 8000)
+        np.testing.assert_array_equal(got, want[: len(got)])
+    assert ferry.AudioFolder(root).length(0, "audio") == 20000
+    with pytest.raises(ferry.DataError, match="piped.flac: more than max_seconds"):
+        ferry.AudioFolder(root, max_seconds=1).length(0, "audio")
+    # An Ogg Vorbis file cut at a third: libsndfile finds no last page, so no length.
+    ogg = sox(tmp_path, "src/x.ogg", "-r 8000 -c 1", "synth 3 whitenoise vol 0.3")
+    data = ogg.read_bytes()
+    (root / "a" / "piped.flac").unlink()
+    (root / "a" / "t.ogg").write_bytes(data[: len(data) // 3])
+    with pytest.raises(ferry.DataError, match="t.ogg: truncated or corrupt"):
+        ferry.AudioFolder(root).length(0, "audio")
+    with pytest.raises(ferry.DataError, match="t.ogg: truncated or corrupt"):
+        list(ferry.Loader(ferry.AudioFolder(root, clip_seconds=0.5), batch_size=1,
+                          device="cpu").epoch(0))

@@ -104,19 +104,31 @@ FieldSpec audio_field(const AudioOptions& options, int channels, std::string nam
 }
 
 AudioInfo audio_info(std::span<const std::byte> encoded, std::string_view name) {
-  detail::audio::ByteSource source{-1, encoded, static_cast<std::int64_t>(encoded.size()), 0};
-  const detail::audio::SoundFile file(source, name);
-  return file.info();
+  return detail::audio::memory_info(encoded, name, AudioOptions{}.max_seconds);
 }
 
 AudioInfo audio_file_info(const std::filesystem::path& file, std::string_view name) {
+  return detail::audio::file_info(file, name, AudioOptions{}.max_seconds);
+}
+
+namespace detail::audio {
+
+AudioInfo memory_info(std::span<const std::byte> encoded, std::string_view name,
+                      double max_seconds) {
+  ByteSource source{-1, encoded, static_cast<std::int64_t>(encoded.size()), 0};
+  const SoundFile file(source, name, max_seconds);
+  return file.info();
+}
+
+AudioInfo file_info(const std::filesystem::path& file, std::string_view name, double max_seconds) {
   const std::string label = audio_name(file, name);
-  const detail::OpenFile open(file, {{}, label});
-  detail::audio::ByteSource source{
-      open.descriptor(), {}, static_cast<std::int64_t>(open.size()), 0};
-  const detail::audio::SoundFile sound(source, label);
+  const OpenFile open(file, {{}, label});
+  ByteSource source{open.descriptor(), {}, static_cast<std::int64_t>(open.size()), 0};
+  const SoundFile sound(source, label, max_seconds);
   return sound.info();
 }
+
+}  // namespace detail::audio
 
 std::int64_t audio_frames(const AudioInfo& info, const AudioOptions& options,
                           std::string_view name) {
@@ -138,7 +150,7 @@ void decode_audio(std::span<const std::byte> encoded, const AudioOptions& option
                   std::uint64_t seed, std::span<float> out, std::string_view name) {
   check_audio_options(options);
   detail::audio::ByteSource source{-1, encoded, static_cast<std::int64_t>(encoded.size()), 0};
-  detail::audio::SoundFile file(source, name);
+  detail::audio::SoundFile file(source, name, options.max_seconds);
   check_out(file.info(), options, out, name);
   detail::audio::decode(file, options, seed, out, name);
 }
@@ -150,7 +162,7 @@ void decode_audio_file(const std::filesystem::path& file, const AudioOptions& op
   const detail::OpenFile open(file, {{}, label});
   detail::audio::ByteSource source{
       open.descriptor(), {}, static_cast<std::int64_t>(open.size()), 0};
-  detail::audio::SoundFile sound(source, label);
+  detail::audio::SoundFile sound(source, label, options.max_seconds);
   check_out(sound.info(), options, out, label);
   detail::audio::decode(sound, options, seed, out, label);
 }

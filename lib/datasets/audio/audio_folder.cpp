@@ -106,7 +106,8 @@ std::shared_ptr<AudioFolder> AudioFolder::open(const fs::path& root, AudioOption
     bool found = false;
     for (const fs::path& file : ds->files_) {
       try {
-        const AudioInfo info = audio_file_info(file, audio_label(file));
+        const AudioInfo info =
+            detail::audio::file_info(file, audio_label(file), options.max_seconds);
         if (ds->keep_rate_) options.sample_rate = info.sample_rate;
         if (ds->keep_channels_) options.channels = info.channels;
         found = true;
@@ -132,7 +133,7 @@ std::vector<FieldSpec> AudioFolder::fields() const {
 }
 
 AudioInfo AudioFolder::checked_info(std::size_t index, const std::string& name) const {
-  const AudioInfo info = audio_file_info(files_[index], name);
+  const AudioInfo info = detail::audio::file_info(files_[index], name, options_.max_seconds);
   if (keep_rate_ && info.sample_rate != options_.sample_rate) {
     detail::audio::fail(name, std::to_string(info.sample_rate) + " Hz, not the first file's " +
                                   std::to_string(options_.sample_rate) +
@@ -166,7 +167,7 @@ void AudioFolder::read(std::size_t index, SampleRef out) const {
   const detail::OpenFile open(file, {{}, name});
   detail::audio::ByteSource source{
       open.descriptor(), {}, static_cast<std::int64_t>(open.size()), 0};
-  detail::audio::SoundFile sound(source, name);
+  detail::audio::SoundFile sound(source, name, options_.max_seconds);
   const AudioInfo& info = sound.info();
   if ((keep_rate_ && info.sample_rate != options_.sample_rate) ||
       (keep_channels_ && info.channels != options_.channels)) {
