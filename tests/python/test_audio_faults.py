@@ -175,3 +175,51 @@ def test_a_flac_whose_header_gives_no_length_is_counted_a_truncated_ogg_is_corru
     with pytest.raises(ferry.DataError, match="t.ogg: truncated or corrupt"):
         list(ferry.Loader(ferry.AudioFolder(root, clip_seconds=0.5), batch_size=1,
                           device="cpu").epoch(0))
+
+
+def test_samples_are_clipped_to_one_and_a_frame_resampled_down_is_still_a_frame(ferry, tmp_path):
+    sf = pytest.importorskip("soundfile")
+    (tmp_path / "a").mkdir()
+    # A float WAV holding +-1000, and a full-scale square wave whose resampling overshoots 1.
+    sf.write(tmp_path / "a" / "loud.wav", np.array([1000.0, -1000.0, 0.5] * 400, np.float32),
+             16000, subtype="FLOAT")
+    square = np.where(np.arange(4410) % 100 < 50, 1.0, -1.0).astype(np.float32)
+    sf.write(tmp_path / "a" / "square.wav", square, 44100, subtype="PCM_16")
+    for clip in (0, 0.05):
+        ds = ferry.AudioFolder(tmp_path, clip_seconds=clip, crop="start")
+        loader = ferry.Loader(ds, batch_size=1, device="cpu", ragged="pack")
+        loud, sq = (b["audio"].numpy().reshape(-1) for b in loader.epoch(0))
+        np.testing.assert_array_equal(loud[:6], [1, -1, 0.5, 1, -1, 0.5])
+        assert sq.min() == -1 and sq.max() == 1
+        assert np.abs(sq).max() <= 1 and np.abs(loud).max() <= 1
+    # length() is round(frames * rate / file rate), at least 1: one frame at 48 kHz read at
+    # 16 kHz is one frame (a file with none is refused), and it is delivered as such.
+    shutil.rmtree(tmp_path / "a")
+    (tmp_path / "b").mkdir()
+    sf.write(tmp_path / "b" / "one.wav", np.full(1, 0.25, np.float32), 48000, subtype="FLOAT")
+    sf.write(tmp_path / "b" / "two.wav", np.full(2, 0.25, np.float32), 48000, subtype="FLOAT")
+    ds = ferry.AudioFolder(tmp_path)
+    assert [ds.length(i, "audio") for i in range(2)] == [1, 1]
+    (batch,) = list(ferry.Loader(ds, batch_size=2, device="cpu").epoch(0))
+    assert list(batch.lengths("audio").numpy()) == [1, 1]
+
+
+def test_channels_are_0_1_or_2_and_a_file_of_too_many_is_its_samples_data_error(ferry, tmp_path):
+    sf = pytest.importorskip("soundfile")
+    (tmp_path / "a").mkdir()
+    sf.write(tmp_path / "a" / "y.wav", np.full((16, 2), 0.5, np.float32), 16000, subtype="PCM_16")
+    for channels in (3, 1000):
+        with pytest.raises(ferry.ConfigError, match=f"channels {channels} is not 0 .keep., 1"):
+            ferry.AudioFolder(tmp_path, channels=channels)
+    # channels=0 over a 257-channel first file: that file is no count to keep (its sample is a
+    # DataError naming it); the next file's 2 channels are kept.
+    sf.write(tmp_path / "a" / "x.wav", np.zeros((16, 257), np.float32), 16000, subtype="PCM_16")
+    ds = ferry.AudioFolder(tmp_path, channels=0, clip_seconds=0.01)
+    assert ds.channels == 2
+    loader = ferry.Loader(ds, batch_size=2, device="cpu", on_error="skip")
+    (batch,) = list(loader.epoch(0))
+    assert list(batch.indices) == [1]
+    np.testing.assert_array_equal(batch["audio"].numpy()[0, :16], np.full((16, 2), 0.5))
+    (reason,) = loader.stats().skip_reasons
+    assert "x.wav" in reason and "257 channels" in reason
+

@@ -102,6 +102,9 @@ class ClipWriter {
       resample_from(start);
     }
     std::fill(out_ + written_ * channels_, out_ + want_ * channels_, 0.0F);
+    // The field is documented in [-1, 1]: a float file's louder samples, and a resampler's
+    // overshoot at a full-scale edge, are clipped.
+    for (float* v = out_; v != out_ + written_ * channels_; ++v) *v = std::clamp(*v, -1.0F, 1.0F);
   }
 
  private:

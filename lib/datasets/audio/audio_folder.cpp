@@ -108,6 +108,11 @@ std::shared_ptr<AudioFolder> AudioFolder::open(const fs::path& root, AudioOption
       try {
         const AudioInfo info =
             detail::audio::file_info(file, audio_label(file), options.max_seconds);
+        // A count or rate no dataset takes: that file's sample raises it when it is read.
+        if ((ds->keep_channels_ && info.channels > detail::audio::kMaxChannels) ||
+            (ds->keep_rate_ && info.sample_rate > detail::audio::kMaxRate)) {
+          continue;
+        }
         if (ds->keep_rate_) options.sample_rate = info.sample_rate;
         if (ds->keep_channels_) options.channels = info.channels;
         found = true;
@@ -120,7 +125,7 @@ std::shared_ptr<AudioFolder> AudioFolder::open(const fs::path& root, AudioOption
       throw DataError(std::string(kAudioWho) + ": " + root.string() +
                       ": no file whose header reads, to take the sample rate or channels from");
     }
-    check_audio_options(options);
+    detail::audio::check_options(options, detail::audio::kMaxChannels);
   }
   ds->options_ = options;
   ds->lengths_ = std::make_unique<std::atomic<std::int64_t>[]>(ds->files_.size());

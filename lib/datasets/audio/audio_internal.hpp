@@ -76,6 +76,15 @@ AudioInfo memory_info(std::span<const std::byte> encoded, std::string_view name,
                       double max_seconds);
 AudioInfo file_info(const std::filesystem::path& file, std::string_view name, double max_seconds);
 
+/// Channels and rates a file may have (a dataset keeping them takes no more).
+constexpr int kMaxChannels = 256;
+constexpr int kMaxRate = 1 << 22;
+
+/// check_audio_options() with channels up to `most_channels`: 2 for the options a dataset is
+/// opened with, kMaxChannels for those it decodes with (a 0 replaced by the first file's count).
+/// \throws ConfigError naming the member.
+void check_options(const AudioOptions& options, int most_channels);
+
 /// DataError "<name>: <what>".
 [[noreturn]] void fail(std::string_view name, std::string_view what);
 
