@@ -223,3 +223,30 @@ def test_channels_are_0_1_or_2_and_a_file_of_too_many_is_its_samples_data_error(
     (reason,) = loader.stats().skip_reasons
     assert "x.wav" in reason and "257 channels" in reason
 
+
+def test_wrong_types_and_values_name_the_key_or_argument(ferry, tmp_path):
+    sox(tmp_path, "a/x.wav", "-r 16000 -c 1 -b 16", "synth 0.1 sine 440")
+    for mel, error, text in ((dict(n_fft="400"), TypeError, r"mel\['n_fft'\] must be an int"),
+                             (dict(hop=1.5), TypeError, r"mel\['hop'\] must be an int"),
+                             (dict(n_mels=None), TypeError, r"mel\['n_mels'\] must be an int"),
+                             (dict(f_min="0"), TypeError, r"mel\['f_min'\] must be a number"),
+                             (dict(log_floor=[1e-10]), TypeError, r"mel\['log_floor'\] must be"),
+                             (dict(n_mels=2**40), ValueError, r"mel\['n_mels'\] 1099511627776 is out")):
+        with pytest.raises(error, match=text):
+            ferry.AudioFolder(tmp_path, mel=mel)
+    with pytest.raises(TypeError, match=r"audio\['sample_rate'\] must be an int"):
+        ferry.WebDataset([str(tmp_path / "none.tar")], audio=dict(sample_rate="16k"))
+    with pytest.raises(TypeError, match=r"mel\['n_fft'\] must be an int"):
+        ferry.WebDataset([str(tmp_path / "none.tar")], audio=dict(mel=dict(n_fft="x")))
+    ds = ferry.AudioFolder(tmp_path)
+    assert str(ds.path(0)).endswith("x.wav") and ds.label(0) == 0
+    for call in (ds.path, ds.label):
+        with pytest.raises(ValueError, match=r"index -1 is not 0 to 1 - 1"):
+            call(-1)
+        with pytest.raises(ValueError, match=r"index 1 is not 0 to 1 - 1"):
+            call(1)
+        with pytest.raises(TypeError, match=r"index must be an int, not '0'"):
+            call("0")
+    for clip in (1e15, 1e300):
+        with pytest.raises(ferry.ConfigError, match=r"clip_seconds .* is out of range"):
+            ferry.AudioFolder(tmp_path, clip_seconds=clip)
