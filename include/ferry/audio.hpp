@@ -71,16 +71,18 @@ struct FERRY_API AudioInfo {
 /// The header of a WAV, FLAC, Ogg Vorbis/Opus or MP3 file held in memory (libsndfile, read from
 /// memory). Any thread may call it. `name` starts the messages. A file whose header gives no
 /// length (a FLAC written to a pipe), or only a guess (an MP3 without a Xing, Info or VBRI
-/// header), is decoded once to count its frames, up to AudioOptions{}.max_seconds (a dataset
-/// counts up to its own options' max_seconds).
+/// header), is decoded once to count its frames, up to `max_seconds` of them (a dataset passes
+/// its options' max_seconds).
 /// \throws DataError "<name>: <reason>" for bytes that are not a sound file libsndfile reads
 /// (unknown, corrupt, truncated header), one with no frames, an Ogg stream without its last page
 /// (truncated), an MP3 without a Xing header that decodes to libsndfile's guess (VBR: its
 /// length is unknown), or a count past max_seconds.
-FERRY_API AudioInfo audio_info(std::span<const std::byte> encoded, std::string_view name);
+FERRY_API AudioInfo audio_info(std::span<const std::byte> encoded, std::string_view name,
+                               double max_seconds = AudioOptions{}.max_seconds);
 /// audio_info() of a file, opened without blocking (regular files only); only its header is
 /// read. `name` starts the messages; empty: the file's path.
-FERRY_API AudioInfo audio_file_info(const std::filesystem::path& file, std::string_view name = {});
+FERRY_API AudioInfo audio_file_info(const std::filesystem::path& file, std::string_view name = {},
+                                    double max_seconds = AudioOptions{}.max_seconds);
 
 /// Frames of the waveform a file of `info` gives under `options`: round(clip_seconds * rate)
 /// with a clip, else round(frames * rate / info.sample_rate), ties away from zero, and at least

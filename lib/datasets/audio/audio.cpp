@@ -118,32 +118,22 @@ FieldSpec audio_field(const AudioOptions& options, int channels, std::string nam
   return {std::move(name), DType::f32, {rows, channels}};
 }
 
-AudioInfo audio_info(std::span<const std::byte> encoded, std::string_view name) {
-  return detail::audio::memory_info(encoded, name, AudioOptions{}.max_seconds);
-}
-
-AudioInfo audio_file_info(const std::filesystem::path& file, std::string_view name) {
-  return detail::audio::file_info(file, name, AudioOptions{}.max_seconds);
-}
-
-namespace detail::audio {
-
-AudioInfo memory_info(std::span<const std::byte> encoded, std::string_view name,
-                      double max_seconds) {
-  ByteSource source{-1, encoded, static_cast<std::int64_t>(encoded.size()), 0};
-  const SoundFile file(source, name, max_seconds);
+AudioInfo audio_info(std::span<const std::byte> encoded, std::string_view name,
+                     double max_seconds) {
+  detail::audio::ByteSource source{-1, encoded, static_cast<std::int64_t>(encoded.size()), 0};
+  const detail::audio::SoundFile file(source, name, max_seconds);
   return file.info();
 }
 
-AudioInfo file_info(const std::filesystem::path& file, std::string_view name, double max_seconds) {
+AudioInfo audio_file_info(const std::filesystem::path& file, std::string_view name,
+                          double max_seconds) {
   const std::string label = audio_name(file, name);
-  const OpenFile open(file, {{}, label});
-  ByteSource source{open.descriptor(), {}, static_cast<std::int64_t>(open.size()), 0};
-  const SoundFile sound(source, label, max_seconds);
+  const detail::OpenFile open(file, {{}, label});
+  detail::audio::ByteSource source{
+      open.descriptor(), {}, static_cast<std::int64_t>(open.size()), 0};
+  const detail::audio::SoundFile sound(source, label, max_seconds);
   return sound.info();
 }
-
-}  // namespace detail::audio
 
 std::int64_t audio_frames(const AudioInfo& info, const AudioOptions& options,
                           std::string_view name) {

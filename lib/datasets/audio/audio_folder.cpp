@@ -106,8 +106,7 @@ std::shared_ptr<AudioFolder> AudioFolder::open(const fs::path& root, AudioOption
     bool found = false;
     for (const fs::path& file : ds->files_) {
       try {
-        const AudioInfo info =
-            detail::audio::file_info(file, audio_label(file), options.max_seconds);
+        const AudioInfo info = audio_file_info(file, audio_label(file), options.max_seconds);
         // A count or rate no dataset takes: that file's sample raises it when it is read.
         if ((ds->keep_channels_ && info.channels > detail::audio::kMaxChannels) ||
             (ds->keep_rate_ && info.sample_rate > detail::audio::kMaxRate)) {
@@ -138,7 +137,7 @@ std::vector<FieldSpec> AudioFolder::fields() const {
 }
 
 AudioInfo AudioFolder::checked_info(std::size_t index, const std::string& name) const {
-  const AudioInfo info = detail::audio::file_info(files_[index], name, options_.max_seconds);
+  const AudioInfo info = audio_file_info(files_[index], name, options_.max_seconds);
   if (keep_rate_ && info.sample_rate != options_.sample_rate) {
     detail::audio::fail(name, std::to_string(info.sample_rate) + " Hz, not the first file's " +
                                   std::to_string(options_.sample_rate) +

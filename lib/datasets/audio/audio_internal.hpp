@@ -6,7 +6,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <filesystem>
 #include <memory>
 #include <span>
 #include <string>
@@ -69,12 +68,6 @@ class SoundFile {
   bool counted_ = false;    // info_.frames was counted by a decode, not read from the header
   bool mpeg_ = false;
 };
-
-/// audio_info() and audio_file_info() with the `max_seconds` a file whose header gives no
-/// length (or only a guess, as an MP3's without a Xing header) is counted up to.
-AudioInfo memory_info(std::span<const std::byte> encoded, std::string_view name,
-                      double max_seconds);
-AudioInfo file_info(const std::filesystem::path& file, std::string_view name, double max_seconds);
 
 /// Channels and rates a file may have (a dataset keeping them takes no more).
 constexpr int kMaxChannels = 256;
