@@ -100,7 +100,7 @@ bool mp3_length_tag(ByteSource& source) {
   }
   // The tag lies within the first frame's first bytes, after its sync (which mpg123 may have to
   // look for past junk): look in the first 64 KiB.
-  constexpr std::size_t kLook = 64 * 1024;
+  constexpr std::size_t kLook = std::size_t{64} * 1024;
   std::vector<std::byte> head(kLook);
   head.resize(read_at(source, at, head.data(), head.size()));
   const auto byte = [&](std::size_t i) { return std::to_integer<unsigned>(head[i]); };
@@ -222,7 +222,7 @@ void SoundFile::seek(std::int64_t frame) {
   // A counted file is read forward from its start (its header cannot place a seek); an MP3 is
   // decoded from a few frames before: mpg123's first frames after a seek lack what the frames
   // before give them (the bit reservoir, the overlap), and differ from a decode from the start.
-  constexpr std::int64_t kMpegPreroll = 8 * 1152;
+  constexpr std::int64_t kMpegPreroll = std::int64_t{8} * 1152;
   if (counted_) {
     if (frame < frame_ || frame_ < 0) rewind();
   } else {
