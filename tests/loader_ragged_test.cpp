@@ -36,8 +36,9 @@ using namespace std::chrono_literals;
 // "boxes" f32 [B_i, 4] with B_i = i % 4, box b = {i, b, -i, 0.5}; "label" i64 [] = i.
 class SequenceDataset : public ferry::Dataset {
  public:
-  explicit SequenceDataset(std::size_t n, std::set<std::size_t> bad = {})
-      : n_(n), bad_(std::move(bad)) {}
+  // `bad_lengths`: a bad sample's length() throws too, as a file's whose header does not read.
+  explicit SequenceDataset(std::size_t n, std::set<std::size_t> bad = {}, bool bad_lengths = false)
+      : n_(n), bad_(std::move(bad)), bad_lengths_(bad_lengths) {}
   std::size_t size() const override { return n_; }
   std::vector<FieldSpec> fields() const override {
     return {{"tokens", DType::i32, {ferry::ragged}},
@@ -46,6 +47,9 @@ class SequenceDataset : public ferry::Dataset {
   }
   std::int64_t length(std::size_t index, std::size_t field) const override {
     if (grow_.load() && index == 5) return 100;  // beyond what it said at open
+    if (bad_lengths_ && bad_.count(index) != 0) {
+      throw ferry::DataError("sample " + std::to_string(index) + " has no length");
+    }
     return field == 0 ? tokens(index) : boxes(index);
   }
   void read(std::size_t index, ferry::SampleRef out) const override {
@@ -72,6 +76,7 @@ class SequenceDataset : public ferry::Dataset {
  private:
   std::size_t n_;
   std::set<std::size_t> bad_;
+  bool bad_lengths_ = false;
   mutable std::atomic<bool> grow_{false};
 };
 
@@ -238,6 +243,67 @@ TEST(LoaderRagged, SkippedSamplesLeaveNoHoles) {
       EXPECT_EQ(got, want);
       EXPECT_EQ(loader.stats().skipped, bad.size());
     }
+  }
+}
+
+// A sample whose length() fails (a file whose header does not read) is, under skip, left out of
+// its batch and counted like one whose read() fails: the loader is made, every other sample is
+// delivered, in the same batches whatever the workers; the budgeted (max_tokens) plan too.
+// Under raise its DataError stays.
+TEST(LoaderRagged, ASampleWhoseLengthFailsIsSkippedUnderSkip) {
+  const std::set<std::size_t> bad = {0, 6, 7, 30};
+  auto ds = std::make_shared<SequenceDataset>(37, bad, true);
+  std::vector<std::uint64_t> want;
+  for (std::uint64_t i = 0; i < 37; ++i) {
+    if (bad.count(i) == 0) want.push_back(i);
+  }
+  for (const std::uint64_t budget : {std::uint64_t{0}, std::uint64_t{40}}) {
+    for (const RaggedBatch mode : {RaggedBatch::pad, RaggedBatch::pack}) {
+      Order reference;
+      for (const bool copy_stage : {false, true}) {
+        for (const int workers : {1, 3}) {
+          LoaderOptions o = cpu_options(5, true, 11);
+          o.ragged = mode;
+          o.max_tokens = budget;
+          o.workers = workers;
+          o.on_error = ferry::ErrorPolicy::skip;
+          o.pad_value = 7;
+          Loader loader = make_loader(ds, o, copy_stage);
+          std::vector<std::uint64_t> got;
+          Order order;
+          within(30s, [&] {
+            for (const Batch& b : loader.epoch(1)) {
+              EXPECT_TRUE(mode == RaggedBatch::pad ? padded_ok(b, 1, 7, 7.f) : packed_ok(b));
+              got.insert(got.end(), b.indices().begin(), b.indices().end());
+              order.emplace_back(b.indices().begin(), b.indices().end());
+            }
+          });
+          std::sort(got.begin(), got.end());
+          EXPECT_EQ(got, want);
+          EXPECT_EQ(loader.stats().skipped, bad.size());
+          const std::vector<std::string> reasons = loader.stats().skip_reasons;
+          ASSERT_EQ(reasons.size(), bad.size());
+          for (const std::size_t i : bad) {
+            const std::string name = "sample " + std::to_string(i) + " has no length";
+            EXPECT_EQ(std::count_if(
+                          reasons.begin(), reasons.end(),
+                          [&](const std::string& r) { return r.find(name) != std::string::npos; }),
+                      1)
+                << name;
+          }
+          if (reference.empty()) reference = order;
+          EXPECT_EQ(order, reference);
+        }
+      }
+    }
+    LoaderOptions o = cpu_options(5, true, 11);
+    o.max_tokens = budget;
+    EXPECT_THROW(
+        {
+          Loader loader = make_loader(ds, o, false);
+          for (const Batch& b : loader.epoch(1)) (void)b;
+        },
+        ferry::DataError);
   }
 }
 

@@ -46,8 +46,9 @@ struct FERRY_API AudioOptions {
   int sample_rate = 16000;
   /// 1: the channels averaged; 2: stereo (mono duplicated, more channels: the first two); 0:
   /// the file's own, and (in a dataset) a file with another count than the first file's is a
-  /// DataError naming it. Any other count (AudioFolder::options() after a 0) takes files of
-  /// exactly that many channels (another count is a DataError naming the file).
+  /// DataError naming it. A dataset is opened with 0, 1 or 2; any other count (up to 256:
+  /// AudioFolder::options() after a 0) takes files of exactly that many channels (another count
+  /// is a DataError naming the file).
   int channels = 1;
   /// > 0: a clip of exactly round(clip_seconds * sample_rate) frames, taken where `crop` says,
   /// zero-padded at the end when the file is shorter; 0: the whole file, a ragged field.
@@ -68,18 +69,26 @@ struct FERRY_API AudioInfo {
 };
 
 /// The header of a WAV, FLAC, Ogg Vorbis/Opus or MP3 file held in memory (libsndfile, read from
-/// memory). Any thread may call it. `name` starts the messages.
+/// memory). Any thread may call it. `name` starts the messages. A file whose header gives no
+/// length (a FLAC written to a pipe), or only a guess (an MP3 without a Xing, Info or VBRI
+/// header), is decoded once to count its frames, up to `max_seconds` of them (a dataset passes
+/// its options' max_seconds).
 /// \throws DataError "<name>: <reason>" for bytes that are not a sound file libsndfile reads
-/// (unknown, corrupt, truncated header), or one with no frames.
-FERRY_API AudioInfo audio_info(std::span<const std::byte> encoded, std::string_view name);
+/// (unknown, corrupt, truncated header), one with no frames, an Ogg stream without its last page
+/// (truncated), an MP3 without a Xing header that decodes to libsndfile's guess (VBR: its
+/// length is unknown), or a count past max_seconds.
+FERRY_API AudioInfo audio_info(std::span<const std::byte> encoded, std::string_view name,
+                               double max_seconds = AudioOptions{}.max_seconds);
 /// audio_info() of a file, opened without blocking (regular files only); only its header is
 /// read. `name` starts the messages; empty: the file's path.
-FERRY_API AudioInfo audio_file_info(const std::filesystem::path& file, std::string_view name = {});
+FERRY_API AudioInfo audio_file_info(const std::filesystem::path& file, std::string_view name = {},
+                                    double max_seconds = AudioOptions{}.max_seconds);
 
 /// Frames of the waveform a file of `info` gives under `options`: round(clip_seconds * rate)
-/// with a clip, else round(frames * rate / info.sample_rate) (rate: options.sample_rate, or the
-/// file's when 0). \throws ConfigError for options audio_field() refuses; DataError naming
-/// `name` for a file longer than options.max_seconds.
+/// with a clip, else round(frames * rate / info.sample_rate), ties away from zero, and at least
+/// 1 (rate: options.sample_rate, or the file's when 0): a file of a frame or two resampled far
+/// down still has a frame, as a file with none is refused. \throws ConfigError for options
+/// audio_field() refuses; DataError naming `name` for a file longer than options.max_seconds.
 FERRY_API std::int64_t audio_frames(const AudioInfo& info, const AudioOptions& options,
                                     std::string_view name = {});
 /// Rows of the field a file of `info` gives: audio_frames(), or with options.mel the
@@ -95,14 +104,17 @@ FERRY_API std::int64_t audio_length(const AudioInfo& info, const AudioOptions& o
 /// members out of range, max_seconds not > 0).
 FERRY_API FieldSpec audio_field(const AudioOptions& options, int channels,
                                 std::string name = "audio");
-/// Checks `options` as audio_field() does. \throws ConfigError naming the member.
+/// Checks the options a dataset is opened with: as audio_field() does, and channels 0, 1 or 2.
+/// \throws ConfigError naming the member.
 FERRY_API void check_audio_options(const AudioOptions& options);
 
 /// Decodes one sound file held in memory into `out`: exactly audio_length() rows of the field
-/// (times the channels, or n_mels), f32. The file is resampled to options.sample_rate (libsoxr,
+/// (times the channels, or n_mels), f32, the waveform clipped to [-1, 1] (a float file's louder
+/// samples, a resampler's overshoot). The file is resampled to options.sample_rate (libsoxr,
 /// high quality), its channels mixed as options.channels says, and a clip is taken where
 /// options.crop says (random from `seed`: pass SampleRef::seed()); only the frames the clip
-/// needs are decoded (libsndfile seeks to them). Memory: the clip returned plus fixed buffers,
+/// needs are decoded (libsndfile seeks to them), and the file's last frame, so that a file cut
+/// short is a DataError whatever the clip. Memory: the clip returned plus fixed buffers,
 /// whatever the file's length. Any thread may call it.
 /// \throws ConfigError for bad options or an `out` of another size; DataError "<name>: <reason>"
 /// for a file audio_info() refuses, one longer than max_seconds, or one that fails or ends early

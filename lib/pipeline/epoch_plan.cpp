@@ -212,6 +212,10 @@ void EpochPlan::plan(std::uint64_t lo, std::uint64_t hi, Window& out) const {
       l = dataset_->length(index, field_);
     } catch (const ConfigError& e) {
       throw ConfigError("Loader: field \"" + field_name_ + "\" is ragged: " + e.what());
+    } catch (const DataError&) {
+      // Under skip a bad sample takes no room in its batch, which leaves it out.
+      if (o.on_error != ErrorPolicy::skip) throw;
+      l = 0;
     }
     if (l < 0) {
       throw DataError("Loader: field \"" + field_name_ + "\": sample " + std::to_string(index) +

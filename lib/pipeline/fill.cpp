@@ -92,6 +92,10 @@ void fill_range(RunState& run, Slot& slot, std::size_t begin, std::size_t end,
     if (run.stopping.load(std::memory_order_relaxed)) break;
     if (i + kAhead < end) dataset.prefetch(slot.indices[i + kAhead]);
     const std::uint64_t index = slot.indices[i];
+    if (slot.failures[i]) {  // its length() failed when its batch was planned (skip): not read
+      any_failed.store(true, std::memory_order_relaxed);
+      continue;
+    }
     try {
       // The seed follows the sample's epoch position, which is its index but for a dataset
       // that selects its epochs (a Mixture): a sample given twice gets two seeds.

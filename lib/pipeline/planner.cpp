@@ -1,7 +1,9 @@
 #include "pipeline/planner.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <vector>
 
 #include "pipeline/fault.hpp"
@@ -83,9 +85,12 @@ void run_planner(RunState& run) {
         run.filled.notify();
         continue;
       }
+      // No sample has failed yet (a batch before, failed under raise, may have left some).
+      std::fill_n(slot.failures.begin(), slot.indices.size(), nullptr);
       // Ragged fields: where each sample's rows go, and the lengths and starts tables.
       if (impl.ragged->any) {
-        impl.ragged->plan(*impl.dataset, impl.layout->written, slot.indices, slot.rows, slot.data);
+        impl.ragged->plan(*impl.dataset, impl.layout->written, slot.indices, slot.rows, slot.data,
+                          slot.failures);
       }
       run.planned.push(Planned{*id, k});
       planned = true;

@@ -27,7 +27,8 @@ RaggedFields::RaggedFields(const Dataset& dataset, const std::vector<FieldSpec>&
       pad_element(fields.size(), 1),
       mode(options.ragged),
       slot_mode(device_path ? RaggedBatch::pack : options.ragged),
-      pad_multiple(options.pad_multiple) {
+      pad_multiple(options.pad_multiple),
+      skip_bad(options.on_error == ErrorPolicy::skip) {
   if (options.pad_multiple < 1) {
     throw ConfigError("Loader: pad_multiple must be at least 1, got " +
                       std::to_string(options.pad_multiple));
@@ -47,6 +48,9 @@ RaggedFields::RaggedFields(const Dataset& dataset, const std::vector<FieldSpec>&
         l = dataset.length(i, f);
       } catch (const ConfigError& e) {
         throw ConfigError(what + " is ragged: " + e.what());
+      } catch (const DataError&) {
+        if (!skip_bad) throw;
+        continue;  // a bad sample: its batch leaves it out
       }
       if (l < 0) {
         throw DataError(what + ": sample " + std::to_string(i) + " has " + std::to_string(l) +
@@ -82,8 +86,8 @@ RaggedFields::RaggedFields(const Dataset& dataset, const std::vector<FieldSpec>&
 }
 
 void RaggedFields::plan(const Dataset& dataset, const SlotLayout& layout,
-                        std::span<const std::uint64_t> indices, BatchRows& rows,
-                        std::byte* slot) const {
+                        std::span<const std::uint64_t> indices, BatchRows& rows, std::byte* slot,
+                        std::span<std::exception_ptr> failures) const {
   const std::size_t count = indices.size();
   for (std::size_t f = 0; f < layout.ragged.size(); ++f) {
     const int r = layout.ragged[f];
@@ -92,7 +96,15 @@ void RaggedFields::plan(const Dataset& dataset, const SlotLayout& layout,
     std::int64_t most = 0;
     std::uint64_t at = 0;
     for (std::size_t i = 0; i < count; ++i) {
-      const std::int64_t l = dataset.length(indices[i], f);
+      std::int64_t l = 0;
+      if (!failures[i]) {
+        try {
+          l = dataset.length(indices[i], f);
+        } catch (const DataError&) {
+          if (!skip_bad) throw;
+          failures[i] = std::current_exception();  // no rows; the fill leaves it out
+        }
+      }
       if (l < 0 || l > longest[f]) {
         throw DataError("Loader: sample " + std::to_string(indices[i]) + " has " +
                         std::to_string(l) + " rows of field " + std::to_string(f) +

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <span>
 #include <vector>
 
@@ -25,7 +26,8 @@ std::int64_t round_up_rows(std::int64_t n, std::int64_t multiple);
 /// What the loader knows of its ragged fields, from the dataset at construction.
 struct RaggedFields {
   /// Takes each ragged field's longest sample from Dataset::max_length(), or, where the dataset
-  /// does not know it, asks every sample's length.
+  /// does not know it, asks every sample's length (under ErrorPolicy::skip, one whose length()
+  /// throws DataError counts for none: its batch leaves it out).
   /// \throws ConfigError for options that do not fit (pad_multiple < 1, packed rows beyond i32),
   /// DataError for a negative length naming the sample.
   /// With a copy stage (`device_path`), padded fields travel packed and are padded on the
@@ -43,12 +45,17 @@ struct RaggedFields {
   RaggedBatch slot_mode = RaggedBatch::pad;  ///< how a slot holds it (pack with a copy stage)
   std::int64_t pad_multiple = 1;
   bool any = false;
+  /// ErrorPolicy::skip: a sample whose length() throws DataError is left out, not the loader.
+  bool skip_bad = false;
 
   /// Places batch `indices`' samples: asks their lengths, fills `rows`, and writes the lengths
-  /// and starts tables into the slot. \throws DataError for a length beyond what the loader
-  /// was made for.
+  /// and starts tables into the slot. Under ErrorPolicy::skip a sample whose length() throws
+  /// DataError gets 0 rows and its error in `failures` (cleared by the caller; the fill leaves
+  /// it out, unread). \throws DataError for a length beyond what the
+  /// loader was made for, or (under raise) length()'s.
   void plan(const Dataset& dataset, const SlotLayout& layout,
-            std::span<const std::uint64_t> indices, BatchRows& rows, std::byte* slot) const;
+            std::span<const std::uint64_t> indices, BatchRows& rows, std::byte* slot,
+            std::span<std::exception_ptr> failures) const;
   /// Writes pad_value over sample `position`'s rows after its own (pad only).
   void pad_sample(const SlotLayout& layout, const BatchRows& rows, std::size_t position,
                   std::byte* slot) const noexcept;

@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
+#include <limits>
 #include <string>
 
 #include "binding.hpp"
@@ -19,8 +20,36 @@ AudioCrop audio_crop(const std::string& text) {
                         text + "\"");
 }
 
+// A dict's int value: a Python int (not a bool) within int's range. \throws TypeError or
+// ValueError naming `what` and the form it takes.
+int int_value(const py::handle& value, const std::string& what) {
+  if (!py::isinstance<py::int_>(value) || py::isinstance<py::bool_>(value)) {
+    throw py::type_error(what + " must be an int, not " + py::repr(value).cast<std::string>() +
+                         " (" + py::type::of(value).attr("__name__").cast<std::string>() + ")");
+  }
+  const auto v = value.cast<py::int_>();
+  if (v < py::int_(std::numeric_limits<int>::min()) ||
+      v > py::int_(std::numeric_limits<int>::max())) {
+    throw py::value_error(what + " " + py::repr(v).cast<std::string>() +
+                          " is out of range (an int of 32 bits)");
+  }
+  return v.cast<int>();
+}
+
+// A dict's float value: a Python int or float (not a bool). \throws TypeError naming `what`.
+double float_value(const py::handle& value, const std::string& what) {
+  if (!(py::isinstance<py::int_>(value) || py::isinstance<py::float_>(value)) ||
+      py::isinstance<py::bool_>(value)) {
+    throw py::type_error(what + " must be a number (int or float), not " +
+                         py::repr(value).cast<std::string>() + " (" +
+                         py::type::of(value).attr("__name__").cast<std::string>() + ")");
+  }
+  return value.cast<double>();
+}
+
 // mel=dict(n_fft=..., hop=..., n_mels=..., f_min=..., f_max=..., log_floor=...); True: the
-// defaults. A key MelOptions does not have is a TypeError naming it.
+// defaults. A key MelOptions does not have is a TypeError naming it, a value of another type a
+// TypeError naming its key and the type it takes.
 std::optional<MelOptions> mel_options(const py::object& mel) {
   if (mel.is_none()) return std::nullopt;
   MelOptions o;
@@ -36,24 +65,41 @@ std::optional<MelOptions> mel_options(const py::object& mel) {
   }
   for (const auto& [key, value] : mel.cast<py::dict>()) {
     const std::string k = py::str(key).cast<std::string>();
+    const std::string what = "AudioFolder: mel['" + k + "']";
     if (k == "n_fft") {
-      o.n_fft = value.cast<int>();
+      o.n_fft = int_value(value, what);
     } else if (k == "hop" || k == "hop_length") {
-      o.hop = value.cast<int>();
+      o.hop = int_value(value, what);
     } else if (k == "n_mels") {
-      o.n_mels = value.cast<int>();
+      o.n_mels = int_value(value, what);
     } else if (k == "f_min") {
-      o.f_min = value.cast<double>();
+      o.f_min = float_value(value, what);
     } else if (k == "f_max") {
-      o.f_max = value.is_none() ? 0.0 : value.cast<double>();
+      o.f_max = value.is_none() ? 0.0 : float_value(value, what);
     } else if (k == "log_floor") {
-      o.log_floor = value.cast<double>();
+      o.log_floor = float_value(value, what);
     } else {
       throw py::type_error("AudioFolder: mel has no key '" + k +
                            "' (it takes n_fft, hop, n_mels, f_min, f_max, log_floor)");
     }
   }
   return o;
+}
+
+// A method's sample index: an int from 0 to size() - 1. \throws TypeError or ValueError
+// naming the argument.
+std::size_t sample_index(const AudioFolder& ds, const py::object& index, const char* who) {
+  if (!py::isinstance<py::int_>(index) || py::isinstance<py::bool_>(index)) {
+    throw py::type_error(std::string(who) + ": index must be an int, not " +
+                         py::repr(index).cast<std::string>());
+  }
+  const auto i = index.cast<py::int_>();
+  if (i < py::int_(0) || i >= py::int_(ds.size())) {
+    throw py::value_error(std::string(who) + ": index " + py::repr(i).cast<std::string>() +
+                          " is not 0 to " + std::to_string(ds.size()) +
+                          " - 1 (the folder's files)");
+  }
+  return i.cast<std::size_t>();
 }
 
 AudioOptions audio_options(int sample_rate, int channels, double clip_seconds,
@@ -81,18 +127,23 @@ AudioOptions audio_options_from(const py::object& kw, const char* who) {
   }
   for (const auto& [key, value] : kw.cast<py::dict>()) {
     const std::string k = py::str(key).cast<std::string>();
+    const std::string what = std::string(who) + ": audio['" + k + "']";
     if (k == "sample_rate") {
-      o.sample_rate = value.cast<int>();
+      o.sample_rate = int_value(value, what);
     } else if (k == "channels") {
-      o.channels = value.cast<int>();
+      o.channels = int_value(value, what);
     } else if (k == "clip_seconds") {
-      o.clip_seconds = value.cast<double>();
+      o.clip_seconds = float_value(value, what);
     } else if (k == "crop") {
+      if (!py::isinstance<py::str>(value)) {
+        throw py::type_error(what + " must be \"random\", \"start\" or \"center\", not " +
+                             py::repr(value).cast<std::string>());
+      }
       o.crop = audio_crop(value.cast<std::string>());
     } else if (k == "mel") {
       o.mel = mel_options(py::reinterpret_borrow<py::object>(value));
     } else if (k == "max_seconds") {
-      o.max_seconds = value.cast<double>();
+      o.max_seconds = float_value(value, what);
     } else {
       throw py::type_error(std::string(who) + ": audio options have no key '" + k +
                            "' (they take sample_rate, channels, clip_seconds, crop, mel, "
@@ -128,8 +179,18 @@ the first file's. A bad file is a DataError naming it, raised for its sample.)do
                              [](const AudioFolder& ds) { return ds.options().sample_rate; })
       .def_property_readonly("channels",
                              [](const AudioFolder& ds) { return ds.options().channels; })
-      .def("path", &AudioFolder::path, py::arg("index"))
-      .def("label", &AudioFolder::label, py::arg("index"));
+      .def(
+          "path",
+          [](const AudioFolder& ds, const py::object& index) {
+            return ds.path(sample_index(ds, index, "AudioFolder.path"));
+          },
+          py::arg("index"))
+      .def(
+          "label",
+          [](const AudioFolder& ds, const py::object& index) {
+            return ds.label(sample_index(ds, index, "AudioFolder.label"));
+          },
+          py::arg("index"));
 }
 
 }  // namespace ferry::python

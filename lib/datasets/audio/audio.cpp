@@ -3,7 +3,9 @@
 
 #include "ferry/audio.hpp"
 
+#include <array>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <string>
 
@@ -14,8 +16,8 @@
 namespace ferry {
 namespace {
 
-constexpr int kAudioMaxChannels = 256;
-constexpr int kAudioMaxRate = 1 << 22;
+constexpr int kAudioMaxChannels = detail::audio::kMaxChannels;
+constexpr int kAudioMaxRate = detail::audio::kMaxRate;
 
 [[noreturn]] void audio_option_error(const std::string& what) {
   throw ConfigError("AudioOptions: " + what);
@@ -39,18 +41,31 @@ void check_out(const AudioInfo& info, const AudioOptions& options, std::span<con
 
 }  // namespace
 
-void check_audio_options(const AudioOptions& o) {
+void check_audio_options(const AudioOptions& o) { detail::audio::check_options(o, 2); }
+
+void detail::audio::check_options(const AudioOptions& o, int most_channels) {
   if (o.sample_rate < 0 || o.sample_rate > kAudioMaxRate) {
     audio_option_error("sample_rate " + std::to_string(o.sample_rate) +
                        " is not 0 (keep) or 1 to " + std::to_string(kAudioMaxRate));
   }
-  if (o.channels < 0 || o.channels > kAudioMaxChannels) {
+  if (o.channels < 0 || o.channels > most_channels) {
     audio_option_error("channels " + std::to_string(o.channels) +
-                       " is not 0 (keep), 1 (mono) or 2 (stereo)");
+                       (most_channels == 2
+                            ? " is not 0 (keep), 1 (mono) or 2 (stereo)"
+                            : " is not 0 (keep) or 1 to " + std::to_string(most_channels)));
   }
   if (!(o.clip_seconds >= 0) || !std::isfinite(o.clip_seconds)) {
     audio_option_error("clip_seconds must be 0 (the whole file) or > 0, not " +
                        std::to_string(o.clip_seconds));
+  }
+  // A clip's frames are counted in 64 bits: far below where clip_seconds * rate overflows.
+  constexpr double kMostClipFrames = 1ULL << 40;
+  if (o.clip_seconds * (o.sample_rate > 0 ? o.sample_rate : kAudioMaxRate) > kMostClipFrames) {
+    std::array<char, 32> seconds{};
+    std::snprintf(seconds.data(), seconds.size(), "%g", o.clip_seconds);
+    audio_option_error("clip_seconds " + std::string(seconds.data()) +
+                       " is out of range: more than 2^40 frames at sample_rate " +
+                       std::to_string(o.sample_rate > 0 ? o.sample_rate : kAudioMaxRate));
   }
   if (o.clip_seconds > 0 && o.sample_rate > 0 && std::llround(o.clip_seconds * o.sample_rate) < 1) {
     audio_option_error("clip_seconds " + std::to_string(o.clip_seconds) +
@@ -82,7 +97,7 @@ void check_audio_options(const AudioOptions& o) {
 }
 
 FieldSpec audio_field(const AudioOptions& options, int channels, std::string name) {
-  check_audio_options(options);
+  detail::audio::check_options(options, kAudioMaxChannels);
   std::int64_t rows = ragged;
   const int rate = options.sample_rate;
   if (options.clip_seconds > 0) {
@@ -103,24 +118,26 @@ FieldSpec audio_field(const AudioOptions& options, int channels, std::string nam
   return {std::move(name), DType::f32, {rows, channels}};
 }
 
-AudioInfo audio_info(std::span<const std::byte> encoded, std::string_view name) {
+AudioInfo audio_info(std::span<const std::byte> encoded, std::string_view name,
+                     double max_seconds) {
   detail::audio::ByteSource source{-1, encoded, static_cast<std::int64_t>(encoded.size()), 0};
-  const detail::audio::SoundFile file(source, name);
+  const detail::audio::SoundFile file(source, name, max_seconds);
   return file.info();
 }
 
-AudioInfo audio_file_info(const std::filesystem::path& file, std::string_view name) {
+AudioInfo audio_file_info(const std::filesystem::path& file, std::string_view name,
+                          double max_seconds) {
   const std::string label = audio_name(file, name);
   const detail::OpenFile open(file, {{}, label});
   detail::audio::ByteSource source{
       open.descriptor(), {}, static_cast<std::int64_t>(open.size()), 0};
-  const detail::audio::SoundFile sound(source, label);
+  const detail::audio::SoundFile sound(source, label, max_seconds);
   return sound.info();
 }
 
 std::int64_t audio_frames(const AudioInfo& info, const AudioOptions& options,
                           std::string_view name) {
-  check_audio_options(options);
+  detail::audio::check_options(options, kAudioMaxChannels);
   if (info.frames <= 0 || info.sample_rate <= 0 || info.channels <= 0) {
     throw ConfigError("audio_frames: an AudioInfo of no frames, rate or channels");
   }
@@ -136,21 +153,21 @@ std::int64_t audio_length(const AudioInfo& info, const AudioOptions& options,
 
 void decode_audio(std::span<const std::byte> encoded, const AudioOptions& options,
                   std::uint64_t seed, std::span<float> out, std::string_view name) {
-  check_audio_options(options);
+  detail::audio::check_options(options, kAudioMaxChannels);
   detail::audio::ByteSource source{-1, encoded, static_cast<std::int64_t>(encoded.size()), 0};
-  detail::audio::SoundFile file(source, name);
+  detail::audio::SoundFile file(source, name, options.max_seconds);
   check_out(file.info(), options, out, name);
   detail::audio::decode(file, options, seed, out, name);
 }
 
 void decode_audio_file(const std::filesystem::path& file, const AudioOptions& options,
                        std::uint64_t seed, std::span<float> out, std::string_view name) {
-  check_audio_options(options);
+  detail::audio::check_options(options, kAudioMaxChannels);
   const std::string label = audio_name(file, name);
   const detail::OpenFile open(file, {{}, label});
   detail::audio::ByteSource source{
       open.descriptor(), {}, static_cast<std::int64_t>(open.size()), 0};
-  detail::audio::SoundFile sound(source, label);
+  detail::audio::SoundFile sound(source, label, options.max_seconds);
   check_out(sound.info(), options, out, label);
   detail::audio::decode(sound, options, seed, out, label);
 }

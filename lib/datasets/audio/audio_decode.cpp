@@ -102,6 +102,9 @@ class ClipWriter {
       resample_from(start);
     }
     std::fill(out_ + written_ * channels_, out_ + want_ * channels_, 0.0F);
+    // The field is documented in [-1, 1]: a float file's louder samples, and a resampler's
+    // overshoot at a full-scale edge, are clipped.
+    for (float* v = out_; v != out_ + written_ * channels_; ++v) *v = std::clamp(*v, -1.0F, 1.0F);
   }
 
  private:
@@ -249,6 +252,9 @@ void decode(SoundFile& file, const AudioOptions& options, std::uint64_t seed, st
          "the file changed: " + std::to_string(out.size() / static_cast<std::size_t>(per_row)) +
              " rows were planned for it, its header now gives " + std::to_string(rows));
   }
+  // A clip reads part of the file: its end is decoded too, so that a file cut short is a
+  // DataError whatever the clip (the whole file's read finds it anyway).
+  if (options.clip_seconds > 0) file.check_end();
   ClipWriter writer(file, rate, channels, name);
   if (!options.mel) {
     writer.write(start, frames, out.data());

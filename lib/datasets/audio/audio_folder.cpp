@@ -106,7 +106,12 @@ std::shared_ptr<AudioFolder> AudioFolder::open(const fs::path& root, AudioOption
     bool found = false;
     for (const fs::path& file : ds->files_) {
       try {
-        const AudioInfo info = audio_file_info(file, audio_label(file));
+        const AudioInfo info = audio_file_info(file, audio_label(file), options.max_seconds);
+        // A count or rate no dataset takes: that file's sample raises it when it is read.
+        if ((ds->keep_channels_ && info.channels > detail::audio::kMaxChannels) ||
+            (ds->keep_rate_ && info.sample_rate > detail::audio::kMaxRate)) {
+          continue;
+        }
         if (ds->keep_rate_) options.sample_rate = info.sample_rate;
         if (ds->keep_channels_) options.channels = info.channels;
         found = true;
@@ -119,7 +124,7 @@ std::shared_ptr<AudioFolder> AudioFolder::open(const fs::path& root, AudioOption
       throw DataError(std::string(kAudioWho) + ": " + root.string() +
                       ": no file whose header reads, to take the sample rate or channels from");
     }
-    check_audio_options(options);
+    detail::audio::check_options(options, detail::audio::kMaxChannels);
   }
   ds->options_ = options;
   ds->lengths_ = std::make_unique<std::atomic<std::int64_t>[]>(ds->files_.size());
@@ -132,7 +137,7 @@ std::vector<FieldSpec> AudioFolder::fields() const {
 }
 
 AudioInfo AudioFolder::checked_info(std::size_t index, const std::string& name) const {
-  const AudioInfo info = audio_file_info(files_[index], name);
+  const AudioInfo info = audio_file_info(files_[index], name, options_.max_seconds);
   if (keep_rate_ && info.sample_rate != options_.sample_rate) {
     detail::audio::fail(name, std::to_string(info.sample_rate) + " Hz, not the first file's " +
                                   std::to_string(options_.sample_rate) +
@@ -166,7 +171,7 @@ void AudioFolder::read(std::size_t index, SampleRef out) const {
   const detail::OpenFile open(file, {{}, name});
   detail::audio::ByteSource source{
       open.descriptor(), {}, static_cast<std::int64_t>(open.size()), 0};
-  detail::audio::SoundFile sound(source, name);
+  detail::audio::SoundFile sound(source, name, options_.max_seconds);
   const AudioInfo& info = sound.info();
   if ((keep_rate_ && info.sample_rate != options_.sample_rate) ||
       (keep_channels_ && info.channels != options_.channels)) {

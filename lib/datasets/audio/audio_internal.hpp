@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "ferry/audio.hpp"
 
 struct sf_private_tag;  // <sndfile.h>'s SNDFILE
+struct SF_INFO;
 
 namespace ferry::detail::audio {
 
@@ -27,9 +29,12 @@ struct ByteSource {
 /// An open libsndfile handle over a ByteSource (which must outlive it). Move-less, one thread.
 class SoundFile {
  public:
-  /// Opens and reads the header. \throws DataError "<name>: <why>" when libsndfile does not
-  /// read it (unknown format, corrupt or truncated header) or it has no frames.
-  SoundFile(ByteSource& source, std::string_view name);
+  /// Opens and reads the header. A file whose header gives no length (a FLAC written to a
+  /// pipe), or only a guess of it (an MP3 without a Xing, Info or VBRI header), is decoded once
+  /// to count its frames, at most `max_seconds` of them. \throws DataError "<name>: <why>" when
+  /// libsndfile does not read it (unknown format, corrupt or truncated header), an Ogg stream
+  /// without its last page (truncated), one with no frames, or a count past max_seconds.
+  SoundFile(ByteSource& source, std::string_view name, double max_seconds);
   SoundFile(const SoundFile&) = delete;
   SoundFile& operator=(const SoundFile&) = delete;
   ~SoundFile();
@@ -37,18 +42,41 @@ class SoundFile {
   const AudioInfo& info() const noexcept { return info_; }
   /// The next frame read() reads.
   std::int64_t position() const noexcept { return frame_; }
-  /// Moves to frame `frame` (< info().frames). \throws DataError naming the frame.
+  /// Moves to frame `frame` (< info().frames): libsndfile's seek, from a few frames before for
+  /// an MP3, or (a counted file) a decode forward from the start. \throws DataError naming the
+  /// frame.
   void seek(std::int64_t frame);
   /// Reads up to `frames` frames, interleaved, into `out` (frames x channels floats in [-1, 1]);
   /// the frames read, 0 at the end. \throws DataError naming the frame for a decode failure.
   std::int64_t read(float* out, std::int64_t frames);
+  /// Decodes the file's last frame, so that a read of part of it (a clip) still finds a file
+  /// cut short or damaged at its end: one seek and one frame's decode, whatever the length.
+  /// \throws DataError "truncated or corrupt" naming the file when it does not decode.
+  void check_end();
 
  private:
+  void open(SF_INFO& sf);
+  void count(double max_seconds);
+  void rewind();
+  std::string frames_said() const;
+
+  ByteSource& source_;
   sf_private_tag* file_ = nullptr;
   AudioInfo info_;
   std::string_view name_;
   std::int64_t frame_ = 0;  // the next frame read
+  bool counted_ = false;    // info_.frames was counted by a decode, not read from the header
+  bool mpeg_ = false;
 };
+
+/// Channels and rates a file may have (a dataset keeping them takes no more).
+constexpr int kMaxChannels = 256;
+constexpr int kMaxRate = 1 << 22;
+
+/// check_audio_options() with channels up to `most_channels`: 2 for the options a dataset is
+/// opened with, kMaxChannels for those it decodes with (a 0 replaced by the first file's count).
+/// \throws ConfigError naming the member.
+void check_options(const AudioOptions& options, int most_channels);
 
 /// DataError "<name>: <what>".
 [[noreturn]] void fail(std::string_view name, std::string_view what);

@@ -5,11 +5,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <string>
+#include <vector>
 
 #include "datasets/audio/audio_internal.hpp"
 #include "ferry/error.hpp"
@@ -65,27 +68,149 @@ void fail(std::string_view name, std::string_view what) {
   throw DataError(message);
 }
 
-SoundFile::SoundFile(ByteSource& source, std::string_view name) : name_(name) {
+namespace {
+
+// libsndfile's count for a stream whose header gives no length (SF_COUNT_MAX, or near it).
+bool unknown_length(sf_count_t frames) {
+  return frames >= std::numeric_limits<std::int64_t>::max() / 2;
+}
+
+// Reads `n` bytes at `offset` of the source (fewer at its end); leaves its position alone.
+std::size_t read_at(ByteSource& source, std::int64_t offset, std::byte* out, std::size_t n) {
+  const std::int64_t saved = source.position;
+  source.position = offset;
+  const auto got =
+      static_cast<std::size_t>(audio_vio_read(out, static_cast<sf_count_t>(n), &source));
+  source.position = saved;
+  return got;
+}
+
+// Whether an MP3's first frame carries a Xing, Info or VBRI header: only then does mpg123 (and
+// so libsndfile) know its length; without one it guesses from the first frame's bitrate and the
+// file's size (a valid CBR file gets a few frames too many, a VBR one a fraction).
+bool mp3_length_tag(ByteSource& source) {
+  std::array<std::byte, 10> id3{};
+  std::int64_t at = 0;
+  // ID3v2 tags, one after another: "ID3", version, flags, a 28-bit "syncsafe" size.
+  while (read_at(source, at, id3.data(), id3.size()) == id3.size() &&
+         std::memcmp(id3.data(), "ID3", 3) == 0) {
+    std::int64_t size = 0;
+    for (std::size_t i = 6; i < 10; ++i) size = (size << 7) | (std::to_integer<int>(id3[i]) & 0x7f);
+    at += 10 + size + ((std::to_integer<int>(id3[5]) & 0x10) != 0 ? 10 : 0);
+  }
+  // The tag lies within the first frame's first bytes, after its sync (which mpg123 may have to
+  // look for past junk): look in the first 64 KiB.
+  constexpr std::size_t kLook = std::size_t{64} * 1024;
+  std::vector<std::byte> head(kLook);
+  head.resize(read_at(source, at, head.data(), head.size()));
+  const auto byte = [&](std::size_t i) { return std::to_integer<unsigned>(head[i]); };
+  for (std::size_t i = 0; i + 4 < head.size(); ++i) {
+    if (byte(i) != 0xff || (byte(i + 1) & 0xe0) != 0xe0) continue;
+    // The first frame header: Xing/Info follow the side information (at most 32 bytes), VBRI
+    // sits 32 bytes after the header.
+    const std::size_t end = std::min(head.size(), i + 4 + 32 + 4 + 4);
+    for (std::size_t k = i + 4; k + 4 <= end; ++k) {
+      const char* p = reinterpret_cast<const char*>(head.data() + k);
+      if (std::memcmp(p, "Xing", 4) == 0 || std::memcmp(p, "Info", 4) == 0 ||
+          std::memcmp(p, "VBRI", 4) == 0) {
+        return true;
+      }
+    }
+    return false;
+  }
+  return false;
+}
+
+}  // namespace
+
+SoundFile::SoundFile(ByteSource& source, std::string_view name, double max_seconds)
+    : source_(source), name_(name) {
+  if (source.size == 0) fail(name, "empty file (no bytes)");
+  SF_INFO sf{};
+  open(sf);
+  try {
+    info_ = {sf.frames, sf.samplerate, sf.channels};
+    if (sf.frames <= 0 || sf.samplerate <= 0 || sf.channels <= 0) {
+      fail(name, "no frames (" + std::to_string(sf.frames) + " frames, " +
+                     std::to_string(sf.samplerate) + " Hz, " + std::to_string(sf.channels) +
+                     " channels by its header)");
+    }
+    const int major = sf.format & SF_FORMAT_TYPEMASK;
+    mpeg_ = major == SF_FORMAT_MPEG;
+    if (major == SF_FORMAT_OGG && unknown_length(sf.frames)) {
+      // libsndfile takes an Ogg stream's length from its last page, which a whole file has.
+      fail(name, "truncated or corrupt: its Ogg stream's last page is missing");
+    }
+    if (unknown_length(sf.frames) || (mpeg_ && !mp3_length_tag(source))) count(max_seconds);
+  } catch (...) {
+    sf_close(file_);
+    file_ = nullptr;
+    throw;
+  }
+  // Integer samples become floats in [-1, 1) (libsndfile's default); nothing is clipped.
+}
+
+void SoundFile::open(SF_INFO& sf) {
   SF_VIRTUAL_IO io{audio_vio_length, audio_vio_seek, audio_vio_read, audio_vio_write,
                    audio_vio_tell};
-  SF_INFO sf{};
-  if (source.size == 0) fail(name, "empty file (no bytes)");
-  file_ = sf_open_virtual(&io, SFM_READ, &sf, &source);
+  source_.position = 0;
+  file_ = sf_open_virtual(&io, SFM_READ, &sf, &source_);
   // libsndfile's reason for a failed open lives in a global that other threads may be writing;
   // the message says what it means instead.
   if (file_ == nullptr) {
-    fail(name,
+    fail(name_,
          "not a sound file libsndfile reads (WAV, FLAC, Ogg Vorbis/Opus, MP3): unknown format, "
          "or a corrupt or truncated header");
   }
-  info_ = {sf.frames, sf.samplerate, sf.channels};
-  if (sf.frames <= 0 || sf.samplerate <= 0 || sf.channels <= 0) {
-    sf_close(file_);
-    fail(name, "no frames (" + std::to_string(sf.frames) + " frames, " +
-                   std::to_string(sf.samplerate) + " Hz, " + std::to_string(sf.channels) +
-                   " channels by its header)");
+  frame_ = 0;
+}
+
+void SoundFile::count(double max_seconds) {
+  // The header gives no length (a FLAC written to a pipe) or guesses it (an MP3 without a Xing
+  // header): the file is decoded once to count its frames, at most max_seconds' worth.
+  const double most_frames = std::ceil(max_seconds * info_.sample_rate);
+  std::vector<float> chunk(static_cast<std::size_t>(4096) *
+                           static_cast<std::size_t>(info_.channels));
+  std::int64_t frames = 0;
+  const std::int64_t guess = info_.frames;
+  counted_ = true;
+  info_.frames = 0;  // unknown while counting
+  while (true) {
+    const std::int64_t got = read(chunk.data(), 4096);
+    if (got == 0) break;
+    frames += got;
+    if (static_cast<double>(frames) > most_frames) {
+      fail(name_, "more than max_seconds (" + std::to_string(max_seconds) +
+                      ") long: its header gives no length, and its decode passed " +
+                      std::to_string(frames) + " frames at " + std::to_string(info_.sample_rate) +
+                      " Hz");
+    }
   }
-  // Integer samples become floats in [-1, 1) (libsndfile's default); nothing is clipped.
+  if (frames == 0) fail(name_, "no frames (none decode; its header gives no length)");
+  // libsndfile reads no further than its guess: an MP3 that decodes to exactly that many may hold
+  // more (a VBR file's guess, from its first frame's bitrate, may be any fraction of it).
+  if (mpeg_ && frames == guess) {
+    fail(name_,
+         "an MP3 without a Xing, Info or VBRI header whose length libsndfile cannot tell "
+         "(it decodes no further than its guess, " +
+             std::to_string(guess) +
+             " frames, from the first frame's bitrate: a VBR file): not read");
+  }
+  info_.frames = frames;
+  rewind();
+}
+
+std::string SoundFile::frames_said() const {
+  if (!counted_) return " of the " + std::to_string(info_.frames) + " its header gives";
+  if (info_.frames == 0) return " (its header gives no length)";
+  return " of the " + std::to_string(info_.frames) + " its decode counted";
+}
+
+void SoundFile::rewind() {
+  sf_close(file_);
+  file_ = nullptr;
+  SF_INFO sf{};
+  open(sf);
 }
 
 SoundFile::~SoundFile() {
@@ -94,19 +219,36 @@ SoundFile::~SoundFile() {
 
 void SoundFile::seek(std::int64_t frame) {
   if (frame == frame_) return;
-  if (sf_seek(file_, frame, SEEK_SET) != frame) {
-    fail(name_, "cannot seek to frame " + std::to_string(frame) + " of " +
-                    std::to_string(info_.frames) + ": " + sf_strerror(file_));
+  // A counted file is read forward from its start (its header cannot place a seek); an MP3 is
+  // decoded from a few frames before: mpg123's first frames after a seek lack what the frames
+  // before give them (the bit reservoir, the overlap), and differ from a decode from the start.
+  constexpr std::int64_t kMpegPreroll = std::int64_t{8} * 1152;
+  if (counted_) {
+    if (frame < frame_ || frame_ < 0) rewind();
+  } else {
+    const std::int64_t to = mpeg_ ? std::max<std::int64_t>(0, frame - kMpegPreroll) : frame;
+    if (sf_seek(file_, to, SEEK_SET) != to) {
+      fail(name_, "cannot seek to frame " + std::to_string(to) + " of " +
+                      std::to_string(info_.frames) + ": " + sf_strerror(file_));
+    }
+    frame_ = to;
   }
-  frame_ = frame;
+  std::vector<float> chunk(static_cast<std::size_t>(4096) *
+                           static_cast<std::size_t>(info_.channels));
+  while (frame_ < frame) {
+    const std::int64_t got = read(chunk.data(), std::min<std::int64_t>(4096, frame - frame_));
+    if (got == 0) {
+      fail(name_, "truncated or corrupt: the decode ended at frame " + std::to_string(frame_) +
+                      frames_said());
+    }
+  }
 }
 
 std::int64_t SoundFile::read(float* out, std::int64_t frames) {
   const sf_count_t got = sf_readf_float(file_, out, frames);
   if (got < 0 || sf_error(file_) != SF_ERR_NO_ERROR) {
     fail(name_, "truncated or corrupt: the decode failed at frame " + std::to_string(frame_) +
-                    " of the " + std::to_string(info_.frames) +
-                    " its header gives: " + sf_strerror(file_));
+                    frames_said() + ": " + sf_strerror(file_));
   }
   // Decoders that reach a corrupt packet report it by returning fewer frames, then none: the
   // caller compares what it got with the header's count.
@@ -118,6 +260,21 @@ std::int64_t SoundFile::read(float* out, std::int64_t frames) {
   }
   frame_ += got;
   return got;
+}
+
+void SoundFile::check_end() {
+  if (counted_) return;  // decoded whole when counted
+  const std::int64_t last = info_.frames - 1;
+  std::vector<float> frame(static_cast<std::size_t>(info_.channels));
+  const bool decoded = sf_seek(file_, last, SEEK_SET) == last &&
+                       sf_readf_float(file_, frame.data(), 1) == 1 &&
+                       sf_error(file_) == SF_ERR_NO_ERROR;
+  frame_ = -1;  // unknown: the next seek() moves
+  if (!decoded) {
+    fail(name_, "truncated or corrupt: its last frame (" + std::to_string(last) +
+                    " by its header) does not decode");
+  }
+  frame_ = info_.frames;
 }
 
 }  // namespace ferry::detail::audio

@@ -152,7 +152,9 @@ std::int64_t detail::wds::audio_member_rows(int fd, const Loc& loc, const AudioO
                                             const FileLabel& label, const std::string& what) {
   const TrimImageBuffer trim;
   const std::string name = label.prefix() + what;
-  return audio_length(audio_info(read_audio_member(fd, loc, label, what), name), options, name);
+  return audio_length(
+      audio_info(read_audio_member(fd, loc, label, what), name, options.max_seconds), options,
+      name);
 }
 
 std::size_t detail::wds::image_buffer_bytes() noexcept { return image_scratch().capacity; }
