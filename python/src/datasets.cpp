@@ -284,7 +284,26 @@ rows; a bf16 field: a ferry.Tensor, numpy having no bfloat16). For looking at sa
 A negative index counts from the end; IndexError beyond it.)doc")
       .def(
           "__getitem__",
-          [](const Dataset& d, std::int64_t index) { return sample_dict(d, index, 0, 0); },
+          [](const Dataset& d, const py::object& index) {
+            if (!py::hasattr(index, "__index__")) {
+              const std::string shown = py::repr(index).cast<std::string>();
+              throw py::type_error(
+                  "Dataset: an index is an int, not " + shown + " (" +
+                  py::str(py::type::of(index).attr("__name__")).cast<std::string>() + ")" +
+                  (py::isinstance<py::str>(index) ? "; ds[i][" + shown + "] is sample i's field"
+                                                  : ""));
+            }
+            const py::object i = py::module_::import("operator").attr("index")(index);
+            std::int64_t at = 0;
+            try {
+              at = i.cast<std::int64_t>();
+            } catch (const py::cast_error&) {  // beyond int64: out of range too
+              throw py::index_error("Dataset: index " + py::str(i).cast<std::string>() +
+                                    " is out of range (" + std::to_string(d.size()) +
+                                    (d.size() == 1 ? " sample)" : " samples)"));
+            }
+            return sample_dict(d, at, 0, 0);
+          },
           py::arg("index"), "sample(index): as a Loader with the default seed=0 delivers it.");
 
   py::class_<TensorDataset, Dataset, std::shared_ptr<TensorDataset>>(m, "TensorDataset", R"doc(

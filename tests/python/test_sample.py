@@ -32,6 +32,14 @@ def test_tensor_dataset_items_are_the_loaders_samples(ferry):
     for bad in (5, -6, 100):
         with pytest.raises(IndexError, match=rf"index {bad} is out of range \(5 samples\)"):
             ds[bad]
+    with pytest.raises(IndexError, match=r"index 18446744073709551616 is out of range"):
+        ds[2**64]
+    assert_same(ds[np.int64(3)], delivered[3])
+    with pytest.raises(TypeError, match=r"^Dataset: an index is an int, not 'x' \(str\); "
+                                        r"ds\[i\]\['x'\] is sample i's field$"):
+        ds["x"]
+    with pytest.raises(TypeError, match=r"^Dataset: an index is an int, not slice\(1, 2, None\)"):
+        ds[1:2]
     # The sequence protocol: iteration stops at the IndexError.
     items = list(ds)
     assert len(items) == 5
