@@ -266,6 +266,30 @@ TEST_F(CsvFiles, RegressionTargets) {
                  "regression target");
 }
 
+// A feature column of text says which option reads it (as categories), by its header name,
+// or by its index without a header; a bad regression target says classes = false instead.
+TEST_F(CsvFiles, TextInAFeatureColumnNamesTheCategoricalOption) {
+  CsvOptions o;
+  o.classes = false;
+  EXPECT_EQ(message("x,name,label\n1,foo,1\n2,bar,0\n", o),
+            prefix() +
+                "line 2, column 2 (\"name\"): \"foo\" is not a number (a column of text: read "
+                "it as categories with CsvOptions::categorical = {Column::name(\"name\")}, in "
+                "Python categorical=[\"name\"])");
+  CsvOptions no_header;
+  no_header.header = false;
+  no_header.label = Column::last();
+  EXPECT_HAS(message("1,foo,1\n2,bar,0\n", no_header),
+             prefix() +
+                 "line 1, column 2: \"foo\" is not a number (a column of text: read it as "
+                 "categories with CsvOptions::categorical = {Column::index(1)}, in Python "
+                 "categorical=[1])");
+  CsvOptions target = o;
+  target.label = Column::name("price");
+  const std::string m = message("price,rooms\n1,2\ncheap,3\n", target);
+  EXPECT_EQ(m.find("categorical"), std::string::npos) << m;
+}
+
 TEST_F(CsvFiles, QuotesCrLfBomBlankLinesAndSpaces) {
   const std::string text =
       "\xEF\xBB\xBF"

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "expect_error.hpp"
 #include "ferry/ferry.hpp"
 #include "loader_test_util.hpp"
 
@@ -28,6 +29,7 @@ using ferry::LoaderOptions;
 using ferry::RaggedBatch;
 using ferry::Tensor;
 using ferry::testing::cpu_options;
+using ferry::testing::expect_error;
 using ferry::testing::make_loader;
 using ferry::testing::within;
 using namespace std::chrono_literals;
@@ -174,6 +176,57 @@ std::int64_t round_up(std::int64_t n, std::int64_t m) { return (n + m - 1) / m *
 }
 
 using Order = std::vector<std::vector<std::uint64_t>>;
+
+// Sample i: "seed" i64 [], the seed read() was given.
+class SeedDataset : public ferry::Dataset {
+ public:
+  std::size_t size() const override { return 9; }
+  std::vector<FieldSpec> fields() const override { return {{"seed", DType::i64, {}}}; }
+  void read(std::size_t, ferry::SampleRef out) const override {
+    *out.as<std::int64_t>(0) = static_cast<std::int64_t>(out.seed());
+  }
+};
+
+TEST(LoaderRagged, ReadSampleGivesASamplesOwnRowsAndTheSeedALoaderGivesIt) {
+  const SequenceDataset ds(20, {3});
+  for (const std::size_t i : {0U, 1U, 5U, 13U, 19U}) {  // sample 13 has no tokens
+    const auto sample = ferry::read_sample(ds, i);
+    ASSERT_EQ(sample.size(), 3U);
+    EXPECT_EQ(sample[0].first, "tokens");
+    const Tensor& tokens = sample[0].second;
+    ASSERT_EQ(tokens.shape(), (std::vector<int64_t>{SequenceDataset::tokens(i)}));
+    ASSERT_EQ(tokens.dtype(), DType::i32);
+    for (std::int64_t j = 0; j < SequenceDataset::tokens(i); ++j) {
+      EXPECT_EQ(tokens.data<std::int32_t>()[j], SequenceDataset::token(i, j));
+    }
+    const Tensor& boxes = sample[1].second;
+    ASSERT_EQ(boxes.shape(), (std::vector<int64_t>{SequenceDataset::boxes(i), 4}));
+    for (std::int64_t k = 0; k < SequenceDataset::boxes(i); ++k) {
+      EXPECT_EQ(boxes.data<float>()[4 * k], static_cast<float>(i));
+      EXPECT_EQ(boxes.data<float>()[4 * k + 1], static_cast<float>(k));
+    }
+    EXPECT_EQ(sample[2].first, "label");
+    EXPECT_EQ(sample[2].second.shape(), std::vector<int64_t>{});
+    EXPECT_EQ(sample[2].second.data<std::int64_t>()[0], static_cast<std::int64_t>(i));
+  }
+  expect_error<ferry::DataError>([&] { (void)ferry::read_sample(ds, 3); }, {"sample 3: sample 3"});
+  expect_error<ferry::ConfigError>([&] { (void)ferry::read_sample(ds, 20); },
+                                   {"read_sample: index 20 is past the last sample (20 samples)"});
+
+  auto seeds = std::make_shared<SeedDataset>();
+  for (const auto& [seed, epoch] : {std::pair<std::uint64_t, std::uint64_t>{0, 0}, {7, 3}}) {
+    Loader loader = make_loader(seeds, cpu_options(1, true, seed), false);
+    std::size_t batches = 0;
+    for (const Batch& b : loader.epoch(epoch)) {
+      const std::uint64_t i = b.indices()[0];
+      EXPECT_EQ(b["seed"].cpu().data<std::int64_t>()[0],
+                ferry::read_sample(*seeds, i, seed, epoch)[0].second.data<std::int64_t>()[0])
+          << "sample " << i;
+      ++batches;
+    }
+    EXPECT_EQ(batches, 9U);
+  }
+}
 
 TEST(LoaderRagged, PaddedBatchesHoldEachSampleThenPadding) {
   auto ds = std::make_shared<SequenceDataset>(103);

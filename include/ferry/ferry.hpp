@@ -17,6 +17,7 @@
 #include "ferry/memory.hpp"         // IWYU pragma: export
 #include "ferry/mixture.hpp"        // IWYU pragma: export
 #include "ferry/ops.hpp"            // IWYU pragma: export
+#include "ferry/read_sample.hpp"    // IWYU pragma: export
 #include "ferry/remote.hpp"         // IWYU pragma: export
 #include "ferry/table.hpp"          // IWYU pragma: export
 #include "ferry/tensor.hpp"         // IWYU pragma: export

@@ -147,6 +147,28 @@ std::size_t ragged_field(const Dataset& d, const std::string& name) {
   throw py::key_error("no field \"" + name + "\"");
 }
 
+/// Dataset.sample(): sample `index` (negative: from the end) as {field: numpy array}.
+py::dict sample_dict(const Dataset& d, std::int64_t index, std::uint64_t seed,
+                     std::uint64_t epoch) {
+  const auto size = static_cast<std::int64_t>(d.size());
+  const std::int64_t at = index < 0 ? index + size : index;
+  if (at < 0 || at >= size) {
+    throw py::index_error("Dataset: index " + std::to_string(index) + " is out of range (" +
+                          std::to_string(size) + (size == 1 ? " sample)" : " samples)"));
+  }
+  std::vector<std::pair<std::string, Tensor>> fields;
+  {
+    const py::gil_scoped_release release;
+    fields = read_sample(d, static_cast<std::size_t>(at), seed, epoch);
+  }
+  py::dict out;
+  for (auto& [name, tensor] : fields) {
+    const bool numpy = tensor.dtype() != DType::bf16;
+    py::object value = py::cast(std::move(tensor));
+    out[py::str(name)] = numpy ? value.attr("numpy")() : value;
+  }
+  return out;
+}
 }  // namespace
 
 std::shared_ptr<const Dataset> to_dataset(const py::handle& obj) {
@@ -253,7 +275,36 @@ Random-access samples: the base of ferry's datasets. len(dataset) is its size; `
           py::arg("field"),
           "The longest sample's rows in ragged field `field` when the dataset knows it without "
           "asking every sample (a WebDataset from its index, a Mixture from its sources), else "
-          "None: a loader then asks every sample's length once, when it is made.");
+          "None: a loader then asks every sample's length once, when it is made.")
+      .def("sample", &sample_dict, py::arg("index"), py::kw_only(), py::arg("seed") = 0,
+           py::arg("epoch") = 0, R"doc(
+Sample `index` as a dict of field name -> numpy array, read as a Loader(seed=seed) reads it in
+epoch `epoch` (the same random augmentations, a normalize applied; a ragged field: its own
+rows; a bf16 field: a ferry.Tensor, numpy having no bfloat16). For looking at samples, not fast.
+A negative index counts from the end; IndexError beyond it.)doc")
+      .def(
+          "__getitem__",
+          [](const Dataset& d, const py::object& index) {
+            if (!py::hasattr(index, "__index__")) {
+              const std::string shown = py::repr(index).cast<std::string>();
+              throw py::type_error(
+                  "Dataset: an index is an int, not " + shown + " (" +
+                  py::str(py::type::of(index).attr("__name__")).cast<std::string>() + ")" +
+                  (py::isinstance<py::str>(index) ? "; ds[i][" + shown + "] is sample i's field"
+                                                  : ""));
+            }
+            const py::object i = py::module_::import("operator").attr("index")(index);
+            std::int64_t at = 0;
+            try {
+              at = i.cast<std::int64_t>();
+            } catch (const py::cast_error&) {  // beyond int64: out of range too
+              throw py::index_error("Dataset: index " + py::str(i).cast<std::string>() +
+                                    " is out of range (" + std::to_string(d.size()) +
+                                    (d.size() == 1 ? " sample)" : " samples)"));
+            }
+            return sample_dict(d, at, 0, 0);
+          },
+          py::arg("index"), "sample(index): as a Loader with the default seed=0 delivers it.");
 
   py::class_<TensorDataset, Dataset, std::shared_ptr<TensorDataset>>(m, "TensorDataset", R"doc(
 Tensors that share dimension 0 (the sample), by field name, without a copy:

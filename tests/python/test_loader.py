@@ -392,6 +392,19 @@ def test_csv_columns_of_text(ferry, tmp_path):
     np.testing.assert_array_equal(b["city"].numpy(), [0, 1])
 
 
+def test_a_text_column_among_the_features_names_the_categorical_keyword(ferry, tmp_path):
+    csv = tmp_path / "t.csv"
+    csv.write_text("x,name,label\n1,foo,1\n2,bar,0\n")
+    with pytest.raises(ferry.DataError) as raised:
+        ferry.CsvDataset(csv, label="label", classes=False)
+    assert str(raised.value).endswith(
+        'line 2, column 2 ("name"): "foo" is not a number (a column of text: read it as '
+        'categories with CsvOptions::categorical = {Column::name("name")}, in Python '
+        'categorical=["name"])'), str(raised.value)
+    ds = ferry.CsvDataset(csv, label="label", classes=False, categorical=["name"])
+    assert ds.categories("name") == ["bar", "foo"]
+
+
 def test_autotune_within_a_budget(ferry):
     ds = ferry.TensorDataset({"i": np.arange(5000, dtype=np.int64)})
     fixed_loader = ferry.Loader(ds, batch_size=50, shuffle=True, seed=4, device="cpu",

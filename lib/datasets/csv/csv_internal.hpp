@@ -58,6 +58,9 @@ struct Fault {
   std::size_t offset = kNone;
   std::size_t column = kNone;
   std::string what;
+  /// A feature's text that is not a number: the message adds how to read the column as
+  /// categories (CsvOptions::categorical).
+  bool text_feature = false;
   bool set() const noexcept { return offset != kNone; }
 };
 
@@ -329,6 +332,7 @@ class Scanner {
     fault.offset = offset(at);
     fault.column = column;
     fault.what = std::move(what);
+    fault.text_feature = false;
     return false;
   }
 
@@ -408,6 +412,16 @@ class Messages {
     return 1 + static_cast<std::size_t>(std::count(s_.begin(), s_.begin() + offset, '\n'));
   }
 
+  // How to read column c as categories: " (a column of text: CsvOptions::categorical = ...)".
+  std::string categorical_hint(std::size_t c) const {
+    const bool named = header_ != nullptr && c < header_->size();
+    const std::string cpp = named ? "Column::name(" + shown((*header_)[c]) + ")"
+                                  : "Column::index(" + std::to_string(c) + ")";
+    const std::string py = named ? shown((*header_)[c]) : std::to_string(c);
+    return " (a column of text: read it as categories with CsvOptions::categorical = {" + cpp +
+           "}, in Python categorical=[" + py + "])";
+  }
+
   std::string column(std::size_t c) const {
     std::string out = "column " + std::to_string(c + 1);
     if (header_ != nullptr && c < header_->size()) out += " (" + shown((*header_)[c]) + ")";
@@ -417,7 +431,9 @@ class Messages {
   [[noreturn]] void raise(const Fault& f) const {
     std::string where = "line " + std::to_string(line_of(f.offset));
     if (f.column != kNone) where += ", " + column(f.column);
-    throw DataError(prefix() + where + ": " + f.what);
+    std::string what = f.what;
+    if (f.text_feature && f.column != kNone) what += categorical_hint(f.column);
+    throw DataError(prefix() + where + ": " + what);
   }
 
  private:

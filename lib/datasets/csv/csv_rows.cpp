@@ -162,6 +162,7 @@ const char* RowParser::number(const char* p, std::size_t c, float& v, Chunk& ch,
   s_.flag(ch.fault, p, c,
           shown(f.view()) + " is not a number" +
               (target ? " (the label is a regression target: CsvOptions::classes = false)" : ""));
+  ch.fault.text_feature = !target;
   return nullptr;
 }
 
