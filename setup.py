@@ -25,6 +25,17 @@ import sysconfig
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
+# pip builds a wheel with setuptools' bdist_wheel, which needs the wheel package in the Python
+# that runs pip (--no-build-isolation does not fetch it): without it pip says only "invalid
+# command 'bdist_wheel'".
+if "bdist_wheel" in sys.argv:
+    try:
+        import wheel  # noqa: F401
+    except ImportError:
+        sys.exit("ferry: building a wheel needs the 'wheel' package in " + sys.executable +
+                 ": install it (Debian: apt-get install python3-wheel, which scripts/setup "
+                 "does), or make the venv from /usr/bin/python3 as README says")
+
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
