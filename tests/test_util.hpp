@@ -18,11 +18,17 @@ inline constexpr bool kUnderTsan = true;
 inline constexpr bool kUnderTsan = false;
 #endif
 
+/// n, or n / divisor (at least 1) where `under` holds.
+template <typename T>
+constexpr T scaled_if(bool under, T n, T divisor) {
+  if (!under) return n;
+  return n / divisor > 0 ? n / divisor : T{1};
+}
+
 /// n, or n / divisor (at least 1) under TSan.
 template <typename T>
 constexpr T scaled_for_tsan(T n, T divisor) {
-  if (!kUnderTsan) return n;
-  return n / divisor > 0 ? n / divisor : T{1};
+  return scaled_if(kUnderTsan, n, divisor);
 }
 
 /// True in the asan preset. ASan's cost is mostly its allocator (fresh pages for every block it
@@ -37,8 +43,7 @@ inline constexpr bool kUnderAsan = false;
 /// n, or n / divisor (at least 1) under ASan.
 template <typename T>
 constexpr T scaled_for_asan(T n, T divisor) {
-  if (!kUnderAsan) return n;
-  return n / divisor > 0 ? n / divisor : T{1};
+  return scaled_if(kUnderAsan, n, divisor);
 }
 
 /// Bytes of this process's memory locked in RAM (VmLck in /proc/self/status), or 0 when the
