@@ -1,8 +1,9 @@
 """Worker processes for datasets written in Python: the child's side.
 
-python/src/workers.cpp is the parent's side. A process is started once per worker (and again
-after one dies) with multiprocessing's forkserver or spawn; it unpickles the dataset once, runs
-worker_init_fn, then serves task records from its socket until the socket closes:
+python/src/workers_*.cpp is the parent's side (workers_protocol.cpp its messages). A process is
+started once per worker (and again after one dies) with multiprocessing's forkserver or spawn; it
+unpickles the dataset once, runs worker_init_fn, then serves task records from its socket until
+the socket closes:
 
     task:   <QQQQQQQ index, sample seed, scratch bytes, where its state word lies in the
             scratch region, group, token, region> then <QQ> per field: the bytes it must write

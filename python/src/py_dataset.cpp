@@ -1,6 +1,6 @@
 // Datasets written in Python: their samples as fields (SampleLayout), the generators seeded
 // before each __getitem__ (PythonSeeder), and PyDataset, read on ferry's worker threads under
-// the GIL or, with processes, in worker processes (workers.cpp).
+// the GIL or, with processes, in worker processes (workers.hpp).
 
 #include "py_dataset.hpp"
 

@@ -1,5 +1,5 @@
 // PyDataset: a dataset written in Python, read on ferry's worker threads (each taking the GIL
-// for its call) or in worker processes (workers.cpp); and what a worker process runs of it
+// for its call) or in worker processes (workers.hpp); and what a worker process runs of it
 // (_WorkerReader).
 
 #include <pybind11/stl.h>
