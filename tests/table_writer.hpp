@@ -74,6 +74,8 @@ inline std::vector<std::uint64_t> rows_kept(const std::shared_ptr<const Dataset>
 /// (not under a sanitizer, which reserves far more) and which a timer of `seconds` kills.
 /// Returns what `body` returned (say, the text of the error it caught), or what went wrong
 /// instead: "std::bad_alloc", "an exception: ...", "killed by signal 14" (the timer).
+/// The child starts threads: a case that calls it runs alone (FERRY_ALONE_CASES,
+/// tests/CMakeLists.txt), as TSan refuses threads in the child of a process that has any.
 inline std::string in_child(const std::function<std::string()>& body, std::uint64_t address_space,
                             unsigned seconds) {
   int fds[2];
