@@ -66,6 +66,41 @@ TableOptions table_options(const std::string& who,
   return o;
 }
 
+/// `table` (ParquetDataset or ArrowDataset) with its constructor: both take the same keywords;
+/// `who` names the class in errors.
+template <class Table>
+py::class_<Table, Dataset, std::shared_ptr<Table>> with_table_init(
+    py::class_<Table, Dataset, std::shared_ptr<Table>> table, const char* who) {
+  return table.def(
+      py::init([who](const py::object& files,
+                     const std::optional<std::vector<std::string>>& columns,
+                     const std::optional<std::vector<std::string>>& images,
+                     const std::optional<std::vector<std::string>>& categorical,
+                     const std::string& missing, int height, int width, int channels,
+                     const std::string& geometry, int resize, bool random_flip,
+                     const std::optional<Normalize>& normalize, std::int64_t max_pixels,
+                     int max_jpeg_scans, const std::optional<RemoteOptions>& remote,
+                     const std::optional<std::vector<std::string>>& audio,
+                     const py::object& audio_options) {
+        TableOptions o = table_options(who, columns, images, categorical, missing, remote);
+        if (audio) o.audio = *audio;
+        o.audio_options = audio_options_from(audio_options, who);
+        o.image = image_options(height, width, channels, geometry, resize, random_flip, normalize,
+                                max_pixels, max_jpeg_scans);
+        std::vector<std::filesystem::path> paths = to_paths(files, who, "files");
+        const py::gil_scoped_release release;
+        return Table::open(std::move(paths), std::move(o));
+      }),
+      py::arg("files"), py::arg("columns") = py::none(), py::kw_only(),
+      py::arg("images") = py::none(), py::arg("categorical") = py::none(),
+      py::arg("missing") = "error", py::arg("height") = 224, py::arg("width") = 224,
+      py::arg("channels") = 3, py::arg("geometry") = "resize_then_center_crop",
+      py::arg("resize") = 0, py::arg("random_flip") = false, py::arg("normalize") = py::none(),
+      py::arg("max_pixels") = std::int64_t{1} << 26, py::arg("max_jpeg_scans") = 256,
+      py::arg("remote") = py::none(), py::arg("audio") = py::none(),
+      py::arg("audio_options") = py::none());
+}
+
 }  // namespace
 
 void bind_dataset_tables(py::module_& m) {
@@ -141,7 +176,8 @@ False: an f32 target. missing: "error" or "nan" for empty features.)doc")
           [](const CsvDataset& d, const std::string& name) { return d.categories(name); },
           py::arg("name"), "Categorical column `name`'s texts: code i is categories(name)[i].")
       .def_property_readonly("device", &CsvDataset::device);
-  py::class_<ParquetDataset, Dataset, std::shared_ptr<ParquetDataset>>(m, "ParquetDataset", R"doc(
+  with_table_init(py::class_<ParquetDataset, Dataset, std::shared_ptr<ParquetDataset>>(
+                      m, "ParquetDataset", R"doc(
 Parquet files: the rows of all the files, in order, are the samples; each column read is a field
 named as the column. Numbers are scalar fields of their type (bool as u8); binary and text are
 ragged u8 [L] (the bytes as stored); columns named in images (binary, or HF's Image
@@ -152,42 +188,16 @@ columns named in categorical (text) are i64 codes in sorted byte order (categori
 them). columns: the columns read, in this order (None: all). missing: "error" (a null is a
 DataError when its row is read) or "nan" (NaN in a float column, -1 as a categorical code).
 files may be URLs (http, https, s3, file), read by ranges (the footer, then the column chunks
-read); remote: a RemoteOptions (its retries and timeout_seconds).)doc")
-      .def(py::init([](const py::object& files,
-                       const std::optional<std::vector<std::string>>& columns,
-                       const std::optional<std::vector<std::string>>& images,
-                       const std::optional<std::vector<std::string>>& categorical,
-                       const std::string& missing, int height, int width, int channels,
-                       const std::string& geometry, int resize, bool random_flip,
-                       const std::optional<Normalize>& normalize, std::int64_t max_pixels,
-                       int max_jpeg_scans, const std::optional<RemoteOptions>& remote,
-                       const std::optional<std::vector<std::string>>& audio,
-                       const py::object& audio_options) {
-             TableOptions o =
-                 table_options("ParquetDataset", columns, images, categorical, missing, remote);
-             if (audio) o.audio = *audio;
-             o.audio_options = audio_options_from(audio_options, "ParquetDataset");
-             o.image = image_options(height, width, channels, geometry, resize, random_flip,
-                                     normalize, max_pixels, max_jpeg_scans);
-             std::vector<std::filesystem::path> paths = to_paths(files, "ParquetDataset", "files");
-             const py::gil_scoped_release release;
-             return ParquetDataset::open(std::move(paths), std::move(o));
-           }),
-           py::arg("files"), py::arg("columns") = py::none(), py::kw_only(),
-           py::arg("images") = py::none(), py::arg("categorical") = py::none(),
-           py::arg("missing") = "error", py::arg("height") = 224, py::arg("width") = 224,
-           py::arg("channels") = 3, py::arg("geometry") = "resize_then_center_crop",
-           py::arg("resize") = 0, py::arg("random_flip") = false, py::arg("normalize") = py::none(),
-           py::arg("max_pixels") = std::int64_t{1} << 26, py::arg("max_jpeg_scans") = 256,
-           py::arg("remote") = py::none(), py::arg("audio") = py::none(),
-           py::arg("audio_options") = py::none())
+read); remote: a RemoteOptions (its retries and timeout_seconds).)doc"),
+                  "ParquetDataset")
       .def(
           "categories",
           [](const ParquetDataset& d, const std::string& name) { return d.categories(name); },
           py::arg("name"), "Categorical column `name`'s texts: code i is categories(name)[i].")
       .def_property_readonly("num_row_groups", &ParquetDataset::num_row_groups);
 
-  py::class_<ArrowDataset, Dataset, std::shared_ptr<ArrowDataset>>(m, "ArrowDataset", R"doc(
+  with_table_init(
+      py::class_<ArrowDataset, Dataset, std::shared_ptr<ArrowDataset>>(m, "ArrowDataset", R"doc(
 Arrow IPC files, stream format (Hugging Face datasets' cache files, data-00000-of-000NN.arrow)
 or file format: the rows of all the files, in order, are the samples; each column read is a field
 named as the column. Numbers are scalar fields of their type (bool as u8, float16 as f16);
@@ -203,35 +213,8 @@ columns named in categorical (text) and dictionary-encoded text are i64 codes in
 categorical code). Uncompressed files are memory-mapped; LZ4_FRAME / ZSTD record batches are
 decompressed once per read of them. files may be URLs (http, https, s3, file), read by ranges
 (the footer or the stream's message headers, then the buffers of the columns read); remote: a
-RemoteOptions (its retries and timeout_seconds).)doc")
-      .def(py::init([](const py::object& files,
-                       const std::optional<std::vector<std::string>>& columns,
-                       const std::optional<std::vector<std::string>>& images,
-                       const std::optional<std::vector<std::string>>& categorical,
-                       const std::string& missing, int height, int width, int channels,
-                       const std::string& geometry, int resize, bool random_flip,
-                       const std::optional<Normalize>& normalize, std::int64_t max_pixels,
-                       int max_jpeg_scans, const std::optional<RemoteOptions>& remote,
-                       const std::optional<std::vector<std::string>>& audio,
-                       const py::object& audio_options) {
-             TableOptions o =
-                 table_options("ArrowDataset", columns, images, categorical, missing, remote);
-             if (audio) o.audio = *audio;
-             o.audio_options = audio_options_from(audio_options, "ArrowDataset");
-             o.image = image_options(height, width, channels, geometry, resize, random_flip,
-                                     normalize, max_pixels, max_jpeg_scans);
-             std::vector<std::filesystem::path> paths = to_paths(files, "ArrowDataset", "files");
-             const py::gil_scoped_release release;
-             return ArrowDataset::open(std::move(paths), std::move(o));
-           }),
-           py::arg("files"), py::arg("columns") = py::none(), py::kw_only(),
-           py::arg("images") = py::none(), py::arg("categorical") = py::none(),
-           py::arg("missing") = "error", py::arg("height") = 224, py::arg("width") = 224,
-           py::arg("channels") = 3, py::arg("geometry") = "resize_then_center_crop",
-           py::arg("resize") = 0, py::arg("random_flip") = false, py::arg("normalize") = py::none(),
-           py::arg("max_pixels") = std::int64_t{1} << 26, py::arg("max_jpeg_scans") = 256,
-           py::arg("remote") = py::none(), py::arg("audio") = py::none(),
-           py::arg("audio_options") = py::none())
+RemoteOptions (its retries and timeout_seconds).)doc"),
+      "ArrowDataset")
       .def(
           "categories",
           [](const ArrowDataset& d, const std::string& name) { return d.categories(name); },
