@@ -15,8 +15,16 @@ import time
 
 import numpy as np
 import pytest
-from augmented import Augmented
 from conftest import Indexed, expected_x
+
+
+def Augmented(n):  # noqa: N802 (augmented.py's class, imported where a test uses it)
+    """augmented.Augmented(n). Not imported at the top: a worker process imports this module to
+    unpickle the datasets defined here (Dying, Slow, ...), and augmented.py imports torch (1-2 s
+    a process, several under ASan)."""
+    from augmented import Augmented as made  # noqa: PLC0415
+
+    return made(n)
 
 
 class Pairs:
