@@ -227,12 +227,10 @@ def test_an_exception_keeps_type_message_traceback_text_and_sample(ferry):
 
 # processes=1: one thread reads each whole batch through one process, so samples wait in its
 # queue behind the one that kills it; they go to the fresh process, not lost.
-# Under ASan (about 20 s a case there) two of the four: each way of dying, each reading shape.
 UNDER_ASAN = os.environ.get("FERRY_SANITIZER") == "address"
 
 
-@pytest.mark.parametrize("how,processes", [("exit", 1), ("kill", 2)] if UNDER_ASAN else
-                         [("exit", 1), ("exit", 2), ("kill", 1), ("kill", 2)])
+@pytest.mark.parametrize("how,processes", [("exit", 1), ("exit", 2), ("kill", 1), ("kill", 2)])
 def test_a_dying_process_costs_its_sample_and_is_replaced(ferry, how, processes):
     with pytest.raises(ferry.DataError) as info:
         batches_of(ferry, Dying(40, 13, how), processes=processes)
@@ -1042,9 +1040,7 @@ def descendants(pid):
     return found
 
 
-# Under ASan two of the four: each start method, each signal.
-@pytest.mark.parametrize("start_method,how", [("forkserver", signal.SIGKILL), ("spawn", signal.SIGTERM)]
-                         if UNDER_ASAN else
+@pytest.mark.parametrize("start_method,how",
                          [(m, h) for m in ("forkserver", "spawn") for h in (signal.SIGKILL, signal.SIGTERM)])
 def test_a_killed_trainer_with_busy_workers_leaves_nothing(tmp_path, how, start_method):
     # The workers inside a 30-second __getitem__; the forkserver and the resource tracker too.
