@@ -28,6 +28,7 @@
 #include "datasets/table/arrow_table.hpp"
 #include "expect_error.hpp"
 #include "ferry/ferry.hpp"
+#include "source_dir.hpp"
 #include "table_images.hpp"
 #include "table_writer.hpp"
 #include "test_util.hpp"

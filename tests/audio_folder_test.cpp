@@ -17,6 +17,7 @@
 
 #include "expect_error.hpp"
 #include "ferry/ferry.hpp"
+#include "source_dir.hpp"
 #include "table_writer.hpp"
 
 namespace fs = std::filesystem;

@@ -22,6 +22,7 @@
 
 #include "datasets/image/image_decode.hpp"
 #include "ferry/image.hpp"
+#include "source_dir.hpp"
 
 namespace {
 

@@ -25,6 +25,7 @@
 
 #include "expect_error.hpp"
 #include "ferry/ferry.hpp"
+#include "source_dir.hpp"
 #include "table_images.hpp"
 #include "table_writer.hpp"
 

@@ -26,6 +26,7 @@
 #include "datasets/table/parquet_lists.hpp"
 #include "expect_error.hpp"
 #include "ferry/ferry.hpp"
+#include "source_dir.hpp"
 #include "table_writer.hpp"
 
 namespace {

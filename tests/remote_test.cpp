@@ -35,6 +35,7 @@
 #include "expect_error.hpp"
 #include "ferry/ferry.hpp"
 #include "remote/nginx.hpp"
+#include "source_dir.hpp"
 #include "webdataset/tar_bytes.hpp"
 
 // The packer and the uploader of samples/make_shards, tested here.

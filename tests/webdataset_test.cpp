@@ -20,6 +20,7 @@
 #include "ferry/ferry.hpp"
 #include "loader_test_util.hpp"
 #include "pipeline/staging.hpp"
+#include "source_dir.hpp"
 #include "webdataset/tar_bytes.hpp"
 // The packer of samples/make_shards, tested here.
 #include "../samples/make_shards/pack.hpp"

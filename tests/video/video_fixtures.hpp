@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <string>
 
+#include "../source_dir.hpp"
+
 namespace ferry::testing {
 
 inline std::string slurp(const std::filesystem::path& p) {
