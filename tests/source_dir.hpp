@@ -1,6 +1,7 @@
 // Where the checkout is, for the tests that run its scripts or read its fixtures. The path is
-// compiled into tests/source_dir.cpp alone: a test's own object does not depend on where the
-// checkout lies, so that ccache reuses it in a fresh clone at another path (CI's: docs/CI.md).
+// compiled into tests/source_dir.cpp alone, not defined on each test's command line, where
+// ccache hashes it as written (one of the two causes of test objects missing in a clone at
+// another path; the precompiled header is the other, still open: docs/CI.md).
 #pragma once
 
 namespace ferry::testing {

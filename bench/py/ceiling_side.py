@@ -46,7 +46,6 @@ def touch(item):
 
 
 def serve(conn, workload, data, worker, workers, seed):
-    sys.path.insert(0, HERE)
     ds = pyobj.make(workload, data)
     while True:
         epoch = conn.recv()
@@ -54,10 +53,11 @@ def serve(conn, workload, data, worker, workers, seed):
             return
         order = np.random.default_rng([seed, epoch]).permutation(len(ds))
         np.random.seed((seed * 1_000_003 + epoch * 101 + worker) % 2**32)
+        mine = order[worker::workers]
         total = 0.0
-        for i in order[worker::workers]:
+        for i in mine:
             total += touch(ds[int(i)])
-        conn.send((len(order[worker::workers]), total))
+        conn.send((len(mine), total))
 
 
 def main():
@@ -70,7 +70,6 @@ def main():
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--mark", action="store_true")
     p.add_argument("--import-torch", action="store_true")
-    p.add_argument("--persistent", action="store_true", help="accepted; the workers always are")
     p.add_argument("--plain-malloc", action="store_true",
                    help="glibc's default malloc thresholds in the processes (not ferry's)")
     args = p.parse_args()
