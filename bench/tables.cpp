@@ -62,6 +62,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench_dirs.hpp"
 #include "ferry/ferry.hpp"
 
 namespace {
@@ -87,7 +88,7 @@ struct Options {
   fs::path data = "/tmp/ferry-bench-tables";
   bool python = false;
   std::size_t images = 0;  // 0: no image table
-  std::string python_path = FERRY_BINARY_DIR "/python";
+  std::string python_path = ferry::bench::binary_dir() + "/python";
 };
 
 // The values bench/table/write_numeric.js writes.
@@ -132,10 +133,10 @@ fs::path ensure_files(const Options& options, std::size_t rows) {
     } catch (const std::exception&) {  // rewritten below
     }
   }
-  const std::string command = "NODE_PATH='" FERRY_SOURCE_DIR "/tests/table/node_modules' node '" +
-                              std::string(FERRY_SOURCE_DIR) + "/bench/table/write_numeric.js' '" +
-                              options.data.string() + "' " + std::to_string(rows) + " " +
-                              std::to_string(kGroupRows);
+  const std::string source = ferry::bench::source_dir();
+  const std::string command = "NODE_PATH='" + source + "/tests/table/node_modules' node '" +
+                              source + "/bench/table/write_numeric.js' '" + options.data.string() +
+                              "' " + std::to_string(rows) + " " + std::to_string(kGroupRows);
   std::printf("writing the table: %s\n", command.c_str());
   std::fflush(stdout);
   if (std::system(command.c_str()) != 0) throw std::runtime_error("the writer failed");
@@ -258,7 +259,7 @@ Options parse(int argc, char** argv) {
 // Runs bench/py/tables_side.py SIDE on `rows` rows: its median samples/s over `reps` epochs.
 double python_side(const Options& options, const std::string& side, std::size_t rows, int reps) {
   const std::string command = "PYTHONPATH='" + options.python_path + "' /usr/bin/python3 '" +
-                              std::string(FERRY_SOURCE_DIR) + "/bench/py/tables_side.py' " + side +
+                              ferry::bench::source_dir() + "/bench/py/tables_side.py' " + side +
                               " '" + options.data.string() + "' " + std::to_string(rows) + " " +
                               std::to_string(reps);
   FILE* pipe = popen(command.c_str(), "r");
@@ -283,7 +284,7 @@ void run_images(const Options& options) {
   if (!from_folder || from_folder->size() != options.images) {
     fs::remove_all(folder);
     const std::string make = "/usr/bin/python3 -c \"import sys; sys.path.insert(0, '" +
-                             std::string(FERRY_SOURCE_DIR) +
+                             ferry::bench::source_dir() +
                              "/bench/py'); import make_data; make_data.jpeg_folder('" +
                              folder.string() + "', " + std::to_string(options.images) + ")\"";
     std::printf("making the images: %s\n", make.c_str());
@@ -293,10 +294,10 @@ void run_images(const Options& options) {
     from_folder = ferry::ImageFolder::open(folder, image);
   }
   if (!fs::exists(table)) {
-    const std::string write = "NODE_PATH='" FERRY_SOURCE_DIR
-                              "/tests/table/node_modules' node '" FERRY_SOURCE_DIR
-                              "/bench/table/write_images.js' '" +
-                              folder.string() + "' '" + table.string() + "' 100";
+    const std::string source = ferry::bench::source_dir();
+    const std::string write = "NODE_PATH='" + source + "/tests/table/node_modules' node '" +
+                              source + "/bench/table/write_images.js' '" + folder.string() + "' '" +
+                              table.string() + "' 100";
     if (std::system(write.c_str()) != 0) throw std::runtime_error("write_images.js failed");
   }
   ferry::TableOptions columns;

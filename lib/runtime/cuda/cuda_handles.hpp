@@ -17,13 +17,23 @@ namespace ferry::detail::cuda {
 [[noreturn]] void throw_cuda_error(cudaError_t status, const char* expr, const char* file,
                                    int line);
 
+/// The file a FERRY_CUDA_CHECK names: its name only where the compiler knows __FILE_NAME__.
+/// __FILE__ in a unity unit is the absolute path the unit includes, so an object of every
+/// checkout would differ and miss ccache in a clone at another path (docs/CI.md).
+#ifdef __FILE_NAME__
+#define FERRY_CUDA_CHECK_FILE __FILE_NAME__
+#else
+#define FERRY_CUDA_CHECK_FILE __FILE__
+#endif
+
 /// Checks a CUDA runtime call; throws DeviceError with the CUDA error text.
-#define FERRY_CUDA_CHECK(expr)                                                           \
-  do {                                                                                   \
-    const cudaError_t ferry_status_ = (expr);                                            \
-    if (ferry_status_ != cudaSuccess) {                                                  \
-      ::ferry::detail::cuda::throw_cuda_error(ferry_status_, #expr, __FILE__, __LINE__); \
-    }                                                                                    \
+#define FERRY_CUDA_CHECK(expr)                                                             \
+  do {                                                                                     \
+    const cudaError_t ferry_status_ = (expr);                                              \
+    if (ferry_status_ != cudaSuccess) {                                                    \
+      ::ferry::detail::cuda::throw_cuda_error(ferry_status_, #expr, FERRY_CUDA_CHECK_FILE, \
+                                              __LINE__);                                   \
+    }                                                                                      \
   } while (false)
 
 /// The most GPUs ferry keeps per-device state for.
