@@ -1,6 +1,7 @@
 // ParquetDataset's shared cache of decoded row groups (lib/datasets/table/parquet_cache.hpp):
 // one decode per row group however many threads ask at once, the least recently used leaving
-// past the budget (two always kept), and a failed decode reaching every waiter and kept by none.
+// past the budget (two always kept), a failed decode reaching every waiter, and kept (its error,
+// met at once by later reads) only when it is a DataError, until the failures are forgotten.
 
 #include "datasets/table/parquet_cache.hpp"
 
@@ -10,10 +11,12 @@
 #include <chrono>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "datasets/table/parquet_table.hpp"
+#include "ferry/error.hpp"
 
 namespace {
 
@@ -106,6 +109,41 @@ TEST(ParquetGroupCache, AFailedDecodeReachesItsWaitersAndIsNotKept) {
   // Asked again, it is decoded again.
   (void)cache.get(3, [] { return group_of(10); });
   EXPECT_EQ(cache.bytes(), 10U);
+}
+
+TEST(ParquetGroupCache, ADataErrorFailsItsRowGroupOnceUntilTheFailuresAreForgotten) {
+  GroupCache cache(1 << 20);
+  std::atomic<int> decodes{0};
+  std::atomic<int> errors{0};
+  const auto failing = [&]() -> std::shared_ptr<const DecodedGroup> {
+    ++decodes;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    throw ferry::DataError("t.parquet: row group 3: no progress for 1 s");
+  };
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] {
+      try {
+        cache.get(3, failing);
+      } catch (const ferry::DataError& e) {
+        if (std::string(e.what()).find("row group 3") != std::string::npos) ++errors;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors.load(), 4);
+  EXPECT_EQ(decodes.load(), 1);  // the waiters met the one decode's error
+  // Asked again: the same error, without a decode.
+  EXPECT_THROW(cache.get(3, failing), ferry::DataError);
+  EXPECT_EQ(decodes.load(), 1);
+  EXPECT_TRUE(cache.holds(3));
+  EXPECT_EQ(cache.find(3), nullptr);
+  // Other row groups are unaffected; forgotten failures are decoded again.
+  (void)cache.get(4, [] { return group_of(10); });
+  cache.forget_failures();
+  EXPECT_FALSE(cache.holds(3));
+  (void)cache.get(3, [] { return group_of(20); });
+  EXPECT_EQ(cache.bytes(), 30U);
 }
 
 }  // namespace

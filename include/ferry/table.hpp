@@ -104,7 +104,11 @@ struct TableOptions {
 /// dataset's fetches the next two row groups' chunks ahead, in the loader's order (will_read();
 /// with LoaderOptions::shuffle_window, as WebDataset's shards), skipping those still decoded. A
 /// file that changes between ranges (its size or ETag) is a DataError naming the URL; a server that
-/// ignores Range is read from the start of the file up to the bytes asked, for each range.
+/// ignores Range is read from the start of the file up to the bytes asked, for each range (one
+/// that sends no Content-Length, in chunks, is read whole for the footer, its size learnt so). A
+/// row group whose fetch fails (after RemoteOptions::retries) fails once: a DataError naming the
+/// URL and the row group, which every read of that row group meets at once, without fetching it
+/// again, until the loader's next pass (will_read()).
 ///
 /// A corrupt or truncated file: DataError naming the file and the place (footer, row group,
 /// column, page), at open or when the row is read, never a crash.
@@ -201,7 +205,8 @@ class FERRY_API ParquetDataset final : public Dataset {
 /// column among those read, open() reads every record batch so (for the lengths and values) and
 /// the cache keeps them: the reads fetch them again only once the cache has let them go. A file
 /// that changes between ranges (its size or ETag) is a DataError naming the URL; a server that
-/// ignores Range is read from the start of the file up to the bytes asked. A thread of the
+/// ignores Range is read from the start of the file up to the bytes asked (as ParquetDataset's).
+/// A record batch whose fetch fails fails once, as a row group of ParquetDataset. A thread of the
 /// dataset's fetches (and decompresses) the next two record batches past the farthest one read,
 /// in the loader's order (will_read()), skipping those still decoded.
 ///

@@ -1,8 +1,14 @@
 #include "datasets/remote/downloader.hpp"
 
+#include <linux/tcp.h>  // struct tcp_info with tcpi_bytes_received (glibc's lacks it)
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <thread>
 
@@ -234,8 +240,9 @@ void Downloader::configure(CURL* c, const std::string& url, const S3Target& s3t,
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(c, CURLOPT_USERAGENT, "ferry");
   curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
-  // timeout_seconds is a time without progress (no byte received), measured by on_progress
-  // from the last byte; curl's own low-speed limit would average over a window of seconds.
+  // timeout_seconds is a time without progress (no byte received, of the headers or the body),
+  // measured by on_progress from the last byte; curl's own low-speed limit would average over a
+  // window of seconds, and count the body's bytes alone.
   // The connection's setup is bounded alike; a timeout past kNeverSeconds (inf) is none.
   if (options_.timeout_seconds < kNeverSeconds) {
     const auto connect_ms = static_cast<long>(std::ceil(options_.timeout_seconds * 1000));
@@ -247,8 +254,13 @@ void Downloader::configure(CURL* c, const std::string& url, const S3Target& s3t,
   curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
   curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
   curl_easy_setopt(c, CURLOPT_XFERINFODATA, this);
+  curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
+  curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, this);
+  curl_easy_setopt(c, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
+  curl_easy_setopt(c, CURLOPT_CLOSESOCKETDATA, this);
   last_progress_ = std::chrono::steady_clock::now();
   last_received_ = 0;
+  last_socket_bytes_ = socket_bytes();
   stalled_ = false;
   if (s3) sign_s3(c, s3t, headers);
 }
@@ -266,12 +278,54 @@ int Downloader::on_progress(void* user, curl_off_t, curl_off_t received, curl_of
     self.last_progress_ = now;
     return 0;
   }
+  // No byte of the body: bytes of the headers (or of TLS records) are progress too.
+  const std::uint64_t on_sockets = self.socket_bytes();
+  if (on_sockets != self.last_socket_bytes_) {
+    self.last_socket_bytes_ = on_sockets;
+    self.last_progress_ = now;
+    return 0;
+  }
   if (std::chrono::duration<double>(now - self.last_progress_).count() >
       self.options_.timeout_seconds) {
     self.stalled_ = true;
     return 1;
   }
   return 0;
+}
+
+curl_socket_t Downloader::on_open_socket(void* user, curlsocktype purpose, curl_sockaddr* address) {
+  static_cast<void>(purpose);
+  auto& self = *static_cast<Downloader*>(user);
+  const curl_socket_t s =
+      ::socket(address->family, address->socktype | SOCK_CLOEXEC, address->protocol);
+  if (s == CURL_SOCKET_BAD) return s;
+  try {
+    self.sockets_.push_back(s);
+  } catch (...) {  // out of memory: no connection
+    ::close(s);
+    return CURL_SOCKET_BAD;
+  }
+  return s;
+}
+
+int Downloader::on_close_socket(void* user, curl_socket_t socket) {
+  auto& self = *static_cast<Downloader*>(user);
+  std::erase(self.sockets_, socket);
+  return ::close(socket);
+}
+
+std::uint64_t Downloader::socket_bytes() const noexcept {
+  std::uint64_t total = 0;
+  for (const curl_socket_t s : sockets_) {
+    tcp_info info{};
+    socklen_t len = sizeof info;
+    if (::getsockopt(s, IPPROTO_TCP, TCP_INFO, &info, &len) != 0 ||
+        len < offsetof(tcp_info, tcpi_bytes_received) + sizeof info.tcpi_bytes_received) {
+      continue;  // not TCP, or a kernel before 4.1
+    }
+    total += info.tcpi_bytes_received;
+  }
+  return total;
 }
 
 std::string Downloader::failure_text(CURLcode rc, long status, const char* errbuf) const {

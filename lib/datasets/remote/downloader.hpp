@@ -26,7 +26,10 @@ struct PartDownload;
 struct RangeAnswer {
   std::vector<std::byte> bytes;
   std::uint64_t size = 0;  ///< the whole file's, as the answer tells it
-  std::string etag;        ///< the answer's; empty: none
+  /// False for a whole file sent without its length (chunked) and cut at the bytes asked: its
+  /// size is not known then.
+  bool size_known = true;
+  std::string etag;  ///< the answer's; empty: none
 };
 
 /// A RemoteOptions::timeout_seconds of this many or more is no timeout (inf: never).
@@ -36,6 +39,9 @@ class Downloader {
  public:
   Downloader(const RemoteOptions& options, std::string_view who,
              const std::atomic<bool>* cancel = nullptr);
+  // Its handle's callbacks point at it: it stays where it was made.
+  Downloader(const Downloader&) = delete;
+  Downloader& operator=(const Downloader&) = delete;
 
   /// Downloads `url` to `target`: true once the file is there, false for an optional file that
   /// the server does not have. With a `board`, a file of a known `size` over part_bytes comes in
@@ -70,6 +76,13 @@ class Downloader {
   // CURLOPT_XFERINFOFUNCTION: stops a transfer that is cancelled, or that received nothing for
   // timeout_seconds.
   static int on_progress(void* user, curl_off_t, curl_off_t received, curl_off_t, curl_off_t);
+  // CURLOPT_OPENSOCKETFUNCTION and CLOSESOCKETFUNCTION: the sockets of the handle's connections
+  // are kept in sockets_, so that on_progress counts the bytes they received, headers included
+  // (curl's own count is the body's alone).
+  static curl_socket_t on_open_socket(void* user, curlsocktype purpose, curl_sockaddr* address);
+  static int on_close_socket(void* user, curl_socket_t socket);
+  // The bytes sockets_ received, as the kernel counts them (TCP_INFO); 0 where it cannot tell.
+  std::uint64_t socket_bytes() const noexcept;
   // What a failed curl_easy_perform() says, for a DataError.
   std::string failure_text(CURLcode rc, long status, const char* errbuf) const;
   void backoff(int attempt);
@@ -80,12 +93,14 @@ class Downloader {
   std::string_view who_;
   const std::atomic<bool>* cancel_;
   const std::atomic<bool>* part_stop_ = nullptr;  // the stop of the download whose part is ours
+  std::vector<curl_socket_t> sockets_;  // before curl_: its cleanup closes them through this
   Curl curl_;
   std::mt19937_64 rng_;
-  // The transfer under way: when it last received a byte, how many it had then, and whether
-  // on_progress stopped it for no progress.
+  // The transfer under way: when it last received a byte, how many it had then (of the body,
+  // and on the sockets), and whether on_progress stopped it for no progress.
   std::chrono::steady_clock::time_point last_progress_;
   curl_off_t last_received_ = 0;
+  std::uint64_t last_socket_bytes_ = 0;
   bool stalled_ = false;
 };
 

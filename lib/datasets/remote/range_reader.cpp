@@ -29,6 +29,10 @@ struct RangeBody {
   std::vector<std::byte> bytes;
   bool cut = false;     // stopped once the bytes asked came (the rest of a whole file)
   std::string refused;  // why the answer was refused (not retried); empty: it was not
+  // A whole file (HTTP 200) of no Content-Length (chunked): its size is known only at its end.
+  // Bytes from an offset are cut as any whole file's; its last bytes are those that came last.
+  bool unsized = false;
+  std::uint64_t total = 0;  // unsized: the body's bytes so far
 };
 
 std::string range_text(std::uint64_t first, std::uint64_t length) {
@@ -58,9 +62,12 @@ void start_body(RangeBody& b) {
     }
     return;
   }
-  // 200: the server ignores Range and sends the whole file; its length tells the size.
+  // 200: the server ignores Range and sends the whole file; its length tells the size, or, sent
+  // without one, its end does.
   if (!t.content_length) {
-    b.refused = "HTTP 200 to a ranged GET, without a Content-Length";
+    b.unsized = true;
+    b.skip = b.from_end ? 0 : b.first;
+    b.want = b.from_end ? 0 : b.length;
     return;
   }
   const std::uint64_t total = *t.content_length;
@@ -87,6 +94,14 @@ std::size_t on_range_body(char* data, std::size_t size, std::size_t n, void* use
   }
   std::size_t len = size * n;
   const auto* p = reinterpret_cast<const std::byte*>(data);
+  b.total += len;
+  if (b.unsized && b.from_end) {  // the last `length` bytes, known once the body ends
+    b.bytes.insert(b.bytes.end(), p, p + len);
+    if (b.bytes.size() >= 2 * b.length + (std::size_t{1} << 16)) {
+      b.bytes.erase(b.bytes.begin(), b.bytes.end() - static_cast<std::ptrdiff_t>(b.length));
+    }
+    return size * n;
+  }
   if (b.skip > 0) {  // a whole file's bytes before the range: not kept
     const auto drop = static_cast<std::size_t>(std::min<std::uint64_t>(b.skip, len));
     b.skip -= drop;
@@ -129,7 +144,7 @@ RangeAnswer Downloader::get_range(const std::string& url, std::uint64_t first, s
     char errbuf[CURL_ERROR_SIZE] = {};
     Slist headers;
     configure(c, url, s3t, errbuf, headers);
-    RangeBody body{c, &t, first, length, from_end, 0, 0, {}, false, {}};
+    RangeBody body{c, &t, first, length, from_end, 0, 0, {}, false, {}, false, 0};
     curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_range_body);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
@@ -164,6 +179,12 @@ RangeAnswer Downloader::get_range(const std::string& url, std::uint64_t first, s
     }
     if (!t.body_started) start_body(body);  // an empty body
     if (!body.refused.empty()) fail(t, asked + ": " + body.refused + " (not retried)");
+    if (body.unsized && from_end) {  // the whole file came: its size, and its last bytes kept
+      const std::uint64_t keep = std::min(length, body.total);
+      body.bytes.erase(body.bytes.begin(), body.bytes.end() - static_cast<std::ptrdiff_t>(keep));
+      body.first = body.total - keep;
+      body.want = keep;
+    }
     if (body.bytes.size() < body.want || (body.skip > 0 && body.want > 0)) {
       last = "HTTP " + std::to_string(t.status) +
              ", a short body: " + std::to_string(body.bytes.size()) + " of " +
@@ -171,7 +192,14 @@ RangeAnswer Downloader::get_range(const std::string& url, std::uint64_t first, s
       continue;
     }
     RangeAnswer out;
-    out.size = t.status == 206 ? *t.range_total : *t.content_length;
+    if (t.status == 206) {
+      out.size = *t.range_total;
+    } else if (body.unsized) {
+      out.size = body.total;  // from_end: the whole file's; else the bytes up to the cut
+      out.size_known = from_end;
+    } else {
+      out.size = *t.content_length;
+    }
     out.etag = t.response_etag;
     out.bytes = std::move(body.bytes);
     return out;
@@ -289,7 +317,7 @@ std::vector<std::byte> RangeReader::read(std::uint64_t offset, std::uint64_t len
   if (length == 0) return {};
   if (m.local) return m.pread_at(offset, length);
   RangeAnswer a = m.get(offset, length, false);
-  if (a.size != m.size) {
+  if (a.size_known && a.size != m.size) {
     m.fail(range_text(offset, length) + ": the file changed on the server: " +
            std::to_string(a.size) + " bytes, where it was " + std::to_string(m.size));
   }

@@ -253,6 +253,8 @@ std::vector<FieldSpec> ArrowDataset::fields() const { return table_->fields; }
 std::span<const std::size_t> ArrowDataset::shard_starts() const noexcept { return table_->starts; }
 
 void ArrowDataset::will_read(std::span<const std::size_t> indices) const noexcept {
+  // A new pass: record batches whose fetch failed in an earlier one are fetched again.
+  table_->cache.forget_failures();
   if (table_->ahead) table_->ahead->plan(indices);
 }
 

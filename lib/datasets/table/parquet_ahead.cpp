@@ -4,6 +4,8 @@
 #include <exception>
 #include <limits>
 
+#include "ferry/error.hpp"
+
 namespace ferry::detail {
 
 namespace {
@@ -49,6 +51,7 @@ void AheadFetcher::plan(std::span<const std::size_t> indices) noexcept {
       next_ = 0;
       reached_ = 0;
       ready_.clear();
+      failed_.clear();
       ++generation_;
     }
     changed_.notify_all();
@@ -71,6 +74,11 @@ std::optional<ParquetTable::FetchedChunks> AheadFetcher::take(std::size_t g) {
     changed_.notify_all();
   }
   changed_.wait(lock, [&] { return fetching_ != g; });
+  if (const auto failed = failed_.find(g); failed != failed_.end()) {
+    const std::exception_ptr error = failed->second;
+    failed_.erase(failed);
+    std::rethrow_exception(error);
+  }
   const auto it = ready_.find(g);
   if (it == ready_.end()) return std::nullopt;
   ParquetTable::FetchedChunks out = std::move(it->second);
@@ -93,14 +101,20 @@ void AheadFetcher::run() {
     const std::uint64_t generation = generation_;
     lock.unlock();
     std::optional<ParquetTable::FetchedChunks> fetched;
+    std::exception_ptr error;
     try {
       fetched = table_.fetch_chunks(g);
+    } catch (const DataError&) {
+      error = std::current_exception();  // the read meets it, without fetching again
     } catch (const std::exception&) {
-      fetched.reset();  // kept for no one: the read fetches again and meets the error itself
+      fetched.reset();  // out of memory: kept for no one, the read fetches again itself
     }
     lock.lock();
     fetching_.reset();
-    if (fetched && generation == generation_ && !stop_) ready_.emplace(g, std::move(*fetched));
+    if (generation == generation_ && !stop_) {
+      if (fetched) ready_.emplace(g, std::move(*fetched));
+      if (error) failed_.emplace(g, error);
+    }
     changed_.notify_all();
   }
 }

@@ -4,13 +4,16 @@
 // becomes the row groups in order of first use; a thread of its own fetches the chunks of the
 // next kAhead row groups past the farthest one a read has taken (ParquetTable::fetch_chunks()),
 // and decode() takes them from here instead of fetching them itself, waiting for a fetch under
-// way; a row group the decoded cache holds is not fetched. A fetch that fails keeps nothing (the
-// read fetches again and meets the error); fetched row groups that no read takes (their decoded
-// columns were still cached) are dropped once the reads are 2 * kAhead row groups past them.
+// way; a row group the decoded cache holds is not fetched. A fetch that fails with a DataError
+// (after its retries) is kept as that error, which the read that takes the row group throws:
+// the row group is fetched once, not again by its read; fetched row groups that no read takes
+// (their decoded columns were still cached) are dropped once the reads are 2 * kAhead row groups
+// past them.
 
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -37,7 +40,7 @@ class AheadFetcher {
   /// made is dropped.
   void plan(std::span<const std::size_t> indices) noexcept;
   /// Row group g's chunks when they were fetched ahead (or are being fetched: waits for them);
-  /// else nothing, and the caller fetches them.
+  /// else nothing, and the caller fetches them. \throws DataError: the fetch ahead failed.
   std::optional<ParquetTable::FetchedChunks> take(std::size_t g);
 
  private:
@@ -54,7 +57,8 @@ class AheadFetcher {
   std::size_t reached_ = 0;         // 1 + the farthest place a read took
   std::optional<std::size_t> fetching_;
   std::map<std::size_t, ParquetTable::FetchedChunks> ready_;
-  std::uint64_t generation_ = 0;  // plan() calls
+  std::map<std::size_t, std::exception_ptr> failed_;  // fetches that threw a DataError
+  std::uint64_t generation_ = 0;                      // plan() calls
   bool stop_ = false;
   std::thread thread_;
 };

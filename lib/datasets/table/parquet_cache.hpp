@@ -10,12 +10,15 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
 
+#include "ferry/error.hpp"
 #include "ferry/export.hpp"
 
 namespace ferry::detail {
@@ -35,8 +38,9 @@ class FERRY_HIDDEN BasicGroupCache {
   explicit BasicGroupCache(std::size_t budget) : budget_(budget) {}
 
   /// Row group g, from the cache or made by decode() (called without the lock). A decode that
-  /// throws keeps nothing: the threads that waited for it decode it themselves (and meet the
-  /// same error).
+  /// throws a DataError fails g: the threads that waited for it, and every later get(g), meet
+  /// the same error without decoding it again (until forget_failures()). Any other exception
+  /// (out of memory) keeps nothing: the threads that waited decode it themselves.
   Ptr get(std::size_t g, const std::function<Ptr()>& decode) {
     std::unique_lock lock(mutex_);
     for (;;) {
@@ -46,13 +50,19 @@ class FERRY_HIDDEN BasicGroupCache {
         it->second.used = ++clock_;
         return it->second.value;
       }
+      if (it->second.error) std::rethrow_exception(it->second.error);
       decoded_.wait(lock);  // another thread decodes it: look again when a decode ends
     }
-    entries_.emplace(g, Entry{nullptr, ++clock_, 0});
+    entries_.emplace(g, Entry{nullptr, nullptr, ++clock_, 0});
     lock.unlock();
     Ptr p;
     try {
       p = decode();
+    } catch (const DataError&) {
+      lock.lock();
+      entries_.at(g).error = std::current_exception();
+      decoded_.notify_all();
+      throw;
     } catch (...) {
       lock.lock();
       entries_.erase(g);
@@ -69,6 +79,15 @@ class FERRY_HIDDEN BasicGroupCache {
     return p;
   }
 
+  /// Row groups whose decode failed are decoded again when next asked for (a new pass over the
+  /// data: a server that failed may answer now).
+  void forget_failures() {
+    const std::lock_guard lock(mutex_);
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      it = it->second.error ? entries_.erase(it) : std::next(it);
+    }
+  }
+
   /// Row group g when it is decoded in the cache (null otherwise): nothing is decoded or waited
   /// for.
   Ptr find(std::size_t g) const {
@@ -77,7 +96,7 @@ class FERRY_HIDDEN BasicGroupCache {
     return it == entries_.end() ? nullptr : it->second.value;
   }
 
-  /// Whether g is held (decoded, or being decoded).
+  /// Whether g is held (decoded, being decoded, or failed).
   bool holds(std::size_t g) const {
     const std::lock_guard lock(mutex_);
     return entries_.find(g) != entries_.end();
@@ -91,7 +110,8 @@ class FERRY_HIDDEN BasicGroupCache {
 
  private:
   struct Entry {
-    Ptr value;  // null while being decoded
+    Ptr value;                 // null while being decoded, or failed
+    std::exception_ptr error;  // the DataError its decode threw
     std::uint64_t used = 0;
     std::size_t bytes = 0;
   };
@@ -100,7 +120,8 @@ class FERRY_HIDDEN BasicGroupCache {
     while (bytes_ > budget_ && entries_.size() > 2) {
       auto oldest = entries_.end();
       for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-        // Only decoded row groups go; one being decoded is waited on by its readers.
+        // Only decoded row groups go; one being decoded is waited on by its readers, and a
+        // failed one holds no bytes.
         if (!it->second.value) continue;
         if (oldest == entries_.end() || it->second.used < oldest->second.used) oldest = it;
       }

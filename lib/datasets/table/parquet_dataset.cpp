@@ -193,8 +193,18 @@ std::shared_ptr<const DecodedGroup> ParquetTable::decode(std::size_t g) const {
   // A URL's chunks of this row group, fetched together and dropped once decoded.
   FetchedChunks fetched;
   if (files[groups[g].file].remote) {
-    std::optional<FetchedChunks> early = ahead ? ahead->take(g) : std::nullopt;
-    fetched = early ? std::move(*early) : fetch_chunks(g);
+    try {
+      std::optional<FetchedChunks> early = ahead ? ahead->take(g) : std::nullopt;
+      fetched = early ? std::move(*early) : fetch_chunks(g);
+    } catch (const DataError& e) {  // named by the row group too
+      const TableGroup& tg = groups[g];
+      const std::string label = FileLabel{kParquetWho, files[tg.file].name}.prefix();
+      std::string why = e.what();
+      if (why.starts_with(label)) why.erase(0, label.size());
+      throw DataError(label + "row group " + std::to_string(tg.group) + " (rows " +
+                      std::to_string(tg.file_row) + " to " +
+                      std::to_string(tg.file_row + tg.rows - 1) + "): " + why);
+    }
   }
   for (std::size_t c = 0; c < columns.size(); ++c) {
     std::span<const std::byte> bytes =
@@ -261,6 +271,8 @@ std::span<const std::size_t> ParquetDataset::shard_starts() const noexcept {
 }
 
 void ParquetDataset::will_read(std::span<const std::size_t> indices) const noexcept {
+  // A new pass: row groups whose fetch failed in an earlier one are fetched again.
+  table_->cache.forget_failures();
   if (table_->ahead) table_->ahead->plan(indices);
 }
 
