@@ -275,6 +275,32 @@ TEST_F(ArrowFiles, SeveralFilesAreOneTableInOrder) {
   expect_all_rows(ds, loader_options(10, false, 2), "three files in order");
 }
 
+TEST_F(ArrowFiles, DecompressedBatchesCountInTheMemoryBudgetAndAreKeptWithinIt) {
+  TableOptions o;
+  o.columns = {"i32", "f64", "fsl"};
+  // Uncompressed and local: views of the mapped file, nothing held.
+  EXPECT_EQ(ArrowDataset::open({file("all.arrow")}, o)->reader_memory(0), 0U);
+  // Compressed: the decoded cache's 512 MiB and a record batch decompressed past it.
+  const auto ds = ArrowDataset::open({file("all_lz4.arrow")}, o);
+  const std::uint64_t held = ds->reader_memory(0);
+  EXPECT_GT(held, std::uint64_t{512} << 20);
+  const std::uint64_t batch = held - (std::uint64_t{512} << 20);
+  // Under a budget of 4 MiB the cache keeps what the loader leaves of it, and memory_bytes
+  // counts it there; every row is read, each batch decompressed once (three fit).
+  ferry::LoaderOptions lo = loader_options(6, true, 2);
+  lo.memory_budget = std::uint64_t{4} << 20;
+  ferry::Loader loader(ds, lo);
+  const std::uint64_t fitted = ds->reader_memory(0);
+  EXPECT_LT(fitted, lo.memory_budget);
+  EXPECT_GE(fitted, 3 * batch);
+  EXPECT_GE(loader.stats().memory_bytes, fitted);
+  EXPECT_LE(loader.stats().memory_bytes, lo.memory_budget);
+  std::size_t n = 0;
+  for (const ferry::Batch& b : loader.epoch(1)) n += b.size();
+  EXPECT_EQ(n, kRows);
+  EXPECT_EQ(ds->batches_decoded(), 3U);
+}
+
 TEST_F(ArrowFiles, ACompressedBatchIsDecompressedOncePerReadOfIt) {
   TableOptions o;
   o.columns = {"i32", "f64", "fsl"};

@@ -745,4 +745,46 @@ TEST_F(ParquetFiles, AColumnWhoseHuggingFaceFeatureIsImageDecodesWithoutBeingNam
   EXPECT_EQ(raw->fields()[0].shape, std::vector<std::int64_t>{ferry::ragged});
 }
 
+TEST_F(ParquetFiles, DecodedRowGroupsCountInTheMemoryBudgetAndAreKeptWithinIt) {
+  // wide.parquet: 2000 rows in row groups of 500, 48 float64 columns, an int64 and a utf8 one:
+  // a row group decodes to about 500 * (50 * 9 + 8 + 1) + its text, some 240 KB.
+  const auto ds = ParquetDataset::open({file("wide.parquet")}, {});
+  const std::uint64_t held = ds->reader_memory(0);
+  // The decoded cache's 512 MiB and a row group decoded past it.
+  EXPECT_GT(held, std::uint64_t{512} << 20);
+  EXPECT_LT(held, (std::uint64_t{512} << 20) + (std::uint64_t{1} << 20));
+  const std::uint64_t group = held - (std::uint64_t{512} << 20);
+  EXPECT_GT(group, 500U * 50 * 9);
+  {  // Without a budget: memory_bytes counts the cache whole.
+    ferry::Loader loader(ds, ferry::testing::table_loader_options(50, true, 2, 1));
+    EXPECT_GE(loader.stats().memory_bytes, held);
+  }
+  // A budget of 8 MiB: the cache keeps what the loader's slots and scratch leave of it, and
+  // memory_bytes counts it within the budget; every row is read.
+  ferry::LoaderOptions lo = ferry::testing::table_loader_options(50, true, 2, 1);
+  lo.memory_budget = std::uint64_t{8} << 20;
+  {
+    ferry::Loader loader(ds, lo);
+    const std::uint64_t fitted = ds->reader_memory(0);
+    EXPECT_LT(fitted, lo.memory_budget);
+    EXPECT_GE(fitted, 3 * group);
+    const ferry::LoaderStats stats = loader.stats();
+    EXPECT_GE(stats.memory_bytes, fitted);
+    EXPECT_LE(stats.memory_bytes, lo.memory_budget);
+    std::size_t rows = 0;
+    for (const ferry::Batch& b : loader.epoch(0)) rows += b.size();
+    EXPECT_EQ(rows, 2000U);
+  }
+  // A budget that cannot hold three row groups beside the loader's own: a ConfigError that says
+  // the bytes the dataset's reads need.
+  const auto fresh = ParquetDataset::open({file("wide.parquet")}, {});
+  lo.memory_budget = 2 * group;
+  const std::string said = expect_error<ferry::ConfigError>(
+      [&] { ferry::Loader loader(fresh, lo); },
+      {"memory_budget of " + std::to_string(2 * group), "held by the dataset's reads"});
+  EXPECT_NE(said.find(std::to_string(3 * group) + " held by the dataset's reads"),
+            std::string::npos)
+      << said;
+}
+
 }  // namespace

@@ -148,6 +148,12 @@ class FERRY_API Dataset {
     static_cast<void>(sample_bytes);
     return 0;
   }
+  /// A loader with a memory budget leaves `bytes` of it for what the dataset holds for its reads
+  /// (told when the loader is made, before it asks reader_memory() again): a dataset whose
+  /// holdings can shrink (a table's cache of decoded row groups) keeps them within `bytes` where
+  /// it can, and reader_memory() says what it holds then, which the loader checks against its
+  /// budget. The default does nothing.
+  virtual void fit_reader_memory(std::uint64_t bytes) const noexcept { static_cast<void>(bytes); }
   /// Whether other processes do the dataset's reads and write the samples straight into the
   /// places read() is given (a Python dataset's worker processes): the loader then makes its
   /// staging slots of shared memory (SharedBuffer) that they map. The default: false.

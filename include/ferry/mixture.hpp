@@ -90,6 +90,8 @@ class FERRY_API Mixture final : public Dataset {
   double network_wait_seconds() const noexcept override;
   /// Its sources' reader_memory(), summed.
   std::uint64_t reader_memory(std::uint64_t sample_bytes) const noexcept override;
+  /// `bytes` shared among its sources in proportion to their reader_memory().
+  void fit_reader_memory(std::uint64_t bytes) const noexcept override;
   /// Whether any source's reads are done by other processes.
   bool shares_staging() const noexcept override;
   /// To each source that shares_staging().

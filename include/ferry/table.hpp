@@ -88,12 +88,16 @@ struct TableOptions {
 /// Random access: open() reads each file's footer and keeps rows per row group and the place of
 /// each column chunk. A read decodes its row group's selected columns whole, once: the decoded
 /// row groups are shared by the reading threads and kept, the least recently used leaving when
-/// they pass 512 MiB (at least two are kept). A pass in order, or a shuffled epoch with
-/// LoaderOptions::shuffle_window (shard_starts() gives the row groups) whose window fits, decodes
-/// each row group once; so does any epoch of a table whose decoded columns fit whole. A shuffled
-/// epoch over more without a window decodes a row group for nearly every sample. Byte-array
-/// and list columns' lengths (and categorical columns' values) are read at open: 4 bytes a row
-/// per ragged field.
+/// they pass 512 MiB (at least two are kept, and none a thread is reading). These count in
+/// LoaderOptions::memory_budget (reader_memory(), as the largest row group's decoded columns,
+/// estimated at open, makes them): a loader with a budget lowers the 512 MiB to what it leaves,
+/// and a budget that cannot hold three of the largest row groups beside the loader's own is a
+/// ConfigError that says the bytes the dataset's reads need. A pass in order, or a shuffled epoch
+/// with LoaderOptions::shuffle_window (shard_starts() gives the row groups) whose window fits,
+/// decodes each row group once; so does any epoch of a table whose decoded columns fit whole. A
+/// shuffled epoch over more without a window decodes a row group for nearly every sample.
+/// Byte-array and list columns' lengths (and categorical columns' values) are read at open: 4 bytes
+/// a row per ragged field.
 ///
 /// Files may be URLs (http://, https://, s3://, file://; TableOptions::remote), read by ranges
 /// into memory, never whole and not through the cache: at open, the last 64 KiB (the footer,
@@ -142,6 +146,11 @@ class FERRY_API ParquetDataset final : public Dataset {
   bool wants_read_order() const noexcept override;
   /// Seconds the reads of URLs have waited for their ranges (all threads; open's included).
   double network_wait_seconds() const noexcept override;
+  /// The decoded cache's budget and one row group (record batch) decoded past it: the most
+  /// decoded data the dataset holds (see memory_budget above).
+  std::uint64_t reader_memory(std::uint64_t sample_bytes) const noexcept override;
+  /// The decoded cache's budget lowered to fit `bytes` (never below two of the largest).
+  void fit_reader_memory(std::uint64_t bytes) const noexcept override;
 
   /// The categories of categorical column `column`, code i being the i-th.
   /// \throws ConfigError when `column` is not one of TableOptions::categorical.
@@ -189,7 +198,8 @@ class FERRY_API ParquetDataset final : public Dataset {
 /// Uncompressed files are memory-mapped, and values copied straight from the mapping into the
 /// loader's batch. A record batch compressed (LZ4_FRAME or ZSTD body compression) is
 /// decompressed once when read and kept, shared by the reading threads (512 MiB of them, the
-/// least recently used leaving first, as ParquetDataset's row groups). open() reads the footer
+/// least recently used leaving first, counted in LoaderOptions::memory_budget and lowered to fit
+/// it, as ParquetDataset's row groups). open() reads the footer
 /// (file format) or steps once over the messages (stream format), keeping each record batch's
 /// place and rows; ragged fields' lengths (4 bytes a row) and categorical columns' values are
 /// read at open.
@@ -239,6 +249,11 @@ class FERRY_API ArrowDataset final : public Dataset {
   /// Seconds spent waiting for URLs' ranges (all threads, open's reads included); 0 for local
   /// files.
   double network_wait_seconds() const noexcept override;
+  /// The decoded cache's budget and one row group (record batch) decoded past it: the most
+  /// decoded data the dataset holds (see memory_budget above).
+  std::uint64_t reader_memory(std::uint64_t sample_bytes) const noexcept override;
+  /// The decoded cache's budget lowered to fit `bytes` (never below two of the largest).
+  void fit_reader_memory(std::uint64_t bytes) const noexcept override;
   /// URLs: the loader's order, in which the next two record batches past the farthest one read
   /// are fetched ahead (local files: nothing).
   void will_read(std::span<const std::size_t> indices) const noexcept override;

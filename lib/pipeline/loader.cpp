@@ -239,6 +239,21 @@ void detail::LoaderImpl::plan_memory(BufferRing::Sizes& sizes) {
         default_memory_budget(),
         t.bytes(static_cast<std::uint64_t>(options.prefetch), static_cast<std::uint64_t>(workers)));
   }
+  if (t.budget > 0) {
+    // The dataset's holdings (a table's decoded cache) fit what the budget leaves beside the
+    // pipeline the options ask for (or, where that does not fit, the smallest); under autotune,
+    // half of it, the rest left for the slots and workers it may add.
+    const std::uint64_t asked =
+        t.bytes(static_cast<std::uint64_t>(options.prefetch), static_cast<std::uint64_t>(workers)) -
+        t.reader_bytes;
+    const std::uint64_t smallest = t.bytes(1, 1) - t.reader_bytes;
+    const std::uint64_t used = asked <= t.budget ? asked : smallest;
+    if (used < t.budget) {
+      const std::uint64_t room = t.budget - used;
+      dataset->fit_reader_memory(t.enabled ? room / 2 : room);
+      t.reader_bytes = dataset->reader_memory(t.scratch_per_worker);
+    }
+  }
   const int devices = sizes.device_buffers;
   const auto parts = [&](int slots, int w) {
     return budget_parts(t.bytes(static_cast<std::uint64_t>(slots), static_cast<std::uint64_t>(w)),

@@ -97,4 +97,15 @@ std::uint64_t Mixture::reader_memory(std::uint64_t sample_bytes) const noexcept 
   return total;
 }
 
+void Mixture::fit_reader_memory(std::uint64_t bytes) const noexcept {
+  const std::uint64_t total = reader_memory(0);
+  if (total == 0) return;
+  for (const MixtureSource& s : sources_) {
+    const std::uint64_t own = s.dataset->reader_memory(0);
+    s.dataset->fit_reader_memory(
+        static_cast<std::uint64_t>(static_cast<long double>(bytes) * static_cast<long double>(own) /
+                                   static_cast<long double>(total)));
+  }
+}
+
 }  // namespace ferry

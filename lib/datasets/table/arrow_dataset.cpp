@@ -258,6 +258,20 @@ void ArrowDataset::will_read(std::span<const std::size_t> indices) const noexcep
   if (table_->ahead) table_->ahead->plan(indices);
 }
 
+std::uint64_t ArrowDataset::reader_memory(std::uint64_t sample_bytes) const noexcept {
+  static_cast<void>(sample_bytes);
+  const detail::ArrowTable& t = *table_;
+  if (!t.compressed && !t.remote) return 0;  // views of the mapped files
+  // The cache keeps its budget, or two record batches past it, and a third being decoded.
+  return std::max<std::uint64_t>(t.cache.budget(), 2 * t.largest_decoded) + t.largest_decoded;
+}
+
+void ArrowDataset::fit_reader_memory(std::uint64_t bytes) const noexcept {
+  const detail::ArrowTable& t = *table_;
+  const std::uint64_t room = bytes > t.largest_decoded ? bytes - t.largest_decoded : 0;
+  t.cache.set_budget(static_cast<std::size_t>(std::min<std::uint64_t>(room, t.cache.budget())));
+}
+
 bool ArrowDataset::wants_read_order() const noexcept { return table_->ahead != nullptr; }
 
 double ArrowDataset::network_wait_seconds() const noexcept {

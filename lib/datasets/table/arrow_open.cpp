@@ -469,6 +469,18 @@ std::unique_ptr<ArrowTable> open_arrow(std::vector<std::filesystem::path> files,
     t->fields.push_back(std::move(f));
   }
   scan_rows(*t);
+  if (t->compressed || t->remote) {
+    for (const ArrowBatch& b : t->batches) {
+      std::size_t n = b.body_length;
+      for (std::size_t c = 0; c < t->fields.size(); ++c) {
+        const ArrowKind kind = t->columns[c].kind;
+        if (kind != ArrowKind::image && kind != ArrowKind::audio && !t->fields[c].is_ragged()) {
+          n += b.rows * t->fields[c].sample_bytes();
+        }
+      }
+      t->largest_decoded = std::max(t->largest_decoded, n);
+    }
+  }
   if (t->remote) t->ahead = std::make_unique<ArrowAhead>(*t);
   return t;
 }

@@ -141,6 +141,10 @@ struct FERRY_HIDDEN ArrowTable {
   mutable BasicGroupCache<ArrowBatchData> cache{kDecodedBudget};
   /// A compressed table's (or a URL's) record batch each thread read last, kept with the table.
   mutable ThreadKept<ArrowBatchData> held;
+  /// The largest record batch's decoded bytes, as estimated at open: 0 when every batch is a
+  /// view of a mapped file (uncompressed, local); else its body's bytes, and its fixed fields'
+  /// bytes of its rows (what decompression may make of them).
+  std::size_t largest_decoded = 0;
 
   /// Record batch b made readable (arrow_batch.cpp).
   /// \throws DataError naming the file, the record batch and what is wrong.

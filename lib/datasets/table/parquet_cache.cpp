@@ -14,4 +14,39 @@ std::size_t decoded_bytes(const DecodedGroup& d) noexcept {
   return n;
 }
 
+std::size_t estimated_decoded_bytes(const ParquetTable& t, std::size_t g) noexcept {
+  const TableGroup& tg = t.groups[g];
+  const ParquetFile& f = t.files[tg.file];
+  const std::size_t rows = tg.rows;
+  std::size_t n = 0;
+  for (std::size_t c = 0; c < t.columns.size(); ++c) {
+    const TableColumn& col = t.columns[c];
+    n += rows;  // validity
+    if (col.kind != TableField::scalar && col.kind != TableField::categorical) {
+      n += (rows + 1) * sizeof(std::uint64_t);  // offsets
+    }
+    const std::size_t width = col.kind == TableField::categorical ? 8 : dtype_size(col.dtype);
+    if (col.kind == TableField::scalar || col.kind == TableField::categorical) {
+      n += rows * width;
+    } else if (col.kind == TableField::image || col.kind == TableField::audio) {
+      n += static_cast<std::size_t>(
+          f.groups[tg.group].columns[f.leaves[c].leaf].total_compressed_size);
+    } else {  // bytes and lists: their lengths at open, or a fixed shape
+      std::size_t inner = 1;
+      for (std::size_t d = col.ragged() ? 1 : 0; d < col.shape.size(); ++d) {
+        inner *= static_cast<std::size_t>(col.shape[d]);
+      }
+      if (col.kind == TableField::bytes) inner = 1;
+      if (col.ragged()) {
+        for (std::size_t r = tg.first; r < tg.first + rows && r < col.lengths.size(); ++r) {
+          n += col.lengths[r] * inner * width;
+        }
+      } else {
+        n += rows * inner * width;
+      }
+    }
+  }
+  return n;
+}
+
 }  // namespace ferry::detail

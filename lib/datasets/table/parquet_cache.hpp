@@ -102,6 +102,19 @@ class FERRY_HIDDEN BasicGroupCache {
     return entries_.find(g) != entries_.end();
   }
 
+  /// The decoded bytes kept before the least recently used go.
+  std::size_t budget() const {
+    const std::lock_guard lock(mutex_);
+    return budget_;
+  }
+  /// Keeps at most `budget` decoded bytes from now on (at least two row groups, whatever their
+  /// size): those past it go at once.
+  void set_budget(std::size_t budget) {
+    const std::lock_guard lock(mutex_);
+    budget_ = budget;
+    evict();
+  }
+
   /// The decoded bytes held now.
   std::size_t bytes() const {
     const std::lock_guard lock(mutex_);
@@ -120,9 +133,9 @@ class FERRY_HIDDEN BasicGroupCache {
     while (bytes_ > budget_ && entries_.size() > 2) {
       auto oldest = entries_.end();
       for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-        // Only decoded row groups go; one being decoded is waited on by its readers, and a
-        // failed one holds no bytes.
-        if (!it->second.value) continue;
+        // Only decoded row groups go; one being decoded is waited on by its readers, a failed
+        // one holds no bytes, and one a thread holds would stay in memory all the same.
+        if (!it->second.value || it->second.value.use_count() > 1) continue;
         if (oldest == entries_.end() || it->second.used < oldest->second.used) oldest = it;
       }
       if (oldest == entries_.end()) return;

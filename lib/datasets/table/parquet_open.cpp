@@ -434,6 +434,9 @@ std::unique_ptr<ParquetTable> open_parquet(std::vector<std::filesystem::path> fi
     t->fields.push_back(std::move(f));
   }
   scan_rows(*t);
+  for (std::size_t g = 0; g < t->groups.size(); ++g) {
+    t->largest_decoded = std::max(t->largest_decoded, estimated_decoded_bytes(*t, g));
+  }
   if (std::any_of(t->files.begin(), t->files.end(),
                   [](const ParquetFile& f) { return f.remote != nullptr; })) {
     t->ahead = std::make_unique<AheadFetcher>(*t);

@@ -102,6 +102,8 @@ struct FERRY_HIDDEN ParquetTable {
   mutable GroupCache cache{kDecodedBudget};
   /// The row group each thread read last (its LastGroup's), kept with the table.
   mutable ThreadKept<DecodedGroup> last_groups;
+  /// The largest row group's decoded columns, as estimated at open (estimated_decoded_bytes()).
+  std::size_t largest_decoded = 0;
 
   /// Decodes row group g's columns into their fields' form.
   /// \throws DataError naming the file, the row group, the column and the page.
@@ -140,6 +142,11 @@ struct FERRY_HIDDEN ParquetTable {
   /// URLs. The last member: it goes first, while the files it reads are still there.
   std::unique_ptr<AheadFetcher> ahead;
 };
+
+/// Row group g's decoded columns' bytes, estimated from the index: the fields' bytes of its rows
+/// (a ragged field's by its lengths), validity and offsets, and an image's or audio's encoded
+/// bytes by its column chunk's size.
+std::size_t estimated_decoded_bytes(const ParquetTable& t, std::size_t g) noexcept;
 
 /// Where a column chunk's bytes start (its dictionary page, else its first data page).
 std::int64_t chunk_start(const parquet::ColumnChunk& ch) noexcept;
