@@ -244,8 +244,7 @@ bool EpochRun::next_until(Clock::time_point deadline, const Batch*& batch) {
   const std::uint64_t waited = nanos_since(wait_start);
   impl.consumer_wait_ns.fetch_add(waited);
   const bool epoch_tail = next_ + static_cast<std::size_t>(impl.ring->limit()) >= run_.end;
-  impl.give_back_slot.store(slice_timed_out_ || waited >= LoaderImpl::kWaitedNs || epoch_tail,
-                            std::memory_order_relaxed);
+  impl.give_back_slot.store(slice_timed_out_ || epoch_tail, std::memory_order_relaxed);
   slice_timed_out_ = false;
 
   current_.indices_.assign(b.indices->begin(), b.indices->end());

@@ -78,16 +78,16 @@ struct LoaderImpl {
   // with nothing written into a slot before its reads (no ragged field, no gathered rows).
   bool tells_staging = false;
   // Whether the slot of the batch the consumer took last is given back when the batch is let go
-  // (set by EpochRun::next_until), where either
-  // - the consumer waited kWaitedNs or more for it: the pipeline is bound by its reads, so the
-  //   slot waits for them, and a give-back's cost (the consumer's faults on the slot's next
-  //   batch) falls in time it spends waiting. Where batches wait for the consumer instead, its
-  //   slots are written again at once: none is given back;
-  // - or it is one of its epoch's last limit() batches: the slot is not written again in the
-  //   epoch and waits idle (for the next epoch, or whatever the loop does between epochs).
-  //   Without this every slot kept its bytes across the epoch's end, and the next epoch's first
-  //   batches found all of them resident (the JPEG bench's tree held its peak there).
-  static constexpr std::uint64_t kWaitedNs = 100'000;
+  // (set by EpochRun::next_until): where it is one of its epoch's last limit() batches, whose
+  // slot is not written again in the epoch and waits idle (for the next epoch, or whatever the
+  // loop does between epochs), or a timed take of it ran out (the loop does other work while
+  // the reads go on). Without the first, every slot kept its bytes across the epoch's end, and
+  // the next epoch's first batches found all of them resident (the JPEG bench's tree held its
+  // peak there). A slot let go within the epoch keeps its pages: it is written again as soon as
+  // the reads reach it, and giving its pages back cost the processes that write it a page fault
+  // a page (a fresh shared page, zeroed, charged, mapped), with the TLB shootdown of the
+  // give-back, on the path that bounds a read-bound loader: numpy rows in 2 worker processes
+  // took 10-15% more CPU a sample (BENCHMARKS.md, "Where a Python dataset's time goes").
   std::atomic<bool> give_back_slot{true};
   int start_slots = 1;  // slots in use at the start (prefetch, or autotune's first choice)
   /// The budget's accounting (tuning's sizes), its checks, and autotune's starting point.

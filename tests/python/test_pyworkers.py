@@ -493,11 +493,12 @@ class Slowish:
         return {"x": np.full(512 << 10, i % 251 + 1, np.uint8)}
 
 
-def test_an_idle_staging_slot_gives_its_memory_back(ferry):
-    # Five slots (prefetch 4) of 4 MiB. The loop takes each batch at once: most slots wait for
-    # the processes, holding their last batch's bytes, unless a process gives their pages back
-    # once the loop lets the batch go (before its next task), and every slot is said reused
-    # before a process writes into it again (a page given back after that would read as zeros).
+def test_the_staging_slots_give_their_memory_back_between_epochs(ferry):
+    # Five slots (prefetch 4) of 4 MiB. Within an epoch a slot the loop lets go keeps its pages
+    # for the batch the processes write into it next; the slots of the epoch's last batches are
+    # not written again in the epoch, and a process gives their pages back once the loop lets
+    # them go. Every slot is said reused before a process writes into it again (a page given
+    # back after that would read as zeros, and the values are checked).
     slot = 8 * (512 << 10)
     loader = ferry.Loader(Slowish(), batch_size=8, device="cpu", autotune=False, processes=2,
                           workers=2, prefetch=4, shuffle=True)
@@ -520,11 +521,9 @@ def test_an_idle_staging_slot_gives_its_memory_back(ferry):
         while staging_allocated() > slot and time.monotonic() < deadline:
             time.sleep(0.01)
         between.append(staging_allocated())
-    # Without the give-back every slot holds 4 MiB from the fifth batch on (20 MiB) at every
-    # look. With it, the slots being written (two batches at a time) and the one just delivered
-    # hold theirs: 2-3 slots on a quiet machine; on a busy one the loop falls behind at times
-    # and batches wait in their slots, so only the least is bounded.
-    assert min(held) <= 3 * slot, [h >> 20 for h in held]
+    # Within the epoch the slots hold at most their 20 MiB (giving each back as the loop let it
+    # go cost the processes a fault a page to write it again: BENCHMARKS.md).
+    assert max(held) <= 5 * slot, [h >> 20 for h in held]
     # Every slot idle: at most one (a batch the loop let go while a process was busy) keeps its
     # bytes; before the epoch's tail was given back, all five did (20 MiB).
     assert max(between) <= slot, [h >> 20 for h in between]
