@@ -262,8 +262,11 @@ std::uint64_t ArrowDataset::reader_memory(std::uint64_t sample_bytes) const noex
   static_cast<void>(sample_bytes);
   const detail::ArrowTable& t = *table_;
   if (!t.compressed && !t.remote) return 0;  // views of the mapped files
-  // The cache keeps its budget, or two record batches past it, and a third being decoded.
-  return std::max<std::uint64_t>(t.cache.budget(), 2 * t.largest_decoded) + t.largest_decoded;
+  // The cache keeps its budget, or two record batches past it, and a third being decoded; never
+  // more than every batch decoded.
+  return std::min<std::uint64_t>(
+      std::max<std::uint64_t>(t.cache.budget(), 2 * t.largest_decoded) + t.largest_decoded,
+      t.total_decoded);
 }
 
 void ArrowDataset::fit_reader_memory(std::uint64_t bytes) const noexcept {

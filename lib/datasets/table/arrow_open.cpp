@@ -479,6 +479,7 @@ std::unique_ptr<ArrowTable> open_arrow(std::vector<std::filesystem::path> files,
         }
       }
       t->largest_decoded = std::max(t->largest_decoded, n);
+      t->total_decoded += n;
     }
   }
   if (t->remote) t->ahead = std::make_unique<ArrowAhead>(*t);

@@ -145,6 +145,9 @@ struct FERRY_HIDDEN ArrowTable {
   /// view of a mapped file (uncompressed, local); else its body's bytes, and its fixed fields'
   /// bytes of its rows (what decompression may make of them).
   std::size_t largest_decoded = 0;
+  /// Every record batch's decoded bytes together, as estimated at open (0 as above): the most the
+  /// cache and the threads' last batches can hold.
+  std::uint64_t total_decoded = 0;
 
   /// Record batch b made readable (arrow_batch.cpp).
   /// \throws DataError naming the file, the record batch and what is wrong.

@@ -289,8 +289,11 @@ double ParquetDataset::network_wait_seconds() const noexcept {
 std::uint64_t ParquetDataset::reader_memory(std::uint64_t sample_bytes) const noexcept {
   static_cast<void>(sample_bytes);
   const detail::ParquetTable& t = *table_;
-  // The cache keeps its budget, or two row groups past it, and a third being decoded.
-  return std::max<std::uint64_t>(t.cache.budget(), 2 * t.largest_decoded) + t.largest_decoded;
+  // The cache keeps its budget, or two row groups past it, and a third being decoded; never
+  // more than the whole table decoded.
+  return std::min<std::uint64_t>(
+      std::max<std::uint64_t>(t.cache.budget(), 2 * t.largest_decoded) + t.largest_decoded,
+      t.total_decoded);
 }
 
 void ParquetDataset::fit_reader_memory(std::uint64_t bytes) const noexcept {

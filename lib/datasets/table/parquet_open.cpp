@@ -435,7 +435,9 @@ std::unique_ptr<ParquetTable> open_parquet(std::vector<std::filesystem::path> fi
   }
   scan_rows(*t);
   for (std::size_t g = 0; g < t->groups.size(); ++g) {
-    t->largest_decoded = std::max(t->largest_decoded, estimated_decoded_bytes(*t, g));
+    const std::size_t decoded = estimated_decoded_bytes(*t, g);
+    t->largest_decoded = std::max(t->largest_decoded, decoded);
+    t->total_decoded += decoded;
   }
   if (std::any_of(t->files.begin(), t->files.end(),
                   [](const ParquetFile& f) { return f.remote != nullptr; })) {

@@ -104,6 +104,9 @@ struct FERRY_HIDDEN ParquetTable {
   mutable ThreadKept<DecodedGroup> last_groups;
   /// The largest row group's decoded columns, as estimated at open (estimated_decoded_bytes()).
   std::size_t largest_decoded = 0;
+  /// Every row group's decoded columns together, as estimated at open: the most the cache and
+  /// the threads' last row groups can hold (each row group decoded at most once at a time).
+  std::uint64_t total_decoded = 0;
 
   /// Decodes row group g's columns into their fields' form.
   /// \throws DataError naming the file, the row group, the column and the page.
