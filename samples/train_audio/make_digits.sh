@@ -15,7 +15,8 @@
 # so every run writes the same files; sox splits it at the pauses (leading and trailing silence
 # trimmed) and writes each word as 44.1 kHz FLAC (espeak-ng speaks at 22.05 kHz, so the loader
 # has a resample to do). A take that does not split into exactly ten words is an error.
-# 120 takes on every core: about 10 s on two busy cores. A finished folder (OUT/.done) is kept.
+# 120 takes on every core: 20 to 50 s on two cores shared with other jobs (load 8 to 18).
+# A finished folder (OUT/.done) is kept.
 set -euo pipefail
 out="${1:?usage: make_digits.sh OUT}"
 if [[ -f "$out/.done" ]]; then
