@@ -43,13 +43,14 @@ jobs="$out/.takes"
 : >"$jobs"
 n=0
 add_takes() {  # split takes variants...
-  local split=$1 takes=$2 variant accent take
+  local split=$1 takes=$2 variant accent take speed pitch
   shift 2
   for variant in "$@"; do
     for accent in "${accents[@]}"; do
       for ((take = 0; take < takes; take++)); do
-        # Strides 1 and 3 over lists of 5: speed and pitch vary independently over the takes.
-        echo "$accent+$variant ${speeds[$((n % 5))]} ${pitches[$((n * 3 / 5 % 5))]} $out/$split $accent-$variant-$take" >>"$jobs"
+        # Speed n mod 5 and pitch floor(3n / 5) mod 5: every pair once in each 25 takes.
+        speed=${speeds[$((n % 5))]} pitch=${pitches[$((n * 3 / 5 % 5))]}
+        echo "$accent+$variant $speed $pitch $out/$split $accent-$variant-$take" >>"$jobs"
         n=$((n + 1))
       done
     done
@@ -60,7 +61,8 @@ add_takes test 1 m6 m7 f4 f5
 
 # One line a take: voice, speed, pitch, split folder, file name. The pauses are SSML breaks of
 # 0.8 s; sox's silence effect starts a new file after 0.4 s under 0.1% of full scale. The
-# volume is lowered a little (-v 0.9) so that the resampler does not clip.
+# volume is lowered a little (-v 0.9) so that the resampler does not clip; -R seeds sox's
+# dither with a fixed number, so that the files are the same bytes on every run.
 take() {
   local voice=$1 speed=$2 pitch=$3 dir=$4 name=$5 words="" word digit
   local tmp
@@ -69,7 +71,7 @@ take() {
     words+="$word<break time=\"800ms\"/>"
   done
   espeak-ng -v "$voice" -s "$speed" -p "$pitch" -m --stdout "<speak>$words</speak>" |
-    sox -q -v 0.9 -t wav - -r 44100 "$tmp/w.flac" silence 1 0.01 0.1% 1 0.4 0.1% : newfile : restart
+    sox -R -q -v 0.9 -t wav - -r 44100 "$tmp/w.flac" silence 1 0.01 0.1% 1 0.4 0.1% : newfile : restart
   # The pause after "nine" leaves an empty last file: a FLAC header of about 100 bytes, where a
   # word is several kB.
   find "$tmp" -name 'w*.flac' -size -1000c -delete
@@ -87,4 +89,6 @@ export -f take
 xargs -P "$(nproc)" -L 1 bash -c 'take "$@"' _ <"$jobs"
 rm "$jobs"
 touch "$out/.done"
-echo "make_digits: $(find "$out/train" -name '*.flac' | wc -l) training and $(find "$out/test" -name '*.flac' | wc -l) test clips in $out"
+train=$(find "$out/train" -name '*.flac' | wc -l)
+test=$(find "$out/test" -name '*.flac' | wc -l)
+echo "make_digits: $train training and $test test clips in $out"
