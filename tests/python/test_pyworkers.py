@@ -521,9 +521,10 @@ def test_the_staging_slots_give_their_memory_back_between_epochs(ferry):
         while staging_allocated() > slot and time.monotonic() < deadline:
             time.sleep(0.01)
         between.append(staging_allocated())
-    # Within the epoch the slots hold at most their 20 MiB (giving each back as the loop let it
-    # go cost the processes a fault a page to write it again: BENCHMARKS.md).
-    assert max(held) <= 5 * slot, [h >> 20 for h in held]
+    # Within the epoch the slots hold at most their 20 MiB and the pages their sizes round up to
+    # (giving each back as the loop let it go cost the processes a fault a page to write it
+    # again: BENCHMARKS.md).
+    assert max(held) <= 5 * slot + (1 << 20), [h >> 20 for h in held]
     # Every slot idle: at most one (a batch the loop let go while a process was busy) keeps its
     # bytes; before the epoch's tail was given back, all five did (20 MiB).
     assert max(between) <= slot, [h >> 20 for h in between]
