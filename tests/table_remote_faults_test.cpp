@@ -1,8 +1,9 @@
 // Remote tables under README's fault rules, against hostile servers run here on 127.0.0.1
 // (tests/remote/tiny_server.hpp) serving write_tables.js's wide.parquet (2000 rows, row groups of
 // 500): a row group whose fetch fails fails once for every sample of it, a server that ignores
-// Range and sends the whole file in chunks (no Content-Length) is read, and the timeout counts
-// the bytes of an answer's headers as they come. Each case runs under a timer.
+// Range and sends the whole file in chunks (no Content-Length) is read (one that sends chunks
+// without end is cut at cache_bytes), and the timeout counts the bytes of an answer's headers as
+// they come. Each case runs under a timer.
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -236,6 +237,28 @@ TEST_F(TableRemoteFaults, AServerThatIgnoresRangeAndSendsChunksIsReadUpToTheByte
   for (const std::size_t r : {0U, 1U, 499U, 500U, 1234U, 1999U}) expect_row(*ds, r);
   EXPECT_LT(seconds_since(start), 20.0);
   EXPECT_GT(requests.load(), 1);
+}
+
+TEST_F(TableRemoteFaults, AnEndlessChunkedAnswerWithoutRangeIsCutAtTheCachesRoom) {
+  // Every answer is 200, in chunks of 64 KiB, without a Content-Length, and never ends: the
+  // footer's read takes at most cache_bytes (1 MiB here), then is a DataError naming the URL.
+  const TinyServer server([&](const std::string&, int fd, const TinyServer& s) {
+    if (!TinyServer::send_all(fd,
+                              "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nETag: "
+                              "\"w1\"\r\nConnection: close\r\n\r\n")) {
+      return;
+    }
+    const std::string chunk = "10000\r\n" + std::string(65536, 'x') + "\r\n";
+    while (!s.stopping() && TinyServer::send_all(fd, chunk)) {
+    }
+  });
+  ferry::RemoteOptions r = remote(5, 0);
+  r.cache_bytes = std::uint64_t{1} << 20;
+  const std::string url = server.url("wide.parquet");
+  const auto start = Clock::now();
+  expect_error<DataError>([&] { (void)ParquetDataset::open({url}, c07_text(r)); },
+                          {url, "sent more than 1048576 bytes without a size"});
+  EXPECT_LT(seconds_since(start), 20.0);
 }
 
 TEST_F(TableRemoteFaults, HeadersThatComeOneByteAtATimeAreProgress) {

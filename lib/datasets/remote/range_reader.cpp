@@ -11,6 +11,7 @@
 #include "datasets/remote/curl_transfer.hpp"
 #include "datasets/remote/downloader.hpp"
 #include "datasets/remote/file_url.hpp"
+#include "datasets/remote/remote_cache.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry::detail::remote {
@@ -33,6 +34,9 @@ struct RangeBody {
   // Bytes from an offset are cut as any whole file's; its last bytes are those that came last.
   bool unsized = false;
   std::uint64_t total = 0;  // unsized: the body's bytes so far
+  // unsized, from_end: the most bytes read to its end (the cache's room, as a download of
+  // unknown size may take), past which the answer is refused
+  std::uint64_t most = 0;
 };
 
 std::string range_text(std::uint64_t first, std::uint64_t length) {
@@ -96,6 +100,11 @@ std::size_t on_range_body(char* data, std::size_t size, std::size_t n, void* use
   const auto* p = reinterpret_cast<const std::byte*>(data);
   b.total += len;
   if (b.unsized && b.from_end) {  // the last `length` bytes, known once the body ends
+    if (b.total > b.most) {
+      b.refused = "HTTP 200 sent more than " + std::to_string(b.most) +
+                  " bytes without a size (RemoteOptions::cache_bytes)";
+      return 0;
+    }
     b.bytes.insert(b.bytes.end(), p, p + len);
     if (b.bytes.size() >= 2 * b.length + (std::size_t{1} << 16)) {
       b.bytes.erase(b.bytes.begin(), b.bytes.end() - static_cast<std::ptrdiff_t>(b.length));
@@ -144,7 +153,8 @@ RangeAnswer Downloader::get_range(const std::string& url, std::uint64_t first, s
     char errbuf[CURL_ERROR_SIZE] = {};
     Slist headers;
     configure(c, url, s3t, errbuf, headers);
-    RangeBody body{c, &t, first, length, from_end, 0, 0, {}, false, {}, false, 0};
+    RangeBody body{
+        c, &t, first, length, from_end, 0, 0, {}, false, {}, false, 0, cache_bound(options_)};
     curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_range_body);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
