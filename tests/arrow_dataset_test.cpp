@@ -26,6 +26,7 @@
 
 #include "datasets/table/arrow_format.hpp"
 #include "datasets/table/arrow_table.hpp"
+#include "datasets/table/hf_features.hpp"
 #include "expect_error.hpp"
 #include "ferry/ferry.hpp"
 #include "source_dir.hpp"
@@ -1004,6 +1005,25 @@ TEST_F(ArrowFiles, AColumnWhoseHuggingFaceFeatureIsImageDecodesWithoutBeingNamed
   const auto raw = ArrowDataset::open({file("images_hf.arrow")}, o);
   ASSERT_EQ(raw->fields().size(), 1U);
   EXPECT_EQ(raw->fields()[0].shape, std::vector<std::int64_t>{ferry::ragged});
+}
+
+TEST(HfFeatures, ColumnNamesAreMatchedWithTheirJsonEscapesDecoded) {
+  // Python's json.dumps writes non-ASCII as \uXXXX (a surrogate pair above U+FFFF).
+  const std::string json =
+      R"({"info": {"features": {"caf\u00e9": {"_type": "Image"}, "\ud83d\udcf7 \"x\"\\\/\t": )"
+      R"({"_type": "Im\u0061ge"}, "plain": {"_type": "Value"}, "a\ud800b": {"_type": "Audio"}}}})";
+  EXPECT_EQ(ferry::detail::hf_image_columns(json),
+            (std::vector<std::string>{"caf\xc3\xa9", "\xf0\x9f\x93\xb7 \"x\"\\/\t"}));
+  EXPECT_EQ(ferry::detail::hf_feature_columns(json, "Audio"),
+            std::vector<std::string>{"a\xef\xbf\xbd"
+                                     "b"});
+  // A bad escape leaves the metadata unread, as any other malformed JSON does.
+  EXPECT_TRUE(
+      ferry::detail::hf_image_columns(R"({"info": {"features": {"a\q": {"_type": "Image"}}}})")
+          .empty());
+  EXPECT_TRUE(
+      ferry::detail::hf_image_columns(R"({"info": {"features": {"a\u00g1": {"_type": "Image"}}}})")
+          .empty());
 }
 
 }  // namespace
