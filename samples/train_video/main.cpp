@@ -155,7 +155,9 @@ int train(const Options& options) {
   ferry::Loader test_loader(test_set, test_options);
 
   const std::size_t classes = train_set->classes().size();
-  const auto inputs = static_cast<std::size_t>(options.frames * options.size * options.size);
+  const std::size_t inputs = static_cast<std::size_t>(options.frames) *
+                             static_cast<std::size_t>(options.size) *
+                             static_cast<std::size_t>(options.size);
   std::printf(
       "ferry %s: %zu training videos (%zu clips an epoch), %zu test videos, %zu classes;"
       " clips of %d frames, stride %d, %dx%d\n",
