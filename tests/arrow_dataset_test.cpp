@@ -885,6 +885,43 @@ TEST_F(ArrowFiles, ASchemaOfSharedObjectsIsRefusedInTimeProportionalToItsBytes) 
                           {small.string(), "two columns named \"x\""});
 }
 
+TEST_F(ArrowFiles, AFooterListingOneBlockTwiceIsRefusedBeforeItIsRead) {
+  // all_file.arrow's footer with its second and third record batches' blocks made copies of
+  // its first: one message listed three times (which, listed 100,000 times, was parsed as often).
+  Bytes bytes = read_bytes(file("all_file.arrow"));
+  std::int32_t length = 0;
+  std::memcpy(&length, bytes.data() + bytes.size() - 10, 4);
+  const std::size_t footer = bytes.size() - 10 - static_cast<std::size_t>(length);
+  const auto parsed = ferry::detail::arrow::parse_footer(std::span<const std::byte>(
+      reinterpret_cast<const std::byte*>(bytes.data()) + footer, static_cast<std::size_t>(length)));
+  ASSERT_GE(parsed.batches.size(), 3U);
+  // Each block, a struct of 24 bytes in the footer: offset, metadata length, padding, body length.
+  const auto where = [&](const ferry::detail::arrow::Block& b) {
+    for (std::size_t at = footer; at + 24 <= bytes.size() - 10; ++at) {
+      std::int64_t offset = 0, body = 0;
+      std::int32_t meta = 0;
+      std::memcpy(&offset, bytes.data() + at, 8);
+      std::memcpy(&meta, bytes.data() + at + 8, 4);
+      std::memcpy(&body, bytes.data() + at + 16, 8);
+      if (offset == b.offset && meta == b.metadata_length && body == b.body_length) return at;
+    }
+    return std::size_t{0};
+  };
+  const std::size_t first = where(parsed.batches[0]);
+  ASSERT_NE(first, 0U);
+  for (const std::size_t k : {1U, 2U}) {
+    const std::size_t at = where(parsed.batches[k]);
+    ASSERT_NE(at, 0U);
+    std::memcpy(bytes.data() + at, bytes.data() + first, 24);
+  }
+  const fs::path path = scratch_ / "repeated.arrow";
+  write_bytes(path, bytes);
+  expect_error<DataError>(
+      [&] { static_cast<void>(ArrowDataset::open({path}, {})); },
+      {path.string(), "footer: record batch 1 (byte " + std::to_string(parsed.batches[0].offset) +
+                          ") repeats record batch 0"});
+}
+
 TEST_F(ArrowFiles, FilesWhoseSchemasDifferAreAConfigErrorNamingBoth) {
   // Every column read: a column of the second file that the first lacks is not dropped.
   const fs::path a = file("schema_a.arrow");

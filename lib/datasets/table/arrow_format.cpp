@@ -1,5 +1,6 @@
 #include "datasets/table/arrow_format.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -275,6 +276,54 @@ Message parse_message(std::span<const std::byte> flatbuffer) {
   return m;
 }
 
+namespace {
+
+// A block's name in errors ("record batch 3 (byte 1200)").
+std::string block_name(const Footer& f, std::size_t k) {
+  const bool dictionary = k < f.dictionaries.size();
+  const std::size_t i = dictionary ? k : k - f.dictionaries.size();
+  const Block& b = dictionary ? f.dictionaries[i] : f.batches[i];
+  return std::string(dictionary ? "dictionary " : "record batch ") + std::to_string(i) + " (byte " +
+         std::to_string(b.offset) + ")";
+}
+
+// Refuses a footer whose blocks repeat or overlap (no writer lists a message twice), before any
+// is read: each block's bytes are then parsed once, in time bounded by the file's size.
+void check_blocks(const Footer& f) {
+  struct Extent {
+    std::uint64_t first;
+    std::uint64_t end;  // at least first + 1: an empty block still takes its offset
+    std::size_t k;      // dictionaries first, then record batches
+  };
+  std::vector<Extent> extents;
+  extents.reserve(f.dictionaries.size() + f.batches.size());
+  const auto add = [&](const Block& b) {
+    const auto first = static_cast<std::uint64_t>(std::max<std::int64_t>(b.offset, 0));
+    const auto meta = static_cast<std::uint64_t>(std::max<std::int32_t>(b.metadata_length, 0));
+    const auto body = static_cast<std::uint64_t>(std::max<std::int64_t>(b.body_length, 0));
+    const std::uint64_t most = std::numeric_limits<std::uint64_t>::max();
+    std::uint64_t end = meta > most - first ? most : first + meta;
+    end = body > most - end ? most : end + body;
+    extents.push_back({first, std::max(end, first + 1), extents.size()});
+  };
+  for (const Block& b : f.dictionaries) add(b);
+  for (const Block& b : f.batches) add(b);
+  std::sort(extents.begin(), extents.end(), [](const Extent& a, const Extent& b) {
+    return a.first != b.first ? a.first < b.first : a.k < b.k;
+  });
+  for (std::size_t i = 1; i < extents.size(); ++i) {
+    if (extents[i].first < extents[i - 1].end) {
+      const Extent& a = extents[i - 1];
+      const Extent& b = extents[i];
+      throw FormatError(block_name(f, std::max(a.k, b.k)) +
+                        (a.first == b.first ? " repeats " : " overlaps ") +
+                        block_name(f, std::min(a.k, b.k)) + ": no file lists a message twice");
+    }
+  }
+}
+
+}  // namespace
+
 Footer parse_footer(std::span<const std::byte> flatbuffer) {
   const FlatTable t = FlatTable::root(flatbuffer);
   Footer f;
@@ -290,6 +339,7 @@ Footer parse_footer(std::span<const std::byte> flatbuffer) {
                 t.load<std::int64_t>(v.at + 24 * i + 16)};
     }
   }
+  check_blocks(f);
   return f;
 }
 

@@ -172,7 +172,8 @@ struct Footer {
   std::vector<Block> batches;
 };
 
-/// Parses the file format's footer flatbuffer. \throws FormatError.
+/// Parses the file format's footer flatbuffer. \throws FormatError, also for blocks that repeat
+/// or overlap one another (dictionaries and record batches alike), named, before any is read.
 Footer parse_footer(std::span<const std::byte> flatbuffer);
 
 /// One framed message of a stream: where its metadata flatbuffer and its body lie in `bytes`.
