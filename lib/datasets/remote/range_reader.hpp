@@ -6,9 +6,10 @@
 // bytes=<first>-<last>"), retried as the downloads are, and checked against them: an answer
 // larger than asked is refused, a server that ignores Range (HTTP 200, the whole file) is read
 // up to the bytes asked and cut there (only those are kept; a whole file sent without a length,
-// in chunks, is read to its end for tail(), which learns its size so), and a file whose size or
-// ETag changed between two ranges is a DataError naming the URL. s3:// requests are signed as the
-// downloads' are; file:// URLs are read with pread from a descriptor opened once.
+// in chunks, is read to its end for tail(), which learns its size so, up to cache_bytes, past
+// which it is a DataError), and a file whose size or ETag changed between two ranges is a
+// DataError naming the URL. s3:// requests are signed as the downloads' are; file:// URLs are
+// read with pread from a descriptor opened once.
 
 #include <atomic>
 #include <cstddef>
