@@ -105,6 +105,12 @@ class DataLoader:
 
     Every iter() plays the next epoch (0, 1, 2, ...); set_epoch(e) chooses it, as
     DistributedSampler.set_epoch does. state_dict() and load_state_dict() resume mid-epoch.
+
+    dataset, batch_size, num_workers, drop_last, generator, pin_memory, timeout,
+    worker_init_fn, prefetch_factor, persistent_workers and multiprocessing_context are as given,
+    collate_fn and batch_sampler None, as torch's attributes; sampler is torch's
+    SequentialSampler or RandomSampler (as shuffle) over the dataset: its len() is right, but
+    iterating it does not give the loader's order.
     """
 
     def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None,
@@ -123,7 +129,26 @@ class DataLoader:
         if not isinstance(num_workers, int) or num_workers < 0:
             raise ValueError("ferry.torch.DataLoader: num_workers is an int >= 0, not %r"
                              % (num_workers,))
-        del persistent_workers, pin_memory_device  # ferry's workers persist; device= places
+        # torch's attributes, as given (persistent_workers: ferry's workers persist anyway).
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.drop_last = drop_last
+        self.generator = generator
+        self.pin_memory = pin_memory
+        self.pin_memory_device = pin_memory_device
+        self.timeout = timeout
+        self.worker_init_fn = worker_init_fn
+        self.multiprocessing_context = multiprocessing_context
+        self.prefetch_factor = prefetch_factor
+        self.persistent_workers = persistent_workers
+        self.collate_fn = None
+        self.batch_sampler = None
+        # torch's sampler of the same kind (its len() is the loader's samples); ferry's
+        # permutation, not this sampler's, orders the batches.
+        sampling = _torch.utils.data
+        self.sampler = (sampling.RandomSampler(dataset, generator=generator) if shuffle
+                        else sampling.SequentialSampler(dataset))
         options.setdefault("shuffle", bool(shuffle))
         options.setdefault("drop_last", drop_last)
         options.setdefault("pin_memory", pin_memory)

@@ -121,10 +121,11 @@ SampleLayout::SampleLayout(const py::object& source, const std::function<py::obj
                           " of sample 0 is a dict: nested samples are not taken; return one flat "
                           "dict or tuple of arrays");
       }
-      const py::array a = asarray_(value);
+      bool bf16 = false;
+      const py::array a = as_array(value, bf16);
       FieldSpec f;
       f.name = std::to_string(i);
-      f.dtype = sample0_dtype(f.name, a);
+      f.dtype = bf16 ? DType::bf16 : sample0_dtype(f.name, a);
       f.shape.assign(a.shape(), a.shape() + a.ndim());
       add_field(std::move(f), py::int_(i));
     }
@@ -138,20 +139,22 @@ SampleLayout::SampleLayout(const py::object& source, const std::function<py::obj
                           "(e.g. \"" +
                           name + "/x\")");
       }
-      const py::array a = asarray_(value);
+      bool bf16 = false;
+      const py::array a = as_array(value, bf16);
       FieldSpec f;
       f.name = name;
-      f.dtype = sample0_dtype(f.name, a);
+      f.dtype = bf16 ? DType::bf16 : sample0_dtype(f.name, a);
       f.shape.assign(a.shape(), a.shape() + a.ndim());
       add_field(std::move(f), py::reinterpret_borrow<py::object>(key));
     }
   } else {
     // One array, tensor or number: one field, "0". Anything else (a str, an object) is refused.
     py::array a;
+    bool bf16 = false;
     bool numeric = !py::isinstance<py::str>(sample) && !py::isinstance<py::bytes>(sample);
     if (numeric) {
       try {
-        a = asarray_(sample);
+        a = as_array(sample, bf16);
         static_cast<void>(to_dtype(a.dtype()));
       } catch (const py::error_already_set&) {
         numeric = false;
@@ -167,7 +170,7 @@ SampleLayout::SampleLayout(const py::object& source, const std::function<py::obj
     form_ = Form::single;
     FieldSpec f;
     f.name = "0";
-    f.dtype = to_dtype(a.dtype());
+    f.dtype = bf16 ? DType::bf16 : to_dtype(a.dtype());
     f.shape.assign(a.shape(), a.shape() + a.ndim());
     add_field(std::move(f), py::int_(0));
   }
@@ -219,7 +222,8 @@ void SampleLayout::abandon() noexcept {
 }
 
 void SampleLayout::add_field(FieldSpec f, py::object key) {
-  const py::dtype dt = numpy_dtype(f.dtype);
+  // A bf16 field is held as its bits (numpy has no bfloat16).
+  const py::dtype dt = f.dtype == DType::bf16 ? py::dtype("int16") : numpy_dtype(f.dtype);
   float_fields_.push_back(dt.kind() == 'f');
   dtypes_.push_back(dt);
   keys_.push_back(std::move(key));
@@ -240,36 +244,36 @@ py::tuple SampleLayout::describe() const {
 
 py::object SampleLayout::value_of(const py::handle& sample, std::size_t f,
                                   std::size_t index) const {
+  const auto wrong = [&](const std::string& what) {
+    return DataError("Python dataset: field \"" + fields_[f].name + "\" of sample " +
+                     std::to_string(index) + ": __getitem__(" + std::to_string(index) + ") gave " +
+                     what);
+  };
   if (form_ == Form::single) {
     if (py::isinstance<py::dict>(sample) || py::isinstance<py::tuple>(sample) ||
         py::isinstance<py::list>(sample)) {
-      throw py::type_error("__getitem__(" + std::to_string(index) + ") gave " + type_name(sample) +
-                           "; sample 0 was one array");
+      throw wrong(type_name(sample) + "; sample 0 was one array");
     }
     return py::reinterpret_borrow<py::object>(sample);
   }
   const bool sequence = py::isinstance<py::tuple>(sample) || py::isinstance<py::list>(sample);
   if (form_ == Form::tuple || (form_ == Form::declared && sequence)) {
-    if (!sequence) {
-      throw py::type_error("__getitem__(" + std::to_string(index) + ") gave " + type_name(sample) +
-                           "; sample 0 was a tuple or list");
-    }
+    if (!sequence) throw wrong(type_name(sample) + "; sample 0 was a tuple or list");
     if (py::len(sample) != fields_.size()) {
-      throw py::value_error("__getitem__(" + std::to_string(index) + ") gave " +
-                            std::to_string(py::len(sample)) + " items; " +
-                            (form_ == Form::declared ? "`fields` declares " : "sample 0 had ") +
-                            std::to_string(fields_.size()));
+      throw wrong(std::to_string(py::len(sample)) + " items; " +
+                  (form_ == Form::declared ? "`fields` declares " : "sample 0 had ") +
+                  std::to_string(fields_.size()));
     }
     return sample.cast<py::sequence>()[f];
   }
   if (!py::isinstance<py::dict>(sample)) {
-    throw py::type_error("__getitem__(" + std::to_string(index) + ") gave " + type_name(sample) +
-                         (form_ == Form::declared ? ", not a dict or a tuple" : ", not a dict"));
+    throw wrong(type_name(sample) +
+                (form_ == Form::declared ? ", not a dict or a tuple" : ", not a dict"));
   }
   const auto dict = py::reinterpret_borrow<py::dict>(sample);
   if (!dict.contains(keys_[f])) {
-    throw py::key_error("sample " + std::to_string(index) + " lacks field \"" + fields_[f].name +
-                        "\"");
+    throw DataError("Python dataset: sample " + std::to_string(index) + " lacks field \"" +
+                    fields_[f].name + "\"");
   }
   return dict[keys_[f]];
 }
@@ -324,10 +328,18 @@ std::vector<py::array> SampleLayout::arrays(const py::handle& sample, std::size_
 // overflows) is a DataError naming the sample and the field; one that keeps every value (3 into
 // f32, a float rounded to a narrower float) is done.
 py::array SampleLayout::converted(const py::handle& value, std::size_t f, std::size_t index) const {
-  py::array given = asarray_(value);
+  bool bf16 = false;
+  py::array given = as_array(value, bf16);
+  const std::string dtype_source = declared() ? "the declared dtype" : "sample 0's dtype";
+  if (fields_[f].dtype == DType::bf16) {
+    if (bf16) return given;
+    throw DataError("Python dataset: field \"" + fields_[f].name + "\" of sample " +
+                    std::to_string(index) + " is " + py::str(given.dtype()).cast<std::string>() +
+                    ", not a bf16 torch tensor (bf16 is " + dtype_source + " for the field)");
+  }
+  if (bf16) given = asarray_(value.attr("detach")().attr("cpu")().attr("float")());  // exact
   const py::dtype& want = dtypes_[f];
   if (given.dtype().equal(want)) return given;
-  const std::string dtype_source = declared() ? "the declared dtype" : "sample 0's dtype";
   // A safe cast changes no value (numpy 1.x judges a scalar by its value: 7 into u8, 1.5 into
   // f32); whatever it does not call safe is converted and compared below.
   if (can_cast_(given, want).cast<bool>()) return given.attr("astype")(want);
@@ -370,6 +382,19 @@ py::array SampleLayout::converted(const py::handle& value, std::size_t f, std::s
                     " for the field) without changing a value");
   }
   return a;
+}
+
+py::array SampleLayout::as_array(const py::handle& value, bool& bf16) const {
+  bf16 = false;
+  try {
+    return asarray_(value);
+  } catch (py::error_already_set&) {
+    const py::object dtype = py::getattr(value, "dtype", py::none());
+    if (dtype.is_none() || py::str(dtype).cast<std::string>() != "torch.bfloat16") throw;
+  }
+  bf16 = true;
+  const py::object bits = py::module_::import("torch").attr("int16");
+  return asarray_(value.attr("detach")().attr("cpu")().attr("contiguous")().attr("view")(bits));
 }
 
 // ---- PythonSeeder

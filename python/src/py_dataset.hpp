@@ -78,8 +78,9 @@ class SampleLayout {
   py::tuple describe() const;
 
   /// Writes `sample` (what __getitem__(index) gave) into dest[f], exactly nbytes[f] bytes per
-  /// field (a ragged field's rows are nbytes[f] / its row's bytes). \throws a Python exception
-  /// (TypeError, KeyError, ValueError) or DataError naming the sample and the field.
+  /// field (a ragged field's rows are nbytes[f] / its row's bytes). \throws DataError naming the
+  /// sample and the field (a sample of another form, a field lacking, a value that does not fit),
+  /// or the Python exception a value's __array__ raised.
   void write(const py::handle& sample, std::size_t index, std::span<std::byte* const> dest,
              std::span<const std::size_t> nbytes) const;
   /// write() in two steps: first each field as a C-contiguous array of its dtype and shape,
@@ -98,6 +99,9 @@ class SampleLayout {
   void add_field(FieldSpec f, py::object key);
   py::object value_of(const py::handle& sample, std::size_t f, std::size_t index) const;
   py::array converted(const py::handle& value, std::size_t f, std::size_t index) const;
+  /// `value` as a numpy array; a bf16 torch tensor (numpy has no bfloat16) as its bits, i16,
+  /// with `bf16` set.
+  py::array as_array(const py::handle& value, bool& bf16) const;
 
   std::vector<FieldSpec> fields_;
   std::vector<py::dtype> dtypes_;

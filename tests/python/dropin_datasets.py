@@ -75,3 +75,38 @@ class OpensOnFirstUse:
             self.file = open(self.path, "rb")  # noqa: SIM115
         self.file.seek(4 * i)
         return {"v": np.frombuffer(self.file.read(4), np.uint8), "pid": os.getpid()}
+
+
+class Uneven:
+    """Sample i: {"a": i, "b": i} f32, but sample 5 lacks "b" (kind="lacks") or is a tuple
+    (kind="tuple")."""
+
+    def __init__(self, kind):
+        self.kind = kind
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        a = np.float32(i)
+        if i != 5:
+            return {"a": a, "b": a}
+        return {"a": a} if self.kind == "lacks" else (a, a)
+
+
+class Bf16:
+    """Sample i: {"h": a bf16 torch tensor [3] = i + 0.5, i + 1, i + 2, "y": i}; from sample
+    `f32_from` on, "h" is an f32 tensor of the same values."""
+
+    def __init__(self, n, f32_from=None):
+        self.n = n
+        self.f32_from = n if f32_from is None else f32_from
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        import torch  # noqa: PLC0415 (a worker process imports it only for this dataset)
+
+        h = torch.tensor([i + 0.5, i + 1, i + 2], dtype=torch.float32)
+        return {"h": h if i >= self.f32_from else h.to(torch.bfloat16), "y": i}

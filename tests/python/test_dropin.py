@@ -10,7 +10,7 @@ import pathlib
 import numpy as np
 import pytest
 from conftest import Indexed, expected_x
-from dropin_datasets import OpensOnFirstUse, Single, Tokens, TorchWorker
+from dropin_datasets import Bf16, OpensOnFirstUse, Single, Tokens, TorchWorker, Uneven
 
 torch = pytest.importorskip("torch")
 
@@ -44,6 +44,58 @@ def test_a_sample_that_is_one_array_gives_a_tensor_batch(ferry, workers, as_tens
     got = torch.cat(batches)
     want = torch.tensor([[i, 2 * i, 3 * i] for i in range(7)], dtype=torch.float32)
     assert got.shape == (7, 3) and torch.equal(got, want)
+
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_the_dataloaders_attributes_are_torchs(ferry, shuffle):
+    ds = Indexed(10)
+    gen = torch.Generator().manual_seed(3)
+    init = print
+    dl = dataloader(ds, batch_size=4, shuffle=shuffle, num_workers=2, drop_last=True,
+                    generator=gen, timeout=5, worker_init_fn=init, prefetch_factor=3)
+    assert dl.dataset is ds and len(dl.dataset) == 10
+    assert (dl.batch_size, dl.num_workers, dl.drop_last) == (4, 2, True)
+    assert dl.generator is gen and dl.timeout == 5 and dl.worker_init_fn is init
+    assert (dl.prefetch_factor, dl.pin_memory, dl.collate_fn) == (3, False, None)
+    assert dl.persistent_workers is False
+    kind = torch.utils.data.RandomSampler if shuffle else torch.utils.data.SequentialSampler
+    assert type(dl.sampler) is kind and len(dl.sampler) == 10
+    assert dl.sampler.data_source is ds
+    if shuffle:
+        assert dl.sampler.generator is gen
+    assert len(dl) == 2
+    plain = dataloader(ds)
+    assert (plain.batch_size, plain.num_workers, plain.drop_last, plain.generator) == (
+        1, 0, False, None)
+    assert plain.prefetch_factor is None and type(plain.sampler) is torch.utils.data.SequentialSampler
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("kind", ["lacks", "tuple"])
+def test_a_later_sample_of_another_form_is_a_data_error(ferry, workers, kind):
+    import ferry as f  # noqa: PLC0415
+
+    with pytest.raises(f.DataError, match='sample 5.*"b"' if kind == "lacks" else "sample 5"):
+        list(dataloader(Uneven(kind), batch_size=2, num_workers=workers))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_bf16_tensors_are_read_bit_for_bit(ferry, workers):
+    batches = list(dataloader(Bf16(6), batch_size=3, num_workers=workers))
+    h = torch.cat([b["h"] for b in batches])
+    assert h.dtype == torch.bfloat16
+    want = torch.tensor([[i + 0.5, i + 1, i + 2] for i in range(6)]).to(torch.bfloat16)
+    assert torch.equal(h.view(torch.int16), want.view(torch.int16))
+    assert torch.equal(torch.cat([b["y"] for b in batches]), torch.arange(6))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_later_f32_value_of_a_bf16_field_is_a_data_error_naming_it(ferry, workers):
+    import ferry as f  # noqa: PLC0415
+
+    with pytest.raises(f.DataError, match='field "h" of sample 4'):
+        list(dataloader(Bf16(6, f32_from=4), batch_size=2, num_workers=workers))
 
 
 def test_list_of_a_loader_and_every_label_kept(ferry):
