@@ -77,6 +77,27 @@ def _torch_worker_info(torch):
         pass  # a torch without it: get_worker_info() stays None
 
 
+_sample_seed = None  # the seed of the sample being read, where seed_python is true
+
+
+def _generator_seed(seed, generator):
+    """py_dataset.cpp's generator_seed: one generator's seed from the sample's (torch: 3)."""
+    mask = (1 << 64) - 1
+    z = (seed + generator * 0x9E3779B97F4A7C15) & mask
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+    return z ^ (z >> 31)
+
+
+def _seed_torch(torch):
+    """torch imported while a sample is read (by its __getitem__): its generator is seeded for
+    that sample as the reader seeds it before each later one, so that the draws that follow in
+    the same __getitem__ are the sample's own, as on ferry's threads."""
+    generator = getattr(torch, "default_generator", None)
+    if _sample_seed is not None and generator is not None:
+        generator.manual_seed(_generator_seed(_sample_seed, 3))
+
+
 class _TorchWatch:
     """On sys.meta_path while torch is not imported: when a __getitem__ (or anything) imports it,
     get_worker_info() answers from then on, that very call included."""
@@ -97,9 +118,42 @@ class _TorchWatch:
         def exec_module(module):
             run(module)
             _torch_worker_info(module)
+            _seed_torch(module)
 
         loader.exec_module = exec_module
         return spec
+
+
+def _after_fork_in_child():
+    """In a child of os.fork(): the forkserver that this process started is its parent's, not its
+    own child (multiprocessing would wait for it and fail with ChildProcessError): forgotten, its
+    descriptors closed, so that the child's first loader with processes starts one of its own and
+    the parent's forkserver ends with the parent. The resource tracker is shared, as
+    multiprocessing intends; its lock, like the forkserver's, may have been held by another
+    thread at the fork."""
+    from multiprocessing import forkserver, resource_tracker  # noqa: PLC0415
+
+    server = getattr(forkserver, "_forkserver", None)
+    if server is not None and getattr(server, "_forkserver_pid", None) is not None:
+        alive = server._forkserver_alive_fd
+        if alive is not None:
+            try:
+                os.close(alive)
+            except OSError:
+                pass
+        # the socket's path stays: it is the parent's to unlink
+        server._forkserver_pid = server._forkserver_address = server._forkserver_alive_fd = None
+        # its temporary directory (where the socket was) is the parent's too, removed when the
+        # parent exits: the child's forkserver gets one of its own
+        multiprocessing.current_process()._config.pop("tempdir", None)
+    rlock = type(threading.RLock())
+    for owner in (server, getattr(resource_tracker, "_resource_tracker", None)):
+        lock = getattr(owner, "_lock", None)
+        if lock is not None:
+            owner._lock = threading.RLock() if isinstance(lock, rlock) else threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def worker_info():
@@ -224,9 +278,21 @@ def start(method, packed, worker_id, count, seed, layout, seed_python, init_fn,
         target=_main, name="ferry-worker-%d" % worker_id, daemon=True,
         args=(theirs, [packed.data, len(packed.fds)], worker_id, count, seed, layout,
               seed_python, init_fn, close_fds, control_fd >= 0, os.getpid()))
+    # SIGINT blocked while the process starts: the process (and the forkserver, where it starts
+    # here) inherit the blocked mask through fork and exec, so that a Ctrl-C at the terminal,
+    # which reaches the whole process group, finds them ignoring it from their first instruction,
+    # mid-import too (the worker unblocks it in _main, once ignored). The resource tracker is
+    # started first: it blocks SIGINT around its own start and then unblocks it, which would
+    # leave the forkserver's start unprotected.
+    if method != "fork":
+        from multiprocessing import resource_tracker  # noqa: PLC0415
+
+        resource_tracker.ensure_running()
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         process.start()
     finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         theirs.close()
     memfd = os.memfd_create("ferry-scratch", os.MFD_CLOEXEC)
     try:
@@ -381,9 +447,10 @@ def _watch(trainer):
 
 def _main(conn, packed, worker_id, count, seed, layout, seed_python, init_fn, close_fds,
           has_control, trainer):
-    global _info
+    global _info, _sample_seed
     # Ctrl-C is the training process's to handle: it stops the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked since start()
     _watch(trainer)
     for fd in close_fds:  # "fork" only: the other workers' sockets, so that their ends close
         try:
@@ -491,12 +558,14 @@ def _main(conn, packed, worker_id, count, seed, layout, seed_python, init_fn, cl
                 scratch = mmap.mmap(memfd, want)
                 size = want
             target = scratch if region == 0 else regions[region]
+            _sample_seed = sample_seed if seed_python and not torch_told else None
             reader.read(index, sample_seed, scratch, state_at, token, target, places[1::2],
                         places[0::2])
             answers.append(_DONE)
         except BaseException as error:  # noqa: BLE001 (the parent raises it)
             answers.append(_frame(_failure(error, _ferry.Error)))
             group = 1
+        _sample_seed = None
         if len(answers) >= group:
             try:
                 _write_all(fd, b"".join(answers))

@@ -1123,3 +1123,80 @@ def test_an_unsupported_dtype_in_a_tuple_names_the_field(ferry):
 def test_a_worker_init_fn_that_cannot_be_pickled_is_a_config_error(ferry):
     with pytest.raises(ferry.ConfigError, match="worker_init_fn"):
         batches_of(ferry, Indexed(8), processes=1, worker_init_fn=lambda worker_id: None)
+
+
+class LateTorch:
+    """torch imported by __getitem__ itself (this module does not import it): 3 draws of torch's
+    generator a sample."""
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        import torch  # noqa: PLC0415
+
+        return {"i": np.int64(i), "t": torch.rand(3).numpy()}
+
+
+def test_torch_first_imported_by_getitem_is_seeded_for_that_sample(tmp_path):
+    pytest.importorskip("torch")
+    # each run in a trainer of its own (a fresh forkserver: no process has torch imported yet)
+    runs = []
+    for processes in (0, 2, 2):
+        rc, out, err = run_bounded(tmp_path, f"""
+            import numpy as np
+            from test_pyworkers import LateTorch
+            loader = ferry.Loader(LateTorch(), batch_size=4, device="cpu", seed=5,
+                                  processes={processes})
+            t = np.concatenate([b["t"].numpy() for b in loader.epoch(0)])
+            print(" ".join(repr(float(v)) for v in t.reshape(-1)), flush=True)
+        """, 120)
+        assert rc == 0, (rc, out, err)
+        runs.append(out.split())
+    threads, first, second = runs
+    assert len(threads) == 48 and first == threads and second == threads, runs
+
+
+def test_ctrl_c_while_the_worker_processes_start(tmp_path):
+    # Ctrl-C at the terminal reaches the whole process group: the trainer, the forkserver and the
+    # worker processes, which may still be importing
+    for attempt in range(3):
+        rc, out, err = run_bounded(tmp_path, """
+            import signal, threading
+            loader = ferry.Loader(WhoReads(), batch_size=4, device="cpu", processes=2)
+            threading.Timer(0.05 * (attempt + 1),
+                            lambda: os.killpg(os.getpgid(0), signal.SIGINT)).start()
+            try:
+                time.sleep(3)
+            except KeyboardInterrupt:
+                print("interrupted", flush=True)
+            print(sum(len(b["i"]) for b in loader.epoch(0)), flush=True)
+        """.replace("attempt", str(attempt)), 60)
+        assert rc == 0 and out.split() == ["interrupted", "40"], (rc, out, err)
+        assert "KeyboardInterrupt" not in err and "Traceback" not in err, err
+
+
+def test_a_forked_trainer_starts_worker_processes_of_its_own(tmp_path):
+    rc, out, err = run_bounded(tmp_path, """
+        dataset = WhoReads()
+        loader = ferry.Loader(dataset, batch_size=4, device="cpu", processes=2)
+        print("parent", sum(len(b["i"]) for b in loader.epoch(0)), flush=True)
+        child = os.fork()
+        if child == 0:
+            try:
+                for made in (dataset, WhoReads()):  # made before the fork, and after
+                    fresh = ferry.Loader(made, batch_size=4, device="cpu", processes=2)
+                    pids = [int(p) for b in fresh.epoch(0) for p in b["pid"].numpy()]
+                    print("child", len(pids), os.getpid() not in pids, flush=True)
+                    del fresh
+            except BaseException as e:
+                print("child failed", type(e).__name__, e, flush=True)
+            sys.stdout.flush()
+            os._exit(0)
+        _, status = os.waitpid(child, 0)
+        print("waited", status, flush=True)
+        print("parent", sum(len(b["i"]) for b in loader.epoch(1)), flush=True)
+    """, 120)
+    assert rc == 0, (rc, out, err)
+    assert out.splitlines() == ["parent 40", "child 40 True", "child 40 True", "waited 0",
+                                "parent 40"], (out, err)
