@@ -40,13 +40,11 @@ import multiprocessing
 import os
 import pickle
 import re
-import select
 import signal
 import socket
 import struct
 import sys
 import threading
-import time
 import traceback
 from multiprocessing import reduction
 
@@ -411,38 +409,15 @@ class _Tasks:
 
 def _watch(trainer):
     """Ends this process when the training process `trainer` ends, however it ends (SIGKILL
-    too) and whatever this process is doing (a long __getitem__ too): a thread waits on a pidfd
-    of it. Not PR_SET_PDEATHSIG: that follows the thread that started the process (spawn), or
-    the forkserver, which outlives the training process while its children run."""
-    try:
-        fd = os.pidfd_open(trainer)
-    except ProcessLookupError:
+    too) and whatever this process is doing (a long __getitem__ too, in C code holding the GIL
+    too): a thread of the extension's that never takes the GIL waits on a pidfd of it
+    (_ferry._watch_trainer). Not PR_SET_PDEATHSIG: that follows the thread that started the
+    process (spawn), or the forkserver, which outlives the training process while its children
+    run."""
+    from . import _ferry  # noqa: PLC0415 (the extension, in the child)
+
+    if not _ferry._watch_trainer(trainer):
         os._exit(1)  # already gone
-    except (AttributeError, OSError):  # Linux before 5.3: asked twice a second instead
-        fd = -1
-
-    def wait():
-        if fd >= 0:
-            poller = select.poll()
-            poller.register(fd, select.POLLIN)
-            events = []
-            while not events:
-                events = poller.poll()
-            if events[0][1] & select.POLLIN:
-                os._exit(1)
-            # The pidfd was closed under this thread (a dataset that closes every descriptor):
-            # asked below instead.
-        while True:
-            try:
-                os.kill(trainer, 0)
-            except ProcessLookupError:
-                break
-            except OSError:
-                pass
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=wait, name="ferry-watch-trainer", daemon=True).start()
 
 
 def _main(conn, packed, worker_id, count, seed, layout, seed_python, init_fn, close_fds,

@@ -2,16 +2,22 @@
 // for its call) or in worker processes (workers.hpp); and what a worker process runs of it
 // (_WorkerReader).
 
+#include <poll.h>
 #include <pybind11/stl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "py_dataset.hpp"
@@ -335,9 +341,40 @@ class WorkerReader {
   bool seed_python_;
 };
 
+/// A worker process's watch of the training process `pid`: ends this process when it ends.
+/// `fd` is a pidfd of it (readable once it has ended), or -1 where the kernel has none; a pidfd
+/// closed under this thread (a dataset that closes every descriptor) falls back to asking
+/// twice a second.
+[[noreturn]] void watch_trainer(pid_t pid, int fd) {
+  if (fd >= 0) {
+    pollfd p{fd, POLLIN, 0};
+    for (;;) {
+      p.revents = 0;
+      const int n = ::poll(&p, 1, -1);
+      if (n > 0 && (p.revents & POLLIN) != 0) ::_exit(1);
+      if (n > 0 && (p.revents & POLLNVAL) != 0) break;
+    }
+  }
+  while (::kill(pid, 0) == 0 || errno != ESRCH) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  ::_exit(1);
+}
+
 }  // namespace
 
 void bind_workers(py::module_& m) {
+  m.def("_watch_trainer", [](long pid) {
+    // A thread of its own that never takes the GIL: a __getitem__ in C code holding it (a
+    // long sum(range(n))) kept a Python thread from ever noticing (ferry/_worker.py's _watch).
+    const auto trainer = static_cast<pid_t>(pid);
+    const long fd = ::syscall(SYS_pidfd_open, trainer, 0U);
+    if (fd < 0 && errno == ESRCH) return false;  // already gone
+    std::thread([trainer, fd] {
+      watch_trainer(trainer, fd < 0 ? -1 : static_cast<int>(fd));
+    }).detach();
+    return true;
+  });
   py::class_<WorkerReader>(m, "_WorkerReader")
       .def(py::init<py::object, py::tuple, bool>())
       .def("read", &WorkerReader::read);

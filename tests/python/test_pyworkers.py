@@ -1020,6 +1020,23 @@ def test_a_hanging_worker_init_fn_overruns_the_timeout(tmp_path):
     assert "timeout=2 s" in lines[1] and "worker_init_fn" in lines[1], out
 
 
+class HoldsTheGil:
+    """Sample i: "x" i64 = i; from sample `first` on, a __getitem__ that stays for minutes in one
+    C call holding the GIL (sum over a range), so that no other Python thread of its process
+    runs meanwhile."""
+
+    def __init__(self, first):
+        self.first = first
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        if i >= self.first:
+            sum(range(10**12))
+        return {"x": np.int64(i)}
+
+
 def descendants(pid):
     """The processes below `pid` (children, their children, ...)."""
     parents = {}
@@ -1040,18 +1057,21 @@ def descendants(pid):
     return found
 
 
-@pytest.mark.parametrize("start_method,how",
-                         [(m, h) for m in ("forkserver", "spawn") for h in (signal.SIGKILL, signal.SIGTERM)])
-def test_a_killed_trainer_with_busy_workers_leaves_nothing(tmp_path, how, start_method):
-    # The workers inside a 30-second __getitem__; the forkserver and the resource tracker too.
+@pytest.mark.parametrize("start_method,how,busy",
+                         [(m, h, "Slow(64, set(range(8, 64)), 30)")
+                          for m in ("forkserver", "spawn") for h in (signal.SIGKILL, signal.SIGTERM)]
+                         + [("forkserver", signal.SIGKILL, "HoldsTheGil(8)")])
+def test_a_killed_trainer_with_busy_workers_leaves_nothing(tmp_path, how, start_method, busy):
+    # The workers inside a 30-second __getitem__ (asleep, or in C code that holds the GIL, which
+    # no Python thread of the worker then gets); the forkserver and the resource tracker too.
     script = tmp_path / "trainer.py"
     script.write_text(textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
         import ferry
-        from test_pyworkers import Slow
+        from test_pyworkers import HoldsTheGil, Slow
         if __name__ == "__main__":
-            loader = ferry.Loader(Slow(64, set(range(8, 64)), 30), batch_size=4, device="cpu",
+            loader = ferry.Loader({busy}, batch_size=4, device="cpu",
                                   processes=2, start_method={start_method!r})
             ep = loader.epoch(0)
             next(ep)
