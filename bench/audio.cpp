@@ -27,8 +27,6 @@
 
 #include <sndfile.h>
 #include <soxr.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -39,7 +37,6 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -47,6 +44,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.hpp"
 #include "ferry/ferry.hpp"
 
 namespace {
@@ -97,22 +95,9 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-double peak_rss_mib() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<double>(usage.ru_maxrss) / 1024.0;
-}
-
-double rss_mib() {
-  std::ifstream statm("/proc/self/statm");
-  long pages = 0, resident = 0;
-  statm >> pages >> resident;
-  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1 << 20);
-}
+using ferry::bench::peak_rss_mib;
+using ferry::bench::rss_mib;
+using ferry::bench::seconds_since;
 
 void report(std::size_t samples, double seconds) {
   std::printf(

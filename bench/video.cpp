@@ -28,7 +28,6 @@ extern "C" {
 #include <libavformat/avformat.h>
 #include <libswscale/swscale.h>
 }
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -37,7 +36,6 @@ extern "C" {
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -45,6 +43,7 @@ extern "C" {
 #include <thread>
 #include <vector>
 
+#include "bench_util.hpp"
 #include "ferry/ferry.hpp"
 
 namespace {
@@ -91,22 +90,9 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-double peak_rss_mib() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<double>(usage.ru_maxrss) / 1024.0;
-}
-
-double rss_mib() {
-  std::ifstream statm("/proc/self/statm");
-  long pages = 0, resident = 0;
-  statm >> pages >> resident;
-  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1 << 20);
-}
+using ferry::bench::peak_rss_mib;
+using ferry::bench::rss_mib;
+using ferry::bench::seconds_since;
 
 void report(std::size_t clips, double seconds) {
   std::printf(
