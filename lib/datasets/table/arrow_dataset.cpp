@@ -262,17 +262,12 @@ std::uint64_t ArrowDataset::reader_memory(std::uint64_t sample_bytes) const noex
   static_cast<void>(sample_bytes);
   const detail::ArrowTable& t = *table_;
   if (!t.compressed && !t.remote) return 0;  // views of the mapped files
-  // The cache keeps its budget, or two record batches past it, and a third being decoded; never
-  // more than every batch decoded.
-  return std::min<std::uint64_t>(
-      std::max<std::uint64_t>(t.cache.budget(), 2 * t.largest_decoded) + t.largest_decoded,
-      t.total_decoded);
+  return t.cache.reader_memory(t.largest_decoded, t.total_decoded);
 }
 
 void ArrowDataset::fit_reader_memory(std::uint64_t bytes) const noexcept {
   const detail::ArrowTable& t = *table_;
-  const std::uint64_t room = bytes > t.largest_decoded ? bytes - t.largest_decoded : 0;
-  t.cache.set_budget(static_cast<std::size_t>(std::min<std::uint64_t>(room, t.cache.budget())));
+  t.cache.fit(bytes, t.largest_decoded);
 }
 
 bool ArrowDataset::wants_read_order() const noexcept { return table_->ahead != nullptr; }

@@ -102,16 +102,18 @@ class FERRY_HIDDEN BasicGroupCache {
     return entries_.find(g) != entries_.end();
   }
 
-  /// The decoded bytes kept before the least recently used go.
-  std::size_t budget() const {
+  /// What the reads over this cache hold at most, where the largest item decodes to `largest`
+  /// bytes and all of them to `total`: the budget (or two items past it, which it keeps
+  /// whatever their size) and a third being decoded, never more than every item decoded.
+  std::uint64_t reader_memory(std::uint64_t largest, std::uint64_t total) const {
     const std::lock_guard lock(mutex_);
-    return budget_;
+    return std::min<std::uint64_t>(std::max<std::uint64_t>(budget_, 2 * largest) + largest, total);
   }
-  /// Keeps at most `budget` decoded bytes from now on (at least two row groups, whatever their
-  /// size): those past it go at once.
-  void set_budget(std::size_t budget) {
+  /// Lowers the budget to what `bytes` leaves beside an item being decoded (never raises it).
+  void fit(std::uint64_t bytes, std::uint64_t largest) {
     const std::lock_guard lock(mutex_);
-    budget_ = budget;
+    const std::uint64_t room = bytes > largest ? bytes - largest : 0;
+    budget_ = static_cast<std::size_t>(std::min<std::uint64_t>(room, budget_));
     evict();
   }
 

@@ -289,17 +289,12 @@ double ParquetDataset::network_wait_seconds() const noexcept {
 std::uint64_t ParquetDataset::reader_memory(std::uint64_t sample_bytes) const noexcept {
   static_cast<void>(sample_bytes);
   const detail::ParquetTable& t = *table_;
-  // The cache keeps its budget, or two row groups past it, and a third being decoded; never
-  // more than the whole table decoded.
-  return std::min<std::uint64_t>(
-      std::max<std::uint64_t>(t.cache.budget(), 2 * t.largest_decoded) + t.largest_decoded,
-      t.total_decoded);
+  return t.cache.reader_memory(t.largest_decoded, t.total_decoded);
 }
 
 void ParquetDataset::fit_reader_memory(std::uint64_t bytes) const noexcept {
   const detail::ParquetTable& t = *table_;
-  const std::uint64_t room = bytes > t.largest_decoded ? bytes - t.largest_decoded : 0;
-  t.cache.set_budget(static_cast<std::size_t>(std::min<std::uint64_t>(room, t.cache.budget())));
+  t.cache.fit(bytes, t.largest_decoded);
 }
 
 std::size_t ParquetDataset::num_row_groups() const noexcept { return table_->groups.size(); }
