@@ -10,6 +10,7 @@
 #include <spng.h>
 #include <turbojpeg.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -793,6 +794,50 @@ TEST_F(ArrowFiles, AForgedDecompressedLengthIsADataErrorNotAnAllocation) {
                                                            : "less than its length says"),
               std::string::npos);
   }
+}
+
+TEST_F(ArrowFiles, ABufferThatDecompressesFarPastItsBytesCountsInTheBudgetAtItsLength) {
+  // big_zstd.arrow with its column's frame replaced by one that makes 64 MiB of zeros (a few KiB
+  // of zstd, then a skippable frame to the old frame's size), its prefix saying so: a legal
+  // buffer longer than its 40,000 float64 values need. The table's estimate counts the 64 MiB
+  // at open (before, only the body's 300 KB: a loader under a budget of 16 MiB then held the
+  // 64 MiB decompressed), so that budget is a ConfigError; without one, every row reads 0.
+  const Bytes good = read_bytes(file("big_zstd.arrow"));
+  const Bytes magic = {0x28, 0xb5, 0x2f, 0xfd};
+  const auto frame = std::search(good.begin(), good.end(), magic.begin(), magic.end());
+  ASSERT_NE(frame, good.end());
+  const auto start = static_cast<std::size_t>(frame - good.begin());
+  const std::size_t old_size =
+      ZSTD_findFrameCompressedSize(good.data() + start, good.size() - start);
+  ASSERT_EQ(ZSTD_isError(old_size), 0U);
+  constexpr std::size_t kMade = std::size_t{64} << 20;
+  const std::vector<std::byte> zeros(kMade);
+  Bytes packed(ZSTD_compressBound(kMade));
+  const std::size_t n = ZSTD_compress(packed.data(), packed.size(), zeros.data(), kMade, 3);
+  ASSERT_EQ(ZSTD_isError(n), 0U);
+  ASSERT_LE(n + 8, old_size);
+  Bytes bad = good;
+  std::copy_n(packed.begin(), n, bad.begin() + static_cast<std::ptrdiff_t>(start));
+  const std::uint32_t skip_magic = 0x184D2A50;
+  const auto skip_size = static_cast<std::uint32_t>(old_size - n - 8);
+  std::memcpy(bad.data() + start + n, &skip_magic, 4);
+  std::memcpy(bad.data() + start + n + 4, &skip_size, 4);
+  const auto made = static_cast<std::int64_t>(kMade);
+  std::memcpy(bad.data() + start - 8, &made, 8);
+  const fs::path path = scratch_ / "far_past.arrow";
+  write_bytes(path, bad);
+  const auto ds = ArrowDataset::open({path}, {});
+  EXPECT_GE(ds->reader_memory(0), kMade);
+  ferry::LoaderOptions lo = loader_options(100, false, 1);
+  lo.memory_budget = std::uint64_t{16} << 20;
+  expect_error<ConfigError>([&] { ferry::Loader refused(ds, lo); }, {"memory_budget"});
+  ferry::Loader loader(ds, loader_options(1000, false, 1));
+  std::size_t rows = 0;
+  for (const ferry::Batch& b : loader.epoch(0)) {
+    for (std::size_t j = 0; j < b.size(); ++j) ASSERT_EQ(at<double>(b["x"], j), 0.0);
+    rows += b.size();
+  }
+  EXPECT_EQ(rows, 40000U);
 }
 
 /// A stream whose schema has `fields` fields that all point at one field table, whose metadata

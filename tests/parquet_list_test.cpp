@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -738,19 +739,28 @@ TEST(ParquetListLevels, LevelsThatMakeNoRowsAreChunkErrorsNamingThePage) {
   expect_error<pq::ChunkError>([&] { decode(more, 2); }, {"page 1", "the chunk ends"});
 }
 
-/// A page header of `type` (0 DATA_PAGE, 2 DICTIONARY_PAGE) that claims `values` values and
-/// `claimed` bytes decompressed, followed by `body` zero bytes.
+/// A page header of `type` (0 DATA_PAGE, 2 DICTIONARY_PAGE, 3 DATA_PAGE_V2, compressed, with
+/// no level bytes) that claims `values` values and `claimed` bytes decompressed, followed by
+/// `body` zero bytes.
 std::vector<std::byte> forged_page(int type, std::int32_t values, std::int32_t claimed, int body) {
   PageWriter w;
   w.i32(1, type);
   w.i32(1, claimed);
   w.i32(1, body);
-  w.byte(type == 0 ? 0x2c : 0x4c);  // field 5, DataPageHeader, or 7, DictionaryPageHeader
+  // Field 5, DataPageHeader; 7, DictionaryPageHeader; 8, DataPageHeaderV2.
+  w.byte(type == 0 ? 0x2c : type == 2 ? 0x4c : 0x5c);
   w.i32(1, values);
+  if (type == 3) {
+    w.i32(1, 0);       // nulls
+    w.i32(1, values);  // rows
+  }
   w.i32(1, 0);  // PLAIN
   if (type == 0) {
     w.i32(1, 3);  // RLE levels
     w.i32(1, 3);
+  } else if (type == 3) {
+    w.i32(1, 0);  // definition and repetition levels' bytes
+    w.i32(1, 0);
   }
   w.byte(0);
   w.byte(0);
@@ -793,6 +803,69 @@ TEST(ParquetForgedSizes, PagesClaimingMoreThanTheirBytesHoldAreChunkErrorsNotAll
   const std::string zstd =
       decode(forged_page(0, 1000, 1 << 30, 64), pq::Physical::int32, pq::Codec::zstd, 1000);
   EXPECT_NE(zstd.find("more than ZSTD makes"), std::string::npos) << zstd;
+  // A v2 page of 8 KiB of zstd that claims 2^31 - 1 values in 2^28 bytes (zstd could make them
+  // of 8 KiB): its levels (8 GiB) were made before its bytes were found not to decompress.
+  const std::string v2 =
+      decode(forged_page(3, 0x7fffffff, 1 << 28, 8192), pq::Physical::int32, pq::Codec::zstd, rows);
+  EXPECT_NE(v2.find("page 0"), std::string::npos) << v2;
+  EXPECT_NE(v2.find("a corrupt zstd page"), std::string::npos) << v2;
+  // 32 KiB of a zstd page that claims 1 GiB, as zstd could make of them: the page's buffer grows
+  // as its bytes decompress, so the claim costs nothing (before, the read made 1 GiB at once:
+  // under an address space of 1 GiB, std::bad_alloc).
+  const auto gib = forged_page(0, 1000, 1 << 30, 32768);
+  const std::string grown = ferry::testing::in_child(
+      [&]() -> std::string {
+        try {
+          static_cast<void>(pq::decode_chunk(gib, pq::Physical::int32, pq::Codec::zstd, 1, 1000));
+          return "no error";
+        } catch (const pq::ChunkError& e) {
+          return e.what();
+        }
+      },
+      std::uint64_t{1} << 30, 60);
+  EXPECT_NE(grown.find("page 0"), std::string::npos) << grown;
+  EXPECT_NE(grown.find("a corrupt zstd page"), std::string::npos) << grown;
+}
+
+TEST(ParquetForgedSizes, AZstdPageOfAHighRatioDecodesAsItsBytesGrow) {
+  // 4 MiB of int32 values in a repeating pattern, compressed far past 64 to 1: the page grows
+  // as it decompresses, to the very values written.
+  namespace pq = ferry::detail::parquet;
+  constexpr std::size_t kValues = std::size_t{1} << 20;
+  std::vector<std::int32_t> values(kValues);
+  for (std::size_t i = 0; i < kValues; ++i) values[i] = static_cast<std::int32_t>(i % 7) - 3;
+  std::vector<std::byte> packed(ZSTD_compressBound(kValues * 4));
+  const std::size_t n = ZSTD_compress(packed.data(), packed.size(), values.data(), kValues * 4, 19);
+  ASSERT_EQ(ZSTD_isError(n), 0U);
+  ASSERT_LT(n * 64 + (std::size_t{1} << 20), kValues * 4);  // the grown path
+  const auto page = [&](std::size_t claim) {
+    PageWriter w;
+    w.i32(1, 0);
+    w.i32(1, static_cast<std::int32_t>(claim));
+    w.i32(1, static_cast<std::int32_t>(n));
+    w.byte(0x2c);
+    w.i32(1, static_cast<std::int32_t>(kValues));
+    w.i32(1, 0);  // PLAIN
+    w.i32(1, 3);
+    w.i32(1, 3);
+    w.byte(0);
+    w.byte(0);
+    w.out.insert(w.out.end(), packed.begin(), packed.begin() + static_cast<std::ptrdiff_t>(n));
+    return w.out;
+  };
+  const pq::RawColumn col =
+      pq::decode_chunk(page(kValues * 4), pq::Physical::int32, pq::Codec::zstd, 0, kValues);
+  ASSERT_EQ(col.fixed.size(), kValues * 4);
+  EXPECT_EQ(std::memcmp(col.fixed.data(), values.data(), kValues * 4), 0);
+  // One byte short of its claim, or one over: a ChunkError saying so.
+  for (const std::size_t claim : {kValues * 4 - 1, kValues * 4 + 1}) {
+    expect_error<pq::ChunkError>(
+        [&] {
+          static_cast<void>(
+              pq::decode_chunk(page(claim), pq::Physical::int32, pq::Codec::zstd, 0, kValues));
+        },
+        {"page 0", claim < kValues * 4 ? "more bytes than it claims" : "the wrong size"});
+  }
 }
 
 }  // namespace

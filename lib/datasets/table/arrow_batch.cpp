@@ -304,6 +304,54 @@ std::vector<std::span<const std::byte>> body_buffers(
   return unpack_buffers(batch, raw, owned, owned_bytes);
 }
 
+std::vector<bool> read_buffers(const std::vector<Field>& schema, const RecordBatch& batch,
+                               const std::vector<bool>& read) {
+  std::vector<bool> only(batch.buffers.size(), false);
+  const std::vector<std::span<const std::byte>> none(batch.buffers.size());
+  std::size_t node = 0;
+  std::size_t buffer = 0;
+  std::size_t variadic = 0;
+  for (std::size_t i = 0; i < schema.size(); ++i) {
+    const std::size_t from = buffer;
+    (void)field_arrays(schema[i], batch, none, node, buffer, variadic, false);
+    if (read[i])
+      std::fill(only.begin() + static_cast<std::ptrdiff_t>(from),
+                only.begin() + static_cast<std::ptrdiff_t>(buffer), true);
+  }
+  return only;
+}
+
+std::size_t unpacked_bytes(const RecordBatch& batch, std::span<const std::byte> body,
+                           const std::vector<bool>& only) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < batch.buffers.size(); ++i) {
+    if (!only[i]) continue;
+    const Buffer& b = batch.buffers[i];
+    if (b.offset < 0 || b.length < 0 || static_cast<std::uint64_t>(b.offset) > body.size() ||
+        static_cast<std::uint64_t>(b.length) > body.size() - static_cast<std::uint64_t>(b.offset)) {
+      continue;  // refused when read (body_buffers())
+    }
+    const auto bytes =
+        body.subspan(static_cast<std::size_t>(b.offset), static_cast<std::size_t>(b.length));
+    if (batch.compression == Compression::none || bytes.size() < 8) {
+      n += bytes.size();
+      continue;
+    }
+    std::int64_t length = 0;
+    std::memcpy(&length, bytes.data(), 8);
+    const auto packed = static_cast<std::int64_t>(bytes.size() - 8);
+    if (length < 0) {  // -1: stored as it is
+      n += static_cast<std::size_t>(packed);
+      continue;
+    }
+    // As unpack_buffers() allows, and refuses beyond.
+    const auto limit = batch.compression == Compression::lz4_frame ? packed * 256 + 1024
+                                                                   : packed * 32768 + (1 << 17);
+    n += static_cast<std::size_t>(std::min({length, limit, kMaxBuffer}));
+  }
+  return n;
+}
+
 std::vector<std::span<const std::byte>> unpack_buffers(
     const RecordBatch& batch, const std::vector<std::span<const std::byte>>& raw,
     std::vector<std::unique_ptr<std::byte[]>>& owned, std::size_t& owned_bytes) {
@@ -402,6 +450,25 @@ std::size_t decoded_bytes(const ArrowBatchData& d) noexcept {
   return n;
 }
 
+std::vector<bool> read_buffers(const ArrowFile& f, const arrow::RecordBatch& batch) {
+  std::vector<bool> read(f.schema.size(), false);
+  for (const std::size_t top : f.tops) read[top] = true;
+  return arrow::read_buffers(f.schema, batch, read);
+}
+
+std::size_t ArrowTable::unpacked_bytes(std::size_t b) const {
+  const ArrowBatch& ab = batches[b];
+  const ArrowFile& f = files[ab.file];
+  if (f.remote) return ab.body_length;  // its buffers' prefixes are not fetched before a read
+  try {
+    const arrow::Message m = batch_message(b);
+    return arrow::unpacked_bytes(m.batch, f.map->bytes().subspan(ab.body, ab.body_length),
+                                 read_buffers(f, m.batch));
+  } catch (const arrow::FormatError&) {
+    return ab.body_length;  // refused, naming the batch, when it is read
+  }
+}
+
 std::string ArrowTable::where(std::size_t b) const {
   const ArrowBatch& ab = batches[b];
   const ArrowFile& f = files[ab.file];
@@ -432,10 +499,13 @@ std::shared_ptr<const ArrowBatchData> ArrowTable::decode(std::size_t b) const {
   auto d = std::make_shared<ArrowBatchData>();
   try {
     const arrow::Message m = batch_message(b);
-    const auto buffers =
-        f.remote ? fetch_buffers(*this, b, m.batch, *d)
-                 : arrow::body_buffers(m.batch, f.map->bytes().subspan(ab.body, ab.body_length),
-                                       d->owned, d->owned_bytes);
+    // A local file's buffers of the columns read, and only those (a URL's: fetch_buffers()).
+    const auto buffers = [&] {
+      if (f.remote) return fetch_buffers(*this, b, m.batch, *d);
+      const std::vector<bool> only = read_buffers(f, m.batch);
+      return arrow::body_buffers(m.batch, f.map->bytes().subspan(ab.body, ab.body_length), d->owned,
+                                 d->owned_bytes, &only);
+    }();
     std::vector<std::size_t> column_of(f.schema.size(), columns.size());
     for (std::size_t c = 0; c < columns.size(); ++c) column_of[f.tops[c]] = c;
     d->columns.resize(columns.size());

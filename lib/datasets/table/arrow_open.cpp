@@ -470,8 +470,11 @@ std::unique_ptr<ArrowTable> open_arrow(std::vector<std::filesystem::path> files,
   }
   scan_rows(*t);
   if (t->compressed || t->remote) {
-    for (const ArrowBatch& b : t->batches) {
-      std::size_t n = b.body_length;
+    for (std::size_t k = 0; k < t->batches.size(); ++k) {
+      const ArrowBatch& b = t->batches[k];
+      // The columns' buffers as they decompress (the prefixes say; a forged one is counted as
+      // the codec could make it, and costs only what the data makes when read).
+      std::size_t n = t->unpacked_bytes(k);
       for (std::size_t c = 0; c < t->fields.size(); ++c) {
         const ArrowKind kind = t->columns[c].kind;
         if (kind != ArrowKind::image && kind != ArrowKind::audio && !t->fields[c].is_ragged()) {

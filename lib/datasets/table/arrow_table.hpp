@@ -158,6 +158,10 @@ struct FERRY_HIDDEN ArrowTable {
   /// \throws arrow::FormatError.
   arrow::Message batch_message(std::size_t b) const;
 
+  /// Record batch `b`'s buffers of the columns read as decode() makes them (a local file's:
+  /// their length prefixes; a URL's: its body's bytes, its prefixes unread before a read).
+  std::size_t unpacked_bytes(std::size_t b) const;
+
   ArrowTable();
   ~ArrowTable();
   /// URLs' record batches read ahead in the loader's order (arrow_ahead.hpp); null without
@@ -179,6 +183,16 @@ std::vector<std::span<const std::byte>> unpack_buffers(
     const RecordBatch& batch, const std::vector<std::span<const std::byte>>& raw,
     std::vector<std::unique_ptr<std::byte[]>>& owned, std::size_t& owned_bytes);
 
+/// Which of `batch`'s buffers belong to the schema's top fields marked in `read`.
+/// \throws FormatError when the batch has fewer nodes or buffers than the schema needs.
+std::vector<bool> read_buffers(const std::vector<Field>& schema, const RecordBatch& batch,
+                               const std::vector<bool>& read);
+/// The bytes the buffers marked in `only` take unpacked, as their stored bytes say (a compressed
+/// buffer's length prefix, at most what its codec makes of its bytes): what body_buffers() makes
+/// of them, counted before anything is decompressed.
+std::size_t unpacked_bytes(const RecordBatch& batch, std::span<const std::byte> body,
+                           const std::vector<bool>& only);
+
 /// The arrays of `field` (pre-order of its type) from `batch`'s nodes and buffers at `node` and
 /// `buffer` (advanced past them). `check`: every size and offset a read uses is checked against
 /// what the buffers hold (a column not read is only stepped over). \throws FormatError.
@@ -196,6 +210,9 @@ std::pair<std::int64_t, std::int64_t> offsets_at(const ArrowArray& a, bool large
 void check_offsets(const ArrowArray& a, bool large, std::int64_t limit, const char* what);
 
 }  // namespace arrow
+
+/// Which of `batch`'s buffers (a record batch of `f`) decode() reads: its columns'.
+std::vector<bool> read_buffers(const ArrowFile& f, const arrow::RecordBatch& batch);
 
 /// What open_arrow() does with each file's messages (arrow_open.cpp), for the local and the
 /// remote readers alike. map_schema(): the columns read, from the first file's schema; the later

@@ -329,14 +329,14 @@ void decode_pages(std::span<const std::byte> bytes, Physical type, Codec codec, 
                          std::to_string(h.uncompressed_size) +
                          " bytes (at most 2^20 more than 8 a byte)");
       }
+      // The page's bytes are decompressed before its levels are made: what they hold (at most
+      // `size`, grown as they decompress) bounds its values, and so the levels' memory.
       std::span<const std::byte> values;
       if (h.type == page_type::data) {
         decompress(codec, body, page, size);
         values = page;
-      }
-      levels.assign(count, static_cast<std::uint32_t>(max_def));
-      reps.assign(max_rep > 0 ? count : 0, 0);
-      if (h.type == page_type::data) {
+        levels.assign(count, static_cast<std::uint32_t>(max_def));
+        reps.assign(max_rep > 0 ? count : 0, 0);
         // v1: repetition levels, then definition levels, each after its length in 4 bytes.
         for (const bool rep : {true, false}) {
           if ((rep ? max_rep : max_def) == 0) continue;
@@ -362,6 +362,15 @@ void decode_pages(std::span<const std::byte> bytes, Physical type, Codec codec, 
         }
         const std::size_t level_bytes =
             static_cast<std::size_t>(h.def_length) + static_cast<std::size_t>(h.rep_length);
+        const auto rest = body.subspan(level_bytes);
+        if (h.is_compressed && codec != Codec::uncompressed) {
+          decompress(codec, rest, page, size - level_bytes);
+          values = page;
+        } else {
+          values = rest;
+        }
+        levels.assign(count, static_cast<std::uint32_t>(max_def));
+        reps.assign(max_rep > 0 ? count : 0, 0);
         if (max_rep > 0) {
           RleDecoder(body.subspan(0, static_cast<std::size_t>(h.rep_length)), rep_bits)
               .get(reps.data(), count);
@@ -371,13 +380,6 @@ void decode_pages(std::span<const std::byte> bytes, Physical type, Codec codec, 
                                   static_cast<std::size_t>(h.def_length)),
                      level_bits)
               .get(levels.data(), count);
-        }
-        const auto rest = body.subspan(level_bytes);
-        if (h.is_compressed && codec != Codec::uncompressed) {
-          decompress(codec, rest, page, size - level_bytes);
-          values = page;
-        } else {
-          values = rest;
         }
       }
       std::size_t present = 0;

@@ -102,6 +102,34 @@ void brotli(std::span<const std::byte> in, std::vector<std::byte>& out, std::siz
   if (done != size) throw ChunkError("a brotli page of fewer bytes than it claims" + sizes);
 }
 
+/// Zstd into `out`, grown as the data decompresses up to `size` bytes: for a page that claims
+/// more than common ratios make (a zstd RLE block makes 128 KiB of 4 bytes, so a few KiB may claim
+/// a GiB), with a context of its own, whose window goes with it.
+void zstd_grown(std::span<const std::byte> in, std::vector<std::byte>& out, std::size_t size,
+                const std::string& sizes) {
+  const std::unique_ptr<ZSTD_DCtx, FreeZstd> ctx(ZSTD_createDCtx());
+  if (!ctx) throw ChunkError("cannot decompress: out of memory");
+  out.resize(std::min(size, in.size() * 16 + 65536));
+  ZSTD_inBuffer src{in.data(), in.size(), 0};
+  std::size_t done = 0;
+  for (;;) {
+    if (done == out.size() && out.size() < size) out.resize(std::min(size, out.size() * 4));
+    std::byte spill[1];  // where output past `size` would go: a sign of a wrong size
+    const bool full = done == out.size();
+    ZSTD_outBuffer dst{full ? spill : out.data() + done, full ? 1 : out.size() - done, 0};
+    const std::size_t read = src.pos;
+    const std::size_t r = ZSTD_decompressStream(ctx.get(), &dst, &src);
+    if (ZSTD_isError(r) != 0) {
+      throw ChunkError(std::string("a corrupt zstd page: ") + ZSTD_getErrorName(r) + sizes);
+    }
+    if (full && dst.pos > 0) throw ChunkError("a zstd page of more bytes than it claims" + sizes);
+    done += dst.pos;
+    if (r == 0 && src.pos == src.size) break;  // the last frame ended
+    if (dst.pos == 0 && src.pos == read) throw ChunkError("a zstd page that ends early" + sizes);
+  }
+  if (done != size) throw ChunkError("a zstd page of the wrong size" + sizes);
+}
+
 }  // namespace
 
 const char* codec_name(Codec codec) noexcept {
@@ -175,6 +203,9 @@ void decompress(Codec codec, std::span<const std::byte> in, std::vector<std::byt
                      codec_name(codec) + " makes of its bytes" + sizes);
   }
   if (codec == Codec::brotli) return brotli(in, page, size, sizes);
+  if (codec == Codec::zstd && size > in.size() * 64 + (std::size_t{1} << 20)) {
+    return zstd_grown(in, page, size, sizes);
+  }
   page.resize(size);
   const std::span<std::byte> out(page);
   switch (codec) {
