@@ -344,13 +344,14 @@ def unpicklable_here(dataset):
 
 
 def _failure(error, ferry_error):
-    text = ("%s: %s" % (type(error).__name__, error)).encode("utf-8", "replace")
     trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     trace = trace.encode("utf-8", "replace")
     if isinstance(error, ferry_error):
         # ferry's own error about the sample (a value that does not fit its field): raised as the
-        # loader's DataError, as on threads.
+        # loader's DataError with its own text, as on threads (nothing pickled follows).
+        text = str(error).encode("utf-8", "replace")
         return b"\1" + _FAILURE.pack(len(text), len(trace)) + text + trace
+    text = ("%s: %s" % (type(error).__name__, error)).encode("utf-8", "replace")
     try:
         pickled = pickle.dumps(error)
         pickle.loads(pickled)  # an exception that cannot come back becomes a RuntimeError

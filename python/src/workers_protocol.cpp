@@ -294,7 +294,9 @@ void ProcessPool::deliver(const PyDataset& dataset, const Child& c, std::size_t 
   std::string text(p, text_size);
   std::string trace(p + text_size, trace_size);
   std::string pickled(p + text_size + trace_size, size - head - text_size - trace_size);
-  if (!pickled.empty()) dataset.keep_remote_failure(index, std::move(pickled), std::move(trace));
+  // ferry's own DataError (nothing pickled) has its own text, "Python dataset: ..." included.
+  if (pickled.empty()) throw DataError(text);
+  dataset.keep_remote_failure(index, std::move(pickled), std::move(trace));
   throw DataError("Python dataset: " + text);
 }
 

@@ -1123,8 +1123,11 @@ class LaterShape(Indexed):
 
 @pytest.mark.parametrize("processes", [0, 2])
 def test_a_later_sample_of_another_shape_is_a_data_error_naming_it(ferry, processes):
-    with pytest.raises(ferry.DataError, match=r'field "x" of sample 6 has shape \(4,\)'):
+    with pytest.raises(ferry.DataError, match=r'field "x" of sample 6 has shape \(4,\)') as caught:
         batches_of(ferry, LaterShape(10), processes=processes, batch_size=4)
+    # The same text on threads and in processes: named once, not wrapped in its own type's name.
+    assert str(caught.value).count("Python dataset:") == 1, str(caught.value)
+    assert "DataError:" not in str(caught.value), str(caught.value)
     got, loader = batches_of(ferry, LaterShape(10), processes=processes, batch_size=4,
                              on_error="skip")
     assert sorted(int(y) for b in got for y in b["y"]) == [i for i in range(10) if i != 6]
