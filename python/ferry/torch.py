@@ -123,6 +123,11 @@ class DataLoader:
             if value is not None:
                 raise TypeError("ferry.torch.DataLoader: %s has no meaning here: %s"
                                 % (name, _INSTEAD[name]))
+        if isinstance(dataset, _torch.utils.data.IterableDataset):
+            raise TypeError("ferry.torch.DataLoader: an IterableDataset (%s) has no __getitem__: "
+                            "ferry reads samples by index, in its own order (shuffle, seed, "
+                            "rank); give a map-style dataset (__len__ and __getitem__), or write "
+                            "the stream as shards (ferry.WebDataset)" % type(dataset).__name__)
         if batch_size is None:
             raise TypeError("ferry.torch.DataLoader: batch_size=None (samples one by one) has "
                             "no meaning here: use batch_size=1")

@@ -47,6 +47,15 @@ def test_a_sample_that_is_one_array_gives_a_tensor_batch(ferry, workers, as_tens
 
 
 
+def test_an_iterable_dataset_is_a_type_error_saying_what_to_do(ferry):
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(3))
+
+    with pytest.raises(TypeError, match=r"an IterableDataset \(Stream\).*map-style.*WebDataset"):
+        dataloader(Stream(), batch_size=2)
+
+
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_the_dataloaders_attributes_are_torchs(ferry, shuffle):
     ds = Indexed(10)
