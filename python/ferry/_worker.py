@@ -539,7 +539,10 @@ def _main(conn, packed, worker_id, count, seed, layout, seed_python, init_fn, cl
                         places[0::2])
             answers.append(_DONE)
         except BaseException as error:  # noqa: BLE001 (the parent raises it)
-            answers.append(_frame(_failure(error, _ferry.Error)))
+            answer = _failure(error, _ferry.Error)
+            if failure is not None:  # the start failed: the parent replaces this process
+                answer = b"\2" + answer[1:]
+            answers.append(_frame(answer))
             group = 1
         _sample_seed = None
         if len(answers) >= group:

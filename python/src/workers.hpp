@@ -146,6 +146,7 @@ class ProcessPool {
     std::size_t map_size = 0;
     bool busy = false;
     bool dead = false;                   // to be replaced before its next task
+    bool failed_start = false;           // its start failed (worker_init_fn): replaced when let go
     int stale = 0;                       // answers still to come for abandoned reads: discarded
     bool ready = false;                  // it said it has started
     std::vector<std::byte> in;           // what came on its socket and is not yet taken
@@ -206,7 +207,7 @@ class ProcessPool {
   /// The answer's fields into `out`: from c's memfd at `base` (each field at a 64-byte aligned
   /// offset from it), nothing where the process wrote them into the slot itself (`direct`); or
   /// its failure thrown.
-  void deliver(const PyDataset& dataset, const Child& c, std::size_t index,
+  void deliver(const PyDataset& dataset, Child& c, std::size_t index,
                const std::vector<std::byte>& answer, std::size_t base, bool direct, SampleRef out);
   /// c maps staging region `region` (sent now with its memfd if it did not), and lets go of the
   /// regions freed since it last looked. False when c's socket is gone.

@@ -296,7 +296,8 @@ void ProcessPool::release(Child& c) {
   const std::lock_guard<std::mutex> lock(mutex_);
   // Replaced before its next task (its socket, memfd, mapping and regions let go now); its
   // give-backs settle as it ends.
-  if (gone) retire(c);
+  if (gone || c.failed_start) retire(c);
+  c.failed_start = false;
   c.busy = false;
   idle_.notify_all();
 }

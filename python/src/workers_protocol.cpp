@@ -268,7 +268,7 @@ bool ProcessPool::map_region(Child& c, const SharedRegion& region) {
   return true;
 }
 
-void ProcessPool::deliver(const PyDataset& dataset, const Child& c, std::size_t index,
+void ProcessPool::deliver(const PyDataset& dataset, Child& c, std::size_t index,
                           const std::vector<std::byte>& answer, std::size_t base, bool direct,
                           SampleRef out) {
   const std::size_t size = answer.size();
@@ -282,7 +282,10 @@ void ProcessPool::deliver(const PyDataset& dataset, const Child& c, std::size_t 
     }
     return;
   }
-  // A failure: its text, its traceback's text, the exception pickled.
+  // A failure: its text, its traceback's text, the exception pickled. Marked 2: the process's
+  // start failed (its worker_init_fn raised), so every task it gets fails alike; it is replaced
+  // once let go, and the new one runs worker_init_fn again (as torch's next epoch's would).
+  if (answer[0] == std::byte{2}) c.failed_start = true;
   const std::size_t head = 1 + 8;
   const std::uint32_t text_size = size >= head ? get_u32(answer.data() + 1) : 0;
   const std::uint32_t trace_size = size >= head ? get_u32(answer.data() + 5) : 0;

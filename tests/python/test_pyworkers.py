@@ -1143,6 +1143,27 @@ def test_an_unsupported_dtype_in_a_tuple_names_the_field(ferry):
         ferry.Loader(BoolPairs(4), device="cpu")
 
 
+def fails_once(flag, worker_id):
+    if not os.path.exists(flag):
+        open(flag, "w").close()
+        raise RuntimeError("worker_init_fn failed once")
+
+
+def test_a_worker_init_fn_that_failed_once_runs_again_in_a_new_process(ferry, tmp_path):
+    # Its epoch raises what it raised; the process is replaced, so the next epoch's runs
+    # worker_init_fn again (before, the process stayed and failed every later sample too).
+    import functools
+
+    loader = ferry.Loader(Indexed(16), batch_size=4, device="cpu", processes=1,
+                          worker_init_fn=functools.partial(fails_once, str(tmp_path / "flag")))
+    with pytest.raises(RuntimeError, match="worker_init_fn failed once"):
+        for _ in loader.epoch(0):
+            pass
+    for epoch in (1, 2):
+        got = sorted(int(y) for b in loader.epoch(epoch) for y in b["y"].numpy())
+        assert got == list(range(16)), (epoch, got)
+
+
 def test_a_worker_init_fn_that_cannot_be_pickled_is_a_config_error(ferry):
     with pytest.raises(ferry.ConfigError, match="worker_init_fn"):
         batches_of(ferry, Indexed(8), processes=1, worker_init_fn=lambda worker_id: None)
