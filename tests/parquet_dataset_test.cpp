@@ -644,6 +644,30 @@ TEST(ParquetForgedFile, APageClaimingMoreThanItHoldsIsADataErrorNamingFileAndPla
   }
 }
 
+TEST(ParquetForgedFile, ListsNestedDeepInTheFooterAreADataErrorNotACrash) {
+  // fuzz/corpus/parquet/plain_v1 (after its first byte, the fuzz target's options) with a field
+  // its reader does not know (id 20) added to the footer: a list of a list of ... 50,000 deep,
+  // 50 KB. Skipping it recursed once a level and overflowed the stack (SIGSEGV).
+  const auto seed = bytes_of(fs::path(FERRY_SOURCE_DIR) / "fuzz/corpus/parquet/plain_v1");
+  std::vector<std::uint8_t> file(seed.begin() + 1, seed.end());
+  std::uint32_t footer = 0;
+  std::memcpy(&footer, file.data() + file.size() - 8, 4);
+  const std::size_t stop = file.size() - 9;  // FileMetaData's last byte: its stop
+  ASSERT_EQ(file[stop], 0);
+  std::vector<std::uint8_t> nest = {0x09, 0x28};  // a list field, id 20 (zigzag)
+  nest.insert(nest.end(), 50000, 0x19);           // a list of one list, ...
+  nest.push_back(0x09);                           // ... of none
+  file.insert(file.begin() + static_cast<std::ptrdiff_t>(stop), nest.begin(), nest.end());
+  footer += static_cast<std::uint32_t>(nest.size());
+  std::memcpy(file.data() + file.size() - 8, &footer, 4);
+  const fs::path path =
+      fs::temp_directory_path() / ("ferry_nested_" + std::to_string(::getpid()) + ".parquet");
+  write_bytes(path, file);
+  expect_error<DataError>([&] { static_cast<void>(ParquetDataset::open({path}, {})); },
+                          {path.string(), "footer", "nested too deep"});
+  fs::remove(path);
+}
+
 TEST_F(ParquetFiles, FilesWhoseSchemasDifferAreAConfigErrorNamingBoth) {
   // Every column read: a column of the second file that the first lacks is not dropped.
   const fs::path a = file("schema_a.parquet");

@@ -118,6 +118,22 @@ ListHeader Reader::read_list() {
 }
 
 void Reader::skip(Type t) {
+  // Lists, sets and maps nest as structs do: each level a call deeper, so their depth is bounded
+  // alike (a footer of 50 KB nesting a list 50,000 deep overflowed the stack).
+  struct Level {  // leaves the level however skip() ends
+    std::size_t* depth = nullptr;
+    Level() = default;
+    Level(const Level&) = delete;
+    Level& operator=(const Level&) = delete;
+    ~Level() {
+      if (depth != nullptr) --*depth;
+    }
+  } level;
+  if (t == Type::list || t == Type::set || t == Type::map) {
+    if (skip_depth_ == kMaxSkipDepth) throw ThriftError("values nested too deep");
+    ++skip_depth_;
+    level.depth = &skip_depth_;
+  }
   switch (t) {
     case Type::bool_true:
     case Type::bool_false:

@@ -82,6 +82,8 @@ class Reader {
   std::int16_t last_id_ = 0;
   std::int16_t stack_[64] = {};
   std::size_t depth_ = 0;
+  static constexpr std::size_t kMaxSkipDepth = 64;  // lists, sets and maps skipped, nested
+  std::size_t skip_depth_ = 0;
 };
 
 }  // namespace ferry::detail::thrift
