@@ -567,3 +567,63 @@ TEST_F(AudioFolderTest, TableAudioColumnsDecodeAsAudioFolderFiles) {
   expect_error<ferry::ConfigError>([&] { ferry::ParquetDataset::open({t / "audio.parquet"}, raw); },
                                    {"not an audio column"});
 }
+
+namespace {
+
+// The byte offsets of an Ogg file's pages, in order.
+std::vector<std::size_t> ogg_pages(const std::string& bytes) {
+  std::vector<std::size_t> at;
+  std::size_t p = 0;
+  while (p + 27 <= bytes.size() && bytes.compare(p, 4, "OggS") == 0) {
+    at.push_back(p);
+    const auto segments = static_cast<unsigned char>(bytes[p + 26]);
+    std::size_t body = 0;
+    for (std::size_t k = 0; k < segments; ++k)
+      body += static_cast<unsigned char>(bytes[p + 27 + k]);
+    p += 27 + segments + body;
+  }
+  return at;
+}
+
+}  // namespace
+
+TEST_F(AudioFolderTest, FilesCutShortAreDataErrorsWhateverTheClip) {
+  synth("a/whole.wav", "-r 16000 -c 1 -b 16", "synth 2 sine 300");
+  synth("a/whole.ogg", "-r 16000 -c 1 -t ogg", "synth 2 whitenoise vol 0.5");
+  const std::string wav = read("a/whole.wav");
+  write("b/half.wav", wav.substr(0, 44 + 32000));  // the data chunk still says 64000 bytes
+  write("b/less3.wav", wav.substr(0, wav.size() - 3));
+  const std::string ogg = read("a/whole.ogg");
+  const std::vector<std::size_t> pages = ogg_pages(ogg);
+  ASSERT_GT(pages.size(), 4U);
+  write("b/nolast.ogg", ogg.substr(0, pages.back()));
+  write("b/halfpages.ogg", ogg.substr(0, pages[pages.size() / 2 + 1]));
+  AudioOptions whole;
+  AudioOptions clip;
+  clip.clip_seconds = 0.5;
+  clip.crop = AudioCrop::start;
+  EXPECT_EQ(decode(dir_ / "a/whole.wav", clip).size(), 8000U);
+  EXPECT_EQ(decode(dir_ / "a/whole.ogg", clip).size(), 8000U);
+  for (const char* name : {"b/half.wav", "b/less3.wav", "b/nolast.ogg", "b/halfpages.ogg"}) {
+    const fs::path file = dir_ / name;
+    expect_error<ferry::DataError>([&] { ferry::audio_file_info(file); }, {name, "truncated"});
+    expect_error<ferry::DataError>([&] { decode(file, clip); }, {name, "truncated"});
+    // From memory, as a shard's member or a table's row is decoded.
+    const std::string bytes = read(name);
+    const std::span<const std::byte> mem(reinterpret_cast<const std::byte*>(bytes.data()),
+                                         bytes.size());
+    expect_error<ferry::DataError>([&] { ferry::audio_info(mem, name); }, {name, "truncated"});
+    std::vector<float> out(8000);
+    expect_error<ferry::DataError>([&] { ferry::decode_audio(mem, clip, 0, out, name); },
+                                   {name, "truncated"});
+  }
+  // A dataset: each bad file's sample, from length() (and read()).
+  const auto ds = AudioFolder::open(dir_, whole);
+  ASSERT_EQ(ds->size(), 6U);  // a/whole.ogg, a/whole.wav, b/half, halfpages, less3, nolast
+  EXPECT_EQ(ds->length(0, 0), 32000);
+  EXPECT_EQ(ds->length(1, 0), 32000);
+  for (std::size_t i = 2; i < 6; ++i) {
+    expect_error<ferry::DataError>([&] { ds->length(i, 0); },
+                                   {"AudioFolder", ds->path(i).filename().string(), "truncated"});
+  }
+}

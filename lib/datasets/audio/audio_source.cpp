@@ -11,7 +11,9 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "datasets/audio/audio_internal.hpp"
@@ -121,6 +123,65 @@ bool mp3_length_tag(ByteSource& source) {
   return false;
 }
 
+std::uint32_t le32(const std::byte* p) {
+  std::uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | std::to_integer<std::uint32_t>(p[i]);
+  return v;
+}
+
+// A RIFF WAV whose data chunk's size (by its header) is more than the bytes the file holds
+// after it: libsndfile quietly reads what is there, so a file cut short would be delivered
+// short. Returns the bytes said and found, or nothing when the file is whole (or not RIFF WAV,
+// or a stream that gives no size: 0 or 0xffffffff).
+std::optional<std::pair<std::int64_t, std::int64_t>> wav_data_cut(ByteSource& source) {
+  std::array<std::byte, 12> riff{};
+  if (read_at(source, 0, riff.data(), riff.size()) != riff.size() ||
+      std::memcmp(riff.data(), "RIFF", 4) != 0 || std::memcmp(riff.data() + 8, "WAVE", 4) != 0) {
+    return std::nullopt;
+  }
+  std::int64_t at = 12;
+  std::array<std::byte, 8> chunk{};
+  // At most a few chunks come before "data" in any real file; the walk is bounded anyway.
+  for (int n = 0; n < 4096 && read_at(source, at, chunk.data(), 8) == 8; ++n) {
+    const std::int64_t size = le32(chunk.data() + 4);
+    if (std::memcmp(chunk.data(), "data", 4) == 0) {
+      if (size == 0 || size == 0xffffffffLL) return std::nullopt;
+      const std::int64_t there = source.size - (at + 8);
+      if (size > there) return std::make_pair(size, there);
+      return std::nullopt;
+    }
+    at += 8 + size + (size & 1);
+  }
+  return std::nullopt;
+}
+
+// Whether an Ogg file ends with a whole page carrying the end-of-stream flag: libsndfile takes
+// the stream's length from the last page's granule position, so a file whose last pages were
+// dropped (cut at a page boundary) reads as a shorter whole one. Returns the reason it does
+// not, or an empty string.
+std::string ogg_end_missing(ByteSource& source) {
+  // A page is at most 27 + 255 + 255 * 255 bytes: the last one starts in the last 65307.
+  constexpr std::int64_t kMostPage = 27 + 255 + 255 * 255;
+  const std::int64_t from = std::max<std::int64_t>(0, source.size - kMostPage);
+  std::vector<std::byte> tail(static_cast<std::size_t>(source.size - from));
+  tail.resize(read_at(source, from, tail.data(), tail.size()));
+  const auto byte = [&](std::size_t i) { return std::to_integer<unsigned>(tail[i]); };
+  for (std::size_t p = tail.size() >= 27 ? tail.size() - 27 + 1 : 0; p-- > 0;) {
+    if (std::memcmp(tail.data() + p, "OggS", 4) != 0 || byte(p + 4) != 0) continue;
+    const std::size_t segments = byte(p + 26);
+    if (p + 27 + segments > tail.size()) continue;
+    std::size_t body = 0;
+    for (std::size_t k = 0; k < segments; ++k) body += byte(p + 27 + k);
+    if (p + 27 + segments + body != tail.size()) continue;  // not the page that ends the file
+    if ((byte(p + 5) & 0x04) == 0) {
+      return "truncated: its last Ogg page has no end-of-stream flag (the pages after it are "
+             "missing)";
+    }
+    return {};
+  }
+  return "truncated or corrupt: it does not end with a whole Ogg page";
+}
+
 }  // namespace
 
 SoundFile::SoundFile(ByteSource& source, std::string_view name, double max_seconds)
@@ -140,6 +201,16 @@ SoundFile::SoundFile(ByteSource& source, std::string_view name, double max_secon
     if (major == SF_FORMAT_OGG && unknown_length(sf.frames)) {
       // libsndfile takes an Ogg stream's length from its last page, which a whole file has.
       fail(name, "truncated or corrupt: its Ogg stream's last page is missing");
+    }
+    if (major == SF_FORMAT_OGG) {
+      const std::string missing = ogg_end_missing(source);
+      if (!missing.empty()) fail(name, missing);
+    }
+    if (major == SF_FORMAT_WAV || major == SF_FORMAT_WAVEX) {
+      if (const auto cut = wav_data_cut(source)) {
+        fail(name, "truncated: its data chunk's header gives " + std::to_string(cut->first) +
+                       " bytes, the file holds " + std::to_string(cut->second) + " after it");
+      }
     }
     if (unknown_length(sf.frames) || (mpeg_ && !mp3_length_tag(source))) count(max_seconds);
   } catch (...) {
