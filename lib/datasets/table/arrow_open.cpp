@@ -351,6 +351,9 @@ bool reads_dictionary(const ArrowTable& t, const ArrowFile& f, std::int64_t id) 
   return false;
 }
 
+/// The most bytes the versions of one column's dictionary may hold at open.
+constexpr std::size_t kMaxDictionaryBytes = std::size_t{1} << 30;
+
 // A dictionary batch: a new version of (or, as a delta, an addition to) the dictionaries of
 // the columns read that use its id.
 void add_dictionary(const ArrowTable& t, ArrowFile& f, const arrow::Message& m,
@@ -372,17 +375,41 @@ void add_dictionary(const ArrowTable& t, ArrowFile& f, const arrow::Message& m,
     const auto arrays = arrow::field_arrays(values, m.batch, buffers, node, buffer, variadic, true);
     const ArrowArray& a = arrays[0];
     ArrowDictionary& d = f.dictionaries[col.dictionary];
-    if (m.is_delta && !d.values.empty()) {
-      d.values.push_back(d.values.back());
-      d.valid.push_back(d.valid.back());
-    } else {
-      d.values.emplace_back();
-      d.valid.emplace_back();
+    const auto bytes_of = [](const std::vector<std::string>& version) {
+      std::size_t n = 0;
+      for (const std::string& v : version) n += sizeof(std::string) + v.size();
+      return n;
+    };
+    if (d.values.empty() || d.last_used) {
+      // A new version: the record batches before it keep theirs (a delta's starts as a copy).
+      if (m.is_delta && !d.values.empty()) {
+        d.values.push_back(d.values.back());
+        d.valid.push_back(d.valid.back());
+        d.held += bytes_of(d.values.back());
+      } else {
+        d.values.emplace_back();
+        d.valid.emplace_back();
+      }
+      d.last_used = false;
+    } else if (!m.is_delta) {
+      // No record batch reads the last version: replaced in place (and a delta, added to it), so
+      // that dictionary batches in a row do not copy the dictionary each.
+      d.held -= bytes_of(d.values.back());
+      d.values.back().clear();
+      d.valid.back().clear();
     }
     for (std::int64_t i = 0; i < a.node.length; ++i) {
       const auto v = arrow::binary_value(a, col.large, i);
       d.values.back().emplace_back(reinterpret_cast<const char*>(v.data()), v.size());
       d.valid.back().push_back(a.is_valid(i) ? 1 : 0);
+      d.held += sizeof(std::string) + v.size();
+    }
+    // Each delta between record batches copies the dictionary: a few bytes of the file each, so
+    // their sum is bounded, not the file's size.
+    if (d.held > kMaxDictionaryBytes) {
+      throw FormatError("the dictionary of column " + in_quotes(col.name) + ": its " +
+                        std::to_string(d.values.size()) + " versions hold more than " +
+                        std::to_string(kMaxDictionaryBytes >> 20) + " MiB");
     }
   }
 }
@@ -401,11 +428,12 @@ void add_batch(ArrowTable& t, ArrowFile& f, const arrow::Frame& fr, std::size_t 
   if (fr.message.batch.compression != arrow::Compression::none) t.compressed = true;
   for (const ArrowColumn& col : t.columns) {
     if (col.kind != ArrowKind::dictionary) continue;
-    const ArrowDictionary& d = f.dictionaries[col.dictionary];
+    ArrowDictionary& d = f.dictionaries[col.dictionary];
     if (d.values.empty()) {
       throw FormatError("column " + in_quotes(col.name) + " has no dictionary before it");
     }
     b.dictionaries.push_back(static_cast<std::uint32_t>(d.values.size() - 1));
+    d.last_used = true;
   }
   b.file_row = file_row;
   file_row += b.rows;
@@ -472,9 +500,15 @@ std::unique_ptr<ArrowTable> open_arrow(std::vector<std::filesystem::path> files,
   if (t->compressed || t->remote) {
     for (std::size_t k = 0; k < t->batches.size(); ++k) {
       const ArrowBatch& b = t->batches[k];
-      // The columns' buffers as they decompress (the prefixes say; a forged one is counted as
-      // the codec could make it, and costs only what the data makes when read).
+      // A local file's: the columns' buffers as they decompress (the prefixes say; a forged one
+      // is counted as the codec could make it, and costs only what the data makes when read). A
+      // URL's: the body fetched, and its fixed-size columns decompressed beside it.
       std::size_t n = t->unpacked_bytes(k);
+      if (!t->files[b.file].remote) {
+        t->largest_decoded = std::max(t->largest_decoded, n);
+        t->total_decoded += n;
+        continue;
+      }
       for (std::size_t c = 0; c < t->fields.size(); ++c) {
         const ArrowKind kind = t->columns[c].kind;
         if (kind != ArrowKind::image && kind != ArrowKind::audio && !t->fields[c].is_ragged()) {

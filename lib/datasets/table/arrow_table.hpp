@@ -94,6 +94,8 @@ struct ArrowDictionary {
   std::vector<std::vector<std::string>> values;  ///< per version, as stored (open only)
   std::vector<std::vector<std::uint8_t>> valid;  ///< per version
   std::vector<std::vector<std::int64_t>> codes;  ///< per version
+  bool last_used = false;  ///< a record batch reads the last version (open only)
+  std::size_t held = 0;    ///< the bytes its versions' values hold (open only)
 };
 
 struct ArrowFile {
