@@ -73,12 +73,22 @@ FERRY_API void decode_video(std::span<const std::byte> bytes, const VideoOptions
 /// Fields: "video" u8 [T, H, W, 3] (RGB) and "label" i64 [] (the class's position in classes()).
 /// Frames are exact: frame k is the k-th frame in presentation order (by timestamps, so variable
 /// frame rates and B-frames are right; in AVI, which stores none, the decoder's k-th frame), the
-/// same frames a decode from the first frame would give (frames before the first keyframe, which
-/// cannot be decoded, are not counted).
+/// same frames a decode from the first frame would give. A stream that begins mid-way (a stream
+/// copy cut from the middle): frame 0 is its first keyframe; the frames before it, and the leading
+/// frames shown before it or at its time (an open GOP's B-frames, whose references were cut away),
+/// which cannot be decoded, are not counted, in the index as in every clip's decode.
 ///
 /// Each video is indexed at open from its container's packets, without decoding: the sorted
 /// presentation timestamps (frame k has the k-th), and which frames are keyframes. An edit list
-/// that shows its media out of order is a DataError. A clip is one
+/// that shows its media out of order is a DataError. In AVI with a codec that reorders frames
+/// (B-frames), where no packet tells which frames lead the first keyframe, the index decodes the
+/// video once to count its frames (each clip of such a video decodes from its start anyway).
+/// Damage the index detects makes the video a DataError: a corrupt packet, a header whose frame
+/// count or duration the packets fall short of (a truncated file), and a keyframe the container's
+/// own index (Matroska's cues, MP4's sample tables, AVI's idx1) lists but no packet holds (the
+/// demuxer skipped a damaged region). Damage inside a packet is seen only by the decoder: a clip
+/// whose decode meets a packet the decoder refuses, or a frame missing from the decode, is a
+/// DataError naming the file and frame, raised for the samples whose clips touch it. A clip is one
 /// seek to the keyframe at or before its first frame, then forward-only decoding, one frame at
 /// a time, that stops after its last frame (should the seek land past the first frame, the
 /// keyframe before is tried). A bad video (corrupt, truncated, no video stream, no frames,

@@ -63,6 +63,39 @@ int video_int_key(const py::handle& v, const std::string& key, const char* where
                        py::repr(v).cast<std::string>());
 }
 
+// A method's int argument `what` from 0 to `count` - 1 (`count` 0: any that fits 64 bits
+// unsigned). \throws TypeError (not an int, or a bool) or IndexError / ValueError naming it.
+std::uint64_t video_index_arg(const py::handle& v, const char* who, const char* what,
+                              std::uint64_t count, const char* of) {
+  if (py::isinstance<py::bool_>(v) || PyIndex_Check(v.ptr()) == 0) {
+    throw py::type_error(std::string(who) + ": " + what + " is an int, not " +
+                         py::repr(v).cast<std::string>());
+  }
+  const auto i = py::reinterpret_steal<py::int_>(PyNumber_Index(v.ptr()));
+  if (!i) throw py::error_already_set();
+  if (count > 0) {
+    if (i < py::int_(0) || i >= py::int_(count)) {
+      throw py::index_error(std::string(who) + ": " + what + " " + py::repr(i).cast<std::string>() +
+                            " is not 0 to " + std::to_string(count) + " - 1 (" + of + ")");
+    }
+  } else if (i < py::int_(0) || i > py::int_(std::numeric_limits<std::uint64_t>::max())) {
+    throw py::value_error(std::string(who) + ": " + what + " " + py::repr(i).cast<std::string>() +
+                          " is not 0 to 2**64 - 1");
+  }
+  return i.cast<std::uint64_t>();
+}
+
+// An int keyword of the constructor: a TypeError naming it for a bool, a float or a str.
+int video_keyword(const py::handle& v, const char* what) {
+  if (const std::optional<int> i = video_int(v)) return *i;
+  if (!py::isinstance<py::bool_>(v) && PyIndex_Check(v.ptr()) != 0) {
+    throw py::value_error(std::string("VideoFolder: ") + what +
+                          " is out of its range: " + py::repr(v).cast<std::string>());
+  }
+  throw py::type_error(std::string("VideoFolder: ") + what + " is an int, not " +
+                       py::repr(v).cast<std::string>());
+}
+
 }  // namespace
 
 VideoOptions video_options(const py::handle& obj, const char* where) {
@@ -73,6 +106,12 @@ VideoOptions video_options(const py::handle& obj, const char* where) {
                          py::repr(obj).cast<std::string>());
   }
   for (const auto& [key, value] : obj.cast<py::dict>()) {
+    if (!py::isinstance<py::str>(key)) {
+      throw py::type_error(std::string(where) +
+                           ": video's keys are strs (VideoFolder's "
+                           "keywords), not " +
+                           py::repr(key).cast<std::string>());
+    }
     const auto k = key.cast<std::string>();
     if (k == "frames") {
       o.frames = video_int_key(value, k, where);
@@ -111,17 +150,18 @@ presentation timestamps; in AVI, by the decoder's output). start: "random" (from
 clips_per_video=k makes k samples of each video. Each video is indexed at open (kept beside it
 as <video>.ferryidx when index_files and the folder is writable). A bad video raises
 ferry.DataError naming it when its samples are read. See VideoOptions in ferry/video.hpp.)doc")
-      .def(py::init([](const std::filesystem::path& root, int frames, int stride,
-                       const py::object& size, const std::string& start, int clips_per_video,
-                       double max_seconds, int decode_threads, bool index_files) {
+      .def(py::init([](const std::filesystem::path& root, const py::object& frames,
+                       const py::object& stride, const py::object& size, const std::string& start,
+                       const py::object& clips_per_video, double max_seconds,
+                       const py::object& decode_threads, bool index_files) {
              VideoOptions o;
-             o.frames = frames;
-             o.stride = stride;
+             o.frames = video_keyword(frames, "frames");
+             o.stride = video_keyword(stride, "stride");
              video_size(size, o, "VideoFolder");
              o.start = to_clip_start(start);
-             o.clips_per_video = clips_per_video;
+             o.clips_per_video = video_keyword(clips_per_video, "clips_per_video");
              o.max_seconds = max_seconds;
-             o.decode_threads = decode_threads;
+             o.decode_threads = video_keyword(decode_threads, "decode_threads");
              o.index_files = index_files;
              const py::gil_scoped_release release;
              return VideoFolder::open(root, o);
@@ -137,13 +177,23 @@ ferry.DataError naming it when its samples are read. See VideoOptions in ferry/v
       .def("label", &VideoFolder::label, py::arg("video"))
       .def(
           "frame_count",
-          [](const VideoFolder& d, std::size_t video) {
+          [](const VideoFolder& d, const py::object& video) {
+            const std::uint64_t v = video_index_arg(video, "VideoFolder.frame_count", "video",
+                                                    d.videos(), "the folder's videos");
             const py::gil_scoped_release release;
-            return d.frame_count(video);
+            return d.frame_count(static_cast<std::size_t>(v));
           },
           py::arg("video"))
-      .def("clip_frames", &VideoFolder::clip_frames, py::arg("index"), py::arg("seed"),
-           "The frame numbers sample `index` takes with sample seed `seed`.");
+      .def(
+          "clip_frames",
+          [](const VideoFolder& d, const py::object& index, const py::object& seed) {
+            const std::uint64_t i =
+                video_index_arg(index, "VideoFolder.clip_frames", "index", d.size(), "the samples");
+            const std::uint64_t s = video_index_arg(seed, "VideoFolder.clip_frames", "seed", 0, "");
+            return d.clip_frames(static_cast<std::size_t>(i), s);
+          },
+          py::arg("index"), py::arg("seed"),
+          "The frame numbers sample `index` takes with sample seed `seed`.");
 }
 
 }  // namespace ferry::python

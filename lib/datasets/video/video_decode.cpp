@@ -148,13 +148,17 @@ class FrameNumbers {
       // After a seek, a B-frame means reordering: the count cannot be trusted.
       if (first_dts_ != AV_NOPTS_VALUE && f->pict_type == AV_PICTURE_TYPE_B) return -2;
       if (!started_) {
+        // From the start, the frames the decoder gives before the first keyframe (a stream cut
+        // from the middle) are not counted, as the index counts none before it.
+        if (first_dts_ == AV_NOPTS_VALUE && f->key_frame == 0) return -1;
         started_ = true;
-        if (first_dts_ == AV_NOPTS_VALUE ? f->key_frame == 0 : f->pkt_dts != first_dts_) return -2;
+        if (first_dts_ != AV_NOPTS_VALUE && f->pkt_dts != first_dts_) return -2;
       }
       return next_++;
     }
     // By timestamp; frames that share one follow one another in decoding order.
     const std::int64_t ts = video_decode_ts(f);
+    if (ts == AV_NOPTS_VALUE) return -1;  // a leading frame the index does not count
     std::int64_t n = index_.frame_of(ts);
     if (n >= 0 && ts == last_ts_ && last_n_ >= n && last_n_ + 1 < std::ssize(index_.pts) &&
         index_.pts[static_cast<std::size_t>(last_n_ + 1)] == ts) {
@@ -240,6 +244,56 @@ Attempt video_decode_run(AVFormatContext* fmt, AVCodecContext* ctx, const VideoI
 }
 
 }  // namespace
+
+std::int64_t count_decoded_frames(AvInput& in, int stream, const std::string& name) {
+  in.reopen(name);
+  AVFormatContext* fmt = in.get();
+  if (stream < 0 || stream >= static_cast<int>(fmt->nb_streams))
+    throw DataError(name + ": its video stream changed while it was indexed");
+  for (unsigned s = 0; s < fmt->nb_streams; ++s) {
+    if (static_cast<int>(s) != stream) fmt->streams[s]->discard = AVDISCARD_ALL;
+  }
+  const CodecPtr ctx = video_decode_open_codec(fmt->streams[stream], 1, name);
+  const PacketPtr pkt = make_packet();
+  const FramePtr frame = make_frame();
+  std::int64_t count = 0;
+  bool started = false;
+  bool draining = false;
+  for (;;) {
+    for (;;) {
+      const int r = avcodec_receive_frame(ctx.get(), frame.get());
+      if (r == AVERROR(EAGAIN)) break;
+      if (r == AVERROR_EOF) return count;
+      if (r < 0) {
+        throw DataError(name + ": cannot decode near frame " + std::to_string(count) + ": " +
+                        av_error_text(r));
+      }
+      started = started || frame->key_frame != 0;
+      count += started ? 1 : 0;
+      av_frame_unref(frame.get());
+    }
+    if (draining) return count;
+    int r = av_read_frame(fmt, pkt.get());
+    if (r == AVERROR_EOF) {
+      draining = true;
+      r = avcodec_send_packet(ctx.get(), nullptr);
+      if (r < 0 && r != AVERROR_EOF)
+        throw DataError(name + ": cannot finish the decode: " + av_error_text(r));
+      continue;
+    }
+    if (r < 0) throw DataError(name + ": cannot read a packet: " + av_error_text(r));
+    if (pkt->stream_index != stream || pkt->size <= 0) {
+      av_packet_unref(pkt.get());
+      continue;
+    }
+    r = avcodec_send_packet(ctx.get(), pkt.get());
+    av_packet_unref(pkt.get());
+    if (r < 0 && r != AVERROR(EAGAIN)) {
+      throw DataError(name + ": corrupt data at frame " + std::to_string(count) + ": " +
+                      av_error_text(r));
+    }
+  }
+}
 
 void decode_clip(AvInput& in, const VideoIndex& index, std::span<const std::int64_t> frames,
                  const VideoOptions& options, std::uint8_t* out, const std::string& name) {

@@ -97,6 +97,27 @@ void video_index_check_shared(const std::vector<VideoIndexPacket>& sorted,
   }
 }
 
+// A keyframe that the container's own index (Matroska's cues, MP4's sample tables, AVI's idx1)
+// lists and that no packet read holds: the demuxer skipped a damaged region (a hole in the frames
+// that timestamps alone cannot tell from a variable frame rate). `stamps`: sorted, the pts and
+// dts of every packet of the stream read.
+void video_index_check_holes(AVStream* st, const std::vector<std::int64_t>& stamps,
+                             const std::string& name) {
+  const int entries = avformat_index_get_entries_count(st);
+  for (int i = 0; i < entries; ++i) {
+    const AVIndexEntry* e = avformat_index_get_entry(st, i);
+    if (e == nullptr || (e->flags & AVINDEX_KEYFRAME) == 0 ||
+        (e->flags & AVINDEX_DISCARD_FRAME) != 0 || e->timestamp == AV_NOPTS_VALUE) {
+      continue;
+    }
+    if (!std::binary_search(stamps.begin(), stamps.end(), e->timestamp)) {
+      throw DataError(name + ": damaged: its container's index lists a keyframe at " +
+                      std::to_string(static_cast<double>(e->timestamp) * av_q2d(st->time_base)) +
+                      " seconds that no packet holds (the demuxer skipped a damaged region)");
+    }
+  }
+}
+
 // splitmix64 of the sample's seed: the clip's only source of randomness.
 std::uint64_t video_index_mix(std::uint64_t seed) noexcept {
   std::uint64_t z = seed + 0x9e3779b97f4a7c15ULL;
@@ -146,6 +167,9 @@ VideoIndex index_video(AvInput& in, const std::string& name, double max_seconds,
   std::int64_t last_dts = AV_NOPTS_VALUE;
   std::int64_t end_dts = 0;
   bool seen_key = false;
+  std::int64_t key_ts = AV_NOPTS_VALUE;  // the first keyframe's timestamp
+  bool placed = false;                   // a frame after the first keyframe has a timestamp
+  std::vector<std::int64_t> stamps;      // every packet's pts and dts
   const PacketPtr pkt = make_packet();
   for (;;) {
     r = av_read_frame(fmt, pkt.get());
@@ -163,6 +187,8 @@ VideoIndex index_video(AvInput& in, const std::string& name, double max_seconds,
     av_packet_unref(pkt.get());
     if (!ours) continue;
     ++stream_packets;
+    if (pts != AV_NOPTS_VALUE) stamps.push_back(pts);
+    if (dts != AV_NOPTS_VALUE && dts != pts) stamps.push_back(dts);
     if (empty) continue;  // a dropped frame (AVI's, an MP4's empty sample): no picture
     if (dts != AV_NOPTS_VALUE) end_dts = dts + std::max<std::int64_t>(duration, 1);
     if ((flags & AV_PKT_FLAG_CORRUPT) != 0 && (flags & AV_PKT_FLAG_DISCARD) == 0) {
@@ -172,6 +198,8 @@ VideoIndex index_video(AvInput& in, const std::string& name, double max_seconds,
     const bool key = (flags & AV_PKT_FLAG_KEY) != 0;
     // Before the first keyframe (an edit list's discarded one counts): no frame is decoded.
     seen_key = seen_key || key;
+    if (key && key_ts == AV_NOPTS_VALUE)
+      key_ts = index.counted || pts == AV_NOPTS_VALUE ? dts : pts;
     if (!seen_key) continue;
     if ((flags & AV_PKT_FLAG_DISCARD) != 0) continue;  // before an edit list's start
     // The frames an MP4's edit list shows, in decoding order: their stored dts never go back (a
@@ -186,6 +214,14 @@ VideoIndex index_video(AvInput& in, const std::string& name, double max_seconds,
       last_dts = dts;
     }
     const std::int64_t ts = index.counted || pts == AV_NOPTS_VALUE ? dts : pts;
+    if (!index.counted) {
+      // Leading frames of a stream cut from the middle (an open GOP's B-frames, a cut with
+      // -copyinkf): shown before the first keyframe, or at its time, they refer to pictures cut
+      // away; the decoder drops them or gives garbage. Not frames: frame 0 is the first keyframe.
+      // The demuxer may give them no timestamp at all (before any later frame has one).
+      if (!key && (ts == AV_NOPTS_VALUE ? !placed : ts <= key_ts)) continue;
+      placed = placed || (!key && ts != AV_NOPTS_VALUE);
+    }
     if (ts == AV_NOPTS_VALUE) {
       throw DataError(name + ": the packet of frame " + std::to_string(packets.size()) +
                       " (in decoding order) has no timestamp");
@@ -195,6 +231,12 @@ VideoIndex index_video(AvInput& in, const std::string& name, double max_seconds,
   }
   if (packets.empty()) throw DataError(name + ": no video frames");
   index.discarded = static_cast<std::int64_t>(stream_packets - packets.size());
+  std::sort(stamps.begin(), stamps.end());
+  // A seek makes Matroska's demuxer read the cues it defers (stored after the clusters); where
+  // it fails, the index has what it has.
+  static_cast<void>(
+      av_seek_frame(fmt, index.stream, stamps.empty() ? 0 : stamps.front(), AVSEEK_FLAG_BACKWARD));
+  video_index_check_holes(fmt->streams[index.stream], stamps, name);
   video_index_check_count(st, stream_packets, index.counted, end_dts, name);
   // A container with a frame count (MP4, AVI) is judged by it; the header's duration may hold a
   // last frame for long, or be a guess from the bit rate.
@@ -205,6 +247,17 @@ VideoIndex index_video(AvInput& in, const std::string& name, double max_seconds,
         packets.begin(), packets.end(),
         [](const VideoIndexPacket& a, const VideoIndexPacket& b) { return a.pts < b.pts; });
     video_index_check_shared(packets, name);
+  }
+  if (index.counted && !in_order) {
+    // Counted frames of a codec that reorders them: the decoder gives the frames of the packets
+    // after the first keyframe, less the leading ones shown before it (a stream cut from the
+    // middle), which no packet tells. Counted by decoding, as every clip of such a video decodes
+    // from the start anyway; a packet the decoder refuses is a DataError here.
+    const std::int64_t n = count_decoded_frames(in, index.stream, name);
+    if (n < 1) throw DataError(name + ": no video frames");
+    if (n < std::ssize(packets)) packets.resize(static_cast<std::size_t>(n));
+    for (std::int64_t k = std::ssize(packets); k < n; ++k)
+      packets.push_back({packets.back().pts + 1, packets.back().seek + 1, 0, k, false});
   }
   index.pts.reserve(packets.size());
   for (std::size_t k = 0; k < packets.size(); ++k) {

@@ -1,8 +1,9 @@
 #pragma once
 
-// A video's index, made from its container's packets without decoding: frame k is the one whose
-// presentation timestamp is the k-th smallest (so B-frames' reordering and variable frame rates
-// count right), and the keyframes with the timestamp a seek to each one asks for.
+// A video's index, made from its container's packets without decoding (but AVI with B-frames):
+// frame k is the one whose presentation timestamp is the k-th smallest (so B-frames' reordering and
+// variable frame rates count right), and the keyframes with the timestamp a seek to each one asks
+// for.
 
 #include <cstdint>
 #include <filesystem>
@@ -20,7 +21,7 @@ struct VideoIndex {
   std::vector<std::int64_t> keyframes;  // frame numbers of the keyframes a seek may start at
   std::vector<std::int64_t> seek_ts;    // per keyframe: min(pts, dts) of its packet
   std::int64_t discarded = 0;  // packets read and decoded that are no frames (before an edit
-                               // list's start, or before the first keyframe)
+                               // list's start, before the first keyframe, or leading it)
   /// The container stores no presentation timestamps (AVI): frame k is the k-th frame the decoder
   /// gives, and pts holds each frame's packet's dts in decoding order. A seek is kept only where
   /// decoding order is presentation order (an intra-only codec, or one that reorders no frames:
@@ -37,8 +38,11 @@ class AvInput;
 
 /// Indexes the opened container `in`. \throws DataError `name` + ": <why>" for no video stream,
 /// a duration (by the header: the stream's or the file's, the longer) over `max_seconds`, a
-/// packet without timestamps, a corrupt or truncated packet (naming its frame), timestamps that
-/// go backwards (an edit list that repeats or reorders its media), a read error, or no frames.
+/// packet without timestamps (but leading ones of a cut stream, which are no frames), a corrupt
+/// or truncated packet (naming its frame), a keyframe the container's own index lists that no
+/// packet holds (a damaged region the demuxer skipped), timestamps that go backwards (an edit
+/// list that repeats or reorders its media), a read error, a packet the decoder refuses where it
+/// counts frames by decoding (AVI with B-frames), or no frames.
 /// `seconds`, when given, receives the duration the header claims (negative: none).
 VideoIndex index_video(AvInput& in, const std::string& name, double max_seconds,
                        double* seconds = nullptr);
@@ -64,6 +68,11 @@ std::vector<std::int64_t> clip_frame_numbers(std::int64_t n, const VideoOptions&
 /// ": <why>", naming the frame where there is one.
 void decode_clip(AvInput& in, const VideoIndex& index, std::span<const std::int64_t> frames,
                  const VideoOptions& options, std::uint8_t* out, const std::string& name);
+
+/// The frames a decode of stream `stream` of `in` (reopened from its start) gives from the first
+/// keyframe it gives on, as decode_clip() numbers counted frames. \throws DataError `name` +
+/// ": <why>" for a packet the decoder refuses or a read error.
+std::int64_t count_decoded_frames(AvInput& in, int stream, const std::string& name);
 
 /// ConfigError `who` + ": VideoOptions::<member> ..." for options out of range.
 void check_video_options(const VideoOptions& options, const char* who);

@@ -30,7 +30,8 @@ namespace ferry::detail::video {
 namespace {
 
 constexpr std::string_view kVideoSidecarMagic = "FERRYVID";
-constexpr std::uint32_t kVideoSidecarVersion = 2;
+// 3: leading frames of a cut stream (before or at the first keyframe's time) are not counted.
+constexpr std::uint32_t kVideoSidecarVersion = 3;
 
 struct VideoStamp {
   std::uint64_t size = 0;
