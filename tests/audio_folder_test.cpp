@@ -627,3 +627,57 @@ TEST_F(AudioFolderTest, FilesCutShortAreDataErrorsWhateverTheClip) {
                                    {"AudioFolder", ds->path(i).filename().string(), "truncated"});
   }
 }
+
+namespace {
+
+// A 16-bit mono WAV of `frames` zero frames at `rate` Hz (any rate, which sox may refuse).
+std::string pcm_wav(std::uint32_t rate, std::uint32_t frames) {
+  std::string h = "RIFF";
+  const auto le = [&h](std::uint32_t v, int n) {
+    for (int i = 0; i < n; ++i) h += static_cast<char>((v >> (8 * i)) & 0xff);
+  };
+  le(36 + frames * 2, 4);
+  h += "WAVEfmt ";
+  le(16, 4);
+  le(1, 2);  // PCM
+  le(1, 2);  // mono
+  le(rate, 4);
+  le(rate * 2, 4);
+  le(2, 2);
+  le(16, 2);
+  h += "data";
+  le(frames * 2, 4);
+  return h + std::string(std::size_t{frames} * 2, '\0');
+}
+
+}  // namespace
+
+TEST_F(AudioFolderTest, AFilesOwnRateTheOptionsCannotTakeIsItsSamplesDataError) {
+  write("a/three.wav", pcm_wav(3, 30));       // 10 s at 3 Hz: a 0.1 s clip is no frame
+  write("b/fine.wav", pcm_wav(16000, 4000));  // first in no order, but the one that fits
+  AudioOptions o = keep_rate();
+  o.clip_seconds = 0.1;
+  const auto ds = AudioFolder::open(dir_, o);
+  EXPECT_EQ(ds->options().sample_rate, 16000);
+  ferry::LoaderOptions lo = cpu_options();
+  lo.batch_size = 1;
+  lo.on_error = ferry::ErrorPolicy::skip;
+  ferry::Loader loader(ds, lo);
+  std::vector<std::uint64_t> read;
+  for (const ferry::Batch& b : loader.epoch(0)) {
+    for (const std::uint64_t i : b.indices()) read.push_back(i);
+  }
+  EXPECT_EQ(read, std::vector<std::uint64_t>{1});
+  // mel's f_min past the first file's Nyquist (4000 Hz: 2000).
+  write("a/three.wav", pcm_wav(4000, 4000));
+  o.clip_seconds = 0;
+  o.mel = ferry::MelOptions{};
+  o.mel->f_min = 3000;
+  const auto mel = AudioFolder::open(dir_, o);
+  EXPECT_EQ(mel->options().sample_rate, 16000);
+  expect_error<ferry::DataError>([&] { mel->length(0, 0); }, {"three.wav", "4000 Hz"});
+  EXPECT_EQ(mel->length(1, 0), 1 + 4000 / 160);
+  // No file the options take: a DataError saying so.
+  fs::remove(dir_ / "b/fine.wav");
+  expect_error<ferry::DataError>([&] { AudioFolder::open(dir_, o); }, {"no file", "options take"});
+}

@@ -112,19 +112,28 @@ std::shared_ptr<AudioFolder> AudioFolder::open(const fs::path& root, AudioOption
             (ds->keep_rate_ && info.sample_rate > detail::audio::kMaxRate)) {
           continue;
         }
-        if (ds->keep_rate_) options.sample_rate = info.sample_rate;
-        if (ds->keep_channels_) options.channels = info.channels;
+        AudioOptions taken = options;
+        if (ds->keep_rate_) taken.sample_rate = info.sample_rate;
+        if (ds->keep_channels_) taken.channels = info.channels;
+        // A rate the options cannot take (a clip under one frame, mel's f_min at or past its
+        // Nyquist) is that file's fault, not the options': its sample raises a DataError (its
+        // rate is not the one taken from a later file).
+        detail::audio::check_options(taken, detail::audio::kMaxChannels);
+        options = taken;
         found = true;
         break;
       } catch (const DataError&) {
         // That file's sample raises it when it is read.
+      } catch (const ConfigError&) {
+        // As above.
       }
     }
     if (!found) {
       throw DataError(std::string(kAudioWho) + ": " + root.string() +
-                      ": no file whose header reads, to take the sample rate or channels from");
+                      ": no file whose header reads and whose rate and channels the options take "
+                      "(a clip of at least one frame, mel's f_min below its Nyquist), to take the "
+                      "sample rate or channels from");
     }
-    detail::audio::check_options(options, detail::audio::kMaxChannels);
   }
   ds->options_ = options;
   ds->lengths_ = std::make_unique<std::atomic<std::int64_t>[]>(ds->files_.size());
