@@ -889,6 +889,46 @@ TEST_F(ArrowFiles, ABufferThatDecompressesFarPastItsBytesCountsInTheBudgetAtItsL
   EXPECT_EQ(rows, 40000U);
 }
 
+TEST_F(ArrowFiles, BuffersThatShareTheirStoredBytesAreDecompressedOnce) {
+  // big_zstd.arrow with its column's validity buffer pointed at the data buffer's bytes (legal:
+  // buffers may overlap). A file of 10 KB that pointed 64 columns at one frame of 64 MiB made
+  // 4 GiB; each stored range is now decompressed once, counted once in the estimate, and both
+  // buffers view it.
+  const Bytes good = read_bytes(file("big_zstd.arrow"));
+  const Bytes magic = {0x28, 0xb5, 0x2f, 0xfd};
+  const auto frame = std::search(good.begin(), good.end(), magic.begin(), magic.end());
+  ASSERT_NE(frame, good.end());
+  const auto start = static_cast<std::size_t>(frame - good.begin());
+  const std::size_t size = ZSTD_findFrameCompressedSize(good.data() + start, good.size() - start);
+  ASSERT_EQ(ZSTD_isError(size), 0U);
+  // The metadata's Buffer structs (offset, length): the validity's (0, 0), then the data's.
+  std::size_t entry = 0;
+  for (std::size_t i = 16; i + 16 <= start && entry == 0; ++i) {
+    std::int64_t v[4];
+    std::memcpy(v, good.data() + i - 16, 32);
+    const auto length = static_cast<std::size_t>(v[3]);
+    if (v[0] == 0 && v[1] == 0 && length >= size + 8 && length < size + 16) entry = i;
+  }
+  ASSERT_NE(entry, 0U);
+  Bytes shared = good;
+  std::memcpy(shared.data() + entry - 16, good.data() + entry, 16);
+  const fs::path path = scratch_ / "shared.arrow";
+  write_bytes(path, shared);
+  const auto ds = ArrowDataset::open({path}, {});
+  EXPECT_EQ(ds->reader_memory(0),
+            ArrowDataset::open({file("big_zstd.arrow")}, {})->reader_memory(0));
+  EXPECT_EQ(ds->reader_memory(0), 320000U);
+  ferry::Loader loader(ds, loader_options(1000, false, 1));
+  std::size_t rows = 0;
+  for (const ferry::Batch& b : loader.epoch(0)) {
+    for (std::size_t j = 0; j < b.size(); ++j, ++rows) {
+      const double want = rows % 2 == 0 ? 0.0 : static_cast<double>(rows) * 1.5 + 0.1;
+      ASSERT_EQ(at<double>(b["x"], j), want) << rows;
+    }
+  }
+  EXPECT_EQ(rows, 40000U);
+}
+
 /// A stream whose schema has `fields` fields that all point at one field table, whose metadata
 /// points `pairs` times at one key-value pair: a legal flatbuffer of about 4 (fields + pairs)
 /// bytes, laid out here by hand (each object after what points at it, as uoffsets need).

@@ -1,14 +1,12 @@
-// A record batch made readable: its buffers located in the body (decompressed when the body is
-// compressed), each column's arrays built from the nodes and buffers in schema order, and every
-// size and offset a read will use checked against what the buffers hold.
-
-#include <lz4frame.h>
-#include <zstd.h>
+// A record batch made readable: its buffers located in the body and decompressed
+// (arrow_unpack.cpp), each column's arrays built from the nodes and buffers in schema order, and
+// every size and offset a read will use checked against what the buffers hold.
 
 #include <algorithm>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <new>
 #include <string>
 
 #include "datasets/table/arrow_table.hpp"
@@ -19,126 +17,9 @@ namespace ferry::detail {
 namespace arrow {
 namespace {
 
-// The most rows an array may have, and bytes a decompressed buffer: far above real files, and
-// low enough that no product of them overflows.
+// The most rows an array may have: far above real files, and low enough that no product
+// overflows.
 constexpr std::int64_t kMaxLength = std::int64_t{1} << 40;
-constexpr std::int64_t kMaxBuffer = std::int64_t{1} << 36;
-
-struct FreeLz4 {
-  void operator()(LZ4F_dctx* d) const noexcept { LZ4F_freeDecompressionContext(d); }
-};
-struct FreeZstd {
-  void operator()(ZSTD_DCtx* d) const noexcept { ZSTD_freeDCtx(d); }
-};
-
-/// A decompressed buffer of the length its prefix says: whole at once when that is what data of
-/// common ratios makes (up to 64-fold), else grown as the data decompresses, so that a forged
-/// length costs no more memory than the data really makes.
-class Growing {
- public:
-  Growing(std::size_t length, std::size_t packed)
-      : length_(length),
-        cap_(length <= packed * 64 + (std::size_t{1} << 20) ? length
-                                                            : std::min(length, packed * 16)),
-        mem_(new std::byte[cap_]) {}
-  /// Whether the whole length is there to be filled.
-  bool whole() const noexcept { return cap_ == length_; }
-  /// Where the next bytes go; empty once `length` bytes are there.
-  std::span<std::byte> room() {
-    if (size_ == cap_ && cap_ < length_) {
-      const std::size_t step = std::max<std::size_t>(cap_ * 4, 65536);
-      const std::size_t cap = step >= length_ - cap_ ? length_ : cap_ + step;
-      auto mem = std::unique_ptr<std::byte[]>(new std::byte[cap]);
-      if (size_ > 0) std::memcpy(mem.get(), mem_.get(), size_);
-      mem_ = std::move(mem);
-      cap_ = cap;
-    }
-    return {mem_.get() + size_, cap_ - size_};
-  }
-  void advance(std::size_t n) noexcept { size_ += n; }
-  bool full() const noexcept { return size_ == length_; }
-  std::unique_ptr<std::byte[]> take() noexcept { return std::move(mem_); }
-
- private:
-  std::size_t length_;
-  std::size_t size_ = 0;
-  std::size_t cap_;
-  std::unique_ptr<std::byte[]> mem_;
-};
-
-void lz4_frame(std::span<const std::byte> in, Growing& out) {
-  thread_local std::unique_ptr<LZ4F_dctx, FreeLz4> ctx = [] {
-    LZ4F_dctx* d = nullptr;
-    if (LZ4F_isError(LZ4F_createDecompressionContext(&d, LZ4F_VERSION))) d = nullptr;
-    return std::unique_ptr<LZ4F_dctx, FreeLz4>(d);
-  }();
-  if (!ctx) throw FormatError("cannot decompress: out of memory");
-  LZ4F_resetDecompressionContext(ctx.get());
-  std::size_t ip = 0;
-  for (;;) {
-    std::byte spill[1];  // where bytes past the length would go
-    std::span<std::byte> room = out.room();
-    const bool full = room.empty();
-    if (full) room = spill;
-    std::size_t src = in.size() - ip;
-    std::size_t dst = room.size();
-    const std::size_t r =
-        LZ4F_decompress(ctx.get(), room.data(), &dst, in.data() + ip, &src, nullptr);
-    if (LZ4F_isError(r)) {
-      throw FormatError(std::string("corrupt LZ4 frame: ") + LZ4F_getErrorName(r));
-    }
-    if (full && dst > 0)
-      throw FormatError("the LZ4 frame decompresses to more than its length says");
-    ip += src;
-    if (!full) out.advance(dst);
-    if (r == 0) {  // a frame ended: another may follow
-      if (ip == in.size()) break;
-      continue;
-    }
-    if (src == 0 && dst == 0) throw FormatError("the LZ4 frame ends early");
-  }
-  if (!out.full()) throw FormatError("the LZ4 frame decompresses to less than its length says");
-}
-
-void zstd(std::span<const std::byte> in, Growing& out) {
-  if (out.whole()) {  // in one pass, with this thread's context
-    thread_local std::unique_ptr<ZSTD_DCtx, FreeZstd> ctx(ZSTD_createDCtx());
-    if (!ctx) throw FormatError("cannot decompress: out of memory");
-    const std::span<std::byte> all = out.room();
-    const std::size_t r =
-        ZSTD_decompressDCtx(ctx.get(), all.data(), all.size(), in.data(), in.size());
-    if (ZSTD_isError(r) != 0) {
-      throw FormatError(std::string("corrupt ZSTD data: ") + ZSTD_getErrorName(r));
-    }
-    if (r != all.size())
-      throw FormatError("the ZSTD data decompresses to less than its length says");
-    out.advance(r);
-    return;
-  }
-  // Streamed, with a context of its own: the window it buffers goes with it.
-  const std::unique_ptr<ZSTD_DCtx, FreeZstd> ctx(ZSTD_createDCtx());
-  if (!ctx) throw FormatError("cannot decompress: out of memory");
-  ZSTD_inBuffer src{in.data(), in.size(), 0};
-  std::size_t left = 1;  // 0: a frame ended
-  while (src.pos < src.size || left != 0) {
-    std::byte spill[1];  // where bytes past the length would go
-    std::span<std::byte> room = out.room();
-    const bool full = room.empty();
-    if (full) room = spill;
-    ZSTD_outBuffer dst{room.data(), room.size(), 0};
-    const std::size_t before = src.pos;
-    left = ZSTD_decompressStream(ctx.get(), &dst, &src);
-    if (ZSTD_isError(left) != 0) {
-      throw FormatError(std::string("corrupt ZSTD data: ") + ZSTD_getErrorName(left));
-    }
-    if (full && dst.pos > 0) {
-      throw FormatError("the ZSTD data decompresses to more than its length says");
-    }
-    if (!full) out.advance(dst.pos);
-    if (dst.pos == 0 && src.pos == before) throw FormatError("the ZSTD data ends early");
-  }
-  if (!out.full()) throw FormatError("the ZSTD data decompresses to less than its length says");
-}
 
 std::int64_t load_offset(std::span<const std::byte> b, bool large, std::int64_t i) {
   if (large) {
@@ -285,25 +166,6 @@ void fields_arrays(const Field& f, const RecordBatch& batch,
 
 }  // namespace
 
-std::vector<std::span<const std::byte>> body_buffers(
-    const RecordBatch& batch, std::span<const std::byte> body,
-    std::vector<std::unique_ptr<std::byte[]>>& owned, std::size_t& owned_bytes,
-    const std::vector<bool>* only) {
-  std::vector<std::span<const std::byte>> raw(batch.buffers.size());
-  for (std::size_t i = 0; i < batch.buffers.size(); ++i) {
-    if (only != nullptr && !(*only)[i]) continue;
-    const Buffer& b = batch.buffers[i];
-    if (b.offset < 0 || b.length < 0 || static_cast<std::uint64_t>(b.offset) > body.size() ||
-        static_cast<std::uint64_t>(b.length) > body.size() - static_cast<std::uint64_t>(b.offset)) {
-      throw FormatError("buffer " + std::to_string(i) + ": " + std::to_string(b.length) +
-                        " bytes at " + std::to_string(b.offset) + ", outside the message body of " +
-                        std::to_string(body.size()) + " bytes");
-    }
-    raw[i] = body.subspan(static_cast<std::size_t>(b.offset), static_cast<std::size_t>(b.length));
-  }
-  return unpack_buffers(batch, raw, owned, owned_bytes);
-}
-
 std::vector<bool> read_buffers(const std::vector<Field>& schema, const RecordBatch& batch,
                                const std::vector<bool>& read) {
   std::vector<bool> only(batch.buffers.size(), false);
@@ -319,84 +181,6 @@ std::vector<bool> read_buffers(const std::vector<Field>& schema, const RecordBat
                 only.begin() + static_cast<std::ptrdiff_t>(buffer), true);
   }
   return only;
-}
-
-std::size_t unpacked_bytes(const RecordBatch& batch, std::span<const std::byte> body,
-                           const std::vector<bool>& only) {
-  std::size_t n = 0;
-  for (std::size_t i = 0; i < batch.buffers.size(); ++i) {
-    if (!only[i]) continue;
-    const Buffer& b = batch.buffers[i];
-    if (b.offset < 0 || b.length < 0 || static_cast<std::uint64_t>(b.offset) > body.size() ||
-        static_cast<std::uint64_t>(b.length) > body.size() - static_cast<std::uint64_t>(b.offset)) {
-      continue;  // refused when read (body_buffers())
-    }
-    const auto bytes =
-        body.subspan(static_cast<std::size_t>(b.offset), static_cast<std::size_t>(b.length));
-    if (batch.compression == Compression::none || bytes.size() < 8) {
-      n += bytes.size();
-      continue;
-    }
-    std::int64_t length = 0;
-    std::memcpy(&length, bytes.data(), 8);
-    const auto packed = static_cast<std::int64_t>(bytes.size() - 8);
-    if (length < 0) {  // -1: stored as it is
-      n += static_cast<std::size_t>(packed);
-      continue;
-    }
-    // As unpack_buffers() allows, and refuses beyond.
-    const auto limit = batch.compression == Compression::lz4_frame ? packed * 256 + 1024
-                                                                   : packed * 32768 + (1 << 17);
-    n += static_cast<std::size_t>(std::min({length, limit, kMaxBuffer}));
-  }
-  return n;
-}
-
-std::vector<std::span<const std::byte>> unpack_buffers(
-    const RecordBatch& batch, const std::vector<std::span<const std::byte>>& raw,
-    std::vector<std::unique_ptr<std::byte[]>>& owned, std::size_t& owned_bytes) {
-  std::vector<std::span<const std::byte>> out;
-  out.reserve(raw.size());
-  for (std::size_t i = 0; i < raw.size(); ++i) {
-    const std::string which = "buffer " + std::to_string(i) + ": ";
-    const auto bytes = raw[i];
-    if (batch.compression == Compression::none || bytes.empty()) {
-      out.push_back(bytes);
-      continue;
-    }
-    if (bytes.size() < 8) throw FormatError(which + "a compressed buffer of under 8 bytes");
-    std::int64_t length = 0;
-    std::memcpy(&length, bytes.data(), 8);
-    const auto packed = bytes.subspan(8);
-    if (length == -1) {
-      out.push_back(packed);
-      continue;
-    }
-    // LZ4 frames expand at most 255-fold; zstd much more (an RLE block: 128 KiB in 4 bytes),
-    // but not without limit: a forged length cannot ask for more than the data could make,
-    // and the buffer grows only as the data decompresses.
-    const auto limit = batch.compression == Compression::lz4_frame
-                           ? static_cast<std::int64_t>(packed.size()) * 256 + 1024
-                           : static_cast<std::int64_t>(packed.size()) * 32768 + (1 << 17);
-    if (length < 0 || length > kMaxBuffer || length > limit) {
-      throw FormatError(which + "a decompressed length of " + std::to_string(length) +
-                        " bytes for " + std::to_string(packed.size()) + " compressed");
-    }
-    Growing dst(static_cast<std::size_t>(length), packed.size());
-    try {
-      if (batch.compression == Compression::lz4_frame) {
-        lz4_frame(packed, dst);
-      } else {
-        zstd(packed, dst);
-      }
-    } catch (const FormatError& e) {
-      throw FormatError(which + e.what());
-    }
-    owned.push_back(dst.take());
-    owned_bytes += static_cast<std::size_t>(length);
-    out.emplace_back(owned.back().get(), static_cast<std::size_t>(length));
-  }
-  return out;
 }
 
 std::vector<ArrowArray> field_arrays(const Field& field, const RecordBatch& batch,
@@ -536,6 +320,9 @@ std::shared_ptr<const ArrowBatchData> ArrowTable::decode(std::size_t b) const {
     }
   } catch (const arrow::FormatError& e) {
     throw DataError(where(b) + e.what());
+  } catch (const std::bad_alloc&) {
+    throw DataError(where(b) + "out of memory for its columns' buffers (" +
+                    std::to_string(unpacked_bytes(b)) + " bytes as their prefixes say)");
   }
   return d;
 }
