@@ -6,7 +6,9 @@
 // that make no rows).
 
 #include <gtest/gtest.h>
+#include <lz4.h>
 #include <unistd.h>
+#include <zlib.h>
 #include <zstd.h>
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "datasets/table/parquet_chunk.hpp"
@@ -825,46 +828,101 @@ TEST(ParquetForgedSizes, PagesClaimingMoreThanTheirBytesHoldAreChunkErrorsNotAll
       std::uint64_t{1} << 30, 60);
   EXPECT_NE(grown.find("page 0"), std::string::npos) << grown;
   EXPECT_NE(grown.find("a corrupt zstd page"), std::string::npos) << grown;
+  // The same for gzip (1 MiB claiming 1 GiB - 1, as deflate could make of it) and LZ4_RAW (4 MiB):
+  // before, each made the claimed size at once.
+  for (const auto& [codec, body, what] :
+       {std::tuple{pq::Codec::gzip, 1 << 20, "a corrupt gzip page"},
+        std::tuple{pq::Codec::lz4_raw, 4 << 20, "a corrupt LZ4_RAW page"}}) {
+    const auto big = forged_page(0, 1000, (1 << 30) - 1, body);
+    const std::string told = ferry::testing::in_child(
+        [&]() -> std::string {
+          try {
+            static_cast<void>(pq::decode_chunk(big, pq::Physical::int32, codec, 1, 1000));
+            return "no error";
+          } catch (const pq::ChunkError& e) {
+            return e.what();
+          }
+        },
+        std::uint64_t{1} << 30, 60);
+    EXPECT_NE(told.find(what), std::string::npos) << told;
+  }
 }
 
-TEST(ParquetForgedSizes, AZstdPageOfAHighRatioDecodesAsItsBytesGrow) {
-  // 4 MiB of int32 values in a repeating pattern, compressed far past 64 to 1: the page grows
-  // as it decompresses, to the very values written.
+/// `values` compressed with `codec` (zstd, gzip or LZ4_RAW) as a Parquet page's body would be.
+std::vector<std::byte> compressed(const std::vector<std::int32_t>& values,
+                                  ferry::detail::parquet::Codec codec) {
+  namespace pq = ferry::detail::parquet;
+  const std::size_t bytes = values.size() * 4;
+  std::vector<std::byte> out;
+  if (codec == pq::Codec::zstd) {
+    out.resize(ZSTD_compressBound(bytes));
+    const std::size_t n = ZSTD_compress(out.data(), out.size(), values.data(), bytes, 3);
+    out.resize(ZSTD_isError(n) != 0 ? 0 : n);
+  } else if (codec == pq::Codec::gzip) {
+    z_stream z{};
+    if (deflateInit2(&z, 9, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK) return out;
+    out.resize(deflateBound(&z, static_cast<uLong>(bytes)));
+    z.next_in = reinterpret_cast<Bytef*>(const_cast<std::int32_t*>(values.data()));
+    z.avail_in = static_cast<uInt>(bytes);
+    z.next_out = reinterpret_cast<Bytef*>(out.data());
+    z.avail_out = static_cast<uInt>(out.size());
+    const int r = deflate(&z, Z_FINISH);
+    out.resize(r == Z_STREAM_END ? z.total_out : 0);
+    deflateEnd(&z);
+  } else {
+    out.resize(static_cast<std::size_t>(LZ4_compressBound(static_cast<int>(bytes))));
+    const int n = LZ4_compress_default(reinterpret_cast<const char*>(values.data()),
+                                       reinterpret_cast<char*>(out.data()), static_cast<int>(bytes),
+                                       static_cast<int>(out.size()));
+    out.resize(static_cast<std::size_t>(std::max(n, 0)));
+  }
+  return out;
+}
+
+TEST(ParquetForgedSizes, PagesOfAHighRatioDecodeAsTheirBytesMakeThem) {
+  // 4 MiB of int32 values in a repeating pattern, compressed past 64 to 1: zstd's and gzip's
+  // pages grow as they decompress, an LZ4 block's size is read from its sequences first; each
+  // gives the very values written, and a claim one byte off is a ChunkError.
   namespace pq = ferry::detail::parquet;
   constexpr std::size_t kValues = std::size_t{1} << 20;
   std::vector<std::int32_t> values(kValues);
   for (std::size_t i = 0; i < kValues; ++i) values[i] = static_cast<std::int32_t>(i % 7) - 3;
-  std::vector<std::byte> packed(ZSTD_compressBound(kValues * 4));
-  const std::size_t n = ZSTD_compress(packed.data(), packed.size(), values.data(), kValues * 4, 3);
-  ASSERT_EQ(ZSTD_isError(n), 0U);
-  ASSERT_LT(n * 64 + (std::size_t{1} << 20), kValues * 4);  // the grown path
-  const auto page = [&](std::size_t claim) {
-    PageWriter w;
-    w.i32(1, 0);
-    w.i32(1, static_cast<std::int32_t>(claim));
-    w.i32(1, static_cast<std::int32_t>(n));
-    w.byte(0x2c);
-    w.i32(1, static_cast<std::int32_t>(kValues));
-    w.i32(1, 0);  // PLAIN
-    w.i32(1, 3);
-    w.i32(1, 3);
-    w.byte(0);
-    w.byte(0);
-    w.out.insert(w.out.end(), packed.begin(), packed.begin() + static_cast<std::ptrdiff_t>(n));
-    return w.out;
-  };
-  const pq::RawColumn col =
-      pq::decode_chunk(page(kValues * 4), pq::Physical::int32, pq::Codec::zstd, 0, kValues);
-  ASSERT_EQ(col.fixed.size(), kValues * 4);
-  EXPECT_EQ(std::memcmp(col.fixed.data(), values.data(), kValues * 4), 0);
-  // One byte short of its claim, or one over: a ChunkError saying so.
-  for (const std::size_t claim : {kValues * 4 - 1, kValues * 4 + 1}) {
-    expect_error<pq::ChunkError>(
-        [&] {
-          static_cast<void>(
-              pq::decode_chunk(page(claim), pq::Physical::int32, pq::Codec::zstd, 0, kValues));
-        },
-        {"page 0", claim < kValues * 4 ? "more bytes than it claims" : "the wrong size"});
+  for (const auto codec : {pq::Codec::zstd, pq::Codec::gzip, pq::Codec::lz4_raw}) {
+    SCOPED_TRACE(pq::codec_name(codec));
+    const std::vector<std::byte> packed = compressed(values, codec);
+    ASSERT_FALSE(packed.empty());
+    ASSERT_LT(packed.size() * 64 + (std::size_t{1} << 20), kValues * 4);  // the checked path
+    const auto page = [&](std::size_t claim) {
+      PageWriter w;
+      w.i32(1, 0);
+      w.i32(1, static_cast<std::int32_t>(claim));
+      w.i32(1, static_cast<std::int32_t>(packed.size()));
+      w.byte(0x2c);
+      w.i32(1, static_cast<std::int32_t>(kValues));
+      w.i32(1, 0);  // PLAIN
+      w.i32(1, 3);
+      w.i32(1, 3);
+      w.byte(0);
+      w.byte(0);
+      w.out.insert(w.out.end(), packed.begin(), packed.end());
+      return w.out;
+    };
+    const pq::RawColumn col =
+        pq::decode_chunk(page(kValues * 4), pq::Physical::int32, codec, 0, kValues);
+    ASSERT_EQ(col.fixed.size(), kValues * 4);
+    EXPECT_EQ(std::memcmp(col.fixed.data(), values.data(), kValues * 4), 0);
+    for (const std::size_t claim : {kValues * 4 - 1, kValues * 4 + 1}) {
+      const std::string why =
+          codec == pq::Codec::lz4_raw
+              ? "a corrupt LZ4_RAW page"
+              : (claim < kValues * 4 ? "more bytes than it claims" : "the wrong size");
+      expect_error<pq::ChunkError>(
+          [&] {
+            static_cast<void>(
+                pq::decode_chunk(page(claim), pq::Physical::int32, codec, 0, kValues));
+          },
+          {"page 0", why});
+    }
   }
 }
 

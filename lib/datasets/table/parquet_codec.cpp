@@ -4,11 +4,13 @@
 #include <libdeflate.h>
 #include <lz4.h>
 #include <snappy-c.h>
+#include <zlib.h>
 #include <zstd.h>
 
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace ferry::detail::parquet {
@@ -130,6 +132,95 @@ void zstd_grown(std::span<const std::byte> in, std::vector<std::byte>& out, std:
   if (done != size) throw ChunkError("a zstd page of the wrong size" + sizes);
 }
 
+/// Gzip into `out`, grown as the data decompresses up to `size` bytes (zlib's inflate, which
+/// streams; libdeflate needs the whole claimed size at once).
+void gzip_grown(std::span<const std::byte> in, std::vector<std::byte>& out, std::size_t size,
+                const std::string& sizes) {
+  z_stream z{};
+  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
+    throw ChunkError("cannot decompress: out of memory");
+  const std::unique_ptr<z_stream, int (*)(z_stream*)> end(&z, inflateEnd);
+  out.resize(std::min(size, in.size() * 16 + 65536));
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(in.data()));
+  std::size_t done = 0;
+  std::size_t in_left = in.size();
+  for (;;) {
+    if (done == out.size() && out.size() < size) out.resize(std::min(size, out.size() * 4));
+    std::byte spill[1];  // where output past `size` would go: a sign of a wrong size
+    const bool full = done == out.size();
+    const auto give = static_cast<uInt>(std::min<std::size_t>(in_left, 1U << 30));
+    const auto room =
+        full ? 1U : static_cast<uInt>(std::min<std::size_t>(out.size() - done, 1U << 30));
+    z.avail_in = give;
+    z.next_out = reinterpret_cast<Bytef*>(full ? spill : out.data() + done);
+    z.avail_out = room;
+    const int r = inflate(&z, Z_NO_FLUSH);
+    in_left -= give - z.avail_in;
+    const std::size_t made = room - z.avail_out;
+    if (r != Z_OK && r != Z_STREAM_END && r != Z_BUF_ERROR) {
+      throw ChunkError("a corrupt gzip page" + sizes);
+    }
+    if (full && made > 0) throw ChunkError("a gzip page of more bytes than it claims" + sizes);
+    done += made;
+    if (r == Z_STREAM_END) {
+      if (in_left == 0) break;
+      if (inflateReset(&z) != Z_OK)
+        throw ChunkError("a corrupt gzip page" + sizes);  // a member more
+      continue;
+    }
+    if (made == 0 && give == z.avail_in) throw ChunkError("a gzip page that ends early" + sizes);
+  }
+  if (done != size) throw ChunkError("a gzip page of the wrong size" + sizes);
+}
+
+/// The bytes an LZ4 block makes, read from its sequences without making them; nullopt when it
+/// is not a well-formed block.
+std::optional<std::size_t> lz4_block_size(std::span<const std::byte> in) {
+  std::size_t ip = 0;
+  std::size_t made = 0;
+  const auto length = [&](std::size_t n) -> std::optional<std::size_t> {
+    if (n != 15) return n;
+    for (;;) {
+      if (ip >= in.size()) return std::nullopt;
+      const auto b = std::to_integer<std::size_t>(in[ip++]);
+      n += b;
+      if (b != 255) return n;
+    }
+  };
+  while (ip < in.size()) {
+    const auto token = std::to_integer<std::size_t>(in[ip++]);
+    const auto literals = length(token >> 4);
+    if (!literals || *literals > in.size() - ip) return std::nullopt;
+    ip += *literals;
+    made += *literals;
+    if (ip == in.size()) return made;  // the last sequence: literals only
+    if (in.size() - ip < 2) return std::nullopt;
+    ip += 2;  // the match's offset
+    const auto match = length(token & 15);
+    if (!match) return std::nullopt;
+    made += *match + 4;
+  }
+  return std::nullopt;
+}
+
+/// Whether `in` is Hadoop's LZ4 framing of blocks that make `size` bytes in all (each block's
+/// size read from its sequences, as lz4_block_size()).
+bool lz4_hadoop_size(std::span<const std::byte> in, std::size_t size) {
+  std::size_t ip = 0;
+  std::size_t op = 0;
+  while (ip < in.size()) {
+    if (in.size() - ip < 8) return false;
+    const std::uint32_t raw = load_be32(in.data() + ip);
+    const std::uint32_t packed = load_be32(in.data() + ip + 4);
+    ip += 8;
+    if (packed > in.size() - ip || raw > size - op) return false;
+    if (lz4_block_size(in.subspan(ip, packed)) != raw) return false;
+    ip += packed;
+    op += raw;
+  }
+  return op == size;
+}
+
 }  // namespace
 
 const char* codec_name(Codec codec) noexcept {
@@ -203,8 +294,18 @@ void decompress(Codec codec, std::span<const std::byte> in, std::vector<std::byt
                      codec_name(codec) + " makes of its bytes" + sizes);
   }
   if (codec == Codec::brotli) return brotli(in, page, size, sizes);
-  if (codec == Codec::zstd && size > in.size() * 64 + (std::size_t{1} << 20)) {
-    return zstd_grown(in, page, size, sizes);
+  // A page that claims more than common ratios make (up to zstd's 32768 to 1, gzip's 1032 and
+  // LZ4's 256) costs only what its bytes make: zstd and gzip grow as they decompress, and an
+  // LZ4 block's size is read from its sequences before anything is made.
+  if (size > in.size() * 64 + (std::size_t{1} << 20)) {
+    if (codec == Codec::zstd) return zstd_grown(in, page, size, sizes);
+    if (codec == Codec::gzip) return gzip_grown(in, page, size, sizes);
+    if (codec == Codec::lz4_raw && lz4_block_size(in) != size) {
+      throw ChunkError("a corrupt LZ4_RAW page" + sizes);
+    }
+    if (codec == Codec::lz4 && !lz4_hadoop_size(in, size) && lz4_block_size(in) != size) {
+      throw ChunkError("a corrupt LZ4 page" + sizes);
+    }
   }
   page.resize(size);
   const std::span<std::byte> out(page);
