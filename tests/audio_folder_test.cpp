@@ -681,3 +681,30 @@ TEST_F(AudioFolderTest, AFilesOwnRateTheOptionsCannotTakeIsItsSamplesDataError) 
   fs::remove(dir_ / "b/fine.wav");
   expect_error<ferry::DataError>([&] { AudioFolder::open(dir_, o); }, {"no file", "options take"});
 }
+
+TEST_F(AudioFolderTest, ABadWholeFileFailsFromNextNamingItsSampleNotFromTheLoader) {
+  synth("a/0.wav", "-r 16000 -c 1 -b 16", "synth 0.1 sine 300");
+  write("a/1.ogg", std::string(3000, 'x'));
+  synth("a/2.wav", "-r 16000 -c 1 -b 16", "synth 0.2 sine 300");
+  const auto ds = AudioFolder::open(dir_);  // ragged
+  for (const std::size_t max_tokens : {std::size_t{0}, std::size_t{4000}}) {
+    ferry::LoaderOptions lo = cpu_options();
+    lo.batch_size = 3;
+    lo.max_tokens = max_tokens;
+    std::unique_ptr<ferry::Loader> loader;
+    ASSERT_NO_THROW(loader = std::make_unique<ferry::Loader>(ds, lo));
+    expect_error<ferry::DataError>(
+        [&] {
+          for (const ferry::Batch& b : loader->epoch(0)) static_cast<void>(b);
+        },
+        {"Loader: sample 1 (batch", "epoch 0)", "1.ogg"});
+    lo.on_error = ferry::ErrorPolicy::skip;
+    ferry::Loader skipping(ds, lo);
+    std::vector<std::uint64_t> read;
+    for (const ferry::Batch& b : skipping.epoch(0)) {
+      for (const std::uint64_t i : b.indices()) read.push_back(i);
+    }
+    EXPECT_EQ(read, (std::vector<std::uint64_t>{0, 2}));
+    EXPECT_EQ(skipping.stats().skipped, 1U);
+  }
+}

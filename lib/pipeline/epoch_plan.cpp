@@ -213,8 +213,8 @@ void EpochPlan::plan(std::uint64_t lo, std::uint64_t hi, Window& out) const {
     } catch (const ConfigError& e) {
       throw ConfigError("Loader: field \"" + field_name_ + "\" is ragged: " + e.what());
     } catch (const DataError&) {
-      // Under skip a bad sample takes no room in its batch, which leaves it out.
-      if (o.on_error != ErrorPolicy::skip) throw;
+      // A bad sample takes no room in its batch, which leaves it out (skip) or fails naming it
+      // (raise), from next().
       l = 0;
     }
     if (l < 0) {

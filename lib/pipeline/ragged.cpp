@@ -49,8 +49,8 @@ RaggedFields::RaggedFields(const Dataset& dataset, const std::vector<FieldSpec>&
       } catch (const ConfigError& e) {
         throw ConfigError(what + " is ragged: " + e.what());
       } catch (const DataError&) {
-        if (!skip_bad) throw;
-        continue;  // a bad sample: its batch leaves it out
+        // A bad sample: its batch leaves it out (skip) or fails naming it, from next() (raise).
+        continue;
       }
       if (l < 0) {
         throw DataError(what + ": sample " + std::to_string(i) + " has " + std::to_string(l) +
@@ -101,8 +101,8 @@ void RaggedFields::plan(const Dataset& dataset, const SlotLayout& layout,
         try {
           l = dataset.length(indices[i], f);
         } catch (const DataError&) {
-          if (!skip_bad) throw;
-          failures[i] = std::current_exception();  // no rows; the fill leaves it out
+          // No rows; the fill leaves it out (skip) or fails the batch naming it (raise).
+          failures[i] = std::current_exception();
         }
       }
       if (l < 0 || l > longest[f]) {
