@@ -36,7 +36,7 @@ enum class AudioCrop {
 struct FERRY_API MelOptions {
   int n_fft = 400, hop = 160, n_mels = 80;  ///< n_fft 2..65536, hop >= 1, n_mels >= 1
   double f_min = 0, f_max = 0;              ///< f_max 0: sample_rate / 2
-  double log_floor = 1e-10;                 ///< log(max(power, floor)), natural log; > 0
+  double log_floor = 1e-10;  ///< log(max(power, floor)), natural log; finite, 1.2e-38 to 3.4e38
 };
 
 /// How a sound file becomes a sample (AudioFolder, decode_audio()).
@@ -92,7 +92,9 @@ FERRY_API AudioInfo audio_file_info(const std::filesystem::path& file, std::stri
 FERRY_API std::int64_t audio_frames(const AudioInfo& info, const AudioOptions& options,
                                     std::string_view name = {});
 /// Rows of the field a file of `info` gives: audio_frames(), or with options.mel the
-/// spectrogram's frames, 1 + audio_frames() / hop. \throws as audio_frames().
+/// spectrogram's frames, 1 + (L + 2 * (n_fft / 2) - n_fft) / hop with L = audio_frames() (integer
+/// division, torchaudio's centered frames: 1 + L / hop for an even n_fft, one fewer for an odd
+/// n_fft when hop divides L). \throws as audio_frames().
 FERRY_API std::int64_t audio_length(const AudioInfo& info, const AudioOptions& options,
                                     std::string_view name = {});
 

@@ -77,7 +77,7 @@ std::optional<MelOptions> mel_options(const py::object& mel) {
     } else if (k == "f_max") {
       o.f_max = value.is_none() ? 0.0 : float_value(value, what);
     } else if (k == "log_floor") {
-      o.log_floor = float_value(value, what);
+      o.log_floor = float_value(value, what);  // finite and > 0: check_audio_options()
     } else {
       throw py::type_error("AudioFolder: mel has no key '" + k +
                            "' (it takes n_fft, hop, n_mels, f_min, f_max, log_floor)");
@@ -102,15 +102,21 @@ std::size_t sample_index(const AudioFolder& ds, const py::object& index, const c
   return i.cast<std::size_t>();
 }
 
-AudioOptions audio_options(int sample_rate, int channels, double clip_seconds,
-                           const std::string& crop, const py::object& mel, double max_seconds) {
+// AudioFolder's keywords: ints and numbers that are not bools (True is no sample rate).
+AudioOptions audio_options(const py::object& sample_rate, const py::object& channels,
+                           const py::object& clip_seconds, const py::object& crop,
+                           const py::object& mel, const py::object& max_seconds) {
   AudioOptions o;
-  o.sample_rate = sample_rate;
-  o.channels = channels;
-  o.clip_seconds = clip_seconds;
-  o.crop = audio_crop(crop);
+  o.sample_rate = int_value(sample_rate, "AudioFolder: sample_rate");
+  o.channels = int_value(channels, "AudioFolder: channels");
+  o.clip_seconds = float_value(clip_seconds, "AudioFolder: clip_seconds");
+  if (!py::isinstance<py::str>(crop)) {
+    throw py::type_error("AudioFolder: crop must be \"random\", \"start\" or \"center\", not " +
+                         py::repr(crop).cast<std::string>());
+  }
+  o.crop = audio_crop(crop.cast<std::string>());
   o.mel = mel_options(mel);
-  o.max_seconds = max_seconds;
+  o.max_seconds = float_value(max_seconds, "AudioFolder: max_seconds");
   return o;
 }
 
@@ -162,9 +168,10 @@ mel=dict(n_fft=400, hop=160, n_mels=80, f_min=0, f_max=0, log_floor=1e-10) the l
 spectrogram f32 [frames, n_mels] (torchaudio's MelSpectrogram, then log); and "label" i64 [].
 crop: "random" (from the sample's seed), "start" or "center". sample_rate=0 or channels=0 keep
 the first file's. A bad file is a DataError naming it, raised for its sample.)doc")
-      .def(py::init([](const std::filesystem::path& root, int sample_rate, int channels,
-                       double clip_seconds, const std::string& crop, const py::object& mel,
-                       double max_seconds) {
+      .def(py::init([](const std::filesystem::path& root, const py::object& sample_rate,
+                       const py::object& channels, const py::object& clip_seconds,
+                       const py::object& crop, const py::object& mel,
+                       const py::object& max_seconds) {
              const AudioOptions o =
                  audio_options(sample_rate, channels, clip_seconds, crop, mel, max_seconds);
              const py::gil_scoped_release release;
@@ -173,6 +180,26 @@ the first file's. A bad file is a DataError naming it, raised for its sample.)do
            py::arg("root"), py::kw_only(), py::arg("sample_rate") = 16000, py::arg("channels") = 1,
            py::arg("clip_seconds") = 0.0, py::arg("crop") = "random", py::arg("mel") = py::none(),
            py::arg("max_seconds") = 3600.0)
+      .def(
+          "length",
+          [](const AudioFolder& ds, const py::object& index, const py::object& field) {
+            const std::size_t i = sample_index(ds, index, "AudioFolder.length");
+            if (!py::isinstance<py::str>(field)) {
+              throw py::type_error("AudioFolder.length: field must be a str (\"audio\"), not " +
+                                   py::repr(field).cast<std::string>());
+            }
+            const auto name = field.cast<std::string>();
+            const std::vector<FieldSpec> fields = ds.fields();
+            for (std::size_t f = 0; f < fields.size(); ++f) {
+              if (fields[f].name != name) continue;
+              const py::gil_scoped_release release;
+              return ds.length(i, f);
+            }
+            throw py::value_error("AudioFolder.length: no field '" + name +
+                                  "' (the fields are \"audio\" and \"label\")");
+          },
+          py::arg("index"), py::arg("field"),
+          "Rows of sample `index`'s ragged field `field` (\"audio\" without a clip).")
       .def_property_readonly("classes",
                              [](const AudioFolder& d) { return name_texts(d.classes()); })
       .def_property_readonly("sample_rate",

@@ -250,3 +250,28 @@ def test_wrong_types_and_values_name_the_key_or_argument(ferry, tmp_path):
     for clip in (1e15, 1e300):
         with pytest.raises(ferry.ConfigError, match=r"clip_seconds .* is out of range"):
             ferry.AudioFolder(tmp_path, clip_seconds=clip)
+
+
+def test_numbers_are_not_bools_length_names_its_arguments_and_log_floor_is_finite(ferry, tmp_path):
+    sox(tmp_path, "a/x.wav", "-r 16000 -c 1 -b 16", "synth 0.1 sine 440")
+    for kw, name in ((dict(sample_rate=True), "sample_rate"), (dict(channels=False), "channels"),
+                     (dict(clip_seconds=True), "clip_seconds"),
+                     (dict(max_seconds=True), "max_seconds")):
+        with pytest.raises(TypeError, match=rf"AudioFolder: {name} must be .*(True|False)"):
+            ferry.AudioFolder(tmp_path, **kw)
+    with pytest.raises(TypeError, match=r"AudioFolder: sample_rate must be an int, not '16k'"):
+        ferry.AudioFolder(tmp_path, sample_rate="16k")
+    assert ferry.AudioFolder(tmp_path, sample_rate=8000, clip_seconds=1).sample_rate == 8000
+    for floor in (float("inf"), float("nan"), 1e300, 1e-300, -1.0, 0):
+        with pytest.raises(ferry.ConfigError, match=r"mel.log_floor must be finite and > 0"):
+            ferry.AudioFolder(tmp_path, mel=dict(log_floor=floor))
+    ds = ferry.AudioFolder(tmp_path)
+    assert ds.length(0, "audio") == 1600
+    with pytest.raises(ValueError, match=r"AudioFolder.length: index -1 is not 0 to 1 - 1"):
+        ds.length(-1, "audio")
+    with pytest.raises(TypeError, match=r"AudioFolder.length: index must be an int"):
+        ds.length(True, "audio")
+    with pytest.raises(TypeError, match=r"AudioFolder.length: field must be a str"):
+        ds.length(0, 0)
+    with pytest.raises(ValueError, match=r"AudioFolder.length: no field 'wav'"):
+        ds.length(0, "wav")

@@ -92,7 +92,17 @@ void detail::audio::check_options(const AudioOptions& o, int most_channels) {
     if (o.sample_rate > 0 && (m.f_max > 0 ? m.f_max : static_cast<double>(nyquist)) <= m.f_min) {
       audio_option_error("mel.f_min must be below f_max (sample_rate / 2 when 0)");
     }
-    if (!(m.log_floor > 0)) audio_option_error("mel.log_floor must be > 0");
+    // The floor is taken as a float: past float's range every value would be +inf, below its
+    // least normal a silent frame's log -inf or a denormal's.
+    if (!(m.log_floor >= std::numeric_limits<float>::min()) ||
+        !(m.log_floor <= std::numeric_limits<float>::max())) {
+      std::array<char, 32> floor{};
+      std::snprintf(floor.data(), floor.size(), "%g", m.log_floor);
+      audio_option_error(
+          "mel.log_floor must be finite and > 0 (a float's normal range, 1.2e-38 "
+          "to 3.4e+38), not " +
+          std::string(floor.data()));
+    }
   }
 }
 
