@@ -708,3 +708,28 @@ TEST_F(AudioFolderTest, ABadWholeFileFailsFromNextNamingItsSampleNotFromTheLoade
     EXPECT_EQ(skipping.stats().skipped, 1U);
   }
 }
+
+TEST_F(AudioFolderTest, AFileWithoutItsLengthIsCountedOnceAndItsRefusalKept) {
+  // A FLAC whose STREAMINFO gives no total (0, as a FLAC written to a pipe) is decoded to count
+  // its frames: once per file, however many times its sample is asked for.
+  synth("src/long.flac", "-r 8000 -c 1 -b 16", "synth 3 sine 300");
+  synth("src/short.flac", "-r 8000 -c 1 -b 16", "synth 0.5 sine 300");
+  const auto no_total = [this](const std::string& name) {
+    std::string bytes = read(name);
+    bytes[8 + 13] = static_cast<char>(bytes[8 + 13] & 0xf0);  // STREAMINFO's 36-bit total
+    std::fill(bytes.begin() + 8 + 14, bytes.begin() + 8 + 18, '\0');
+    return bytes;
+  };
+  write("a/x.flac", no_total("src/long.flac"));
+  AudioOptions o;
+  o.sample_rate = 8000;
+  o.max_seconds = 2;
+  const auto ds = AudioFolder::open(dir_ / "a" / "..", o);  // classes a and src
+  ASSERT_EQ(ds->path(0).filename(), "x.flac");
+  expect_error<ferry::DataError>([&] { ds->length(0, 0); }, {"x.flac", "more than max_seconds"});
+  // The refusal is kept: the file is not decoded again (a shorter one in its place still fails).
+  write("a/x.flac", no_total("src/short.flac"));
+  expect_error<ferry::DataError>([&] { ds->length(0, 0); }, {"x.flac", "more than max_seconds"});
+  const auto fresh = AudioFolder::open(dir_, o);
+  EXPECT_EQ(fresh->length(0, 0), 4000);
+}

@@ -102,11 +102,13 @@ std::shared_ptr<AudioFolder> AudioFolder::open(const fs::path& root, AudioOption
   // A 0 rate or channel count: the first file whose header reads says what every file has.
   ds->keep_rate_ = options.sample_rate == 0;
   ds->keep_channels_ = options.channels == 0;
+  ds->options_.max_seconds = options.max_seconds;
+  ds->counts_ = std::make_shared<detail::audio::FrameCounts>(ds->files_.size());
   if (ds->keep_rate_ || ds->keep_channels_) {
     bool found = false;
-    for (const fs::path& file : ds->files_) {
+    for (std::size_t i = 0; i < ds->files_.size(); ++i) {
       try {
-        const AudioInfo info = audio_file_info(file, audio_label(file), options.max_seconds);
+        const AudioInfo info = ds->header(i, audio_label(ds->files_[i]));
         // A count or rate no dataset takes: that file's sample raises it when it is read.
         if ((ds->keep_channels_ && info.channels > detail::audio::kMaxChannels) ||
             (ds->keep_rate_ && info.sample_rate > detail::audio::kMaxRate)) {
@@ -145,8 +147,16 @@ std::vector<FieldSpec> AudioFolder::fields() const {
   return {audio_field(options_, options_.channels), {"label", DType::i64, {}}};
 }
 
+AudioInfo AudioFolder::header(std::size_t index, const std::string& name) const {
+  const detail::OpenFile open(files_[index], {{}, name});
+  detail::audio::ByteSource source{
+      open.descriptor(), {}, static_cast<std::int64_t>(open.size()), 0};
+  const detail::audio::SoundFile sound(source, name, options_.max_seconds, {counts_.get(), index});
+  return sound.info();
+}
+
 AudioInfo AudioFolder::checked_info(std::size_t index, const std::string& name) const {
-  const AudioInfo info = audio_file_info(files_[index], name, options_.max_seconds);
+  const AudioInfo info = header(index, name);
   if (keep_rate_ && info.sample_rate != options_.sample_rate) {
     detail::audio::fail(name, std::to_string(info.sample_rate) + " Hz, not the first file's " +
                                   std::to_string(options_.sample_rate) +
@@ -180,7 +190,7 @@ void AudioFolder::read(std::size_t index, SampleRef out) const {
   const detail::OpenFile open(file, {{}, name});
   detail::audio::ByteSource source{
       open.descriptor(), {}, static_cast<std::int64_t>(open.size()), 0};
-  detail::audio::SoundFile sound(source, name, options_.max_seconds);
+  detail::audio::SoundFile sound(source, name, options_.max_seconds, {counts_.get(), index});
   const AudioInfo& info = sound.info();
   if ((keep_rate_ && info.sample_rate != options_.sample_rate) ||
       (keep_channels_ && info.channels != options_.channels)) {

@@ -26,6 +26,32 @@ struct ByteSource {
   std::int64_t position = 0;         ///< where the next read starts
 };
 
+/// What counting a file's frames found (a file whose header gives no length is decoded whole
+/// to count them), kept per file by a dataset so that each file is counted once: the frames, or
+/// the DataError's message. Any thread may use it.
+class FrameCounts {
+ public:
+  explicit FrameCounts(std::size_t files);
+  ~FrameCounts();
+  FrameCounts(const FrameCounts&) = delete;
+  FrameCounts& operator=(const FrameCounts&) = delete;
+  /// > 0: the frames counted; 0: not counted yet; -1: the count failed with error(file).
+  std::int64_t frames(std::size_t file) const;
+  std::string error(std::size_t file) const;
+  void remember(std::size_t file, std::int64_t frames);
+  void remember_error(std::size_t file, std::string message);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+/// Where a SoundFile finds and keeps its count: a dataset's FrameCounts and the file's index.
+struct CountMemo {
+  FrameCounts* counts = nullptr;
+  std::size_t file = 0;
+};
+
 /// An open libsndfile handle over a ByteSource (which must outlive it). Move-less, one thread.
 class SoundFile {
  public:
@@ -34,7 +60,9 @@ class SoundFile {
   /// to count its frames, at most `max_seconds` of them. \throws DataError "<name>: <why>" when
   /// libsndfile does not read it (unknown format, corrupt or truncated header), an Ogg stream
   /// without its last page (truncated), one with no frames, or a count past max_seconds.
-  SoundFile(ByteSource& source, std::string_view name, double max_seconds);
+  /// With `memo`, a count already made for the file is taken from it (its frames, or its
+  /// DataError again) and a new one is kept there.
+  SoundFile(ByteSource& source, std::string_view name, double max_seconds, CountMemo memo = {});
   SoundFile(const SoundFile&) = delete;
   SoundFile& operator=(const SoundFile&) = delete;
   ~SoundFile();

@@ -6,13 +6,16 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -184,7 +187,42 @@ std::string ogg_end_missing(ByteSource& source) {
 
 }  // namespace
 
-SoundFile::SoundFile(ByteSource& source, std::string_view name, double max_seconds)
+struct FrameCounts::State {
+  std::unique_ptr<std::atomic<std::int64_t>[]> frames;
+  mutable std::mutex mutex;
+  std::unordered_map<std::size_t, std::string> errors;
+};
+
+FrameCounts::FrameCounts(std::size_t files) : state_(std::make_unique<State>()) {
+  state_->frames = std::make_unique<std::atomic<std::int64_t>[]>(files);
+  for (std::size_t i = 0; i < files; ++i) state_->frames[i].store(0);
+}
+
+FrameCounts::~FrameCounts() = default;
+
+std::int64_t FrameCounts::frames(std::size_t file) const {
+  return state_->frames[file].load(std::memory_order_acquire);
+}
+
+std::string FrameCounts::error(std::size_t file) const {
+  const std::lock_guard<std::mutex> lock(state_->mutex);
+  const auto it = state_->errors.find(file);
+  return it == state_->errors.end() ? std::string() : it->second;
+}
+
+void FrameCounts::remember(std::size_t file, std::int64_t frames) {
+  state_->frames[file].store(frames, std::memory_order_release);
+}
+
+void FrameCounts::remember_error(std::size_t file, std::string message) {
+  {
+    const std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->errors[file] = std::move(message);
+  }
+  state_->frames[file].store(-1, std::memory_order_release);
+}
+
+SoundFile::SoundFile(ByteSource& source, std::string_view name, double max_seconds, CountMemo memo)
     : source_(source), name_(name) {
   if (source.size == 0) fail(name, "empty file (no bytes)");
   SF_INFO sf{};
@@ -212,7 +250,25 @@ SoundFile::SoundFile(ByteSource& source, std::string_view name, double max_secon
                        " bytes, the file holds " + std::to_string(cut->second) + " after it");
       }
     }
-    if (unknown_length(sf.frames) || (mpeg_ && !mp3_length_tag(source))) count(max_seconds);
+    if (unknown_length(sf.frames) || (mpeg_ && !mp3_length_tag(source))) {
+      const std::int64_t known = memo.counts ? memo.counts->frames(memo.file) : 0;
+      if (known > 0) {  // counted before: the frames it found
+        counted_ = true;
+        info_.frames = known;
+      } else if (known < 0) {  // counted before, and refused
+        throw DataError(memo.counts->error(memo.file));
+      } else if (memo.counts == nullptr) {
+        count(max_seconds);
+      } else {
+        try {
+          count(max_seconds);
+        } catch (const DataError& e) {
+          memo.counts->remember_error(memo.file, e.what());
+          throw;
+        }
+        memo.counts->remember(memo.file, info_.frames);
+      }
+    }
   } catch (...) {
     sf_close(file_);
     file_ = nullptr;
