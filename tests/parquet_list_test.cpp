@@ -848,6 +848,60 @@ TEST(ParquetForgedSizes, PagesClaimingMoreThanTheirBytesHoldAreChunkErrorsNotAll
   }
 }
 
+TEST(ParquetForgedSizes, ADictionaryValueRepeatedByEveryRowIsSizedNotMade) {
+  // A dictionary page of one 64 KiB byte array, then 2^14 rows of index 0 in 5 bytes: 1 GiB of
+  // values. open() scans a byte-array column for its sizes alone (it made every row's bytes:
+  // a file of 1 MiB so asked for a terabyte), and a read that makes the bytes stops at its
+  // limit with a ChunkError naming the row.
+  namespace pq = ferry::detail::parquet;
+  constexpr std::size_t kValue = 65536;
+  constexpr std::size_t kRepeats = 16384;
+  PageWriter w;
+  const auto dictionary_bytes = static_cast<std::int32_t>(4 + kValue);
+  w.i32(1, 2);  // DICTIONARY_PAGE
+  w.i32(1, dictionary_bytes);
+  w.i32(1, dictionary_bytes);
+  w.byte(0x4c);  // field 7: DictionaryPageHeader
+  w.i32(1, 1);   // one value
+  w.i32(1, 0);   // PLAIN
+  w.byte(0);
+  w.byte(0);
+  const auto length = static_cast<std::uint32_t>(kValue);
+  for (int i = 0; i < 4; ++i) w.byte((length >> (8 * i)) & 0xff);
+  w.out.resize(w.out.size() + kValue, std::byte{'v'});
+  std::vector<std::byte> indices = {std::byte{1}};  // bit width 1, then a run of kRepeats zeros
+  for (std::uint64_t v = kRepeats << 1; v != 0; v >>= 7) {
+    indices.push_back(static_cast<std::byte>((v & 0x7f) | (v >= 0x80 ? 0x80 : 0)));
+  }
+  indices.push_back(std::byte{0});
+  w.i32(1, 0);  // DATA_PAGE
+  w.i32(1, static_cast<std::int32_t>(indices.size()));
+  w.i32(1, static_cast<std::int32_t>(indices.size()));
+  w.byte(0x2c);
+  w.i32(1, static_cast<std::int32_t>(kRepeats));
+  w.i32(1, 8);  // RLE_DICTIONARY
+  w.i32(1, 3);
+  w.i32(1, 3);
+  w.byte(0);
+  w.byte(0);
+  w.out.insert(w.out.end(), indices.begin(), indices.end());
+  pq::RawColumn sizes;
+  sizes.sizes_only = true;
+  const pq::RawColumn sized =
+      pq::decode_chunk(w.out, pq::Physical::byte_array, pq::Codec::uncompressed, 0, kRepeats, sizes);
+  EXPECT_TRUE(sized.bytes.empty());
+  ASSERT_EQ(sized.offsets.size(), kRepeats + 1);
+  for (std::size_t r = 0; r < kRepeats; ++r) ASSERT_EQ(sized.size(r), kValue) << r;
+  pq::RawColumn limited;
+  limited.max_bytes = std::size_t{1} << 20;
+  expect_error<pq::ChunkError>(
+      [&] {
+        static_cast<void>(pq::decode_chunk(w.out, pq::Physical::byte_array, pq::Codec::uncompressed,
+                                           0, kRepeats, limited));
+      },
+      {"page 1", "byte arrays of more than 1048576 bytes in one chunk (row 16)"});
+}
+
 /// `values` compressed with `codec` (zstd, gzip or LZ4_RAW) as a Parquet page's body would be.
 std::vector<std::byte> compressed(const std::vector<std::int32_t>& values,
                                   ferry::detail::parquet::Codec codec) {

@@ -202,7 +202,7 @@ void place(RawColumn& col, std::size_t first_row, const std::vector<std::uint32_
     const bool present = max_def == 0 || levels[r] == static_cast<std::uint32_t>(max_def);
     if (!present) {
       col.valid[row] = 0;
-      if (col.width == 0) col.offsets[row + 1] = col.bytes.size();
+      if (col.width == 0) col.offsets[row + 1] = col.offsets[row];
       continue;
     }
     std::size_t at = v++;
@@ -217,10 +217,16 @@ void place(RawColumn& col, std::size_t first_row, const std::vector<std::uint32_
       std::memcpy(col.fixed.data() + row * col.width, values.fixed.data() + at * col.width,
                   col.width);
     } else {
+      const std::size_t n = values.offsets[at + 1] - values.offsets[at];
+      col.offsets[row + 1] = col.offsets[row] + n;
+      if (col.sizes_only) continue;
+      if (n > col.max_bytes - col.bytes.size()) {
+        throw ChunkError("byte arrays of more than " + std::to_string(col.max_bytes) +
+                         " bytes in one chunk (row " + std::to_string(row) + ")");
+      }
       col.bytes.insert(col.bytes.end(),
                        values.bytes.begin() + static_cast<std::ptrdiff_t>(values.offsets[at]),
                        values.bytes.begin() + static_cast<std::ptrdiff_t>(values.offsets[at + 1]));
-      col.offsets[row + 1] = col.bytes.size();
     }
   }
 }
@@ -451,8 +457,10 @@ void decode_pages(std::span<const std::byte> bytes, Physical type, Codec codec, 
 }
 
 RawColumn decode_chunk(std::span<const std::byte> bytes, Physical type, Codec codec, int max_def,
-                       std::size_t rows) {
+                       std::size_t rows, const RawColumn& shape) {
   RawColumn col;
+  col.sizes_only = shape.sizes_only;
+  col.max_bytes = shape.max_bytes;
   col.rows = rows;
   col.width = physical_width(type);
   if (col.width == 0) col.offsets.assign(1, 0);

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <span>
 #include <stdexcept>
 #include <vector>
@@ -34,6 +35,11 @@ struct RawColumn {
   std::vector<std::byte> fixed;        ///< rows * width
   std::vector<std::uint64_t> offsets;  ///< byte arrays: rows + 1
   std::vector<std::byte> bytes;
+  /// Byte arrays decoded for their sizes alone (offsets, no bytes: what open() scans), or
+  /// their bytes up to `max_bytes` (more: a ChunkError; a dictionary's value may be repeated
+  /// by every row of a chunk, so a few bytes of it may ask for terabytes).
+  bool sizes_only = false;
+  std::size_t max_bytes = std::numeric_limits<std::size_t>::max();
 
   /// A list column's (decode_list_chunk()): `offsets` count values, not bytes (a row's values
   /// are fixed[offsets[row] * width, offsets[row + 1] * width)); per row, its outer list's
@@ -50,6 +56,9 @@ struct RawColumn {
   std::vector<WrongLength> wrong;
 
   bool is_valid(std::size_t row) const noexcept { return valid.empty() || valid[row] != 0; }
+  std::size_t size(std::size_t row) const noexcept {
+    return static_cast<std::size_t>(offsets[row + 1] - offsets[row]);
+  }
   std::span<const std::byte> value(std::size_t row) const noexcept {
     return {bytes.data() + offsets[row], bytes.data() + offsets[row + 1]};
   }
@@ -80,8 +89,9 @@ std::size_t physical_width(Physical type) noexcept;
 /// Decodes `chunk`, whose bytes are `bytes` (the chunk's range of the file, from its first
 /// page), of a column with maximum definition level `max_def` (0 or 1), expecting `rows` rows.
 /// \throws ChunkError naming the page (from 0) and the problem.
+/// `shape`: a RawColumn whose sizes_only and max_bytes say how byte arrays are kept.
 RawColumn decode_chunk(std::span<const std::byte> bytes, Physical type, Codec codec, int max_def,
-                       std::size_t rows);
+                       std::size_t rows, const RawColumn& shape = {});
 
 /// The name of an encoding or a codec, for messages: "DELTA_BINARY_PACKED", "LZ4_RAW".
 const char* encoding_name(std::int32_t encoding) noexcept;

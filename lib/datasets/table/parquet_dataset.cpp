@@ -159,7 +159,8 @@ ParquetTable::ParquetTable() = default;
 ParquetTable::~ParquetTable() = default;
 
 parquet::RawColumn ParquetTable::decode_raw(std::size_t g, std::size_t c,
-                                            std::span<const std::byte> bytes) const {
+                                            std::span<const std::byte> bytes,
+                                            const parquet::RawColumn& shape) const {
   const TableGroup& tg = groups[g];
   const ParquetFile& f = files[tg.file];
   const parquet::ColumnChunk& ch = f.groups[tg.group].columns[f.leaves[c].leaf];
@@ -177,8 +178,8 @@ parquet::RawColumn ParquetTable::decode_raw(std::size_t g, std::size_t c,
                                         columns[c].shape, static_cast<std::size_t>(ch.num_values),
                                         tg.rows);
     }
-    return parquet::decode_chunk(bytes, columns[c].physical, ch.codec, f.leaves[c].max_def,
-                                 tg.rows);
+    return parquet::decode_chunk(bytes, columns[c].physical, ch.codec, f.leaves[c].max_def, tg.rows,
+                                 shape);
   } catch (const parquet::ChunkError& e) {
     throw DataError(FileLabel{kParquetWho, f.name}.prefix() + "row group " +
                     std::to_string(tg.group) + " (rows " + std::to_string(tg.file_row) + " to " +

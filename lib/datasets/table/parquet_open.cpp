@@ -363,7 +363,12 @@ void scan_rows(ParquetTable& t) {
       // A URL's chunk, kept for the row group's first decode.
       const bool remote = t.files[t.groups[g].file].remote != nullptr;
       std::vector<std::byte> bytes = remote ? t.fetch_chunk(g, c) : std::vector<std::byte>{};
-      const parquet::RawColumn raw = t.decode_raw(g, c, bytes);
+      // Byte arrays' sizes alone (not their bytes: a dictionary value repeated by every row
+      // would be made once a row); a categorical column's values, up to 1 GiB a chunk.
+      parquet::RawColumn shape;
+      shape.sizes_only = col.kind == TableField::bytes;
+      shape.max_bytes = std::size_t{1} << 30;
+      const parquet::RawColumn raw = t.decode_raw(g, c, bytes, shape);
       if (col.kind == TableField::list) {
         col.lengths.insert(col.lengths.end(), raw.lengths.begin(), raw.lengths.end());
         for (const std::uint32_t n : raw.lengths) {
@@ -371,17 +376,17 @@ void scan_rows(ParquetTable& t) {
         }
       }
       for (std::size_t r = 0; r < raw.rows && col.kind != TableField::list; ++r) {
-        const auto v = raw.value(r);
         if (col.kind == TableField::bytes) {
-          if (v.size() > std::numeric_limits<std::uint32_t>::max()) {
+          const std::size_t size = raw.size(r);
+          if (size > std::numeric_limits<std::uint32_t>::max()) {
             throw DataError(std::string(kParquetOpenWho) + ": " + t.files[t.groups[g].file].name +
                             ": row group " + std::to_string(t.groups[g].group) + ", column " +
                             in_quotes(col.name) + ": a value of more than 4 GiB");
           }
-          col.lengths.push_back(static_cast<std::uint32_t>(v.size()));
-          col.max_length =
-              std::max<std::int64_t>(col.max_length, static_cast<std::int64_t>(v.size()));
+          col.lengths.push_back(static_cast<std::uint32_t>(size));
+          col.max_length = std::max<std::int64_t>(col.max_length, static_cast<std::int64_t>(size));
         } else if (raw.is_valid(r)) {
+          const auto v = raw.value(r);
           const std::string_view text(reinterpret_cast<const char*>(v.data()), v.size());
           if (distinct.find(text) == distinct.end()) distinct.emplace(text);
         }

@@ -114,7 +114,8 @@ struct FERRY_HIDDEN ParquetTable {
   /// Decodes one column of row group g as stored, from `bytes` (its chunk's), or, when empty,
   /// from the mapped file or a range of the URL. \throws DataError as decode().
   parquet::RawColumn decode_raw(std::size_t g, std::size_t column,
-                                std::span<const std::byte> bytes = {}) const;
+                                std::span<const std::byte> bytes = {},
+                                const parquet::RawColumn& shape = {}) const;
   /// The chunks of row group g's columns read, fetched from a URL (parquet_ranges.cpp): one
   /// ranged GET for chunks that lie close together, no byte of the other columns' chunks
   /// farther than kRangeGap. chunks[c] is column c's.
