@@ -733,3 +733,39 @@ TEST_F(AudioFolderTest, AFileWithoutItsLengthIsCountedOnceAndItsRefusalKept) {
   const auto fresh = AudioFolder::open(dir_, o);
   EXPECT_EQ(fresh->length(0, 0), 4000);
 }
+
+namespace {
+
+// The process's peak resident memory since the last reset_peak(), in bytes (-1: unknown).
+bool reset_peak() { return static_cast<bool>(std::ofstream("/proc/self/clear_refs") << "5"); }
+std::int64_t peak_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return -1;
+}
+
+}  // namespace
+
+TEST_F(AudioFolderTest, AShardsSoundMemberIsDecodedInPlaceNotReadWhole) {
+  {
+    const std::string big = pcm_wav(16000, 32U << 20 >> 1);  // 32 MiB of samples: 1049 s
+    write("c/k1.wav", big);
+  }
+  ASSERT_EQ(std::system(("cd '" + (dir_ / "c").string() + "' && tar -cf ../s.tar k1.wav").c_str()),
+            0);
+  fs::remove(dir_ / "c/k1.wav");
+  ferry::WebDatasetOptions wo;
+  wo.index_files = false;
+  wo.audio.clip_seconds = 1;
+  const auto shards = ferry::WebDataset::open({dir_ / "s.tar"}, wo);
+  const auto sample = ferry::read_sample(*shards, 0, 0, 0);  // the first read's own allocations
+  if (!reset_peak() || peak_bytes() < 0) GTEST_SKIP() << "no /proc/self/clear_refs or VmHWM";
+  const std::int64_t before = peak_bytes();
+  for (std::uint64_t seed = 0; seed < 3; ++seed) {
+    const auto again = ferry::read_sample(*shards, 0, seed, 0);
+    ASSERT_EQ(again.at(0).second.nbytes(), 16000 * sizeof(float));
+  }
+  EXPECT_LT(peak_bytes() - before, std::int64_t{12} << 20);  // the member: 32 MiB
+}

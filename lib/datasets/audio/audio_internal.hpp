@@ -24,6 +24,7 @@ struct ByteSource {
   std::span<const std::byte> bytes;  ///< else these
   std::int64_t size = 0;             ///< the file's or the span's size
   std::int64_t position = 0;         ///< where the next read starts
+  std::int64_t base = 0;             ///< with fd: where the file's bytes start (a shard member)
 };
 
 /// What counting a file's frames found (a file whose header gives no length is decoded whole
@@ -108,6 +109,13 @@ void check_options(const AudioOptions& options, int most_channels);
 
 /// DataError "<name>: <what>".
 [[noreturn]] void fail(std::string_view name, std::string_view what);
+
+/// audio_info() and decode_audio() of the `size` bytes at `offset` of descriptor `fd` (a shard's
+/// member), read in place (pread, only the parts needed), not copied whole into memory.
+AudioInfo info_at(int fd, std::int64_t offset, std::int64_t size, std::string_view name,
+                  double max_seconds);
+void decode_at(int fd, std::int64_t offset, std::int64_t size, const AudioOptions& options,
+               std::uint64_t seed, std::span<float> out, std::string_view name);
 
 /// Checks `info` against options.max_seconds. \throws DataError naming the file.
 void check_duration(const AudioInfo& info, const AudioOptions& options, std::string_view name);

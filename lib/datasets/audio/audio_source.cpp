@@ -51,7 +51,7 @@ sf_count_t audio_vio_read(void* ptr, sf_count_t count, void* user) {
   sf_count_t done = 0;
   while (done < n) {
     const ssize_t got = ::pread(s.fd, static_cast<char*>(ptr) + done,
-                                static_cast<std::size_t>(n - done), s.position + done);
+                                static_cast<std::size_t>(n - done), s.base + s.position + done);
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) break;  // an error or a file that shrank: libsndfile sees a short read
     done += got;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/checked.hpp"
+#include "datasets/audio/audio_internal.hpp"
 #include "datasets/common/integer_text.hpp"
 #include "datasets/webdataset/webdataset_internal.hpp"
 #include "ferry/error.hpp"
@@ -132,29 +133,27 @@ std::int64_t parse_cls(std::string_view text, const detail::FileLabel& label, st
                        : " (beyond the range of i64)"));
 }
 
-// A member of encoded sound read into this thread's buffer (as images are).
+// A member of encoded sound: decoded in place from the shard (pread through libsndfile, only the
+// parts needed), never copied whole into memory.
 constexpr std::uint64_t kMaxAudioMemberBytes = std::uint64_t{1} << 31;
 
-std::span<std::byte> read_audio_member(int fd, const Loc& loc, const detail::FileLabel& label,
-                                       const std::string& what) {
+void check_audio_member(const Loc& loc, const detail::FileLabel& label, const std::string& what) {
   if (loc.size > kMaxAudioMemberBytes) {
     throw DataError(label.at(loc.offset) + what + ": a sound file of " + std::to_string(loc.size) +
                     " bytes (at most 2 GiB)");
   }
-  const std::span<std::byte> bytes = image_buffer(static_cast<std::size_t>(loc.size));
-  detail::wds::pread_exact(fd, bytes, loc.offset, label, what);
-  return bytes;
 }
 
 }  // namespace
 
 std::int64_t detail::wds::audio_member_rows(int fd, const Loc& loc, const AudioOptions& options,
                                             const FileLabel& label, const std::string& what) {
-  const TrimImageBuffer trim;
+  check_audio_member(loc, label, what);
   const std::string name = label.prefix() + what;
   return audio_length(
-      audio_info(read_audio_member(fd, loc, label, what), name, options.max_seconds), options,
-      name);
+      detail::audio::info_at(fd, static_cast<std::int64_t>(loc.offset),
+                             static_cast<std::int64_t>(loc.size), name, options.max_seconds),
+      options, name);
 }
 
 std::size_t detail::wds::image_buffer_bytes() noexcept { return image_scratch().capacity; }
@@ -240,13 +239,14 @@ void WebDataset::read(std::size_t index, SampleRef out) const {
         break;
       }
       case Kind::audio: {
-        const TrimImageBuffer trim;
-        const std::span<const std::byte> bytes = read_audio_member(fd.get(), loc, label, what);
+        check_audio_member(loc, label, what);
         name.clear();
         label.append_prefix(name);
         name += what;
-        decode_audio(bytes, impl.options.audio, out.seed(),
-                     {out.as<float>(f), out.nbytes(f) / sizeof(float)}, name);
+        detail::audio::decode_at(fd.get(), static_cast<std::int64_t>(loc.offset),
+                                 static_cast<std::int64_t>(loc.size), impl.options.audio,
+                                 out.seed(), {out.as<float>(f), out.nbytes(f) / sizeof(float)},
+                                 name);
         break;
       }
       case Kind::image: {
