@@ -58,7 +58,10 @@ struct FERRY_API AudioOptions {
   double clip_seconds = 0;
   AudioCrop crop = AudioCrop::random;
   /// Set: the field is the log-mel spectrogram f32 [frames, n_mels] instead of the waveform
-  /// (channels must then be 1).
+  /// (channels must then be 1). Memory: the waveform it is computed from (the clip, or without
+  /// one the whole resampled file) is held while it is computed, 4 bytes a frame beside the
+  /// spectrogram returned: 3000 s at 16 kHz hold 183 MiB, however small the result (bound it with
+  /// max_seconds, or a clip).
   std::optional<MelOptions> mel;
   /// A file whose header claims more is a DataError naming it, before anything is decoded.
   double max_seconds = 3600;
@@ -124,7 +127,8 @@ FERRY_API void check_audio_options(const AudioOptions& options);
 /// options.crop says (random from `seed`: pass SampleRef::seed()); only the frames the clip
 /// needs are decoded (libsndfile seeks to them), and the file's last frame, so that a file cut
 /// short is a DataError whatever the clip. Memory: the clip returned plus fixed buffers,
-/// whatever the file's length. Any thread may call it.
+/// whatever the file's length (with mel, the clip's waveform too: see AudioOptions::mel). Any
+/// thread may call it.
 /// \throws ConfigError for bad options or an `out` of another size; DataError "<name>: <reason>"
 /// for a file audio_info() refuses, one longer than max_seconds, or one that fails or ends early
 /// while decoding (corrupt, truncated).
