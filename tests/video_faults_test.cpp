@@ -277,3 +277,34 @@ TEST_F(VideoFaultsTest, ASidecarStillObeysMaxSeconds) {
 }
 
 }  // namespace
+
+// A stream copy cut from the middle: the frames before its first keyframe, and the leading ones
+// shown before it (an open GOP's B-frames without timestamps; in AVI, B-frames that refer to
+// frames cut away), are no frames, in the index and in every clip; frame 0 is the keyframe.
+TEST_F(VideoFaultsTest, AStreamCutFromTheMiddleCountsItsFramesFromItsFirstKeyframe) {
+  for (const auto& [name, first] : {std::pair<std::string, int>{"opengopcut.mkv", 20},
+                                    std::pair<std::string, int>{"pcut.avi", 24}}) {
+    SCOPED_TRACE(name);
+    write("a/" + name, fixture(name));
+    VideoOptions o = options();
+    o.height = 48;
+    o.width = 64;
+    o.frames = 1;
+    const std::int64_t n = VideoFolder::open(dir_, o)->frame_count(0);
+    EXPECT_EQ(n, 60 - first);
+    o.frames = static_cast<int>(n);
+    o.stride = 1;
+    o.start = ClipStart::start;
+    const std::vector<std::uint8_t> clip = read_clip(*VideoFolder::open(dir_, o), 0);
+    // Frame t shows its source's number in binary: bar b (8 pixels wide) white when bit b is set.
+    const std::size_t row = 64 * 3;
+    for (std::int64_t t = 0; t < n; ++t) {
+      const std::uint8_t* mid = clip.data() + static_cast<std::size_t>(t) * 48 * row + 24 * row;
+      int shown = 0;
+      for (int b = 0; b < 8; ++b)
+        shown |= mid[static_cast<std::size_t>(b * 8 + 4) * 3 + 1] > 128 ? 1 << b : 0;
+      EXPECT_EQ(shown, first + t) << "frame " << t;
+    }
+    fs::remove_all(dir_ / "a");
+  }
+}

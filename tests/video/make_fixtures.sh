@@ -13,6 +13,10 @@
 #   trim.mp4    bf.mp4 from 0.5 s on, stream copied: an edit list, its first keyframe discarded
 #   fast.mp4    H.264 with the index (moov) before the data (+faststart), 40 frames
 #   audio.mkv   a sine tone and no video stream
+#   opengopcut.mkv  an open GOP H.264 (60 frames, a keyframe every 20) cut at 1 s by a stream
+#               copy: leading B-frames without timestamps; its first keyframe shows frame 20
+#   pcut.avi    MPEG-4 with B-frames (60 frames) cut at 0.5 s with -copyinkf: it starts on
+#               non-keyframes; its first keyframe shows frame 24
 set -euo pipefail
 out=$1
 mkdir -p "$out"
@@ -35,3 +39,9 @@ ff -f lavfi -i "$(src)" -frames:v 40 -c:v libx264 -preset ultrafast -bf 2 -g 12 
    -movflags +faststart "$out/fast.mp4"
 ff -ss 0.5 -i "$out/bf.mp4" -c copy "$out/trim.mp4"
 ff -f lavfi -i "sine=frequency=440:duration=0.5" -c:a pcm_s16le "$out/audio.mkv"
+ff -f lavfi -i "$(src)" -frames:v 60 -c:v libx264 -preset veryfast -qp 10 -bf 3 \
+   -x264-params keyint=20:min-keyint=20:open-gop=1:scenecut=0:b-adapt=0 "$out/opengop.tmp.mkv"
+ff -ss 1.0 -i "$out/opengop.tmp.mkv" -c copy "$out/opengopcut.mkv"
+ff -f lavfi -i "$(src)" -frames:v 60 -c:v mpeg4 -bf 2 -g 12 -q:v 2 "$out/mpeg4b.tmp.avi"
+ff -i "$out/mpeg4b.tmp.avi" -ss 0.5 -copyinkf -c copy "$out/pcut.avi"
+rm "$out/opengop.tmp.mkv" "$out/mpeg4b.tmp.avi"
