@@ -135,7 +135,7 @@ std::uint32_t le32(const std::byte* p) {
 // A RIFF WAV whose data chunk's size (by its header) is more than the bytes the file holds
 // after it: libsndfile quietly reads what is there, so a file cut short would be delivered
 // short. Returns the bytes said and found, or nothing when the file is whole (or not RIFF WAV,
-// or a stream that gives no size: 0 or 0xffffffff).
+// or written to a pipe, giving no size: 0, 0x7ffff000 or more).
 std::optional<std::pair<std::int64_t, std::int64_t>> wav_data_cut(ByteSource& source) {
   std::array<std::byte, 12> riff{};
   if (read_at(source, 0, riff.data(), riff.size()) != riff.size() ||
@@ -148,7 +148,8 @@ std::optional<std::pair<std::int64_t, std::int64_t>> wav_data_cut(ByteSource& so
   for (int n = 0; n < 4096 && read_at(source, at, chunk.data(), 8) == 8; ++n) {
     const std::int64_t size = le32(chunk.data() + 4);
     if (std::memcmp(chunk.data(), "data", 4) == 0) {
-      if (size == 0 || size == 0xffffffffLL) return std::nullopt;
+      // Sizes a writer to a pipe leaves (0, sox's 0x7ffff000, 0xffffffff): not known.
+      if (size == 0 || size >= 0x7ffff000LL) return std::nullopt;
       const std::int64_t there = source.size - (at + 8);
       if (size > there) return std::make_pair(size, there);
       return std::nullopt;
