@@ -887,8 +887,8 @@ TEST(ParquetForgedSizes, ADictionaryValueRepeatedByEveryRowIsSizedNotMade) {
   w.out.insert(w.out.end(), indices.begin(), indices.end());
   pq::RawColumn sizes;
   sizes.sizes_only = true;
-  const pq::RawColumn sized =
-      pq::decode_chunk(w.out, pq::Physical::byte_array, pq::Codec::uncompressed, 0, kRepeats, sizes);
+  const pq::RawColumn sized = pq::decode_chunk(w.out, pq::Physical::byte_array,
+                                               pq::Codec::uncompressed, 0, kRepeats, sizes);
   EXPECT_TRUE(sized.bytes.empty());
   ASSERT_EQ(sized.offsets.size(), kRepeats + 1);
   for (std::size_t r = 0; r < kRepeats; ++r) ASSERT_EQ(sized.size(r), kValue) << r;

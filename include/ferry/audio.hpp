@@ -139,6 +139,15 @@ FERRY_API void decode_audio(std::span<const std::byte> encoded, const AudioOptio
 FERRY_API void decode_audio_file(const std::filesystem::path& file, const AudioOptions& options,
                                  std::uint64_t seed, std::span<float> out,
                                  std::string_view name = {});
+/// audio_info() and decode_audio() of the `size` bytes at `offset` of the open descriptor `fd`
+/// (a member of a shard), read in place (pread, only the parts needed), never copied whole into
+/// memory. The same errors as theirs.
+FERRY_API AudioInfo audio_info_at(int fd, std::int64_t offset, std::int64_t size,
+                                  std::string_view name,
+                                  double max_seconds = AudioOptions{}.max_seconds);
+FERRY_API void decode_audio_at(int fd, std::int64_t offset, std::int64_t size,
+                               const AudioOptions& options, std::uint64_t seed,
+                               std::span<float> out, std::string_view name);
 
 /// Sound files in class folders: root/<class>/<file>, classes sorted by name, files with
 /// extensions .wav, .flac, .ogg, .opus or .mp3 in any case (others are ignored). Fields "audio"

@@ -182,21 +182,20 @@ void decode_audio_file(const std::filesystem::path& file, const AudioOptions& op
   detail::audio::decode(sound, options, seed, out, label);
 }
 
-AudioInfo detail::audio::info_at(int fd, std::int64_t offset, std::int64_t size,
-                                 std::string_view name, double max_seconds) {
-  ByteSource source{fd, {}, size, 0, offset};
-  const SoundFile file(source, name, max_seconds);
+AudioInfo audio_info_at(int fd, std::int64_t offset, std::int64_t size, std::string_view name,
+                        double max_seconds) {
+  detail::audio::ByteSource source{fd, {}, size, 0, offset};
+  const detail::audio::SoundFile file(source, name, max_seconds);
   return file.info();
 }
 
-void detail::audio::decode_at(int fd, std::int64_t offset, std::int64_t size,
-                              const AudioOptions& options, std::uint64_t seed, std::span<float> out,
-                              std::string_view name) {
-  check_options(options, kAudioMaxChannels);
-  ByteSource source{fd, {}, size, 0, offset};
-  SoundFile file(source, name, options.max_seconds);
+void decode_audio_at(int fd, std::int64_t offset, std::int64_t size, const AudioOptions& options,
+                     std::uint64_t seed, std::span<float> out, std::string_view name) {
+  detail::audio::check_options(options, kAudioMaxChannels);
+  detail::audio::ByteSource source{fd, {}, size, 0, offset};
+  detail::audio::SoundFile file(source, name, options.max_seconds);
   check_out(file.info(), options, out, name);
-  decode(file, options, seed, out, name);
+  detail::audio::decode(file, options, seed, out, name);
 }
 
 }  // namespace ferry

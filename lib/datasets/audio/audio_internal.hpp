@@ -110,13 +110,6 @@ void check_options(const AudioOptions& options, int most_channels);
 /// DataError "<name>: <what>".
 [[noreturn]] void fail(std::string_view name, std::string_view what);
 
-/// audio_info() and decode_audio() of the `size` bytes at `offset` of descriptor `fd` (a shard's
-/// member), read in place (pread, only the parts needed), not copied whole into memory.
-AudioInfo info_at(int fd, std::int64_t offset, std::int64_t size, std::string_view name,
-                  double max_seconds);
-void decode_at(int fd, std::int64_t offset, std::int64_t size, const AudioOptions& options,
-               std::uint64_t seed, std::span<float> out, std::string_view name);
-
 /// Checks `info` against options.max_seconds. \throws DataError naming the file.
 void check_duration(const AudioInfo& info, const AudioOptions& options, std::string_view name);
 

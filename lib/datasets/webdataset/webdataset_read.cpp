@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "core/checked.hpp"
-#include "datasets/audio/audio_internal.hpp"
 #include "datasets/common/integer_text.hpp"
 #include "datasets/webdataset/webdataset_internal.hpp"
 #include "ferry/error.hpp"
@@ -150,10 +149,9 @@ std::int64_t detail::wds::audio_member_rows(int fd, const Loc& loc, const AudioO
                                             const FileLabel& label, const std::string& what) {
   check_audio_member(loc, label, what);
   const std::string name = label.prefix() + what;
-  return audio_length(
-      detail::audio::info_at(fd, static_cast<std::int64_t>(loc.offset),
-                             static_cast<std::int64_t>(loc.size), name, options.max_seconds),
-      options, name);
+  return audio_length(audio_info_at(fd, static_cast<std::int64_t>(loc.offset),
+                                    static_cast<std::int64_t>(loc.size), name, options.max_seconds),
+                      options, name);
 }
 
 std::size_t detail::wds::image_buffer_bytes() noexcept { return image_scratch().capacity; }
@@ -243,10 +241,9 @@ void WebDataset::read(std::size_t index, SampleRef out) const {
         name.clear();
         label.append_prefix(name);
         name += what;
-        detail::audio::decode_at(fd.get(), static_cast<std::int64_t>(loc.offset),
-                                 static_cast<std::int64_t>(loc.size), impl.options.audio,
-                                 out.seed(), {out.as<float>(f), out.nbytes(f) / sizeof(float)},
-                                 name);
+        decode_audio_at(fd.get(), static_cast<std::int64_t>(loc.offset),
+                        static_cast<std::int64_t>(loc.size), impl.options.audio, out.seed(),
+                        {out.as<float>(f), out.nbytes(f) / sizeof(float)}, name);
         break;
       }
       case Kind::image: {
