@@ -137,6 +137,12 @@ std::uint64_t ProcessPool::started() const {
 }
 
 void ProcessPool::start(Child& c) {
+  // Inside a PythonRegion: the exit hook waits for the start to finish (multiprocessing gives
+  // up the GIL within it, and a daemon thread that takes it back once the interpreter finalizes
+  // is ended by Python, its unwinding through these frames crashing the process, 1 exit in 50).
+  // Once exit has begun, no process starts.
+  const PythonRegion region;
+  if (!region.entered()) throw Error("Python dataset: the interpreter is exiting");
   retire(c);  // what is left of the process before it, if any: its socket, memfd and mapping
   const std::size_t bytes = kMinScratch;
   py::list close_fds;
