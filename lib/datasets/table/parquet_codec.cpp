@@ -53,9 +53,12 @@ std::uint32_t load_be32(const std::byte* p) noexcept {
          (static_cast<std::uint32_t>(p[2]) << 8) | static_cast<std::uint32_t>(p[3]);
 }
 
-/// The LZ4 codec of old writers: Hadoop's framing (blocks each after its 4-byte big-endian
-/// decompressed and compressed sizes), or, failing that, one bare LZ4 block.
-bool lz4_hadoop(std::span<const std::byte> in, std::span<std::byte> out) {
+/// Hadoop's LZ4 framing (the LZ4 codec of old writers): blocks, each after its 4-byte big-endian
+/// decompressed and compressed sizes, that make `total` bytes in all. `block(packed, at, raw)`
+/// takes each block's bytes, where its output starts and its size; false when the framing (or a
+/// block) is not that.
+template <class Block>
+bool hadoop_blocks(std::span<const std::byte> in, std::size_t total, Block&& block) {
   std::size_t ip = 0;
   std::size_t op = 0;
   while (ip < in.size()) {
@@ -63,12 +66,20 @@ bool lz4_hadoop(std::span<const std::byte> in, std::span<std::byte> out) {
     const std::uint32_t raw = load_be32(in.data() + ip);
     const std::uint32_t packed = load_be32(in.data() + ip + 4);
     ip += 8;
-    if (packed > in.size() - ip || raw > out.size() - op) return false;
-    if (!lz4_block(in.subspan(ip, packed), out.subspan(op, raw))) return false;
+    if (packed > in.size() - ip || raw > total - op) return false;
+    if (!block(in.subspan(ip, packed), op, raw)) return false;
     ip += packed;
     op += raw;
   }
-  return op == out.size();
+  return op == total;
+}
+
+/// Hadoop's framing into exactly `out` (or, failing that, the caller tries one bare block).
+bool lz4_hadoop(std::span<const std::byte> in, std::span<std::byte> out) {
+  return hadoop_blocks(in, out.size(),
+                       [&](std::span<const std::byte> packed, std::size_t at, std::size_t raw) {
+                         return lz4_block(packed, out.subspan(at, raw));
+                       });
 }
 
 struct FreeBrotli {
@@ -206,19 +217,10 @@ std::optional<std::size_t> lz4_block_size(std::span<const std::byte> in) {
 /// Whether `in` is Hadoop's LZ4 framing of blocks that make `size` bytes in all (each block's
 /// size read from its sequences, as lz4_block_size()).
 bool lz4_hadoop_size(std::span<const std::byte> in, std::size_t size) {
-  std::size_t ip = 0;
-  std::size_t op = 0;
-  while (ip < in.size()) {
-    if (in.size() - ip < 8) return false;
-    const std::uint32_t raw = load_be32(in.data() + ip);
-    const std::uint32_t packed = load_be32(in.data() + ip + 4);
-    ip += 8;
-    if (packed > in.size() - ip || raw > size - op) return false;
-    if (lz4_block_size(in.subspan(ip, packed)) != raw) return false;
-    ip += packed;
-    op += raw;
-  }
-  return op == size;
+  return hadoop_blocks(in, size,
+                       [](std::span<const std::byte> packed, std::size_t, std::size_t raw) {
+                         return lz4_block_size(packed) == raw;
+                       });
 }
 
 }  // namespace
