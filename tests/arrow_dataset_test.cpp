@@ -843,6 +843,31 @@ TEST_F(ArrowFiles, AForgedDecompressedLengthIsADataErrorNotAnAllocation) {
   }
 }
 
+TEST_F(ArrowFiles, TextOffsetsPastTheValuesAreADataErrorAtOpen) {
+  // one_text.arrow: a utf8 column of 8 bytes, its last offset forged to 2^31 - 1. open() took it
+  // as a value of 2^31 bytes, and a loader of batches of 2 then asked for 4 GiB ("out of host
+  // memory", a ConfigError naming no file). The offsets are checked against the values' stored
+  // length at open, where the lengths are read.
+  Bytes bad = read_bytes(file("one_text.arrow"));
+  const Bytes offsets = {0, 0, 0, 0, 2, 0, 0, 0, 4, 0, 0, 0, 8, 0, 0, 0};
+  const auto at = std::search(bad.begin(), bad.end(), offsets.begin(), offsets.end());
+  ASSERT_NE(at, bad.end());
+  const std::int32_t forged = 0x7fffffff;
+  std::memcpy(&*(at + 12), &forged, 4);
+  const fs::path path = scratch_ / "text_past.arrow";
+  write_bytes(path, bad);
+  expect_error<DataError>(
+      [&] { static_cast<void>(ArrowDataset::open({path}, {})); },
+      {path.string(), "record batch 0", "offsets reach 2147483647, past its 8 values"});
+  // Unforged, it reads.
+  const auto ds = ArrowDataset::open({file("one_text.arrow")}, {});
+  ASSERT_EQ(ds->size(), 3U);
+  ferry::Loader loader(ds, loader_options(3, false, 1));
+  for (const ferry::Batch& b : loader.epoch(0)) {
+    EXPECT_EQ(values<std::uint8_t>(b, "t", 2, true), (Bytes{'e', 'f', 'g', 'h'}));
+  }
+}
+
 TEST_F(ArrowFiles, ABufferThatDecompressesFarPastItsBytesCountsInTheBudgetAtItsLength) {
   // big_zstd.arrow with its column's frame replaced by one that makes 64 MiB of zeros (a few KiB
   // of zstd, then a skippable frame to the old frame's size), its prefix saying so: a legal

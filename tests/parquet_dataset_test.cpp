@@ -668,6 +668,121 @@ TEST(ParquetForgedFile, ListsNestedDeepInTheFooterAreADataErrorNotACrash) {
   fs::remove(path);
 }
 
+/// Thrift's compact protocol, as much as a footer needs (tests only).
+struct CompactWriter {
+  std::vector<std::uint8_t> out;
+  void varint(std::uint64_t v) {
+    for (; v >= 0x80; v >>= 7) out.push_back(static_cast<std::uint8_t>((v & 0x7f) | 0x80));
+    out.push_back(static_cast<std::uint8_t>(v));
+  }
+  void field(int delta, int type) { out.push_back(static_cast<std::uint8_t>((delta << 4) | type)); }
+  void i32(int delta, std::int32_t v) {
+    field(delta, 5);
+    varint((static_cast<std::uint64_t>(static_cast<std::uint32_t>(v)) << 1) ^
+           static_cast<std::uint64_t>(static_cast<std::uint32_t>(v >> 31)));
+  }
+  void i64(int delta, std::int64_t v) {
+    field(delta, 6);
+    varint((static_cast<std::uint64_t>(v) << 1) ^ static_cast<std::uint64_t>(v >> 63));
+  }
+  void text(int delta, const std::string& v) {
+    field(delta, 8);
+    varint(v.size());
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  void list(int delta, int type, std::size_t n) {  // a list field of n elements (n < 15)
+    field(delta, 9);
+    out.push_back(static_cast<std::uint8_t>((n << 4) | static_cast<std::size_t>(type)));
+  }
+  void stop() { out.push_back(0); }
+};
+
+/// A Parquet file of one required INT32 column "a": one page of `values` at byte 4, and a footer
+/// of `groups` row groups, each listing that one chunk.
+std::vector<std::uint8_t> parquet_with_shared_chunk(const std::vector<std::int32_t>& values,
+                                                    std::size_t groups) {
+  const auto bytes = static_cast<std::int32_t>(values.size() * 4);
+  CompactWriter page;
+  page.i32(1, 0);  // DATA_PAGE
+  page.i32(1, bytes);
+  page.i32(1, bytes);
+  page.field(2, 12);  // field 5: DataPageHeader
+  page.i32(1, static_cast<std::int32_t>(values.size()));
+  page.i32(1, 0);  // PLAIN
+  page.i32(1, 3);
+  page.i32(1, 3);
+  page.stop();
+  page.stop();
+  const auto* v = reinterpret_cast<const std::uint8_t*>(values.data());
+  page.out.insert(page.out.end(), v, v + values.size() * 4);
+  const auto chunk = static_cast<std::int64_t>(page.out.size());
+  const auto rows = static_cast<std::int64_t>(values.size());
+  CompactWriter f;
+  f.i32(1, 1);       // version
+  f.list(1, 12, 2);  // schema
+  f.text(4, "schema");
+  f.i32(1, 1);  // num_children
+  f.stop();
+  f.i32(1, 1);  // INT32
+  f.i32(2, 0);  // REQUIRED
+  f.text(1, "a");
+  f.stop();
+  f.i64(1, rows * static_cast<std::int64_t>(groups));
+  f.list(1, 12, groups);  // row_groups
+  for (std::size_t g = 0; g < groups; ++g) {
+    f.list(1, 12, 1);  // columns
+    f.i64(2, 4);       // file_offset
+    f.field(1, 12);    // meta_data
+    f.i32(1, 1);       // INT32
+    f.list(1, 5, 1);   // encodings: PLAIN
+    f.varint(0);
+    f.list(1, 8, 1);  // path_in_schema
+    f.varint(1);
+    f.out.push_back('a');
+    f.i32(1, 0);  // UNCOMPRESSED
+    f.i64(1, rows);
+    f.i64(1, chunk);
+    f.i64(1, chunk);
+    f.i64(2, 4);  // data_page_offset
+    f.stop();
+    f.stop();
+    f.i64(1, chunk);  // total_byte_size
+    f.i64(1, rows);
+    f.stop();
+  }
+  f.stop();
+  std::vector<std::uint8_t> file = {'P', 'A', 'R', '1'};
+  file.insert(file.end(), page.out.begin(), page.out.end());
+  file.insert(file.end(), f.out.begin(), f.out.end());
+  const auto footer = static_cast<std::uint32_t>(f.out.size());
+  for (int i = 0; i < 4; ++i) file.push_back(static_cast<std::uint8_t>((footer >> (8 * i)) & 0xff));
+  file.insert(file.end(), {'P', 'A', 'R', '1'});
+  return file;
+}
+
+TEST(ParquetForgedFile, RowGroupsSharingAChunkAreADataErrorAtOpen) {
+  // A chunk listed by several row groups: each would decode the same bytes again, so a file of
+  // a few megabytes claimed hundreds of millions of rows, and open() spent minutes and
+  // gigabytes scanning them. Chunks must not overlap; one row group alone reads.
+  const std::vector<std::int32_t> values = {7, 8, 9};
+  const fs::path path =
+      fs::temp_directory_path() / ("ferry_shared_" + std::to_string(::getpid()) + ".parquet");
+  write_bytes(path, parquet_with_shared_chunk(values, 1));
+  const auto one = ParquetDataset::open({path}, {});
+  ASSERT_EQ(one->size(), 3U);
+  ferry::Loader loader(one, ferry::testing::table_loader_options(3, false, 1, 0));
+  std::vector<std::int32_t> got;
+  for (const ferry::Batch& b : loader.epoch(0)) {
+    for (std::size_t j = 0; j < b.size(); ++j) got.push_back(b["a"].data<std::int32_t>()[j]);
+  }
+  EXPECT_EQ(got, values);
+  write_bytes(path, parquet_with_shared_chunk(values, 3));
+  expect_error<DataError>([&] { static_cast<void>(ParquetDataset::open({path}, {})); },
+                          {"ParquetDataset: " + path.string(), "row group 1, column \"a\"",
+                           "overlap those of row group 0, column \"a\" (bytes 4 to"});
+  fs::remove(path);
+}
+
 TEST_F(ParquetFiles, FilesWhoseSchemasDifferAreAConfigErrorNamingBoth) {
   // Every column read: a column of the second file that the first lacks is not dropped.
   const fs::path a = file("schema_a.parquet");

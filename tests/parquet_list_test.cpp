@@ -902,6 +902,65 @@ TEST(ParquetForgedSizes, ADictionaryValueRepeatedByEveryRowIsSizedNotMade) {
       {"page 1", "byte arrays of more than 1048576 bytes in one chunk (row 16)"});
 }
 
+TEST(ParquetForgedSizes, DeltaByteArrayPrefixesClaimingTerabytesAreRefusedBeforeAnythingIsMade) {
+  // One DELTA_BYTE_ARRAY page of 2^20 values in about 1.1 MB: prefix lengths 0, 1, 2, ... and
+  // suffixes of one byte, so that each value is the one before and a byte (half a terabyte in
+  // all). The values' lengths are summed before any value is made: refused at the page's limit
+  // (1 GiB) with nothing allocated. Before, the decode made the values up to that limit (about
+  // 1.8 GB at its peak, 25 s; open() scans it too): under an address space of 1 GiB here,
+  // std::bad_alloc.
+  namespace pq = ferry::detail::parquet;
+  constexpr std::uint64_t kValues = std::uint64_t{1} << 20;
+  PageWriter body;
+  // DELTA_BINARY_PACKED: blocks of 128 values in 4 miniblocks, `first`, then every delta `step`
+  // (each block: its minimum delta, then four bit widths of 0 and no packed bits).
+  const auto deltas = [&](std::uint64_t first, std::uint64_t step) {
+    body.varint(128);
+    body.varint(4);
+    body.varint(kValues);
+    body.varint(first << 1);  // zigzag, non-negative
+    for (std::uint64_t b = 0; b < (kValues - 1 + 127) / 128; ++b) {
+      body.varint(step << 1);
+      for (int m = 0; m < 4; ++m) body.byte(0);
+    }
+  };
+  deltas(0, 1);  // prefix lengths 0, 1, 2, ...
+  deltas(1, 0);  // suffix lengths 1, 1, 1, ...
+  body.out.resize(body.out.size() + kValues, std::byte{'x'});
+  PageWriter w;
+  const auto size = static_cast<std::int32_t>(body.out.size());
+  w.i32(1, 0);  // DATA_PAGE
+  w.i32(1, size);
+  w.i32(1, size);
+  w.byte(0x2c);
+  w.i32(1, static_cast<std::int32_t>(kValues));
+  w.i32(1, 7);  // DELTA_BYTE_ARRAY
+  w.i32(1, 3);
+  w.i32(1, 3);
+  w.byte(0);
+  w.byte(0);
+  w.out.insert(w.out.end(), body.out.begin(), body.out.end());
+  for (const bool sizes_only : {true, false}) {  // open()'s scan, and a read
+    const std::string said = ferry::testing::in_child(
+        [&]() -> std::string {
+          try {
+            pq::RawColumn shape;
+            shape.sizes_only = sizes_only;
+            static_cast<void>(pq::decode_chunk(w.out, pq::Physical::byte_array,
+                                               pq::Codec::uncompressed, 0, kValues, shape));
+            return "no error";
+          } catch (const pq::ChunkError& e) {
+            return e.what();
+          }
+        },
+        std::uint64_t{1} << 30, 60);
+    EXPECT_NE(said.find("page 0"), std::string::npos) << said;
+    EXPECT_NE(said.find("DELTA_BYTE_ARRAY values of more than 1 GiB in one page (value 46340)"),
+              std::string::npos)
+        << said;
+  }
+}
+
 /// `values` compressed with `codec` (zstd, gzip or LZ4_RAW) as a Parquet page's body would be.
 std::vector<std::byte> compressed(const std::vector<std::int32_t>& values,
                                   ferry::detail::parquet::Codec codec) {

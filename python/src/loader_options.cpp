@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "binding.hpp"
@@ -86,6 +87,16 @@ LoaderOptions make_options(std::size_t batch_size, bool shuffle, std::uint64_t s
                            std::size_t bucket_window, std::size_t shuffle_window,
                            std::uintptr_t stream, bool autotune, std::uint64_t memory_budget,
                            bool from_env) {
+  // Counts below zero are a ValueError, as those of the unsigned options are (docs/PYTHON.md);
+  // their upper bounds stay ferry's own ConfigErrors.
+  for (const auto& [name, value, least] :
+       {std::tuple{"workers", workers, 0}, std::tuple{"prefetch", prefetch, 1},
+        std::tuple{"device_buffers", device_buffers, 2}}) {
+    if (value < 0) {
+      throw py::value_error(std::string("Loader: ") + name + " is an int >= " +
+                            std::to_string(least) + ", not " + std::to_string(value));
+    }
+  }
   LoaderOptions o = from_env ? LoaderOptions::from_env() : LoaderOptions{};
   o.autotune = autotune;
   o.memory_budget = memory_budget;

@@ -148,6 +148,13 @@ def test_wrong_arguments_name_the_keyword(ferry, tmp_path):
         ferry.Mixture([(Indexed(3), 1.0), (Indexed(3), "heavy")])
     with pytest.raises(ferry.ConfigError, match=r"Mixture: sources\[0\] is a \(dataset, weight\)"):
         ferry.Mixture([Indexed(3)])
+    # A negative count is a ValueError, signed options as unsigned ones (docs/PYTHON.md); workers
+    # was ferry's ConfigError before.
+    for key, least in (("workers", 0), ("prefetch", 1), ("device_buffers", 2)):
+        with pytest.raises(ValueError, match=r"Loader: %s is an int >= %d, not -1" % (key, least)):
+            ferry.Loader(Indexed(3), **{key: -1})
+    with pytest.raises(ValueError, match=r"Loader: batch_size is an int >= 1, not -1"):
+        ferry.Loader(Indexed(3), batch_size=-1)
     csv = tmp_path / "a.csv"
     csv.write_text("a,b,label\n1,2,0\n3,4,1\n")
     with pytest.raises(TypeError, match=r"CsvDataset: label is a column name or index, not 1.5"):

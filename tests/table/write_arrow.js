@@ -234,6 +234,8 @@ write("all_file_lz4.arrow", all, "file", A.CompressionType.LZ4_FRAME);
   const big = new A.Table({ x: A.vectorFromArray(x, new A.Float64()) });
   write("big_zstd.arrow", big, "stream", A.CompressionType.ZSTD);
 }
+// One utf8 column "t" of 8 bytes ("ab", "cd", "efgh"), whose last offset the tests forge.
+write("one_text.arrow", new A.Table({ t: A.vectorFromArray(["ab", "cd", "efgh"], new A.Utf8()) }));
 // Files whose schemas differ: schema_ab.arrow has schema_a.arrow's column and one more.
 {
   const x = A.vectorFromArray([1, 2, 3], new A.Int32());

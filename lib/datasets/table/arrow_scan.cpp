@@ -2,6 +2,7 @@
 // dictionary-encoded and categorical columns, and the lengths of ragged ones.
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <set>
 #include <string>
@@ -48,6 +49,26 @@ void number_dictionaries(ArrowTable& t) {
 }
 
 namespace {
+
+/// The bytes the values buffer `k` of a record batch holds once unpacked, where that is known
+/// without reading it: its stored length in an uncompressed body; in a compressed one its
+/// length prefix (8 bytes, read from the mapped file; -1: stored as it is). A URL's compressed
+/// buffer: unknown (the maximum), checked when the batch is decoded.
+std::int64_t values_bytes(const ArrowFile& f, const ArrowBatch& ab, const arrow::RecordBatch& batch,
+                          std::size_t k) {
+  const arrow::Buffer& buf = batch.buffers[k];
+  if (batch.compression == arrow::Compression::none) return buf.length;
+  constexpr std::int64_t kUnknown = std::numeric_limits<std::int64_t>::max();
+  if (f.remote || buf.offset < 0 || buf.length < 8 ||
+      static_cast<std::uint64_t>(buf.offset) > ab.body_length ||
+      static_cast<std::uint64_t>(buf.length) >
+          ab.body_length - static_cast<std::uint64_t>(buf.offset)) {
+    return kUnknown;  // refused, naming the batch, when it is decoded
+  }
+  std::int64_t length = 0;
+  std::memcpy(&length, f.map->bytes().data() + ab.body + static_cast<std::size_t>(buf.offset), 8);
+  return length < 0 ? buf.length - 8 : length;
+}
 
 /// The top arrays of record batch b's columns `scanned`, with only the buffers the scan reads
 /// (validity and offsets; a categorical column's values too) and the others empty: a URL's other
@@ -104,13 +125,17 @@ std::vector<ArrowArray> scan_arrays(const ArrowTable& t, std::size_t b,
                                  std::to_string(a.buffers[0].size()) + " bytes for " +
                                  std::to_string(a.node.length) + " rows");
       }
-      // A binary column's values were not read: its offsets are checked against them when the
-      // batch is decoded, and here only against each other.
+      // A binary column's values were not read: its offsets are checked against their length as
+      // stored (a forged last offset would otherwise give a ragged field of 2^31 bytes, which
+      // the loader would try to make room for), and against the values themselves when the
+      // batch is decoded.
       std::int64_t limit = std::numeric_limits<std::int64_t>::max();
       if (list) {
         limit = n + 1 < batch.nodes.size() ? batch.nodes[n + 1].length : 0;
       } else if (col.kind == ArrowKind::categorical) {
         limit = static_cast<std::int64_t>(a.buffers[2].size());
+      } else if (first + 2 < batch.buffers.size()) {
+        limit = values_bytes(f, ab, batch, first + 2);
       }
       arrow::check_offsets(a, col.large, limit, list ? "list" : "binary");
     }

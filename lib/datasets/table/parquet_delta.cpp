@@ -161,21 +161,31 @@ void delta_byte_array(std::span<const std::byte> data, std::size_t n, Values& ou
   const std::size_t used = lengths(data, n, prefix);
   Values suffix;
   delta_length_byte_array(data.subspan(used), n, suffix);
-  out.count = n;
-  out.offsets.assign(1, 0);
-  std::size_t prev = 0;  // the value before's first byte in out.bytes
+  // The values' lengths first, from the prefixes and the suffixes' lengths: prefixes repeat
+  // bytes for a few bits each, so a page of a megabyte can claim values of terabytes (each one
+  // byte longer than the one before); they are bounded as a page's decompressed bytes are,
+  // before anything is made.
+  std::size_t total = 0;
   std::size_t prev_len = 0;
   for (std::size_t i = 0; i < n; ++i) {
     if (prefix[i] > prev_len) {
       throw ChunkError("DELTA_BYTE_ARRAY: a prefix of " + std::to_string(prefix[i]) +
                        " bytes of a value of " + std::to_string(prev_len));
     }
-    const std::size_t start = out.bytes.size();
-    // Prefixes repeat bytes for a few bits each: the values a page makes are bounded as its
-    // decompressed bytes are.
-    if (prefix[i] > kMaxPageBytes - start) {
-      throw ChunkError("DELTA_BYTE_ARRAY values of more than 1 GiB in one page");
+    const std::size_t length = prefix[i] + (suffix.offsets[i + 1] - suffix.offsets[i]);
+    if (length > kMaxPageBytes - total) {
+      throw ChunkError("DELTA_BYTE_ARRAY values of more than 1 GiB in one page (value " +
+                       std::to_string(i) + ")");
     }
+    total += length;
+    prev_len = length;
+  }
+  out.count = n;
+  out.offsets.assign(1, 0);
+  out.bytes.reserve(total);
+  std::size_t prev = 0;  // the value before's first byte in out.bytes
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t start = out.bytes.size();
     out.bytes.resize(start + prefix[i]);
     if (prefix[i] > 0) std::memmove(out.bytes.data() + start, out.bytes.data() + prev, prefix[i]);
     out.bytes.insert(out.bytes.end(),
@@ -183,7 +193,6 @@ void delta_byte_array(std::span<const std::byte> data, std::size_t n, Values& ou
                      suffix.bytes.begin() + static_cast<std::ptrdiff_t>(suffix.offsets[i + 1]));
     out.offsets.push_back(out.bytes.size());
     prev = start;
-    prev_len = out.bytes.size() - start;
   }
 }
 

@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "datasets/remote/remote_cache.hpp"
 #include "datasets/table/hf_features.hpp"
@@ -241,6 +242,40 @@ void check_chunks(const ParquetFile& f, std::size_t g, std::size_t data_end,
   }
 }
 
+/// Refuses column chunks whose bytes overlap (one chunk listed by several row groups, or by two
+/// columns): every row they claim would be decoded from the same bytes again, and a small file
+/// could claim rows without end. Chunks of the columns read, sorted by where they start.
+void check_chunks_apart(const ParquetFile& f, const std::vector<TableColumn>& columns) {
+  struct Span {
+    std::int64_t start, end;
+    std::size_t group, column;
+  };
+  std::vector<Span> spans;
+  for (std::size_t g = 0; g < f.groups.size(); ++g) {
+    if (f.groups[g].num_rows == 0) continue;
+    for (std::size_t c = 0; c < columns.size(); ++c) {
+      const parquet::ColumnChunk& ch = f.groups[g].columns[f.leaves[c].leaf];
+      const std::int64_t start = chunk_start(ch);
+      spans.push_back({start, start + ch.total_compressed_size, g, c});
+    }
+  }
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
+    return std::tie(a.start, a.group, a.column) < std::tie(b.start, b.group, b.column);
+  });
+  for (std::size_t i = 1; i < spans.size(); ++i) {
+    const Span& a = spans[i - 1];
+    const Span& b = spans[i];
+    if (b.start < a.end && b.end > b.start && a.end > a.start) {
+      throw DataError(FileLabel{kParquetOpenWho, f.name}.prefix() + "row group " +
+                      std::to_string(b.group) + ", column " + in_quotes(columns[b.column].name) +
+                      ": the chunk's bytes (from byte " + std::to_string(b.start) +
+                      ") overlap those of row group " + std::to_string(a.group) + ", column " +
+                      in_quotes(columns[a.column].name) + " (bytes " + std::to_string(a.start) +
+                      " to " + std::to_string(a.end) + ")");
+    }
+  }
+}
+
 void index_file(ParquetTable& t, ParquetFile& f, bool first) {
   std::size_t data_end = 0;
   parquet::FileMetaData meta = read_footer(f, data_end);
@@ -348,6 +383,7 @@ void index_file(ParquetTable& t, ParquetFile& f, bool first) {
     t.size += rows;
     file_row += rows;
   }
+  check_chunks_apart(f, t.columns);
 }
 
 /// Categories and lengths: what a loader asks of every row before it reads any.
