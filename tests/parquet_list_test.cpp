@@ -653,6 +653,19 @@ struct PageWriter {
     }
     return r;
   }
+  /// A data page v1's header: `size` bytes of `values` values in `encoding`, RLE levels.
+  void data_page_header(std::int32_t size, std::int32_t values, std::int32_t encoding) {
+    i32(1, 0);  // DATA_PAGE
+    i32(1, size);
+    i32(1, size);
+    byte(0x2c);  // field 5, a struct: DataPageHeader
+    i32(1, values);
+    i32(1, encoding);
+    i32(1, 3);  // RLE definition levels
+    i32(1, 3);  // RLE repetition levels
+    byte(0);    // its end
+    byte(0);    // the header's end
+  }
   /// A data page v1 of PLAIN int32 values.
   void page(const std::vector<unsigned>& rep, const std::vector<unsigned>& def,
             const std::vector<std::int32_t>& values) {
@@ -874,16 +887,8 @@ TEST(ParquetForgedSizes, ADictionaryValueRepeatedByEveryRowIsSizedNotMade) {
     indices.push_back(static_cast<std::byte>((v & 0x7f) | (v >= 0x80 ? 0x80 : 0)));
   }
   indices.push_back(std::byte{0});
-  w.i32(1, 0);  // DATA_PAGE
-  w.i32(1, static_cast<std::int32_t>(indices.size()));
-  w.i32(1, static_cast<std::int32_t>(indices.size()));
-  w.byte(0x2c);
-  w.i32(1, static_cast<std::int32_t>(kRepeats));
-  w.i32(1, 8);  // RLE_DICTIONARY
-  w.i32(1, 3);
-  w.i32(1, 3);
-  w.byte(0);
-  w.byte(0);
+  w.data_page_header(static_cast<std::int32_t>(indices.size()), static_cast<std::int32_t>(kRepeats),
+                     8);  // RLE_DICTIONARY
   w.out.insert(w.out.end(), indices.begin(), indices.end());
   pq::RawColumn sizes;
   sizes.sizes_only = true;
@@ -928,17 +933,8 @@ TEST(ParquetForgedSizes, DeltaByteArrayPrefixesClaimingTerabytesAreRefusedBefore
   deltas(1, 0);  // suffix lengths 1, 1, 1, ...
   body.out.resize(body.out.size() + kValues, std::byte{'x'});
   PageWriter w;
-  const auto size = static_cast<std::int32_t>(body.out.size());
-  w.i32(1, 0);  // DATA_PAGE
-  w.i32(1, size);
-  w.i32(1, size);
-  w.byte(0x2c);
-  w.i32(1, static_cast<std::int32_t>(kValues));
-  w.i32(1, 7);  // DELTA_BYTE_ARRAY
-  w.i32(1, 3);
-  w.i32(1, 3);
-  w.byte(0);
-  w.byte(0);
+  w.data_page_header(static_cast<std::int32_t>(body.out.size()), static_cast<std::int32_t>(kValues),
+                     7);  // DELTA_BYTE_ARRAY
   w.out.insert(w.out.end(), body.out.begin(), body.out.end());
   for (const bool sizes_only : {true, false}) {  // open()'s scan, and a read
     const std::string said = ferry::testing::in_child(
