@@ -868,6 +868,42 @@ TEST_F(ArrowFiles, TextOffsetsPastTheValuesAreADataErrorAtOpen) {
   }
 }
 
+TEST_F(ArrowFiles, AFixedSizeListLongerThanItsStoredValuesIsADataErrorAtOpen) {
+  // one_fsl.arrow: fixed_size_list<int64>[4951] of 2 rows, its list size forged in the schema.
+  // Forged to 2^31 - 1, open() took it as a field of 16 GiB a sample, and a loader then asked for
+  // that much ("out of host memory", a ConfigError naming no file). A local file's values as
+  // stored are checked against its rows at open: one value more than stored is refused as well.
+  const Bytes good = read_bytes(file("one_fsl.arrow"));
+  const Bytes size = {0x57, 0x13, 0, 0};
+  const auto at = std::search(good.begin(), good.end(), size.begin(), size.end());
+  ASSERT_NE(at, good.end());
+  ASSERT_EQ(std::search(at + 1, good.end(), size.begin(), size.end()), good.end());
+  for (const std::int32_t forged : {0x7fffffff, 4952}) {
+    Bytes bad = good;
+    std::memcpy(bad.data() + (at - good.begin()), &forged, 4);
+    const fs::path path = scratch_ / ("fsl_" + std::to_string(forged) + ".arrow");
+    write_bytes(path, bad);
+    expect_error<DataError>(
+        [&] { static_cast<void>(ArrowDataset::open({path}, {})); },
+        {path.string(), "record batch 0", "column \"v\"",
+         "its values take 79216 bytes, not the " + std::to_string(std::int64_t{2} * forged * 8) +
+             " its 2 rows need"});
+  }
+  // Unforged, it reads.
+  const auto ds = ArrowDataset::open({file("one_fsl.arrow")}, {});
+  ferry::Loader loader(ds, loader_options(2, false, 1));
+  for (const ferry::Batch& b : loader.epoch(0)) {
+    ASSERT_EQ(b.size(), 2U);
+    for (std::size_t r = 0; r < 2; ++r) {
+      const std::vector<std::int64_t> v = values<std::int64_t>(b, "v", r, false);
+      ASSERT_EQ(v.size(), 4951U);
+      for (std::size_t k = 0; k < v.size(); ++k) {
+        ASSERT_EQ(v[k], static_cast<std::int64_t>(r * 100000 + 2 * k)) << r << " " << k;
+      }
+    }
+  }
+}
+
 TEST_F(ArrowFiles, ABufferThatDecompressesFarPastItsBytesCountsInTheBudgetAtItsLength) {
   // big_zstd.arrow with its column's frame replaced by one that makes 64 MiB of zeros (a few KiB
   // of zstd, then a skippable frame to the old frame's size), its prefix saying so: a legal

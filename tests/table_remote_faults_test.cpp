@@ -22,6 +22,7 @@
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "expect_error.hpp"
@@ -291,3 +292,50 @@ TEST_F(TableRemoteFaults, HeadersThatComeOneByteAtATimeAreProgress) {
 }
 
 }  // namespace
+
+TEST_F(TableRemoteFaults, AnEpochEndedDuringAStalledFetchDoesNotWaitItOutNorFailTheNext) {
+  // Every range but the footer's stalls while `stall` holds (a head, then nothing); then all
+  // are answered. The retries would wait 4 x 5 s for a stalled range.
+  std::atomic<bool> stall{true};
+  std::atomic<int> stalled{0};
+  const TinyServer server([&](const std::string&, int fd, const TinyServer& s) {
+    std::uint64_t first = 0, n = 0;
+    if (!asked(first, n)) return;
+    const bool tail = first + n == file_.size() && n >= (std::uint64_t{64} << 10);
+    if (tail || !stall.load()) return answer_range(fd, first, n);
+    ++stalled;
+    TinyServer::send_all(fd, range_head(first, n));
+    s.pause(30);
+  });
+  TableOptions o;
+  o.columns = {"c07"};
+  o.remote = remote(5, 3);
+  const auto ds = ParquetDataset::open({server.url("wide.parquet")}, o);
+  ferry::Loader loader(ds, ferry::testing::table_loader_options(64, false, 2, 0));
+  double ended = 0;
+  {
+    ferry::Epoch epoch = loader.epoch(0);
+    const ferry::Batch* batch = nullptr;
+    EXPECT_FALSE(epoch.try_next(std::chrono::milliseconds(300), batch));
+    for (const auto t0 = Clock::now(); stalled.load() == 0 && seconds_since(t0) < 5;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_GT(stalled.load(), 0);
+    const auto start = Clock::now();
+    epoch.cancel();
+    { const ferry::Epoch gone = std::move(epoch); }  // joins the reads
+    ended = seconds_since(start);
+  }
+  EXPECT_LT(ended, 2.0) << "the epoch waited for the stalled fetch's retries";
+  // The dataset lives on, and its ranges are answered now: the next epoch reads every row
+  // (no read of the first was kept as a row group's failure).
+  stall = false;
+  std::vector<double> seen(2000, -1);
+  for (const ferry::Batch& b : loader.epoch(1)) {
+    const auto* v = static_cast<const double*>(b["c07"].data());
+    for (std::size_t j = 0; j < b.size(); ++j) seen.at(b.indices()[j]) = v[j];
+  }
+  for (std::size_t r = 0; r < 2000; ++r) {
+    ASSERT_EQ(seen[r], static_cast<double>(r) * 50 + 7 + 0.5) << "row " << r;
+  }
+}

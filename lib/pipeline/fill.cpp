@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/read_stop.hpp"
 #include "core/tsan.hpp"
 #include "pipeline/fault.hpp"
 
@@ -57,6 +58,9 @@ void fill_range(RunState& run, Slot& slot, std::size_t begin, std::size_t end,
   const BatchLayout& layout = *impl.layout;
   const bool ops_here = !impl.device_path && layout.has_ops();
   HostOps host;
+  // A read that waits on something outside it (a stalled server, another thread's fetch) gives
+  // up when this run stops.
+  const ReadStopScope stop_scope(&run.stopping);
   // The whole share first (Dataset::begin_reads), for a dataset that reads it elsewhere; its
   // end_reads() runs however the loop ends. The places are the ones read() gets below, made once;
   // their vector is the thread's, kept between shares (a nested fill finds it taken and makes

@@ -91,19 +91,62 @@ std::size_t ragged_field(const Dataset& d, const std::string& name) {
   throw py::key_error("no field \"" + name + "\"");
 }
 
-/// Dataset.sample(): sample `index` (negative: from the end) as {field: numpy array}.
-py::dict sample_dict(const Dataset& d, std::int64_t index, std::uint64_t seed,
-                     std::uint64_t epoch) {
-  const auto size = static_cast<std::int64_t>(d.size());
-  const std::int64_t at = index < 0 ? index + size : index;
-  if (at < 0 || at >= size) {
-    throw py::index_error("Dataset: index " + std::to_string(index) + " is out of range (" +
-                          std::to_string(size) + (size == 1 ? " sample)" : " samples)"));
+/// Sample `index` of `d` (an int; negative: from the end) as a position: TypeError for what is
+/// no int, IndexError for one outside the dataset (however large).
+std::size_t sample_position(const Dataset& d, const py::object& index) {
+  if (!py::hasattr(index, "__index__") || py::isinstance<py::bool_>(index)) {
+    const std::string shown = py::repr(index).cast<std::string>();
+    throw py::type_error(
+        "Dataset: an index is an int, not " + shown + " (" +
+        py::str(py::type::of(index).attr("__name__")).cast<std::string>() + ")" +
+        (py::isinstance<py::str>(index) ? "; ds[i][" + shown + "] is sample i's field" : ""));
   }
+  const py::object i = py::module_::import("operator").attr("index")(index);
+  const auto size = static_cast<std::int64_t>(d.size());
+  const auto out_of_range = [&] {
+    return py::index_error("Dataset: index " + py::str(i).cast<std::string>() +
+                           " is out of range (" + std::to_string(size) +
+                           (size == 1 ? " sample)" : " samples)"));
+  };
+  std::int64_t at = 0;
+  try {
+    at = i.cast<std::int64_t>();
+  } catch (const py::cast_error&) {  // beyond int64: out of range too
+    throw out_of_range();
+  }
+  if (at < 0) at += size;
+  if (at < 0 || at >= size) throw out_of_range();
+  return static_cast<std::size_t>(at);
+}
+
+/// A seed or an epoch given to Dataset.sample(): an int in [0, 2^64).
+std::uint64_t count_argument(const py::object& value, const char* name) {
+  if (!py::isinstance<py::int_>(value) || py::isinstance<py::bool_>(value)) {
+    throw py::type_error(std::string("Dataset.sample: ") + name + " is an int, not " +
+                         py::repr(value).cast<std::string>());
+  }
+  const std::string shown = py::str(value).cast<std::string>();
+  if (value < py::int_(0)) {
+    throw py::value_error(std::string("Dataset.sample: ") + name + " is an int >= 0, not " + shown);
+  }
+  try {
+    return value.cast<std::uint64_t>();
+  } catch (const py::cast_error&) {
+    throw py::value_error(std::string("Dataset.sample: ") + name + " is an int below 2^64, not " +
+                          shown);
+  }
+}
+
+/// Dataset.sample(): sample `index` (negative: from the end) as {field: numpy array}.
+py::dict sample_dict(const Dataset& d, const py::object& index, const py::object& seed,
+                     const py::object& epoch) {
+  const std::size_t at = sample_position(d, index);
+  const std::uint64_t s = count_argument(seed, "seed");
+  const std::uint64_t e = count_argument(epoch, "epoch");
   std::vector<std::pair<std::string, Tensor>> fields;
   {
     const py::gil_scoped_release release;
-    fields = read_sample(d, static_cast<std::size_t>(at), seed, epoch);
+    fields = read_sample(d, at, s, e);
   }
   py::dict out;
   for (auto& [name, tensor] : fields) {
@@ -204,11 +247,13 @@ Random-access samples: the base of ferry's datasets. len(dataset) is its size; `
       .def_property_readonly("fields", &field_list)
       .def(
           "length",
-          [](const Dataset& d, std::size_t index, const std::string& field) {
-            return d.length(index, ragged_field(d, field));
+          [](const Dataset& d, const py::object& index, const std::string& field) {
+            const std::size_t f = ragged_field(d, field);
+            return d.length(sample_position(d, index), f);
           },
           py::arg("index"), py::arg("field"),
-          "Rows of sample `index`'s ragged field `field` (its first dimension).")
+          "Rows of sample `index`'s ragged field `field` (its first dimension); a negative index "
+          "counts from the end, IndexError beyond it.")
       .def(
           "max_length",
           [](const Dataset& d, const std::string& field) -> std::optional<std::int64_t> {
@@ -220,8 +265,8 @@ Random-access samples: the base of ferry's datasets. len(dataset) is its size; `
           "The longest sample's rows in ragged field `field` when the dataset knows it without "
           "asking every sample (a WebDataset from its index, a Mixture from its sources), else "
           "None: a loader then asks every sample's length once, when it is made.")
-      .def("sample", &sample_dict, py::arg("index"), py::kw_only(), py::arg("seed") = 0,
-           py::arg("epoch") = 0, R"doc(
+      .def("sample", &sample_dict, py::arg("index"), py::kw_only(), py::arg("seed") = py::int_(0),
+           py::arg("epoch") = py::int_(0), R"doc(
 Sample `index` as a dict of field name -> numpy array, read as a Loader(seed=seed) reads it in
 epoch `epoch` (the same random augmentations, a normalize applied; a ragged field: its own
 rows; a bf16 field: a ferry.Tensor, numpy having no bfloat16). For looking at samples, not fast.
@@ -229,24 +274,7 @@ A negative index counts from the end; IndexError beyond it.)doc")
       .def(
           "__getitem__",
           [](const Dataset& d, const py::object& index) {
-            if (!py::hasattr(index, "__index__")) {
-              const std::string shown = py::repr(index).cast<std::string>();
-              throw py::type_error(
-                  "Dataset: an index is an int, not " + shown + " (" +
-                  py::str(py::type::of(index).attr("__name__")).cast<std::string>() + ")" +
-                  (py::isinstance<py::str>(index) ? "; ds[i][" + shown + "] is sample i's field"
-                                                  : ""));
-            }
-            const py::object i = py::module_::import("operator").attr("index")(index);
-            std::int64_t at = 0;
-            try {
-              at = i.cast<std::int64_t>();
-            } catch (const py::cast_error&) {  // beyond int64: out of range too
-              throw py::index_error("Dataset: index " + py::str(i).cast<std::string>() +
-                                    " is out of range (" + std::to_string(d.size()) +
-                                    (d.size() == 1 ? " sample)" : " samples)"));
-            }
-            return sample_dict(d, at, 0, 0);
+            return sample_dict(d, index, py::int_(0), py::int_(0));
           },
           py::arg("index"), "sample(index): as a Loader with the default seed=0 delivers it.");
 

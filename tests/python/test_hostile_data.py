@@ -2,9 +2,11 @@
 # field or keyword they concern), conversions that would change a value, DLPack exports refused
 # without leaking, and read-only arrays (np.frombuffer, np.memmap(mode="r")) taken as they are.
 # Bodies that might crash or hang run in a child process with a time limit.
+import io
 import os
 import subprocess
 import sys
+import tarfile
 import textwrap
 import traceback
 
@@ -458,3 +460,41 @@ def test_file_and_class_names_that_are_not_utf8_reach_python(ferry, tmp_path):
     assert got == [0]
     reasons = loader.stats().skip_reasons
     assert len(reasons) == 1 and "broken\\xff.png" in reasons[0], reasons
+
+
+def test_sample_and_length_take_any_int_and_say_what_is_wrong(ferry, tmp_path):
+    # An index beyond int64, a negative epoch or seed: pybind11's generic "incompatible function
+    # arguments" TypeError before; now an IndexError or a ValueError that says what is taken.
+    tokens = tmp_path / "t.bin"
+    np.arange(40, dtype=np.uint16).tofile(tokens)
+    ds = ferry.TokenDataset(str(tokens), seq_len=4)
+    n = len(ds)
+    for index in (10**20, -(10**20), n, -n - 1):
+        with pytest.raises(IndexError, match=r"Dataset: index %d is out of range \(%d samples\)" % (index, n)):
+            ds.sample(index)
+    with pytest.raises(TypeError, match=r"Dataset: an index is an int, not 1.5"):
+        ds.sample(1.5)
+    for key in ("epoch", "seed"):
+        with pytest.raises(ValueError, match=r"Dataset.sample: %s is an int >= 0, not -1" % key):
+            ds.sample(0, **{key: -1})
+        with pytest.raises(ValueError, match=r"Dataset.sample: %s is an int below 2\^64, not %d" % (key, 2**64)):
+            ds.sample(0, **{key: 2**64})
+        with pytest.raises(TypeError, match=r"Dataset.sample: %s is an int, not '1'" % key):
+            ds.sample(0, **{key: "1"})
+    # What is taken reads as before: the last sample by -1, the greatest epoch and seed.
+    np.testing.assert_array_equal(ds.sample(-1)["input"], ds.sample(n - 1)["input"])
+    assert set(ds.sample(0, epoch=2**64 - 1, seed=2**64 - 1)) == set(ds.sample(0))
+    # length(): the same indices, on a dataset with a ragged field (a shard of texts).
+    shard = tmp_path / "a.tar"
+    with tarfile.open(shard, "w") as tar:
+        for key, text in (("s0", b"abc"), ("s1", b"defgh")):
+            info = tarfile.TarInfo(key + ".txt")
+            info.size = len(text)
+            tar.addfile(info, io.BytesIO(text))
+    texts = ferry.WebDataset([shard])
+    assert [texts.length(i, "txt") for i in (0, 1, -1, -2)] == [3, 5, 5, 3]
+    for index in (2, -3, 10**20):
+        with pytest.raises(IndexError, match=r"Dataset: index %d is out of range \(2 samples\)" % index):
+            texts.length(index, "txt")
+    with pytest.raises(TypeError, match=r"Dataset: an index is an int, not '0'"):
+        texts.length("0", "txt")

@@ -236,6 +236,12 @@ write("all_file_lz4.arrow", all, "file", A.CompressionType.LZ4_FRAME);
 }
 // One utf8 column "t" of 8 bytes ("ab", "cd", "efgh"), whose last offset the tests forge.
 write("one_text.arrow", new A.Table({ t: A.vectorFromArray(["ab", "cd", "efgh"], new A.Utf8()) }));
+// One fixed_size_list<int64>[4951] column "v" of 2 rows (row r: r * 100000 + 2k, all even, so that
+// the list size's bytes, 57 13 00 00, occur in the schema alone), whose list size the tests forge.
+write("one_fsl.arrow", new A.Table({
+  v: A.vectorFromArray([0, 1].map((r) => range(4951).map((k) => BigInt(r * 100000 + 2 * k))),
+                       new A.FixedSizeList(4951, fld("item", new A.Int64()))),
+}));
 // Files whose schemas differ: schema_ab.arrow has schema_a.arrow's column and one more.
 {
   const x = A.vectorFromArray([1, 2, 3], new A.Int32());

@@ -71,7 +71,8 @@ class Downloader {
   bool cancelled() const noexcept { return cancel_ != nullptr && cancel_->load(); }
   // Cancelled, or the download in parts whose part this thread fetches stopped.
   bool stopping() const noexcept {
-    return cancelled() || (part_stop_ != nullptr && part_stop_->load());
+    return cancelled() || (part_stop_ != nullptr && part_stop_->load()) ||
+           (loader_stop_ != nullptr && loader_stop_->load());
   }
   // CURLOPT_XFERINFOFUNCTION: stops a transfer that is cancelled, or that received nothing for
   // timeout_seconds.
@@ -93,6 +94,8 @@ class Downloader {
   std::string_view who_;
   const std::atomic<bool>* cancel_;
   const std::atomic<bool>* part_stop_ = nullptr;  // the stop of the download whose part is ours
+  // get_range()'s: the stop of the loader whose read asked for the range (core/read_stop.hpp).
+  const std::atomic<bool>* loader_stop_ = nullptr;
   std::vector<curl_socket_t> sockets_;  // before curl_: its cleanup closes them through this
   Curl curl_;
   std::mt19937_64 rng_;

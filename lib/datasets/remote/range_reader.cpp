@@ -3,10 +3,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <mutex>
 
+#include "core/read_stop.hpp"
 #include "datasets/common/file_io.hpp"
 #include "datasets/remote/curl_transfer.hpp"
 #include "datasets/remote/downloader.hpp"
@@ -143,9 +145,21 @@ RangeAnswer Downloader::get_range(const std::string& url, std::uint64_t first, s
   const std::string asked =
       from_end ? "its last " + std::to_string(length) + " bytes" : range_text(first, length);
   const int attempts = options_.retries + 1;
+  // A loader that stops ends the wait for its range, not the dataset's reads (ReadStopped).
+  struct LoaderStop {
+    const std::atomic<bool>*& held;
+    explicit LoaderStop(const std::atomic<bool>*& h) : held(h) { held = read_stop(); }
+    LoaderStop(const LoaderStop&) = delete;
+    LoaderStop& operator=(const LoaderStop&) = delete;
+    ~LoaderStop() { held = nullptr; }
+    void check() const {
+      if (held != nullptr && held->load()) throw ReadStopped();
+    }
+  } const loader_stop(loader_stop_);
   std::string last;
   for (int attempt = 0; attempt < attempts; ++attempt) {
     if (attempt > 0) backoff(attempt);
+    loader_stop.check();
     if (cancelled()) fail(t, "cancelled");
     if (!curl_) curl_.reset(curl_easy_init());
     if (!curl_) throw DataError(t.label.prefix() + "cannot read: curl_easy_init failed");
@@ -167,6 +181,7 @@ RangeAnswer Downloader::get_range(const std::string& url, std::uint64_t first, s
     t.error_body.clear();
     const CURLcode rc = curl_easy_perform(c);
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &t.status);
+    loader_stop.check();
     if (cancelled()) fail(t, "cancelled");
     if (!body.refused.empty()) {
       fail(t, asked + ": " + body.refused + " (not retried)");

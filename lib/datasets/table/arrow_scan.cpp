@@ -1,5 +1,6 @@
 // What ArrowDataset::open() reads of every row after the index is built: the categories of
-// dictionary-encoded and categorical columns, and the lengths of ragged ones.
+// dictionary-encoded and categorical columns, the lengths of ragged ones, and (in local files)
+// whether fixed-size lists' values are all stored.
 
 #include <algorithm>
 #include <cstring>
@@ -70,6 +71,71 @@ std::int64_t values_bytes(const ArrowFile& f, const ArrowBatch& ab, const arrow:
   return length < 0 ? buf.length - 8 : length;
 }
 
+/// Where each of `columns`' top array starts among `batch`'s nodes and buffers (node, buffer).
+std::vector<std::pair<std::size_t, std::size_t>> column_starts(
+    const ArrowTable& t, const ArrowFile& f, const arrow::RecordBatch& batch,
+    const std::vector<std::size_t>& columns) {
+  std::vector<std::size_t> column_of(f.schema.size(), t.columns.size());
+  for (const std::size_t c : columns) column_of[f.tops[c]] = c;
+  std::vector<std::pair<std::size_t, std::size_t>> at(t.columns.size());
+  const std::vector<std::span<const std::byte>> none(batch.buffers.size());
+  std::size_t node = 0;
+  std::size_t buffer = 0;
+  std::size_t variadic = 0;
+  for (std::size_t i = 0; i < f.schema.size(); ++i) {
+    if (column_of[i] < t.columns.size()) at[column_of[i]] = {node, buffer};
+    (void)arrow::field_arrays(f.schema[i], batch, none, node, buffer, variadic, false);
+  }
+  return at;
+}
+
+/// A local file's fixed-size-list columns: each record batch's leaf values, as stored, hold its
+/// rows' values. A forged list size would otherwise make a field of gigabytes a sample, which a
+/// loader would try to make room for; the values are checked again when a batch is decoded.
+/// \throws DataError naming the batch and the column.
+void check_fixed_sizes(const ArrowTable& t) {
+  std::vector<std::size_t> sized;
+  for (std::size_t c = 0; c < t.columns.size(); ++c) {
+    if (t.columns[c].kind == ArrowKind::scalar && !t.columns[c].inner.empty()) sized.push_back(c);
+  }
+  if (sized.empty()) return;
+  for (std::size_t b = 0; b < t.batches.size(); ++b) {
+    const ArrowBatch& ab = t.batches[b];
+    const ArrowFile& f = t.files[ab.file];
+    if (f.remote) continue;  // its buffers are checked when the batch is fetched and decoded
+    try {
+      const arrow::Message m = t.batch_message(b);
+      const arrow::RecordBatch& batch = m.batch;
+      const std::vector<std::pair<std::size_t, std::size_t>> at = column_starts(t, f, batch, sized);
+      for (const std::size_t c : sized) {
+        const ArrowColumn& col = t.columns[c];
+        // A fixed_size_list has one buffer (its validity), its leaf two (validity, values).
+        const std::size_t k = at[c].second + col.leaf + 1;
+        if (k >= batch.buffers.size()) continue;  // refused when the batch is decoded
+        // The bytes its rows need (saturating at the largest uint64).
+        const auto rows = static_cast<std::uint64_t>(std::max<std::int64_t>(batch.length, 0));
+        const auto saturating = [](std::uint64_t x, std::uint64_t y) {
+          std::uint64_t out = 0;
+          return __builtin_mul_overflow(x, y, &out) ? std::numeric_limits<std::uint64_t>::max()
+                                                    : out;
+        };
+        const std::uint64_t values = saturating(rows, col.per_row);
+        const std::uint64_t need =
+            col.width == 0 ? values / 8 + (values % 8 != 0) : saturating(values, col.width);
+        const std::int64_t stored = values_bytes(f, ab, batch, k);
+        if (stored >= 0 && need > static_cast<std::uint64_t>(stored)) {
+          throw arrow::FormatError(
+              "column " + in_quotes(col.name) + " of type " + arrow::type_text(col.field) +
+              ": its values take " + std::to_string(stored) + " bytes, not the " +
+              std::to_string(need) + " its " + std::to_string(batch.length) + " rows need");
+        }
+      }
+    } catch (const arrow::FormatError& e) {
+      throw DataError(t.where(b) + e.what());
+    }
+  }
+}
+
 /// The top arrays of record batch b's columns `scanned`, with only the buffers the scan reads
 /// (validity and offsets; a categorical column's values too) and the others empty: a URL's other
 /// buffers are not fetched, and a compressed body's not decompressed. Their offsets are checked
@@ -84,18 +150,7 @@ std::vector<ArrowArray> scan_arrays(const ArrowTable& t, std::size_t b,
   try {
     const arrow::Message m = t.batch_message(b);
     const arrow::RecordBatch& batch = m.batch;
-    // Where each scanned column's top array starts among the nodes and buffers.
-    std::vector<std::size_t> column_of(f.schema.size(), t.columns.size());
-    for (const std::size_t c : scanned) column_of[f.tops[c]] = c;
-    std::vector<std::pair<std::size_t, std::size_t>> at(t.columns.size());  // node, buffer
-    const std::vector<std::span<const std::byte>> none(batch.buffers.size());
-    std::size_t node = 0;
-    std::size_t buffer = 0;
-    std::size_t variadic = 0;
-    for (std::size_t i = 0; i < f.schema.size(); ++i) {
-      if (column_of[i] < t.columns.size()) at[column_of[i]] = {node, buffer};
-      (void)arrow::field_arrays(f.schema[i], batch, none, node, buffer, variadic, false);
-    }
+    const std::vector<std::pair<std::size_t, std::size_t>> at = column_starts(t, f, batch, scanned);
     std::vector<bool> wanted(batch.buffers.size(), false);
     for (const std::size_t c : scanned) {
       const auto [n, first] = at[c];
@@ -149,6 +204,7 @@ std::vector<ArrowArray> scan_arrays(const ArrowTable& t, std::size_t b,
 
 /// Categories and lengths: what a loader asks of every row before it reads any.
 void scan_rows(ArrowTable& t) {
+  check_fixed_sizes(t);
   std::vector<std::size_t> scanned;
   for (std::size_t c = 0; c < t.columns.size(); ++c) {
     const ArrowKind k = t.columns[c].kind;

@@ -4,6 +4,7 @@
 #include <exception>
 #include <limits>
 
+#include "core/read_stop.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry::detail {
@@ -73,7 +74,7 @@ std::optional<ParquetTable::FetchedChunks> AheadFetcher::take(std::size_t g) {
     }
     changed_.notify_all();
   }
-  changed_.wait(lock, [&] { return fetching_ != g; });
+  wait_unless_stopped(changed_, lock, [&] { return fetching_ != g; });
   if (const auto failed = failed_.find(g); failed != failed_.end()) {
     const std::exception_ptr error = failed->second;
     failed_.erase(failed);

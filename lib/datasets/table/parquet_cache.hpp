@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "core/read_stop.hpp"
 #include "ferry/error.hpp"
 #include "ferry/export.hpp"
 
@@ -51,7 +52,10 @@ class FERRY_HIDDEN BasicGroupCache {
         return it->second.value;
       }
       if (it->second.error) std::rethrow_exception(it->second.error);
-      decoded_.wait(lock);  // another thread decodes it: look again when a decode ends
+      // Another thread decodes it: look again when a decode ends (or give up when this read's
+      // loader stops).
+      const std::uint64_t ends = decodes_ended_;
+      wait_unless_stopped(decoded_, lock, [&] { return decodes_ended_ != ends; });
     }
     entries_.emplace(g, Entry{nullptr, nullptr, ++clock_, 0});
     lock.unlock();
@@ -61,11 +65,13 @@ class FERRY_HIDDEN BasicGroupCache {
     } catch (const DataError&) {
       lock.lock();
       entries_.at(g).error = std::current_exception();
+      ++decodes_ended_;
       decoded_.notify_all();
       throw;
     } catch (...) {
       lock.lock();
       entries_.erase(g);
+      ++decodes_ended_;
       decoded_.notify_all();
       throw;
     }
@@ -75,6 +81,7 @@ class FERRY_HIDDEN BasicGroupCache {
     e.bytes = std::max<std::size_t>(decoded_bytes(*p), 1);
     bytes_ += e.bytes;
     evict();
+    ++decodes_ended_;
     decoded_.notify_all();
     return p;
   }
@@ -151,6 +158,7 @@ class FERRY_HIDDEN BasicGroupCache {
   std::condition_variable decoded_;  // a decode ended (or failed)
   std::unordered_map<std::size_t, Entry> entries_;
   std::uint64_t clock_ = 0;
+  std::uint64_t decodes_ended_ = 0;  // decodes ended (or failed): what a waiter looks for
   std::size_t bytes_ = 0;
 };
 
