@@ -308,3 +308,50 @@ TEST_F(VideoFaultsTest, AStreamCutFromTheMiddleCountsItsFramesFromItsFirstKeyfra
     fs::remove_all(dir_ / "a");
   }
 }
+
+TEST_F(VideoFaultsTest, SampleTablesClaimingMoreSamplesThanTheFileHoldsAreRefusedBeforeFFmpeg) {
+  // bf.mp4 with a sample table forged to claim 10^7 samples: FFmpeg's demuxer made an index
+  // entry for each at open (600 MB and a second for a 3 KB file in ffprobe). The tables are
+  // checked against the file's size first, so each is a DataError naming the file and the box,
+  // for that video's samples; the good copy beside them reads.
+  const std::string good = fixture("bf.mp4");
+  const auto box = [&](const char* type) {
+    const std::size_t at = good.find(type);
+    EXPECT_NE(at, std::string::npos) << type;
+    return at;
+  };
+  const auto be32 = [](std::string& s, std::size_t at, std::uint32_t v) {
+    for (int k = 0; k < 4; ++k)
+      s[at + static_cast<std::size_t>(k)] = static_cast<char>(v >> (24 - 8 * k));
+  };
+  constexpr std::uint32_t kClaimed = 10'000'000;
+  std::string stts = good;  // its first run of samples
+  be32(stts, box("stts") + 12, kClaimed);
+  std::string stsz = good;  // a constant size of 1 byte, for 10^7 samples
+  be32(stsz, box("stsz") + 8, 1);
+  be32(stsz, box("stsz") + 12, kClaimed);
+  std::string stsc = good;  // samples per chunk
+  be32(stsc, box("stsc") + 16, kClaimed);
+  std::string sizes = good;  // a table of sizes longer than its box
+  be32(sizes, box("stsz") + 12, kClaimed);
+  write("a/good.mp4", good);
+  write("b/stsc.mp4", stsc);
+  write("b/stsz.mp4", stsz);
+  write("b/stsz_table.mp4", sizes);
+  write("b/stts.mp4", stts);
+  const auto t0 = Clock::now();
+  const auto ds = VideoFolder::open(dir_, options());
+  ASSERT_EQ(ds->videos(), 5U);
+  EXPECT_EQ(read_clip(*ds, 0).size(), 4U * 8 * 8 * 3);
+  const std::string bytes = " in a file of " + std::to_string(good.size()) + " bytes";
+  const std::vector<std::string> why = {"", "its stsc box claims 10000000 samples" + bytes,
+                                        "its stsz box claims 10000000 samples" + bytes,
+                                        "its stsz box claims 10000000 samples" + bytes,
+                                        "its stts box claims 10000000 samples" + bytes};
+  for (std::size_t v = 1; v < ds->videos(); ++v) {
+    expect_error<DataError>(
+        [&] { read_clip(*ds, v); },
+        {"VideoFolder: ", ds->path(v).string() + ": cannot open as a video: ", why[v]});
+  }
+  EXPECT_LT(seconds_since(t0), 5.0);
+}

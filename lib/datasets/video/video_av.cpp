@@ -16,6 +16,7 @@ extern "C" {
 #include <utility>
 
 #include "datasets/common/file_io.hpp"
+#include "datasets/video/video_mp4.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry::detail::video {
@@ -98,6 +99,28 @@ std::int64_t video_av_seek(void* opaque, std::int64_t offset, int whence) {
   return to;
 }
 
+/// The sample tables of what `m` holds, before FFmpeg reads them (video_mp4.hpp).
+void check_tables(const AvInput::Memory& m, const std::string& name) {
+  const ReadAt read = [&m](std::uint64_t at, std::byte* out, std::size_t n) -> std::size_t {
+    const auto size = static_cast<std::uint64_t>(m.size);
+    if (at >= size) return 0;
+    n = static_cast<std::size_t>(std::min<std::uint64_t>(n, size - at));
+    if (!m.fd) {
+      std::memcpy(out, m.bytes.data() + at, n);
+      return n;
+    }
+    std::size_t done = 0;
+    while (done < n) {
+      const ssize_t got = ::pread(m.fd.get(), out + done, n - done, static_cast<off_t>(at + done));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) break;  // FFmpeg meets the error or the end itself
+      done += static_cast<std::size_t>(got);
+    }
+    return done;
+  };
+  check_sample_tables(read, static_cast<std::uint64_t>(m.size), name);
+}
+
 [[noreturn]] void video_av_open_failed(const std::string& name, int code) {
   throw DataError(name + ": cannot open as a video: " + av_error_text(code));
 }
@@ -111,6 +134,7 @@ AvInput AvInput::open_file(const std::filesystem::path& file, const std::string&
   in.memory_->size = static_cast<std::int64_t>(opened.size());
   in.memory_->mtime_ns = opened.mtime_ns();
   in.memory_->fd = opened.take();
+  check_tables(*in.memory_, name);
   in.open_source(name);
   return in;
 }
@@ -120,6 +144,7 @@ AvInput AvInput::open_memory(std::span<const std::byte> bytes, const std::string
   in.memory_ = std::make_unique<Memory>();
   in.memory_->bytes = bytes;
   in.memory_->size = static_cast<std::int64_t>(bytes.size());
+  check_tables(*in.memory_, name);
   in.open_source(name);
   return in;
 }
