@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "expect_error.hpp"
@@ -654,6 +655,43 @@ std::string pcm_wav(std::uint32_t rate, std::uint32_t frames) {
 }
 
 }  // namespace
+
+TEST_F(AudioFolderTest, AClipIsTheSameWhateverItsThreadReadBeforeAndAFileCutLaterIsFound) {
+  // A worker keeps its resampler between clips of the same rates (cleared), and a dataset
+  // remembers a file whose last frame decoded while its size stays the same. Neither may change
+  // what a clip holds, nor let a file cut after its first clip read as whole.
+  synth("a/x.flac", "-r 44100 -c 1 -b 16", "synth 3 sine 440 sine 1234");
+  synth("a/y.flac", "-r 44100 -c 1 -b 16", "synth 2 whitenoise vol 0.5");
+  synth("a/z.wav", "-r 22050 -c 2 -b 16", "synth 2 pinknoise vol 0.5");
+  AudioOptions clip;
+  clip.clip_seconds = 1;
+  clip.crop = AudioCrop::random;
+  const auto on_new_thread = [&](const std::vector<std::string>& before) {
+    std::vector<float> out;
+    std::thread([&] {
+      for (const std::string& name : before) (void)decode(dir_ / name, clip, 11);
+      out = decode(dir_ / "a/x.flac", clip, 5);
+    }).join();
+    return out;
+  };
+  const std::vector<float> fresh = on_new_thread({});
+  ASSERT_EQ(fresh.size(), 16000U);
+  EXPECT_EQ(on_new_thread({"a/y.flac"}), fresh);              // the same rates: cleared
+  EXPECT_EQ(on_new_thread({"a/z.wav", "a/y.flac"}), fresh);   // another rate between
+  EXPECT_EQ(on_new_thread({"a/x.flac", "a/x.flac"}), fresh);  // itself, another clip of it
+  // The dataset: clips at the start of x.flac read; cut to its first half, the next clip there
+  // (whose frames are all still in the file) is a DataError, as it was before any clip read.
+  clip.crop = AudioCrop::start;
+  const auto ds = AudioFolder::open(dir_, clip);
+  ASSERT_EQ(ds->path(0).filename(), "x.flac");
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(ferry::read_sample(*ds, 0).size(), 2U);
+  const std::string flac = read("a/x.flac");
+  write("a/x.flac", flac.substr(0, flac.size() / 2));
+  for (int k = 0; k < 2; ++k) {
+    expect_error<ferry::DataError>([&] { (void)ferry::read_sample(*ds, 0); },
+                                   {"x.flac", "truncated or corrupt: its last frame"});
+  }
+}
 
 TEST_F(AudioFolderTest, AFilesOwnRateTheOptionsCannotTakeIsItsSamplesDataError) {
   write("a/three.wav", pcm_wav(3, 30));       // 10 s at 3 Hz: a 0.1 s clip is no frame

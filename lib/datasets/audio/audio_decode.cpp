@@ -81,6 +81,34 @@ struct SoxrDeleter {
   void operator()(soxr* s) const noexcept { soxr_delete(s); }
 };
 
+// A resampler from `in_rate` to `out_rate` for `channels`, ready for a fresh signal: the
+// thread's last one when it converts the same way (cleared), else a new one. Making one
+// designs its filter and allocates its tables, which cost a clip more than resampling it.
+soxr* thread_resampler(int in_rate, int out_rate, int channels, std::string_view name) {
+  struct Kept {
+    int in_rate = 0, out_rate = 0, channels = 0;
+    std::unique_ptr<soxr, SoxrDeleter> resampler;
+  };
+  thread_local Kept kept;
+  if (kept.resampler && kept.in_rate == in_rate && kept.out_rate == out_rate &&
+      kept.channels == channels && soxr_clear(kept.resampler.get()) == nullptr) {
+    return kept.resampler.get();
+  }
+  kept.resampler.reset();
+  soxr_error_t error = nullptr;
+  const soxr_quality_spec_t quality = soxr_quality_spec(SOXR_HQ, 0);
+  kept.resampler.reset(soxr_create(in_rate, out_rate, static_cast<unsigned>(channels), &error,
+                                   nullptr, &quality, nullptr));
+  if (!kept.resampler || error != nullptr) {
+    kept.resampler.reset();
+    fail(name, std::string("cannot resample: ") + soxr_strerror(error));
+  }
+  kept.in_rate = in_rate;
+  kept.out_rate = out_rate;
+  kept.channels = channels;
+  return kept.resampler.get();
+}
+
 // Writes frames [start, start + count) of the file's signal at `rate` with `channels` into
 // `out`; the frames past the signal's end are zeros. Reads only what they need.
 class ClipWriter {
@@ -136,13 +164,8 @@ class ClipWriter {
     }
     if (first >= info.frames) return;
     std::int64_t skip = start - rescale(first, rate_, in_rate);
+    soxr* const resampler = thread_resampler(in_rate, rate_, channels_, name_);
     soxr_error_t error = nullptr;
-    const soxr_quality_spec_t quality = soxr_quality_spec(SOXR_HQ, 0);
-    const std::unique_ptr<soxr, SoxrDeleter> resampler(soxr_create(
-        in_rate, rate_, static_cast<unsigned>(channels_), &error, nullptr, &quality, nullptr));
-    if (!resampler || error != nullptr) {
-      fail(name_, std::string("cannot resample: ") + soxr_strerror(error));
-    }
     file_.seek(first);
     raw_.resize(static_cast<std::size_t>(kAudioChunk * info.channels));
     mixed_.resize(static_cast<std::size_t>(kAudioChunk * channels_));
@@ -160,7 +183,7 @@ class ClipWriter {
       std::int64_t used = 0;
       while (true) {
         std::size_t in_done = 0, out_done = 0;
-        error = soxr_process(resampler.get(), got > 0 ? mixed_.data() + used * channels_ : nullptr,
+        error = soxr_process(resampler, got > 0 ? mixed_.data() + used * channels_ : nullptr,
                              static_cast<std::size_t>(got - used), &in_done, resampled_.data(),
                              static_cast<std::size_t>(kAudioChunk), &out_done);
         if (error != nullptr) fail(name_, std::string("cannot resample: ") + error);

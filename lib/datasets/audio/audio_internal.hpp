@@ -41,6 +41,9 @@ class FrameCounts {
   std::string error(std::size_t file) const;
   void remember(std::size_t file, std::int64_t frames);
   void remember_error(std::size_t file, std::string message);
+  /// Whether the file's last frame decoded when it was `size` bytes (SoundFile::check_end()).
+  bool end_decoded(std::size_t file, std::int64_t size) const;
+  void remember_end(std::size_t file, std::int64_t size);
 
  private:
   struct State;
@@ -79,8 +82,9 @@ class SoundFile {
   /// the frames read, 0 at the end. \throws DataError naming the frame for a decode failure.
   std::int64_t read(float* out, std::int64_t frames);
   /// Decodes the file's last frame, so that a read of part of it (a clip) still finds a file
-  /// cut short or damaged at its end: one seek and one frame's decode, whatever the length.
-  /// \throws DataError "truncated or corrupt" naming the file when it does not decode.
+  /// cut short or damaged at its end: one seek and one frame's decode, whatever the length; once
+  /// a file, with a memo (while its size stays the same). \throws DataError "truncated or
+  /// corrupt" naming the file when it does not decode.
   void check_end();
 
  private:
@@ -93,6 +97,7 @@ class SoundFile {
   sf_private_tag* file_ = nullptr;
   AudioInfo info_;
   std::string_view name_;
+  CountMemo memo_;
   std::int64_t frame_ = 0;  // the next frame read
   bool counted_ = false;    // info_.frames was counted by a decode, not read from the header
   bool mpeg_ = false;

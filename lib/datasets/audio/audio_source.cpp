@@ -190,13 +190,18 @@ std::string ogg_end_missing(ByteSource& source) {
 
 struct FrameCounts::State {
   std::unique_ptr<std::atomic<std::int64_t>[]> frames;
+  std::unique_ptr<std::atomic<std::int64_t>[]> ends;  // the size + 1 whose end decoded; 0: none
   mutable std::mutex mutex;
   std::unordered_map<std::size_t, std::string> errors;
 };
 
 FrameCounts::FrameCounts(std::size_t files) : state_(std::make_unique<State>()) {
   state_->frames = std::make_unique<std::atomic<std::int64_t>[]>(files);
-  for (std::size_t i = 0; i < files; ++i) state_->frames[i].store(0);
+  state_->ends = std::make_unique<std::atomic<std::int64_t>[]>(files);
+  for (std::size_t i = 0; i < files; ++i) {
+    state_->frames[i].store(0);
+    state_->ends[i].store(0);
+  }
 }
 
 FrameCounts::~FrameCounts() = default;
@@ -215,6 +220,14 @@ void FrameCounts::remember(std::size_t file, std::int64_t frames) {
   state_->frames[file].store(frames, std::memory_order_release);
 }
 
+bool FrameCounts::end_decoded(std::size_t file, std::int64_t size) const {
+  return state_->ends[file].load(std::memory_order_relaxed) == size + 1;
+}
+
+void FrameCounts::remember_end(std::size_t file, std::int64_t size) {
+  state_->ends[file].store(size + 1, std::memory_order_relaxed);
+}
+
 void FrameCounts::remember_error(std::size_t file, std::string message) {
   {
     const std::lock_guard<std::mutex> lock(state_->mutex);
@@ -224,7 +237,7 @@ void FrameCounts::remember_error(std::size_t file, std::string message) {
 }
 
 SoundFile::SoundFile(ByteSource& source, std::string_view name, double max_seconds, CountMemo memo)
-    : source_(source), name_(name) {
+    : source_(source), name_(name), memo_(memo) {
   if (source.size == 0) fail(name, "empty file (no bytes)");
   SF_INFO sf{};
   open(sf);
@@ -392,6 +405,7 @@ std::int64_t SoundFile::read(float* out, std::int64_t frames) {
 
 void SoundFile::check_end() {
   if (counted_) return;  // decoded whole when counted
+  if (memo_.counts != nullptr && memo_.counts->end_decoded(memo_.file, source_.size)) return;
   const std::int64_t last = info_.frames - 1;
   std::vector<float> frame(static_cast<std::size_t>(info_.channels));
   const bool decoded = sf_seek(file_, last, SEEK_SET) == last &&
@@ -403,6 +417,7 @@ void SoundFile::check_end() {
                     " by its header) does not decode");
   }
   frame_ = info_.frames;
+  if (memo_.counts != nullptr) memo_.counts->remember_end(memo_.file, source_.size);
 }
 
 }  // namespace ferry::detail::audio
