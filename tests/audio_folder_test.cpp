@@ -2,6 +2,7 @@
 // clips and their crop rule, channels, the ragged field through a loader, and every fault.
 // Fixtures are made by sox in a temporary folder (a few tenths of a second each).
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sndfile.h>
 #include <unistd.h>
@@ -12,8 +13,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "expect_error.hpp"
@@ -809,4 +812,168 @@ TEST_F(AudioFolderTest, AShardsSoundMemberIsDecodedInPlaceNotReadWhole) {
     ASSERT_EQ(again.at(0).second.nbytes(), 16000 * sizeof(float));
   }
   EXPECT_LT(peak_bytes() - before, std::int64_t{12} << 20);  // the member: 32 MiB
+}
+
+TEST_F(AudioFolderTest, OggPagesThatLibsndfileLetsThroughAreDataErrors) {
+  // A first audio page failing its checksum: libogg drops it and libsndfile takes the stream as
+  // starting after it (a 2 s file read as shorter and whole). Two streams one after another
+  // (chained): libsndfile read the first alone. Granule positions going back: libsndfile seeks
+  // by them. Each is a DataError naming the file, the page and why.
+  synth("a/v.ogg", "-r 16000 -c 1 -t ogg", "synth 2 whitenoise vol 0.5");
+  synth("a/w.ogg", "-r 16000 -c 1 -t ogg", "synth 1 sine 300");
+  const std::string v = read("a/v.ogg");
+  const std::vector<std::size_t> pages = ogg_pages(v);
+  ASSERT_GT(pages.size(), 3U);
+  // The first page whose granule position is set: the first of the audio.
+  std::size_t audio = 0;
+  for (std::size_t k = 0; k < pages.size() && audio == 0; ++k) {
+    std::uint64_t granule = 0;
+    std::memcpy(&granule, v.data() + pages[k] + 6, 8);
+    if (granule != 0) audio = k;
+  }
+  ASSERT_GT(audio, 0U);
+  std::string bad = v;
+  const std::size_t at = pages[audio] + 27 + 255;  // inside its body, past its lacing values
+  ASSERT_LT(at + 8, pages[audio + 1]);
+  for (std::size_t i = at; i < at + 8; ++i) bad[i] = static_cast<char>(~bad[i]);
+  write("b/crc.ogg", bad);
+  write("b/chained.ogg", v + read("a/w.ogg"));
+  // A page near the end whose granule position goes back (libsndfile seeks by them).
+  std::string back = v;
+  const std::uint64_t one = 1;
+  std::memcpy(back.data() + pages[pages.size() - 2] + 6, &one, 8);
+  write("b/back.ogg", back);
+  for (const auto& [name, why] :
+       {std::pair<const char*, std::string>{
+            "b/crc.ogg", "corrupt: Ogg page " + std::to_string(audio) + " (at byte " +
+                             std::to_string(pages[audio]) + ") fails its checksum"},
+        {"b/chained.ogg", "Ogg page " + std::to_string(pages.size()) + " (at byte " +
+                              std::to_string(v.size()) +
+                              ") begins a second stream: a chained Ogg file"},
+        {"b/back.ogg", "corrupt: Ogg page " + std::to_string(pages.size() - 2) + " (at byte " +
+                           std::to_string(pages[pages.size() - 2]) +
+                           ") goes back in time (granule position 1 after "}}) {
+    expect_error<ferry::DataError>([&] { ferry::audio_file_info(dir_ / name); }, {name, why});
+  }
+  EXPECT_EQ(ferry::audio_file_info(dir_ / "a/v.ogg").frames, 32000);
+}
+
+TEST_F(AudioFolderTest, OnlyTheContainersItChecksAreReadAndRf64IsCheckedAsWav) {
+  if (std::system("command -v ffmpeg >/dev/null 2>&1") != 0) GTEST_SKIP() << "no ffmpeg";
+  const auto ffmpeg = [&](const std::string& args) {
+    const std::string cmd = "cd '" + dir_.string() + "' && ffmpeg -loglevel error -y -f lavfi " +
+                            "-i sine=frequency=440:duration=2:sample_rate=16000 " + args;
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  };
+  ffmpeg("-rf64 always a.wav");  // RF64: its data size in the ds64 chunk
+  synth("b.aiff", "-r 16000 -c 1 -b 16", "synth 1 sine 300");
+  synth("c.au", "-r 16000 -c 1 -b 16", "synth 1 sine 300");
+  EXPECT_EQ(ferry::audio_file_info(dir_ / "a.wav").frames, 32000);
+  const std::string rf64 = read("a.wav");
+  ASSERT_EQ(rf64.compare(0, 4, "RF64"), 0);
+  write("cut.wav", rf64.substr(0, rf64.size() / 2));
+  expect_error<ferry::DataError>(
+      [&] { ferry::audio_file_info(dir_ / "cut.wav"); },
+      {"cut.wav", "truncated: its data chunk's header gives 64000 bytes"});
+  expect_error<ferry::DataError>([&] { ferry::audio_file_info(dir_ / "b.aiff"); },
+                                 {"b.aiff", "a file of AIFF", "ferry reads WAV, FLAC, Ogg"});
+  expect_error<ferry::DataError>([&] { ferry::audio_file_info(dir_ / "c.au"); },
+                                 {"c.au", "ferry reads WAV, FLAC, Ogg Vorbis/Opus and MP3"});
+}
+
+TEST_F(AudioFolderTest, TheCApiRefusesWhatIsNoFileOrNoOption) {
+  const fs::path file = synth("a.wav", "-r 16000 -c 1 -b 16", "synth 1 sine 300");
+  const std::string bytes = read("a.wav");
+  const int fd = ::open(file.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  const auto size = static_cast<std::int64_t>(bytes.size());
+  EXPECT_EQ(ferry::audio_info_at(fd, 0, size, "m").frames, 16000);
+  // A failed open()'s -1 read memory at address 0 before.
+  for (const int bad : {-1, -2}) {
+    expect_error<ferry::DataError>([&] { ferry::audio_info_at(bad, 0, size, "m"); },
+                                   {"m: not an open file (descriptor " + std::to_string(bad)});
+  }
+  for (const auto& [offset, n] :
+       {std::pair<std::int64_t, std::int64_t>{0, size + 1}, {size, 1}, {-1, 10}, {0, -1}}) {
+    expect_error<ferry::DataError>(
+        [&] { ferry::audio_info_at(fd, offset, n, "m"); },
+        {"m: bytes ", "are not within the file's " + std::to_string(bytes.size())});
+  }
+  std::vector<float> out(16000);
+  expect_error<ferry::DataError>(
+      [&] { ferry::decode_audio_at(-1, 0, size, AudioOptions{}, 0, out, "m"); },
+      {"not an open file"});
+  ::close(fd);
+  for (const double most : {-1.0, 0.0, std::nan("")}) {
+    expect_error<ferry::ConfigError>([&] { ferry::audio_file_info(file, {}, most); },
+                                     {"max_seconds must be > 0"});
+  }
+  AudioOptions crop;
+  crop.crop = static_cast<AudioCrop>(7);
+  expect_error<ferry::ConfigError>([&] { ferry::check_audio_options(crop); },
+                                   {"crop 7 is not an AudioCrop"});
+  AudioOptions mel;
+  mel.mel = ferry::MelOptions{};
+  for (const double f : {std::numeric_limits<double>::infinity(), std::nan("")}) {
+    mel.mel->f_max = f;
+    expect_error<ferry::ConfigError>([&] { ferry::check_audio_options(mel); },
+                                     {"mel.f_min and f_max must be finite"});
+  }
+}
+
+namespace {
+
+// An Ogg page's checksum (polynomial 0x04c11db7, the field itself taken as zero), for pages
+// the tests rewrite.
+std::uint32_t ogg_checksum(const std::string& page) {
+  std::uint32_t crc = 0;
+  for (std::size_t i = 0; i < page.size(); ++i) {
+    crc ^= static_cast<std::uint32_t>(i >= 22 && i < 26 ? 0 : static_cast<unsigned char>(page[i]))
+           << 24;
+    for (int k = 0; k < 8; ++k)
+      crc = (crc & 0x80000000U) != 0 ? (crc << 1) ^ 0x04c11db7U : crc << 1;
+  }
+  return crc;
+}
+
+}  // namespace
+
+TEST_F(AudioFolderTest, AnOpusStreamThatStartsLateIsCutWhereTheWholeDecodeIs) {
+  // Every granule position 3 s later (a stream cut from a longer one, checksums valid): the
+  // whole file decodes the same, but libsndfile's seeks land off by the stream's pre-skip, so
+  // such a stream's clips are decoded from its start.
+  if (std::system("command -v ffmpeg >/dev/null 2>&1") != 0) GTEST_SKIP() << "no ffmpeg";
+  const std::string cmd = "cd '" + dir_.string() +
+                          "' && ffmpeg -loglevel error -y -f lavfi -i "
+                          "anoisesrc=duration=4:sample_rate=48000:seed=3 -c:a libopus o.opus";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::string late = read("o.opus");
+  for (const std::size_t p : ogg_pages(late)) {
+    std::uint64_t granule = 0;
+    std::memcpy(&granule, late.data() + p + 6, 8);
+    if (granule == 0 || granule == ~std::uint64_t{0}) continue;
+    granule += 3 * 48000;
+    std::memcpy(late.data() + p + 6, &granule, 8);
+    const auto segments = static_cast<unsigned char>(late[p + 26]);
+    std::size_t body = 0;
+    for (std::size_t k = 0; k < segments; ++k) body += static_cast<unsigned char>(late[p + 27 + k]);
+    const std::uint32_t crc = ogg_checksum(late.substr(p, 27 + segments + body));
+    std::memcpy(late.data() + p + 22, &crc, 4);
+  }
+  write("a/late.opus", late);
+  AudioOptions whole_options;
+  const std::vector<float> whole = decode(dir_ / "a/late.opus", whole_options);
+  ASSERT_EQ(whole.size(), 64000U);
+  AudioOptions clip;
+  clip.clip_seconds = 1;
+  for (const AudioCrop crop : {AudioCrop::start, AudioCrop::center}) {
+    clip.crop = crop;
+    const std::vector<float> part = decode(dir_ / "a/late.opus", clip);
+    const std::size_t first = crop == AudioCrop::start ? 0 : (whole.size() - 16000) / 2;
+    EXPECT_LE(max_diff(part, std::vector<float>(
+                                 whole.begin() + static_cast<std::ptrdiff_t>(first),
+                                 whole.begin() + static_cast<std::ptrdiff_t>(first) + 16000)),
+              2e-6F)
+        << static_cast<int>(crop);
+  }
 }

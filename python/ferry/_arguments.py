@@ -52,6 +52,22 @@ _SIGNED = {"workers", "prefetch", "device_buffers", "pad_multiple", "height", "w
            "connections", "retries"}
 
 
+# Counts whose C++ type is signed and which ferry's own checks refuse below 0 as a ConfigError: a
+# negative one is a ValueError, as for the unsigned ones (docs/PYTHON.md), with its least value.
+_COUNTS = {"channels": 0, "sample_rate": 0, "height": 1, "width": 1, "frames": 1, "stride": 1,
+           "clips_per_video": 1, "decode_threads": 0}
+
+
+def negative_count(name, params, kwargs):
+    """The ValueError for a count below 0 among `kwargs`, or None."""
+    known = {p.name for p in params or ()}
+    for key, least in _COUNTS.items():
+        value = kwargs.get(key)
+        if key in known and isinstance(value, int) and not isinstance(value, bool) and value < 0:
+            return ValueError("%s: %s is an int >= %d, not %r" % (name, key, least, value))
+    return None
+
+
 class _Param:
     def __init__(self, name, kind, default, keyword_only):
         self.name = name
@@ -274,6 +290,9 @@ def check_constructor(cls, ferry):
     name = cls.__name__
 
     def __init__(self, *args, **kwargs):
+        negative = negative_count(name, params, kwargs)
+        if negative is not None:
+            raise negative
         try:
             original(self, *args, **kwargs)
         except TypeError as e:

@@ -498,3 +498,13 @@ def test_sample_and_length_take_any_int_and_say_what_is_wrong(ferry, tmp_path):
             texts.length(index, "txt")
     with pytest.raises(TypeError, match=r"Dataset: an index is an int, not '0'"):
         texts.length("0", "txt")
+
+
+def test_a_negative_count_of_a_folder_is_a_value_error(ferry, tmp_path):
+    # docs/PYTHON.md: a negative count is a ValueError; these were ferry's ConfigErrors.
+    (tmp_path / "a").mkdir()
+    for cls, key, least in ((ferry.AudioFolder, "channels", 0), (ferry.AudioFolder, "sample_rate", 0),
+                            (ferry.ImageFolder, "height", 1), (ferry.ImageFolder, "width", 1),
+                            (ferry.VideoFolder, "frames", 1), (ferry.VideoFolder, "stride", 1)):
+        with pytest.raises(ValueError, match=r"%s: %s is an int >= %d, not -1$" % (cls.__name__, key, least)):
+            cls(str(tmp_path), **{key: -1})

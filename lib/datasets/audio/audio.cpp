@@ -3,6 +3,8 @@
 
 #include "ferry/audio.hpp"
 
+#include <sys/stat.h>
+
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -39,6 +41,29 @@ void check_out(const AudioInfo& info, const AudioOptions& options, std::span<con
   }
 }
 
+// A max_seconds given to a header's read. \throws ConfigError unless > 0.
+void check_max_seconds(double max_seconds) {
+  if (!(max_seconds > 0)) {
+    audio_option_error("max_seconds must be > 0, not " + std::to_string(max_seconds));
+  }
+}
+
+// The bytes [offset, offset + size) of descriptor `fd`, as a source: they must lie in the file.
+// \throws DataError naming `name`.
+detail::audio::ByteSource member_source(int fd, std::int64_t offset, std::int64_t size,
+                                        std::string_view name) {
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0) {
+    detail::audio::fail(name, "not an open file (descriptor " + std::to_string(fd) + ")");
+  }
+  if (offset < 0 || size < 0 ||
+      (S_ISREG(st.st_mode) && (offset > st.st_size || size > st.st_size - offset))) {
+    detail::audio::fail(name, "bytes " + std::to_string(offset) + " + " + std::to_string(size) +
+                                  " are not within the file's " + std::to_string(st.st_size));
+  }
+  return {fd, {}, size, 0, offset};
+}
+
 }  // namespace
 
 void check_audio_options(const AudioOptions& o) { detail::audio::check_options(o, 2); }
@@ -71,8 +96,10 @@ void detail::audio::check_options(const AudioOptions& o, int most_channels) {
     audio_option_error("clip_seconds " + std::to_string(o.clip_seconds) +
                        " is less than one frame at sample_rate " + std::to_string(o.sample_rate));
   }
-  if (!(o.max_seconds > 0)) {
-    audio_option_error("max_seconds must be > 0, not " + std::to_string(o.max_seconds));
+  check_max_seconds(o.max_seconds);
+  if (o.crop != AudioCrop::random && o.crop != AudioCrop::start && o.crop != AudioCrop::center) {
+    audio_option_error("crop " + std::to_string(static_cast<int>(o.crop)) +
+                       " is not an AudioCrop (random, start or center)");
   }
   if (o.mel) {
     const MelOptions& m = *o.mel;
@@ -85,8 +112,10 @@ void detail::audio::check_options(const AudioOptions& o, int most_channels) {
     if (m.n_mels < 1 || m.n_mels > 4096) {
       audio_option_error("mel.n_mels must be 1 to 4096, not " + std::to_string(m.n_mels));
     }
-    if (!(m.f_min >= 0) || !(m.f_max >= 0) || (m.f_max > 0 && m.f_max <= m.f_min)) {
-      audio_option_error("mel.f_min and f_max must be >= 0 with f_min < f_max (or f_max 0)");
+    if (!(m.f_min >= 0) || !(m.f_max >= 0) || !std::isfinite(m.f_min) || !std::isfinite(m.f_max) ||
+        (m.f_max > 0 && m.f_max <= m.f_min)) {
+      audio_option_error(
+          "mel.f_min and f_max must be finite and >= 0 with f_min < f_max (or f_max 0)");
     }
     const int nyquist = o.sample_rate / 2;
     if (o.sample_rate > 0 && (m.f_max > 0 ? m.f_max : static_cast<double>(nyquist)) <= m.f_min) {
@@ -130,6 +159,7 @@ FieldSpec audio_field(const AudioOptions& options, int channels, std::string nam
 
 AudioInfo audio_info(std::span<const std::byte> encoded, std::string_view name,
                      double max_seconds) {
+  check_max_seconds(max_seconds);
   detail::audio::ByteSource source{-1, encoded, static_cast<std::int64_t>(encoded.size()), 0};
   const detail::audio::SoundFile file(source, name, max_seconds);
   return file.info();
@@ -137,6 +167,7 @@ AudioInfo audio_info(std::span<const std::byte> encoded, std::string_view name,
 
 AudioInfo audio_file_info(const std::filesystem::path& file, std::string_view name,
                           double max_seconds) {
+  check_max_seconds(max_seconds);
   const std::string label = audio_name(file, name);
   const detail::OpenFile open(file, {{}, label});
   detail::audio::ByteSource source{
@@ -184,7 +215,8 @@ void decode_audio_file(const std::filesystem::path& file, const AudioOptions& op
 
 AudioInfo audio_info_at(int fd, std::int64_t offset, std::int64_t size, std::string_view name,
                         double max_seconds) {
-  detail::audio::ByteSource source{fd, {}, size, 0, offset};
+  check_max_seconds(max_seconds);
+  detail::audio::ByteSource source = member_source(fd, offset, size, name);
   const detail::audio::SoundFile file(source, name, max_seconds);
   return file.info();
 }
@@ -192,7 +224,7 @@ AudioInfo audio_info_at(int fd, std::int64_t offset, std::int64_t size, std::str
 void decode_audio_at(int fd, std::int64_t offset, std::int64_t size, const AudioOptions& options,
                      std::uint64_t seed, std::span<float> out, std::string_view name) {
   detail::audio::check_options(options, kAudioMaxChannels);
-  detail::audio::ByteSource source{fd, {}, size, 0, offset};
+  detail::audio::ByteSource source = member_source(fd, offset, size, name);
   detail::audio::SoundFile file(source, name, options.max_seconds);
   check_out(file.info(), options, out, name);
   detail::audio::decode(file, options, seed, out, name);

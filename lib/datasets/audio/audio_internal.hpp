@@ -7,9 +7,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "ferry/audio.hpp"
 
@@ -44,6 +46,9 @@ class FrameCounts {
   /// Whether the file's last frame decoded when it was `size` bytes (SoundFile::check_end()).
   bool end_decoded(std::size_t file, std::int64_t size) const;
   void remember_end(std::size_t file, std::int64_t size);
+  /// Whether the file's container passed its checks (ogg_problem()) when it was `size` bytes.
+  bool container_checked(std::size_t file, std::int64_t size) const;
+  void remember_container(std::size_t file, std::int64_t size);
 
  private:
   struct State;
@@ -98,10 +103,29 @@ class SoundFile {
   AudioInfo info_;
   std::string_view name_;
   CountMemo memo_;
-  std::int64_t frame_ = 0;  // the next frame read
-  bool counted_ = false;    // info_.frames was counted by a decode, not read from the header
+  std::int64_t frame_ = 0;        // the next frame read
+  bool counted_ = false;          // info_.frames was counted by a decode, not read from the header
+  bool seek_from_start_ = false;  // libsndfile's seeks are off: decode from the start instead
   bool mpeg_ = false;
 };
+
+/// Reads `n` bytes at `offset` of the source (fewer at its end); leaves its position alone.
+std::size_t read_at(ByteSource& source, std::int64_t offset, std::byte* out, std::size_t n);
+
+/// Whether an MP3's first frame carries a Xing, Info or VBRI header: only then does mpg123 (and
+/// so libsndfile) know its length (audio_container.cpp).
+bool mp3_length_tag(ByteSource& source);
+
+/// A RIFF or RF64 WAV whose data chunk's size (by its header) is more than the bytes the file
+/// holds after it: the bytes said and found, or nothing when the file is whole (or not a WAV,
+/// or written to a pipe, giving no size).
+std::optional<std::pair<std::int64_t, std::int64_t>> wav_data_cut(ByteSource& source);
+
+/// What is wrong with an Ogg file that libsndfile would read without a word: a first audio page
+/// (or a header page) failing its checksum, a missing last page, a second stream (chained or
+/// multiplexed), granule positions going back. The reason, or an empty string; `late_start`
+/// says whether it is an Opus stream that starts late (whose clips are then read from the start).
+std::string ogg_problem(ByteSource& source, bool& late_start);
 
 /// Channels and rates a file may have (a dataset keeping them takes no more).
 constexpr int kMaxChannels = 256;

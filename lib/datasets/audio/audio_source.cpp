@@ -80,7 +80,8 @@ bool unknown_length(sf_count_t frames) {
   return frames >= std::numeric_limits<std::int64_t>::max() / 2;
 }
 
-// Reads `n` bytes at `offset` of the source (fewer at its end); leaves its position alone.
+}  // namespace
+
 std::size_t read_at(ByteSource& source, std::int64_t offset, std::byte* out, std::size_t n) {
   const std::int64_t saved = source.position;
   source.position = offset;
@@ -90,107 +91,10 @@ std::size_t read_at(ByteSource& source, std::int64_t offset, std::byte* out, std
   return got;
 }
 
-// Whether an MP3's first frame carries a Xing, Info or VBRI header: only then does mpg123 (and
-// so libsndfile) know its length; without one it guesses from the first frame's bitrate and the
-// file's size (a valid CBR file gets a few frames too many, a VBR one a fraction).
-bool mp3_length_tag(ByteSource& source) {
-  std::array<std::byte, 10> id3{};
-  std::int64_t at = 0;
-  // ID3v2 tags, one after another: "ID3", version, flags, a 28-bit "syncsafe" size.
-  while (read_at(source, at, id3.data(), id3.size()) == id3.size() &&
-         std::memcmp(id3.data(), "ID3", 3) == 0) {
-    std::int64_t size = 0;
-    for (std::size_t i = 6; i < 10; ++i) size = (size << 7) | (std::to_integer<int>(id3[i]) & 0x7f);
-    at += 10 + size + ((std::to_integer<int>(id3[5]) & 0x10) != 0 ? 10 : 0);
-  }
-  // The tag lies within the first frame's first bytes, after its sync (which mpg123 may have to
-  // look for past junk): look in the first 64 KiB.
-  constexpr std::size_t kLook = std::size_t{64} * 1024;
-  std::vector<std::byte> head(kLook);
-  head.resize(read_at(source, at, head.data(), head.size()));
-  const auto byte = [&](std::size_t i) { return std::to_integer<unsigned>(head[i]); };
-  for (std::size_t i = 0; i + 4 < head.size(); ++i) {
-    if (byte(i) != 0xff || (byte(i + 1) & 0xe0) != 0xe0) continue;
-    // The first frame header: Xing/Info follow the side information (at most 32 bytes), VBRI
-    // sits 32 bytes after the header.
-    const std::size_t end = std::min(head.size(), i + 4 + 32 + 4 + 4);
-    for (std::size_t k = i + 4; k + 4 <= end; ++k) {
-      const char* p = reinterpret_cast<const char*>(head.data() + k);
-      if (std::memcmp(p, "Xing", 4) == 0 || std::memcmp(p, "Info", 4) == 0 ||
-          std::memcmp(p, "VBRI", 4) == 0) {
-        return true;
-      }
-    }
-    return false;
-  }
-  return false;
-}
-
-std::uint32_t le32(const std::byte* p) {
-  std::uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | std::to_integer<std::uint32_t>(p[i]);
-  return v;
-}
-
-// A RIFF WAV whose data chunk's size (by its header) is more than the bytes the file holds
-// after it: libsndfile quietly reads what is there, so a file cut short would be delivered
-// short. Returns the bytes said and found, or nothing when the file is whole (or not RIFF WAV,
-// or written to a pipe, giving no size: 0, 0x7ffff000 or more).
-std::optional<std::pair<std::int64_t, std::int64_t>> wav_data_cut(ByteSource& source) {
-  std::array<std::byte, 12> riff{};
-  if (read_at(source, 0, riff.data(), riff.size()) != riff.size() ||
-      std::memcmp(riff.data(), "RIFF", 4) != 0 || std::memcmp(riff.data() + 8, "WAVE", 4) != 0) {
-    return std::nullopt;
-  }
-  std::int64_t at = 12;
-  std::array<std::byte, 8> chunk{};
-  // At most a few chunks come before "data" in any real file; the walk is bounded anyway.
-  for (int n = 0; n < 4096 && read_at(source, at, chunk.data(), 8) == 8; ++n) {
-    const std::int64_t size = le32(chunk.data() + 4);
-    if (std::memcmp(chunk.data(), "data", 4) == 0) {
-      // Sizes a writer to a pipe leaves (0, sox's 0x7ffff000, 0xffffffff): not known.
-      if (size == 0 || size >= 0x7ffff000LL) return std::nullopt;
-      const std::int64_t there = source.size - (at + 8);
-      if (size > there) return std::make_pair(size, there);
-      return std::nullopt;
-    }
-    at += 8 + size + (size & 1);
-  }
-  return std::nullopt;
-}
-
-// Whether an Ogg file ends with a whole page carrying the end-of-stream flag: libsndfile takes
-// the stream's length from the last page's granule position, so a file whose last pages were
-// dropped (cut at a page boundary) reads as a shorter whole one. Returns the reason it does
-// not, or an empty string.
-std::string ogg_end_missing(ByteSource& source) {
-  // A page is at most 27 + 255 + 255 * 255 bytes: the last one starts in the last 65307.
-  constexpr std::int64_t kMostPage = 27 + 255 + 255 * 255;
-  const std::int64_t from = std::max<std::int64_t>(0, source.size - kMostPage);
-  std::vector<std::byte> tail(static_cast<std::size_t>(source.size - from));
-  tail.resize(read_at(source, from, tail.data(), tail.size()));
-  const auto byte = [&](std::size_t i) { return std::to_integer<unsigned>(tail[i]); };
-  for (std::size_t p = tail.size() >= 27 ? tail.size() - 27 + 1 : 0; p-- > 0;) {
-    if (std::memcmp(tail.data() + p, "OggS", 4) != 0 || byte(p + 4) != 0) continue;
-    const std::size_t segments = byte(p + 26);
-    if (p + 27 + segments > tail.size()) continue;
-    std::size_t body = 0;
-    for (std::size_t k = 0; k < segments; ++k) body += byte(p + 27 + k);
-    if (p + 27 + segments + body != tail.size()) continue;  // not the page that ends the file
-    if ((byte(p + 5) & 0x04) == 0) {
-      return "truncated: its last Ogg page has no end-of-stream flag (the pages after it are "
-             "missing)";
-    }
-    return {};
-  }
-  return "truncated or corrupt: it does not end with a whole Ogg page";
-}
-
-}  // namespace
-
 struct FrameCounts::State {
   std::unique_ptr<std::atomic<std::int64_t>[]> frames;
   std::unique_ptr<std::atomic<std::int64_t>[]> ends;  // the size + 1 whose end decoded; 0: none
+  std::unique_ptr<std::atomic<std::int64_t>[]> containers;  // the size + 1 checked; 0: none
   mutable std::mutex mutex;
   std::unordered_map<std::size_t, std::string> errors;
 };
@@ -198,9 +102,11 @@ struct FrameCounts::State {
 FrameCounts::FrameCounts(std::size_t files) : state_(std::make_unique<State>()) {
   state_->frames = std::make_unique<std::atomic<std::int64_t>[]>(files);
   state_->ends = std::make_unique<std::atomic<std::int64_t>[]>(files);
+  state_->containers = std::make_unique<std::atomic<std::int64_t>[]>(files);
   for (std::size_t i = 0; i < files; ++i) {
     state_->frames[i].store(0);
     state_->ends[i].store(0);
+    state_->containers[i].store(0);
   }
 }
 
@@ -228,6 +134,14 @@ void FrameCounts::remember_end(std::size_t file, std::int64_t size) {
   state_->ends[file].store(size + 1, std::memory_order_relaxed);
 }
 
+bool FrameCounts::container_checked(std::size_t file, std::int64_t size) const {
+  return state_->containers[file].load(std::memory_order_relaxed) == size + 1;
+}
+
+void FrameCounts::remember_container(std::size_t file, std::int64_t size) {
+  state_->containers[file].store(size + 1, std::memory_order_relaxed);
+}
+
 void FrameCounts::remember_error(std::size_t file, std::string message) {
   {
     const std::lock_guard<std::mutex> lock(state_->mutex);
@@ -249,16 +163,31 @@ SoundFile::SoundFile(ByteSource& source, std::string_view name, double max_secon
                      " channels by its header)");
     }
     const int major = sf.format & SF_FORMAT_TYPEMASK;
+    if (major != SF_FORMAT_WAV && major != SF_FORMAT_WAVEX && major != SF_FORMAT_RF64 &&
+        major != SF_FORMAT_FLAC && major != SF_FORMAT_OGG && major != SF_FORMAT_MPEG) {
+      // libsndfile reads more (AIFF, AU, W64, ...), but ferry checks the containers it names
+      // for what libsndfile lets through (a file cut short reads short there).
+      SF_FORMAT_INFO format{major, nullptr, nullptr};
+      const bool named = sf_command(nullptr, SFC_GET_FORMAT_INFO, &format, sizeof format) == 0 &&
+                         format.name != nullptr;
+      fail(name, std::string("a file of ") + (named ? format.name : "another format") +
+                     ": ferry reads WAV, FLAC, Ogg Vorbis/Opus and MP3");
+    }
     mpeg_ = major == SF_FORMAT_MPEG;
     if (major == SF_FORMAT_OGG && unknown_length(sf.frames)) {
       // libsndfile takes an Ogg stream's length from its last page, which a whole file has.
       fail(name, "truncated or corrupt: its Ogg stream's last page is missing");
     }
-    if (major == SF_FORMAT_OGG) {
-      const std::string missing = ogg_end_missing(source);
-      if (!missing.empty()) fail(name, missing);
+    // An Ogg file's pages are walked once a file with a memo (while its size stays the same).
+    if (major == SF_FORMAT_OGG &&
+        (memo.counts == nullptr || !memo.counts->container_checked(memo.file, source.size))) {
+      bool late = false;
+      const std::string problem = ogg_problem(source, late);
+      if (!problem.empty()) fail(name, problem);
+      if (memo.counts != nullptr && !late) memo.counts->remember_container(memo.file, source.size);
+      seek_from_start_ = late;
     }
-    if (major == SF_FORMAT_WAV || major == SF_FORMAT_WAVEX) {
+    if (major == SF_FORMAT_WAV || major == SF_FORMAT_WAVEX || major == SF_FORMAT_RF64) {
       if (const auto cut = wav_data_cut(source)) {
         fail(name, "truncated: its data chunk's header gives " + std::to_string(cut->first) +
                        " bytes, the file holds " + std::to_string(cut->second) + " after it");
@@ -364,7 +293,7 @@ void SoundFile::seek(std::int64_t frame) {
   // decoded from a few frames before: mpg123's first frames after a seek lack what the frames
   // before give them (the bit reservoir, the overlap), and differ from a decode from the start.
   constexpr std::int64_t kMpegPreroll = std::int64_t{8} * 1152;
-  if (counted_) {
+  if (counted_ || seek_from_start_) {
     if (frame < frame_ || frame_ < 0) rewind();
   } else {
     const std::int64_t to = mpeg_ ? std::max<std::int64_t>(0, frame - kMpegPreroll) : frame;
