@@ -98,7 +98,7 @@ class TableCheck {
                     std::uint32_t entries) const {
     entries_fit(type, entries, 8, 8, length);
     std::uint64_t samples = 0;
-    std::array<std::byte, 8 * 512> chunk{};
+    std::array<std::byte, std::size_t{8} * 512> chunk{};
     for (std::uint64_t e = 0; e < entries;) {
       const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(entries - e, 512));
       if (read_(body + 8 + 8 * e, chunk.data(), 8 * n) != 8 * n) return;
@@ -131,7 +131,7 @@ class TableCheck {
     } else if (type == "stsc") {
       const std::uint32_t entries = fields<1>(body, length)[0];
       entries_fit(type, entries, 12, 8, length);
-      std::array<std::byte, 12 * 512> chunk{};
+      std::array<std::byte, std::size_t{12} * 512> chunk{};
       for (std::uint64_t e = 0; e < entries;) {
         const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(entries - e, 512));
         if (read_(body + 8 + 12 * e, chunk.data(), 12 * n) != 12 * n) return;
