@@ -21,6 +21,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "expect_error.hpp"
@@ -700,7 +701,8 @@ struct CompactWriter {
 /// A Parquet file of one required INT32 column "a": one page of `values` at byte 4, and a footer
 /// of `groups` row groups, each listing that one chunk.
 std::vector<std::uint8_t> parquet_with_shared_chunk(const std::vector<std::int32_t>& values,
-                                                    std::size_t groups) {
+                                                    std::size_t groups,
+                                                    std::int32_t converted = -1) {
   const auto bytes = static_cast<std::int32_t>(values.size() * 4);
   CompactWriter page;
   page.i32(1, 0);  // DATA_PAGE
@@ -726,6 +728,7 @@ std::vector<std::uint8_t> parquet_with_shared_chunk(const std::vector<std::int32
   f.i32(1, 1);  // INT32
   f.i32(2, 0);  // REQUIRED
   f.text(1, "a");
+  if (converted >= 0) f.i32(2, converted);  // converted_type
   f.stop();
   f.i64(1, rows * static_cast<std::int64_t>(groups));
   f.list(1, 12, groups);  // row_groups
@@ -780,6 +783,155 @@ TEST(ParquetForgedFile, RowGroupsSharingAChunkAreADataErrorAtOpen) {
   expect_error<DataError>([&] { static_cast<void>(ParquetDataset::open({path}, {})); },
                           {"ParquetDataset: " + path.string(), "row group 1, column \"a\"",
                            "overlap those of row group 0, column \"a\" (bytes 4 to"});
+  fs::remove(path);
+}
+
+/// A Parquet file of one required BYTE_ARRAY column "s" of `rows` rows in one row group: a
+/// dictionary of one value of `value_bytes` zero bytes, and one data page whose indices (one
+/// RLE run) all name it. A few bytes of indices make rows * value_bytes bytes of values.
+std::vector<std::uint8_t> parquet_dictionary_bomb(std::uint32_t value_bytes, std::uint32_t rows) {
+  std::vector<std::uint8_t> dict_values(4 + std::size_t{value_bytes}, 0);
+  for (int i = 0; i < 4; ++i)
+    dict_values[static_cast<std::size_t>(i)] = (value_bytes >> (8 * i)) & 0xff;
+  CompactWriter dict;
+  dict.i32(1, 2);  // DICTIONARY_PAGE
+  dict.i32(1, static_cast<std::int32_t>(dict_values.size()));
+  dict.i32(1, static_cast<std::int32_t>(dict_values.size()));
+  dict.field(4, 12);  // field 7: DictionaryPageHeader
+  dict.i32(1, 1);     // one value
+  dict.i32(1, 0);     // PLAIN
+  dict.stop();
+  dict.stop();
+  CompactWriter indices;  // bit width 1, then one RLE run of `rows` zeros
+  indices.out.push_back(1);
+  indices.varint(std::uint64_t{rows} << 1);
+  indices.out.push_back(0);
+  CompactWriter page;
+  page.i32(1, 0);  // DATA_PAGE
+  page.i32(1, static_cast<std::int32_t>(indices.out.size()));
+  page.i32(1, static_cast<std::int32_t>(indices.out.size()));
+  page.field(2, 12);  // field 5: DataPageHeader
+  page.i32(1, static_cast<std::int32_t>(rows));
+  page.i32(1, 8);  // RLE_DICTIONARY
+  page.i32(1, 3);
+  page.i32(1, 3);
+  page.stop();
+  page.stop();
+  std::vector<std::uint8_t> chunk = dict.out;
+  chunk.insert(chunk.end(), dict_values.begin(), dict_values.end());
+  const auto data_at = static_cast<std::int64_t>(4 + chunk.size());
+  chunk.insert(chunk.end(), page.out.begin(), page.out.end());
+  chunk.insert(chunk.end(), indices.out.begin(), indices.out.end());
+  const auto size = static_cast<std::int64_t>(chunk.size());
+  CompactWriter f;
+  f.i32(1, 1);       // version
+  f.list(1, 12, 2);  // schema
+  f.text(4, "schema");
+  f.i32(1, 1);  // num_children
+  f.stop();
+  f.i32(1, 6);  // BYTE_ARRAY
+  f.i32(2, 0);  // REQUIRED
+  f.text(1, "s");
+  f.stop();
+  f.i64(1, rows);
+  f.list(1, 12, 1);  // row_groups
+  f.list(1, 12, 1);  // columns
+  f.i64(2, 4);       // file_offset
+  f.field(1, 12);    // meta_data
+  f.i32(1, 6);       // BYTE_ARRAY
+  f.list(1, 5, 2);   // encodings: PLAIN, RLE_DICTIONARY
+  f.varint(0);
+  f.varint(16);
+  f.list(1, 8, 1);  // path_in_schema
+  f.varint(1);
+  f.out.push_back('s');
+  f.i32(1, 0);  // UNCOMPRESSED
+  f.i64(1, rows);
+  f.i64(1, size);
+  f.i64(1, size);
+  f.i64(2, data_at);  // data_page_offset
+  f.i64(2, 4);        // dictionary_page_offset
+  f.stop();
+  f.stop();
+  f.i64(1, size);  // total_byte_size
+  f.i64(1, rows);
+  f.stop();
+  f.stop();
+  std::vector<std::uint8_t> file = {'P', 'A', 'R', '1'};
+  file.insert(file.end(), chunk.begin(), chunk.end());
+  file.insert(file.end(), f.out.begin(), f.out.end());
+  const auto footer = static_cast<std::uint32_t>(f.out.size());
+  for (int i = 0; i < 4; ++i) file.push_back(static_cast<std::uint8_t>((footer >> (8 * i)) & 0xff));
+  file.insert(file.end(), {'P', 'A', 'R', '1'});
+  return file;
+}
+
+TEST(ParquetForgedFile, AnIntegerOutsideItsDeclaredWidthIsADataError) {
+  // INT32 values under UINT_8 (11) and INT_8 (15): 300 read as 44, 200 as -56, before.
+  const fs::path path =
+      fs::temp_directory_path() / ("ferry_narrow_" + std::to_string(::getpid()) + ".parquet");
+  for (const auto& [converted, values, why] :
+       {std::tuple<std::int32_t, std::vector<std::int32_t>, std::string>{
+            11, {7, 300, 9}, "value 1 is 300, outside its declared type (0 to 255)"},
+        {11, {7, -1, 9}, "value 1 is -1, outside its declared type (0 to 255)"},
+        {15, {7, 8, 200}, "value 2 is 200, outside its declared type (-128 to 127)"}}) {
+    write_bytes(path, parquet_with_shared_chunk(values, 1, converted));
+    const auto ds = ParquetDataset::open({path}, {});
+    expect_error<DataError>([&] { static_cast<void>(ferry::read_sample(*ds, 0)); },
+                            {path.string(), "row group 0, column \"a\"", why});
+  }
+  // In range, they read.
+  write_bytes(path, parquet_with_shared_chunk({0, 255, 9}, 1, 11));
+  const auto ds = ParquetDataset::open({path}, {});
+  std::vector<int> got;
+  for (std::size_t i = 0; i < 3; ++i) {
+    got.push_back(*static_cast<const std::uint8_t*>(ferry::read_sample(*ds, i)[0].second.data()));
+  }
+  EXPECT_EQ(got, (std::vector<int>{0, 255, 9}));
+  fs::remove(path);
+}
+
+TEST(ParquetForgedSizes, ADictionaryValueRepeatedIntoGigabytesIsNamedNotABadAlloc) {
+  // 1 MiB of dictionary and a few bytes of indices make 4 GiB of values. A read under an address
+  // space of 1 GiB ended in a bare std::bad_alloc (MemoryError in Python), and a loader with the
+  // default budget raised that budget to hold the row group, however large: now the read is a
+  // DataError naming the file, the row group and the column, and the loader's default budget
+  // (an eighth of the machine's memory) holds no more than that for the table.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizers' allocators reserve more than the address space limit allows";
+#endif
+  constexpr std::uint32_t kValue = 1U << 20;
+  constexpr std::uint32_t kBombRows = 4096;
+  const fs::path path =
+      fs::temp_directory_path() / ("ferry_dict_bomb_" + std::to_string(::getpid()) + ".parquet");
+  write_bytes(path, parquet_dictionary_bomb(kValue, kBombRows));
+  const auto ds = ParquetDataset::open({path}, {});
+  ASSERT_EQ(ds->size(), kBombRows);
+  EXPECT_GE(ds->reader_memory(0), std::uint64_t{kValue} * kBombRows);
+  const std::string read = ferry::testing::in_child(
+      [&]() -> std::string {
+        try {
+          static_cast<void>(ferry::read_sample(*ds, 5));
+          return "no error";
+        } catch (const DataError& e) {
+          return e.what();
+        }
+      },
+      std::uint64_t{1} << 30, 60);
+  for (const std::string& part :
+       {"ParquetDataset: " + path.string(),
+        std::string("row group 0 (rows 0 to 4095), column \"s\""), std::string("out of memory")}) {
+    EXPECT_NE(read.find(part), std::string::npos) << read;
+  }
+  ferry::LoaderOptions o = ferry::testing::table_loader_options(4, false, 1, 0);
+  o.autotune = true;  // the default budget applies under autotune
+  if (ferry::default_memory_budget() < std::uint64_t{kValue} * kBombRows) {
+    expect_error<ConfigError>([&] { ferry::Loader loader(ds, o); },
+                              {"the default memory_budget", "held by the dataset's reads"});
+  }
+  o.memory_budget = std::uint64_t{1} << 30;
+  expect_error<ConfigError>([&] { ferry::Loader loader(ds, o); },
+                            {"memory_budget of 1073741824 bytes", "held by the dataset's reads"});
   fs::remove(path);
 }
 

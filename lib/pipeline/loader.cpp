@@ -233,11 +233,14 @@ void detail::LoaderImpl::plan_memory(BufferRing::Sizes& sizes) {
   t.reader_bytes = dataset->reader_memory(t.scratch_per_worker);
   t.budget = options.memory_budget;
   if (t.enabled && t.budget == 0) {
-    // The default: a share of the memory, and never less than the options ask for at the start
-    // (so no options are refused for it).
-    t.budget = std::max(
-        default_memory_budget(),
-        t.bytes(static_cast<std::uint64_t>(options.prefetch), static_cast<std::uint64_t>(workers)));
+    // The default: a share of the memory, and never less than the pipeline the options ask for
+    // at the start (so no options are refused for it). What the dataset holds for its reads is
+    // not added: a table whose row groups decode to more than the share (gigabytes, of a file of
+    // kilobytes) is refused below, as under a budget given.
+    t.budget = std::max(default_memory_budget(),
+                        t.bytes(static_cast<std::uint64_t>(options.prefetch),
+                                static_cast<std::uint64_t>(workers)) -
+                            t.reader_bytes);
   }
   if (t.budget > 0) {
     // The dataset's holdings (a table's decoded cache) fit what the budget leaves beside the
@@ -260,7 +263,12 @@ void detail::LoaderImpl::plan_memory(BufferRing::Sizes& sizes) {
                         slots, t.slot_bytes, devices, sizes.device_bytes, w, t.scratch_per_worker,
                         t.reader_bytes);
   };
-  const std::string budget = "Loader: memory_budget of " + std::to_string(t.budget) + " bytes";
+  const std::string budget =
+      options.memory_budget == 0
+          ? "Loader: the default memory_budget (an eighth of this machine's memory, or what the "
+            "options ask for) of " +
+                std::to_string(t.budget) + " bytes"
+          : "Loader: memory_budget of " + std::to_string(t.budget) + " bytes";
   if (!t.fits(1, 1)) {
     throw ConfigError(budget + " cannot hold the smallest pipeline: it needs " + parts(1, 1));
   }

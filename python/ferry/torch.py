@@ -101,7 +101,8 @@ class DataLoader:
     A Python dataset's batches are as its samples: a dict sample gives a dict batch (a ragged
     field `x` with `x_lengths`, i64 [N], and under ragged="pack" `x_offsets`, i32 [N + 1]), a
     tuple a tuple, one array or tensor a tensor. A ferry dataset gives a tuple in its fields'
-    order (one field: the tensor).
+    order (one field: the tensor), but a table (ParquetDataset, ArrowDataset) and a dataset with
+    a ragged field give dicts, with `x_lengths` as above.
 
     Every iter() plays the next epoch (0, 1, 2, ...); set_epoch(e) chooses it, as
     DistributedSampler.set_epoch does. state_dict() and load_state_dict() resume mid-epoch.
@@ -184,6 +185,11 @@ class DataLoader:
         self._form = _ferry._ferry._sample_form(self.loader.dataset)
         self._names = [name for name, _, _ in dataset_fields]
         self._ragged = [name for name, _, shape in dataset_fields if shape and shape[0] is None]
+        if self._form is None and (self._ragged or isinstance(
+                self.loader.dataset, (_ferry.ParquetDataset, _ferry.ArrowDataset))):
+            # A table's rows are dicts (as ds[i] and Hugging Face give them), and a ragged
+            # field's padding is told from its bytes only by its lengths: dict batches.
+            self._form = "dict"
         self._pack = options.get("ragged", "pad") == "pack"
 
     def set_epoch(self, epoch):

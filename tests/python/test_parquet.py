@@ -274,3 +274,26 @@ def test_parquet_list_nulls_and_wrong_lengths_name_the_row(ferry, lists):
     with pytest.raises(ferry.DataError, match='wrong_list.parquet: row group 0, row 13, column "v"'):
         for _ in loader.epoch(0):
             pass
+
+
+def test_the_torch_adapter_gives_a_tables_rows_as_dicts_with_lengths(ferry, tables):
+    # A table's rows are dicts (ds[i]); ferry.torch.DataLoader gave tuples, and a ragged
+    # field's padding could not be told from its bytes.
+    torch = pytest.importorskip("torch")
+    import ferry.torch as ft
+    ds = ferry.ParquetDataset(str(tables / "part0.parquet"), ["i8", "bin"])
+    assert isinstance(ds[0], dict)
+    seen = []
+    for b in ft.DataLoader(ds, batch_size=4, device="cpu"):
+        assert isinstance(b, dict) and set(b) == {"i8", "bin", "bin_lengths"}
+        for j in range(len(b["i8"])):
+            i = len(seen)
+            seen.append(i)
+            assert int(b["i8"][j]) == (i * 37) % 256 - 128
+            n = int(b["bin_lengths"][j])
+            assert n == i % 6
+            assert b["bin"][j, :n].tolist() == [(i * 31 + k * 7) % 256 for k in range(n)]
+    assert seen == list(range(len(ds)))
+    # A table of fixed fields alone gives dicts too: its rows are dicts.
+    one = ferry.ParquetDataset(str(tables / "part0.parquet"), ["i8"])
+    assert isinstance(next(iter(ft.DataLoader(one, batch_size=4, device="cpu"))), dict)

@@ -421,7 +421,13 @@ void decode_pages(std::span<const std::byte> bytes, Physical type, Codec codec, 
         Values v;
         v.count = present;
         v.fixed.resize(present);
-        for (std::size_t i = 0; i < present; ++i) v.fixed[i] = std::byte(indices[i] & 1);
+        for (std::size_t i = 0; i < present; ++i) {
+          if (indices[i] > 1) {
+            throw ChunkError("an RLE boolean of " + std::to_string(indices[i]) + " (value " +
+                             std::to_string(i) + ")");
+          }
+          v.fixed[i] = std::byte(indices[i]);
+        }
         sink(page_levels, v, nullptr);
       } else if (h.encoding == encoding::delta_binary_packed ||
                  h.encoding == encoding::delta_length_byte_array ||

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <string>
 
 #include "datasets/table/parquet_ahead.hpp"
@@ -26,14 +27,21 @@ std::span<const std::byte> chunk_bytes(const ParquetFile& f, const parquet::Colu
                                 static_cast<std::size_t>(ch.total_compressed_size));
 }
 
-/// Narrows int32 values to 8 or 16 bits, in place (the column's declared width).
+/// Narrows int32 values to 8 or 16 bits, in place (the column's declared width and sign).
+/// \throws DataError `where` + the value that its declared type cannot hold.
 template <class T>
-void narrow_int32(parquet::RawColumn& c) {
+void narrow_int32(parquet::RawColumn& c, const std::string& where) {
   const std::size_t count = c.fixed.size() / 4;  // a list column's: all its rows' values
   std::vector<std::byte> out(count * sizeof(T));
   for (std::size_t r = 0; r < count; ++r) {
     std::int32_t v = 0;
     std::memcpy(&v, c.fixed.data() + r * 4, 4);
+    // A null's slot holds 0; a value outside T is not of the column's type.
+    if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max()) {
+      throw DataError(where + "value " + std::to_string(r) + " is " + std::to_string(v) +
+                      ", outside its declared type (" + std::to_string(std::numeric_limits<T>::min()) +
+                      " to " + std::to_string(std::numeric_limits<T>::max()) + ")");
+    }
     const auto n = static_cast<T>(v);
     std::memcpy(out.data() + r * sizeof(T), &n, sizeof(T));
   }
@@ -185,6 +193,14 @@ parquet::RawColumn ParquetTable::decode_raw(std::size_t g, std::size_t c,
                     std::to_string(tg.group) + " (rows " + std::to_string(tg.file_row) + " to " +
                     std::to_string(tg.file_row + tg.rows - 1) + "), column " +
                     in_quotes(columns[c].name) + ": " + e.what());
+  } catch (const std::bad_alloc&) {
+    // Its values are more than this process can hold (a dictionary's value repeated by every
+    // row may make gigabytes of a few bytes): the place, not a bare bad_alloc.
+    throw DataError(FileLabel{kParquetWho, f.name}.prefix() + "row group " +
+                    std::to_string(tg.group) + " (rows " + std::to_string(tg.file_row) + " to " +
+                    std::to_string(tg.file_row + tg.rows - 1) + "), column " +
+                    in_quotes(columns[c].name) +
+                    ": out of memory: its decoded values are more than this process can allocate");
   }
 }
 
@@ -218,10 +234,21 @@ std::shared_ptr<const DecodedGroup> ParquetTable::decode(std::size_t g) const {
     parquet::RawColumn raw = decode_raw(g, c, bytes);
     const TableColumn& col = columns[c];
     if (col.kind == TableField::scalar || col.kind == TableField::list) {
-      if (col.dtype == DType::i8 || col.dtype == DType::u8) {
-        if (col.physical == parquet::Physical::int32) narrow_int32<std::int8_t>(raw);
-      } else if (col.dtype == DType::i16 || col.dtype == DType::u16) {
-        narrow_int32<std::int16_t>(raw);
+      const TableGroup& tg = groups[g];
+      const auto where = [&] {
+        return FileLabel{kParquetWho, files[tg.file].name}.prefix() + "row group " +
+               std::to_string(tg.group) + ", column " + in_quotes(col.name) + ": ";
+      };
+      if (col.physical != parquet::Physical::int32) {
+        // 8 and 16 bits are stored as int32 alone
+      } else if (col.dtype == DType::i8) {
+        narrow_int32<std::int8_t>(raw, where());
+      } else if (col.dtype == DType::u8) {
+        narrow_int32<std::uint8_t>(raw, where());
+      } else if (col.dtype == DType::i16) {
+        narrow_int32<std::int16_t>(raw, where());
+      } else if (col.dtype == DType::u16) {
+        narrow_int32<std::uint16_t>(raw, where());
       }
     } else if (col.kind == TableField::categorical) {
       std::vector<std::byte> codes(raw.rows * 8);

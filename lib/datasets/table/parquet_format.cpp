@@ -43,6 +43,7 @@ Logical parse_logical(Reader& r) {
       r.skip(f.type);
       return;
     }
+    if (l.which != 0) throw ThriftError("a logicalType union with more than one member set");
     l.which = f.id;
     if (f.id == 10) {  // INTEGER: IntType{1: bitWidth i8, 2: isSigned bool}
       each_field(r, [&](FieldHeader g) {
@@ -73,6 +74,10 @@ SchemaElement parse_schema_element(Reader& r) {
         break;
       case 3:
         e.repetition = i32(r, f.type);
+        if (e.repetition < 0 || e.repetition > 2) {
+          throw ThriftError("a repetition type of " + std::to_string(e.repetition) +
+                            " (0 REQUIRED, 1 OPTIONAL or 2 REPEATED)");
+        }
         break;
       case 4:
         e.name = std::string(r.read_binary());
