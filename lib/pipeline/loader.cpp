@@ -237,10 +237,10 @@ void detail::LoaderImpl::plan_memory(BufferRing::Sizes& sizes) {
     // at the start (so no options are refused for it). What the dataset holds for its reads is
     // not added: a table whose row groups decode to more than the share (gigabytes, of a file of
     // kilobytes) is refused below, as under a budget given.
-    t.budget = std::max(default_memory_budget(),
-                        t.bytes(static_cast<std::uint64_t>(options.prefetch),
-                                static_cast<std::uint64_t>(workers)) -
-                            t.reader_bytes);
+    t.budget = std::max(
+        default_memory_budget(),
+        t.bytes(static_cast<std::uint64_t>(options.prefetch), static_cast<std::uint64_t>(workers)) -
+            t.reader_bytes);
   }
   if (t.budget > 0) {
     // The dataset's holdings (a table's decoded cache) fit what the budget leaves beside the
