@@ -447,6 +447,7 @@ std::unique_ptr<ArrowTable> open_arrow(std::vector<std::filesystem::path> files,
       t->total_decoded += n;
     }
   }
+  t->cache.set_largest(t->largest_decoded);
   if (t->remote) t->ahead = std::make_unique<ArrowAhead>(*t);
   return t;
 }

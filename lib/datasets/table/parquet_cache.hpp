@@ -38,15 +38,30 @@ class FERRY_HIDDEN BasicGroupCache {
   /// `budget`: decoded bytes kept (at least two row groups are, whatever their size).
   explicit BasicGroupCache(std::size_t budget) : budget_(budget) {}
 
+  /// The most bytes one item decodes to (0: not known), for the decodes under way.
+  void set_largest(std::uint64_t largest) {
+    const std::lock_guard lock(mutex_);
+    largest_ = largest;
+  }
+
   /// Row group g, from the cache or made by decode() (called without the lock). A decode that
   /// throws a DataError fails g: the threads that waited for it, and every later get(g), meet
   /// the same error without decoding it again (until forget_failures()). Any other exception
-  /// (out of memory) keeps nothing: the threads that waited decode it themselves.
+  /// (out of memory) keeps nothing: the threads that waited decode it themselves. A decode
+  /// starts only while the items kept and the decodes under way stay within what
+  /// reader_memory() counts (the budget, or two items, and one being decoded); else the thread
+  /// waits for a decode under way to end (several threads decoding a row group each held
+  /// 1.6 times the budget).
   Ptr get(std::size_t g, const std::function<Ptr()>& decode) {
     std::unique_lock lock(mutex_);
     for (;;) {
       const auto it = entries_.find(g);
-      if (it == entries_.end()) break;
+      if (it == entries_.end()) {
+        if (decoding_ == 0 || !over_with_another()) break;
+        const std::uint64_t ends = decodes_ended_;
+        wait_unless_stopped(decoded_, lock, [&] { return decodes_ended_ != ends; });
+        continue;
+      }
       if (it->second.value) {
         it->second.used = ++clock_;
         return it->second.value;
@@ -58,24 +73,28 @@ class FERRY_HIDDEN BasicGroupCache {
       wait_unless_stopped(decoded_, lock, [&] { return decodes_ended_ != ends; });
     }
     entries_.emplace(g, Entry{nullptr, nullptr, ++clock_, 0});
+    ++decoding_;
     lock.unlock();
     Ptr p;
     try {
       p = decode();
     } catch (const DataError&) {
       lock.lock();
+      --decoding_;
       entries_.at(g).error = std::current_exception();
       ++decodes_ended_;
       decoded_.notify_all();
       throw;
     } catch (...) {
       lock.lock();
+      --decoding_;
       entries_.erase(g);
       ++decodes_ended_;
       decoded_.notify_all();
       throw;
     }
     lock.lock();
+    --decoding_;
     Entry& e = entries_.at(g);
     e.value = p;
     e.bytes = std::max<std::size_t>(decoded_bytes(*p), 1);
@@ -138,6 +157,14 @@ class FERRY_HIDDEN BasicGroupCache {
     std::size_t bytes = 0;
   };
 
+  // Whether the items kept, the decodes under way and one more would pass what
+  // reader_memory() counts (with mutex_ held).
+  bool over_with_another() const {
+    if (largest_ == 0) return false;
+    const std::uint64_t counted = std::max<std::uint64_t>(budget_, 2 * largest_) + largest_;
+    return bytes_ + (decoding_ + 1) * largest_ > counted;
+  }
+
   void evict() {  // with mutex_ held
     while (bytes_ > budget_ && entries_.size() > 2) {
       auto oldest = entries_.end();
@@ -159,6 +186,8 @@ class FERRY_HIDDEN BasicGroupCache {
   std::unordered_map<std::size_t, Entry> entries_;
   std::uint64_t clock_ = 0;
   std::uint64_t decodes_ended_ = 0;  // decodes ended (or failed): what a waiter looks for
+  std::uint64_t decoding_ = 0;       // decodes under way
+  std::uint64_t largest_ = 0;        // set_largest()
   std::size_t bytes_ = 0;
 };
 

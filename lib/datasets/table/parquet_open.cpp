@@ -480,6 +480,7 @@ std::unique_ptr<ParquetTable> open_parquet(std::vector<std::filesystem::path> fi
     t->largest_decoded = std::max(t->largest_decoded, decoded);
     t->total_decoded += decoded;
   }
+  t->cache.set_largest(t->largest_decoded);
   if (std::any_of(t->files.begin(), t->files.end(),
                   [](const ParquetFile& f) { return f.remote != nullptr; })) {
     t->ahead = std::make_unique<AheadFetcher>(*t);
