@@ -115,7 +115,9 @@ struct TableOptions {
 /// again, until the loader's next pass (will_read()).
 ///
 /// A corrupt or truncated file: DataError naming the file and the place (footer, row group,
-/// column, page), at open or when the row is read, never a crash.
+/// column, page), at open or when the row is read, never a crash. (A local file is
+/// memory-mapped: one cut short in place while a loader reads it faults the process, as
+/// docs/FAULTS.md says; replace a file by renaming a new one over it.)
 class FERRY_API ParquetDataset final : public Dataset {
  public:
   /// \throws ConfigError for no files, a column named twice or absent (naming it), a column of
@@ -221,7 +223,9 @@ class FERRY_API ParquetDataset final : public Dataset {
 /// in the loader's order (will_read()), skipping those still decoded.
 ///
 /// A corrupt or truncated file: DataError naming the file and the place (footer, message,
-/// record batch, buffer), at open or when the row is read, never a crash.
+/// record batch, buffer), at open or when the row is read, never a crash. (A local file is
+/// memory-mapped: one cut short in place while a loader reads it faults the process, as
+/// docs/FAULTS.md says; replace a file by renaming a new one over it.)
 class FERRY_API ArrowDataset final : public Dataset {
  public:
   /// \throws ConfigError for no files, a column named twice or absent (naming it), a column of
