@@ -90,9 +90,12 @@ struct TableOptions {
 /// row groups are shared by the reading threads and kept, the least recently used leaving when
 /// they pass 512 MiB (at least two are kept, and none a thread is reading). These count in
 /// LoaderOptions::memory_budget (reader_memory(), as the largest row group's decoded columns,
-/// estimated at open, makes them): a loader with a budget lowers the 512 MiB to what it leaves,
-/// and a budget that cannot hold three of the largest row groups beside the loader's own is a
-/// ConfigError that says the bytes the dataset's reads need. A pass in order, or a shuffled epoch
+/// estimated at open, makes them, and a decode's scratch: its largest column chunk's pages as
+/// they decompress, by the footer, and 4 bytes a row): a loader with a budget (the default
+/// budget too) lowers the 512 MiB to what it leaves, a decode starts only while the decodes
+/// under way fit it, and a budget that cannot hold three of the largest row groups and a
+/// scratch beside the loader's own is a ConfigError that says the bytes the dataset's reads
+/// need. A pass in order, or a shuffled epoch
 /// with LoaderOptions::shuffle_window (shard_starts() gives the row groups) whose window fits,
 /// decodes each row group once; so does any epoch of a table whose decoded columns fit whole. A
 /// shuffled epoch over more without a window decodes a row group for nearly every sample.

@@ -14,6 +14,20 @@ std::size_t decoded_bytes(const DecodedGroup& d) noexcept {
   return n;
 }
 
+std::uint64_t decode_scratch_bytes(const ParquetTable& t, std::size_t g) noexcept {
+  const TableGroup& tg = t.groups[g];
+  const ParquetFile& f = t.files[tg.file];
+  std::uint64_t most = 0;
+  for (std::size_t c = 0; c < t.columns.size(); ++c) {
+    const auto& ch = f.groups[tg.group].columns[f.leaves[c].leaf];
+    const auto pages =
+        static_cast<std::uint64_t>(std::max<std::int64_t>(ch.total_uncompressed_size, 0));
+    const std::uint64_t indices = std::uint64_t{4} * tg.rows;
+    most = std::max(most, pages > ~indices ? ~std::uint64_t{0} : pages + indices);
+  }
+  return most;
+}
+
 std::size_t estimated_decoded_bytes(const ParquetTable& t, std::size_t g) noexcept {
   const TableGroup& tg = t.groups[g];
   const ParquetFile& f = t.files[tg.file];

@@ -39,8 +39,9 @@ void narrow_int32(parquet::RawColumn& c, const std::string& where) {
     // A null's slot holds 0; a value outside T is not of the column's type.
     if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max()) {
       throw DataError(where + "value " + std::to_string(r) + " is " + std::to_string(v) +
-                      ", outside its declared type (" + std::to_string(std::numeric_limits<T>::min()) +
-                      " to " + std::to_string(std::numeric_limits<T>::max()) + ")");
+                      ", outside its declared type (" +
+                      std::to_string(std::numeric_limits<T>::min()) + " to " +
+                      std::to_string(std::numeric_limits<T>::max()) + ")");
     }
     const auto n = static_cast<T>(v);
     std::memcpy(out.data() + r * sizeof(T), &n, sizeof(T));
@@ -317,12 +318,14 @@ double ParquetDataset::network_wait_seconds() const noexcept {
 std::uint64_t ParquetDataset::reader_memory(std::uint64_t sample_bytes) const noexcept {
   static_cast<void>(sample_bytes);
   const detail::ParquetTable& t = *table_;
-  return t.cache.reader_memory(t.largest_decoded, t.total_decoded);
+  // The row groups kept and decoded, and one decode's scratch (its pages as they decompress).
+  const std::uint64_t kept = t.cache.reader_memory(t.largest_decoded, t.total_decoded);
+  return kept > ~t.largest_scratch ? ~std::uint64_t{0} : kept + t.largest_scratch;
 }
 
 void ParquetDataset::fit_reader_memory(std::uint64_t bytes) const noexcept {
   const detail::ParquetTable& t = *table_;
-  t.cache.fit(bytes, t.largest_decoded);
+  t.cache.fit(bytes > t.largest_scratch ? bytes - t.largest_scratch : 0, t.largest_decoded);
 }
 
 std::size_t ParquetDataset::num_row_groups() const noexcept { return table_->groups.size(); }

@@ -112,6 +112,9 @@ void parse_column_metadata(Reader& r, ColumnChunk& c) {
       case 5:
         c.num_values = r.read_int(f.type);
         break;
+      case 6:
+        c.total_uncompressed_size = r.read_int(f.type);
+        break;
       case 7:
         c.total_compressed_size = r.read_int(f.type);
         break;

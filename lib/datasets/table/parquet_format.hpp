@@ -75,6 +75,7 @@ struct ColumnChunk {
   Physical type = Physical::int32;
   Codec codec = Codec::uncompressed;
   std::int64_t num_values = 0;
+  std::int64_t total_uncompressed_size = 0;
   std::int64_t total_compressed_size = 0;
   std::int64_t data_page_offset = 0;
   std::optional<std::int64_t> dictionary_page_offset;

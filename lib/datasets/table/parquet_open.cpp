@@ -479,6 +479,7 @@ std::unique_ptr<ParquetTable> open_parquet(std::vector<std::filesystem::path> fi
     const std::size_t decoded = estimated_decoded_bytes(*t, g);
     t->largest_decoded = std::max(t->largest_decoded, decoded);
     t->total_decoded += decoded;
+    t->largest_scratch = std::max(t->largest_scratch, decode_scratch_bytes(*t, g));
   }
   t->cache.set_largest(t->largest_decoded);
   if (std::any_of(t->files.begin(), t->files.end(),

@@ -107,6 +107,8 @@ struct FERRY_HIDDEN ParquetTable {
   /// Every row group's decoded columns together, as estimated at open: the most the cache and
   /// the threads' last row groups can hold (each row group decoded at most once at a time).
   std::uint64_t total_decoded = 0;
+  /// What a row group's decode holds besides its values, at most (decode_scratch_bytes()).
+  std::uint64_t largest_scratch = 0;
 
   /// Decodes row group g's columns into their fields' form.
   /// \throws DataError naming the file, the row group, the column and the page.
@@ -151,6 +153,10 @@ struct FERRY_HIDDEN ParquetTable {
 /// (a ragged field's by its lengths), validity and offsets, and an image's or audio's encoded
 /// bytes by its column chunk's size.
 std::size_t estimated_decoded_bytes(const ParquetTable& t, std::size_t g) noexcept;
+/// What decoding row group g holds besides its values, at most: a column's pages as they
+/// decompress (its chunk's uncompressed size, as the footer gives it) and its dictionary
+/// indices (4 bytes a row).
+std::uint64_t decode_scratch_bytes(const ParquetTable& t, std::size_t g) noexcept;
 
 /// Where a column chunk's bytes start (its dictionary page, else its first data page).
 std::int64_t chunk_start(const parquet::ColumnChunk& ch) noexcept;
