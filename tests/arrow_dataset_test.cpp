@@ -889,6 +889,19 @@ TEST_F(ArrowFiles, AFixedSizeListLongerThanItsStoredValuesIsADataErrorAtOpen) {
          "its values take 79216 bytes, not the " + std::to_string(std::int64_t{2} * forged * 8) +
              " its 2 rows need"});
   }
+  // One lower, the values are more than the rows need: read, row 1 began in row 0's tail. A
+  // record batch whose child is not exactly its rows' values is a DataError when decoded.
+  {
+    Bytes bad = good;
+    const std::int32_t fewer = 4950;
+    std::memcpy(bad.data() + (at - good.begin()), &fewer, 4);
+    const fs::path path = scratch_ / "fsl_fewer.arrow";
+    write_bytes(path, bad);
+    const auto ds = ArrowDataset::open({path}, {});
+    expect_error<DataError>([&] { static_cast<void>(ferry::read_sample(*ds, 1)); },
+                            {path.string(), "record batch 0",
+                             "a fixed_size_list array of 2 rows of 4950 holds 9902 values"});
+  }
   // Unforged, it reads.
   const auto ds = ArrowDataset::open({file("one_fsl.arrow")}, {});
   ferry::Loader loader(ds, loader_options(2, false, 1));

@@ -579,6 +579,16 @@ TEST_F(ParquetLists, ARowOfAFixedSizeListWithAnotherLengthIsADataErrorNamingIt) 
   EXPECT_EQ(rows_kept(ds), rows_but([](std::uint64_t r) { return r == 13; }));
 }
 
+TEST_F(ParquetLists, AFixedShapeLargerThanTheChunkIsADataErrorAtOpen) {
+  // forged_fixed.parquet: one row of fixed_size_list<int32>[4951], its stored Arrow schema's size
+  // forged to 2^31 - 1: open() took it (a field of 8 GiB a sample; a read ended in bad_alloc, a
+  // loader's ConfigError blamed the batch size). One row's values must be among the chunk's.
+  const std::string name = "forged_fixed.parquet";
+  expect_error<DataError>([&] { static_cast<void>(ParquetDataset::open({file(name)})); },
+                          {"ParquetDataset", name, "row group 0: column \"v\"",
+                           "its fixed shape needs 2147483647 values a row, the chunk holds 4951"});
+}
+
 TEST_F(ParquetLists, CorruptRepetitionLevelsAreADataErrorNamingThePage) {
   // lists_one.parquet: one column, uncompressed PLAIN pages v1, no dictionary: its first page
   // header starts at byte 4, its body with the repetition levels' length, then their runs:

@@ -153,6 +153,10 @@ write("lists_other.parquet", new arrow.Table({
         small(false, 1));
 }
 
+write("forged_fixed.parquet",
+      new arrow.Table({ v: vec(fixedOf(4951, new arrow.Int32()), [[...Array(4951).keys()]]) }),
+      small(false, 1));
+
 (async () => {
   const schemaOf = async (name) => {
     const file = await pq.ParquetFile.fromFile(new Blob([written.get(name)]));
@@ -177,6 +181,24 @@ write("lists_other.parquet", new arrow.Table({
         }
       }
     }
+  }
+  // forged_fixed.parquet: one row of fixed_size_list<int32>[4951], the size in its stored Arrow
+  // schema forged to 2^31 - 1 (the base64 text re-encoded to the same length, so that nothing
+  // else moves).
+  {
+    const name = "forged_fixed.parquet";
+    const text = await schemaOf(name);
+    const schema = Buffer.from(text, "base64");
+    const size = Buffer.from([0x57, 0x13, 0, 0]);
+    const at = schema.indexOf(size);
+    if (at < 0 || schema.indexOf(size, at + 1) >= 0) throw new Error(`${name}: list size not found once`);
+    schema.writeInt32LE(0x7fffffff, at);
+    const forged = schema.toString("base64");
+    const bytes = Buffer.from(written.get(name));
+    const where = bytes.indexOf(Buffer.from(text, "latin1"));
+    if (forged.length !== text.length || where < 0) throw new Error(`${name}: schema not patched`);
+    Buffer.from(forged, "latin1").copy(bytes, where);
+    fs.writeFileSync(path.join(out, name), bytes);
   }
   const from = await schemaOf("wrong_list.parquet");
   const to = await schemaOf("wrong_fixed.parquet");

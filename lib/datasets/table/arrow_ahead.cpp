@@ -4,6 +4,8 @@
 #include <exception>
 #include <limits>
 
+#include "core/read_stop.hpp"
+
 namespace ferry::detail {
 
 namespace {
@@ -48,6 +50,7 @@ void ArrowAhead::plan(std::span<const std::size_t> indices) noexcept {
       next_ = 0;
       reached_ = 0;
     }
+    stale_.store(true);
     changed_.notify_all();
   } catch (...) {
     // A hint: dropped.
@@ -73,8 +76,11 @@ void ArrowAhead::run() {
     if (stop_) return;
     const std::size_t b = order_[next_++];
     if (table_.cache.holds(b)) continue;
+    stale_.store(false);
     lock.unlock();
     try {
+      // A later plan stops it (ReadStopped: the cache keeps nothing, the readers decode it).
+      const ReadStopScope scope(&stale_);
       (void)table_.cache.get(b, [&] { return table_.decode(b); });
     } catch (const std::exception&) {
       // Kept for no one: the read decodes it again and meets the error itself.

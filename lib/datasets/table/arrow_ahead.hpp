@@ -7,6 +7,7 @@
 // the one under way). A batch the cache holds is skipped; one that fails is not kept (the read
 // decodes it again and meets the error).
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <mutex>
@@ -47,6 +48,10 @@ class ArrowAhead {
   std::size_t next_ = 0;            // the next place of order_ to read ahead
   std::size_t reached_ = 0;         // 1 + the farthest place a read took
   bool stop_ = false;
+  // Set by plan(): the fetch under way (an earlier plan's, maybe a loader's that is gone, stalled
+  // on its server) stops, as a loader's read does when its loader stops (core/read_stop.hpp),
+  // and the thread goes on with the new plan, not waiting out the stalled fetch's retries.
+  std::atomic<bool> stale_{false};
   std::thread thread_;
 };
 

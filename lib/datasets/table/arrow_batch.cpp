@@ -145,7 +145,9 @@ void fields_arrays(const Field& f, const RecordBatch& batch,
       break;
     case TypeId::fixed_size_list:
       if (child_at.size() != 1) throw FormatError("a fixed_size_list type without its one child");
-      if (f.list_size < 0 || out[at + 1].node.length < times(n, f.list_size)) {
+      // Exactly: a child longer than its rows need would shift every row after the first (a
+      // list size forged one lower read row 1 from row 0's tail).
+      if (f.list_size < 0 || out[at + 1].node.length != times(n, f.list_size)) {
         throw FormatError("a fixed_size_list array of " + std::to_string(n) + " rows of " +
                           std::to_string(f.list_size) + " holds " +
                           std::to_string(out[at + 1].node.length) + " values");

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <set>
 #include <string>
 
@@ -200,22 +201,10 @@ std::vector<ArrowArray> scan_arrays(const ArrowTable& t, std::size_t b,
   return out;
 }
 
-}  // namespace
-
-/// Categories and lengths: what a loader asks of every row before it reads any.
-void scan_rows(ArrowTable& t) {
-  check_fixed_sizes(t);
-  std::vector<std::size_t> scanned;
-  for (std::size_t c = 0; c < t.columns.size(); ++c) {
-    const ArrowKind k = t.columns[c].kind;
-    if (k == ArrowKind::list || k == ArrowKind::bytes || k == ArrowKind::categorical ||
-        (k == ArrowKind::array && t.columns[c].shape[0] < 0)) {
-      scanned.push_back(c);
-    }
-  }
-  if (scanned.empty()) return;
-  std::vector<std::set<std::string, std::less<>>> distinct(t.columns.size());
-  for (std::size_t b = 0; b < t.batches.size(); ++b) {
+/// scan_rows()' work for record batch b.
+void scan_batch(ArrowTable& t, std::size_t b, const std::vector<std::size_t>& scanned,
+                std::vector<std::set<std::string, std::less<>>>& distinct) {
+  {
     ArrowBatchData keep;  // what the arrays point into, when not the mapped file
     const std::vector<ArrowArray> arrays = scan_arrays(t, b, scanned, keep);
     for (const std::size_t c : scanned) {
@@ -237,6 +226,35 @@ void scan_rows(ArrowTable& t) {
         col.lengths.push_back(static_cast<std::uint32_t>(to - from));
         col.max_length = std::max<std::int64_t>(col.max_length, to - from);
       }
+    }
+  }
+}
+
+}  // namespace
+
+/// Categories and lengths: what a loader asks of every row before it reads any.
+void scan_rows(ArrowTable& t) {
+  check_fixed_sizes(t);
+  std::vector<std::size_t> scanned;
+  for (std::size_t c = 0; c < t.columns.size(); ++c) {
+    const ArrowKind k = t.columns[c].kind;
+    if (k == ArrowKind::list || k == ArrowKind::bytes || k == ArrowKind::categorical ||
+        (k == ArrowKind::array && t.columns[c].shape[0] < 0)) {
+      scanned.push_back(c);
+    }
+  }
+  if (scanned.empty()) return;
+  std::vector<std::set<std::string, std::less<>>> distinct(t.columns.size());
+  for (std::size_t b = 0; b < t.batches.size(); ++b) {
+    try {
+      scan_batch(t, b, scanned, distinct);
+    } catch (const std::bad_alloc&) {
+      // Rows past what this process can hold the lengths of (4 bytes a row for each ragged
+      // field: a few KiB of compressed offsets may claim a billion empty strings).
+      std::size_t rows = 0;
+      for (const std::size_t c : scanned) rows = std::max(rows, t.columns[c].lengths.size());
+      throw DataError(t.where(b) + "out of memory reading its rows' lengths at open (" +
+                      std::to_string(rows) + " rows read; 4 bytes a row for each ragged field)");
     }
   }
   for (const std::size_t c : scanned) {

@@ -55,6 +55,7 @@ void AheadFetcher::plan(std::span<const std::size_t> indices) noexcept {
       failed_.clear();
       ++generation_;
     }
+    stale_.store(true);
     changed_.notify_all();
   } catch (...) {
     // A hint: dropped.
@@ -100,10 +101,12 @@ void AheadFetcher::run() {
     if (table_.cache.holds(g)) continue;  // decoded still: no read will fetch it
     fetching_ = g;
     const std::uint64_t generation = generation_;
+    stale_.store(false);
     lock.unlock();
     std::optional<ParquetTable::FetchedChunks> fetched;
     std::exception_ptr error;
     try {
+      const ReadStopScope scope(&stale_);  // a later plan stops it (ReadStopped: kept for no one)
       fetched = table_.fetch_chunks(g);
     } catch (const DataError&) {
       error = std::current_exception();  // the read meets it, without fetching again

@@ -10,6 +10,7 @@
 // (their decoded columns were still cached) are dropped once the reads are 2 * kAhead row groups
 // past them.
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -60,6 +61,10 @@ class AheadFetcher {
   std::map<std::size_t, std::exception_ptr> failed_;  // fetches that threw a DataError
   std::uint64_t generation_ = 0;                      // plan() calls
   bool stop_ = false;
+  // Set by plan(): the fetch under way (an earlier plan's, maybe a loader's that is gone, stalled
+  // on its server) stops, as a loader's read does when its loader stops (core/read_stop.hpp),
+  // and the thread goes on with the new plan, not waiting out the stalled fetch's retries.
+  std::atomic<bool> stale_{false};
   std::thread thread_;
 };
 

@@ -27,29 +27,6 @@ std::span<const std::byte> chunk_bytes(const ParquetFile& f, const parquet::Colu
                                 static_cast<std::size_t>(ch.total_compressed_size));
 }
 
-/// Narrows int32 values to 8 or 16 bits, in place (the column's declared width and sign).
-/// \throws DataError `where` + the value that its declared type cannot hold.
-template <class T>
-void narrow_int32(parquet::RawColumn& c, const std::string& where) {
-  const std::size_t count = c.fixed.size() / 4;  // a list column's: all its rows' values
-  std::vector<std::byte> out(count * sizeof(T));
-  for (std::size_t r = 0; r < count; ++r) {
-    std::int32_t v = 0;
-    std::memcpy(&v, c.fixed.data() + r * 4, 4);
-    // A null's slot holds 0; a value outside T is not of the column's type.
-    if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max()) {
-      throw DataError(where + "value " + std::to_string(r) + " is " + std::to_string(v) +
-                      ", outside its declared type (" +
-                      std::to_string(std::numeric_limits<T>::min()) + " to " +
-                      std::to_string(std::numeric_limits<T>::max()) + ")");
-    }
-    const auto n = static_cast<T>(v);
-    std::memcpy(out.data() + r * sizeof(T), &n, sizeof(T));
-  }
-  c.fixed = std::move(out);
-  c.width = sizeof(T);
-}
-
 /// The row group this thread read last: a read of the same one takes no lock. The table keeps
 /// it (ParquetTable::last_groups), so that it goes with the table.
 struct LastGroup {
@@ -235,21 +212,11 @@ std::shared_ptr<const DecodedGroup> ParquetTable::decode(std::size_t g) const {
     parquet::RawColumn raw = decode_raw(g, c, bytes);
     const TableColumn& col = columns[c];
     if (col.kind == TableField::scalar || col.kind == TableField::list) {
-      const TableGroup& tg = groups[g];
-      const auto where = [&] {
-        return FileLabel{kParquetWho, files[tg.file].name}.prefix() + "row group " +
-               std::to_string(tg.group) + ", column " + in_quotes(col.name) + ": ";
-      };
-      if (col.physical != parquet::Physical::int32) {
-        // 8 and 16 bits are stored as int32 alone
-      } else if (col.dtype == DType::i8) {
-        narrow_int32<std::int8_t>(raw, where());
-      } else if (col.dtype == DType::u8) {
-        narrow_int32<std::uint8_t>(raw, where());
-      } else if (col.dtype == DType::i16) {
-        narrow_int32<std::int16_t>(raw, where());
-      } else if (col.dtype == DType::u16) {
-        narrow_int32<std::uint16_t>(raw, where());
+      if (col.physical == parquet::Physical::int32 && dtype_size(col.dtype) < 4) {
+        const TableGroup& tg = groups[g];
+        narrow_int32(raw, col.dtype,
+                     FileLabel{kParquetWho, files[tg.file].name}.prefix() + "row group " +
+                         std::to_string(tg.group) + ", column " + in_quotes(col.name) + ": ");
       }
     } else if (col.kind == TableField::categorical) {
       std::vector<std::byte> codes(raw.rows * 8);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <optional>
 #include <set>
 #include <string>
@@ -29,14 +30,10 @@ using parquet::listed;
 using parquet::TopColumn;
 
 constexpr std::string_view kParquetOpenWho = "ParquetDataset";
-// The most rows a row group may have: far above what writers make (Arrow's default is 2^20,
-// DuckDB's 122,880), and pages count their values in 32 bits.
-constexpr std::int64_t kMaxGroupRows = std::int64_t{1} << 31;
-// A URL's last bytes read first: its footer, most often whole.
-constexpr std::uint64_t kParquetTail = std::uint64_t{64} << 10;
+constexpr std::uint64_t kParquetTail = std::uint64_t{64} << 10;  // a URL's last bytes read first
 
-/// The footer's metadata, and where the data ends (the footer's first byte). A URL's footer
-/// comes by ranges: its last kParquetTail bytes, then, for a longer footer, the rest of it.
+/// The footer's metadata, and where the data ends. A URL's footer comes by ranges: its last
+/// kParquetTail bytes, then (a longer footer) the rest.
 parquet::FileMetaData read_footer(const ParquetFile& f, std::size_t& data_end) {
   const FileLabel label{kParquetOpenWho, f.name};
   std::vector<std::byte> fetched;   // a URL's last bytes
@@ -204,78 +201,6 @@ void check_parquet_options(const std::vector<std::filesystem::path>& files, cons
   parquet::check_column_lists(o, w);
 }
 
-/// Checks the chunks of the columns read: there, in this file, within its data.
-void check_chunks(const ParquetFile& f, std::size_t g, std::size_t data_end,
-                  const std::vector<TableColumn>& columns, std::size_t leaves) {
-  const FileLabel label{kParquetOpenWho, f.name};
-  const parquet::RowGroup& rg = f.groups[g];
-  const std::string at = label.prefix() + "row group " + std::to_string(g) + ": ";
-  if (rg.num_rows < 0 || rg.num_rows > kMaxGroupRows) {
-    throw DataError(at + std::to_string(rg.num_rows) + " rows (0 to 2^31 read)");
-  }
-  if (rg.columns.size() != leaves) {
-    throw DataError(at + std::to_string(rg.columns.size()) + " column chunks for a schema of " +
-                    std::to_string(leaves) + " columns");
-  }
-  for (std::size_t c = 0; c < columns.size(); ++c) {
-    const parquet::ColumnChunk& ch = rg.columns[f.leaves[c].leaf];
-    const std::string where = at + "column " + in_quotes(columns[c].name) + ": ";
-    if (!ch.has_metadata) throw DataError(where + "the chunk has no metadata");
-    if (ch.external) throw DataError(where + "the chunk lies in another file, not read");
-    if (ch.type != columns[c].physical) {
-      throw DataError(where + "the chunk's type differs from the schema's");
-    }
-    const std::int64_t start = chunk_start(ch);
-    if (start < 4 || ch.total_compressed_size < 0 || static_cast<std::uint64_t>(start) > data_end ||
-        static_cast<std::uint64_t>(ch.total_compressed_size) >
-            data_end - static_cast<std::uint64_t>(start)) {
-      throw DataError(where + "the chunk's bytes (" + std::to_string(ch.total_compressed_size) +
-                      " from byte " + std::to_string(start) +
-                      ") lie outside the file's data (bytes 4 to " + std::to_string(data_end) +
-                      ")");
-    }
-    if (columns[c].kind == TableField::list ? ch.num_values < rg.num_rows
-                                            : ch.num_values != rg.num_rows) {
-      throw DataError(where + "the chunk holds " + std::to_string(ch.num_values) + " values for " +
-                      std::to_string(rg.num_rows) + " rows");
-    }
-  }
-}
-
-/// Refuses column chunks whose bytes overlap (one chunk listed by several row groups, or by two
-/// columns): every row they claim would be decoded from the same bytes again, and a small file
-/// could claim rows without end. Chunks of the columns read, sorted by where they start.
-void check_chunks_apart(const ParquetFile& f, const std::vector<TableColumn>& columns) {
-  struct Span {
-    std::int64_t start, end;
-    std::size_t group, column;
-  };
-  std::vector<Span> spans;
-  for (std::size_t g = 0; g < f.groups.size(); ++g) {
-    if (f.groups[g].num_rows == 0) continue;
-    for (std::size_t c = 0; c < columns.size(); ++c) {
-      const parquet::ColumnChunk& ch = f.groups[g].columns[f.leaves[c].leaf];
-      const std::int64_t start = chunk_start(ch);
-      spans.push_back({start, start + ch.total_compressed_size, g, c});
-    }
-  }
-  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
-    return std::tie(a.start, a.group, a.column) < std::tie(b.start, b.group, b.column);
-  });
-  for (std::size_t i = 1; i < spans.size(); ++i) {
-    const Span& a = spans[i - 1];
-    const Span& b = spans[i];
-    if (b.start < a.end && b.end > b.start && a.end > a.start) {
-      throw DataError(FileLabel{kParquetOpenWho, f.name}.prefix() + "row group " +
-                      std::to_string(b.group) + ", column " + in_quotes(columns[b.column].name) +
-                      ": the chunk's bytes (from byte " + std::to_string(b.start) +
-                      ") overlap those of row group " + std::to_string(a.group) + ", column " +
-                      in_quotes(columns[a.column].name) + " (bytes " + std::to_string(a.start) +
-                      " to " + std::to_string(a.end) + ")");
-    }
-  }
-}
-
 void index_file(ParquetTable& t, ParquetFile& f, bool first) {
   std::size_t data_end = 0;
   parquet::FileMetaData meta = read_footer(f, data_end);
@@ -395,40 +320,49 @@ void scan_rows(ParquetTable& t) {
       continue;
     }
     std::set<std::string, std::less<>> distinct;
-    for (std::size_t g = 0; g < t.groups.size(); ++g) {
-      // A URL's chunk, kept for the row group's first decode.
-      const bool remote = t.files[t.groups[g].file].remote != nullptr;
-      std::vector<std::byte> bytes = remote ? t.fetch_chunk(g, c) : std::vector<std::byte>{};
-      // Byte arrays' sizes alone (not their bytes: a dictionary value repeated by every row
-      // would be made once a row); a categorical column's values, up to 1 GiB a chunk.
-      parquet::RawColumn shape;
-      shape.sizes_only = col.kind == TableField::bytes;
-      shape.max_bytes = std::size_t{1} << 30;
-      const parquet::RawColumn raw = t.decode_raw(g, c, bytes, shape);
-      if (col.kind == TableField::list) {
-        col.lengths.insert(col.lengths.end(), raw.lengths.begin(), raw.lengths.end());
-        for (const std::uint32_t n : raw.lengths) {
-          col.max_length = std::max<std::int64_t>(col.max_length, n);
-        }
-      }
-      for (std::size_t r = 0; r < raw.rows && col.kind != TableField::list; ++r) {
-        if (col.kind == TableField::bytes) {
-          const std::size_t size = raw.size(r);
-          if (size > std::numeric_limits<std::uint32_t>::max()) {
-            throw DataError(std::string(kParquetOpenWho) + ": " + t.files[t.groups[g].file].name +
-                            ": row group " + std::to_string(t.groups[g].group) + ", column " +
-                            in_quotes(col.name) + ": a value of more than 4 GiB");
+    for (std::size_t g = 0; g < t.groups.size(); ++g) try {
+        // A URL's chunk, kept for the row group's first decode.
+        const bool remote = t.files[t.groups[g].file].remote != nullptr;
+        std::vector<std::byte> bytes = remote ? t.fetch_chunk(g, c) : std::vector<std::byte>{};
+        // Byte arrays' sizes alone (not their bytes: a dictionary value repeated by every row
+        // would be made once a row); a categorical column's values, up to 1 GiB a chunk.
+        parquet::RawColumn shape;
+        shape.sizes_only = col.kind == TableField::bytes;
+        shape.max_bytes = std::size_t{1} << 30;
+        const parquet::RawColumn raw = t.decode_raw(g, c, bytes, shape);
+        if (col.kind == TableField::list) {
+          col.lengths.insert(col.lengths.end(), raw.lengths.begin(), raw.lengths.end());
+          for (const std::uint32_t n : raw.lengths) {
+            col.max_length = std::max<std::int64_t>(col.max_length, n);
           }
-          col.lengths.push_back(static_cast<std::uint32_t>(size));
-          col.max_length = std::max<std::int64_t>(col.max_length, static_cast<std::int64_t>(size));
-        } else if (raw.is_valid(r)) {
-          const auto v = raw.value(r);
-          const std::string_view text(reinterpret_cast<const char*>(v.data()), v.size());
-          if (distinct.find(text) == distinct.end()) distinct.emplace(text);
         }
+        for (std::size_t r = 0; r < raw.rows && col.kind != TableField::list; ++r) {
+          if (col.kind == TableField::bytes) {
+            const std::size_t size = raw.size(r);
+            if (size > std::numeric_limits<std::uint32_t>::max()) {
+              throw DataError(std::string(kParquetOpenWho) + ": " + t.files[t.groups[g].file].name +
+                              ": row group " + std::to_string(t.groups[g].group) + ", column " +
+                              in_quotes(col.name) + ": a value of more than 4 GiB");
+            }
+            col.lengths.push_back(static_cast<std::uint32_t>(size));
+            col.max_length =
+                std::max<std::int64_t>(col.max_length, static_cast<std::int64_t>(size));
+          } else if (raw.is_valid(r)) {
+            const auto v = raw.value(r);
+            const std::string_view text(reinterpret_cast<const char*>(v.data()), v.size());
+            if (distinct.find(text) == distinct.end()) distinct.emplace(text);
+          }
+        }
+        if (remote) t.keep_chunk(g, c, std::move(bytes));
+      } catch (const std::bad_alloc&) {
+        // Pages of a few bytes may claim a billion empty values: 4 bytes a row for their lengths.
+        throw DataError(std::string(kParquetOpenWho) + ": " + t.files[t.groups[g].file].name +
+                        ": row group " + std::to_string(t.groups[g].group) + ", column " +
+                        in_quotes(col.name) +
+                        ": out of memory reading its rows' lengths at open (" +
+                        std::to_string(col.lengths.size()) +
+                        " rows read; 4 bytes a row for each ragged field)");
       }
-      if (remote) t.keep_chunk(g, c, std::move(bytes));
-    }
     if (col.kind == TableField::categorical)
       col.categories.assign(distinct.begin(), distinct.end());
   }

@@ -161,6 +161,19 @@ std::uint64_t decode_scratch_bytes(const ParquetTable& t, std::size_t g) noexcep
 /// Where a column chunk's bytes start (its dictionary page, else its first data page).
 std::int64_t chunk_start(const parquet::ColumnChunk& ch) noexcept;
 
+/// Checks row group g's chunks of the columns read (parquet_checks.cpp): there, in this file,
+/// within its data (which ends at `data_end`), holding the values their rows and shapes need.
+/// \throws DataError naming the file, the row group and the column.
+void check_chunks(const ParquetFile& f, std::size_t g, std::size_t data_end,
+                  const std::vector<TableColumn>& columns, std::size_t leaves);
+/// Refuses column chunks of the columns read whose bytes overlap (one chunk listed by several
+/// row groups, or by two columns): every row they claim would be decoded from the same bytes
+/// again, and a small file could claim rows without end. \throws DataError naming both.
+void check_chunks_apart(const ParquetFile& f, const std::vector<TableColumn>& columns);
+/// Narrows a chunk's int32 values to `dtype` (8 or 16 bits, signed or not), in place; other
+/// dtypes are left as they are. \throws DataError `where` + a value its declared type cannot hold.
+void narrow_int32(parquet::RawColumn& c, DType dtype, const std::string& where);
+
 /// Chunks of one row group closer than this are fetched in one ranged GET (the gap read too).
 inline constexpr std::uint64_t kRangeGap = std::uint64_t{8} << 10;
 
