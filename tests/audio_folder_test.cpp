@@ -875,6 +875,15 @@ TEST_F(AudioFolderTest, OnlyTheContainersItChecksAreReadAndRf64IsCheckedAsWav) {
   expect_error<ferry::DataError>(
       [&] { ferry::audio_file_info(dir_ / "cut.wav"); },
       {"cut.wav", "truncated: its data chunk's header gives 64000 bytes"});
+  // A ds64 data size past any file (2^62 and more) is a claim all the same.
+  ASSERT_EQ(rf64.compare(12, 4, "ds64"), 0);
+  for (const std::uint64_t claim : {std::uint64_t{1} << 62, ~std::uint64_t{0} >> 1}) {
+    std::string forged = rf64;
+    std::memcpy(forged.data() + 28, &claim, 8);
+    write("claim.wav", forged);
+    expect_error<ferry::DataError>([&] { ferry::audio_file_info(dir_ / "claim.wav"); },
+                                   {"claim.wav", "truncated: its data chunk's header gives"});
+  }
   expect_error<ferry::DataError>([&] { ferry::audio_file_info(dir_ / "b.aiff"); },
                                  {"b.aiff", "a file of AIFF", "ferry reads WAV, FLAC, Ogg"});
   expect_error<ferry::DataError>([&] { ferry::audio_file_info(dir_ / "c.au"); },

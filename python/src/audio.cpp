@@ -36,6 +36,18 @@ int int_value(const py::handle& value, const std::string& what) {
   return v.cast<int>();
 }
 
+// A dict's count: int_value(), and a ValueError naming the least it takes when negative
+// (docs/PYTHON.md: a negative count is a ValueError; 0 and other values past the least are
+// ferry's ConfigError, from the options' check).
+int count_value(const py::handle& value, const std::string& what, int least) {
+  const int v = int_value(value, what);
+  if (v < 0) {
+    throw py::value_error(what + " is an int >= " + std::to_string(least) + ", not " +
+                          std::to_string(v));
+  }
+  return v;
+}
+
 // A dict's float value: a Python int or float (not a bool). \throws TypeError naming `what`.
 double float_value(const py::handle& value, const std::string& what) {
   if (!(py::isinstance<py::int_>(value) || py::isinstance<py::float_>(value)) ||
@@ -67,11 +79,11 @@ std::optional<MelOptions> mel_options(const py::object& mel) {
     const std::string k = py::str(key).cast<std::string>();
     const std::string what = "AudioFolder: mel['" + k + "']";
     if (k == "n_fft") {
-      o.n_fft = int_value(value, what);
+      o.n_fft = count_value(value, what, 2);
     } else if (k == "hop" || k == "hop_length") {
-      o.hop = int_value(value, what);
+      o.hop = count_value(value, what, 1);
     } else if (k == "n_mels") {
-      o.n_mels = int_value(value, what);
+      o.n_mels = count_value(value, what, 1);
     } else if (k == "f_min") {
       o.f_min = float_value(value, what);
     } else if (k == "f_max") {
@@ -135,9 +147,9 @@ AudioOptions audio_options_from(const py::object& kw, const char* who) {
     const std::string k = py::str(key).cast<std::string>();
     const std::string what = std::string(who) + ": audio['" + k + "']";
     if (k == "sample_rate") {
-      o.sample_rate = int_value(value, what);
+      o.sample_rate = count_value(value, what, 0);
     } else if (k == "channels") {
-      o.channels = int_value(value, what);
+      o.channels = count_value(value, what, 0);
     } else if (k == "clip_seconds") {
       o.clip_seconds = float_value(value, what);
     } else if (k == "crop") {

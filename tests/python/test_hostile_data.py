@@ -508,3 +508,13 @@ def test_a_negative_count_of_a_folder_is_a_value_error(ferry, tmp_path):
                             (ferry.VideoFolder, "frames", 1), (ferry.VideoFolder, "stride", 1)):
         with pytest.raises(ValueError, match=r"%s: %s is an int >= %d, not -1$" % (cls.__name__, key, least)):
             cls(str(tmp_path), **{key: -1})
+
+
+def test_a_negative_count_in_audio_options_is_a_value_error(ferry, tmp_path):
+    (tmp_path / "a").mkdir()
+    for mel, least in ((dict(n_mels=-1), 1), (dict(n_fft=-2), 2), (dict(hop=-1), 1)):
+        key = next(iter(mel))
+        with pytest.raises(ValueError, match=r"AudioFolder: mel\['%s'\] is an int >= %d, not -" % (key, least)):
+            ferry.AudioFolder(str(tmp_path), mel=mel)
+    with pytest.raises(ValueError, match=r"WebDataset: audio\['channels'\] is an int >= 0, not -1"):
+        ferry.WebDataset([str(tmp_path / "x.tar")], audio=dict(channels=-1))

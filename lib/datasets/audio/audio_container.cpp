@@ -1,7 +1,9 @@
 // What libsndfile does not check of a container, checked before a file is read: an MP3's
 // length tag, a WAV's data chunk against the file's bytes, an Ogg file's first and last pages.
 
+#include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -77,8 +79,9 @@ std::optional<std::pair<std::int64_t, std::int64_t>> wav_data_cut(ByteSource& so
     if (std::memcmp(chunk.data(), "ds64", 4) == 0) {
       std::array<std::byte, 16> sizes{};
       if (read_at(source, at + 8, sizes.data(), sizes.size()) == sizes.size()) {
+        // A size past what any file holds is still a claim (of more than the file has).
         const std::uint64_t data = le64(sizes.data() + 8);
-        if (data < (std::uint64_t{1} << 62)) ds64_data = static_cast<std::int64_t>(data);
+        ds64_data = static_cast<std::int64_t>(std::min<std::uint64_t>(data, INT64_MAX));
       }
     }
     if (std::memcmp(chunk.data(), "data", 4) == 0) {
