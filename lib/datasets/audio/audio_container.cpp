@@ -183,11 +183,18 @@ std::uint64_t opus_page_samples(const std::vector<std::byte>& page) {
 // set), each against its checksum: libogg drops a page that fails it, and when that page is the
 // first of the audio, libsndfile takes the stream as starting after it, reading a shorter whole
 // file. Also the stream's serial number. Returns the reason, or an empty string.
-std::string ogg_head_bad(ByteSource& source, std::uint32_t& serial, bool& late_start) {
+struct OggHead {
+  std::uint32_t serial = 0;
+  bool opus = false;
+  std::uint64_t rate = 0;      // granule positions a second (Opus: 48000; Vorbis: its rate)
+  std::uint32_t pre_skip = 0;  // Opus
+  bool late_start = false;     // Opus: the first audio page's granule past its samples
+};
+
+std::string ogg_head_bad(ByteSource& source, OggHead& h) {
   constexpr int kMostPages = 64;  // headers (a few pages at most), then the first audio page
   std::int64_t at = 0;
   std::vector<std::byte> page;
-  bool opus = false;
   for (int k = 0; k < kMostPages; ++k) {
     std::array<std::byte, 27> head{};
     if (read_at(source, at, head.data(), head.size()) != head.size() ||
@@ -201,20 +208,27 @@ std::string ogg_head_bad(ByteSource& source, std::uint32_t& serial, bool& late_s
     for (std::size_t s = 0; s < segments; ++s) body += std::to_integer<std::size_t>(page[27 + s]);
     page.resize(27 + segments + body);
     if (read_at(source, at, page.data(), page.size()) != page.size()) return {};
-    if (k == 0) serial = le32(page.data() + 14);
+    if (k == 0) h.serial = le32(page.data() + 14);
     if (ogg_crc(page.data(), page.size()) != le32(page.data() + 22)) {
       return "corrupt: Ogg page " + std::to_string(k) + " (at byte " + std::to_string(at) +
              ") fails its checksum";
     }
-    if (k == 0)
-      opus = page.size() >= 27 + 1 + 8 &&
-             std::memcmp(page.data() + 27 + std::to_integer<std::size_t>(page[26]), "OpusHead",
-                         8) == 0;
+    const std::size_t packet = 27 + segments;  // the first page's: the identification header
+    if (k == 0 && page.size() >= packet + 19 &&
+        std::memcmp(page.data() + packet, "OpusHead", 8) == 0) {
+      h.opus = true;
+      h.rate = 48000;
+      h.pre_skip = std::to_integer<std::uint32_t>(page[packet + 10]) |
+                   (std::to_integer<std::uint32_t>(page[packet + 11]) << 8);
+    } else if (k == 0 && page.size() >= packet + 16 &&
+               std::memcmp(page.data() + packet, "\x01vorbis", 7) == 0) {
+      h.rate = le32(page.data() + packet + 12);
+    }
     const std::uint64_t granule = le64(page.data() + 6);
     if (granule != 0 && granule != ~std::uint64_t{0}) {
       // An Opus stream whose first audio page ends later than its samples reach starts late (a
-      // stream cut from a longer one, RFC 7845 section 4.5): libsndfile's seeks are off there.
-      late_start = opus && granule > opus_page_samples(page);
+      // stream cut from a longer one, RFC 7845 section 4.5).
+      h.late_start = h.opus && granule > opus_page_samples(page);
       return {};
     }
     at += static_cast<std::int64_t>(page.size());
@@ -227,10 +241,11 @@ std::string ogg_head_bad(ByteSource& source, std::uint32_t& serial, bool& late_s
 // (and takes its length from the last page, of another stream), and seeks by granule positions:
 // both read the wrong samples without a word. A walk that meets no page where one should begin
 // stops there: libsndfile's decode then says what is wrong.
-std::string ogg_walk_bad(ByteSource& source) {
+std::string ogg_walk_bad(ByteSource& source, std::uint64_t& longest_page) {
   std::int64_t at = 0;
   std::uint32_t serial = 0;
   std::uint64_t granule = 0;
+  bool any = false;  // a granule position met
   std::array<std::byte, 27 + 255> head{};
   for (std::int64_t k = 0; at < source.size; ++k) {
     const std::size_t got = read_at(source, at, head.data(), head.size());
@@ -256,6 +271,8 @@ std::string ogg_walk_bad(ByteSource& source) {
         return "corrupt: " + page + " goes back in time (granule position " + std::to_string(g) +
                " after " + std::to_string(granule) + ")";
       }
+      if (any) longest_page = std::max(longest_page, g - granule);
+      any = any || g != 0;
       granule = g;
     }
     at += 27 + static_cast<std::int64_t>(segments) + body;
@@ -265,17 +282,23 @@ std::string ogg_walk_bad(ByteSource& source) {
 
 }  // namespace
 
-std::string ogg_problem(ByteSource& source, bool& late_start) {
-  std::uint32_t first = 0;
+std::string ogg_problem(ByteSource& source, bool& seek_unsafe) {
+  OggHead head;
   std::uint32_t last = 0;
-  late_start = false;
-  std::string why = ogg_head_bad(source, first, late_start);
-  if (why.empty()) why = ogg_walk_bad(source);
+  std::uint64_t longest_page = 0;
+  std::string why = ogg_head_bad(source, head);
+  if (why.empty()) why = ogg_walk_bad(source, longest_page);
   if (why.empty()) why = ogg_end_missing(source, last);
-  if (why.empty() && first != last) {
+  if (why.empty() && head.serial != last) {
     why = "its last Ogg page is of another stream (serial " + std::to_string(last) + ", not " +
-          std::to_string(first) + "): a chained or multiplexed Ogg file, which ferry does not read";
+          std::to_string(head.serial) +
+          "): a chained or multiplexed Ogg file, which ferry does not read";
   }
+  // Where libsndfile's seeks land elsewhere than a decode from the start (legal files all): an
+  // Opus stream that starts late or skips more than one packet first, and pages of more than a
+  // second (an encoder's page_duration raised).
+  seek_unsafe = head.late_start || (head.opus && head.pre_skip > 960) ||
+                (head.rate > 0 && longest_page > head.rate);
   return why;
 }
 

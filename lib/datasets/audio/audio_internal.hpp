@@ -47,8 +47,9 @@ class FrameCounts {
   bool end_decoded(std::size_t file, std::int64_t size) const;
   void remember_end(std::size_t file, std::int64_t size);
   /// Whether the file's container passed its checks (ogg_problem()) when it was `size` bytes.
-  bool container_checked(std::size_t file, std::int64_t size) const;
-  void remember_container(std::size_t file, std::int64_t size);
+  /// nothing when not checked at that size; else whether libsndfile's seeks are off in it.
+  std::optional<bool> container_checked(std::size_t file, std::int64_t size) const;
+  void remember_container(std::size_t file, std::int64_t size, bool seek_unsafe);
 
  private:
   struct State;
@@ -123,9 +124,10 @@ std::optional<std::pair<std::int64_t, std::int64_t>> wav_data_cut(ByteSource& so
 
 /// What is wrong with an Ogg file that libsndfile would read without a word: a first audio page
 /// (or a header page) failing its checksum, a missing last page, a second stream (chained or
-/// multiplexed), granule positions going back. The reason, or an empty string; `late_start`
-/// says whether it is an Opus stream that starts late (whose clips are then read from the start).
-std::string ogg_problem(ByteSource& source, bool& late_start);
+/// multiplexed), granule positions going back. The reason, or an empty string; `seek_unsafe`
+/// says whether libsndfile's seeks in it land elsewhere (an Opus stream that starts late or
+/// skips more than a packet, pages of more than a second): its clips are then read from the start.
+std::string ogg_problem(ByteSource& source, bool& seek_unsafe);
 
 /// Channels and rates a file may have (a dataset keeping them takes no more).
 constexpr int kMaxChannels = 256;

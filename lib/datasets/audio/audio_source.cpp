@@ -32,8 +32,12 @@ sf_count_t audio_vio_length(void* user) { return audio_source_of(user).size; }
 sf_count_t audio_vio_seek(sf_count_t offset, int whence, void* user) {
   ByteSource& s = audio_source_of(user);
   sf_count_t to = offset;
-  if (whence == SEEK_CUR) to += s.position;
-  if (whence == SEEK_END) to += s.size;
+  // A header's forged size may ask for a seek past any position (2^63 - 1): refused, not
+  // overflowed.
+  if ((whence == SEEK_CUR && __builtin_add_overflow(to, s.position, &to)) ||
+      (whence == SEEK_END && __builtin_add_overflow(to, s.size, &to))) {
+    return -1;
+  }
   if (to < 0) return -1;
   s.position = to;
   return to;
@@ -134,12 +138,14 @@ void FrameCounts::remember_end(std::size_t file, std::int64_t size) {
   state_->ends[file].store(size + 1, std::memory_order_relaxed);
 }
 
-bool FrameCounts::container_checked(std::size_t file, std::int64_t size) const {
-  return state_->containers[file].load(std::memory_order_relaxed) == size + 1;
+std::optional<bool> FrameCounts::container_checked(std::size_t file, std::int64_t size) const {
+  const std::int64_t v = state_->containers[file].load(std::memory_order_relaxed);
+  if (v / 2 != size + 1) return std::nullopt;
+  return v % 2 == 1;
 }
 
-void FrameCounts::remember_container(std::size_t file, std::int64_t size) {
-  state_->containers[file].store(size + 1, std::memory_order_relaxed);
+void FrameCounts::remember_container(std::size_t file, std::int64_t size, bool seek_unsafe) {
+  state_->containers[file].store(2 * (size + 1) + (seek_unsafe ? 1 : 0), std::memory_order_relaxed);
 }
 
 void FrameCounts::remember_error(std::size_t file, std::string message) {
@@ -179,13 +185,17 @@ SoundFile::SoundFile(ByteSource& source, std::string_view name, double max_secon
       fail(name, "truncated or corrupt: its Ogg stream's last page is missing");
     }
     // An Ogg file's pages are walked once a file with a memo (while its size stays the same).
-    if (major == SF_FORMAT_OGG &&
-        (memo.counts == nullptr || !memo.counts->container_checked(memo.file, source.size))) {
-      bool late = false;
-      const std::string problem = ogg_problem(source, late);
+    const std::optional<bool> checked = memo.counts != nullptr
+                                            ? memo.counts->container_checked(memo.file, source.size)
+                                            : std::nullopt;
+    if (major == SF_FORMAT_OGG && checked) {
+      seek_from_start_ = *checked;
+    } else if (major == SF_FORMAT_OGG) {
+      bool unsafe = false;
+      const std::string problem = ogg_problem(source, unsafe);
       if (!problem.empty()) fail(name, problem);
-      if (memo.counts != nullptr && !late) memo.counts->remember_container(memo.file, source.size);
-      seek_from_start_ = late;
+      if (memo.counts != nullptr) memo.counts->remember_container(memo.file, source.size, unsafe);
+      seek_from_start_ = unsafe;
     }
     if (major == SF_FORMAT_WAV || major == SF_FORMAT_WAVEX || major == SF_FORMAT_RF64) {
       if (const auto cut = wav_data_cut(source)) {
@@ -334,6 +344,8 @@ std::int64_t SoundFile::read(float* out, std::int64_t frames) {
 
 void SoundFile::check_end() {
   if (counted_) return;  // decoded whole when counted
+  // libsndfile's seek to the last frame is off too; the page walk found the last page whole.
+  if (seek_from_start_) return;
   if (memo_.counts != nullptr && memo_.counts->end_decoded(memo_.file, source_.size)) return;
   const std::int64_t last = info_.frames - 1;
   std::vector<float> frame(static_cast<std::size_t>(info_.channels));

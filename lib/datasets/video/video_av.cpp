@@ -86,10 +86,10 @@ std::int64_t video_av_seek(void* opaque, std::int64_t offset, int whence) {
       to = offset;
       break;
     case SEEK_CUR:
-      to = m->position + offset;
+      if (__builtin_add_overflow(m->position, offset, &to)) return AVERROR(EINVAL);
       break;
     case SEEK_END:
-      to = total + offset;
+      if (__builtin_add_overflow(total, offset, &to)) return AVERROR(EINVAL);
       break;
     default:
       return AVERROR(EINVAL);
