@@ -698,38 +698,63 @@ struct CompactWriter {
   void stop() { out.push_back(0); }
 };
 
-/// A Parquet file of one required INT32 column "a": one page of `values` at byte 4, and a footer
-/// of `groups` row groups, each listing that one chunk.
-std::vector<std::uint8_t> parquet_with_shared_chunk(const std::vector<std::int32_t>& values,
-                                                    std::size_t groups,
-                                                    std::int32_t converted = -1) {
-  const auto bytes = static_cast<std::int32_t>(values.size() * 4);
-  CompactWriter page;
-  page.i32(1, 0);  // DATA_PAGE
-  page.i32(1, bytes);
-  page.i32(1, bytes);
-  page.field(2, 12);  // field 5: DataPageHeader
-  page.i32(1, static_cast<std::int32_t>(values.size()));
-  page.i32(1, 0);  // PLAIN
-  page.i32(1, 3);
-  page.i32(1, 3);
-  page.stop();
-  page.stop();
-  const auto* v = reinterpret_cast<const std::uint8_t*>(values.data());
-  page.out.insert(page.out.end(), v, v + values.size() * 4);
-  const auto chunk = static_cast<std::int64_t>(page.out.size());
-  const auto rows = static_cast<std::int64_t>(values.size());
-  CompactWriter f;
+/// A data page's header: `bytes` of `values` values in `encoding` (levels in RLE).
+void data_page_header(CompactWriter& w, std::int32_t bytes, std::int32_t values,
+                      std::int32_t encoding) {
+  w.i32(1, 0);  // DATA_PAGE
+  w.i32(1, bytes);
+  w.i32(1, bytes);
+  w.field(2, 12);  // field 5: DataPageHeader
+  w.i32(1, values);
+  w.i32(1, encoding);
+  w.i32(1, 3);
+  w.i32(1, 3);
+  w.stop();
+  w.stop();
+}
+
+/// A footer's start: its version and a schema of one required column `name` of physical `type`
+/// (with `converted`, its converted_type, where >= 0).
+void one_column_schema(CompactWriter& f, std::int32_t type, const std::string& name,
+                       std::int32_t converted = -1) {
   f.i32(1, 1);       // version
   f.list(1, 12, 2);  // schema
   f.text(4, "schema");
   f.i32(1, 1);  // num_children
   f.stop();
-  f.i32(1, 1);  // INT32
+  f.i32(1, type);
   f.i32(2, 0);  // REQUIRED
-  f.text(1, "a");
+  f.text(1, name);
   if (converted >= 0) f.i32(2, converted);  // converted_type
   f.stop();
+}
+
+/// "PAR1", the column chunk's bytes (from byte 4), the footer, its length and "PAR1".
+std::vector<std::uint8_t> parquet_file(const std::vector<std::uint8_t>& chunk,
+                                       const std::vector<std::uint8_t>& footer) {
+  std::vector<std::uint8_t> file = {'P', 'A', 'R', '1'};
+  file.insert(file.end(), chunk.begin(), chunk.end());
+  file.insert(file.end(), footer.begin(), footer.end());
+  const auto n = static_cast<std::uint32_t>(footer.size());
+  for (int i = 0; i < 4; ++i) file.push_back(static_cast<std::uint8_t>((n >> (8 * i)) & 0xff));
+  file.insert(file.end(), {'P', 'A', 'R', '1'});
+  return file;
+}
+
+/// A Parquet file of one required INT32 column "a": one page of `values` at byte 4, and a footer
+/// of `groups` row groups, each listing that one chunk.
+std::vector<std::uint8_t> parquet_with_shared_chunk(const std::vector<std::int32_t>& values,
+                                                    std::size_t groups,
+                                                    std::int32_t converted = -1) {
+  CompactWriter page;
+  data_page_header(page, static_cast<std::int32_t>(values.size() * 4),
+                   static_cast<std::int32_t>(values.size()), 0);  // PLAIN
+  const auto* v = reinterpret_cast<const std::uint8_t*>(values.data());
+  page.out.insert(page.out.end(), v, v + values.size() * 4);
+  const auto chunk = static_cast<std::int64_t>(page.out.size());
+  const auto rows = static_cast<std::int64_t>(values.size());
+  CompactWriter f;
+  one_column_schema(f, 1, "a", converted);  // INT32
   f.i64(1, rows * static_cast<std::int64_t>(groups));
   f.list(1, 12, groups);  // row_groups
   for (std::size_t g = 0; g < groups; ++g) {
@@ -754,13 +779,7 @@ std::vector<std::uint8_t> parquet_with_shared_chunk(const std::vector<std::int32
     f.stop();
   }
   f.stop();
-  std::vector<std::uint8_t> file = {'P', 'A', 'R', '1'};
-  file.insert(file.end(), page.out.begin(), page.out.end());
-  file.insert(file.end(), f.out.begin(), f.out.end());
-  const auto footer = static_cast<std::uint32_t>(f.out.size());
-  for (int i = 0; i < 4; ++i) file.push_back(static_cast<std::uint8_t>((footer >> (8 * i)) & 0xff));
-  file.insert(file.end(), {'P', 'A', 'R', '1'});
-  return file;
+  return parquet_file(page.out, f.out);
 }
 
 TEST(ParquetForgedFile, RowGroupsSharingAChunkAreADataErrorAtOpen) {
@@ -807,16 +826,8 @@ std::vector<std::uint8_t> parquet_dictionary_bomb(std::uint32_t value_bytes, std
   indices.varint(std::uint64_t{rows} << 1);
   indices.out.push_back(0);
   CompactWriter page;
-  page.i32(1, 0);  // DATA_PAGE
-  page.i32(1, static_cast<std::int32_t>(indices.out.size()));
-  page.i32(1, static_cast<std::int32_t>(indices.out.size()));
-  page.field(2, 12);  // field 5: DataPageHeader
-  page.i32(1, static_cast<std::int32_t>(rows));
-  page.i32(1, 8);  // RLE_DICTIONARY
-  page.i32(1, 3);
-  page.i32(1, 3);
-  page.stop();
-  page.stop();
+  data_page_header(page, static_cast<std::int32_t>(indices.out.size()),
+                   static_cast<std::int32_t>(rows), 8);  // RLE_DICTIONARY
   std::vector<std::uint8_t> chunk = dict.out;
   chunk.insert(chunk.end(), dict_values.begin(), dict_values.end());
   const auto data_at = static_cast<std::int64_t>(4 + chunk.size());
@@ -824,15 +835,7 @@ std::vector<std::uint8_t> parquet_dictionary_bomb(std::uint32_t value_bytes, std
   chunk.insert(chunk.end(), indices.out.begin(), indices.out.end());
   const auto size = static_cast<std::int64_t>(chunk.size());
   CompactWriter f;
-  f.i32(1, 1);       // version
-  f.list(1, 12, 2);  // schema
-  f.text(4, "schema");
-  f.i32(1, 1);  // num_children
-  f.stop();
-  f.i32(1, 6);  // BYTE_ARRAY
-  f.i32(2, 0);  // REQUIRED
-  f.text(1, "s");
-  f.stop();
+  one_column_schema(f, 6, "s");  // BYTE_ARRAY
   f.i64(1, rows);
   f.list(1, 12, 1);  // row_groups
   f.list(1, 12, 1);  // columns
@@ -857,13 +860,7 @@ std::vector<std::uint8_t> parquet_dictionary_bomb(std::uint32_t value_bytes, std
   f.i64(1, rows);
   f.stop();
   f.stop();
-  std::vector<std::uint8_t> file = {'P', 'A', 'R', '1'};
-  file.insert(file.end(), chunk.begin(), chunk.end());
-  file.insert(file.end(), f.out.begin(), f.out.end());
-  const auto footer = static_cast<std::uint32_t>(f.out.size());
-  for (int i = 0; i < 4; ++i) file.push_back(static_cast<std::uint8_t>((footer >> (8 * i)) & 0xff));
-  file.insert(file.end(), {'P', 'A', 'R', '1'});
-  return file;
+  return parquet_file(chunk, f.out);
 }
 
 TEST(ParquetForgedFile, AnIntegerOutsideItsDeclaredWidthIsADataError) {
