@@ -196,14 +196,14 @@ std::string ogg_head_bad(ByteSource& source, OggHead& h) {
   std::int64_t at = 0;
   std::vector<std::byte> page;
   for (int k = 0; k < kMostPages; ++k) {
-    std::array<std::byte, 27> head{};
-    if (read_at(source, at, head.data(), head.size()) != head.size() ||
-        std::memcmp(head.data(), "OggS", 4) != 0) {
+    // The header and the lacing values (at most 255) in one read, then the body.
+    page.resize(27 + 255);
+    const std::size_t got = read_at(source, at, page.data(), page.size());
+    if (got < 27 || std::memcmp(page.data(), "OggS", 4) != 0) {
       return {};  // libsndfile's own reading says what is wrong
     }
-    const std::size_t segments = std::to_integer<std::size_t>(head[26]);
-    page.resize(27 + segments);
-    if (read_at(source, at, page.data(), page.size()) != page.size()) return {};
+    const std::size_t segments = std::to_integer<std::size_t>(page[26]);
+    if (got < 27 + segments) return {};
     std::size_t body = 0;
     for (std::size_t s = 0; s < segments; ++s) body += std::to_integer<std::size_t>(page[27 + s]);
     page.resize(27 + segments + body);
