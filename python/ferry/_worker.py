@@ -3,7 +3,8 @@
 python/src/workers_*.cpp is the parent's side (workers_protocol.cpp its messages). A process is
 started once per worker (and again after one dies) with multiprocessing's forkserver or spawn; it
 unpickles the dataset once, runs worker_init_fn, then serves task records from its socket until
-the socket closes:
+the socket closes, in C++ (python/src/worker_loop.cpp, _ferry._serve: Python runs only the
+dataset's own code for a sample):
 
     task:   <QQQQQQQ index, sample seed, scratch bytes, where its state word lies in the
             scratch region, group, token, region> then <QQ> per field: the bytes it must write
@@ -18,7 +19,8 @@ the socket closes:
             (MADV_REMOVE), unless the training process called it off first (the state word, as
             a task's), so that an idle slot holds no memory
     answer: b"\\0" (the sample is written, or its task was cancelled), or
-            b"\\1" <II len(text), len(traceback)> text traceback pickled-exception
+            b"\\1" <II len(text), len(traceback)> text traceback pickled-exception (_failure;
+            b"\\2" in place of b"\\1" where the process's start failed)
 
 The state word (workers.hpp, TaskState) is claimed after __getitem__ and before the first byte
 is written, then marked done or failed; a task the training process cancelled first (its read
@@ -26,7 +28,8 @@ given up) writes nothing.
 
 Messages use multiprocessing.Connection's framing (a 4-byte big-endian length). The parent
 sends the tasks of a worker thread's share of a batch several at a time, in one write; the process
-reads whatever has come in one read (recvmsg: a map message's descriptor comes with it). It answers in groups: when `group` answers are ready (the
+reads whatever has come in one read (recvmsg: a map message's descriptor comes with it). It
+answers in groups: when `group` answers are ready (the
 parent then has half of the window's places to give again), when no task is left to do, and at
 once for a failure. The parent asks for groups of 1 where a timeout is set, so that a sample's
 timeout counts its own time only. The scratch region is a memfd the parent sends over the
@@ -41,7 +44,6 @@ import os
 import pickle
 import re
 import signal
-import socket
 import struct
 import sys
 import threading
@@ -54,13 +56,7 @@ the number of worker processes, a seed derived from the loader's seed and the id
 process's copy of the dataset."""
 
 _info = None
-_TASK = struct.Struct("<QQQQQQQ")
-_MAP = struct.Struct("<QQ")
-_DROP = struct.Struct("<Q")
-_GIVE_BACK = struct.Struct("<QQQ")
 _FAILURE = struct.Struct("<II")
-_LENGTH = struct.Struct(">I")  # multiprocessing.Connection's framing
-_DONE = _LENGTH.pack(1) + b"\0"  # a sample's answer: its fields are in the scratch region
 
 
 def _torch_worker_info(torch):
@@ -360,64 +356,34 @@ def _failure(error, ferry_error):
     return b"\1" + _FAILURE.pack(len(text), len(trace)) + text + trace + pickled
 
 
-def _frame(payload):
-    return _LENGTH.pack(len(payload)) + payload
-
-
-def _write_all(fd, data):
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-class _Tasks:
-    """The messages that come on socket `fd`. The parent sends several tasks in one write: they
-    are read together (one read for many tasks) and split here. The descriptors that come with
-    map messages wait in `fds`, in order (a read ends after a message that brings one)."""
-
-    def __init__(self, fd):
-        self.sock = socket.socket(fileno=os.dup(fd))
-        self.pending = bytearray()
-        self.at = 0
-        self.fds = collections.deque()
-
-    def take(self):
-        """The next whole message that has come, or None."""
-        if len(self.pending) - self.at >= 4:
-            (n,) = _LENGTH.unpack_from(self.pending, self.at)
-            if len(self.pending) - self.at - 4 >= n:
-                message = bytes(self.pending[self.at + 4:self.at + 4 + n])
-                self.at += 4 + n
-                return message
-        return None
-
-    def wait(self):
-        """Reads what comes next (waiting for it); False when the socket closed."""
-        if self.at:
-            del self.pending[:self.at]
-            self.at = 0
-        try:
-            chunk, ancillary, _, _ = self.sock.recvmsg(1 << 16, socket.CMSG_SPACE(64))
-        except OSError:
-            return False
-        for level, kind, data in ancillary:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                usable = len(data) - len(data) % 4
-                self.fds.extend(struct.unpack("%di" % (usable // 4), data[:usable]))
-        self.pending += chunk
-        return bool(chunk)
-
-
 def _watch(trainer):
     """Ends this process when the training process `trainer` ends, however it ends (SIGKILL
     too) and whatever this process is doing (a long __getitem__ too, in C code holding the GIL
     too): a thread of the extension's that never takes the GIL waits on a pidfd of it
-    (_ferry._watch_trainer). Not PR_SET_PDEATHSIG: that follows the thread that started the
-    process (spawn), or the forkserver, which outlives the training process while its children
-    run."""
+    (_ferry._watch_trainer).
+
+    A process stopped (SIGSTOP) runs no thread: there the forkserver ends it. A child of the
+    forkserver is given the training process's end of the forkserver's "alive" pipe, which kept
+    the forkserver up while the child lived; closed here, the forkserver exits with the training
+    process, and its exit kills this process (PR_SET_PDEATHSIG, its only thread being the one
+    that forked it). Not so under spawn: there the parent is the thread that made the loader,
+    and the death signal would follow that thread."""
+    from multiprocessing import forkserver  # noqa: PLC0415
+
     from . import _ferry  # noqa: PLC0415 (the extension, in the child)
 
-    if not _ferry._watch_trainer(trainer):
+    parent = 0
+    server = getattr(forkserver, "_forkserver", None)
+    alive = getattr(server, "_forkserver_alive_fd", None)
+    if alive is not None:  # started by the forkserver (the forkserver's _serve_one set it)
+        try:
+            os.close(alive)
+        except OSError:
+            pass
+        # a forkserver this process needs (its own loaders) is one of its own
+        server._forkserver_alive_fd = server._forkserver_pid = server._forkserver_address = None
+        parent = os.getppid()
+    if not _ferry._watch_trainer(trainer, parent):
         os._exit(1)  # already gone
 
 
@@ -439,13 +405,8 @@ def _main(conn, packed, worker_id, count, seed, layout, seed_python, init_fn, cl
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[name] = "1"
     memfd = reduction.recv_handle(conn)
-    control = None  # the state words of the give-backs of slots' pages
-    if has_control:
-        control_fd = reduction.recv_handle(conn)
-        try:
-            control = mmap.mmap(control_fd, 0)
-        finally:
-            os.close(control_fd)
+    # the state words of the give-backs of slots' pages (_ferry._serve maps it and closes it)
+    control_fd = reduction.recv_handle(conn) if has_control else -1
     pickled, shared = packed.pop(0), packed.pop(0)
     failure = None
     reader = None
@@ -478,84 +439,11 @@ def _main(conn, packed, worker_id, count, seed, layout, seed_python, init_fn, cl
         conn.send_bytes(b"R")  # started: tasks may come
     except OSError:
         return
-    scratch = None
-    size = 0
-    regions = {}  # staging regions of the training process, by id
-    fields = len(layout[0])
-    places_format = struct.Struct("<%dQ" % (2 * fields))
-    fd = conn.fileno()
-    tasks = _Tasks(fd)
-    answers = []
-    torch_told = "torch" in sys.modules
-    if not torch_told and failure is None:
+    if failure is None and "torch" not in sys.modules:
         sys.meta_path.insert(0, _TorchWatch())
-    while True:
-        task = tasks.take()
-        if task is None:
-            try:
-                if answers:  # nothing more to do now: the answers go
-                    _write_all(fd, b"".join(answers))
-                    answers.clear()
-            except OSError:
-                break
-            if not tasks.wait():
-                break
-            continue
-        if len(task) == _MAP.size:
-            region, region_bytes = _MAP.unpack(task)
-            region_fd = tasks.fds.popleft()
-            try:
-                regions[region] = mmap.mmap(region_fd, region_bytes)
-            finally:
-                os.close(region_fd)
-            continue
-        if len(task) == _GIVE_BACK.size:
-            region, state_at, token = _GIVE_BACK.unpack(task)
-            mapping = regions.get(region)
-            if mapping is not None and control is not None:
-                _ferry._give_back(control, state_at, token, mapping)
-            continue
-        if len(task) == _DROP.size:
-            dropped = regions.pop(_DROP.unpack(task)[0], None)
-            if dropped is not None:
-                dropped.close()
-            continue
-        index, sample_seed, want, state_at, group, token, region = _TASK.unpack_from(task)
-        places = places_format.unpack_from(task, _TASK.size)
-        if not torch_told and "torch" in sys.modules:  # imported by __getitem__ since
-            torch_told = True
-            _torch_worker_info(sys.modules["torch"])
-        try:
-            if failure is not None:
-                raise failure
-            if want != size:
-                if scratch is not None:
-                    scratch.close()
-                scratch = mmap.mmap(memfd, want)
-                size = want
-            target = scratch if region == 0 else regions[region]
-            _sample_seed = sample_seed if seed_python and not torch_told else None
-            reader.read(index, sample_seed, scratch, state_at, token, target, places[1::2],
-                        places[0::2])
-            answers.append(_DONE)
-        except BaseException as error:  # noqa: BLE001 (the parent raises it)
-            answer = _failure(error, _ferry.Error)
-            if failure is not None:  # the start failed: the parent replaces this process
-                answer = b"\2" + answer[1:]
-            answers.append(_frame(answer))
-            group = 1
-        _sample_seed = None
-        if len(answers) >= group:
-            try:
-                _write_all(fd, b"".join(answers))
-            except OSError:
-                break
-            answers.clear()
-    for mapping in regions.values():
-        mapping.close()
-    if control is not None:
-        control.close()
-    tasks.sock.close()
-    if scratch is not None:
-        scratch.close()
-    os.close(memfd)
+    try:
+        # The loop (python/src/worker_loop.cpp): Python runs only the dataset's code per sample.
+        _ferry._serve(reader, conn.fileno(), memfd, control_fd, failure, len(layout[0]),
+                      sys.modules[__name__], _ferry.Error)
+    finally:
+        os.close(memfd)

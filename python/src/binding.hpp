@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +36,10 @@ void bind_audio(py::module_& m);
 /// naming `who` and the key for a key AudioOptions lacks.
 AudioOptions audio_options_from(const py::object& kw, const char* who);
 void bind_dropin(py::module_& m);
+
+/// The exception `p` as the Python error it is raised as (ferry's errors as their classes, a
+/// bad_alloc as MemoryError, any other as RuntimeError), set as the current error. GIL held.
+void set_python_error(const std::exception_ptr& p) noexcept;
 
 /// Text from ferry that may hold a file's name, whose bytes need not be UTF-8 on Linux. A message
 /// (an error's, a skip reason): bytes that are not UTF-8 appear as \\xNN. A name (a class

@@ -4,6 +4,8 @@
 #include <pybind11/stl.h>
 #include <unistd.h>
 
+#include <exception>
+#include <new>
 #include <string>
 
 #include "binding.hpp"
@@ -39,6 +41,33 @@ ReleaseGil::~ReleaseGil() noexcept(false) {
   PyEval_RestoreThread(state_);
 }
 
+namespace {
+
+/// ferry's Python error classes, made by bind_errors (the module's own, for its life).
+struct ErrorKinds {
+  PyObject* error = nullptr;
+  PyObject* data = nullptr;
+  PyObject* config = nullptr;
+  PyObject* device = nullptr;
+};
+ErrorKinds error_kinds;
+
+/// The Python error of ferry::Error `e`'s kind. PyErr_SetString decodes strictly: a message
+/// naming a file whose name is not UTF-8 would arrive empty.
+void set_ferry_error(const Error& e) {
+  PyObject* kind = error_kinds.error;
+  if (dynamic_cast<const DataError*>(&e) != nullptr) {
+    kind = error_kinds.data;
+  } else if (dynamic_cast<const ConfigError*>(&e) != nullptr) {
+    kind = error_kinds.config;
+  } else if (dynamic_cast<const DeviceError*>(&e) != nullptr) {
+    kind = error_kinds.device;
+  }
+  PyErr_SetObject(kind, message_text(e.what()).ptr());
+}
+
+}  // namespace
+
 void bind_errors(py::module_& m) {
   // Each ferry::Error arrives as the class of its kind, with the C++ message; all derive from
   // ferry.Error, itself a RuntimeError (as std::runtime_error is ferry::Error's base).
@@ -46,28 +75,36 @@ void bind_errors(py::module_& m) {
   static py::exception<DataError> data_error(m, "DataError", error.ptr());
   static py::exception<ConfigError> config_error(m, "ConfigError", error.ptr());
   static py::exception<DeviceError> device_error(m, "DeviceError", error.ptr());
+  error_kinds = {error.ptr(), data_error.ptr(), config_error.ptr(), device_error.ptr()};
   error.doc() = "Base of every error ferry raises (a RuntimeError).";
   data_error.doc() = "Bad input: a file, a sample, a value. The message names the file and place.";
   config_error.doc() = "Bad options, or an API used against its contract.";
   device_error.doc() = "A CUDA failure, with CUDA's error text.";
   py::register_exception_translator([](std::exception_ptr p) {
-    // PyErr_SetString decodes strictly: a message naming a file whose name is not UTF-8 would
-    // arrive empty.
-    const auto set = [](PyObject* kind, const std::exception& e) {
-      PyErr_SetObject(kind, message_text(e.what()).ptr());
-    };
     try {
       if (p) std::rethrow_exception(p);
-    } catch (const DataError& e) {
-      set(data_error.ptr(), e);
-    } catch (const ConfigError& e) {
-      set(config_error.ptr(), e);
-    } catch (const DeviceError& e) {
-      set(device_error.ptr(), e);
     } catch (const Error& e) {
-      set(error.ptr(), e);
+      set_ferry_error(e);
     }
   });
+}
+
+void set_python_error(const std::exception_ptr& p) noexcept {
+  try {
+    std::rethrow_exception(p);
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const py::builtin_exception& e) {
+    e.set_error();
+  } catch (const Error& e) {
+    set_ferry_error(e);
+  } catch (const std::bad_alloc&) {
+    PyErr_NoMemory();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (...) {
+    PyErr_SetString(PyExc_RuntimeError, "an unknown C++ exception");
+  }
 }
 
 py::str message_text(const std::string& text) {

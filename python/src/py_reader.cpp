@@ -1,24 +1,12 @@
 // PyDataset: a dataset written in Python, read on ferry's worker threads (each taking the GIL
-// for its call) or in worker processes (workers.hpp); and what a worker process runs of it
-// (_WorkerReader).
+// for its call) or in worker processes (workers.hpp; worker_loop.cpp is the processes' side).
 
-#include <poll.h>
-#include <pybind11/stl.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
-#include <unistd.h>
-
-#include <cerrno>
-#include <chrono>
-#include <csignal>
-#include <cstdlib>
-#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
-#include <thread>
 #include <utility>
+#include <vector>
 
 #include "py_dataset.hpp"
 #include "workers.hpp"
@@ -262,144 +250,6 @@ std::vector<PyDataset*> python_datasets(const Dataset& dataset) {
     }
   }
   return out;
-}
-
-namespace {
-
-/// glibc's malloc in a worker process: blocks up to 32 MiB from the heap (not mapped for each
-/// allocation and unmapped when freed), and up to 64 MiB free at the heap's top kept (not given
-/// back with each free): the ceilings of glibc's own adaptive thresholds, which a process reaches
-/// once it has freed a mapped block that large. A fresh process starts at 128 KiB (DataLoader's
-/// workers, forked, inherit what the training process's thresholds have risen to), and a
-/// __getitem__ that makes a few images of some hundred KB each (PIL's decode, resize, crop) then
-/// maps, faults in and unmaps each of them: a quarter of a JPEG sample's time. Thresholds the
-/// user set (MALLOC_*_ or GLIBC_TUNABLES) are left as they are.
-void tune_malloc() noexcept {
-#if defined(__GLIBC__)
-  if (std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr ||
-      std::getenv("MALLOC_TRIM_THRESHOLD_") != nullptr) {
-    return;
-  }
-  const char* tunables = std::getenv("GLIBC_TUNABLES");
-  if (tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr) return;
-  constexpr int kMmapThreshold = 32 << 20;
-  constexpr int kTrimThreshold = 64 << 20;
-  static_cast<void>(::mallopt(M_MMAP_THRESHOLD, kMmapThreshold));
-  static_cast<void>(::mallopt(M_TRIM_THRESHOLD, kTrimThreshold));
-#endif
-}
-
-/// A worker process's reader: the dataset, its layout and the seeder (GIL held throughout).
-class WorkerReader {
- public:
-  WorkerReader(py::object dataset, const py::tuple& layout, bool seed_python)
-      : dataset_(std::move(dataset)), layout_(layout), seed_python_(seed_python) {}
-
-  /// Task `token`'s sample `index` written at `offsets` in `target` (the scratch region, or a
-  /// staging slot's region), each field `nbytes` long. The task's state word at `state_at` in
-  /// `scratch` (TaskState) is claimed after __getitem__ and every conversion, before the first
-  /// byte is written, and marked done after: false, with nothing written, when the parent
-  /// cancelled the task first.
-  bool read(std::uint64_t index, std::uint64_t seed, const py::buffer& scratch,
-            std::size_t state_at, std::uint64_t token, const py::buffer& target,
-            const std::vector<std::size_t>& offsets, const std::vector<std::size_t>& nbytes) const {
-    const std::size_t n = layout_.fields().size();
-    if (nbytes.size() != n || offsets.size() != n) {
-      throw py::value_error("a task for " + std::to_string(n) + " fields");
-    }
-    const py::buffer_info state_buffer = scratch.request(/*writable=*/true);
-    const auto state_size = static_cast<std::size_t>(state_buffer.size * state_buffer.itemsize);
-    if (state_at % alignof(std::uint64_t) != 0 || state_at + sizeof(std::uint64_t) > state_size) {
-      throw py::value_error("the task's state word is outside the scratch region");
-    }
-    const py::buffer_info buffer = target.request(/*writable=*/true);
-    std::vector<std::byte*> dest(n);
-    auto* start = static_cast<std::byte*>(buffer.ptr);
-    const auto size = static_cast<std::size_t>(buffer.size * buffer.itemsize);
-    for (std::size_t f = 0; f < n; ++f) {
-      if (offsets[f] > size || nbytes[f] > size - offsets[f]) {
-        throw py::value_error("a field's place is outside its region");
-      }
-      dest[f] = start + offsets[f];
-    }
-    if (seed_python_) seeder_.seed(seed);
-    const py::object sample = dataset_[py::int_(index)];
-    // Every conversion first (a value's __array__ is Python code that may take long): a task
-    // is claimed only for the copy, so that a cancel never waits on the user's code.
-    const std::vector<py::array> arrays = layout_.arrays(sample, index, nbytes);
-    TaskState state(static_cast<std::byte*>(state_buffer.ptr) + state_at, token);
-    if (!state.claim()) return false;
-    SampleLayout::copy(arrays, dest, nbytes);
-    state.finish(/*ok=*/true);
-    return true;
-  }
-
- private:
-  py::object dataset_;
-  SampleLayout layout_;
-  PythonSeeder seeder_;
-  bool seed_python_;
-};
-
-/// A worker process's watch of the training process `pid`: ends this process when it ends.
-/// `fd` is a pidfd of it (readable once it has ended), or -1 where the kernel has none; a pidfd
-/// closed under this thread (a dataset that closes every descriptor) falls back to asking
-/// twice a second.
-[[noreturn]] void watch_trainer(pid_t pid, int fd) {
-  if (fd >= 0) {
-    pollfd p{fd, POLLIN, 0};
-    for (;;) {
-      p.revents = 0;
-      const int n = ::poll(&p, 1, -1);
-      if (n > 0 && (p.revents & POLLIN) != 0) ::_exit(1);
-      if (n > 0 && (p.revents & POLLNVAL) != 0) break;
-    }
-  }
-  while (::kill(pid, 0) == 0 || errno != ESRCH) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  }
-  ::_exit(1);
-}
-
-}  // namespace
-
-void bind_workers(py::module_& m) {
-  m.def("_watch_trainer", [](long pid) {
-    // A thread of its own that never takes the GIL: a __getitem__ in C code holding it (a
-    // long sum(range(n))) kept a Python thread from ever noticing (ferry/_worker.py's _watch).
-    const auto trainer = static_cast<pid_t>(pid);
-    const long fd = ::syscall(SYS_pidfd_open, trainer, 0U);
-    if (fd < 0 && errno == ESRCH) return false;  // already gone
-    std::thread([trainer, fd] {
-      watch_trainer(trainer, fd < 0 ? -1 : static_cast<int>(fd));
-    }).detach();
-    return true;
-  });
-  py::class_<WorkerReader>(m, "_WorkerReader")
-      .def(py::init<py::object, py::tuple, bool>())
-      .def("read", &WorkerReader::read);
-  m.def("_give_back", [](const py::buffer& control, std::size_t state_at, std::uint64_t token,
-                         const py::buffer& region) {
-    // A worker process: the pages of a staging slot the training process let go are
-    // freed, unless it called that off first (the state word, a TaskState).
-    const py::buffer_info words = control.request(/*writable=*/true);
-    const auto size = static_cast<std::size_t>(words.size * words.itemsize);
-    if (state_at % alignof(std::uint64_t) != 0 || state_at + sizeof(std::uint64_t) > size) {
-      throw py::value_error("the give-back's state word is outside the control region");
-    }
-    const py::buffer_info pages = region.request(/*writable=*/true);
-    TaskState state(static_cast<std::byte*>(words.ptr) + state_at, token);
-    if (!state.claim()) return false;
-    const int rc =
-        ::madvise(pages.ptr, static_cast<std::size_t>(pages.size * pages.itemsize), MADV_REMOVE);
-    state.finish(rc == 0);
-    return rc == 0;
-  });
-  m.def("_worker_prepare", [] {
-    // (It ends with the training process by ferry/_worker.py's _watch, not PR_SET_PDEATHSIG,
-    // which follows the thread that started it.)
-    tune_malloc();
-  });
 }
 
 }  // namespace ferry::python

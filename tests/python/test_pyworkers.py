@@ -1094,6 +1094,39 @@ def test_a_killed_trainer_with_busy_workers_leaves_nothing(tmp_path, how, start_
             os.kill(pid, signal.SIGKILL)
 
 
+def test_a_killed_trainer_with_a_stopped_worker_leaves_nothing(tmp_path):
+    # A worker stopped by SIGSTOP runs no thread to see the training process go: the forkserver
+    # exits with the training process, and its exit kills the worker (it kept the forkserver up,
+    # holding the training process's end of its pipe, and stayed stopped for ever).
+    script = tmp_path / "trainer.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+        import ferry
+        from test_pyworkers import WhoReads
+        if __name__ == "__main__":
+            loader = ferry.Loader(WhoReads(), batch_size=4, device="cpu", processes=2)
+            ep = loader.epoch(0)
+            print(" ".join(str(int(p)) for p in next(ep)["pid"].numpy()), flush=True)
+            time.sleep(60)
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ))
+    try:
+        workers = {int(p) for p in proc.stdout.readline().split()}
+        below = descendants(proc.pid)
+        assert workers and workers <= set(below)
+        for pid in workers:
+            os.kill(pid, signal.SIGSTOP)
+        proc.kill()
+        proc.wait(10)
+        assert wait_gone(below, 15) == []
+    finally:
+        proc.kill()
+        for pid in descendants(proc.pid) if proc.poll() is None else ():
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_spawn_workers_outlive_the_thread_that_made_the_loader(ferry):
     made = {}
 
