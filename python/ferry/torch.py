@@ -181,6 +181,7 @@ class DataLoader:
         self.fields = fields
         self.as_dict = as_dict
         self._epoch = None
+        self._live = None  # the epoch of the iterator under way, in a list (see _batches)
         dataset_fields = self.loader.dataset.fields
         self._form = _ferry._ferry._sample_form(self.loader.dataset)
         self._names = [name for name, _, _ in dataset_fields]
@@ -201,17 +202,36 @@ class DataLoader:
     def __iter__(self):
         epoch, self._epoch = self._epoch, None
         if self.fields is not None:
-            return batches(self.loader, epoch, self.fields, self.as_dict)
-        return self._batches(epoch)
-
-    def _batches(self, epoch):
-        ep = iter(self.loader) if epoch is None else self.loader.epoch(epoch)
+            fields, as_dict = self.fields, self.as_dict
+            positional = _positional(self.loader)
+            return self._batches(epoch, lambda b: _convert(b, fields, as_dict, positional))
         form = "dict" if self.as_dict else self._form
+        names, ragged, pack = self._names, self._ragged, self._pack
+        return self._batches(epoch, lambda b: _dataloader_convert(b, form, names, ragged, pack))
+
+    def _batches(self, epoch, convert):
+        # ferry plays one epoch of a loader at a time. An iterator kept after its first batch
+        # (`images, labels = next(iter(loader))`, then the training loop) would keep the next
+        # epoch from starting: a newer iterator ends it, and it raises if used again.
+        live, self._live = self._live, None
+        if live:
+            live.pop().close()
+        ep = iter(self.loader) if epoch is None else self.loader.epoch(epoch)
+        mine = self._live = [ep]  # emptied when a newer iterator ends this one
         try:
             for batch in ep:
-                yield _dataloader_convert(batch, form, self._names, self._ragged, self._pack)
+                yield convert(batch)
+                if not mine:
+                    break
+            if not mine:
+                raise _ferry.ConfigError(
+                    "ferry.torch.DataLoader: this iterator was ended by a newer iter() of the "
+                    "same loader (ferry plays one epoch of a loader at a time; for two at once, "
+                    "make two loaders)")
         finally:
             ep.close()
+            if self._live is mine:
+                self._live = None
 
     def state_dict(self):
         return self.loader.state_dict()

@@ -116,6 +116,22 @@ def test_list_of_a_loader_and_every_label_kept(ferry):
     assert torch.equal(torch.cat(labels), torch.arange(40))
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_iterator_kept_after_its_first_batch_does_not_block_the_next_epoch(ferry, workers):
+    # torch's tutorial: `dataiter = iter(loader); images, labels = next(dataiter)` to look at a
+    # batch, then the training loop over the same loader (ConfigError "an epoch is still being
+    # iterated" before). The newer iterator ends the kept one, which raises if used again.
+    loader = dataloader(Indexed(20), batch_size=4, num_workers=workers)
+    dataiter = iter(loader)
+    assert [int(v) for v in next(dataiter)["y"]] == [0, 1, 2, 3]
+    for _ in range(2):
+        assert [int(v) for b in loader for v in b["y"]] == list(range(20))
+    with pytest.raises(ferry.ConfigError, match="ended by a newer iter"):
+        next(dataiter)
+    with pytest.raises(ferry.ConfigError, match="ended by a newer iter"):
+        list(zip(loader, loader))  # two at once: said, not an empty loop
+
+
 def test_torch_manual_seed_decides_the_order(ferry):
     def order(seed):
         torch.manual_seed(seed)
