@@ -147,3 +147,44 @@ def test_webdataset_video_members(ferry, tmp_path, videos):
     assert [shown(c) for c in got] == [[0, 4, 8], [0, 4, 8]]
     with pytest.raises(TypeError, match="clips_per_video"):
         ferry.WebDataset(str(shard), video=dict(clips_per_video=2))
+
+
+@pytest.mark.parametrize("name", ["long.mp4", "long.mkv", "bf.mp4", "trim.mp4", "hevc.mp4"])
+def test_clips_inside_a_gop_are_pyavs_frames(ferry, tmp_path, videos, name):
+    # Clips starting deep in a GOP of B-frames: the frames shown before the clip that no other
+    # frame refers to are not decoded (AVDISCARD_NONREF, H.264 and HEVC), and every frame of
+    # the clip is still the full decode's, pixel for pixel.
+    av = pytest.importorskip("av")
+    if name == "hevc.mp4":
+        codecs = subprocess.run(["ffmpeg", "-hide_banner", "-encoders"], capture_output=True,
+                                text=True).stdout
+        if "libx265" not in codecs:
+            pytest.skip("no libx265 encoder")
+        bars = ("format=yuv420p,geq=lum='if(bitand(N\\,pow(2\\,floor(X/8)))\\,235\\,16)'"
+                ":cb=128:cr=128")
+        subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-nostdin", "-y", "-f",
+                        "lavfi", "-i", "nullsrc=s=64x48:r=25," + bars, "-frames:v", "60",
+                        "-c:v", "libx265", "-x265-params",
+                        "log-level=error:keyint=60:min-keyint=60:bframes=4:b-adapt=0:"
+                        "scenecut=0:lossless=1", str(tmp_path / "hevc.mp4")], check=True)
+        (tmp_path / "v").mkdir()
+        os.replace(tmp_path / "hevc.mp4", tmp_path / "v" / "hevc.mp4")
+        root = tmp_path
+    else:
+        root = folder(tmp_path, videos, {"v": [name]})
+    with av.open(str(root / "v" / name)) as container:
+        frames = sorted(container.decode(video=0), key=lambda f: f.pts)
+        native = [f.to_ndarray(format="rgb24") for f in frames]
+    ds = ferry.VideoFolder(root, frames=6, stride=1, size=(48, 64), start="random",
+                           clips_per_video=12, index_files=False)
+    first = shown(native[0][None])[0]
+    starts = set()
+    for clip, _ in clips(ferry, ds, shuffle=True, seed=5):
+        got = shown(clip)
+        k0 = got[0] - first
+        starts.add(k0)
+        assert got == [got[0] + t for t in range(6)], got
+        for t in range(6):
+            diff = np.abs(clip[t].astype(int) - native[k0 + t].astype(int)).max()
+            assert diff <= 1, (name, k0 + t, diff)
+    assert max(starts) >= 5  # clips past the GOP's first frames

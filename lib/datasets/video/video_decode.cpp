@@ -179,10 +179,11 @@ class FrameNumbers {
 };
 
 // Reads, decodes and hands frames to `w` until the clip is done, the decode started past its
-// first frame, the frames' numbers are lost, or the stream ended.
+// first frame, the frames' numbers are lost, or the stream ended. The pictures of packets shown
+// before `skip_before` (AV_NOPTS_VALUE: none) that no other picture refers to are not decoded.
 Attempt video_decode_run(AVFormatContext* fmt, AVCodecContext* ctx, const VideoIndex& index,
                          FrameNumbers numbers, ClipWriter& w, std::int64_t max_packets,
-                         const std::string& name) {
+                         std::int64_t skip_before, const std::string& name) {
   std::int64_t sent = 0;
   const PacketPtr pkt = make_packet();
   const FramePtr frame = make_frame();
@@ -234,6 +235,10 @@ Attempt video_decode_run(AVFormatContext* fmt, AVCodecContext* ctx, const VideoI
     }
     const std::int64_t ts = pkt->pts != AV_NOPTS_VALUE ? pkt->pts : pkt->dts;
     ++sent;
+    ctx->skip_frame =
+        skip_before != AV_NOPTS_VALUE && pkt->pts != AV_NOPTS_VALUE && pkt->pts < skip_before
+            ? AVDISCARD_NONREF
+            : AVDISCARD_DEFAULT;
     r = avcodec_send_packet(ctx, pkt.get());
     av_packet_unref(pkt.get());
     if (r < 0 && r != AVERROR(EAGAIN)) {
@@ -309,6 +314,16 @@ void decode_clip(AvInput& in, const VideoIndex& index, std::span<const std::int6
   };
   const CodecPtr ctx = video_decode_open_codec(stream_of(in.get()), options.decode_threads, name);
   ClipWriter writer(frames, options, out, name);
+  // Frames shown before the clip that no other frame refers to (most B-frames) need no decode:
+  // H.264's and HEVC's decoders drop exactly those (nal_ref_idc 0, sub-layer non-reference
+  // pictures) under AVDISCARD_NONREF. Only where frames are numbered by timestamp: a count
+  // would miss them.
+  const AVCodecID codec = ctx->codec_id;
+  const std::int64_t skip_before =
+      !index.counted && (codec == AV_CODEC_ID_H264 || codec == AV_CODEC_ID_HEVC) &&
+              static_cast<std::size_t>(frames[0]) < index.pts.size()
+          ? index.pts[static_cast<std::size_t>(frames[0])]
+          : AV_NOPTS_VALUE;
 
   // The keyframe at or before the first frame; -1: none (decode from the start).
   auto key = static_cast<std::ptrdiff_t>(
@@ -343,7 +358,7 @@ void decode_clip(AvInput& in, const VideoIndex& index, std::span<const std::int6
     const std::int64_t first_dts =
         from_start ? AV_NOPTS_VALUE : index.pts[static_cast<std::size_t>(first)];
     switch (video_decode_run(in.get(), ctx.get(), index, FrameNumbers(index, first, first_dts),
-                             writer, max_packets, name)) {
+                             writer, max_packets, skip_before, name)) {
       case Attempt::done:
         return;
       case Attempt::lost:
