@@ -32,12 +32,13 @@ std::string shape_text(const py::array& a) {
   return py::str(py::tuple(a.attr("shape"))).cast<std::string>();
 }
 
-/// The dtype of field `name` as sample 0 gives it. \throws ConfigError naming the field.
-DType sample0_dtype(const std::string& name, const py::array& a) {
+/// The dtype of field `name` as the first sample read (`which`) gives it. \throws ConfigError
+/// naming the field.
+DType first_dtype(const std::string& name, const py::array& a, const std::string& which) {
   try {
     return to_dtype(a.dtype());
   } catch (const Error&) {
-    throw ConfigError("Python dataset: field \"" + name + "\" of sample 0 has dtype " +
+    throw ConfigError("Python dataset: field \"" + name + "\" of " + which + " has dtype " +
                       py::str(a.dtype()).cast<std::string>() +
                       ", which ferry does not take (u8, u16, u32, u64, i8, i16, i32, i64, f16, "
                       "bf16, f32, f64; convert it, e.g. a bool to u8)");
@@ -89,7 +90,8 @@ bool SampleLayout::declares(const py::object& source) {
   return !py::isinstance<Dataset>(source) && !py::getattr(source, "fields", py::none()).is_none();
 }
 
-SampleLayout::SampleLayout(const py::object& source, const std::function<py::object()>& first) {
+SampleLayout::SampleLayout(const py::object& source,
+                           const std::function<py::object(std::size_t&)>& first) {
   bind_numpy();
   if (declares(source)) {
     // Declared: the training process reads no sample (a dataset that opens its file on first
@@ -110,22 +112,23 @@ SampleLayout::SampleLayout(const py::object& source, const std::function<py::obj
     if (fields_.empty()) throw ConfigError("Python dataset: `fields` declares no field");
     return;
   }
-  const py::object sample = first();
+  const py::object sample = first(first_);
+  const std::string which = first_name();
   if (py::isinstance<py::tuple>(sample) || py::isinstance<py::list>(sample)) {
     form_ = Form::tuple;
     const auto items = sample.cast<py::sequence>();
     for (std::size_t i = 0; i < items.size(); ++i) {
       const py::object value = items[i];
       if (py::isinstance<py::dict>(value)) {
-        throw ConfigError("Python dataset: item " + std::to_string(i) +
-                          " of sample 0 is a dict: nested samples are not taken; return one flat "
+        throw ConfigError("Python dataset: item " + std::to_string(i) + " of " + which +
+                          " is a dict: nested samples are not taken; return one flat "
                           "dict or tuple of arrays");
       }
       bool bf16 = false;
       const py::array a = as_array(value, bf16);
       FieldSpec f;
       f.name = std::to_string(i);
-      f.dtype = bf16 ? DType::bf16 : sample0_dtype(f.name, a);
+      f.dtype = bf16 ? DType::bf16 : first_dtype(f.name, a, which);
       f.shape.assign(a.shape(), a.shape() + a.ndim());
       add_field(std::move(f), py::int_(i));
     }
@@ -134,8 +137,8 @@ SampleLayout::SampleLayout(const py::object& source, const std::function<py::obj
     for (const auto& [key, value] : sample.cast<py::dict>()) {
       const std::string name = py::str(key).cast<std::string>();
       if (py::isinstance<py::dict>(value)) {
-        throw ConfigError("Python dataset: field \"" + name +
-                          "\" of sample 0 is a dict: nested dicts are not taken; flatten them "
+        throw ConfigError("Python dataset: field \"" + name + "\" of " + which +
+                          " is a dict: nested dicts are not taken; flatten them "
                           "(e.g. \"" +
                           name + "/x\")");
       }
@@ -143,7 +146,7 @@ SampleLayout::SampleLayout(const py::object& source, const std::function<py::obj
       const py::array a = as_array(value, bf16);
       FieldSpec f;
       f.name = name;
-      f.dtype = bf16 ? DType::bf16 : sample0_dtype(f.name, a);
+      f.dtype = bf16 ? DType::bf16 : first_dtype(f.name, a, which);
       f.shape.assign(a.shape(), a.shape() + a.ndim());
       add_field(std::move(f), py::reinterpret_borrow<py::object>(key));
     }
@@ -163,7 +166,8 @@ SampleLayout::SampleLayout(const py::object& source, const std::function<py::obj
       }
     }
     if (!numeric) {
-      throw ConfigError("Python dataset: __getitem__(0) gave " + type_name(sample) +
+      throw ConfigError("Python dataset: __getitem__(" + std::to_string(first_) + ") gave " +
+                        type_name(sample) +
                         ", not a dict of field name to array or scalar, a tuple or list of them, "
                         "or one numeric array, tensor or number");
     }
@@ -174,13 +178,14 @@ SampleLayout::SampleLayout(const py::object& source, const std::function<py::obj
     f.shape.assign(a.shape(), a.shape() + a.ndim());
     add_field(std::move(f), py::int_(0));
   }
-  if (fields_.empty()) throw ConfigError("Python dataset: sample 0 has no fields");
+  if (fields_.empty()) throw ConfigError("Python dataset: " + which + " has no fields");
 }
 
 SampleLayout::SampleLayout(const py::handle& description) {
   bind_numpy();
   const auto d = description.cast<py::tuple>();
   form_ = static_cast<Form>(d[1].cast<int>());
+  first_ = d[2].cast<std::size_t>();
   std::size_t position = 0;
   for (const py::handle item : d[0]) {
     FieldSpec f = declared_field(item, position);
@@ -239,7 +244,7 @@ py::tuple SampleLayout::describe() const {
     }
     fields.append(py::make_tuple(f.name, std::string(dtype_name(f.dtype)), py::tuple(shape)));
   }
-  return py::make_tuple(fields, static_cast<int>(form_));
+  return py::make_tuple(fields, static_cast<int>(form_), first_);
 }
 
 py::object SampleLayout::value_of(const py::handle& sample, std::size_t f,
@@ -252,16 +257,16 @@ py::object SampleLayout::value_of(const py::handle& sample, std::size_t f,
   if (form_ == Form::single) {
     if (py::isinstance<py::dict>(sample) || py::isinstance<py::tuple>(sample) ||
         py::isinstance<py::list>(sample)) {
-      throw wrong(type_name(sample) + "; sample 0 was one array");
+      throw wrong(type_name(sample) + "; " + first_name() + " was one array");
     }
     return py::reinterpret_borrow<py::object>(sample);
   }
   const bool sequence = py::isinstance<py::tuple>(sample) || py::isinstance<py::list>(sample);
   if (form_ == Form::tuple || (form_ == Form::declared && sequence)) {
-    if (!sequence) throw wrong(type_name(sample) + "; sample 0 was a tuple or list");
+    if (!sequence) throw wrong(type_name(sample) + "; " + first_name() + " was a tuple or list");
     if (py::len(sample) != fields_.size()) {
       throw wrong(std::to_string(py::len(sample)) + " items; " +
-                  (form_ == Form::declared ? "`fields` declares " : "sample 0 had ") +
+                  (form_ == Form::declared ? "`fields` declares " : first_name() + " had ") +
                   std::to_string(fields_.size()));
     }
     return sample.cast<py::sequence>()[f];
@@ -310,7 +315,7 @@ std::vector<py::array> SampleLayout::arrays(const py::handle& sample, std::size_
       }
       throw DataError("Python dataset: field \"" + spec.name + "\" of sample " +
                       std::to_string(index) + " has shape " + shape_text(a) + "; " +
-                      (declared() ? "`fields` declares " : "sample 0's is ") +
+                      (declared() ? "`fields` declares " : first_name() + "'s is ") +
                       py::str(py::tuple(want)).cast<std::string>());
     }
     if (static_cast<std::size_t>(a.nbytes()) != nbytes[f]) {
@@ -330,7 +335,7 @@ std::vector<py::array> SampleLayout::arrays(const py::handle& sample, std::size_
 py::array SampleLayout::converted(const py::handle& value, std::size_t f, std::size_t index) const {
   bool bf16 = false;
   py::array given = as_array(value, bf16);
-  const std::string dtype_source = declared() ? "the declared dtype" : "sample 0's dtype";
+  const std::string dtype_source = declared() ? "the declared dtype" : first_name() + "'s dtype";
   if (fields_[f].dtype == DType::bf16) {
     if (bf16) return given;
     throw DataError("Python dataset: field \"" + fields_[f].name + "\" of sample " +
@@ -449,6 +454,24 @@ void PythonSeeder::seed(std::uint64_t seed) const {
     torch_seed_ = generator.attr("manual_seed");
   }
   torch_seed_(py::int_(generator_seed(seed, 3)));
+}
+
+py::tuple PythonSeeder::states() const {
+  const auto modules = py::reinterpret_borrow<py::dict>(modules_);
+  const py::object torch = modules.contains("torch") ? py::object(modules["torch"]) : py::none();
+  return py::make_tuple(py::module_::import("random").attr("getstate")(),
+                        py::module_::import("numpy").attr("random").attr("get_state")(),
+                        torch.is_none() || !py::hasattr(torch, "get_rng_state")
+                            ? py::object(py::none())
+                            : torch.attr("get_rng_state")());
+}
+
+void PythonSeeder::restore(const py::tuple& states) const {
+  py::module_::import("random").attr("setstate")(states[0]);
+  py::module_::import("numpy").attr("random").attr("set_state")(states[1]);
+  if (!states[2].is_none()) {
+    py::reinterpret_borrow<py::dict>(modules_)["torch"].attr("set_rng_state")(states[2]);
+  }
 }
 
 }  // namespace ferry::python

@@ -60,8 +60,9 @@ class SampleLayout {
   /// `fields` declaration.
   enum class Form : std::uint8_t { dict, tuple, single, declared };
 
-  /// The layout of `source`: its declaration (`first` not used), else its sample 0 (`first()`).
-  SampleLayout(const py::object& source, const std::function<py::object()>& first);
+  /// The layout of `source`: its declaration (`first` not used), else the sample `first(i)`
+  /// gives, i its index (sample 0, unless that one failed).
+  SampleLayout(const py::object& source, const std::function<py::object(std::size_t&)>& first);
   /// A layout rebuilt from describe() (in a worker process).
   explicit SampleLayout(const py::handle& description);
   SampleLayout(const SampleLayout&) = delete;
@@ -96,6 +97,7 @@ class SampleLayout {
 
  private:
   void bind_numpy();  // the numpy functions write() calls
+  std::string first_name() const { return "sample " + std::to_string(first_); }
   void add_field(FieldSpec f, py::object key);
   py::object value_of(const py::handle& sample, std::size_t f, std::size_t index) const;
   py::array converted(const py::handle& value, std::size_t f, std::size_t index) const;
@@ -108,6 +110,7 @@ class SampleLayout {
   std::vector<bool> float_fields_;
   std::vector<py::object> keys_;
   Form form_ = Form::dict;
+  std::size_t first_ = 0;   // the sample the fields were taken from (declared: none, 0)
   py::object asarray_;      // np.asarray (0-d for a scalar)
   py::object contiguous_;   // np.ascontiguousarray, for a strided array
   py::object array_equal_;  // np.array_equal and np.isinf: a conversion's check
@@ -125,6 +128,10 @@ class PythonSeeder {
   PythonSeeder& operator=(const PythonSeeder&) = delete;
   ~PythonSeeder();
   void seed(std::uint64_t seed) const;
+  /// The generators' states (random's, numpy's global one's, torch's CPU one's where torch is
+  /// imported), and back to them.
+  py::tuple states() const;
+  void restore(const py::tuple& states) const;
   void abandon() noexcept;
 
  private:
@@ -201,6 +208,8 @@ class PyDataset final : public Dataset {
     std::string traceback;
   };
   void keep_failure(std::uint64_t index, py::object error) const;
+  /// The sample the fields are taken from (SampleLayout), `index` set to its number.
+  py::object first_sample(std::size_t& index) const;
 
   py::object source_;
   py::object length_;        // source.length, where declared

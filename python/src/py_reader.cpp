@@ -1,9 +1,11 @@
 // PyDataset: a dataset written in Python, read on ferry's worker threads (each taking the GIL
 // for its call) or in worker processes (workers.hpp; worker_loop.cpp is the processes' side).
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,9 +31,9 @@ PyDataset::PyDataset(py::object source) : source_(std::move(source)) {
   clear_frames_ = py::module_::import("traceback").attr("clear_frames");
   size_ = py::len(source_);
   if (size_ == 0) throw ConfigError("Python dataset: it is empty (len() == 0)");
-  layout_ = std::make_shared<const SampleLayout>(
-      source_, [this] { return py::object(source_[py::int_(0)]); });
   seeder_ = std::make_shared<const PythonSeeder>();
+  layout_ = std::make_shared<const SampleLayout>(
+      source_, [this](std::size_t& index) { return first_sample(index); });
   bool has_ragged = false;
   for (const FieldSpec& f : layout_->fields()) has_ragged = has_ragged || f.is_ragged();
   if (has_ragged) {
@@ -43,6 +45,43 @@ PyDataset::PyDataset(py::object source) : source_(std::move(source)) {
     }
     max_length_ = py::getattr(source_, "max_length", py::none());
   }
+}
+
+py::object PyDataset::first_sample(std::size_t& index) const {
+  // The training process reads a sample to learn the fields. Its generators are seeded as for
+  // any read and put back after, so that the training's own draws (a model's initialization
+  // after the loader is made) are as they would be without it. A sample that raises is passed
+  // over: the epoch meets it again, and on_error decides there.
+  constexpr std::size_t kTries = 16;
+  const py::tuple kept = seeder_->states();
+  const auto put_back = [&] { seeder_->restore(kept); };
+  std::optional<py::error_already_set> failed;
+  for (std::size_t i = 0; i < std::min(size_, kTries); ++i) {
+    try {
+      seeder_->seed(i);
+      py::object sample = source_[py::int_(i)];
+      put_back();
+      index = i;
+      return sample;
+    } catch (py::error_already_set& e) {
+      if (!e.matches(PyExc_Exception)) {  // KeyboardInterrupt, SystemExit: not the sample's
+        put_back();
+        throw;
+      }
+      if (!failed) failed = std::move(e);
+    }
+  }
+  put_back();
+  const py::object error = failed->value();
+  if (PyObject_SetAttrString(error.ptr(), "ferry_sample", py::int_(0).ptr()) != 0) PyErr_Clear();
+  if (py::hasattr(error, "add_note")) {
+    error.attr("add_note")(
+        "ferry: sample 0, read in the training process to learn the dataset's "
+        "fields; samples 0 to " +
+        std::to_string(std::min(size_, kTries) - 1) +
+        " all raised (declare `fields` to start without reading one)");
+  }
+  throw std::move(*failed);
 }
 
 PyDataset::~PyDataset() {

@@ -110,3 +110,36 @@ class Bf16:
 
         h = torch.tensor([i + 0.5, i + 1, i + 2], dtype=torch.float32)
         return {"h": h if i >= self.f32_from else h.to(torch.bfloat16), "y": i}
+
+
+class FailsBelow:
+    """Sample i: {"x": [i] i64}, raising ValueError for every i < `bad` (sample 0 too)."""
+
+    def __init__(self, n, bad):
+        self.n = n
+        self.bad = bad
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i < self.bad:
+            raise ValueError(f"bad sample {i}")
+        return {"x": np.array([i], np.int64)}
+
+
+class Draws:
+    """Sample i: a draw of Python's random, numpy's global generator and torch's (where torch
+    is imported), as f64 [3]."""
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        import random  # noqa: PLC0415
+
+        import sys  # noqa: PLC0415
+
+        torch = sys.modules.get("torch")
+        t = float(torch.rand(1)[0]) if torch is not None else 0.0
+        return {"r": np.array([random.random(), np.random.rand(), t])}

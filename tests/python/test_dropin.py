@@ -10,7 +10,8 @@ import pathlib
 import numpy as np
 import pytest
 from conftest import Indexed, expected_x
-from dropin_datasets import Bf16, OpensOnFirstUse, Single, Tokens, TorchWorker, Uneven
+from dropin_datasets import (Bf16, Draws, FailsBelow, OpensOnFirstUse, Single, Tokens, TorchWorker,
+                             Uneven)
 
 torch = pytest.importorskip("torch")
 
@@ -305,3 +306,37 @@ def test_interpreter_exit_while_daemon_threads_iterate_loaders(tmp_path):
         if proc.returncode != 0 or "exiting" not in out:
             failures.append((proc.returncode, err[-2000:]))
     assert failures == []
+
+
+@pytest.mark.parametrize("processes", [0, 2])
+def test_a_first_sample_that_raises_is_met_again_in_the_epoch(ferry, processes):
+    # The fields come from the first sample that reads (sample 2 here); samples 0 and 1 raise
+    # in the epoch, as any other sample, under on_error (the loader could not be made before).
+    skip = ferry.Loader(FailsBelow(10, 2), batch_size=4, device="cpu", processes=processes,
+                        on_error="skip")
+    assert [int(v) for b in skip for v in np.from_dlpack(b["x"]).ravel()] == list(range(2, 10))
+    assert skip.stats().skipped == 2
+    loader = ferry.Loader(FailsBelow(10, 2), batch_size=4, device="cpu", processes=processes)
+    with pytest.raises(ValueError, match="bad sample 0") as raised:
+        list(loader)
+    assert raised.value.ferry_sample == 0
+
+
+def test_a_dataset_whose_first_samples_all_raise_names_sample_0(ferry):
+    with pytest.raises(ValueError, match="bad sample 0") as raised:
+        ferry.Loader(FailsBelow(40, 40), batch_size=4, device="cpu")
+    assert raised.value.ferry_sample == 0
+    assert any("learn the dataset's fields" in n for n in raised.value.__notes__)
+
+
+def test_making_a_loader_leaves_the_trainers_generators_as_they_were(ferry):
+    import random
+
+    def draws():
+        return random.random(), np.random.rand(), float(torch.rand(1)[0])
+
+    random.seed(1), np.random.seed(1), torch.manual_seed(1)
+    want = draws()
+    random.seed(1), np.random.seed(1), torch.manual_seed(1)
+    ferry.Loader(Draws(), batch_size=4, device="cpu", processes=2)
+    assert draws() == want
