@@ -252,3 +252,47 @@ def test_an_avi_index_kept_beside_it_numbers_the_same_frames(ferry, tmp_path):
         got.append((ds.frame_count(0), first_clip(ferry, ds), list(ds.clip_frames(0, 0))))
     assert (tmp_path / "c" / "v.avi.ferryidx").exists()
     assert got[0] == got[1] and got[0][1] == got[0][2] and got[0][0] == 24
+
+
+@pytest.mark.parametrize("codec", ["h264", "hevc", "mpeg4", "mjpeg"])
+def test_a_frame_damaged_inside_its_packet_is_a_data_error(ferry, tmp_path, codec):
+    # Bytes flipped inside the 6th packet, the container intact: the decoders conceal the damage
+    # (H.264's and MPEG-4's mark the frame, HEVC's and MJPEG's are told to fail), and a clip that
+    # shows it, or starts after it in its GOP, is a DataError naming the frame, not damaged
+    # pixels.
+    av = pytest.importorskip("av")
+    ext, args = {"h264": ("mkv", "-c:v libx264 -crf 18 -bf 0 -g 20 -pix_fmt yuv420p"),
+                 "hevc": ("mkv", "-c:v libx265 -x265-params log-level=0:keyint=20:bframes=0"),
+                 "mpeg4": ("avi", "-c:v mpeg4 -q:v 3 -g 20"),
+                 "mjpeg": ("avi", "-c:v mjpeg -q:v 3")}[codec]
+    if codec == "hevc" and "libx265" not in subprocess.run(
+            ["ffmpeg", "-hide_banner", "-encoders"], capture_output=True, text=True).stdout:
+        pytest.skip("no libx265 encoder")
+    path = tmp_path / "c" / f"x.{ext}"
+    path.parent.mkdir()
+    ffmpeg("-f", "lavfi", "-i", "testsrc2=s=320x240:r=25:d=1.6", *args.split(), path)
+    with av.open(str(path)) as c:
+        pos, size = [(p.pos, p.size) for p in c.demux(video=0) if p.size][5]
+    clean = path.read_bytes()
+    for seed in range(40):  # the first damage ffmpeg itself reports
+        damaged = bytearray(clean)
+        rng = np.random.default_rng(seed)
+        for _ in range(40):
+            damaged[pos + size // 3 + int(rng.integers(0, size // 2))] ^= int(rng.integers(1, 256))
+        path.write_bytes(damaged)
+        said = subprocess.run(["ffmpeg", "-v", "error", "-i", str(path), "-f", "null", "-"],
+                              capture_output=True, text=True).stderr
+        if said.strip():
+            break
+    else:
+        pytest.fail("no damage that ffmpeg reports")
+    # frame 5; frames 16-23, in the damaged frame's GOP (0-19), but every MJPEG frame is a
+    # keyframe: that clip is whole there
+    for start, frames in (("start", 40), ("center", 8)):
+        ds = ferry.VideoFolder(tmp_path, frames=frames, size=(60, 80), start=start,
+                               index_files=False)
+        if codec == "mjpeg" and start == "center":
+            assert ds[0]["video"].shape == (8, 60, 80, 3)
+            continue
+        with pytest.raises(ferry.DataError, match=r"x\." + ext + ": corrupt data at frame 5"):
+            ds[0]

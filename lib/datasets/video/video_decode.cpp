@@ -34,6 +34,11 @@ CodecPtr video_decode_open_codec(const AVStream* st, int threads, const std::str
   if (r < 0) throw DataError(name + ": bad codec parameters: " + av_error_text(r));
   ctx->pkt_timebase = st->time_base;
   ctx->thread_count = threads;
+  // HEVC's and MJPEG's decoders conceal damage without marking the frame (decode_error_flags,
+  // which H.264's and MPEG-4's set): told to fail on what they find instead.
+  if (codec->id == AV_CODEC_ID_HEVC || codec->id == AV_CODEC_ID_MJPEG) {
+    ctx->err_recognition |= AV_EF_EXPLODE;
+  }
   r = avcodec_open2(ctx.get(), codec, nullptr);
   if (r < 0) throw DataError(name + ": cannot open its decoder: " + av_error_text(r));
   return ctx;
@@ -182,8 +187,9 @@ class FrameNumbers {
 // first frame, the frames' numbers are lost, or the stream ended. The pictures of packets shown
 // before `skip_before` (AV_NOPTS_VALUE: none) that no other picture refers to are not decoded.
 Attempt video_decode_run(AVFormatContext* fmt, AVCodecContext* ctx, const VideoIndex& index,
-                         FrameNumbers numbers, ClipWriter& w, std::int64_t max_packets,
-                         std::int64_t skip_before, const std::string& name) {
+                         FrameNumbers numbers, std::int64_t first, ClipWriter& w,
+                         std::int64_t max_packets, std::int64_t skip_before,
+                         const std::string& name) {
   std::int64_t sent = 0;
   const PacketPtr pkt = make_packet();
   const FramePtr frame = make_frame();
@@ -203,6 +209,14 @@ Attempt video_decode_run(AVFormatContext* fmt, AVCodecContext* ctx, const VideoI
       if (n == -2) {
         av_frame_unref(frame.get());
         return Attempt::lost;
+      }
+      // A frame the decoder found damaged (its errors concealed), from the attempt's keyframe
+      // on: a clip decoded from it would show or build on the damage. Leading frames of an open
+      // GOP, which refer to frames before the keyframe, are numbered below it.
+      if (n >= first && frame->decode_error_flags != 0) {
+        av_frame_unref(frame.get());
+        throw DataError(name + ": corrupt data at frame " + std::to_string(n) +
+                        ": the decoder found errors in it and concealed them");
       }
       const bool ok = w.take(frame.get(), n);
       av_frame_unref(frame.get());
@@ -358,7 +372,7 @@ void decode_clip(AvInput& in, const VideoIndex& index, std::span<const std::int6
     const std::int64_t first_dts =
         from_start ? AV_NOPTS_VALUE : index.pts[static_cast<std::size_t>(first)];
     switch (video_decode_run(in.get(), ctx.get(), index, FrameNumbers(index, first, first_dts),
-                             writer, max_packets, skip_before, name)) {
+                             first, writer, max_packets, skip_before, name)) {
       case Attempt::done:
         return;
       case Attempt::lost:
