@@ -296,3 +296,28 @@ def test_a_frame_damaged_inside_its_packet_is_a_data_error(ferry, tmp_path, code
             continue
         with pytest.raises(ferry.DataError, match=r"x\." + ext + ": corrupt data at frame 5"):
             ds[0]
+
+
+@pytest.mark.parametrize("ext", ["webm", "mkv"])
+def test_a_short_video_cut_short_is_a_data_error(ferry, tmp_path, ext):
+    # 1.6 s cut to 60 % of its bytes: the header still says 1.6 s; its frames cover about half.
+    # A slack of a second let it through, its clips repeating the last frame left.
+    codec = ["-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8", "-b:v", "400k"] \
+        if ext == "webm" else X264
+    path = make(tmp_path / "c" / f"x.{ext}", 40, *codec)
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) * 6 // 10])
+    with pytest.raises(ferry.DataError, match=f"x.{ext}: truncated: its header claims 1.6"):
+        folder(ferry, tmp_path, 40)[0]
+
+
+@pytest.mark.parametrize("ext", ["mp4", "mkv"])
+def test_a_short_video_whose_timestamps_start_late_is_read(ferry, tmp_path, ext):
+    # Its first timestamp at 20000 s (a clip cut from a long recording, keeping its times): an
+    # MP4's header counts 20001.6 s from time 0, which max_seconds (4 hours) refused.
+    src = make(tmp_path / "src.mp4", 40, *X264, "-bf", "2", "-g", "12")
+    (tmp_path / "c").mkdir()
+    ffmpeg("-i", src, "-c", "copy", "-output_ts_offset", "20000", tmp_path / "c" / f"x.{ext}")
+    ds = folder(ferry, tmp_path, 8, start="center")
+    assert ds.frame_count(0) == 40
+    assert first_clip(ferry, ds) == list(range(16, 24))

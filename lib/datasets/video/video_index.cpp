@@ -36,10 +36,16 @@ double video_index_header_seconds(const AVFormatContext* fmt, const AVStream* st
   const double stream = st->duration != AV_NOPTS_VALUE && st->duration > 0
                             ? static_cast<double>(st->duration) * av_q2d(st->time_base)
                             : -1;
+  // For max_seconds, a file whose timestamps start late (a clip cut from a long recording,
+  // keeping its times) is as long as from its start: a header may count from time 0 (an MP4's
+  // empty edit). (The truncation check counts from either.)
+  const double start = fmt->start_time != AV_NOPTS_VALUE && fmt->start_time > 0
+                           ? static_cast<double>(fmt->start_time) / AV_TIME_BASE
+                           : 0;
   const double file = fmt->duration != AV_NOPTS_VALUE && fmt->duration > 0
                           ? static_cast<double>(fmt->duration) / AV_TIME_BASE
                           : -1;
-  if (longest) return std::max(stream, file);
+  if (longest) return std::max(stream, file > start ? file - start : file);
   if (stream > 0) return stream;
   return fmt->nb_streams == 1 ? file : -1;
 }
@@ -47,8 +53,8 @@ double video_index_header_seconds(const AVFormatContext* fmt, const AVStream* st
 // A header whose duration the frames fall well short of: the file was cut short (a container
 // such as Matroska has no frame count to tell). The frames' end is the last frame's timestamp
 // plus its duration (the longest such end), from time 0 or from the first frame
-// (a header may count either, when the timestamps start late); a second, or 5 % of the
-// duration, of slack.
+// (a header may count either, when the timestamps start late); a quarter of a second, three
+// frames or 1 % of the duration of slack, whichever is most.
 void video_index_check_coverage(const AVStream* st, const std::vector<VideoIndexPacket>& packets,
                                 double seconds, const std::string& name) {
   if (!(seconds > 0) || packets.size() < 2) return;
@@ -62,7 +68,7 @@ void video_index_check_coverage(const AVStream* st, const std::vector<VideoIndex
   for (const VideoIndexPacket& p : packets)
     end = std::max(end, static_cast<double>(p.pts) + static_cast<double>(p.duration));
   const double covered = std::max(end, end - static_cast<double>(lo->pts)) * tb;
-  if (seconds - covered > std::max(1.0, 0.05 * seconds)) {
+  if (seconds - covered > std::max({0.25, 3 * step * tb, 0.01 * seconds})) {
     throw DataError(name + ": truncated: its header claims " + std::to_string(seconds) +
                     " seconds, its frames cover " + std::to_string(covered));
   }
