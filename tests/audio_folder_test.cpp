@@ -574,6 +574,22 @@ TEST_F(AudioFolderTest, TableAudioColumnsDecodeAsAudioFolderFiles) {
 
 namespace {
 
+// The page at `at` of an Ogg file with its checksum made anew (RFC 3533: CRC-32, polynomial
+// 0x04c11db7, not reflected, over the page with its checksum field 0).
+void sign_ogg_page(std::string& bytes, std::size_t at) {
+  const std::size_t segments = static_cast<unsigned char>(bytes[at + 26]);
+  std::size_t size = 27 + segments;
+  for (std::size_t s = 0; s < segments; ++s) size += static_cast<unsigned char>(bytes[at + 27 + s]);
+  std::memset(bytes.data() + at + 22, 0, 4);
+  std::uint32_t crc = 0;
+  for (std::size_t i = at; i < at + size; ++i) {
+    crc ^= static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i])) << 24U;
+    for (int b = 0; b < 8; ++b)
+      crc = (crc & 0x80000000U) != 0 ? (crc << 1U) ^ 0x04c11db7U : crc << 1U;
+  }
+  for (unsigned b = 0; b < 4; ++b) bytes[at + 22 + b] = static_cast<char>(crc >> (8U * b));
+}
+
 // The byte offsets of an Ogg file's pages, in order.
 std::vector<std::size_t> ogg_pages(const std::string& bytes) {
   std::vector<std::size_t> at;
@@ -838,11 +854,22 @@ TEST_F(AudioFolderTest, OggPagesThatLibsndfileLetsThroughAreDataErrors) {
   for (std::size_t i = at; i < at + 8; ++i) bad[i] = static_cast<char>(~bad[i]);
   write("b/crc.ogg", bad);
   write("b/chained.ogg", v + read("a/w.ogg"));
-  // A page near the end whose granule position goes back (libsndfile seeks by them).
+  // A page near the end whose granule position goes back (libsndfile seeks by them), its
+  // checksum made anew.
   std::string back = v;
   const std::uint64_t one = 1;
   std::memcpy(back.data() + pages[pages.size() - 2] + 6, &one, 8);
+  sign_ogg_page(back, pages[pages.size() - 2]);
   write("b/back.ogg", back);
+  // A page in the middle failing its checksum, and one missing: libogg drops the first, and a
+  // decode goes on after either hole (clips across or past it held later samples).
+  const std::size_t mid = audio + (pages.size() - audio) / 2;
+  ASSERT_GT(mid, audio);
+  ASSERT_LT(mid + 1, pages.size());
+  std::string damaged = v;
+  damaged[pages[mid + 1] - 10] = static_cast<char>(~damaged[pages[mid + 1] - 10]);
+  write("b/mid.ogg", damaged);
+  write("b/hole.ogg", v.substr(0, pages[mid]) + v.substr(pages[mid + 1]));
   for (const auto& [name, why] :
        {std::pair<const char*, std::string>{
             "b/crc.ogg", "corrupt: Ogg page " + std::to_string(audio) + " (at byte " +
@@ -852,7 +879,13 @@ TEST_F(AudioFolderTest, OggPagesThatLibsndfileLetsThroughAreDataErrors) {
                               ") begins a second stream: a chained Ogg file"},
         {"b/back.ogg", "corrupt: Ogg page " + std::to_string(pages.size() - 2) + " (at byte " +
                            std::to_string(pages[pages.size() - 2]) +
-                           ") goes back in time (granule position 1 after "}}) {
+                           ") goes back in time (granule position 1 after "},
+        {"b/mid.ogg", "corrupt: Ogg page " + std::to_string(mid) + " (at byte " +
+                          std::to_string(pages[mid]) + ") fails its checksum"},
+        {"b/hole.ogg", "corrupt: Ogg page " + std::to_string(mid) + " (at byte " +
+                           std::to_string(pages[mid]) + ") is page " + std::to_string(mid + 1) +
+                           " of its stream, after page " + std::to_string(mid - 1) +
+                           ": pages are missing"}}) {
     expect_error<ferry::DataError>([&] { ferry::audio_file_info(dir_ / name); }, {name, why});
   }
   EXPECT_EQ(ferry::audio_file_info(dir_ / "a/v.ogg").frames, 32000);

@@ -236,36 +236,53 @@ std::string ogg_head_bad(ByteSource& source, OggHead& h) {
   return {};
 }
 
-// Every page's header, from the first: one stream (one serial number, one beginning), and its
-// granule positions never going down. libsndfile reads the first stream of a chained file alone
-// (and takes its length from the last page, of another stream), and seeks by granule positions:
-// both read the wrong samples without a word. A walk that meets no page where one should begin
-// stops there: libsndfile's decode then says what is wrong.
+// Every page, from the first: each against its checksum and in sequence (libogg drops a page
+// that fails its checksum, and a decode goes on after the hole: a clip read across it, or
+// sought past it, holds later samples than its place, without a word); one stream (one serial
+// number, one beginning), and its granule positions never going down. libsndfile reads the
+// first stream of a chained file alone (and takes its length from the last page, of another
+// stream), and seeks by granule positions: both read the wrong samples without a word. A walk
+// that meets no page where one should begin stops there: libsndfile's decode then says what is
+// wrong.
 std::string ogg_walk_bad(ByteSource& source, std::uint64_t& longest_page) {
   std::int64_t at = 0;
   std::uint32_t serial = 0;
+  std::uint32_t sequence = 0;
   std::uint64_t granule = 0;
   bool any = false;  // a granule position met
-  std::array<std::byte, 27 + 255> head{};
+  std::vector<std::byte> bytes(27 + 255 + 255 * 255);
   for (std::int64_t k = 0; at < source.size; ++k) {
-    const std::size_t got = read_at(source, at, head.data(), head.size());
-    if (got < 27 || std::memcmp(head.data(), "OggS", 4) != 0) return {};
-    const std::size_t segments = std::to_integer<std::size_t>(head[26]);
+    const std::size_t got = read_at(source, at, bytes.data(), 27 + 255);
+    if (got < 27 || std::memcmp(bytes.data(), "OggS", 4) != 0) return {};
+    const std::size_t segments = std::to_integer<std::size_t>(bytes[26]);
     if (got < 27 + segments) return {};
-    std::int64_t body = 0;
-    for (std::size_t i = 0; i < segments; ++i) body += std::to_integer<std::int64_t>(head[27 + i]);
+    std::size_t body = 0;
+    for (std::size_t i = 0; i < segments; ++i) body += std::to_integer<std::size_t>(bytes[27 + i]);
+    const std::size_t size = 27 + segments + body;
     const std::string page =
         "Ogg page " + std::to_string(k) + " (at byte " + std::to_string(at) + ")";
+    if (size > got && read_at(source, at + static_cast<std::int64_t>(got), bytes.data() + got,
+                              size - got) != size - got) {
+      return {};  // cut short: libsndfile's reading says so
+    }
+    if (ogg_crc(bytes.data(), size) != le32(bytes.data() + 22)) {
+      return "corrupt: " + page + " fails its checksum";
+    }
+    const std::uint32_t number = le32(bytes.data() + 18);
     if (k == 0) {
-      serial = le32(head.data() + 14);
-    } else if (le32(head.data() + 14) != serial) {
-      return page + " is of another stream (serial " + std::to_string(le32(head.data() + 14)) +
+      serial = le32(bytes.data() + 14);
+    } else if (le32(bytes.data() + 14) != serial) {
+      return page + " is of another stream (serial " + std::to_string(le32(bytes.data() + 14)) +
              ", not " + std::to_string(serial) +
              "): a chained or multiplexed Ogg file, which ferry does not read";
-    } else if ((std::to_integer<unsigned>(head[5]) & 0x02U) != 0) {
+    } else if ((std::to_integer<unsigned>(bytes[5]) & 0x02U) != 0) {
       return page + " begins a second stream: a chained Ogg file, which ferry does not read";
+    } else if (number != sequence + 1) {
+      return "corrupt: " + page + " is page " + std::to_string(number) +
+             " of its stream, after page " + std::to_string(sequence) + ": pages are missing";
     }
-    const std::uint64_t g = le64(head.data() + 6);
+    sequence = number;
+    const std::uint64_t g = le64(bytes.data() + 6);
     if (g != ~std::uint64_t{0}) {
       if (g < granule) {
         return "corrupt: " + page + " goes back in time (granule position " + std::to_string(g) +
@@ -275,7 +292,7 @@ std::string ogg_walk_bad(ByteSource& source, std::uint64_t& longest_page) {
       any = any || g != 0;
       granule = g;
     }
-    at += 27 + static_cast<std::int64_t>(segments) + body;
+    at += static_cast<std::int64_t>(size);
   }
   return {};
 }
