@@ -16,8 +16,9 @@ AudioCrop audio_crop(const std::string& text) {
   if (text == "random") return AudioCrop::random;
   if (text == "start") return AudioCrop::start;
   if (text == "center") return AudioCrop::center;
-  throw py::value_error("AudioFolder: crop must be \"random\", \"start\" or \"center\", not \"" +
-                        text + "\"");
+  // A text outside the choices: a ConfigError naming the option, as VideoFolder's start.
+  throw ConfigError("AudioFolder: crop is \"random\", \"start\" or \"center\", not \"" + text +
+                    "\"");
 }
 
 // A dict's int value: a Python int (not a bool) within int's range. \throws TypeError or

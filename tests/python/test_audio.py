@@ -88,7 +88,7 @@ def test_log_mel_matches_torchaudio(ferry, folder):
 
 
 def test_keywords_and_bad_files(ferry, folder):
-    with pytest.raises(ValueError, match="crop"):
+    with pytest.raises(ferry.ConfigError, match='crop is "random", "start" or "center"'):
         ferry.AudioFolder(folder, crop="middle")
     with pytest.raises(TypeError, match="hop_size"):
         ferry.AudioFolder(folder, mel=dict(hop_size=100))
