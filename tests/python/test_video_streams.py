@@ -321,3 +321,13 @@ def test_a_short_video_whose_timestamps_start_late_is_read(ferry, tmp_path, ext)
     ds = folder(ferry, tmp_path, 8, start="center")
     assert ds.frame_count(0) == 40
     assert first_clip(ferry, ds) == list(range(16, 24))
+
+
+def test_an_avi_stream_copied_from_matroska_is_read_whole(ferry, tmp_path):
+    # ffmpeg's stream copy of an MKV into AVI stores it at twice the rate, an empty chunk after
+    # each frame, and the demuxer leaves out the last one: "its header counts 80 frames, the
+    # file holds 79" refused a whole file.
+    src = make(tmp_path / "src.mkv", 40, "-c:v", "mpeg4", "-q:v", "2", "-g", "10")
+    (tmp_path / "c").mkdir()
+    ffmpeg("-i", src, "-c", "copy", tmp_path / "c" / "x.avi")
+    check_exact(ferry, tmp_path, 40)

@@ -78,11 +78,18 @@ void video_index_check_coverage(const AVStream* st, const std::vector<VideoIndex
 // dropped (empty) frames, which the demuxer skips but its timestamps step over; a muxer that
 // wrote to a pipe leaves a placeholder count (2^30) that says nothing.
 void video_index_check_count(const AVStream* st, std::uint64_t stream_packets, bool counted,
-                             std::int64_t end_dts, const std::string& name) {
+                             std::int64_t end_dts, bool dropped, const std::string& name) {
   constexpr std::int64_t kPlaceholder = std::int64_t{1} << 30;
   if (st->nb_frames <= 0 || st->nb_frames >= kPlaceholder) return;
   std::uint64_t held = stream_packets;
   if (counted && end_dts > 0) held = std::max(held, static_cast<std::uint64_t>(end_dts));
+  // An AVI that marks dropped frames with empty chunks (ffmpeg's stream copy of a variable
+  // frame rate: timestamps that step over frames) may end with one, which the demuxer does not
+  // give.
+  if (counted &&
+      (dropped || (end_dts > 0 && static_cast<std::uint64_t>(end_dts) > stream_packets))) {
+    ++held;
+  }
   if (static_cast<std::uint64_t>(st->nb_frames) > held) {
     throw DataError(name + ": truncated: its header counts " + std::to_string(st->nb_frames) +
                     " frames, the file holds " + std::to_string(held));
@@ -172,6 +179,7 @@ VideoIndex index_video(AvInput& in, const std::string& name, double max_seconds,
   std::uint64_t stream_packets = 0;  // the discarded ones too, as the header counts them
   std::int64_t last_dts = AV_NOPTS_VALUE;
   std::int64_t end_dts = 0;
+  bool dropped = false;  // an empty packet met
   bool seen_key = false;
   std::int64_t key_ts = AV_NOPTS_VALUE;  // the first keyframe's timestamp
   bool placed = false;                   // a frame after the first keyframe has a timestamp
@@ -195,6 +203,7 @@ VideoIndex index_video(AvInput& in, const std::string& name, double max_seconds,
     ++stream_packets;
     if (pts != AV_NOPTS_VALUE) stamps.push_back(pts);
     if (dts != AV_NOPTS_VALUE && dts != pts) stamps.push_back(dts);
+    dropped = dropped || empty;
     if (empty) continue;  // a dropped frame (AVI's, an MP4's empty sample): no picture
     if (dts != AV_NOPTS_VALUE) end_dts = dts + std::max<std::int64_t>(duration, 1);
     if ((flags & AV_PKT_FLAG_CORRUPT) != 0 && (flags & AV_PKT_FLAG_DISCARD) == 0) {
@@ -243,7 +252,7 @@ VideoIndex index_video(AvInput& in, const std::string& name, double max_seconds,
   static_cast<void>(
       av_seek_frame(fmt, index.stream, stamps.empty() ? 0 : stamps.front(), AVSEEK_FLAG_BACKWARD));
   video_index_check_holes(fmt->streams[index.stream], stamps, name);
-  video_index_check_count(st, stream_packets, index.counted, end_dts, name);
+  video_index_check_count(st, stream_packets, index.counted, end_dts, dropped, name);
   // A container with a frame count (MP4, AVI) is judged by it; the header's duration may hold a
   // last frame for long, or be a guess from the bit rate.
   if (st->nb_frames <= 0 && !index.counted)
