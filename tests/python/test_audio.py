@@ -163,3 +163,41 @@ def test_a_rate_more_than_256_times_from_sample_rate_is_refused_by_its_header(fe
     assert list(batch.indices) == [0]  # near.wav (63 Hz: 254 times); one_hertz.wav skipped
     reasons = skip.stats().skip_reasons
     assert len(reasons) == 1 and "one_hertz.wav" in reasons[0] and "256 times" in reasons[0]
+
+
+@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="no ffmpeg program")
+@pytest.mark.parametrize("channels", [3, 4, 5, 6, 7, 8])
+def test_ogg_channels_come_in_waves_order(ferry, tmp_path, channels):
+    # The same layout written as WAV, Ogg Vorbis and Opus: the Ogg files store Vorbis's order
+    # (5.1: FL, FC, FR, BL, BR, LFE), which libsndfile passes on; ferry gives WAVE's (5.1: FL,
+    # FR, FC, LFE, BL, BR), as ffmpeg's own decode does, so that channels=2 is the front pair
+    # whatever the container.
+    layout = {3: "3.0", 4: "quad", 5: "5.0", 6: "5.1", 7: "6.1", 8: "7.1"}[channels]
+    rate = 48000
+    hz = [300 + 200 * c for c in range(channels)]  # WAVE channel c: hz[c]
+    t = np.arange(rate) / rate
+    raw = np.stack([0.3 * np.sin(2 * np.pi * f * t) for f in hz], 1).astype("<f4")
+    (tmp_path / "c").mkdir()
+
+    def dominant(a):
+        f = np.fft.rfftfreq(len(a), 1 / rate)
+        return [int(round(f[np.abs(np.fft.rfft(a[:, c])).argmax()])) for c in range(a.shape[1])]
+
+    decoded = {}  # ffmpeg's decode of each file, in WAVE's order
+    for ext, codec in (("wav", "pcm_s16le"), ("ogg", "libvorbis"), ("opus", "libopus")):
+        path = tmp_path / "c" / f"x.{ext}"
+        subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "f32le", "-ar", str(rate), "-ac",
+                        str(channels), "-channel_layout", layout, "-i", "-", "-c:a", codec,
+                        str(path)], input=raw.tobytes(), check=True)
+        out = subprocess.run(["ffmpeg", "-v", "error", "-i", str(path), "-f", "f32le", "-"],
+                             capture_output=True, check=True).stdout
+        decoded[ext] = dominant(np.frombuffer(out, "<f4").reshape(-1, channels))
+    assert decoded["wav"] == hz and decoded["ogg"][:3] == hz[:3]
+    lfe = 3 if channels in (6, 7, 8) else None  # low-passed by an encoder: its peak moves
+    for keep in (0, 2):
+        ds = ferry.AudioFolder(tmp_path, channels=keep, sample_rate=rate)
+        got = {str(ds.path(i)).rsplit(".", 1)[1]: dominant(ds[i]["audio"]) for i in range(3)}
+        for ext in ("wav", "ogg", "opus"):
+            want = decoded[ext] if keep == 0 else decoded[ext][:2]
+            assert [g for k, g in enumerate(got[ext]) if k != lfe] == \
+                [w for k, w in enumerate(want) if k != lfe], (ext, got, decoded)

@@ -108,6 +108,7 @@ class SoundFile {
   bool counted_ = false;          // info_.frames was counted by a decode, not read from the header
   bool seek_from_start_ = false;  // libsndfile's seeks are off: decode from the start instead
   bool mpeg_ = false;
+  const int* wave_order_ = nullptr;  // Ogg's 3 to 8 channels: the Vorbis channel of each WAVE one
 };
 
 /// Reads `n` bytes at `offset` of the source (fewer at its end); leaves its position alone.

@@ -169,6 +169,16 @@ SoundFile::SoundFile(ByteSource& source, std::string_view name, double max_secon
                      " channels by its header)");
     }
     const int major = sf.format & SF_FORMAT_TYPEMASK;
+    if (major == SF_FORMAT_OGG && sf.channels >= 3 && sf.channels <= 8) {
+      // The Vorbis I specification's orders (section 4.3.9), for WAVE's default masks.
+      static constexpr std::array<std::array<int, 8>, 6> kWaveOrder{{{0, 2, 1},
+                                                                     {0, 1, 2, 3},
+                                                                     {0, 2, 1, 3, 4},
+                                                                     {0, 2, 1, 5, 3, 4},
+                                                                     {0, 2, 1, 6, 5, 3, 4},
+                                                                     {0, 2, 1, 7, 5, 6, 3, 4}}};
+      wave_order_ = kWaveOrder[static_cast<std::size_t>(sf.channels - 3)].data();
+    }
     if (major != SF_FORMAT_WAV && major != SF_FORMAT_WAVEX && major != SF_FORMAT_RF64 &&
         major != SF_FORMAT_FLAC && major != SF_FORMAT_OGG && major != SF_FORMAT_MPEG) {
       // libsndfile reads more (AIFF, AU, W64, ...), but ferry checks the containers it names
@@ -336,6 +346,17 @@ std::int64_t SoundFile::read(float* out, std::int64_t frames) {
     if (!std::isfinite(out[i])) {
       fail(name_, "decode failed at frame " + std::to_string(frame_ + i / info_.channels) +
                       ": a sample is not a finite number");
+    }
+  }
+  if (wave_order_ != nullptr) {
+    // Vorbis's channel order (and Opus's, mapping family 1) to WAVE's, as WAV and FLAC give
+    // theirs: 5.1 is FL, FC, FR, BL, BR, LFE in Ogg, FL, FR, FC, LFE, BL, BR in WAV.
+    const int n = info_.channels;
+    std::array<float, 8> frame{};
+    for (std::int64_t f = 0; f < got; ++f) {
+      float* at = out + f * n;
+      std::copy(at, at + n, frame.begin());
+      for (int c = 0; c < n; ++c) at[c] = frame[static_cast<std::size_t>(wave_order_[c])];
     }
   }
   frame_ += got;
