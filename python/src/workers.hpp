@@ -118,6 +118,7 @@ class ProcessPool {
     abandoned_.store(false);
     const std::lock_guard<std::mutex> lock(mutex_);
     init_overran_.clear();
+    init_overruns_ = 0;
   }
 
   const ProcessOptions& options() const noexcept { return options_; }
@@ -246,8 +247,10 @@ class ProcessPool {
   std::uint64_t started_ = 0;
   std::atomic<bool> abandoned_{false};
   // Why no process is started until the next epoch (resume()): a worker_init_fn overran the
-  // timeout. Under mutex_.
+  // timeout twice in this epoch (once costs its sample alone: the process is started again).
+  // Under mutex_.
   std::string init_overran_;
+  int init_overruns_ = 0;
   // The give-backs of slots' pages (released(), reused()); their state words lie in a memfd of
   // the pool's (`control_`), which every process maps.
   std::vector<Discard> discards_;  // under mutex_

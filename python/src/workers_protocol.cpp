@@ -105,6 +105,7 @@ void append_task(std::vector<std::byte>& out, std::size_t index, std::uint64_t s
 }
 
 bool ProcessPool::drain(Child& c, bool wait) {
+  const auto begin = std::chrono::steady_clock::now();
   while (c.stale > 0) {
     if (next_message(c)) {
       --c.stale;
@@ -115,6 +116,16 @@ bool ProcessPool::drain(Child& c, bool wait) {
     if (ready < 0 && errno == EINTR) continue;
     if (ready == 0) {
       if (!wait || stopping()) return false;
+      // A read given up whose __getitem__ runs past the timeout (its epoch's error raised, or
+      // its batch abandoned): the process is killed and replaced, as for a read of its own; it
+      // held the next read for ever.
+      if (options_.timeout > 0 &&
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count() >
+              options_.timeout) {
+        ::kill(static_cast<pid_t>(c.pid), SIGKILL);
+        retire(c);
+        return true;
+      }
       continue;
     }
     if (ready < 0 || !take_in(c)) {  // it ended meanwhile: replaced before its next task
@@ -209,11 +220,15 @@ const std::vector<std::byte>& ProcessPool::receive(Child& c, std::size_t index, 
         ::kill(static_cast<pid_t>(c.pid), SIGKILL);
         const std::string how = ending(c);
         if (initializing) {
+          // Once costs its sample (a process starts again); twice, it would only hang again.
           const std::lock_guard<std::mutex> lock(mutex_);
-          init_overran_ = "Python dataset: the worker_init_fn of worker process " +
-                          std::to_string(c.id) + " (pid " + std::to_string(c.pid) +
-                          ") overran timeout=" + seconds_text(options_.timeout) +
-                          "; no process starts again until the next epoch";
+          if (++init_overruns_ >= 2) {
+            init_overran_ = "Python dataset: the worker_init_fn of worker process " +
+                            std::to_string(c.id) + " (pid " + std::to_string(c.pid) +
+                            ") overran timeout=" + seconds_text(options_.timeout) +
+                            ", for the second time in this epoch; no process starts again "
+                            "until the next epoch";
+          }
         }
         lost(c, index,
              "overran timeout=" + seconds_text(options_.timeout) +

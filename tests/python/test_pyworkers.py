@@ -963,6 +963,12 @@ def hanging_init(worker_id):
     time.sleep(3600)
 
 
+def hangs_once(flag, worker_id):
+    if not os.path.exists(flag):
+        open(flag, "w").close()
+        time.sleep(3600)
+
+
 def run_bounded(tmp_path, body, seconds):
     """`body` run as a script (as run_script) in a session of its own; killed, with whatever it
     started, after `seconds`. Returns (returncode or None when it ran over, stdout, stderr)."""
@@ -971,7 +977,7 @@ def run_bounded(tmp_path, body, seconds):
         import os, sys, time
         sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
         import ferry
-        from test_pyworkers import Muted, Slow, WhoReads, hanging_init
+        from test_pyworkers import Muted, Slow, WhoReads, hanging_init, hangs_once
         if __name__ == "__main__":
     """) + textwrap.indent(textwrap.dedent(body), "    "))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
@@ -1018,6 +1024,44 @@ def test_a_hanging_worker_init_fn_overruns_the_timeout(tmp_path):
     # the process's start (its imports: torch, where installed) and then 2 s, not for ever
     assert lines[0].startswith("raised ") and int(lines[0].split()[2]) < 60, out
     assert "timeout=2 s" in lines[1] and "worker_init_fn" in lines[1], out
+
+
+def test_a_hanging_sample_after_a_failed_batch_is_killed_at_its_timeout(tmp_path):
+    # One process, samples 1-8 hang: batch 0's seven time out one by one and the epoch raises,
+    # while sample 8 (batch 1's, read ahead) still runs in the process; the next read waited for
+    # that given-up read's answer for ever.
+    rc, out, err = run_bounded(tmp_path, """
+        loader = ferry.Loader(Slow(64, set(range(1, 9)), 3600), batch_size=8, device="cpu",
+                              processes=1, timeout=1)
+        start = time.monotonic()
+        try:
+            for b in loader.epoch(0):
+                pass
+        except ferry.DataError as e:
+            print("raised", round(time.monotonic() - start), flush=True)
+            print(e, flush=True)
+    """, 150)
+    assert rc == 0, (rc, out, err)
+    lines = out.splitlines()
+    assert lines[0].startswith("raised ") and int(lines[0].split()[1]) < 100, out
+    assert "sample 1 " in lines[1] and "overran timeout=1 s" in lines[1], out
+
+
+def test_a_worker_init_fn_that_overran_the_timeout_once_costs_one_sample(tmp_path):
+    # Once: its process is started again (before, none was until the next epoch, and every later
+    # sample of the epoch was skipped). Twice in an epoch: no process starts again.
+    rc, out, err = run_bounded(tmp_path, f"""
+        import functools
+        loader = ferry.Loader(WhoReads(), batch_size=4, device="cpu", processes=1, timeout=2,
+                              on_error="skip",
+                              worker_init_fn=functools.partial(hangs_once, {str(tmp_path / "flag")!r}))
+        for epoch in range(2):
+            got = sum(len(b["pid"]) for b in loader.epoch(epoch))
+            print(epoch, got, loader.stats().skipped, flush=True)
+    """, 150)
+    assert rc == 0, (rc, out, err)
+    n = len(WhoReads())
+    assert out.splitlines() == [f"0 {n - 1} 1", f"1 {n} 1"], out
 
 
 class HoldsTheGil:
