@@ -205,14 +205,21 @@ bool EpochRun::next_until(Clock::time_point deadline, const Batch*& batch) {
     return true;
   }
   if (impl.ring->stalled(tuning_may_make_slot(impl))) {
+    // Kept batches get new slots while memory_budget holds them: name it where it is the bound.
+    const std::uint64_t budget = impl.tuning.budget;
+    const std::string raise =
+        impl.device_path ? "device_buffers"
+        : budget > 0     ? "memory_budget (" + std::to_string(budget) +
+                           " bytes, which the slots of kept batches have reached) or prefetch"
+                     : "prefetch";
     throw ConfigError("Loader: all " +
                       std::to_string(impl.device_path
                                          ? impl.ring->device_count()
-                                         : static_cast<std::size_t>(impl.ring->limit())) +
+                                         : static_cast<std::size_t>(impl.ring->slot_count())) +
                       (impl.device_path ? " device buffers" : " staging slots") +
                       " are held by batches (or their tensors) kept past their iteration; release "
                       "some, or raise " +
-                      (impl.device_path ? "device_buffers" : "prefetch"));
+                      raise);
   }
   const auto wait_start = Clock::now();
   bool timed_out = false;

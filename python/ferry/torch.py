@@ -56,10 +56,10 @@ def _dataloader_convert(batch, form, names, ragged, pack):
         return to_torch(batch[names[0]])
     if form == "dict" or (form == "declared" and names != [str(i) for i in range(len(names))]):
         return _with_rows({n: to_torch(batch[n]) for n in names}, batch, ragged, pack)
-    out = tuple(to_torch(batch[n]) for n in names)
+    out = [to_torch(batch[n]) for n in names]
     if form is None and len(out) == 1:
         return out[0]  # a ferry dataset's one field: the tensor
-    return out
+    return out  # a list, as torch's default_collate makes of tuple samples
 
 
 def batches(loader, epoch=None, fields=None, as_dict=False):

@@ -722,7 +722,8 @@ def test_torch_dataloader_keywords(ferry):
                        generator=torch.Generator().manual_seed(11), device="cpu")
     assert "2 worker processes" in dl.stats().summary()
     batches = list(dl)
-    assert len(batches) == 3 and all(isinstance(b, tuple) and len(b) == 2 for b in batches)
+    # lists, as torch's default_collate makes of tuple samples (`batch[0] = batch[0].to(dev)`)
+    assert len(batches) == 3 and all(isinstance(b, list) and len(b) == 2 for b in batches)
     images, labels = batches[0]
     assert images.shape == (8, 2, 3) and labels.dtype == torch.int64
     assert torch.equal(images[:, 0, 0].to(torch.int64), labels)
