@@ -218,6 +218,26 @@ def test_mp4_edit_lists_with_several_entries(ferry, tmp_path):
             first_clip(ferry, folder(ferry, back, 1, start=start))
 
 
+def test_an_mp4_edit_list_that_cuts_media_out_is_not_truncation(ferry, tmp_path):
+    # 60 frames, a keyframe every 5; shown: 0.4 s from 0 s, then 0.4 s from 1.0 s (frames 0-9,
+    # 25-34, as PyAV gives them). Fewer packets than the sample tables' 60 frames: "truncated:
+    # its header counts 60 frames, the file holds 27" refused it.
+    src = make(tmp_path / "src.mp4", 60, *X264, "-bf", "2", "-g", "5")
+    data = src.read_bytes()
+    at = next(i for p, i, _ in mp4_boxes(data) if p[-1] == b"elst")
+    media0 = struct.unpack(">i", data[at + 20:at + 24])[0]
+    body = struct.pack(">II", 0, 2) + struct.pack(">Iihh", 400, media0, 1, 0) + \
+        struct.pack(">Iihh", 400, media0 + 12800, 1, 0)
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "v.mp4").write_bytes(
+        mp4_replace(data, b"elst", struct.pack(">I4s", 8 + len(body), b"elst") + body))
+    src.unlink()
+    ds = folder(ferry, tmp_path, 20)
+    assert ds.frame_count(0) == 20
+    assert first_clip(ferry, ds) == list(range(10)) + list(range(25, 35))
+    # (An MP4 cut short for real: video_faults_test's cut_data.mp4.)
+
+
 def test_a_movie_header_longer_than_max_seconds(ferry, tmp_path):
     src = make(tmp_path / "src.mp4", 10, *X264)
     data = bytearray(src.read_bytes())

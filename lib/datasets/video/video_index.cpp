@@ -252,7 +252,17 @@ VideoIndex index_video(AvInput& in, const std::string& name, double max_seconds,
   static_cast<void>(
       av_seek_frame(fmt, index.stream, stamps.empty() ? 0 : stamps.front(), AVSEEK_FLAG_BACKWARD));
   video_index_check_holes(fmt->streams[index.stream], stamps, name);
-  video_index_check_count(st, stream_packets, index.counted, end_dts, dropped, name);
+  const int entries = avformat_index_get_entries_count(st);
+  if (mp4 && entries > 0) {
+    // An MP4's packets are its index's entries, which an edit list that cuts media (shows 0.4 s
+    // from 0 s, then 0.4 s from 1 s) makes fewer than the frames its header counts.
+    if (stream_packets < static_cast<std::uint64_t>(entries)) {
+      throw DataError(name + ": truncated: its sample tables list " + std::to_string(entries) +
+                      " frames, the file holds " + std::to_string(stream_packets));
+    }
+  } else {
+    video_index_check_count(st, stream_packets, index.counted, end_dts, dropped, name);
+  }
   // A container with a frame count (MP4, AVI) is judged by it; the header's duration may hold a
   // last frame for long, or be a guess from the bit rate.
   if (st->nb_frames <= 0 && !index.counted)
