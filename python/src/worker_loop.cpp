@@ -192,13 +192,15 @@ class Messages {
   /// Reads what comes next, waiting for it with the GIL released: false once the socket closed
   /// (or failed).
   bool wait() {
-    std::memmove(buffer_.get(), buffer_.get() + at_, size_ - at_);
-    size_ -= at_;
-    at_ = 0;
+    if (at_ > 0) {
+      std::memmove(buffer_.get(), buffer_.get() + at_, size_ - at_);
+      size_ -= at_;
+      at_ = 0;
+    }
     if (capacity_ - size_ < kChunk) {
       capacity_ = std::max(2 * capacity_, size_ + kChunk);
       auto grown = std::make_unique_for_overwrite<char[]>(capacity_);
-      std::memcpy(grown.get(), buffer_.get(), size_);
+      if (size_ > 0) std::memcpy(grown.get(), buffer_.get(), size_);
       buffer_ = std::move(grown);
     }
     alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int) * kMostFds)> control{};
@@ -389,7 +391,7 @@ void serve(const py::object& reader_object, int fd, int memfd, int control_fd,
     std::uint64_t group = word_at(m, 4);
     const std::uint64_t token = word_at(m, 5);
     const std::uint64_t region = word_at(m, 6);
-    std::memcpy(places.data(), m.data() + 8 * kTaskWords, 16 * fields);
+    if (fields > 0) std::memcpy(places.data(), m.data() + 8 * kTaskWords, 16 * fields);
     if (!torch_told && modules.contains("torch")) {  // imported by a __getitem__ since
       torch_told = true;
       tell_torch(modules["torch"]);

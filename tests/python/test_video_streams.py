@@ -351,3 +351,20 @@ def test_an_avi_stream_copied_from_matroska_is_read_whole(ferry, tmp_path):
     (tmp_path / "c").mkdir()
     ffmpeg("-i", src, "-c", "copy", tmp_path / "c" / "x.avi")
     check_exact(ferry, tmp_path, 40)
+
+
+def test_clips_of_an_intra_refresh_video_are_its_frames(ferry, tmp_path):
+    # x264's intra refresh: no I-frame after the first, and the container marks the recovery
+    # points (P-frames refreshed a column at a time) as keyframes. A clip decoded from one held
+    # frames that lacked their references (grey, 80 levels off); it is decoded from the start.
+    make(tmp_path / "c" / "v.mp4", 100, "-c:v", "libx264", "-preset", "ultrafast", "-bf", "0",
+         "-x264-params", "intra-refresh=1:keyint=20:scenecut=0")
+    ds = folder(ferry, tmp_path, 4, start="random", clips_per_video=12)
+    assert ds.frame_count(0) == 100
+    got = []
+    for b in ferry.Loader(ds, batch_size=4, device="cpu"):
+        for clip in np.from_dlpack(b["video"]):
+            f = shown(clip)
+            got.append(f)
+            assert f == list(range(f[0], f[0] + 4)), f
+    assert len(got) == 12 and max(g[0] for g in got) > 20  # clips past the first refresh

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,10 @@ class ClipWriter {
       : frames_(frames), o_(o), out_(out), name_(name) {}
 
   bool done() const noexcept { return next_ == frames_.size(); }
+  // The number of the next frame the clip takes (none: past every number).
+  std::int64_t wanted() const noexcept {
+    return done() ? std::numeric_limits<std::int64_t>::max() : frames_[next_];
+  }
   std::size_t next() const noexcept { return next_; }
   bool started() const noexcept { return seen_; }
 
@@ -191,6 +196,7 @@ Attempt video_decode_run(AVFormatContext* fmt, AVCodecContext* ctx, const VideoI
                          std::int64_t max_packets, std::int64_t skip_before,
                          const std::string& name) {
   std::int64_t sent = 0;
+  bool key_checked = false;  // the first frame numbered from `first` on was looked at
   const PacketPtr pkt = make_packet();
   const FramePtr frame = make_frame();
   bool draining = false;
@@ -217,6 +223,21 @@ Attempt video_decode_run(AVFormatContext* fmt, AVCodecContext* ctx, const VideoI
         av_frame_unref(frame.get());
         throw DataError(name + ": corrupt data at frame " + std::to_string(n) +
                         ": the decoder found errors in it and concealed them");
+      }
+      // After a seek, the keyframe sought to must decode as an intra picture: a container may
+      // mark recovery points that are not (x264's intra refresh: P-frames refreshed a column at
+      // a time), and the frames decoded from one lack their references. The clip is then
+      // decoded from the start; so is one whose frame the decoder marks corrupt.
+      // (The first frame numbered from the keyframe on must be the keyframe itself: a decoder
+      // that holds back the pictures it cannot recover shows a later one first.)
+      const bool key_bad = !key_checked && n >= first &&
+                           (n != first || (frame->pict_type != AV_PICTURE_TYPE_I &&
+                                           frame->pict_type != AV_PICTURE_TYPE_SI));
+      key_checked = key_checked || n >= first;
+      if (first > 0 &&
+          (key_bad || (n >= w.wanted() && (frame->flags & AV_FRAME_FLAG_CORRUPT) != 0))) {
+        av_frame_unref(frame.get());
+        return Attempt::lost;
       }
       const bool ok = w.take(frame.get(), n);
       av_frame_unref(frame.get());
