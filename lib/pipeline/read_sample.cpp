@@ -30,7 +30,12 @@ std::vector<std::pair<std::string, Tensor>> read_sample(const Dataset& dataset, 
   std::vector<std::uint64_t> region_rows(fields.size(), 0);
   for (std::size_t f = 0; f < fields.size(); ++f) {
     if (!fields[f].is_ragged()) continue;
-    const std::int64_t rows = dataset.length(index, f);
+    std::int64_t rows = 0;
+    try {
+      rows = dataset.length(index, f);  // a whole sound file's: its header read and checked
+    } catch (const DataError& e) {
+      throw DataError(where + e.what());
+    }
     if (rows < 0) {
       throw DataError(where + "field \"" + fields[f].name + "\" has " + std::to_string(rows) +
                       " rows");

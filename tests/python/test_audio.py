@@ -105,6 +105,10 @@ def test_keywords_and_bad_files(ferry, folder):
     skip = ferry.Loader(ds, batch_size=4, device="cpu", on_error="skip")
     (batch,) = list(skip.epoch(0))
     assert list(batch.indices) == [0, 1, 3]
+    # ds[i] names the sample too, where the header's check (a whole file's length) refuses it
+    whole = ferry.AudioFolder(folder)
+    with pytest.raises(ferry.DataError, match="sample 2: .*broken.wav"):
+        whole[2]
 
 
 def test_webdataset_and_table_audio_decode_as_audiofolder(ferry, folder):
