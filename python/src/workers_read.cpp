@@ -70,6 +70,13 @@ constexpr std::size_t kWindowMax = 32;
 constexpr std::size_t kWindowDirect = 64;
 constexpr std::size_t kWindowBytes = 4U << 20U;
 
+// The fewest tasks in flight for samples of `part` bytes: kWindowMin, or 2 (one being written,
+// one read) for samples larger than kWindowBytes, whose scratch kWindowMin of would hold
+// (and count in the memory budget) gigabytes for a few hundred MB samples.
+constexpr std::size_t window_min(std::uint64_t part) noexcept {
+  return part > kWindowBytes ? 2 : kWindowMin;
+}
+
 std::size_t total_of(std::span<const std::size_t> nbytes) {
   std::size_t total = 0;
   for (const std::size_t n : nbytes) total += aligned(n);
@@ -114,10 +121,10 @@ bool direct_places(SampleRef out, std::size_t fields, SharedRegion& region, std:
 std::uint64_t ProcessPool::memory_bound(std::uint64_t sample_bytes) const noexcept {
   // A task's part: its state word's line, then each field from a line of its own.
   const std::uint64_t part = kAlign * (1 + field_count_) + sample_bytes;
-  // A window of tasks fills at most kWindowBytes, or kWindowMin parts where those are more; a
+  // A window of tasks fills at most kWindowBytes, or window_min() parts where those are more; a
   // read one by one grows the region to under two parts.
   const std::uint64_t each =
-      std::max<std::uint64_t>({kMinScratch, kWindowBytes, kWindowMin * part});
+      std::max<std::uint64_t>({kMinScratch, kWindowBytes, window_min(part) * part});
   return each * static_cast<std::uint64_t>(options_.count);
 }
 
@@ -180,9 +187,10 @@ void ProcessPool::begin_reads(std::span<const std::size_t> indices,
     } else {
       r.offsets.clear();
     }
-    r.window = std::min(indices.size(),
-                        std::clamp(kWindowBytes / std::max<std::size_t>(r.slot_bytes, 1),
-                                   kWindowMin, r.region != 0 ? kWindowDirect : kWindowMax));
+    r.window =
+        std::min(indices.size(),
+                 std::clamp(kWindowBytes / std::max<std::size_t>(r.slot_bytes, 1),
+                            window_min(r.slot_bytes), r.region != 0 ? kWindowDirect : kWindowMax));
     // Answers in groups of half the window (the tasks that then go fill the half their samples
     // freed): one write, and here one read, for a group. One by one where a timeout is set: a
     // sample's timeout counts its own time only.

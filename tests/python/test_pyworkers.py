@@ -331,6 +331,26 @@ def test_a_killed_trainer_leaves_no_process(tmp_path):
         proc.kill()
 
 
+class Large(Indexed):
+    """Sample i: "x" u8 [8 MiB] of i, and "y"."""
+
+    def __getitem__(self, i):
+        return {"x": np.full(8 << 20, i % 251, np.uint8), "y": np.int64(i)}
+
+
+def test_large_samples_leave_the_budget_room_for_the_loops_batch(ferry):
+    # The processes' scratch counted 4 samples in flight each (a window's least) in the budget:
+    # with samples of some hundred MB, one staging slot was left, and a plain `for b in loader`
+    # (b still holding the last batch during next()) raised "all 1 staging slots are held".
+    # Samples over the window's 4 MiB count 2 in flight: here 76 MiB hold the processes' 32
+    # (64 before), the reading threads' 16, and 3 slots of a batch.
+    loader = ferry.Loader(Large(6), batch_size=1, device="cpu", processes=2,
+                          memory_budget=76 << 20)
+    seen = [int(b["y"].numpy()[0]) for b in loader.epoch(0)]
+    assert seen == list(range(6))
+    assert loader.stats().prefetch >= 2
+
+
 def test_many_epochs_keep_processes_and_descriptors_flat(ferry):
     loader = ferry.Loader(Indexed(64), batch_size=16, device="cpu", processes=2)
     counts = []
