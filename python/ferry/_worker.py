@@ -339,19 +339,34 @@ def unpicklable_here(dataset):
     return None
 
 
+def _text(obj, what):
+    """str(obj), or what it raised: a user's exception may fail at anything."""
+    try:
+        return str(obj)
+    except BaseException as e:  # noqa: BLE001
+        try:
+            return "<%s: its str() raised %s>" % (what, type(e).__name__)
+        except BaseException:  # noqa: BLE001
+            return "<%s>" % what
+
+
 def _failure(error, ferry_error):
-    trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    try:
+        trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    except BaseException:  # noqa: BLE001 (a __str__ that raises, a traceback that cannot print)
+        trace = "Traceback unavailable: %s" % type(error).__name__
     trace = trace.encode("utf-8", "replace")
     if isinstance(error, ferry_error):
         # ferry's own error about the sample (a value that does not fit its field): raised as the
         # loader's DataError with its own text, as on threads (nothing pickled follows).
-        text = str(error).encode("utf-8", "replace")
+        text = _text(error, "error").encode("utf-8", "replace")
         return b"\1" + _FAILURE.pack(len(text), len(trace)) + text + trace
-    text = ("%s: %s" % (type(error).__name__, error)).encode("utf-8", "replace")
+    text = ("%s: %s" % (type(error).__name__, _text(error, "exception"))).encode(
+        "utf-8", "replace")
     try:
         pickled = pickle.dumps(error)
         pickle.loads(pickled)  # an exception that cannot come back becomes a RuntimeError
-    except Exception:  # noqa: BLE001 (any pickling failure)
+    except BaseException:  # noqa: BLE001 (any pickling failure)
         pickled = pickle.dumps(RuntimeError(text.decode("utf-8")))
     return b"\1" + _FAILURE.pack(len(text), len(trace)) + text + trace + pickled
 
@@ -446,4 +461,7 @@ def _main(conn, packed, worker_id, count, seed, layout, seed_python, init_fn, cl
         _ferry._serve(reader, conn.fileno(), memfd, control_fd, failure, len(layout[0]),
                       sys.modules[__name__], _ferry.Error)
     finally:
-        os.close(memfd)
+        try:
+            os.close(memfd)
+        except OSError:  # a __getitem__ that closed every descriptor
+            pass

@@ -204,6 +204,9 @@ void SampleLayout::bind_numpy() {
   isinf_ = np.attr("isinf");
   errstate_ = np.attr("errstate");
   can_cast_ = np.attr("can_cast");
+  const py::module_ warnings = py::module_::import("warnings");
+  catch_warnings_ = warnings.attr("catch_warnings");
+  simplefilter_ = warnings.attr("simplefilter");
 }
 
 SampleLayout::~SampleLayout() {
@@ -214,11 +217,13 @@ SampleLayout::~SampleLayout() {
   }
   dtypes_.clear();
   keys_.clear();
-  asarray_ = contiguous_ = array_equal_ = isinf_ = errstate_ = can_cast_ = py::object();
+  asarray_ = contiguous_ = array_equal_ = isinf_ = errstate_ = can_cast_ = catch_warnings_ =
+      simplefilter_ = py::object();
 }
 
 void SampleLayout::abandon() noexcept {
-  for (py::object* o : {&asarray_, &contiguous_, &array_equal_, &isinf_, &errstate_, &can_cast_})
+  for (py::object* o : {&asarray_, &contiguous_, &array_equal_, &isinf_, &errstate_, &can_cast_,
+                        &catch_warnings_, &simplefilter_})
     static_cast<void>(o->release());
   for (auto& d : dtypes_) static_cast<void>(d.release());
   for (auto& k : keys_) static_cast<void>(k.release());
@@ -347,18 +352,29 @@ py::array SampleLayout::converted(const py::handle& value, std::size_t f, std::s
   if (given.dtype().equal(want)) return given;
   // A safe cast changes no value (numpy 1.x judges a scalar by its value: 7 into u8, 1.5 into
   // f32); whatever it does not call safe is converted and compared below.
-  if (can_cast_(given, want).cast<bool>()) return given.attr("astype")(want);
-  // numpy's warnings for a float that overflows or is not an integer are left out: the error
-  // below says more.
   const char kind = given.dtype().kind();
-  const py::object quiet =
-      kind == 'f' || kind == 'c' ? errstate_(py::arg("all") = "ignore") : py::object();
-  if (quiet) quiet.attr("__enter__")();
+  // numpy calls int64 into f64 safe, but 2^53 + 1 does not fit: integers into floats are
+  // converted and compared below like any other cast.
+  const bool int_to_float = (kind == 'i' || kind == 'u') && want.kind() == 'f';
+  if (!int_to_float && can_cast_(given, want).cast<bool>()) return given.attr("astype")(want);
+  // numpy's warnings for a float that overflows or is not an integer, or a complex value's
+  // imaginary part, are left out: the error below says more.
+  const bool noisy = kind == 'f' || kind == 'c' || int_to_float;
+  const py::object quiet = noisy ? errstate_(py::arg("all") = "ignore") : py::object();
+  const py::object silence = noisy ? catch_warnings_() : py::object();
+  if (quiet) {
+    quiet.attr("__enter__")();
+    silence.attr("__enter__")();
+    simplefilter_("ignore");
+  }
   py::array a;
   try {
     a = given.attr("astype")(want);
   } catch (py::error_already_set& e) {  // "abc", a list of lists of unequal lengths
-    if (quiet) quiet.attr("__exit__")(py::none(), py::none(), py::none());
+    if (quiet) {
+      silence.attr("__exit__")(py::none(), py::none(), py::none());
+      quiet.attr("__exit__")(py::none(), py::none(), py::none());
+    }
     throw DataError("Python dataset: field \"" + fields_[f].name + "\" of sample " +
                     std::to_string(index) + ": " + shown(given) + " (" +
                     py::str(given.dtype()).cast<std::string>() + ") cannot be converted to " +
@@ -367,17 +383,31 @@ py::array SampleLayout::converted(const py::handle& value, std::size_t f, std::s
                     py::str(py::type::of(e.value()).attr("__name__")).cast<std::string>() + ": " +
                     py::str(e.value()).cast<std::string>());
   }
-  if (quiet) quiet.attr("__exit__")(py::none(), py::none(), py::none());
   bool same = true;
-  if (float_fields_[f] && kind == 'f') {
-    // Rounding to a narrower float is expected; overflow to infinity is not.
-    same = array_equal_(isinf_(a), isinf_(given)).cast<bool>();
-  } else if (kind == 'f' || kind == 'c') {
-    same = array_equal_(a.attr("astype")(given.dtype()), given, py::arg("equal_nan") = true)
-               .cast<bool>();
-  } else {
-    // The same shape on both sides: == compares element by element.
-    same = a.attr("astype")(given.dtype()).attr("__eq__")(given).attr("all")().cast<bool>();
+  try {
+    if (float_fields_[f] && kind == 'f') {
+      // Rounding to a narrower float is expected; overflow to infinity is not.
+      same = array_equal_(isinf_(a), isinf_(given)).cast<bool>();
+    } else if (kind == 'f' || kind == 'c') {
+      same = array_equal_(a.attr("astype")(given.dtype()), given, py::arg("equal_nan") = true)
+                 .cast<bool>();
+    } else {
+      // The same shape on both sides: == compares element by element; and the signs agree (a
+      // u64 over 2^63 into i64 comes back the same bits).
+      same =
+          a.attr("astype")(given.dtype()).attr("__eq__")(given).attr("all")().cast<bool>() &&
+          (kind == 'b' || array_equal_(a.attr("__lt__")(0), given.attr("__lt__")(0)).cast<bool>());
+    }
+  } catch (...) {
+    if (quiet) {
+      silence.attr("__exit__")(py::none(), py::none(), py::none());
+      quiet.attr("__exit__")(py::none(), py::none(), py::none());
+    }
+    throw;
+  }
+  if (quiet) {
+    silence.attr("__exit__")(py::none(), py::none(), py::none());
+    quiet.attr("__exit__")(py::none(), py::none(), py::none());
   }
   if (!same) {
     throw DataError("Python dataset: field \"" + fields_[f].name + "\" of sample " +
@@ -395,83 +425,15 @@ py::array SampleLayout::as_array(const py::handle& value, bool& bf16) const {
     return asarray_(value);
   } catch (py::error_already_set&) {
     const py::object dtype = py::getattr(value, "dtype", py::none());
+    // A torch tensor that requires grad: its values, detached (numpy refuses it).
+    if (!dtype.is_none() && py::getattr(value, "requires_grad", py::bool_(false)).cast<bool>()) {
+      return as_array(value.attr("detach")(), bf16);
+    }
     if (dtype.is_none() || py::str(dtype).cast<std::string>() != "torch.bfloat16") throw;
   }
   bf16 = true;
   const py::object bits = py::module_::import("torch").attr("int16");
   return asarray_(value.attr("detach")().attr("cpu")().attr("contiguous")().attr("view")(bits));
-}
-
-// ---- PythonSeeder
-
-PythonSeeder::PythonSeeder()
-    : random_seed_(py::module_::import("random").attr("seed")),
-      numpy_seed_(py::module_::import("numpy").attr("random").attr("seed")),
-      modules_(py::module_::import("sys").attr("modules")) {}
-
-PythonSeeder::~PythonSeeder() {
-  const GilIfUsable gil;
-  if (!gil.held()) {
-    abandon();
-    return;
-  }
-  random_seed_ = numpy_seed_ = modules_ = torch_seed_ = py::object();
-}
-
-void PythonSeeder::abandon() noexcept {
-  static_cast<void>(random_seed_.release());
-  static_cast<void>(numpy_seed_.release());
-  static_cast<void>(modules_.release());
-  static_cast<void>(torch_seed_.release());
-}
-
-namespace {
-
-/// One generator's seed from the sample's: each generator its own (random and numpy's legacy
-/// generator are both MT19937 seeded the same way: one seed would make their draws equal, and a
-/// flip drawn from one and a crop from the other move together).
-std::uint64_t generator_seed(std::uint64_t seed, std::uint64_t generator) {
-  std::uint64_t z = seed + generator * 0x9E3779B97F4A7C15ULL;
-  z = (z ^ (z >> 30U)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27U)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31U);
-}
-
-}  // namespace
-
-void PythonSeeder::seed(std::uint64_t seed) const {
-  random_seed_(py::int_(generator_seed(seed, 1)));
-  // numpy's legacy generator takes a 32-bit seed (an int: its fast path; a list of words costs
-  // six times as much).
-  numpy_seed_(py::int_(generator_seed(seed, 2) & 0xffffffffU));
-  if (!torch_seed_) {
-    const auto modules = py::reinterpret_borrow<py::dict>(modules_);
-    if (!modules.contains("torch")) return;
-    // The CPU generator's own manual_seed: torch.manual_seed also seeds every CUDA device's
-    // generator and costs 35 times as much.
-    const py::object generator = py::getattr(modules["torch"], "default_generator", py::none());
-    if (generator.is_none()) return;
-    torch_seed_ = generator.attr("manual_seed");
-  }
-  torch_seed_(py::int_(generator_seed(seed, 3)));
-}
-
-py::tuple PythonSeeder::states() const {
-  const auto modules = py::reinterpret_borrow<py::dict>(modules_);
-  const py::object torch = modules.contains("torch") ? py::object(modules["torch"]) : py::none();
-  return py::make_tuple(py::module_::import("random").attr("getstate")(),
-                        py::module_::import("numpy").attr("random").attr("get_state")(),
-                        torch.is_none() || !py::hasattr(torch, "get_rng_state")
-                            ? py::object(py::none())
-                            : torch.attr("get_rng_state")());
-}
-
-void PythonSeeder::restore(const py::tuple& states) const {
-  py::module_::import("random").attr("setstate")(states[0]);
-  py::module_::import("numpy").attr("random").attr("set_state")(states[1]);
-  if (!states[2].is_none()) {
-    py::reinterpret_borrow<py::dict>(modules_)["torch"].attr("set_rng_state")(states[2]);
-  }
 }
 
 }  // namespace ferry::python

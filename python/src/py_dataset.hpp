@@ -115,8 +115,10 @@ class SampleLayout {
   py::object contiguous_;   // np.ascontiguousarray, for a strided array
   py::object array_equal_;  // np.array_equal and np.isinf: a conversion's check
   py::object isinf_;
-  py::object errstate_;  // np.errstate: a conversion's overflow warnings are not shown
-  py::object can_cast_;  // np.can_cast: a conversion known safe is not compared
+  py::object errstate_;        // np.errstate: a conversion's overflow warnings are not shown
+  py::object can_cast_;        // np.can_cast: a conversion known safe is not compared
+  py::object catch_warnings_;  // warnings.catch_warnings, and simplefilter: numpy's warnings of a
+  py::object simplefilter_;    // conversion compared (ComplexWarning) print nothing
 };
 
 /// Seeds Python's `random`, numpy's legacy global generator and torch's CPU generator (where

@@ -291,4 +291,76 @@ std::vector<PyDataset*> python_datasets(const Dataset& dataset) {
   return out;
 }
 
+// ---- PythonSeeder
+
+PythonSeeder::PythonSeeder()
+    : random_seed_(py::module_::import("random").attr("seed")),
+      numpy_seed_(py::module_::import("numpy").attr("random").attr("seed")),
+      modules_(py::module_::import("sys").attr("modules")) {}
+
+PythonSeeder::~PythonSeeder() {
+  const GilIfUsable gil;
+  if (!gil.held()) {
+    abandon();
+    return;
+  }
+  random_seed_ = numpy_seed_ = modules_ = torch_seed_ = py::object();
+}
+
+void PythonSeeder::abandon() noexcept {
+  static_cast<void>(random_seed_.release());
+  static_cast<void>(numpy_seed_.release());
+  static_cast<void>(modules_.release());
+  static_cast<void>(torch_seed_.release());
+}
+
+namespace {
+
+/// One generator's seed from the sample's: each generator its own (random and numpy's legacy
+/// generator are both MT19937 seeded the same way: one seed would make their draws equal, and a
+/// flip drawn from one and a crop from the other move together).
+std::uint64_t generator_seed(std::uint64_t seed, std::uint64_t generator) {
+  std::uint64_t z = seed + generator * 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30U)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27U)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31U);
+}
+
+}  // namespace
+
+void PythonSeeder::seed(std::uint64_t seed) const {
+  random_seed_(py::int_(generator_seed(seed, 1)));
+  // numpy's legacy generator takes a 32-bit seed (an int: its fast path; a list of words costs
+  // six times as much).
+  numpy_seed_(py::int_(generator_seed(seed, 2) & 0xffffffffU));
+  if (!torch_seed_) {
+    const auto modules = py::reinterpret_borrow<py::dict>(modules_);
+    if (!modules.contains("torch")) return;
+    // The CPU generator's own manual_seed: torch.manual_seed also seeds every CUDA device's
+    // generator and costs 35 times as much.
+    const py::object generator = py::getattr(modules["torch"], "default_generator", py::none());
+    if (generator.is_none()) return;
+    torch_seed_ = generator.attr("manual_seed");
+  }
+  torch_seed_(py::int_(generator_seed(seed, 3)));
+}
+
+py::tuple PythonSeeder::states() const {
+  const auto modules = py::reinterpret_borrow<py::dict>(modules_);
+  const py::object torch = modules.contains("torch") ? py::object(modules["torch"]) : py::none();
+  return py::make_tuple(py::module_::import("random").attr("getstate")(),
+                        py::module_::import("numpy").attr("random").attr("get_state")(),
+                        torch.is_none() || !py::hasattr(torch, "get_rng_state")
+                            ? py::object(py::none())
+                            : torch.attr("get_rng_state")());
+}
+
+void PythonSeeder::restore(const py::tuple& states) const {
+  py::module_::import("random").attr("setstate")(states[0]);
+  py::module_::import("numpy").attr("random").attr("set_state")(states[1]);
+  if (!states[2].is_none()) {
+    py::reinterpret_borrow<py::dict>(modules_)["torch"].attr("set_rng_state")(states[2]);
+  }
+}
+
 }  // namespace ferry::python

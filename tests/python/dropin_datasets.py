@@ -143,3 +143,15 @@ class Draws:
         torch = sys.modules.get("torch")
         t = float(torch.rand(1)[0]) if torch is not None else 0.0
         return {"r": np.array([random.random(), np.random.rand(), t])}
+
+
+class Grad:
+    """Sample i: "x", a torch tensor [3] of i that requires grad (a model's output, say)."""
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        import torch  # noqa: PLC0415
+
+        return {"x": torch.ones(3, requires_grad=True) * i}

@@ -10,8 +10,8 @@ import pathlib
 import numpy as np
 import pytest
 from conftest import Indexed, expected_x
-from dropin_datasets import (Bf16, Draws, FailsBelow, OpensOnFirstUse, Single, Tokens, TorchWorker,
-                             Uneven)
+from dropin_datasets import (Bf16, Draws, FailsBelow, Grad, OpensOnFirstUse, Single, Tokens,
+                             TorchWorker, Uneven)
 
 torch = pytest.importorskip("torch")
 
@@ -340,3 +340,12 @@ def test_making_a_loader_leaves_the_trainers_generators_as_they_were(ferry):
     random.seed(1), np.random.seed(1), torch.manual_seed(1)
     ferry.Loader(Draws(), batch_size=4, device="cpu", processes=2)
     assert draws() == want
+
+
+@pytest.mark.parametrize("processes", [0, 2])
+def test_a_tensor_that_requires_grad_is_read_detached(ferry, processes):
+    # numpy refuses it ("Can't call numpy() on Tensor that requires grad"): the loader could
+    # not be made, with torch's RuntimeError.
+    loader = ferry.Loader(Grad(), batch_size=2, device="cpu", processes=processes)
+    got = [b["x"].numpy().tolist() for b in loader]
+    assert got == [[[0.0] * 3, [1.0] * 3], [[2.0] * 3, [3.0] * 3]]

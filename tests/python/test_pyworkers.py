@@ -351,6 +351,55 @@ def test_large_samples_leave_the_budget_room_for_the_loops_batch(ferry):
     assert loader.stats().prefetch >= 2
 
 
+class Converts(Indexed):
+    """Sample 0: k i64, d f64, f f32; sample 3 gives `bad` (a field name and a value)."""
+
+    def __init__(self, bad):
+        super().__init__(8)
+        self.bad = bad
+
+    def __getitem__(self, i):
+        out = {"k": np.int64(i), "d": np.float64(i), "f": np.float32(i)}
+        if i == 3:
+            name, value = self.bad
+            out[name] = value
+        return out
+
+
+@pytest.mark.parametrize("bad", [("k", np.uint64(2**63 + 5)), ("k", np.uint64(2**64 - 1)),
+                                 ("d", np.int64(2**53 + 1)), ("f", np.complex64(1 + 2j))])
+def test_values_that_a_conversion_would_change_are_data_errors(ferry, capfd, bad):
+    # A u64 over 2^63 into i64 came back the same bits (the check compared after casting back);
+    # numpy calls int64 into f64 safe (2^53 + 1 is not); a complex value's imaginary part went
+    # with numpy's ComplexWarning on the terminal.
+    loader = ferry.Loader(Converts(bad), batch_size=2, device="cpu", processes=2)
+    with pytest.raises(ferry.DataError, match=f'field "{bad[0]}" of sample 3: .* without changing'):
+        list(loader)
+    assert "Warning" not in capfd.readouterr().err
+
+
+class StrRaises(Exception):
+    def __str__(self):
+        raise RuntimeError("its str() raises")
+
+
+class RaisesUnprintable(Indexed):
+    def __getitem__(self, i):
+        if i == 5:
+            raise StrRaises("x")
+        return super().__getitem__(i)
+
+
+def test_an_exception_whose_str_raises_arrives_as_itself(ferry, capfd):
+    # The worker's failure report called str() on it unguarded: the process died ("exited with
+    # code 1") and printed a traceback, for every such sample.
+    loader = ferry.Loader(RaisesUnprintable(16), batch_size=4, device="cpu", processes=2)
+    with pytest.raises(StrRaises) as raised:
+        list(loader)
+    assert raised.value.ferry_sample == 5
+    assert "Traceback" not in capfd.readouterr().err
+
+
 def test_many_epochs_keep_processes_and_descriptors_flat(ferry):
     loader = ferry.Loader(Indexed(64), batch_size=16, device="cpu", processes=2)
     counts = []
