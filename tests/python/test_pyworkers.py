@@ -306,7 +306,9 @@ def test_teardown_does_not_wait_for_a_slow_getitem(ferry):
     assert time.monotonic() - start < 5
 
 
-def test_a_killed_trainer_leaves_no_process(tmp_path):
+def trainer_with_workers(tmp_path):
+    """A training process whose loader has 2 worker processes and has read a batch, then
+    sleeps: (the process, the pids of the workers that read the batch)."""
     script = tmp_path / "trainer.py"
     script.write_text(textwrap.dedent(f"""
         import sys, time
@@ -321,8 +323,12 @@ def test_a_killed_trainer_leaves_no_process(tmp_path):
     """))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
                             env=dict(os.environ))
+    return proc, {int(p) for p in proc.stdout.readline().split()}
+
+
+def test_a_killed_trainer_leaves_no_process(tmp_path):
+    proc, pids = trainer_with_workers(tmp_path)
     try:
-        pids = {int(p) for p in proc.stdout.readline().split()}
         assert pids and os.getpid() not in pids
         proc.kill()
         proc.wait(10)
@@ -1212,22 +1218,8 @@ def test_a_killed_trainer_with_a_stopped_worker_leaves_nothing(tmp_path):
     # A worker stopped by SIGSTOP runs no thread to see the training process go: the forkserver
     # exits with the training process, and its exit kills the worker (it kept the forkserver up,
     # holding the training process's end of its pipe, and stayed stopped for ever).
-    script = tmp_path / "trainer.py"
-    script.write_text(textwrap.dedent(f"""
-        import sys, time
-        sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
-        import ferry
-        from test_pyworkers import WhoReads
-        if __name__ == "__main__":
-            loader = ferry.Loader(WhoReads(), batch_size=4, device="cpu", processes=2)
-            ep = loader.epoch(0)
-            print(" ".join(str(int(p)) for p in next(ep)["pid"].numpy()), flush=True)
-            time.sleep(60)
-    """))
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
-                            env=dict(os.environ))
+    proc, workers = trainer_with_workers(tmp_path)
     try:
-        workers = {int(p) for p in proc.stdout.readline().split()}
         below = descendants(proc.pid)
         assert workers and workers <= set(below)
         for pid in workers:
