@@ -1215,10 +1215,11 @@ TEST_F(ArrowFiles, DecompressedRecordBatchesGoWithTheDataset) {
   read_all(file("big_zstd.arrow"), 1000);  // one batch of 320,000 bytes decompressed
   const std::size_t after = in_use();
   // Reads of another table on the same threads free what they kept of the big one, if they
-  // kept anything: little must be left to free.
+  // kept anything: less than the batch must be left to free (malloc's own bookkeeping of the
+  // reads in between moved by up to 207 KB in a CI run under load).
   for (int i = 0; i < 4; ++i) read_all(file("schema_a.arrow"), 1);
   const std::size_t flushed = in_use();
-  EXPECT_LT(after, flushed + (160 << 10)) << "after " << after << ", flushed " << flushed;
+  EXPECT_LT(after, flushed + (256 << 10)) << "after " << after << ", flushed " << flushed;
 }
 
 TEST_F(ArrowFiles, AnImageStructNotNamedInImagesIsAConfigErrorThatSaysSo) {
