@@ -39,6 +39,7 @@
 
 #include "py_dataset.hpp"
 #include "workers.hpp"
+#include "workers_internal.hpp"
 
 namespace ferry::python {
 
@@ -252,23 +253,11 @@ class Messages {
   std::deque<int> fds_;
 };
 
-/// Writes all of `data` to socket `fd`, the GIL released: false when it failed (the parent
-/// went).
+/// Writes all of `data` to socket `fd` (workers_protocol.cpp's send_all), the GIL released:
+/// false when it failed (the parent went).
 bool write_all(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = 0;
-    {
-      const py::gil_scoped_release unlocked;
-      n = ::write(fd, data.data(), data.size());
-    }
-    if (n < 0 && errno == EINTR) {
-      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-      continue;
-    }
-    if (n <= 0) return false;
-    data.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return true;
+  const py::gil_scoped_release unlocked;
+  return send_all(fd, reinterpret_cast<const std::byte*>(data.data()), data.size());
 }
 
 std::uint64_t word_at(std::string_view message, std::size_t i) noexcept {

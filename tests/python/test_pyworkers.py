@@ -1083,10 +1083,11 @@ def test_a_worker_that_closes_its_socket_and_hangs_costs_its_sample_only(tmp_pat
     assert "sample 5" in lines[2] and "stopped answering, and was killed" in lines[2], out
 
 
-def test_a_hanging_worker_init_fn_overruns_the_timeout(tmp_path):
-    rc, out, err = run_bounded(tmp_path, """
-        loader = ferry.Loader(WhoReads(), batch_size=4, device="cpu", processes=1, timeout=2,
-                              worker_init_fn=hanging_init)
+def epoch_raises(tmp_path, loader, seconds):
+    """Epoch 0 of the loader made by the code `loader`, in a script bounded by `seconds`, until
+    it raises: (the lines it printed: "raised <kind> <seconds it took>", then the message)."""
+    rc, out, err = run_bounded(tmp_path, f"""
+        loader = {loader}
         start = time.monotonic()
         try:
             for b in loader.epoch(0):
@@ -1094,33 +1095,27 @@ def test_a_hanging_worker_init_fn_overruns_the_timeout(tmp_path):
         except ferry.Error as e:
             print("raised", type(e).__name__, round(time.monotonic() - start), flush=True)
             print(e, flush=True)
-    """, 120)
+    """, seconds)
     assert rc == 0, (rc, out, err)
-    lines = out.splitlines()
+    return out.splitlines()
+
+
+def test_a_hanging_worker_init_fn_overruns_the_timeout(tmp_path):
+    lines = epoch_raises(tmp_path, """ferry.Loader(WhoReads(), batch_size=4, device="cpu",
+                              processes=1, timeout=2, worker_init_fn=hanging_init)""", 120)
     # the process's start (its imports: torch, where installed) and then 2 s, not for ever
-    assert lines[0].startswith("raised ") and int(lines[0].split()[2]) < 60, out
-    assert "timeout=2 s" in lines[1] and "worker_init_fn" in lines[1], out
+    assert lines[0].startswith("raised ") and int(lines[0].split()[2]) < 60, lines
+    assert "timeout=2 s" in lines[1] and "worker_init_fn" in lines[1], lines
 
 
 def test_a_hanging_sample_after_a_failed_batch_is_killed_at_its_timeout(tmp_path):
     # One process, samples 1-8 hang: batch 0's seven time out one by one and the epoch raises,
     # while sample 8 (batch 1's, read ahead) still runs in the process; the next read waited for
     # that given-up read's answer for ever.
-    rc, out, err = run_bounded(tmp_path, """
-        loader = ferry.Loader(Slow(64, set(range(1, 9)), 3600), batch_size=8, device="cpu",
-                              processes=1, timeout=1)
-        start = time.monotonic()
-        try:
-            for b in loader.epoch(0):
-                pass
-        except ferry.DataError as e:
-            print("raised", round(time.monotonic() - start), flush=True)
-            print(e, flush=True)
-    """, 150)
-    assert rc == 0, (rc, out, err)
-    lines = out.splitlines()
-    assert lines[0].startswith("raised ") and int(lines[0].split()[1]) < 100, out
-    assert "sample 1 " in lines[1] and "overran timeout=1 s" in lines[1], out
+    lines = epoch_raises(tmp_path, """ferry.Loader(Slow(64, set(range(1, 9)), 3600),
+                              batch_size=8, device="cpu", processes=1, timeout=1)""", 150)
+    assert lines[0].startswith("raised DataError ") and int(lines[0].split()[2]) < 100, lines
+    assert "sample 1 " in lines[1] and "overran timeout=1 s" in lines[1], lines
 
 
 def test_a_worker_init_fn_that_overran_the_timeout_once_costs_one_sample(tmp_path):

@@ -259,33 +259,35 @@ std::string ogg_walk_bad(ByteSource& source, std::uint64_t& longest_page) {
     std::size_t body = 0;
     for (std::size_t i = 0; i < segments; ++i) body += std::to_integer<std::size_t>(bytes[27 + i]);
     const std::size_t size = 27 + segments + body;
-    const std::string page =
-        "Ogg page " + std::to_string(k) + " (at byte " + std::to_string(at) + ")";
+    // The page's name, made only for a reason to return (a walk meets millions of pages).
+    const auto page = [&] {
+      return "Ogg page " + std::to_string(k) + " (at byte " + std::to_string(at) + ")";
+    };
     if (size > got && read_at(source, at + static_cast<std::int64_t>(got), bytes.data() + got,
                               size - got) != size - got) {
       return {};  // cut short: libsndfile's reading says so
     }
     if (ogg_crc(bytes.data(), size) != le32(bytes.data() + 22)) {
-      return "corrupt: " + page + " fails its checksum";
+      return "corrupt: " + page() + " fails its checksum";
     }
     const std::uint32_t number = le32(bytes.data() + 18);
     if (k == 0) {
       serial = le32(bytes.data() + 14);
     } else if (le32(bytes.data() + 14) != serial) {
-      return page + " is of another stream (serial " + std::to_string(le32(bytes.data() + 14)) +
+      return page() + " is of another stream (serial " + std::to_string(le32(bytes.data() + 14)) +
              ", not " + std::to_string(serial) +
              "): a chained or multiplexed Ogg file, which ferry does not read";
     } else if ((std::to_integer<unsigned>(bytes[5]) & 0x02U) != 0) {
-      return page + " begins a second stream: a chained Ogg file, which ferry does not read";
+      return page() + " begins a second stream: a chained Ogg file, which ferry does not read";
     } else if (number != sequence + 1) {
-      return "corrupt: " + page + " is page " + std::to_string(number) +
+      return "corrupt: " + page() + " is page " + std::to_string(number) +
              " of its stream, after page " + std::to_string(sequence) + ": pages are missing";
     }
     sequence = number;
     const std::uint64_t g = le64(bytes.data() + 6);
     if (g != ~std::uint64_t{0}) {
       if (g < granule) {
-        return "corrupt: " + page + " goes back in time (granule position " + std::to_string(g) +
+        return "corrupt: " + page() + " goes back in time (granule position " + std::to_string(g) +
                " after " + std::to_string(granule) + ")";
       }
       if (any) longest_page = std::max(longest_page, g - granule);
