@@ -6,6 +6,8 @@
 //   video ferry --dir DIR --clips N [--workers W] [--batch B] [--seed S] [--frames T] [--size P]
 //               [--rss-every K]
 //   video limit --dir DIR --clips N [--threads W] [--seed S] [--frames T] [--size P]
+//               [--clip-list FILE]
+//   video clips --dir DIR --clips N [--seed S] [--frames T] > FILE
 //
 // ferry: VideoFolder::open(DIR) (class folders; T frames, stride 1, P x P, start random) with
 // clips_per_video chosen so that the dataset holds at least N clips, and one epoch of its first
@@ -13,13 +15,19 @@
 // consumer reading one byte of each batch. The index files are written at open, before the
 // timer. With --rss-every K it also prints the process's resident set every K clips.
 //
-// limit: the same kind of clips (a video uniform among the files, its first frame uniform in
-// [0, frames - T]) decoded by W threads, each with every video open and its own decoder: an
-// index of each video made once, untimed (presentation timestamps sorted, keyframes), then for
-// each clip one av_seek_frame to the keyframe at or before its first frame, a flush, and
-// avcodec_send_packet / avcodec_receive_frame of the packets from there until its T frames are
-// out, each scaled by libswscale to P x P RGB (bilinear, as ferry). No loader, no batches, no
-// file opens (every video is opened by every thread before the timer): what the decoder allows.
+// clips: the clips ferry's side decodes with the same --dir, --clips, --seed and --frames, one
+// line each, "<path>\t<first frame>", in the epoch's order: the samples of the same loader over
+// a dataset that decodes nothing and writes down each sample's clip_frames(index, seed). The
+// other sides read this list (--clip-list), so that every side decodes the same clips.
+//
+// limit: the clips of --clip-list, or else the same kind of clips (a video uniform among the
+// files, its first frame uniform in [0, frames - T]) decoded by W threads, each with every video
+// open and its own decoder: an index of each video made once, untimed (presentation timestamps
+// sorted, keyframes), then for each clip one av_seek_frame to the keyframe at or before its first
+// frame, a flush, and avcodec_send_packet / avcodec_receive_frame of the packets from there until
+// its T frames are out, each scaled by libswscale to P x P RGB (bilinear, as ferry). No loader, no
+// batches, no file opens (every video is opened by every thread before the timer): what the decoder
+// allows.
 //
 // Each prints one JSON line: {"clips": N, "seconds": S, "clips_per_s": R, "peak_rss_mib": M}.
 
@@ -35,7 +43,9 @@ extern "C" {
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -53,7 +63,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Options {
   std::string mode;
-  fs::path dir;
+  fs::path dir, clip_list;
   std::size_t clips = 100, batch = 8, rss_every = 0;
   int workers = 2, frames = 16, size = 112;
   std::uint64_t seed = 1;
@@ -65,9 +75,12 @@ Options parse(int argc, char** argv) {
   o.mode = argv[1];
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
-    const auto n = flag == "--dir" ? 0 : static_cast<std::size_t>(std::stoull(value));
+    const auto n =
+        flag == "--dir" || flag == "--clip-list" ? 0 : static_cast<std::size_t>(std::stoull(value));
     if (flag == "--dir") {
       o.dir = value;
+    } else if (flag == "--clip-list") {
+      o.clip_list = value;
     } else if (flag == "--clips") {
       o.clips = n;
     } else if (flag == "--workers" || flag == "--threads") {
@@ -100,7 +113,7 @@ void report(std::size_t clips, double seconds) {
       seconds, static_cast<double>(clips) / seconds, peak_rss_mib());
 }
 
-int run_ferry(const Options& o) {
+std::shared_ptr<ferry::VideoFolder> open_folder(const Options& o) {
   ferry::VideoOptions v;
   v.frames = o.frames;
   v.height = v.width = o.size;
@@ -112,7 +125,10 @@ int run_ferry(const Options& o) {
   }
   if (videos == 0) throw std::runtime_error("no videos under " + o.dir.string());
   v.clips_per_video = static_cast<int>((o.clips + videos - 1) / videos);
-  const auto ds = ferry::VideoFolder::open(o.dir, v);
+  return ferry::VideoFolder::open(o.dir, v);
+}
+
+ferry::LoaderOptions loader_options(const Options& o) {
   ferry::LoaderOptions lo;
   lo.batch_size = o.batch;
   lo.shuffle = true;
@@ -120,9 +136,14 @@ int run_ferry(const Options& o) {
   lo.workers = o.workers;
   lo.device = ferry::Device::cpu();
   lo.autotune = false;
+  return lo;
+}
+
+int run_ferry(const Options& o) {
+  const auto ds = open_folder(o);
   // The first N samples of the shuffled epoch: a Subset would do as well; a smaller dataset
   // with clips_per_video rounded up holds them, so the epoch is cut after N clips.
-  ferry::Loader loader(ds, lo);
+  ferry::Loader loader(ds, loader_options(o));
   std::size_t clips = 0, next_rss = o.rss_every;
   unsigned sum = 0;
   const auto start = Clock::now();
@@ -141,13 +162,50 @@ int run_ferry(const Options& o) {
   return 0;
 }
 
+// The folder's samples, each only its index and its clip's first frame: the loader's order and
+// per-sample seeds, without a decode.
+class ClipList final : public ferry::Dataset {
+ public:
+  explicit ClipList(std::shared_ptr<const ferry::VideoFolder> folder)
+      : folder_(std::move(folder)) {}
+  std::size_t size() const override { return folder_->size(); }
+  std::vector<ferry::FieldSpec> fields() const override {
+    return {{"index", ferry::DType::i64, {}}, {"first", ferry::DType::i64, {}}};
+  }
+  void read(std::size_t index, ferry::SampleRef out) const override {
+    const auto i = static_cast<std::int64_t>(index);
+    const std::int64_t first = folder_->clip_frames(index, out.seed()).front();
+    std::memcpy(out.data(0), &i, sizeof i);
+    std::memcpy(out.data(1), &first, sizeof first);
+  }
+
+ private:
+  std::shared_ptr<const ferry::VideoFolder> folder_;
+};
+
+int run_clips(const Options& o) {
+  const auto folder = open_folder(o);
+  ferry::Loader loader(std::make_shared<ClipList>(folder), loader_options(o));
+  std::size_t clips = 0;
+  for (const ferry::Batch& batch : loader.epoch(0)) {
+    const auto* index = batch["index"].data<std::int64_t>();
+    const auto* first = batch["first"].data<std::int64_t>();
+    for (std::size_t i = 0; i < batch.size() && clips < o.clips; ++i, ++clips) {
+      const auto video = static_cast<std::size_t>(index[i]) / (folder->size() / folder->videos());
+      std::printf("%s\t%lld\n", folder->path(video).c_str(), static_cast<long long>(first[i]));
+    }
+    if (clips >= o.clips) break;
+  }
+  return 0;
+}
+
 // ---- the limit -------------------------------------------------------------------------------
 
 struct Video {
   fs::path path;
   std::vector<std::int64_t> pts;      // frame k's presentation timestamp, sorted
-  std::vector<std::int64_t> key_pts;  // keyframes' pts, sorted
-  std::vector<std::int64_t> key_dts;  // their packets' dts (what av_seek_frame takes in mp4)
+  std::vector<std::int64_t> key_pts;  // keyframes' pts, sorted (what av_seek_frame takes in an MP4:
+                                      // their dts would land a GOP early)
 };
 
 struct FormatCloser {
@@ -171,25 +229,20 @@ Format open_format(const fs::path& path, int* stream) {
 }
 
 Video index_video(const fs::path& path) {
-  Video v{path, {}, {}, {}};
+  Video v{path, {}, {}};
   int stream = 0;
   const Format f = open_format(path, &stream);
   AVPacket* pkt = av_packet_alloc();
-  std::vector<std::pair<std::int64_t, std::int64_t>> keys;
   while (av_read_frame(f.get(), pkt) >= 0) {
     if (pkt->stream_index == stream) {
       v.pts.push_back(pkt->pts);
-      if ((pkt->flags & AV_PKT_FLAG_KEY) != 0) keys.emplace_back(pkt->pts, pkt->dts);
+      if ((pkt->flags & AV_PKT_FLAG_KEY) != 0) v.key_pts.push_back(pkt->pts);
     }
     av_packet_unref(pkt);
   }
   av_packet_free(&pkt);
   std::sort(v.pts.begin(), v.pts.end());
-  std::sort(keys.begin(), keys.end());
-  for (const auto& [p, d] : keys) {
-    v.key_pts.push_back(p);
-    v.key_dts.push_back(d);
-  }
+  std::sort(v.key_pts.begin(), v.key_pts.end());
   return v;
 }
 
@@ -233,7 +286,7 @@ void decode_clips(const std::vector<Video>& videos, const std::vector<Clip>& cli
     const std::int64_t last_pts = v.pts[static_cast<std::size_t>(clips[c].first + o.frames - 1)];
     const auto k = static_cast<std::size_t>(
         std::upper_bound(v.key_pts.begin(), v.key_pts.end(), first_pts) - v.key_pts.begin() - 1);
-    if (av_seek_frame(in.format.get(), in.stream, v.key_dts[k], AVSEEK_FLAG_BACKWARD) < 0) {
+    if (av_seek_frame(in.format.get(), in.stream, v.key_pts[k], AVSEEK_FLAG_BACKWARD) < 0) {
       throw std::runtime_error("seek failed in " + v.path.string());
     }
     avcodec_flush_buffers(in.codec);
@@ -291,9 +344,25 @@ int run_limit(const Options& o) {
   std::sort(paths.begin(), paths.end());
   std::vector<Video> videos;
   for (const fs::path& p : paths) videos.push_back(index_video(p));
-  std::mt19937_64 rng(o.seed);
   std::vector<Clip> clips;
-  for (std::size_t i = 0; i < o.clips; ++i) {
+  if (!o.clip_list.empty()) {
+    std::ifstream in(o.clip_list);
+    std::string line;
+    while (std::getline(in, line) && clips.size() < o.clips) {
+      const auto tab = line.find('\t');
+      const fs::path path = fs::weakly_canonical(line.substr(0, tab));
+      const auto it = std::find_if(paths.begin(), paths.end(), [&](const fs::path& p) {
+        return fs::weakly_canonical(p) == path;
+      });
+      if (tab == std::string::npos || it == paths.end()) {
+        throw std::runtime_error("clip list: not a video under --dir: " + line);
+      }
+      clips.push_back(
+          {static_cast<std::size_t>(it - paths.begin()), std::stoll(line.substr(tab + 1))});
+    }
+  }
+  std::mt19937_64 rng(o.seed);
+  for (std::size_t i = 0; i < o.clips && o.clip_list.empty(); ++i) {
     const std::size_t v = std::uniform_int_distribution<std::size_t>(0, videos.size() - 1)(rng);
     const auto span = static_cast<std::int64_t>(videos[v].pts.size()) - o.frames;
     clips.push_back({v, std::uniform_int_distribution<std::int64_t>(0, span)(rng)});
@@ -319,7 +388,8 @@ int main(int argc, char** argv) {
     const Options o = parse(argc, argv);
     if (o.mode == "ferry") return run_ferry(o);
     if (o.mode == "limit") return run_limit(o);
-    throw std::invalid_argument("mode must be ferry or limit");
+    if (o.mode == "clips") return run_clips(o);
+    throw std::invalid_argument("mode must be ferry, limit or clips");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "video: %s\n", e.what());
     return 1;

@@ -3,7 +3,7 @@ in DataLoader, as a user writes it. Run with Debian's /usr/bin/python3 (torch, t
 python3-av).
 
   video_side.py pyav|torchvision --dir DIR --clips N [--workers 2] [--batch 8] [--seed 1]
-                [--frames 16] [--size 112]
+                [--frames 16] [--size 112] [--clip-list FILE]
 
 pyav: __getitem__ opens the file with PyAV, seeks (backward, to the keyframe at or before the
 clip's first frame: container.seek with the frame's timestamp), decodes forward, skips the
@@ -12,7 +12,8 @@ format="rgb24") (libswscale inside PyAV), stopping after the last: the best a us
 torchvision: torchvision.io.read_video(path, start_pts, end_pts, pts_unit="sec") of the clip's
 time span, its first T frames resized to size x size with torch's bilinear interpolate.
 
-Clips are drawn as bench/video draws them: a video uniform among the files, its first frame
+Clips are those of --clip-list ("<path>\t<first frame>" a line, as `bench/video clips` writes
+the clips ferry's side decodes), or else drawn as bench/video draws them: a video uniform among the files, its first frame
 uniform in [0, frames - T]; frame k is at time k / fps (the videos have a constant rate).
 The file list and the frame counts (from the container's header) are read once in __init__.
 DataLoader(num_workers, batch_size, persistent_workers=False), one pass over N clips. One JSON
@@ -41,7 +42,7 @@ def list_videos(root):
 
 
 class Clips(Dataset):
-    def __init__(self, root, clips, frames, size, seed, mode):
+    def __init__(self, root, clips, frames, size, seed, mode, clip_list=None):
         self.paths = list_videos(root)
         self.frames, self.size, self.mode = frames, size, mode
         self.info = []
@@ -49,8 +50,15 @@ class Clips(Dataset):
             with av.open(p) as c:
                 s = c.streams.video[0]
                 self.info.append((s.frames, Fraction(s.average_rate)))
-        rng = random.Random(seed)
         self.clips = []
+        if clip_list:
+            where = {os.path.realpath(p): v for v, p in enumerate(self.paths)}
+            with open(clip_list) as f:
+                for line in f.read().splitlines()[:clips]:
+                    path, first = line.split("\t")
+                    self.clips.append((where[os.path.realpath(path)], int(first)))
+            return
+        rng = random.Random(seed)
         for _ in range(clips):
             v = rng.randrange(len(self.paths))
             self.clips.append((v, rng.randint(0, self.info[v][0] - frames)))
@@ -106,9 +114,10 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--frames", type=int, default=16)
     ap.add_argument("--size", type=int, default=112)
+    ap.add_argument("--clip-list")
     a = ap.parse_args()
     torch.set_num_threads(1)
-    ds = Clips(a.dir, a.clips, a.frames, a.size, a.seed, a.mode)
+    ds = Clips(a.dir, a.clips, a.frames, a.size, a.seed, a.mode, a.clip_list)
     loader = DataLoader(ds, batch_size=a.batch, num_workers=a.workers, shuffle=False)
     start = time.perf_counter()
     clips = 0

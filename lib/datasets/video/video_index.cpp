@@ -23,7 +23,7 @@ namespace {
 // One video packet as the index sees it.
 struct VideoIndexPacket {
   std::int64_t pts;       // the dts in decoding order where the container stores no pts
-  std::int64_t seek;      // min(pts, dts)
+  std::int64_t seek;      // the timestamp a seek to it asks for: pts (counted: min(pts, dts))
   std::int64_t duration;  // 0: unknown
   std::int64_t order;     // its place among the frames in decoding order
   bool key;
@@ -242,7 +242,12 @@ VideoIndex index_video(AvInput& in, const std::string& name, double max_seconds,
                       " (in decoding order) has no timestamp");
     }
     const auto order = static_cast<std::int64_t>(packets.size());
-    packets.push_back({ts, dts != AV_NOPTS_VALUE ? std::min(ts, dts) : ts, duration, order, key});
+    // A seek asks for the keyframe's presentation time where frames are numbered by it: an MP4's
+    // demuxer searches its decoding times less the stream's first composition offset, so its dts
+    // (earlier by the B-frames' delay) lands on the keyframe before, a whole GOP early. Counted
+    // frames have no other time than the dts.
+    const std::int64_t seek = !index.counted || dts == AV_NOPTS_VALUE ? ts : std::min(ts, dts);
+    packets.push_back({ts, seek, duration, order, key});
   }
   if (packets.empty()) throw DataError(name + ": no video frames");
   index.discarded = static_cast<std::int64_t>(stream_packets - packets.size());

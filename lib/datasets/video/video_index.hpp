@@ -19,7 +19,7 @@ struct VideoIndex {
   int stream = -1;                      // the video stream's index in the container
   std::vector<std::int64_t> pts;        // sorted: frame k's timestamp (the stream's time base)
   std::vector<std::int64_t> keyframes;  // frame numbers of the keyframes a seek may start at
-  std::vector<std::int64_t> seek_ts;    // per keyframe: min(pts, dts) of its packet
+  std::vector<std::int64_t> seek_ts;    // per keyframe: its pts (counted: min(pts, dts))
   std::int64_t discarded = 0;  // packets read and decoded that are no frames (before an edit
                                // list's start, before the first keyframe, or leading it)
   /// The container stores no presentation timestamps (AVI): frame k is the k-th frame the decoder

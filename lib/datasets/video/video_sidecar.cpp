@@ -31,7 +31,8 @@ namespace {
 
 constexpr std::string_view kVideoSidecarMagic = "FERRYVID";
 // 3: leading frames of a cut stream (before or at the first keyframe's time) are not counted.
-constexpr std::uint32_t kVideoSidecarVersion = 3;
+// 4: a seek asks for the keyframe's pts (min(pts, dts) before, a GOP early in an MP4).
+constexpr std::uint32_t kVideoSidecarVersion = 4;
 
 struct VideoStamp {
   std::uint64_t size = 0;
