@@ -30,7 +30,8 @@ first 3 batches of an unshuffled epoch summed, their first 64 samples written to
 The Python loader makes one staging slot more than --prefetch (a for loop still holds the
 previous batch while it asks for the next one): "staging_slots" in the JSON says how many.
 --mark writes "@timed begin" and "@timed end" lines to stderr around the timed epochs (for the
-driver's memory sampling); --import-torch imports torch first, as a training script would.
+driver's memory sampling); --import-torch imports torch first, as a training script would;
+--no-seed-python leaves random, numpy and torch unseeded per sample (seed_python=False).
 """
 
 import argparse
@@ -150,7 +151,9 @@ def epoch(loader, e, names, sums=None):
 
 def python_options(ferry, ds, args):
     """processes= for a Python dataset (ferry's own datasets take none)."""
-    return {} if isinstance(ds, ferry.Dataset) else {"processes": args.processes}
+    if isinstance(ds, ferry.Dataset):
+        return {}
+    return {"processes": args.processes, "seed_python": not args.no_seed_python}
 
 
 def check(ferry, ds, names, args, out):
@@ -227,6 +230,7 @@ def main():
     p.add_argument("--check")
     p.add_argument("--mark", action="store_true")
     p.add_argument("--import-torch", action="store_true")
+    p.add_argument("--no-seed-python", action="store_true")
     p.add_argument("--processes", type=int, default=0)
     args = p.parse_args()
     if args.import_torch:
