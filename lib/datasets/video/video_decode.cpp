@@ -189,11 +189,12 @@ class FrameNumbers {
 };
 
 // Reads, decodes and hands frames to `w` until the clip is done, the decode started past its
-// first frame, the frames' numbers are lost, or the stream ended. The pictures of packets shown
-// before `skip_before` (AV_NOPTS_VALUE: none) that no other picture refers to are not decoded.
+// first frame, the frames' numbers are lost, or the stream ended. Where `wanted` (sorted
+// timestamps) is not empty, the pictures of packets whose timestamp is not in it that no other
+// picture refers to are not decoded.
 Attempt video_decode_run(AVFormatContext* fmt, AVCodecContext* ctx, const VideoIndex& index,
                          FrameNumbers numbers, std::int64_t first, ClipWriter& w,
-                         std::int64_t max_packets, std::int64_t skip_before,
+                         std::int64_t max_packets, std::span<const std::int64_t> wanted,
                          const std::string& name) {
   std::int64_t sent = 0;
   bool key_checked = false;  // the first frame numbered from `first` on was looked at
@@ -270,10 +271,10 @@ Attempt video_decode_run(AVFormatContext* fmt, AVCodecContext* ctx, const VideoI
     }
     const std::int64_t ts = pkt->pts != AV_NOPTS_VALUE ? pkt->pts : pkt->dts;
     ++sent;
-    ctx->skip_frame =
-        skip_before != AV_NOPTS_VALUE && pkt->pts != AV_NOPTS_VALUE && pkt->pts < skip_before
-            ? AVDISCARD_NONREF
-            : AVDISCARD_DEFAULT;
+    ctx->skip_frame = !wanted.empty() && pkt->pts != AV_NOPTS_VALUE &&
+                              !std::binary_search(wanted.begin(), wanted.end(), pkt->pts)
+                          ? AVDISCARD_NONREF
+                          : AVDISCARD_DEFAULT;
     r = avcodec_send_packet(ctx, pkt.get());
     av_packet_unref(pkt.get());
     if (r < 0 && r != AVERROR(EAGAIN)) {
@@ -349,16 +350,19 @@ void decode_clip(AvInput& in, const VideoIndex& index, std::span<const std::int6
   };
   const CodecPtr ctx = video_decode_open_codec(stream_of(in.get()), options.decode_threads, name);
   ClipWriter writer(frames, options, out, name);
-  // Frames shown before the clip that no other frame refers to (most B-frames) need no decode:
-  // H.264's and HEVC's decoders drop exactly those (nal_ref_idc 0, sub-layer non-reference
-  // pictures) under AVDISCARD_NONREF. Only where frames are numbered by timestamp: a count
-  // would miss them.
+  // Frames the clip does not take that no other frame refers to (most B-frames: before the
+  // clip, between its frames under a stride, after its last) need no decode: H.264's and HEVC's
+  // decoders drop exactly those (nal_ref_idc 0, sub-layer non-reference pictures) under
+  // AVDISCARD_NONREF. Only where frames are numbered by timestamp: a count would miss them.
   const AVCodecID codec = ctx->codec_id;
-  const std::int64_t skip_before =
-      !index.counted && (codec == AV_CODEC_ID_H264 || codec == AV_CODEC_ID_HEVC) &&
-              static_cast<std::size_t>(frames[0]) < index.pts.size()
-          ? index.pts[static_cast<std::size_t>(frames[0])]
-          : AV_NOPTS_VALUE;
+  std::vector<std::int64_t> wanted;
+  if (!index.counted && (codec == AV_CODEC_ID_H264 || codec == AV_CODEC_ID_HEVC)) {
+    for (const std::int64_t f : frames) {
+      if (f >= 0 && static_cast<std::size_t>(f) < index.pts.size())
+        wanted.push_back(index.pts[static_cast<std::size_t>(f)]);
+    }
+    std::sort(wanted.begin(), wanted.end());
+  }
 
   // The keyframe at or before the first frame; -1: none (decode from the start).
   auto key = static_cast<std::ptrdiff_t>(
@@ -393,7 +397,7 @@ void decode_clip(AvInput& in, const VideoIndex& index, std::span<const std::int6
     const std::int64_t first_dts =
         from_start ? AV_NOPTS_VALUE : index.pts[static_cast<std::size_t>(first)];
     switch (video_decode_run(in.get(), ctx.get(), index, FrameNumbers(index, first, first_dts),
-                             first, writer, max_packets, skip_before, name)) {
+                             first, writer, max_packets, wanted, name)) {
       case Attempt::done:
         return;
       case Attempt::lost:
