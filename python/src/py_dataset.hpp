@@ -7,6 +7,7 @@
 
 #include <pybind11/numpy.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -130,6 +131,10 @@ class PythonSeeder {
   PythonSeeder& operator=(const PythonSeeder&) = delete;
   ~PythonSeeder();
   void seed(std::uint64_t seed) const;
+  /// Each generator alone, as seed() seeds it.
+  void seed_random(std::uint64_t seed) const;
+  void seed_numpy(std::uint64_t seed) const;
+  void seed_torch(std::uint64_t seed) const;
   /// The generators' states (random's, numpy's global one's, torch's CPU one's where torch is
   /// imported), and back to them.
   py::tuple states() const;
@@ -141,6 +146,45 @@ class PythonSeeder {
   py::object numpy_seed_;
   py::object modules_;             // sys.modules: torch is seeded only once something imported it
   mutable py::object torch_seed_;  // torch.default_generator.manual_seed, once torch is there
+};
+
+/// A worker process's seeding of `random` and numpy's legacy global generator (seed_python): a
+/// generator is seeded before a sample only once a sample in this process has drawn from it
+/// (seeding `random` costs 3.5 us, numpy's 1.5: more than a small sample's own work). Until then
+/// a few words of its state are looked at before and after each sample; a sample that drew from
+/// one unseeded is read again, that generator seeded from then on (drew_unseeded()). A generator
+/// whose memory layout could not be checked at start is seeded before every sample, as is
+/// torch's (where torch is imported). Needs the GIL.
+class SeedWatch {
+ public:
+  SeedWatch();
+  SeedWatch(const SeedWatch&) = delete;
+  SeedWatch& operator=(const SeedWatch&) = delete;
+  ~SeedWatch();
+  /// Before sample `seed`'s __getitem__: seeds the generators drawn from before, notes the rest.
+  void before(std::uint64_t seed);
+  /// After it (returned or raised): whether it drew from a generator before() did not seed; that
+  /// generator is seeded before every sample from now on.
+  bool drew_unseeded() noexcept;
+  /// Whether `random`'s and numpy's states are watched (their layouts were checked).
+  bool watches_random() const noexcept { return random_.index != nullptr; }
+  bool watches_numpy() const noexcept { return numpy_.index != nullptr; }
+
+  /// One MT19937's state as the watch reads it: where its position and its 624 words lie.
+  struct Watched {
+    const int* index = nullptr;  // null: not watched (seeded before every sample)
+    const std::uint32_t* words = nullptr;
+    bool drawn = false;  // a sample drew from it: seeded before every sample
+    std::array<std::uint32_t, 3> noted{};
+    std::array<std::uint32_t, 3> now() const noexcept {
+      return {static_cast<std::uint32_t>(*index), words[0], words[623]};
+    }
+  };
+
+ private:
+  PythonSeeder seeder_;
+  Watched random_, numpy_;
+  py::object random_owner_, numpy_owner_;  // the objects the pointers point into
 };
 
 /// A dataset written in Python. A failure keeps the Python exception, traceback included, for

@@ -96,8 +96,19 @@ class WorkerReader {
       dest_[f] = target.data() + offset;
       nbytes_[f] = bytes;
     }
-    if (seed_python_) seeder_.seed(seed);
-    const py::object sample = dataset_[py::int_(index)];
+    // A sample that drew from a generator the watch left unseeded is read again (at most once a
+    // generator and process): its draws must come from its own seed.
+    py::object sample;
+    for (bool again = true; again;) {
+      if (seed_python_) watch_.before(seed);
+      try {
+        sample = dataset_[py::int_(index)];
+      } catch (const py::error_already_set&) {
+        if (!seed_python_ || !watch_.drew_unseeded()) throw;
+        continue;
+      }
+      again = seed_python_ && watch_.drew_unseeded();
+    }
     // Every conversion first (a value's __array__ is Python code that may take long): a task
     // is claimed only for the copy, so that a cancel never waits on the user's code.
     const std::vector<py::array> arrays = layout_.arrays(sample, index, nbytes_);
@@ -110,7 +121,7 @@ class WorkerReader {
  private:
   py::object dataset_;
   SampleLayout layout_;
-  PythonSeeder seeder_;
+  SeedWatch watch_;
   bool seed_python_;
   std::vector<std::byte*> dest_;
   std::vector<std::size_t> nbytes_;

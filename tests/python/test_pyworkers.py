@@ -163,6 +163,83 @@ def test_seed_python_false_leaves_the_generators_alone(ferry):
     assert np.array_equal(c[0]["draws"], d[0]["draws"])
 
 
+class Sometimes:
+    """Sample i: its index and a draw of `random` where i % 5 == 3, numpy's global generator where
+    i % 7 == 4 (0 elsewhere), after appending its index to the file `log` (one line a call). Its
+    fields are declared: the training process reads no sample to learn them."""
+
+    fields = [("i", "i64", ()), ("r", "f64", (2,))]
+
+    def __init__(self, log, n=40):
+        self.log, self.n = log, n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        with open(self.log, "a") as f:
+            f.write(f"{i}\n")
+        r = random.random() if i % 5 == 3 else 0.0
+        x = np.random.rand() if i % 7 == 4 else 0.0
+        return {"i": np.int64(i), "r": np.array([r, x])}
+
+
+class Never(Sometimes):
+    """The same samples without a draw at all."""
+
+    def __getitem__(self, i):
+        with open(self.log, "a") as f:
+            f.write(f"{i}\n")
+        return {"i": np.int64(i), "r": np.array([float(i), 0.0])}
+
+
+def calls(log):
+    return [int(v) for v in log.read_text().split()]
+
+
+def test_a_worker_seeds_a_generator_only_once_a_sample_draws_from_it(ferry, tmp_path):
+    # A worker process looks at `random`'s and numpy's states around each sample instead of
+    # seeding them (3.5 and 1.5 us a sample), until one draws: that sample is read again, seeded,
+    # and the generator is seeded before every sample from then on. The draws are those of
+    # threads, which seed every sample; a dataset that never draws is read once a sample.
+    from ferry import _ferry
+
+    assert _ferry._seed_watch() == (True, True)  # the layouts checked out on this interpreter
+    want = None
+    for processes in (0, 1, 3):
+        log = tmp_path / f"log{processes}"
+        got, _ = batches_of(ferry, Sometimes(log), processes=processes, seed=3, shuffle=True)
+        rows = np.concatenate([b["r"] for b in got])
+        if want is None:
+            want = rows
+            assert sorted(calls(log)) == list(range(40))
+            assert np.count_nonzero(rows[:, 0]) == 8 and np.count_nonzero(rows[:, 1]) == 6
+        np.testing.assert_array_equal(rows, want, err_msg=f"processes={processes}")
+        if processes:
+            # each process reads again its first sample that draws from each generator: at most
+            # two samples a process, each once more
+            read = calls(log)
+            again = sorted(set(i for i in read if read.count(i) > 1))
+            assert sorted(set(read)) == list(range(40))
+            assert len(read) - 40 == len([i for i in read if read.count(i) > 1]) - len(again)
+            assert 1 <= len(again) <= 2 * processes, read
+            assert all(i % 5 == 3 or i % 7 == 4 for i in again), again
+    log = tmp_path / "never"
+    got, _ = batches_of(ferry, Never(log), processes=2, seed=3, shuffle=True)
+    assert sorted(calls(log)) == list(range(40))
+    assert sorted(int(i) for b in got for i in b["i"]) == list(range(40))
+    # and a second epoch of the same loader draws as threads do again
+    log = tmp_path / "two"
+    loader = ferry.Loader(Sometimes(log), batch_size=8, device="cpu", seed=3, shuffle=True,
+                          processes=2)
+    for epoch in (0, 1):
+        rows = np.concatenate([b["r"].numpy() for b in loader.epoch(epoch)])
+        threads, _ = batches_of(ferry, Sometimes(tmp_path / "t"), epoch=epoch, processes=0,
+                                seed=3, shuffle=True)
+        np.testing.assert_array_equal(rows, np.concatenate([b["r"] for b in threads]))
+    del loader
+
+
 def test_worker_info_and_worker_init_fn(ferry):
     assert ferry.worker_info() is None
     got, _ = batches_of(ferry, WhoReads(), processes=2, seed=5, worker_init_fn=initialize)

@@ -1,0 +1,247 @@
+// The seeding of a Python dataset's generators from each sample's seed: PythonSeeder seeds them
+// all; SeedWatch, in a worker process, seeds a generator only once a sample has drawn from it,
+// watching a few words of its state until then (the layouts of CPython's `random` generator and
+// numpy's MT19937 are checked against their own getstate() first).
+
+#include <Python.h>
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+
+#include "py_dataset.hpp"
+
+namespace ferry::python {
+
+// ---- PythonSeeder
+
+PythonSeeder::PythonSeeder()
+    : random_seed_(py::module_::import("random").attr("seed")),
+      numpy_seed_(py::module_::import("numpy").attr("random").attr("seed")),
+      modules_(py::module_::import("sys").attr("modules")) {}
+
+PythonSeeder::~PythonSeeder() {
+  const GilIfUsable gil;
+  if (!gil.held()) {
+    abandon();
+    return;
+  }
+  random_seed_ = numpy_seed_ = modules_ = torch_seed_ = py::object();
+}
+
+void PythonSeeder::abandon() noexcept {
+  static_cast<void>(random_seed_.release());
+  static_cast<void>(numpy_seed_.release());
+  static_cast<void>(modules_.release());
+  static_cast<void>(torch_seed_.release());
+}
+
+namespace {
+
+/// One generator's seed from the sample's: each generator its own (random and numpy's legacy
+/// generator are both MT19937 seeded the same way: one seed would make their draws equal, and a
+/// flip drawn from one and a crop from the other move together).
+std::uint64_t generator_seed(std::uint64_t seed, std::uint64_t generator) {
+  std::uint64_t z = seed + generator * 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30U)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27U)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31U);
+}
+
+}  // namespace
+
+void PythonSeeder::seed(std::uint64_t seed) const {
+  seed_random(seed);
+  seed_numpy(seed);
+  seed_torch(seed);
+}
+
+void PythonSeeder::seed_random(std::uint64_t seed) const {
+  random_seed_(py::int_(generator_seed(seed, 1)));
+}
+
+void PythonSeeder::seed_numpy(std::uint64_t seed) const {
+  // numpy's legacy generator takes a 32-bit seed (an int: its fast path; a list of words costs
+  // six times as much).
+  numpy_seed_(py::int_(generator_seed(seed, 2) & 0xffffffffU));
+}
+
+void PythonSeeder::seed_torch(std::uint64_t seed) const {
+  if (!torch_seed_) {
+    const auto modules = py::reinterpret_borrow<py::dict>(modules_);
+    if (!modules.contains("torch")) return;
+    // The CPU generator's own manual_seed: torch.manual_seed also seeds every CUDA device's
+    // generator and costs 35 times as much.
+    const py::object generator = py::getattr(modules["torch"], "default_generator", py::none());
+    if (generator.is_none()) return;
+    torch_seed_ = generator.attr("manual_seed");
+  }
+  torch_seed_(py::int_(generator_seed(seed, 3)));
+}
+
+py::tuple PythonSeeder::states() const {
+  const auto modules = py::reinterpret_borrow<py::dict>(modules_);
+  const py::object torch = modules.contains("torch") ? py::object(modules["torch"]) : py::none();
+  return py::make_tuple(py::module_::import("random").attr("getstate")(),
+                        py::module_::import("numpy").attr("random").attr("get_state")(),
+                        torch.is_none() || !py::hasattr(torch, "get_rng_state")
+                            ? py::object(py::none())
+                            : torch.attr("get_rng_state")());
+}
+
+void PythonSeeder::restore(const py::tuple& states) const {
+  py::module_::import("random").attr("setstate")(states[0]);
+  py::module_::import("numpy").attr("random").attr("set_state")(states[1]);
+  if (!states[2].is_none()) {
+    py::reinterpret_borrow<py::dict>(modules_)["torch"].attr("set_rng_state")(states[2]);
+  }
+}
+
+// ---- SeedWatch
+
+namespace {
+
+constexpr std::size_t kWords = 624;  // an MT19937's state
+
+/// Whether `w` reads the generator whose getstate() words are `words` and position `index`.
+bool reads(const SeedWatch::Watched& w, const py::sequence& words, std::int64_t index) {
+  if (*w.index != index || py::len(words) < kWords) return false;
+  for (const std::size_t k : {std::size_t{0}, std::size_t{1}, std::size_t{311}, kWords - 1}) {
+    if (w.words[k] != words[k].cast<std::uint32_t>()) return false;
+  }
+  return true;
+}
+
+/// Where CPython's `random` generator `inst` keeps its state (its C struct: the object's head,
+/// an int position, then 624 words), checked against getstate() on a generator of its own type:
+/// seeded, then after a draw. Empty where anything disagrees.
+SeedWatch::Watched random_words(const py::object& inst) {
+  SeedWatch::Watched w;
+  const py::object base = py::module_::import("_random").attr("Random");
+  const auto* type = reinterpret_cast<PyTypeObject*>(base.ptr());
+  const std::size_t index_at = sizeof(PyObject);
+  const std::size_t words_at = index_at + sizeof(int);
+  if (PyObject_IsInstance(inst.ptr(), base.ptr()) != 1 ||
+      static_cast<std::size_t>(type->tp_basicsize) < words_at + kWords * sizeof(std::uint32_t)) {
+    PyErr_Clear();
+    return {};
+  }
+  const auto at = [&](const py::object& o) {
+    auto* bytes = reinterpret_cast<const unsigned char*>(o.ptr());
+    SeedWatch::Watched v;
+    v.index = reinterpret_cast<const int*>(bytes + index_at);
+    v.words = reinterpret_cast<const std::uint32_t*>(bytes + words_at);
+    return v;
+  };
+  const py::object probe = py::type::of(inst)();
+  probe.attr("seed")(12345);
+  for (int round = 0; round < 2; ++round) {
+    const py::tuple state = probe.attr("getstate")();
+    const py::tuple words = state[1];
+    if (py::len(words) != kWords + 1 ||
+        !reads(at(probe), words, words[kWords].cast<std::int64_t>())) {
+      return {};
+    }
+    probe.attr("random")();
+  }
+  w = at(inst);
+  return w;
+}
+
+/// Where numpy's legacy generator `rand` (a RandomState over MT19937) keeps its state: its bit
+/// generator's capsule points at a bitgen_t whose first member points at the words, then the
+/// position. Checked as random_words() does, on a RandomState of its own.
+SeedWatch::Watched numpy_words(const py::object& rand, py::object& owner) {
+  const auto at = [](const py::object& bit_generator) {
+    SeedWatch::Watched v;
+    const py::object capsule = bit_generator.attr("capsule");
+    void* bitgen = PyCapsule_GetPointer(capsule.ptr(), "BitGenerator");
+    if (bitgen == nullptr) {
+      PyErr_Clear();
+      return v;
+    }
+    void* state = nullptr;
+    std::memcpy(&state, bitgen, sizeof state);  // bitgen_t's first member: void* state
+    if (state == nullptr) return v;
+    v.words = static_cast<const std::uint32_t*>(state);
+    v.index = reinterpret_cast<const int*>(v.words + kWords);
+    return v;
+  };
+  const py::object numpy_random = py::module_::import("numpy").attr("random");
+  const py::object probe = numpy_random.attr("RandomState")(12345);
+  const py::object probe_bits = probe.attr("_bit_generator");
+  if (py::type::of(probe_bits).attr("__name__").cast<std::string>() != "MT19937") return {};
+  for (int round = 0; round < 2; ++round) {
+    const SeedWatch::Watched v = at(probe_bits);
+    const py::tuple state = probe.attr("get_state")();
+    if (v.index == nullptr || state[0].cast<std::string>() != "MT19937" ||
+        !reads(v, state[1], state[2].cast<std::int64_t>())) {
+      return {};
+    }
+    probe.attr("random_sample")();
+  }
+  owner = rand.attr("_bit_generator");
+  if (py::type::of(owner).attr("__name__").cast<std::string>() != "MT19937") return {};
+  return at(owner);
+}
+
+}  // namespace
+
+SeedWatch::SeedWatch() {
+  // Any failure to find or check a layout leaves that generator seeded before every sample.
+  try {
+    random_owner_ = py::module_::import("random").attr("seed").attr("__self__");
+    random_ = random_words(random_owner_);
+  } catch (const py::error_already_set&) {
+    random_ = {};
+  }
+  try {
+    numpy_ = numpy_words(py::module_::import("numpy").attr("random").attr("mtrand").attr("_rand"),
+                         numpy_owner_);
+  } catch (const py::error_already_set&) {
+    numpy_ = {};
+  }
+}
+
+SeedWatch::~SeedWatch() {
+  const GilIfUsable gil;
+  if (!gil.held()) {
+    static_cast<void>(random_owner_.release());
+    static_cast<void>(numpy_owner_.release());
+    return;
+  }
+  random_owner_ = numpy_owner_ = py::object();
+}
+
+void SeedWatch::before(std::uint64_t seed) {
+  for (auto [w, seed_it] : {std::pair{&random_, &PythonSeeder::seed_random},
+                            std::pair{&numpy_, &PythonSeeder::seed_numpy}}) {
+    if (w->index == nullptr || w->drawn) {
+      (seeder_.*seed_it)(seed);
+    } else {
+      w->noted = w->now();
+    }
+  }
+  seeder_.seed_torch(seed);
+}
+
+bool SeedWatch::drew_unseeded() noexcept {
+  bool drew = false;
+  for (Watched* w : {&random_, &numpy_}) {
+    if (w->index != nullptr && !w->drawn && w->now() != w->noted) {
+      w->drawn = true;
+      drew = true;
+    }
+  }
+  return drew;
+}
+
+void bind_seed_watch(py::module_& m) {
+  // (random watched, numpy watched) in this process: the checks of their layouts, for the tests.
+  m.def("_seed_watch", [] {
+    const SeedWatch watch;
+    return py::make_tuple(watch.watches_random(), watch.watches_numpy());
+  });
+}
+
+}  // namespace ferry::python
