@@ -28,6 +28,12 @@ ReaderGil::ReaderGil() {
 ReaderGil::~ReaderGil() { PyGILState_Release(state_); }
 
 PyDataset::PyDataset(py::object source) : source_(std::move(source)) {
+  // Inside a PythonRegion: the exit hook waits for it to end. The dataset's own Python code runs
+  // here (len(), the read of a sample to learn its fields) and gives up the GIL now and then; a
+  // daemon thread that took it back once the interpreter finalizes would be ended by Python, its
+  // unwinding through these frames letting go of Python objects without it (a crash at exit).
+  const PythonRegion region;
+  if (!region.entered()) throw Error("Python dataset: the interpreter is exiting");
   clear_frames_ = py::module_::import("traceback").attr("clear_frames");
   size_ = py::len(source_);
   if (size_ == 0) throw ConfigError("Python dataset: it is empty (len() == 0)");
