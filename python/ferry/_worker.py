@@ -94,22 +94,31 @@ def _seed_torch(torch):
 
 class _TorchWatch:
     """On sys.meta_path while torch is not imported: when a __getitem__ (or anything) imports it,
-    get_worker_info() answers from then on, that very call included."""
+    get_worker_info() answers from then on, that very call included. It stays there until torch
+    is imported, not merely looked for (importlib.util.find_spec("torch"), as transformers'
+    is_torch_available() does, finds the spec it patches and imports nothing)."""
+
+    def __init__(self):
+        self._busy = False
 
     def find_spec(self, name, path=None, target=None):
-        if name != "torch":
+        if name != "torch" or self._busy:
             return None
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
         import importlib.util  # noqa: PLC0415
 
-        spec = importlib.util.find_spec(name)
+        self._busy = True  # the search below asks sys.meta_path again, this watch included
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self._busy = False
         loader = getattr(spec, "loader", None)
         run = getattr(loader, "exec_module", None)
         if run is None:
             return spec
 
         def exec_module(module):
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
             run(module)
             _torch_worker_info(module)
             _seed_torch(module)

@@ -149,7 +149,9 @@ autotune=False keeps them as given. iter(loader) plays epochs 0, 1, 2, ... one p
 processes (None: as many as workers when a Python dataset can be pickled, else threads; 0:
 threads), start_method ("forkserver", "spawn"), worker_init_fn(worker_id), timeout (seconds a
 sample, or a worker_init_fn, may take in a process; 0: no limit) and seed_python (seed random, numpy and torch from
-each sample's seed before its __getitem__) concern a dataset written in Python.)doc")
+each sample's seed before its __getitem__; in worker processes random's and numpy's only once a
+sample has drawn from them, that sample read again; "always": every one before every sample)
+concern a dataset written in Python.)doc")
       .def(py::init([](const py::object& dataset, std::size_t batch_size, bool shuffle,
                        std::uint64_t seed, bool drop_last, int workers, int prefetch,
                        int device_buffers, const py::object& device, bool pin_memory,
@@ -159,7 +161,7 @@ each sample's seed before its __getitem__) concern a dataset written in Python.)
                        std::size_t shuffle_window, std::uintptr_t stream, bool autotune,
                        std::uint64_t memory_budget, bool from_env, const py::object& processes,
                        const std::string& start_method, const py::object& worker_init_fn,
-                       double timeout, bool seed_python) {
+                       double timeout, const py::object& seed_python) {
              auto self = std::make_unique<PyLoader>();
              // Its own copy of each Python dataset: its own worker processes and reads.
              self->dataset = loader_copy(to_dataset(dataset));
@@ -175,7 +177,15 @@ each sample's seed before its __getitem__) concern a dataset written in Python.)
              po.worker_init_fn = worker_init_fn;
              po.timeout = timeout;
              po.seed = o.seed;
-             po.seed_python = seed_python;
+             if (py::isinstance<py::str>(seed_python) &&
+                 seed_python.cast<std::string>() == "always") {
+               po.seed_python = po.seed_always = true;
+             } else if (py::isinstance<py::bool_>(seed_python)) {
+               po.seed_python = seed_python.cast<bool>();
+             } else {
+               throw ConfigError("Loader: seed_python must be True, False or \"always\", not " +
+                                 py::repr(seed_python).cast<std::string>());
+             }
              const int count = use_processes(*self->dataset, processes, po, o.workers, self->notes);
              self->uses_processes = count > 0;
              // A worker thread drives one process at a time: as many threads as processes

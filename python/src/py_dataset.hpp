@@ -161,11 +161,11 @@ class SeedWatch {
   SeedWatch(const SeedWatch&) = delete;
   SeedWatch& operator=(const SeedWatch&) = delete;
   ~SeedWatch();
-  /// Before sample `seed`'s __getitem__: seeds the generators drawn from before, notes the rest.
-  void before(std::uint64_t seed);
-  /// After it (returned or raised): whether it drew from a generator before() did not seed; that
-  /// generator is seeded before every sample from now on.
-  bool drew_unseeded() noexcept;
+  /// Sample `seed` read by `get` (its __getitem__), its generators seeded: every one before it
+  /// where `watch` is false; else as above, the sample read a second time where it drew from a
+  /// generator left unseeded (every generator seeded then; those it drew from are seeded before
+  /// every sample from then on). \throws what `get` raises (the second read's, if any).
+  py::object read(std::uint64_t seed, bool watch, const std::function<py::object()>& get);
   /// Whether `random`'s and numpy's states are watched (their layouts were checked).
   bool watches_random() const noexcept { return random_.index != nullptr; }
   bool watches_numpy() const noexcept { return numpy_.index != nullptr; }
@@ -182,8 +182,18 @@ class SeedWatch {
   };
 
  private:
+  /// Before a first read: seeds the generators drawn from before (the first time in this
+  /// process, every one: a cached second Gaussian (random's gauss_next, numpy's has_gauss) left
+  /// by a worker_init_fn would be drawn without moving the words), notes the rest's states.
+  /// Whether it seeded every one (then a draw needs no second read).
+  bool before(std::uint64_t seed);
+  /// After a read: marks drawn the watched generators whose state moved from the one noted;
+  /// whether any did.
+  bool moved() noexcept;
+
   PythonSeeder seeder_;
   Watched random_, numpy_;
+  bool first_ = true;
   py::object random_owner_, numpy_owner_;  // the objects the pointers point into
 };
 

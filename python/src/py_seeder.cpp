@@ -213,19 +213,21 @@ SeedWatch::~SeedWatch() {
   random_owner_ = numpy_owner_ = py::object();
 }
 
-void SeedWatch::before(std::uint64_t seed) {
+bool SeedWatch::before(std::uint64_t seed) {
+  bool all = true;
   for (auto [w, seed_it] : {std::pair{&random_, &PythonSeeder::seed_random},
                             std::pair{&numpy_, &PythonSeeder::seed_numpy}}) {
-    if (w->index == nullptr || w->drawn) {
-      (seeder_.*seed_it)(seed);
-    } else {
-      w->noted = w->now();
-    }
+    const bool seed_it_now = w->index == nullptr || w->drawn || first_;
+    if (seed_it_now) (seeder_.*seed_it)(seed);
+    all = all && seed_it_now;
+    if (w->index != nullptr && !w->drawn) w->noted = w->now();
   }
+  first_ = false;
   seeder_.seed_torch(seed);
+  return all;
 }
 
-bool SeedWatch::drew_unseeded() noexcept {
+bool SeedWatch::moved() noexcept {
   bool drew = false;
   for (Watched* w : {&random_, &numpy_}) {
     if (w->index != nullptr && !w->drawn && w->now() != w->noted) {
@@ -234,6 +236,32 @@ bool SeedWatch::drew_unseeded() noexcept {
     }
   }
   return drew;
+}
+
+py::object SeedWatch::read(std::uint64_t seed, bool watch, const std::function<py::object()>& get) {
+  if (!watch) {
+    seeder_.seed(seed);
+    return get();
+  }
+  const bool seeded = before(seed);
+  try {
+    py::object sample = get();
+    if (!moved() || seeded) return sample;
+  } catch (const py::error_already_set&) {
+    if (!moved() || seeded) throw;
+  }
+  // It drew unseeded: read again with every generator seeded. Those it draws from this time are
+  // seeded before every sample from now on as well (a draw that only the seeded read makes, on
+  // a branch the first read's draw turned away from, would otherwise cost a third read later).
+  seeder_.seed(seed);
+  for (Watched* w : {&random_, &numpy_}) {
+    if (w->index != nullptr && !w->drawn) w->noted = w->now();
+  }
+  struct Marks {
+    SeedWatch& watch;
+    ~Marks() { static_cast<void>(watch.moved()); }
+  } marks{*this};
+  return get();
 }
 
 void bind_seed_watch(py::module_& m) {

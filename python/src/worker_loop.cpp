@@ -71,15 +71,16 @@ void tune_malloc() noexcept {
 /// A worker process's reader: the dataset, its layout and the seeder (GIL held throughout).
 class WorkerReader {
  public:
-  WorkerReader(py::object dataset, const py::tuple& layout, bool seed_python)
+  /// `seed_mode`: ProcessOptions::seed_mode() (0 none, 1 every sample, 2 watched).
+  WorkerReader(py::object dataset, const py::tuple& layout, int seed_mode)
       : dataset_(std::move(dataset)),
         layout_(layout),
-        seed_python_(seed_python),
+        seed_mode_(seed_mode),
         dest_(layout_.fields().size()),
         nbytes_(layout_.fields().size()) {}
 
   std::size_t fields() const noexcept { return dest_.size(); }
-  bool seed_python() const noexcept { return seed_python_; }
+  bool seed_python() const noexcept { return seed_mode_ != 0; }
 
   /// Task `token`'s sample `index` written into `target`: `places` holds (bytes, offset) of each
   /// field. The task's state word `state` (TaskState) is claimed after __getitem__ and every
@@ -96,19 +97,8 @@ class WorkerReader {
       dest_[f] = target.data() + offset;
       nbytes_[f] = bytes;
     }
-    // A sample that drew from a generator the watch left unseeded is read again (at most once a
-    // generator and process): its draws must come from its own seed.
-    py::object sample;
-    for (bool again = true; again;) {
-      if (seed_python_) watch_.before(seed);
-      try {
-        sample = dataset_[py::int_(index)];
-      } catch (const py::error_already_set&) {
-        if (!seed_python_ || !watch_.drew_unseeded()) throw;
-        continue;
-      }
-      again = seed_python_ && watch_.drew_unseeded();
-    }
+    const auto get = [&] { return py::object(dataset_[py::int_(index)]); };
+    const py::object sample = seed_mode_ == 0 ? get() : watch_.read(seed, seed_mode_ == 2, get);
     // Every conversion first (a value's __array__ is Python code that may take long): a task
     // is claimed only for the copy, so that a cancel never waits on the user's code.
     const std::vector<py::array> arrays = layout_.arrays(sample, index, nbytes_);
@@ -122,7 +112,7 @@ class WorkerReader {
   py::object dataset_;
   SampleLayout layout_;
   SeedWatch watch_;
-  bool seed_python_;
+  int seed_mode_;
   std::vector<std::byte*> dest_;
   std::vector<std::size_t> nbytes_;
 };
@@ -487,7 +477,7 @@ void bind_workers(py::module_& m) {
     }).detach();
     return true;
   });
-  py::class_<WorkerReader>(m, "_WorkerReader").def(py::init<py::object, py::tuple, bool>());
+  py::class_<WorkerReader>(m, "_WorkerReader").def(py::init<py::object, py::tuple, int>());
   m.def("_serve", &serve, py::arg("reader"), py::arg("fd"), py::arg("memfd"), py::arg("control"),
         py::arg("failure"), py::arg("fields"), py::arg("worker"), py::arg("ferry_error"));
   m.def("_worker_prepare", [] {

@@ -35,10 +35,18 @@ struct ProcessOptions {
   double timeout = 0;         // seconds a sample may take; 0: no limit
   std::uint64_t seed = 0;     // the loader's: worker_info().seed derives from it
   bool seed_python = true;
+  bool seed_always = false;  // seed_python="always": every generator before every sample
+  /// What a worker's reader is told: 0 no seeding, 1 every generator before every sample, 2
+  /// random's and numpy's only once a sample has drawn from them (SeedWatch; not with a timeout,
+  /// which a sample read twice could overrun).
+  int seed_mode() const noexcept {
+    if (!seed_python) return 0;
+    return seed_always || timeout > 0 ? 1 : 2;
+  }
   friend bool operator==(const ProcessOptions& a, const ProcessOptions& b) {
     return a.count == b.count && a.start_method == b.start_method &&
            a.worker_init_fn.ptr() == b.worker_init_fn.ptr() && a.timeout == b.timeout &&
-           a.seed == b.seed && a.seed_python == b.seed_python;
+           a.seed == b.seed && a.seed_python == b.seed_python && a.seed_always == b.seed_always;
   }
 };
 

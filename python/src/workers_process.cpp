@@ -161,7 +161,7 @@ void ProcessPool::start(Child& c) {
   try {
     if (pickled_.is_none()) pickled_ = py::module_::import("ferry._worker").attr("Packed")(source_);
     started = start_(options_.start_method, pickled_, c.id, options_.count, worker_seed, layout_,
-                     options_.seed_python, init, bytes, close_fds, control_fd_);
+                     options_.seed_mode(), init, bytes, close_fds, control_fd_);
   } catch (py::error_already_set& e) {
     pickled_ = py::none();
     throw DataError("Python dataset: worker process " + std::to_string(c.id) +

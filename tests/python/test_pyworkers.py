@@ -240,6 +240,82 @@ def test_a_worker_seeds_a_generator_only_once_a_sample_draws_from_it(ferry, tmp_
     del loader
 
 
+class Normals:
+    """Sample i: a Gaussian from `random` and one from numpy's global generator."""
+
+    fields = [("g", "f64", (2,))]
+
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        return {"g": np.array([random.gauss(0, 1), np.random.normal()])}
+
+
+def draw_gaussians(worker_id):
+    # a worker_init_fn that leaves a second Gaussian cached in each generator (random's
+    # gauss_next, numpy's has_gauss): drawn later without moving the generators' words
+    random.gauss(0, 1)
+    np.random.normal()
+
+
+def test_a_gaussian_cached_before_the_first_sample_is_not_drawn_unseeded(ferry):
+    threads, _ = batches_of(ferry, Normals(), processes=0, workers=1, seed=4)
+    for processes in (1, 2):
+        got, _ = batches_of(ferry, Normals(), processes=processes, seed=4,
+                            worker_init_fn=draw_gaussians)
+        np.testing.assert_array_equal(np.concatenate([b["g"] for b in got]),
+                                      np.concatenate([b["g"] for b in threads]))
+
+
+class SlowDraws:
+    """Sample i draws from numpy's generator after 0.4 s (a read twice would take 0.8)."""
+
+    fields = [("x", "f64", ())]
+
+    def __len__(self):
+        return 3
+
+    def __getitem__(self, i):
+        time.sleep(0.4)
+        return {"x": np.float64(np.random.rand() if i > 0 else 0.0)}
+
+
+def test_with_a_timeout_no_sample_is_read_twice(ferry):
+    # A sample read a second time (seeded) could overrun `timeout` and cost its process: with a
+    # timeout set, every generator is seeded before every sample instead.
+    threads, _ = batches_of(ferry, SlowDraws(), processes=0, workers=1, seed=2, batch_size=1)
+    got, _ = batches_of(ferry, SlowDraws(), processes=1, seed=2, batch_size=1, timeout=0.7)
+    assert [float(b["x"][0]) for b in got] == [float(b["x"][0]) for b in threads]
+
+
+class DrawAndPutBack:
+    """Draws from `random` and numpy's generator and puts their states back: the watch sees no
+    change (the documented case for seed_python="always")."""
+
+    fields = [("x", "f64", (2,))]
+
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, i):
+        r, n = random.getstate(), np.random.get_state()
+        x = np.array([random.random(), np.random.rand()])
+        random.setstate(r)
+        np.random.set_state(n)
+        return {"x": x}
+
+
+def test_seed_python_always_seeds_every_generator_before_every_sample(ferry):
+    threads, _ = batches_of(ferry, DrawAndPutBack(), processes=0, workers=1, seed=6)
+    want = np.concatenate([b["x"] for b in threads])
+    assert len(set(want[:, 0])) == 10  # each sample its own draw
+    got, _ = batches_of(ferry, DrawAndPutBack(), processes=2, seed=6, seed_python="always")
+    np.testing.assert_array_equal(np.concatenate([b["x"] for b in got]), want)
+    with pytest.raises(ferry.ConfigError, match='seed_python must be True, False or "always"'):
+        ferry.Loader(DrawAndPutBack(), processes=0, seed_python="sometimes")
+
+
 def test_worker_info_and_worker_init_fn(ferry):
     assert ferry.worker_info() is None
     got, _ = batches_of(ferry, WhoReads(), processes=2, seed=5, worker_init_fn=initialize)
@@ -1393,15 +1469,27 @@ class LateTorch:
         return {"i": np.int64(i), "t": torch.rand(3).numpy()}
 
 
-def test_torch_first_imported_by_getitem_is_seeded_for_that_sample(tmp_path):
+class LookedForTorch(LateTorch):
+    """LateTorch after importlib.util.find_spec("torch") in the same call, as a library that asks
+    whether torch is installed before importing it does (transformers' is_torch_available())."""
+
+    def __getitem__(self, i):
+        import importlib.util  # noqa: PLC0415
+
+        assert importlib.util.find_spec("torch") is not None
+        return super().__getitem__(i)
+
+
+@pytest.mark.parametrize("kind", ["LateTorch", "LookedForTorch"])
+def test_torch_first_imported_by_getitem_is_seeded_for_that_sample(tmp_path, kind):
     pytest.importorskip("torch")
     # each run in a trainer of its own (a fresh forkserver: no process has torch imported yet)
     runs = []
     for processes in (0, 2, 2):
         rc, out, err = run_bounded(tmp_path, f"""
             import numpy as np
-            from test_pyworkers import LateTorch
-            loader = ferry.Loader(LateTorch(), batch_size=4, device="cpu", seed=5,
+            from test_pyworkers import {kind}
+            loader = ferry.Loader({kind}(), batch_size=4, device="cpu", seed=5,
                                   processes={processes})
             t = np.concatenate([b["t"].numpy() for b in loader.epoch(0)])
             print(" ".join(repr(float(v)) for v in t.reshape(-1)), flush=True)
