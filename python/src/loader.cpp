@@ -180,7 +180,9 @@ concern a dataset written in Python.)doc")
              if (py::isinstance<py::str>(seed_python) &&
                  seed_python.cast<std::string>() == "always") {
                po.seed_python = po.seed_always = true;
-             } else if (py::isinstance<py::bool_>(seed_python)) {
+             } else if (py::isinstance<py::bool_>(seed_python) ||
+                        py::type::of(seed_python).attr("__name__").cast<std::string>() ==
+                            "bool_") {  // numpy's
                po.seed_python = seed_python.cast<bool>();
              } else {
                throw ConfigError("Loader: seed_python must be True, False or \"always\", not " +

@@ -161,11 +161,12 @@ class SeedWatch {
   SeedWatch(const SeedWatch&) = delete;
   SeedWatch& operator=(const SeedWatch&) = delete;
   ~SeedWatch();
-  /// Sample `seed` read by `get` (its __getitem__), its generators seeded: every one before it
-  /// where `watch` is false; else as above, the sample read a second time where it drew from a
-  /// generator left unseeded (every generator seeded then; those it drew from are seeded before
-  /// every sample from then on). \throws what `get` raises (the second read's, if any).
-  py::object read(std::uint64_t seed, bool watch, const std::function<py::object()>& get);
+  /// Sample `seed` read by `get` (its __getitem__ and the conversion of its values, whose
+  /// __array__ may draw too), its generators seeded: every one before it where `watch` is false;
+  /// else as above, the sample read a second time where it drew from a generator left unseeded
+  /// (every generator seeded then; those it drew from are seeded before every sample from then
+  /// on). \throws what `get` raises (the second read's, if any).
+  void read(std::uint64_t seed, bool watch, const std::function<void()>& get);
   /// Whether `random`'s and numpy's states are watched (their layouts were checked).
   bool watches_random() const noexcept { return random_.index != nullptr; }
   bool watches_numpy() const noexcept { return numpy_.index != nullptr; }

@@ -4,6 +4,7 @@
 // numpy's MT19937 are checked against their own getstate() first).
 
 #include <Python.h>
+#include <cxxabi.h>
 
 #include <array>
 #include <cstdint>
@@ -238,16 +239,21 @@ bool SeedWatch::moved() noexcept {
   return drew;
 }
 
-py::object SeedWatch::read(std::uint64_t seed, bool watch, const std::function<py::object()>& get) {
+void SeedWatch::read(std::uint64_t seed, bool watch, const std::function<void()>& get) {
   if (!watch) {
     seeder_.seed(seed);
-    return get();
+    get();
+    return;
   }
   const bool seeded = before(seed);
   try {
-    py::object sample = get();
-    if (!moved() || seeded) return sample;
-  } catch (const py::error_already_set&) {
+    get();
+    if (!moved() || seeded) return;
+  } catch (const abi::__forced_unwind&) {
+    throw;  // the thread is being ended: nothing to read again
+  } catch (...) {
+    // Raised after an unseeded draw (by __getitem__, or a conversion that its values fail):
+    // the seeded read decides.
     if (!moved() || seeded) throw;
   }
   // It drew unseeded: read again with every generator seeded. Those it draws from this time are
@@ -261,7 +267,7 @@ py::object SeedWatch::read(std::uint64_t seed, bool watch, const std::function<p
     SeedWatch& watch;
     ~Marks() { static_cast<void>(watch.moved()); }
   } marks{*this};
-  return get();
+  get();
 }
 
 void bind_seed_watch(py::module_& m) {

@@ -97,11 +97,19 @@ class WorkerReader {
       dest_[f] = target.data() + offset;
       nbytes_[f] = bytes;
     }
-    const auto get = [&] { return py::object(dataset_[py::int_(index)]); };
-    const py::object sample = seed_mode_ == 0 ? get() : watch_.read(seed, seed_mode_ == 2, get);
-    // Every conversion first (a value's __array__ is Python code that may take long): a task
-    // is claimed only for the copy, so that a cancel never waits on the user's code.
-    const std::vector<py::array> arrays = layout_.arrays(sample, index, nbytes_);
+    // Every conversion first (a value's __array__ is Python code that may take long, and may
+    // draw: it is read as part of the sample): a task is claimed only for the copy, so that a
+    // cancel never waits on the user's code.
+    std::vector<py::array> arrays;
+    const auto get = [&] {
+      arrays.clear();
+      arrays = layout_.arrays(dataset_[py::int_(index)], index, nbytes_);
+    };
+    if (seed_mode_ == 0) {
+      get();
+    } else {
+      watch_.read(seed, seed_mode_ == 2, get);
+    }
     TaskState task(state, token);
     if (!task.claim()) return;
     SampleLayout::copy(arrays, dest_, nbytes_);

@@ -316,6 +316,36 @@ def test_seed_python_always_seeds_every_generator_before_every_sample(ferry):
         ferry.Loader(DrawAndPutBack(), processes=0, seed_python="sometimes")
 
 
+class DrawsWhenConverted:
+    """A value that draws from `random` and numpy's generator when it is made an array (a lazy
+    transform's __array__), as ferry converts it after __getitem__ returns."""
+
+    def __array__(self, dtype=None, copy=None):
+        return np.array([random.random(), np.random.rand()], dtype=dtype)
+
+
+class LazyDraws:
+    fields = [("x", "f64", (2,))]
+
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        return {"x": DrawsWhenConverted()}
+
+
+def test_draws_made_while_a_sample_is_converted_are_its_own(ferry):
+    threads, _ = batches_of(ferry, LazyDraws(), processes=0, workers=1, seed=8)
+    want = np.concatenate([b["x"] for b in threads])
+    assert len(set(want[:, 0])) == 12
+    for processes in (1, 2):
+        got, _ = batches_of(ferry, LazyDraws(), processes=processes, seed=8)
+        np.testing.assert_array_equal(np.concatenate([b["x"] for b in got]), want)
+    # numpy's booleans are booleans here too
+    got, _ = batches_of(ferry, LazyDraws(), processes=1, seed=8, seed_python=np.True_)
+    np.testing.assert_array_equal(np.concatenate([b["x"] for b in got]), want)
+
+
 def test_worker_info_and_worker_init_fn(ferry):
     assert ferry.worker_info() is None
     got, _ = batches_of(ferry, WhoReads(), processes=2, seed=5, worker_init_fn=initialize)
