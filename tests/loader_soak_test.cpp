@@ -28,6 +28,7 @@ using ferry::testing::cpu_options;
 using ferry::testing::holds_its_samples;
 using ferry::testing::IndexDataset;
 using ferry::testing::make_loader;
+using ferry::testing::resident_bytes;
 using ferry::testing::within;
 using namespace std::chrono_literals;
 
@@ -42,14 +43,6 @@ std::size_t entries(const char* dir) {
   std::size_t n = 0;
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++n;
   return n;
-}
-
-std::size_t resident_bytes() {
-  std::ifstream statm("/proc/self/statm");
-  std::size_t pages = 0;
-  std::size_t resident = 0;
-  statm >> pages >> resident;
-  return resident * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
 }
 
 // Sample 777 fails in about one epoch of five (by its per-sample seed, which depends on the

@@ -17,6 +17,7 @@
 #include "ferry/ferry.hpp"
 #include "loader_test_util.hpp"
 #include "pipeline/sampler.hpp"
+#include "test_util.hpp"
 
 namespace {
 
@@ -372,13 +373,7 @@ TEST(Loader, SkipLeavesFailingSamplesOutAndDeliversTheRestExactlyOnce) {
   }
 }
 
-std::size_t resident_bytes() {
-  std::ifstream statm("/proc/self/statm");
-  std::size_t pages = 0;
-  std::size_t resident = 0;
-  statm >> pages >> resident;
-  return resident * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-}
+using ferry::testing::resident_bytes;
 
 TEST(Loader, MemoryStaysBoundedOverTwoHundredEpochs) {
   auto ds = std::make_shared<IndexDataset>(300, 200);

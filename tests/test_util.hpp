@@ -46,13 +46,12 @@ constexpr T scaled_for_asan(T n, T divisor) {
   return scaled_if(kUnderAsan, n, divisor);
 }
 
-/// Bytes of this process's memory locked in RAM (VmLck in /proc/self/status), or 0 when the
-/// line is absent.
-inline std::size_t locked_bytes() {
+/// A line of /proc/self/status in bytes ("VmLck:", "VmRSS:", "VmHWM:"), or 0 when it is absent.
+inline std::size_t status_bytes(const std::string& line) {
   std::ifstream status("/proc/self/status");
   std::string key;
   while (status >> key) {
-    if (key == "VmLck:") {
+    if (key == line) {
       std::size_t kib = 0;
       status >> kib;
       return kib * 1024;
@@ -61,5 +60,11 @@ inline std::size_t locked_bytes() {
   }
   return 0;
 }
+
+/// Bytes of this process's memory locked in RAM (VmLck), or 0 when the line is absent.
+inline std::size_t locked_bytes() { return status_bytes("VmLck:"); }
+
+/// This process's resident set now (VmRSS), or 0 when the line is absent.
+inline std::size_t resident_bytes() { return status_bytes("VmRSS:"); }
 
 }  // namespace ferry::testing

@@ -21,6 +21,7 @@
 #include "expect_error.hpp"
 #include "ferry/ferry.hpp"
 #include "pipeline/staging.hpp"
+#include "test_util.hpp"
 #include "video/video_fixtures.hpp"
 
 namespace fs = std::filesystem;
@@ -259,19 +260,6 @@ TEST_F(VideoFaultsTest, EverySeekLandsOnTheKeyframeItAsksForNotTheOneBefore) {
   EXPECT_GE(checked, 10u);
 }
 
-namespace {
-
-// The process's resident set now, in bytes (-1: unknown).
-std::int64_t resident_bytes() {
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  }
-  return -1;
-}
-
-}  // namespace
-
 TEST_F(VideoFaultsTest, MemoryStaysFlatOverHundredsOfClips) {
   // Each clip opens the file, a decoder and a scaler, and decodes from its keyframe: whatever it
   // makes goes when it ends. After 60 clips to settle, 240 more of a 320 x 240 video with
@@ -296,10 +284,10 @@ TEST_F(VideoFaultsTest, MemoryStaysFlatOverHundredsOfClips) {
   ASSERT_EQ(ds->frame_count(0), 150);
   std::uint64_t seed = 0;
   for (; seed < 60; ++seed) ASSERT_EQ(read_clip(*ds, 0, seed).size(), 4u * 8 * 8 * 3);
-  const std::int64_t before = resident_bytes();
-  if (before < 0) GTEST_SKIP() << "no VmRSS in /proc/self/status";
+  const auto before = static_cast<std::int64_t>(ferry::testing::resident_bytes());
+  if (before == 0) GTEST_SKIP() << "no VmRSS in /proc/self/status";
   for (; seed < 300; ++seed) ASSERT_EQ(read_clip(*ds, 0, seed).size(), 4u * 8 * 8 * 3);
-  const std::int64_t after = resident_bytes();
+  const auto after = static_cast<std::int64_t>(ferry::testing::resident_bytes());
   EXPECT_LT(after - before, std::int64_t{3} << 20) << before << " -> " << after << " bytes";
 }
 
