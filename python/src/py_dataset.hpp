@@ -151,8 +151,8 @@ class PythonSeeder {
 /// A worker process's seeding of `random` and numpy's legacy global generator (seed_python): a
 /// generator is seeded before a sample only once a sample in this process has drawn from it
 /// (seeding `random` costs 3.5 us, numpy's 1.5: more than a small sample's own work). Until then
-/// a few words of its state are looked at before and after each sample; a sample that drew from
-/// one unseeded is read again, that generator seeded from then on (drew_unseeded()). A generator
+/// its position and two of its words are looked at before and after each sample; a sample that
+/// drew from one unseeded is read again, that generator seeded from then on (read()). A generator
 /// whose memory layout could not be checked at start is seeded before every sample, as is
 /// torch's (where torch is imported). Needs the GIL.
 class SeedWatch {
@@ -162,11 +162,11 @@ class SeedWatch {
   SeedWatch& operator=(const SeedWatch&) = delete;
   ~SeedWatch();
   /// Sample `seed` read by `get` (its __getitem__ and the conversion of its values, whose
-  /// __array__ may draw too), its generators seeded: every one before it where `watch` is false;
-  /// else as above, the sample read a second time where it drew from a generator left unseeded
-  /// (every generator seeded then; those it drew from are seeded before every sample from then
-  /// on). \throws what `get` raises (the second read's, if any).
-  void read(std::uint64_t seed, bool watch, const std::function<void()>& get);
+  /// __array__ may draw too) under `mode` (ProcessOptions::seed_mode()): 0 nothing seeded; 1
+  /// every generator seeded before it; 2 as above, the sample read a second time where it drew
+  /// from a generator left unseeded (every generator seeded then; those it drew from are seeded
+  /// before every sample from then on). \throws what `get` raises (the second read's, if any).
+  void read(std::uint64_t seed, int mode, const std::function<void()>& get);
   /// Whether `random`'s and numpy's states are watched (their layouts were checked).
   bool watches_random() const noexcept { return random_.index != nullptr; }
   bool watches_numpy() const noexcept { return numpy_.index != nullptr; }

@@ -239,9 +239,9 @@ bool SeedWatch::moved() noexcept {
   return drew;
 }
 
-void SeedWatch::read(std::uint64_t seed, bool watch, const std::function<void()>& get) {
-  if (!watch) {
-    seeder_.seed(seed);
+void SeedWatch::read(std::uint64_t seed, int mode, const std::function<void()>& get) {
+  if (mode != 2) {
+    if (mode == 1) seeder_.seed(seed);
     get();
     return;
   }

@@ -1,10 +1,9 @@
 // A worker process's side of python/src/workers_*.cpp (ferry/_worker.py starts the process and
 // hands over here): the loop that serves the messages coming on its socket (workers_protocol.cpp
 // writes them), the read of one sample into its place, the give-back of a staging slot's pages,
-// and the watch that ends the process with the training process. The loop is C++, so that a
-// sample costs its __getitem__ and the seeding of its generators, and Python runs nothing else
-// per sample: the task's framing, unpacking, mappings and answers took a fifth of a small
-// sample's time in Python.
+// and the watch that ends the process with the training process. The loop is C++: Python runs
+// only __getitem__ and the generators' seeding per sample (the task's framing, unpacking,
+// mappings and answers took a fifth of a small sample's time in Python).
 
 #include <poll.h>
 #include <pybind11/stl.h>
@@ -27,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -77,7 +77,11 @@ class WorkerReader {
         layout_(layout),
         seed_mode_(seed_mode),
         dest_(layout_.fields().size()),
-        nbytes_(layout_.fields().size()) {}
+        nbytes_(layout_.fields().size()),
+        get_([this] {
+          arrays_.clear();  // a second read's sample replaces the first's
+          arrays_ = layout_.arrays(dataset_[py::int_(index_)], index_, nbytes_);
+        }) {}
 
   std::size_t fields() const noexcept { return dest_.size(); }
   bool seed_python() const noexcept { return seed_mode_ != 0; }
@@ -99,20 +103,15 @@ class WorkerReader {
     }
     // Every conversion first (a value's __array__ is Python code that may take long, and may
     // draw: it is read as part of the sample): a task is claimed only for the copy, so that a
-    // cancel never waits on the user's code.
-    std::vector<py::array> arrays;
-    const auto get = [&] {
-      arrays.clear();
-      arrays = layout_.arrays(dataset_[py::int_(index)], index, nbytes_);
-    };
-    if (seed_mode_ == 0) {
-      get();
-    } else {
-      watch_.read(seed, seed_mode_ == 2, get);
-    }
+    // cancel never waits on the user's code. get_ (made once: a read allocates no closure)
+    // reads sample index_ into arrays_, which go when the read ends.
+    index_ = index;
+    const std::unique_ptr<std::vector<py::array>, void (*)(std::vector<py::array>*)> release(
+        &arrays_, [](std::vector<py::array>* a) { a->clear(); });
+    watch_.read(seed, seed_mode_, get_);
     TaskState task(state, token);
     if (!task.claim()) return;
-    SampleLayout::copy(arrays, dest_, nbytes_);
+    SampleLayout::copy(arrays_, dest_, nbytes_);
     task.finish(/*ok=*/true);
   }
 
@@ -123,6 +122,9 @@ class WorkerReader {
   int seed_mode_;
   std::vector<std::byte*> dest_;
   std::vector<std::size_t> nbytes_;
+  std::uint64_t index_ = 0;
+  std::vector<py::array> arrays_;
+  std::function<void()> get_;
 };
 
 /// A shared read-write mapping of a memfd: the scratch region, or a staging slot's region.
