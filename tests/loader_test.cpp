@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "ferry/ferry.hpp"
@@ -167,6 +168,60 @@ TEST(Loader, BatchesAreFilledInTheirOrderSoOneWorkerReadsInTheEpochsOrder) {
       delivered.insert(delivered.end(), b.indices().begin(), b.indices().end());
     }
     EXPECT_EQ(data->reads(), delivered) << (copy_stage ? "copy stage" : "no copy stage");
+  }
+}
+
+// Records the shares begin_reads() announces, and asks for shares of `share` samples.
+class ShareDataset : public IndexDataset {
+ public:
+  ShareDataset(std::size_t n, std::size_t share) : IndexDataset(n), share_(share) {}
+  std::size_t read_share() const noexcept override { return share_; }
+  void begin_reads(std::span<const std::size_t> indices,
+                   std::span<const ferry::SampleRef> out) const noexcept override {
+    static_cast<void>(out);
+    const std::lock_guard lock(mutex_);
+    shares_.emplace_back(indices.begin(), indices.end());
+  }
+  std::vector<std::vector<std::size_t>> shares() const {
+    const std::lock_guard lock(mutex_);
+    return shares_;
+  }
+
+ private:
+  std::size_t share_;
+  mutable std::mutex mutex_;
+  mutable std::vector<std::vector<std::size_t>> shares_;
+};
+
+TEST(Loader, ABatchIsSplitIntoSharesOfTheSizeTheDatasetAsksFor) {
+  // 10 batches of 256, 2 workers: the loader's own shares are a quarter of a
+  // worker's part (32: oneTBB halves a batch down to no less); a dataset that asks for 256 reads
+  // each batch as one share, one asking for 100 in shares of 64 or 128 (halves of more than 100),
+  // and one asking for fewer than the loader's own gets the loader's.
+  for (const auto& [asked, least, most] :
+       {std::tuple<std::size_t, std::size_t, std::size_t>{0, 32, 256},
+        {8, 32, 256},
+        {100, 64, 128},
+        {256, 256, 256},
+        {5000, 256, 256}}) {
+    auto data = std::make_shared<ShareDataset>(2560, asked);
+    LoaderOptions o = cpu_options(256, true, 3);
+    o.workers = 2;
+    o.autotune = false;
+    Loader loader = make_loader(data, o, false);
+    std::vector<std::size_t> delivered;
+    for (const Batch& b : loader.epoch(0)) {
+      delivered.insert(delivered.end(), b.indices().begin(), b.indices().end());
+    }
+    std::vector<std::size_t> announced;
+    for (const auto& share : data->shares()) {
+      announced.insert(announced.end(), share.begin(), share.end());
+      EXPECT_GE(share.size(), least) << "asked " << asked;
+      EXPECT_LE(share.size(), most) << "asked " << asked;
+    }
+    std::sort(announced.begin(), announced.end());
+    std::sort(delivered.begin(), delivered.end());
+    EXPECT_EQ(announced, delivered) << "asked " << asked;  // every sample in one share
   }
 }
 

@@ -131,6 +131,12 @@ class FERRY_API Dataset {
   }
   /// The reads that begin_reads() announced are over (all made, or the batch stopped).
   virtual void end_reads() const noexcept {}
+  /// How many samples a worker's share of a batch (begin_reads) should hold, for a dataset whose
+  /// shares cost a hand-over (a Python dataset's worker processes: between two shares its
+  /// process waits for the thread to wake, take the next share and send it). The loader's own
+  /// shares are a quarter of a worker's part of a batch; it makes them larger, up to the whole
+  /// batch, for a dataset that asks for more. The default, 0, asks for none.
+  virtual std::size_t read_share() const noexcept { return 0; }
   /// Whether will_read() uses its hint: the loader builds an epoch's order for it (8 bytes a
   /// sample) only then. The default, false, goes with the default will_read().
   virtual bool wants_read_order() const noexcept { return false; }

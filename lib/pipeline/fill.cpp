@@ -117,6 +117,15 @@ void fill_range(RunState& run, Slot& slot, std::size_t begin, std::size_t end,
   impl.read_ns.fetch_add(nanos_since(start));
 }
 
+/// The fewest samples of a batch of `count` one share of it (one fill_range) holds: a quarter of a
+/// worker's part, so that a worker left without a batch of its own takes over part of another's,
+/// or more where the dataset's read_share() asks for more.
+std::size_t share_grain(const Dataset& dataset, std::size_t count, int workers) noexcept {
+  const std::size_t split =
+      std::max<std::size_t>(1, count / (4 * static_cast<std::size_t>(std::max(workers, 1))));
+  return std::max(split, std::min(dataset.read_share(), count));
+}
+
 /// The body of the parallel_for over one batch's samples.
 struct FillRange {
   RunState* run;
@@ -206,8 +215,7 @@ void fill(RunState& run, std::uint32_t slot_id, std::uint64_t number, int worker
         impl.dataset->staging_reused(std::span<std::byte>(slot.data, impl.ring->staging_bytes()));
       }
       fault(FaultPoint::fill, number);
-      const std::size_t grain =
-          std::max<std::size_t>(1, count / (4 * static_cast<std::size_t>(workers)));
+      const std::size_t grain = share_grain(*impl.dataset, count, workers);
       if (g_pool_lost.load()) {
         fill_range(run, slot, 0, count, any_failed);
       } else {

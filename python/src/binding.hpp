@@ -27,6 +27,7 @@ void bind_tensor(py::module_& m);
 void bind_datasets(py::module_& m);
 void bind_loader(py::module_& m);
 void bind_workers(py::module_& m);
+void bind_worker_watch(py::module_& m);
 void bind_seed_watch(py::module_& m);
 void bind_video(py::module_& m);
 /// WebDataset's video=dict(frames=, stride=, size=, start=, max_seconds=, decode_threads=):

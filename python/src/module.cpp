@@ -201,6 +201,7 @@ PYBIND11_MODULE(_ferry, m) {
   ferry::python::bind_audio(m);
   ferry::python::bind_loader(m);
   ferry::python::bind_workers(m);
+  ferry::python::bind_worker_watch(m);
   ferry::python::bind_seed_watch(m);
   ferry::python::bind_video(m);
   ferry::python::bind_dropin(m);

@@ -170,6 +170,8 @@ class SeedWatch {
   /// Whether `random`'s and numpy's states are watched (their layouts were checked).
   bool watches_random() const noexcept { return random_.index != nullptr; }
   bool watches_numpy() const noexcept { return numpy_.index != nullptr; }
+  /// Whether numpy's legacy generator is seeded in place (its layout was checked).
+  bool seeds_numpy_in_place() const noexcept { return numpy_state_.words != nullptr; }
 
   /// One MT19937's state as the watch reads it: where its position and its 624 words lie.
   struct Watched {
@@ -191,11 +193,30 @@ class SeedWatch {
   /// After a read: marks drawn the watched generators whose state moved from the one noted;
   /// whether any did.
   bool moved() noexcept;
+  /// numpy's legacy generator seeded as np.random.seed(s) seeds it: written in place where that
+  /// was found to give the same state (NumpyState), else through np.random.seed.
+  void seed_numpy(std::uint64_t seed);
+  /// Every generator (PythonSeeder::seed, numpy's as seed_numpy()).
+  void seed_all(std::uint64_t seed);
 
+ public:
+  /// Where numpy's legacy generator keeps what np.random.seed sets: its words and position, and
+  /// its RandomState's cached Gaussian (an int flag, a double).
+  struct NumpyState {
+    std::uint32_t* words = nullptr;  // null: seeded through np.random.seed
+    int* pos = nullptr;
+    int* has_gauss = nullptr;
+    double* gauss = nullptr;
+  };
+
+ private:
   PythonSeeder seeder_;
+  NumpyState numpy_state_;
   Watched random_, numpy_;
   bool first_ = true;
   py::object random_owner_, numpy_owner_;  // the objects the pointers point into
+  py::object numpy_rand_;                  // numpy_state_'s RandomState
+  bool numpy_seeded_ = false;              // through np.random.seed once
 };
 
 /// A dataset written in Python. A failure keeps the Python exception, traceback included, for
@@ -218,6 +239,8 @@ class PyDataset final : public Dataset {
   void begin_reads(std::span<const std::size_t> indices,
                    std::span<const SampleRef> out) const noexcept override;
   void end_reads() const noexcept override;
+  /// The worker processes' share of a batch (ProcessPool::read_share); 0 on threads.
+  std::size_t read_share() const noexcept override;
   /// The worker processes' shared windows, at most (0 on threads).
   std::uint64_t reader_memory(std::uint64_t sample_bytes) const noexcept override;
   /// True while worker processes do the reads: they write into the loader's staging slots.

@@ -182,6 +182,8 @@ void PyDataset::begin_reads(std::span<const std::size_t> indices,
   if (pool_) pool_->begin_reads(indices, out);
 }
 
+std::size_t PyDataset::read_share() const noexcept { return pool_ ? pool_->read_share() : 0; }
+
 void PyDataset::end_reads() const noexcept {
   if (pool_) pool_->end_reads();
 }

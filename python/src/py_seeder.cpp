@@ -7,6 +7,7 @@
 #include <cxxabi.h>
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -49,6 +50,12 @@ std::uint64_t generator_seed(std::uint64_t seed, std::uint64_t generator) {
   return z ^ (z >> 31U);
 }
 
+/// numpy's legacy generator's seed: a 32-bit one (an int: its fast path; a list of words costs
+/// six times as much).
+std::uint32_t numpy_word(std::uint64_t seed) {
+  return static_cast<std::uint32_t>(generator_seed(seed, 2) & 0xffffffffU);
+}
+
 }  // namespace
 
 void PythonSeeder::seed(std::uint64_t seed) const {
@@ -61,11 +68,7 @@ void PythonSeeder::seed_random(std::uint64_t seed) const {
   random_seed_(py::int_(generator_seed(seed, 1)));
 }
 
-void PythonSeeder::seed_numpy(std::uint64_t seed) const {
-  // numpy's legacy generator takes a 32-bit seed (an int: its fast path; a list of words costs
-  // six times as much).
-  numpy_seed_(py::int_(generator_seed(seed, 2) & 0xffffffffU));
-}
+void PythonSeeder::seed_numpy(std::uint64_t seed) const { numpy_seed_(py::int_(numpy_word(seed))); }
 
 void PythonSeeder::seed_torch(std::uint64_t seed) const {
   if (!torch_seed_) {
@@ -186,6 +189,100 @@ SeedWatch::Watched numpy_words(const py::object& rand, py::object& owner) {
   return at(owner);
 }
 
+/// Where RandomState `rand`, over an MT19937 whose state struct is `words`, keeps its cached
+/// Gaussian: its aug_bitgen_t (a pointer to its bitgen_t, an int, a double), found as the word of
+/// the object that points at the object's own bitgen_t, whose first member points at `words`.
+/// Not checked here: numpy_state() checks it.
+SeedWatch::NumpyState find_numpy_state(const py::object& rand, std::uint32_t* words) {
+  struct Aug {  // aug_bitgen_t's layout
+    void* bit_generator;
+    int has_gauss;
+    double gauss;
+  };
+  auto* object = reinterpret_cast<unsigned char*>(rand.ptr());
+  const auto size = static_cast<std::size_t>(Py_TYPE(rand.ptr())->tp_basicsize);
+  const auto word = [&](std::size_t at) {
+    void* p = nullptr;
+    std::memcpy(&p, object + at, sizeof p);
+    return p;
+  };
+  for (std::size_t bitgen = sizeof(PyObject); bitgen + sizeof(void*) <= size;
+       bitgen += sizeof(void*)) {
+    if (word(bitgen) != static_cast<void*>(words)) continue;
+    for (std::size_t aug = bitgen + sizeof(void*); aug + sizeof(Aug) <= size;
+         aug += sizeof(void*)) {
+      if (word(aug) != object + bitgen) continue;
+      SeedWatch::NumpyState s;
+      s.words = words;
+      s.pos = reinterpret_cast<int*>(words + kWords);
+      s.has_gauss = reinterpret_cast<int*>(object + aug + offsetof(Aug, has_gauss));
+      s.gauss = reinterpret_cast<double*>(object + aug + offsetof(Aug, gauss));
+      return s;
+    }
+  }
+  return {};
+}
+
+/// `s` seeded as numpy's legacy seeding of a 32-bit `seed` does: MT19937's initialization of
+/// its words (Knuth's multiplier), the position at the end (the words are mixed at the first
+/// draw), no cached Gaussian.
+void seed_in_place(const SeedWatch::NumpyState& s, std::uint32_t seed) noexcept {
+  std::uint32_t x = seed;
+  for (std::uint32_t i = 0; i < kWords; ++i) {
+    s.words[i] = x;
+    x = 1812433253U * (x ^ (x >> 30U)) + i + 1;
+  }
+  *s.pos = static_cast<int>(kWords);
+  *s.has_gauss = 0;
+  *s.gauss = 0.0;
+}
+
+/// Where numpy's global RandomState `rand` keeps what np.random.seed sets, found on a RandomState
+/// of its own and checked there: its cached Gaussian where get_state() says, then seeded in place
+/// to the same state (words, position, cached Gaussian) and the same next draws as one seeded by
+/// seed(). Empty where anything disagrees (then seeded through np.random.seed).
+SeedWatch::NumpyState numpy_state(const py::object& rand) {
+  const py::object numpy_random = py::module_::import("numpy").attr("random");
+  const auto state_of = [](const py::object& r) {
+    const py::object bits = r.attr("_bit_generator");
+    void* bitgen = PyCapsule_GetPointer(bits.attr("capsule").ptr(), "BitGenerator");
+    if (bitgen == nullptr) {
+      PyErr_Clear();
+      return SeedWatch::NumpyState{};
+    }
+    void* words = nullptr;
+    std::memcpy(&words, bitgen, sizeof words);
+    return words == nullptr ? SeedWatch::NumpyState{}
+                            : find_numpy_state(r, static_cast<std::uint32_t*>(words));
+  };
+  const py::object probe = numpy_random.attr("RandomState")(12345);
+  if (!py::type::of(rand).is(py::type::of(probe))) return {};
+  const SeedWatch::NumpyState s = state_of(probe);
+  if (s.words == nullptr) return {};
+  const py::object gaussian = probe.attr("standard_normal")();
+  py::tuple drawn = probe.attr("get_state")();
+  if (drawn.size() != 5 || drawn[3].cast<int>() != 1 || *s.has_gauss != 1 ||
+      *s.gauss != drawn[4].cast<double>()) {
+    return {};
+  }
+  constexpr std::uint32_t kSeed = 987654321U;
+  seed_in_place(s, kSeed);
+  const py::object reference = numpy_random.attr("RandomState")();
+  reference.attr("standard_normal")();  // a cached Gaussian that seed() must clear
+  reference.attr("seed")(kSeed);
+  const py::tuple ours = probe.attr("get_state")();
+  const py::tuple theirs = reference.attr("get_state")();
+  const py::object equal = py::module_::import("numpy").attr("array_equal");
+  for (std::size_t k : {std::size_t{0}, std::size_t{2}, std::size_t{3}, std::size_t{4}}) {
+    if (!ours[k].equal(theirs[k])) return {};
+  }
+  if (!equal(ours[1], theirs[1]).cast<bool>()) return {};
+  for (const char* draw : {"random_sample", "standard_normal", "standard_normal"}) {
+    if (!probe.attr(draw)().equal(reference.attr(draw)())) return {};
+  }
+  return state_of(rand);
+}
+
 }  // namespace
 
 SeedWatch::SeedWatch() {
@@ -197,11 +294,31 @@ SeedWatch::SeedWatch() {
     random_ = {};
   }
   try {
-    numpy_ = numpy_words(py::module_::import("numpy").attr("random").attr("mtrand").attr("_rand"),
-                         numpy_owner_);
+    const py::object rand =
+        py::module_::import("numpy").attr("random").attr("mtrand").attr("_rand");
+    numpy_ = numpy_words(rand, numpy_owner_);
+    numpy_state_ = numpy_state(rand);
+    if (numpy_state_.words != nullptr) numpy_rand_ = rand;
   } catch (const py::error_already_set&) {
     numpy_ = {};
+    numpy_state_ = {};
   }
+}
+
+void SeedWatch::seed_numpy(std::uint64_t seed) {
+  // Through np.random.seed the first time: it also drops a seed sequence the generator may hold.
+  if (numpy_state_.words == nullptr || !numpy_seeded_) {
+    seeder_.seed_numpy(seed);
+    numpy_seeded_ = true;
+    return;
+  }
+  seed_in_place(numpy_state_, numpy_word(seed));
+}
+
+void SeedWatch::seed_all(std::uint64_t seed) {
+  seeder_.seed_random(seed);
+  seed_numpy(seed);
+  seeder_.seed_torch(seed);
 }
 
 SeedWatch::~SeedWatch() {
@@ -209,17 +326,18 @@ SeedWatch::~SeedWatch() {
   if (!gil.held()) {
     static_cast<void>(random_owner_.release());
     static_cast<void>(numpy_owner_.release());
+    static_cast<void>(numpy_rand_.release());
     return;
   }
-  random_owner_ = numpy_owner_ = py::object();
+  random_owner_ = numpy_owner_ = numpy_rand_ = py::object();
 }
 
 bool SeedWatch::before(std::uint64_t seed) {
   bool all = true;
-  for (auto [w, seed_it] : {std::pair{&random_, &PythonSeeder::seed_random},
-                            std::pair{&numpy_, &PythonSeeder::seed_numpy}}) {
+  for (Watched* w : {&random_, &numpy_}) {
     const bool seed_it_now = w->index == nullptr || w->drawn || first_;
-    if (seed_it_now) (seeder_.*seed_it)(seed);
+    if (seed_it_now && w == &random_) seeder_.seed_random(seed);
+    if (seed_it_now && w == &numpy_) seed_numpy(seed);
     all = all && seed_it_now;
     if (w->index != nullptr && !w->drawn) w->noted = w->now();
   }
@@ -241,7 +359,7 @@ bool SeedWatch::moved() noexcept {
 
 void SeedWatch::read(std::uint64_t seed, int mode, const std::function<void()>& get) {
   if (mode != 2) {
-    if (mode == 1) seeder_.seed(seed);
+    if (mode == 1) seed_all(seed);
     get();
     return;
   }
@@ -259,7 +377,7 @@ void SeedWatch::read(std::uint64_t seed, int mode, const std::function<void()>& 
   // It drew unseeded: read again with every generator seeded. Those it draws from this time are
   // seeded before every sample from now on as well (a draw that only the seeded read makes, on
   // a branch the first read's draw turned away from, would otherwise cost a third read later).
-  seeder_.seed(seed);
+  seed_all(seed);
   for (Watched* w : {&random_, &numpy_}) {
     if (w->index != nullptr && !w->drawn) w->noted = w->now();
   }
@@ -271,10 +389,12 @@ void SeedWatch::read(std::uint64_t seed, int mode, const std::function<void()>& 
 }
 
 void bind_seed_watch(py::module_& m) {
-  // (random watched, numpy watched) in this process: the checks of their layouts, for the tests.
+  // (random watched, numpy watched, numpy seeded in place) in this process: the checks of their
+  // layouts, for the tests.
   m.def("_seed_watch", [] {
     const SeedWatch watch;
-    return py::make_tuple(watch.watches_random(), watch.watches_numpy());
+    return py::make_tuple(watch.watches_random(), watch.watches_numpy(),
+                          watch.seeds_numpy_in_place());
   });
 }
 

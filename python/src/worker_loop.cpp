@@ -1,17 +1,15 @@
 // A worker process's side of python/src/workers_*.cpp (ferry/_worker.py starts the process and
 // hands over here): the loop that serves the messages coming on its socket (workers_protocol.cpp
-// writes them), the read of one sample into its place, the give-back of a staging slot's pages,
-// and the watch that ends the process with the training process. The loop is C++: Python runs
-// only __getitem__ and the generators' seeding per sample (the task's framing, unpacking,
+// writes them), the read of one sample into its place and the give-back of a staging slot's pages
+// (worker_watch.cpp: the watch that ends it with the training process). The loop is C++: Python
+// runs only __getitem__ and the generators' seeding per sample (the task's framing, unpacking,
 // mappings and answers took a fifth of a small sample's time in Python).
 
 #include <poll.h>
 #include <pybind11/stl.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -20,8 +18,6 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <chrono>
-#include <csignal>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -32,7 +28,6 @@
 #include <string>
 #include <string_view>
 #include <system_error>
-#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -447,54 +442,13 @@ void serve(const py::object& reader_object, int fd, int memfd, int control_fd,
   }
 }
 
-/// A worker process's watch of the training process `pid`: ends this process when it ends.
-/// `fd` is a pidfd of it (readable once it has ended), or -1 where the kernel has none; a pidfd
-/// closed under this thread (a dataset that closes every descriptor) falls back to asking
-/// twice a second.
-[[noreturn]] void watch_trainer(pid_t pid, int fd) {
-  if (fd >= 0) {
-    pollfd p{fd, POLLIN, 0};
-    for (;;) {
-      p.revents = 0;
-      const int n = ::poll(&p, 1, -1);
-      if (n > 0 && (p.revents & POLLIN) != 0) ::_exit(1);
-      if (n > 0 && (p.revents & POLLNVAL) != 0) break;
-    }
-  }
-  while (::kill(pid, 0) == 0 || errno != ESRCH) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  }
-  ::_exit(1);
-}
-
 }  // namespace
 
 void bind_workers(py::module_& m) {
-  m.def("_watch_trainer", [](long pid, long parent) {
-    // A thread of its own that never takes the GIL: a __getitem__ in C code holding it (a
-    // long sum(range(n))) kept a Python thread from ever noticing (ferry/_worker.py's _watch).
-    // And where `parent` (the forkserver) is given: killed when it exits, stopped or not.
-    if (parent > 0) {
-      if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
-        throw std::system_error(errno, std::generic_category(), "prctl");
-      if (::getppid() != static_cast<pid_t>(parent)) return false;  // it went already
-    }
-    const auto trainer = static_cast<pid_t>(pid);
-    const long fd = ::syscall(SYS_pidfd_open, trainer, 0U);
-    if (fd < 0 && errno == ESRCH) return false;  // already gone
-    std::thread([trainer, fd] {
-      watch_trainer(trainer, fd < 0 ? -1 : static_cast<int>(fd));
-    }).detach();
-    return true;
-  });
   py::class_<WorkerReader>(m, "_WorkerReader").def(py::init<py::object, py::tuple, int>());
   m.def("_serve", &serve, py::arg("reader"), py::arg("fd"), py::arg("memfd"), py::arg("control"),
         py::arg("failure"), py::arg("fields"), py::arg("worker"), py::arg("ferry_error"));
-  m.def("_worker_prepare", [] {
-    // (It ends with the training process by ferry/_worker.py's _watch, not PR_SET_PDEATHSIG,
-    // which follows the thread that started it.)
-    tune_malloc();
-  });
+  m.def("_worker_prepare", [] { tune_malloc(); });
 }
 
 }  // namespace ferry::python

@@ -115,6 +115,12 @@ class ProcessPool {
   /// thread. end_reads() lets it go, its answers still to come discarded. No GIL needed.
   void begin_reads(std::span<const std::size_t> indices, std::span<const SampleRef> out) noexcept;
   void end_reads() noexcept;
+  /// The samples of a share that take a process about kShareSeconds, from the time the shares
+  /// read so far took a sample (at least 2, which go ahead of each other; 0 before the first
+  /// share): a process waits for the next share between two, and a share is the most one
+  /// process reads of the last batch of an epoch while another waits for the next epoch. No GIL
+  /// needed.
+  std::size_t read_share() const noexcept;
   /// Ends every process and wakes reads waiting for one; they throw. GIL held.
   void stop();
   /// Reads waiting for an answer give up (within a slice), and reads give up at once until
@@ -254,6 +260,7 @@ class ProcessPool {
   int wake_fd_ = -1;  // an eventfd that wakes reads when the pool stops
   std::uint64_t started_ = 0;
   std::atomic<bool> abandoned_{false};
+  std::atomic<std::uint64_t> sample_ns_{0};  // a read's time in a share, averaged over shares
   // Why no process is started until the next epoch (resume()): a worker_init_fn overran the
   // timeout twice in this epoch (once costs its sample alone: the process is started again).
   // Under mutex_.

@@ -87,21 +87,28 @@ void append_task(std::vector<std::byte>& out, std::size_t index, std::uint64_t s
                  std::size_t map_size, std::size_t state_at, std::size_t group, std::uint64_t token,
                  std::uint64_t region, std::span<const std::size_t> nbytes,
                  std::span<const std::size_t> offsets) {
+  // Sized once and written in place: byte by byte (push_back), the tasks of a share were a
+  // quarter of the training process's time on small samples.
+  constexpr std::size_t kHead = 7;
+  const std::size_t words = kHead + 2 * nbytes.size();
+  const auto n = static_cast<std::uint32_t>(8 * words);
   const std::size_t at = out.size();
-  out.resize(at + 4);
-  put_u64(out, index);
-  put_u64(out, seed);
-  put_u64(out, map_size);
-  put_u64(out, state_at);
-  put_u64(out, group);
-  put_u64(out, token);
-  put_u64(out, region);
-  for (std::size_t f = 0; f < nbytes.size(); ++f) {
-    put_u64(out, nbytes[f]);
-    put_u64(out, offsets[f]);
+  out.resize(at + 4 + n);
+  std::byte* p = out.data() + at;
+  for (unsigned i = 0; i < 4; ++i) p[i] = static_cast<std::byte>(n >> (8U * (3 - i)));
+  p += 4;
+  const auto put = [&p](std::uint64_t v) {
+    for (unsigned i = 0; i < 8; ++i) p[i] = static_cast<std::byte>(v >> (8U * i));
+    p += 8;
+  };
+  for (const std::uint64_t v : {std::uint64_t{index}, seed, std::uint64_t{map_size},
+                                std::uint64_t{state_at}, std::uint64_t{group}, token, region}) {
+    put(v);
   }
-  const auto n = static_cast<std::uint32_t>(out.size() - at - 4);
-  for (unsigned i = 0; i < 4; ++i) out[at + i] = static_cast<std::byte>(n >> (8U * (3 - i)));
+  for (std::size_t f = 0; f < nbytes.size(); ++f) {
+    put(nbytes[f]);
+    put(offsets[f]);
+  }
 }
 
 bool ProcessPool::drain(Child& c, bool wait) {

@@ -6,6 +6,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -38,6 +39,7 @@ struct Range {
   std::size_t slot_bytes = 0;  // the size of such a part: its state word's line, then the fields
   std::size_t group = 1;       // the process answers this many samples together
   std::uint64_t token = 0;     // task n's token is token + n
+  std::chrono::steady_clock::time_point begun;  // when its first task went
 
   std::span<const std::size_t> bytes_of(std::size_t t) const {
     return {nbytes.data() + t * fields, fields};
@@ -67,8 +69,11 @@ thread_local std::vector<std::size_t> t_offsets;  // a task's fields' places
 // slot take only their state word's line of the memfd: up to kWindowDirect tasks then.
 constexpr std::size_t kWindowMin = 4;
 constexpr std::size_t kWindowMax = 32;
-constexpr std::size_t kWindowDirect = 64;
+constexpr std::size_t kWindowDirect = 256;
 constexpr std::size_t kWindowBytes = 4U << 20U;
+// A share's time in a process (ProcessPool::read_share): 4 ms. The hand-over between two shares
+// (the answer read, the next share taken and sent) is some 30 us of the process's time.
+constexpr std::uint64_t kShareNs = 4'000'000;
 
 // The fewest tasks in flight for samples of `part` bytes: kWindowMin, or 2 (one being written,
 // one read) for samples larger than kWindowBytes, whose scratch kWindowMin of would hold
@@ -200,6 +205,7 @@ void ProcessPool::begin_reads(std::span<const std::size_t> indices,
     c->tokens += indices.size();
     r.pool = id_;
     r.child = c;
+    r.begun = std::chrono::steady_clock::now();
   } catch (...) {
     if (held) release(*c);
     r.clear();
@@ -208,9 +214,28 @@ void ProcessPool::begin_reads(std::span<const std::size_t> indices,
   send_next(*c);
 }
 
+std::size_t ProcessPool::read_share() const noexcept {
+  const std::uint64_t each = sample_ns_.load(std::memory_order_relaxed);
+  if (each == 0) return 0;
+  constexpr std::uint64_t kMost = 1U << 16U;
+  return static_cast<std::size_t>(std::clamp<std::uint64_t>(kShareNs / each, 2, kMost));
+}
+
 void ProcessPool::end_reads() noexcept {
   Range& r = t_range;
   if (r.pool != id_) return;
+  if (r.next_read == r.indices.size() && r.next_read > 0) {  // a whole share: its time a sample
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::steady_clock::now() - r.begun)
+                        .count();
+    const std::uint64_t each =
+        std::max<std::uint64_t>(static_cast<std::uint64_t>(ns) / r.next_read, 1);
+    const std::uint64_t before = sample_ns_.load(std::memory_order_relaxed);
+    // A running average (a quarter of the new share's), a race between two threads' updates
+    // losing one of them.
+    sample_ns_.store(before == 0 ? each : before - before / 4 + each / 4,
+                     std::memory_order_relaxed);
+  }
   if (r.child != nullptr) {
     auto& c = *static_cast<Child*>(r.child);
     cancel_in_flight(c, {});  // their samples are read again elsewhere, or not at all

@@ -204,7 +204,7 @@ def test_a_worker_seeds_a_generator_only_once_a_sample_draws_from_it(ferry, tmp_
     # threads, which seed every sample; a dataset that never draws is read once a sample.
     from ferry import _ferry
 
-    assert _ferry._seed_watch() == (True, True)  # the layouts checked out on this interpreter
+    assert _ferry._seed_watch() == (True, True, True)  # the layouts checked out here
     want = None
     for processes in (0, 1, 3):
         log = tmp_path / f"log{processes}"
@@ -238,6 +238,33 @@ def test_a_worker_seeds_a_generator_only_once_a_sample_draws_from_it(ferry, tmp_
                                 seed=3, shuffle=True)
         np.testing.assert_array_equal(rows, np.concatenate([b["r"] for b in threads]))
     del loader
+
+
+class Draws:
+    """Sample i: draws of numpy's global generator of several kinds, every sample (a Gaussian of
+    a pair, whose second stays cached, among them)."""
+
+    fields = [("d", "f64", (6,))]
+
+    def __len__(self):
+        return 48
+
+    def __getitem__(self, i):
+        r = np.random
+        return {"d": np.array([r.normal(), r.rand(), r.randint(0, 1 << 30), r.binomial(10, 0.3),
+                               r.standard_normal() if i % 3 else r.poisson(4.0),
+                               r.random_sample()])}
+
+
+def test_numpy_seeded_in_place_draws_as_np_random_seed(ferry):
+    # A worker process seeds numpy's legacy generator in place (its words, position and cached
+    # Gaussian written as np.random.seed writes them, 1 us less a sample), once the layout
+    # checked out: the draws are those of threads, which call np.random.seed.
+    want, _ = batches_of(ferry, Draws(), processes=0, seed=5, shuffle=True)
+    for processes in (1, 2):
+        got, _ = batches_of(ferry, Draws(), processes=processes, seed=5, shuffle=True)
+        np.testing.assert_array_equal(np.concatenate([b["d"] for b in got]),
+                                      np.concatenate([b["d"] for b in want]))
 
 
 class Normals:
@@ -489,7 +516,7 @@ def test_teardown_does_not_wait_for_a_slow_getitem(ferry):
     assert time.monotonic() - start < 5
 
 
-def trainer_with_workers(tmp_path):
+def trainer_with_workers(tmp_path, start_method="forkserver"):
     """A training process whose loader has 2 worker processes and has read a batch, then
     sleeps: (the process, the pids of the workers that read the batch)."""
     script = tmp_path / "trainer.py"
@@ -499,7 +526,8 @@ def trainer_with_workers(tmp_path):
         import ferry
         from test_pyworkers import WhoReads
         if __name__ == "__main__":
-            loader = ferry.Loader(WhoReads(), batch_size=4, device="cpu", processes=2)
+            loader = ferry.Loader(WhoReads(), batch_size=4, device="cpu", processes=2,
+                                  start_method={start_method!r})
             ep = loader.epoch(0)
             print(" ".join(str(int(p)) for p in next(ep)["pid"].numpy()), flush=True)
             time.sleep(60)
@@ -587,6 +615,60 @@ def test_an_exception_whose_str_raises_arrives_as_itself(ferry, capfd):
         list(loader)
     assert raised.value.ferry_sample == 5
     assert "Traceback" not in capfd.readouterr().err
+
+
+class Waits:
+    """Sample i: "waits" i64, the times the process that read it has waited so far (voluntary
+    context switches); n samples."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        with open("/proc/self/status") as f:
+            line = next(x for x in f if x.startswith("voluntary_ctxt_switches"))
+        return {"waits": np.int64(line.split()[1]), "pid": np.int64(os.getpid())}
+
+
+def test_a_batch_of_quick_samples_goes_to_a_process_in_one_share(ferry):
+    # A process reads a share of a batch, then waits for the next share to be sent: shares of
+    # 2 samples (a quarter of a thread's half of a batch of 16) had each process wait 8 times a
+    # batch. The pool asks for shares of about 4 ms of its samples' time (at least the loader's
+    # own split): these take some us each, and a process waits about once a batch.
+    batches = 60
+    loader = ferry.Loader(Waits(16 * batches), batch_size=16, device="cpu", processes=2,
+                          workers=2, autotune=False)
+    for epoch in range(2):
+        waits = {}
+        for b in loader.epoch(epoch):
+            for pid, n in zip(b["pid"].numpy().tolist(), b["waits"].numpy().tolist()):
+                waits.setdefault(pid, []).append(n)
+    # epoch 1: the shares' times known since epoch 0
+    total = sum(max(w) - min(w) for w in waits.values())
+    assert total <= 3 * batches, (total, batches)
+
+
+class Threads:
+    """Sample i: "n" i64, the threads of the process that read it."""
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return {"n": np.int64(len(os.listdir("/proc/self/task")))}
+
+
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_a_worker_process_runs_one_thread(ferry, start_method):
+    # Its watch of the training process is a process: a second thread, even asleep, made each
+    # file syscall of a __getitem__ take the kernel's shared-table paths (a PNG opened with PIL
+    # took 1 us more of its 20).
+    loader = ferry.Loader(Threads(), batch_size=4, device="cpu", processes=2,
+                          start_method=start_method)
+    assert [int(n) for b in loader.epoch(0) for n in b["n"].numpy()] == [1] * 8
 
 
 def test_many_epochs_keep_processes_and_descriptors_flat(ferry):
@@ -1392,11 +1474,13 @@ def test_a_killed_trainer_with_busy_workers_leaves_nothing(tmp_path, how, start_
             os.kill(pid, signal.SIGKILL)
 
 
-def test_a_killed_trainer_with_a_stopped_worker_leaves_nothing(tmp_path):
-    # A worker stopped by SIGSTOP runs no thread to see the training process go: the forkserver
-    # exits with the training process, and its exit kills the worker (it kept the forkserver up,
-    # holding the training process's end of its pipe, and stayed stopped for ever).
-    proc, workers = trainer_with_workers(tmp_path)
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_a_killed_trainer_with_a_stopped_worker_leaves_nothing(tmp_path, start_method):
+    # A worker stopped by SIGSTOP runs no code of its own: its watch, a process of its own,
+    # kills it (and under forkserver the forkserver's exit, which follows the training
+    # process's, does too; it kept the forkserver up, holding the training process's end of its
+    # pipe, and stayed stopped for ever). Under spawn a watch thread stayed stopped with it.
+    proc, workers = trainer_with_workers(tmp_path, start_method)
     try:
         below = descendants(proc.pid)
         assert workers and workers <= set(below)
