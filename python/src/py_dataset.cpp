@@ -280,11 +280,18 @@ py::object SampleLayout::value_of(const py::handle& sample, std::size_t f,
     throw wrong(type_name(sample) +
                 (form_ == Form::declared ? ", not a dict or a tuple" : ", not a dict"));
   }
-  const auto dict = py::reinterpret_borrow<py::dict>(sample);
-  if (!dict.contains(keys_[f])) {
-    throw DataError("Python dataset: sample " + std::to_string(index) + " lacks field \"" +
-                    fields_[f].name + "\"");
+  const auto lacks = [&] {
+    return DataError("Python dataset: sample " + std::to_string(index) + " lacks field \"" +
+                     fields_[f].name + "\"");
+  };
+  if (PyDict_CheckExact(sample.ptr()) != 0) {  // one lookup (a subclass's __getitem__ below)
+    PyObject* value = PyDict_GetItemWithError(sample.ptr(), keys_[f].ptr());  // borrowed
+    if (value == nullptr && PyErr_Occurred() != nullptr) throw py::error_already_set();
+    if (value == nullptr) throw lacks();
+    return py::reinterpret_borrow<py::object>(value);
   }
+  const auto dict = py::reinterpret_borrow<py::dict>(sample);
+  if (!dict.contains(keys_[f])) throw lacks();
   return dict[keys_[f]];
 }
 
@@ -421,6 +428,12 @@ py::array SampleLayout::converted(const py::handle& value, std::size_t f, std::s
 
 py::array SampleLayout::as_array(const py::handle& value, bool& bf16) const {
   bf16 = false;
+  // An ndarray itself (not a subclass, which np.asarray makes a plain view of): as it is, without
+  // the call.
+  if (Py_TYPE(value.ptr()) ==
+      reinterpret_cast<PyTypeObject*>(py::detail::npy_api::get().PyArray_Type_)) {
+    return py::reinterpret_borrow<py::array>(value);
+  }
   try {
     return asarray_(value);
   } catch (py::error_already_set&) {
