@@ -173,14 +173,18 @@ class SeedWatch {
   /// Whether numpy's legacy generator is seeded in place (its layout was checked).
   bool seeds_numpy_in_place() const noexcept { return numpy_state_.words != nullptr; }
 
-  /// One MT19937's state as the watch reads it: where its position and its 624 words lie.
+  /// One MT19937's state as the watch reads it: where its position and its 624 words lie, and
+  /// (numpy's, where found) the flag of its cached second Gaussian, which a draw takes without
+  /// moving the words.
   struct Watched {
     const int* index = nullptr;  // null: not watched (seeded before every sample)
     const std::uint32_t* words = nullptr;
-    bool drawn = false;  // a sample drew from it: seeded before every sample
-    std::array<std::uint32_t, 3> noted{};
-    std::array<std::uint32_t, 3> now() const noexcept {
-      return {static_cast<std::uint32_t>(*index), words[0], words[623]};
+    const int* cached = nullptr;  // null: not known
+    bool drawn = false;           // a sample drew from it: seeded before every sample
+    std::array<std::uint32_t, 4> noted{};
+    std::array<std::uint32_t, 4> now() const noexcept {
+      return {static_cast<std::uint32_t>(*index), words[0], words[623],
+              cached == nullptr ? 0U : static_cast<std::uint32_t>(*cached)};
     }
   };
 
@@ -196,6 +200,9 @@ class SeedWatch {
   /// numpy's legacy generator seeded as np.random.seed(s) seeds it: written in place where that
   /// was found to give the same state (NumpyState), else through np.random.seed.
   void seed_numpy(std::uint64_t seed);
+  /// random's cached Gaussian (gauss_next) noted before a read, and whether it changed since.
+  void note_random_gauss();
+  bool random_gauss_changed() noexcept;
   /// Every generator (PythonSeeder::seed, numpy's as seed_numpy()).
   void seed_all(std::uint64_t seed);
 
@@ -216,6 +223,7 @@ class SeedWatch {
   bool first_ = true;
   py::object random_owner_, numpy_owner_;  // the objects the pointers point into
   py::object numpy_rand_;                  // numpy_state_'s RandomState
+  py::object random_gauss_;                // random's gauss_next (its cached Gaussian) noted
   bool numpy_seeded_ = false;              // through np.random.seed once
 };
 

@@ -298,7 +298,10 @@ SeedWatch::SeedWatch() {
         py::module_::import("numpy").attr("random").attr("mtrand").attr("_rand");
     numpy_ = numpy_words(rand, numpy_owner_);
     numpy_state_ = numpy_state(rand);
-    if (numpy_state_.words != nullptr) numpy_rand_ = rand;
+    if (numpy_state_.words != nullptr) {
+      numpy_rand_ = rand;
+      if (numpy_.words == numpy_state_.words) numpy_.cached = numpy_state_.has_gauss;
+    }
   } catch (const py::error_already_set&) {
     numpy_ = {};
     numpy_state_ = {};
@@ -315,6 +318,25 @@ void SeedWatch::seed_numpy(std::uint64_t seed) {
   seed_in_place(numpy_state_, numpy_word(seed));
 }
 
+void SeedWatch::note_random_gauss() {
+  if (random_.index == nullptr || random_.drawn) return;
+  random_gauss_ = py::getattr(random_owner_, "gauss_next", py::none());
+}
+
+bool SeedWatch::random_gauss_changed() noexcept {
+  // random.gauss() keeps the second of a pair in the instance's gauss_next: a draw of it, or a
+  // setstate() that leaves one, moves no word. A different object there is a change (an error
+  // reading it too: the generator is seeded from then on).
+  PyObject* now = PyObject_GetAttrString(random_owner_.ptr(), "gauss_next");
+  if (now == nullptr) {
+    PyErr_Clear();
+    return true;
+  }
+  const bool changed = now != random_gauss_.ptr();
+  Py_DECREF(now);
+  return changed;
+}
+
 void SeedWatch::seed_all(std::uint64_t seed) {
   seeder_.seed_random(seed);
   seed_numpy(seed);
@@ -327,9 +349,10 @@ SeedWatch::~SeedWatch() {
     static_cast<void>(random_owner_.release());
     static_cast<void>(numpy_owner_.release());
     static_cast<void>(numpy_rand_.release());
+    static_cast<void>(random_gauss_.release());
     return;
   }
-  random_owner_ = numpy_owner_ = numpy_rand_ = py::object();
+  random_owner_ = numpy_owner_ = numpy_rand_ = random_gauss_ = py::object();
 }
 
 bool SeedWatch::before(std::uint64_t seed) {
@@ -341,6 +364,7 @@ bool SeedWatch::before(std::uint64_t seed) {
     all = all && seed_it_now;
     if (w->index != nullptr && !w->drawn) w->noted = w->now();
   }
+  note_random_gauss();
   first_ = false;
   seeder_.seed_torch(seed);
   return all;
@@ -353,6 +377,10 @@ bool SeedWatch::moved() noexcept {
       w->drawn = true;
       drew = true;
     }
+  }
+  if (random_.index != nullptr && !random_.drawn && random_gauss_changed()) {
+    random_.drawn = true;
+    drew = true;
   }
   return drew;
 }
@@ -381,6 +409,7 @@ void SeedWatch::read(std::uint64_t seed, int mode, const std::function<void()>& 
   for (Watched* w : {&random_, &numpy_}) {
     if (w->index != nullptr && !w->drawn) w->noted = w->now();
   }
+  note_random_gauss();
   struct Marks {
     SeedWatch& watch;
     ~Marks() { static_cast<void>(watch.moved()); }
