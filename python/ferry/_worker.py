@@ -383,16 +383,16 @@ def _failure(error, ferry_error):
 def _watch(trainer):
     """Ends this process when the training process `trainer` ends, however it ends (SIGKILL
     too) and whatever this process is doing (a long __getitem__ too, in C code holding the GIL
-    too, or stopped by SIGSTOP): a child process of its own, `ferry-watch`, waits on a pidfd of it
-    and kills this one (_ferry._watch_trainer). Not a thread: this process stays single-threaded,
-    as its file syscalls are cheaper so.
+    too): a thread of the extension's that never takes the GIL waits on a pidfd of it
+    (_ferry._watch_trainer), in a descriptor table of its own, so that this process's file
+    syscalls stay those of a single thread.
 
-    A child of the forkserver is also given the training process's end of the forkserver's
-    "alive" pipe, which kept the forkserver up while the child lived; closed here, the forkserver
-    exits with the training process, and its exit kills this process (PR_SET_PDEATHSIG, its only
-    thread being the one that forked it): a watch killed by hand leaves nothing behind either.
-    Not so under spawn: there the parent is the thread that made the loader, and the death signal
-    would follow that thread."""
+    A process stopped (SIGSTOP) runs no thread: there the forkserver ends it. A child of the
+    forkserver is given the training process's end of the forkserver's "alive" pipe, which kept
+    the forkserver up while the child lived; closed here, the forkserver exits with the training
+    process, and its exit kills this process (PR_SET_PDEATHSIG, its only thread being the one
+    that forked it). Not so under spawn: there the parent is the thread that made the loader,
+    and the death signal would follow that thread."""
     from multiprocessing import forkserver  # noqa: PLC0415
 
     from . import _ferry  # noqa: PLC0415 (the extension, in the child)

@@ -39,11 +39,18 @@ int use_processes(const Dataset& dataset, const py::object& processes, ProcessOp
       throw py::type_error("Loader: processes is None or an int, not " +
                            py::repr(processes).cast<std::string>());
     }
-    options.count = processes.cast<int>();
-    if (options.count < 0 || options.count > 1024) {
-      throw ConfigError("Loader: processes is 0 (threads), 1..1024, or None, not " +
-                        std::to_string(options.count));
+    int overflow = 0;
+    const long long count = PyLong_AsLongLongAndOverflow(processes.ptr(), &overflow);
+    // Below zero a ValueError, as the other counts' (docs/PYTHON.md); above 1024 ferry's own.
+    if (overflow < 0 || (overflow == 0 && count < 0)) {
+      throw py::value_error("Loader: processes is None or an int >= 0, not " +
+                            py::repr(processes).cast<std::string>());
     }
+    if (overflow > 0 || count > 1024) {
+      throw ConfigError("Loader: processes is 0 (threads), 1..1024, or None, not " +
+                        py::repr(processes).cast<std::string>());
+    }
+    options.count = static_cast<int>(count);
     if (options.count == 0) return 0;
     if (python.empty()) {
       throw ConfigError("Loader: processes=" + std::to_string(options.count) +

@@ -103,8 +103,9 @@ class WorkerReader {
     index_ = index;
     const std::unique_ptr<std::vector<py::array>, void (*)(std::vector<py::array>*)> release(
         &arrays_, [](std::vector<py::array>* a) { a->clear(); });
-    watch_.read(seed, seed_mode_, get_);
     TaskState task(state, token);
+    if (!task.begin()) return;  // called off before it began
+    watch_.read(seed, seed_mode_, get_);
     if (!task.claim()) return;
     SampleLayout::copy(arrays_, dest_, nbytes_);
     task.finish(/*ok=*/true);

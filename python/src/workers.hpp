@@ -60,35 +60,60 @@ struct ProcessOptions {
 /// task makes an older task's claim fail the same way.
 class TaskState {
  public:
-  enum class Code : std::uint8_t { pending = 0, writing = 1, done = 2, failed = 3, cancelled = 4 };
+  enum class Code : std::uint8_t {
+    pending = 0,
+    writing = 1,
+    done = 2,
+    failed = 3,
+    cancelled = 4,
+    reading = 5
+  };
 
   TaskState(std::byte* word, std::uint64_t token) noexcept
       : word_(*reinterpret_cast<std::uint64_t*>(word)), token_(token) {}
   /// The training process: the task is about to go.
   void open() noexcept { word_.store(value(Code::pending)); }
-  /// The worker process: true when the task was still pending (now writing).
-  bool claim() noexcept {
+  /// The worker process, before it reads the sample: true when the task was still pending (now
+  /// reading). A process that ends with a task of its pending never began it.
+  bool begin() noexcept {
     std::uint64_t expected = value(Code::pending);
+    return word_.compare_exchange_strong(expected, value(Code::reading));
+  }
+  /// The worker process: true when the task was still pending or reading (now writing).
+  bool claim() noexcept {
+    std::uint64_t expected = value(Code::reading);
+    if (word_.compare_exchange_strong(expected, value(Code::writing))) return true;
+    expected = value(Code::pending);
     return word_.compare_exchange_strong(expected, value(Code::writing));
   }
   /// The worker process: the sample was written (or failed half-way).
   void finish(bool ok) noexcept { word_.store(value(ok ? Code::done : Code::failed)); }
-  /// The training process: pending becomes cancelled. Returns the task's code before (pending:
-  /// cancelled now); a word of another task reads as cancelled.
+  /// The training process: pending or reading becomes cancelled. Returns the task's code before
+  /// (pending or reading: cancelled now); a word of another task reads as cancelled.
   Code cancel() noexcept {
-    std::uint64_t seen = value(Code::pending);
-    if (word_.compare_exchange_strong(seen, value(Code::cancelled))) return Code::pending;
-    return code_of(seen);
+    for (const Code from : {Code::pending, Code::reading}) {
+      std::uint64_t seen = value(from);
+      if (word_.compare_exchange_strong(seen, value(Code::cancelled))) return from;
+      if (code_of(seen) != Code::pending && code_of(seen) != Code::reading) return code_of(seen);
+    }
+    return code();
   }
   Code code() const noexcept { return code_of(word_.load()); }
 
  private:
   std::uint64_t value(Code c) const noexcept { return token_ * 8 + static_cast<std::uint64_t>(c); }
   Code code_of(std::uint64_t v) const noexcept {
-    return v / 8 == token_ && v % 8 <= 4 ? static_cast<Code>(v % 8) : Code::cancelled;
+    return v / 8 == token_ && v % 8 <= 5 ? static_cast<Code>(v % 8) : Code::cancelled;
   }
   std::atomic_ref<std::uint64_t> word_;
   std::uint64_t token_;
+};
+
+/// A read whose process ended before it began the sample (its task still pending): the sample is
+/// not to blame, and is read again by another process.
+class Unstarted : public Error {
+ public:
+  using Error::Error;
 };
 
 /// Where a task's state word (TaskState) lies in its process's memfd, and its token (0: none).
@@ -110,6 +135,8 @@ class ProcessPool {
   /// Sample `index` read by a worker process into `out`. Called on ferry's worker threads
   /// without the GIL (taken only to replace a process). \throws DataError for a failed sample.
   void read(const PyDataset& dataset, std::size_t index, SampleRef out);
+  /// read() by one process, its task alone. \throws Unstarted where it ended before it began.
+  void read_one(const PyDataset& dataset, std::size_t index, SampleRef out);
   /// This thread's next reads (Dataset::begin_reads): one process takes them, their tasks sent
   /// ahead (a few at a time), so that it goes from one to the next without waiting for this
   /// thread. end_reads() lets it go, its answers still to come discarded. No GIL needed.

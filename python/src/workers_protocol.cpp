@@ -256,10 +256,21 @@ const std::vector<std::byte>& ProcessPool::receive(Child& c, std::size_t index, 
       // It ended. The samples it did before, their answers not sent yet (it answers in
       // groups), are whole, their tasks marked done: taken as answered. The first not done is
       // the one it ended on.
-      if (answer && done.token != 0 && done.at + sizeof(std::uint64_t) <= c.map_size &&
-          TaskState(c.map + done.at, done.token).code() == TaskState::Code::done) {
+      const bool marked =
+          answer && done.token != 0 && done.at + sizeof(std::uint64_t) <= c.map_size;
+      const TaskState::Code code =
+          marked ? TaskState(c.map + done.at, done.token).code() : TaskState::Code::reading;
+      if (code == TaskState::Code::done) {
         c.taken.assign(1, std::byte{0});
         return c.taken;
+      }
+      if (code == TaskState::Code::pending) {  // it never began this one: not the sample's fault
+        const std::string why = "worker process " + std::to_string(c.id) + " (pid " +
+                                std::to_string(c.pid) + ") " + ending(c) +
+                                " before reading sample " + std::to_string(index);
+        retire(c);
+        release(c);
+        throw Unstarted("Python dataset: " + why);
       }
       lost(c, index, ending(c));
     }

@@ -277,6 +277,9 @@ bool ProcessPool::read_ahead(const PyDataset& dataset, std::size_t index, Sample
   try {
     answer = &receive(c, index, /*answer=*/true, static_cast<int>(r.next_send - at - 1),
                       {state_at, r.token + at});
+  } catch (const Unstarted&) {
+    r.clear();  // it ended before this sample: read by another process, one by one
+    return false;
   } catch (...) {
     // It ended (died, or overran the timeout: lost() retired and released it), or the read was
     // abandoned or the pool stops (its tasks cancelled, c released, its answers counted stale).
@@ -324,13 +327,26 @@ void ProcessPool::send_next(Child& c) noexcept {
 }
 
 void ProcessPool::read(const PyDataset& dataset, std::size_t index, SampleRef out) {
-  const std::size_t fields = dataset.layout().fields().size();
   if (abandoned_.load()) {
     end_reads();
     throw Error("Python dataset: the read of sample " + std::to_string(index) +
                 " was abandoned (its epoch was left)");
   }
   if (read_ahead(dataset, index, out)) return;
+  // A process that ends before it begins the sample (killed while idle, or by the sample before
+  // it) is not the sample's fault: another reads it. Three such ends in a row fail it.
+  for (int tries = 1;; ++tries) {
+    try {
+      read_one(dataset, index, out);
+      return;
+    } catch (const Unstarted& e) {
+      if (tries == 3) throw DataError(e.what());
+    }
+  }
+}
+
+void ProcessPool::read_one(const PyDataset& dataset, std::size_t index, SampleRef out) {
+  const std::size_t fields = dataset.layout().fields().size();
   Child& c = acquire();
   std::vector<std::size_t>& nbytes = t_nbytes;
   nbytes.clear();
