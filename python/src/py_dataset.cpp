@@ -347,12 +347,15 @@ std::vector<py::array> SampleLayout::arrays(const py::handle& sample, std::size_
 py::array SampleLayout::converted(const py::handle& value, std::size_t f, std::size_t index) const {
   bool bf16 = false;
   py::array given = as_array(value, bf16);
-  const std::string dtype_source = declared() ? "the declared dtype" : first_name() + "'s dtype";
+  // Where the field's dtype came from, for the errors below (made only for one).
+  const auto dtype_source = [this] {
+    return declared() ? std::string("the declared dtype") : first_name() + "'s dtype";
+  };
   if (fields_[f].dtype == DType::bf16) {
     if (bf16) return given;
     throw DataError("Python dataset: field \"" + fields_[f].name + "\" of sample " +
                     std::to_string(index) + " is " + py::str(given.dtype()).cast<std::string>() +
-                    ", not a bf16 torch tensor (bf16 is " + dtype_source + " for the field)");
+                    ", not a bf16 torch tensor (bf16 is " + dtype_source() + " for the field)");
   }
   if (bf16) given = asarray_(value.attr("detach")().attr("cpu")().attr("float")());  // exact
   const py::dtype& want = dtypes_[f];
@@ -385,7 +388,7 @@ py::array SampleLayout::converted(const py::handle& value, std::size_t f, std::s
     throw DataError("Python dataset: field \"" + fields_[f].name + "\" of sample " +
                     std::to_string(index) + ": " + shown(given) + " (" +
                     py::str(given.dtype()).cast<std::string>() + ") cannot be converted to " +
-                    py::str(py::object(want)).cast<std::string>() + " (" + dtype_source +
+                    py::str(py::object(want)).cast<std::string>() + " (" + dtype_source() +
                     " for the field): " +
                     py::str(py::type::of(e.value()).attr("__name__")).cast<std::string>() + ": " +
                     py::str(e.value()).cast<std::string>());
@@ -420,7 +423,7 @@ py::array SampleLayout::converted(const py::handle& value, std::size_t f, std::s
     throw DataError("Python dataset: field \"" + fields_[f].name + "\" of sample " +
                     std::to_string(index) + ": " + shown(given) + " (" +
                     py::str(given.dtype()).cast<std::string>() + ") does not fit " +
-                    py::str(py::object(want)).cast<std::string>() + " (" + dtype_source +
+                    py::str(py::object(want)).cast<std::string>() + " (" + dtype_source() +
                     " for the field) without changing a value");
   }
   return a;

@@ -223,8 +223,9 @@ class SeedWatch {
   bool first_ = true;
   py::object random_owner_, numpy_owner_;  // the objects the pointers point into
   py::object numpy_rand_;                  // numpy_state_'s RandomState
-  py::object random_gauss_;                // random's gauss_next (its cached Gaussian) noted
-  bool numpy_seeded_ = false;              // through np.random.seed once
+  py::object random_gauss_;    // random's gauss_next (its cached Gaussian) noted; null: unread
+  py::object gauss_name_;      // "gauss_next", interned
+  bool numpy_seeded_ = false;  // through np.random.seed once
 };
 
 /// A dataset written in Python. A failure keeps the Python exception, traceback included, for

@@ -285,7 +285,8 @@ SeedWatch::NumpyState numpy_state(const py::object& rand) {
 
 }  // namespace
 
-SeedWatch::SeedWatch() {
+SeedWatch::SeedWatch()
+    : gauss_name_(py::reinterpret_steal<py::object>(PyUnicode_InternFromString("gauss_next"))) {
   // Any failure to find or check a layout leaves that generator seeded before every sample.
   try {
     random_owner_ = py::module_::import("random").attr("seed").attr("__self__");
@@ -320,14 +321,16 @@ void SeedWatch::seed_numpy(std::uint64_t seed) {
 
 void SeedWatch::note_random_gauss() {
   if (random_.index == nullptr || random_.drawn) return;
-  random_gauss_ = py::getattr(random_owner_, "gauss_next", py::none());
+  PyObject* now = PyObject_GetAttr(random_owner_.ptr(), gauss_name_.ptr());
+  if (now == nullptr) PyErr_Clear();
+  random_gauss_ = py::reinterpret_steal<py::object>(now);
 }
 
 bool SeedWatch::random_gauss_changed() noexcept {
   // random.gauss() keeps the second of a pair in the instance's gauss_next: a draw of it, or a
   // setstate() that leaves one, moves no word. A different object there is a change (an error
   // reading it too: the generator is seeded from then on).
-  PyObject* now = PyObject_GetAttrString(random_owner_.ptr(), "gauss_next");
+  PyObject* now = PyObject_GetAttr(random_owner_.ptr(), gauss_name_.ptr());
   if (now == nullptr) {
     PyErr_Clear();
     return true;
@@ -350,9 +353,10 @@ SeedWatch::~SeedWatch() {
     static_cast<void>(numpy_owner_.release());
     static_cast<void>(numpy_rand_.release());
     static_cast<void>(random_gauss_.release());
+    static_cast<void>(gauss_name_.release());
     return;
   }
-  random_owner_ = numpy_owner_ = numpy_rand_ = random_gauss_ = py::object();
+  random_owner_ = numpy_owner_ = numpy_rand_ = random_gauss_ = gauss_name_ = py::object();
 }
 
 bool SeedWatch::before(std::uint64_t seed) {

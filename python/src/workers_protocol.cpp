@@ -182,8 +182,9 @@ bool ProcessPool::ended(const Child& c) noexcept {
 
 const std::vector<std::byte>& ProcessPool::receive(Child& c, std::size_t index, bool answer,
                                                    int also_stale, DoneMark done) {
-  auto begin = std::chrono::steady_clock::now();
   bool timed = answer && options_.timeout > 0;
+  // (The clock read only under a timeout: a read of a sample otherwise takes none.)
+  auto begin = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   bool initializing = false;  // in its worker_init_fn: that has the timeout's time too
   for (;;) {
     if (abandoned_.load()) {
