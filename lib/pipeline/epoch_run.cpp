@@ -101,6 +101,10 @@ EpochRun::EpochRun(std::shared_ptr<LoaderImpl> impl, std::uint64_t epoch, std::s
 
 EpochRun::~EpochRun() {
   run_.stop();
+  // Left before its end: every slot it lets go is idle until the next epoch, its batch's too.
+  if (next_ < run_.end && run_.impl->tells_staging) {
+    run_.impl->give_back_slot.store(true, std::memory_order_relaxed);
+  }
   release_current();
   shutdown();
 }
@@ -132,6 +136,12 @@ void EpochRun::shutdown() noexcept {
   Planned p;
   while (run_.planned.pop(p)) impl.ring->release_slot(p.slot);
   stage_->drain();
+  // Left before its end, where the dataset hears of slots let go: every free slot is idle
+  // until the next epoch (its pages given back, as an epoch's last batches' are).
+  if (next_ < run_.end && impl.tells_staging) {
+    impl.give_back_slot.store(true, std::memory_order_relaxed);
+    impl.ring->let_go_free();
+  }
   finish_stats();
   EpochRun* self = this;
   impl.active.compare_exchange_strong(self, nullptr);

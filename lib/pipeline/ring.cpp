@@ -163,6 +163,22 @@ void BufferRing::release_slot(std::uint32_t id) noexcept {
   slot_returned_.notify();
 }
 
+void BufferRing::let_go_free() noexcept {
+  if (!let_go_) return;
+  std::vector<std::uint32_t> ids;
+  try {
+    ids.reserve(slots_.size());
+  } catch (...) {
+    return;  // no memory: the pages stay until the next epoch
+  }
+  std::uint32_t id = 0;
+  while (ids.size() < slots_.size() && free_slots_.pop(id)) ids.push_back(id);
+  for (const std::uint32_t s : ids) {
+    if (slots_[s]->data != nullptr) let_go_(std::span<std::byte>(slots_[s]->data, staging_bytes_));
+    push_free(s);
+  }
+}
+
 void BufferRing::release_device(std::uint32_t id) noexcept {
   while (!free_device_.push(id)) {
   }

@@ -254,6 +254,9 @@ class BufferRing {
     release_slot(id);
   }
   void release_device(std::uint32_t id) noexcept;
+  /// let_go's hook for every free slot (an epoch left early: none is written until the next).
+  /// No other thread takes a slot meanwhile.
+  void let_go_free() noexcept;
   /// Wakes every waiter, so that it looks at its stop condition again.
   void wake() noexcept;
 

@@ -51,7 +51,7 @@ void ProcessPool::send_to_idle(std::uint64_t region) noexcept {
     const std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) return;
     for (Child& c : children_) {
-      if (c.busy || c.dead || !c.ready || c.stale > 0 ||
+      if (c.busy || c.dead || !c.ready ||
           std::find(c.regions.begin(), c.regions.end(), region) == c.regions.end()) {
         continue;
       }

@@ -971,6 +971,28 @@ def test_an_epoch_started_at_once_keeps_the_slots_pages(ferry):
     assert min(first) >= 4 * slot, [f >> 20 for f in first]
 
 
+def test_an_epoch_left_early_gives_its_slots_pages_back(ferry):
+    # Its batches made but not delivered, and the one the loop held, are idle until the next
+    # epoch: their pages go back as an epoch's last batches' do (before, every slot kept its
+    # pages until an epoch ran to its end; the processes with answers still to discard were
+    # not sent give-backs).
+    loader = ferry.Loader(Slowish(), batch_size=8, device="cpu", autotune=False, processes=2,
+                          workers=2, prefetch=4, shuffle=True)
+    for epoch in range(2):
+        ep = loader.epoch(epoch)
+        for n, b in enumerate(ep):
+            if n == 2:
+                break
+        b = None  # noqa: PLW2901
+        del ep
+        deadline = time.monotonic() + 10
+        while staging_allocated() > 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert staging_allocated() == 0, staging_allocated() >> 20
+    got = sorted(int(i) for b in loader.epoch(2) for i in b.indices)  # and the next is whole
+    assert got == list(range(96))
+
+
 def wait_for(path, seconds=20):
     """Until the file `path` exists, or `seconds` have passed."""
     deadline = time.monotonic() + seconds
