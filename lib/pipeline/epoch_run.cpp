@@ -101,10 +101,6 @@ EpochRun::EpochRun(std::shared_ptr<LoaderImpl> impl, std::uint64_t epoch, std::s
 
 EpochRun::~EpochRun() {
   run_.stop();
-  // Left before its end: every slot it lets go is idle until the next epoch, its batch's too.
-  if (next_ < run_.end && run_.impl->tells_staging) {
-    run_.impl->give_back_slot.store(true, std::memory_order_relaxed);
-  }
   release_current();
   shutdown();
 }

@@ -259,8 +259,8 @@ SeedWatch::NumpyState numpy_state(const py::object& rand) {
   if (!py::type::of(rand).is(py::type::of(probe))) return {};
   const SeedWatch::NumpyState s = state_of(probe);
   if (s.words == nullptr) return {};
-  const py::object gaussian = probe.attr("standard_normal")();
-  py::tuple drawn = probe.attr("get_state")();
+  probe.attr("standard_normal")();  // the second of the pair cached
+  const py::tuple drawn = probe.attr("get_state")();
   if (drawn.size() != 5 || drawn[3].cast<int>() != 1 || *s.has_gauss != 1 ||
       *s.gauss != drawn[4].cast<double>()) {
     return {};

@@ -322,8 +322,7 @@ void give_back(std::span<std::byte> control, std::uint64_t state_at, std::uint64
 constexpr int kGiveBackIdleMs = 250;
 
 // Message sizes (ferry/_worker.py's docstring; workers_protocol.cpp writes them): a task is
-// 7 words and 2 a field, map 2, drop 1, give-back 3.
-constexpr std::size_t kTaskWords = 7;
+// kTaskWords and 2 a field (workers_internal.hpp), map 2, drop 1, give-back 3.
 constexpr std::size_t kMapBytes = 16;
 constexpr std::size_t kDropBytes = 8;
 constexpr std::size_t kGiveBackBytes = 24;

@@ -29,6 +29,10 @@ inline void put_u64(std::vector<std::byte>& out, std::uint64_t v) {
 /// Whole message, or false when the other side is gone.
 bool send_all(int fd, const std::byte* data, std::size_t n);
 
+/// A task message's words before its fields' (2 a field): index, seed, map size, state word,
+/// group, token, region.
+inline constexpr std::size_t kTaskWords = 7;
+
 /// A task message (Connection framing) at the end of `out`: see ferry/_worker.py.
 void append_task(std::vector<std::byte>& out, std::size_t index, std::uint64_t seed,
                  std::size_t map_size, std::size_t state_at, std::size_t group, std::uint64_t token,

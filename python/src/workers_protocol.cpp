@@ -89,8 +89,7 @@ void append_task(std::vector<std::byte>& out, std::size_t index, std::uint64_t s
                  std::span<const std::size_t> offsets) {
   // Sized once and written in place: byte by byte (push_back), the tasks of a share were a
   // quarter of the training process's time on small samples.
-  constexpr std::size_t kHead = 7;
-  const std::size_t words = kHead + 2 * nbytes.size();
+  const std::size_t words = kTaskWords + 2 * nbytes.size();
   const auto n = static_cast<std::uint32_t>(8 * words);
   const std::size_t at = out.size();
   out.resize(at + 4 + n);
