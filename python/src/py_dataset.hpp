@@ -122,8 +122,23 @@ class SampleLayout {
   py::object simplefilter_;    // conversion compared (ComplexWarning) print nothing
 };
 
+/// Where numpy's legacy global generator keeps its state: its MT19937's words and position, and
+/// its RandomState's cached second Gaussian (an int flag, a double).
+struct NumpyState {
+  std::uint32_t* words = nullptr;  // null: not found (set through np.random.set_state)
+  int* pos = nullptr;
+  int* has_gauss = nullptr;
+  double* gauss = nullptr;
+};
+
 /// Seeds Python's `random`, numpy's legacy global generator and torch's CPU generator (where
 /// torch is imported) from a sample's seed, before its __getitem__. Needs the GIL.
+///
+/// numpy's generator gets a state of its own for each seed, not np.random.seed's: its 624 words
+/// drawn from a splitmix64 sequence started at the seed, the position at 0 (as
+/// np.random.set_state(("MT19937", words, 0)) sets it). np.random.seed's initialization is a
+/// chain of 624 dependent multiplications, and its position at the end mixes all 624 words again
+/// at the first draw: 1.5 us a sample against 0.2.
 class PythonSeeder {
  public:
   PythonSeeder();
@@ -133,6 +148,8 @@ class PythonSeeder {
   void seed(std::uint64_t seed) const;
   /// Each generator alone, as seed() seeds it.
   void seed_random(std::uint64_t seed) const;
+  /// Written in place, under the generator's lock, where its layout checked out at start (the
+  /// same state and draws as set_state gives); else through np.random.set_state.
   void seed_numpy(std::uint64_t seed) const;
   void seed_torch(std::uint64_t seed) const;
   /// The generators' states (random's, numpy's global one's, torch's CPU one's where torch is
@@ -140,17 +157,26 @@ class PythonSeeder {
   py::tuple states() const;
   void restore(const py::tuple& states) const;
   void abandon() noexcept;
+  /// Where numpy's generator is written in place (words null: it is not).
+  const NumpyState& numpy_state() const noexcept { return numpy_state_; }
 
  private:
   py::object random_seed_;
-  py::object numpy_seed_;
+  py::object numpy_set_state_;    // np.random.set_state, where numpy_state_ was not found
+  py::object numpy_rand_;         // the RandomState numpy_state_ points into
+  py::object numpy_lock_;         // its lock (np.random.seed and every draw take it)
+  py::object acquire_, release_;  // "acquire", "release", interned
+  NumpyState numpy_state_;
   py::object modules_;             // sys.modules: torch is seeded only once something imported it
   mutable py::object torch_seed_;  // torch.default_generator.manual_seed, once torch is there
 };
 
+/// numpy's legacy generator's words for sample `seed` (PythonSeeder), 624 of them.
+void numpy_words_of(std::uint64_t seed, std::uint32_t* words) noexcept;
+
 /// A worker process's seeding of `random` and numpy's legacy global generator (seed_python): a
 /// generator is seeded before a sample only once a sample in this process has drawn from it
-/// (seeding `random` costs 3.5 us, numpy's 1.5: more than a small sample's own work). Until then
+/// (seeding `random` costs 3.5 us, numpy's 0.3: as much as a small sample's own work). Until then
 /// its position and two of its words are looked at before and after each sample; a sample that
 /// drew from one unseeded is read again, that generator seeded from then on (read()). A generator
 /// whose memory layout could not be checked at start is seeded before every sample, as is
@@ -171,7 +197,7 @@ class SeedWatch {
   bool watches_random() const noexcept { return random_.index != nullptr; }
   bool watches_numpy() const noexcept { return numpy_.index != nullptr; }
   /// Whether numpy's legacy generator is seeded in place (its layout was checked).
-  bool seeds_numpy_in_place() const noexcept { return numpy_state_.words != nullptr; }
+  bool seeds_numpy_in_place() const noexcept { return seeder_.numpy_state().words != nullptr; }
 
   /// One MT19937's state as the watch reads it: where its position and its 624 words lie, and
   /// (numpy's, where found) the flag of its cached second Gaussian, which a draw takes without
@@ -197,35 +223,18 @@ class SeedWatch {
   /// After a read: marks drawn the watched generators whose state moved from the one noted;
   /// whether any did.
   bool moved() noexcept;
-  /// numpy's legacy generator seeded as np.random.seed(s) seeds it: written in place where that
-  /// was found to give the same state (NumpyState), else through np.random.seed.
-  void seed_numpy(std::uint64_t seed);
   /// random's cached Gaussian (gauss_next) noted before a read, and whether it changed since.
   void note_random_gauss();
   bool random_gauss_changed() noexcept;
-  /// Every generator (PythonSeeder::seed, numpy's as seed_numpy()).
+  /// Every generator (PythonSeeder::seed).
   void seed_all(std::uint64_t seed);
 
- public:
-  /// Where numpy's legacy generator keeps what np.random.seed sets: its words and position, and
-  /// its RandomState's cached Gaussian (an int flag, a double).
-  struct NumpyState {
-    std::uint32_t* words = nullptr;  // null: seeded through np.random.seed
-    int* pos = nullptr;
-    int* has_gauss = nullptr;
-    double* gauss = nullptr;
-  };
-
- private:
   PythonSeeder seeder_;
-  NumpyState numpy_state_;
   Watched random_, numpy_;
   bool first_ = true;
   py::object random_owner_, numpy_owner_;  // the objects the pointers point into
-  py::object numpy_rand_;                  // numpy_state_'s RandomState
-  py::object random_gauss_;    // random's gauss_next (its cached Gaussian) noted; null: unread
-  py::object gauss_name_;      // "gauss_next", interned
-  bool numpy_seeded_ = false;  // through np.random.seed once
+  py::object random_gauss_;  // random's gauss_next (its cached Gaussian) noted; null: unread
+  py::object gauss_name_;    // "gauss_next", interned
 };
 
 /// A dataset written in Python. A failure keeps the Python exception, traceback included, for

@@ -17,32 +17,13 @@ namespace ferry::python {
 
 // ---- PythonSeeder
 
-PythonSeeder::PythonSeeder()
-    : random_seed_(py::module_::import("random").attr("seed")),
-      numpy_seed_(py::module_::import("numpy").attr("random").attr("seed")),
-      modules_(py::module_::import("sys").attr("modules")) {}
-
-PythonSeeder::~PythonSeeder() {
-  const GilIfUsable gil;
-  if (!gil.held()) {
-    abandon();
-    return;
-  }
-  random_seed_ = numpy_seed_ = modules_ = torch_seed_ = py::object();
-}
-
-void PythonSeeder::abandon() noexcept {
-  static_cast<void>(random_seed_.release());
-  static_cast<void>(numpy_seed_.release());
-  static_cast<void>(modules_.release());
-  static_cast<void>(torch_seed_.release());
-}
-
 namespace {
 
+constexpr std::size_t kWords = 624;  // an MT19937's state
+
 /// One generator's seed from the sample's: each generator its own (random and numpy's legacy
-/// generator are both MT19937 seeded the same way: one seed would make their draws equal, and a
-/// flip drawn from one and a crop from the other move together).
+/// generator are both MT19937: one seed would make their draws equal, and a flip drawn from one
+/// and a crop from the other move together).
 std::uint64_t generator_seed(std::uint64_t seed, std::uint64_t generator) {
   std::uint64_t z = seed + generator * 0x9E3779B97F4A7C15ULL;
   z = (z ^ (z >> 30U)) * 0xBF58476D1CE4E5B9ULL;
@@ -50,13 +31,157 @@ std::uint64_t generator_seed(std::uint64_t seed, std::uint64_t generator) {
   return z ^ (z >> 31U);
 }
 
-/// numpy's legacy generator's seed: a 32-bit one (an int: its fast path; a list of words costs
-/// six times as much).
-std::uint32_t numpy_word(std::uint64_t seed) {
-  return static_cast<std::uint32_t>(generator_seed(seed, 2) & 0xffffffffU);
+/// Where RandomState `rand`, over an MT19937 whose state struct is `words`, keeps its cached
+/// Gaussian: its aug_bitgen_t (a pointer to its bitgen_t, an int, a double), found as the word of
+/// the object that points at the object's own bitgen_t, whose first member points at `words`.
+/// Not checked here: numpy_state() checks it.
+NumpyState find_numpy_state(const py::object& rand, std::uint32_t* words) {
+  struct Aug {  // aug_bitgen_t's layout
+    void* bit_generator;
+    int has_gauss;
+    double gauss;
+  };
+  auto* object = reinterpret_cast<unsigned char*>(rand.ptr());
+  const auto size = static_cast<std::size_t>(Py_TYPE(rand.ptr())->tp_basicsize);
+  const auto word = [&](std::size_t at) {
+    void* p = nullptr;
+    std::memcpy(&p, object + at, sizeof p);
+    return p;
+  };
+  for (std::size_t bitgen = sizeof(PyObject); bitgen + sizeof(void*) <= size;
+       bitgen += sizeof(void*)) {
+    if (word(bitgen) != static_cast<void*>(words)) continue;
+    for (std::size_t aug = bitgen + sizeof(void*); aug + sizeof(Aug) <= size;
+         aug += sizeof(void*)) {
+      if (word(aug) != object + bitgen) continue;
+      NumpyState s;
+      s.words = words;
+      s.pos = reinterpret_cast<int*>(words + kWords);
+      s.has_gauss = reinterpret_cast<int*>(object + aug + offsetof(Aug, has_gauss));
+      s.gauss = reinterpret_cast<double*>(object + aug + offsetof(Aug, gauss));
+      return s;
+    }
+  }
+  return {};
+}
+
+/// `s` set to `words` as set_state(("MT19937", words, 0)) sets it: the words, the position at
+/// the start, no cached Gaussian.
+void write_in_place(const NumpyState& s, const std::uint32_t* words) noexcept {
+  std::memcpy(s.words, words, kWords * sizeof(std::uint32_t));
+  *s.pos = 0;
+  *s.has_gauss = 0;
+  *s.gauss = 0.0;
+}
+
+py::object words_array(const std::uint32_t* words) {
+  return py::array_t<std::uint32_t>(static_cast<py::ssize_t>(kWords), words);
+}
+
+/// Where numpy's global RandomState `rand` keeps its state, found on a RandomState of its own
+/// and checked there: its cached Gaussian where get_state() says, then written in place to the
+/// same state (words, position, cached Gaussian) and the same next draws as one given them by
+/// set_state(). Empty where anything disagrees (then seeded through np.random.set_state).
+NumpyState checked_numpy_state(const py::object& rand) {
+  const py::object numpy_random = py::module_::import("numpy").attr("random");
+  const auto state_of = [](const py::object& r) {
+    const py::object bits = r.attr("_bit_generator");
+    void* bitgen = PyCapsule_GetPointer(bits.attr("capsule").ptr(), "BitGenerator");
+    if (bitgen == nullptr) {
+      PyErr_Clear();
+      return NumpyState{};
+    }
+    void* words = nullptr;
+    std::memcpy(&words, bitgen, sizeof words);  // bitgen_t's first member: void* state
+    return words == nullptr ? NumpyState{}
+                            : find_numpy_state(r, static_cast<std::uint32_t*>(words));
+  };
+  const py::object probe = numpy_random.attr("RandomState")(12345);
+  if (!py::type::of(rand).is(py::type::of(probe)) ||
+      py::type::of(probe.attr("_bit_generator")).attr("__name__").cast<std::string>() !=
+          "MT19937") {
+    return {};
+  }
+  const NumpyState s = state_of(probe);
+  if (s.words == nullptr) return {};
+  probe.attr("standard_normal")();  // the second of the pair cached
+  const py::tuple drawn = probe.attr("get_state")();
+  if (drawn.size() != 5 || drawn[3].cast<int>() != 1 || *s.has_gauss != 1 ||
+      *s.gauss != drawn[4].cast<double>()) {
+    return {};
+  }
+  std::array<std::uint32_t, kWords> words{};
+  numpy_words_of(987654321U, words.data());
+  write_in_place(s, words.data());
+  const py::object reference = numpy_random.attr("RandomState")();
+  reference.attr("standard_normal")();  // a cached Gaussian that set_state() must clear
+  reference.attr("set_state")(py::make_tuple("MT19937", words_array(words.data()), 0, 0, 0.0));
+  const py::tuple ours = probe.attr("get_state")();
+  const py::tuple theirs = reference.attr("get_state")();
+  const py::object equal = py::module_::import("numpy").attr("array_equal");
+  for (std::size_t k : {std::size_t{0}, std::size_t{2}, std::size_t{3}, std::size_t{4}}) {
+    if (!ours[k].equal(theirs[k])) return {};
+  }
+  if (!equal(ours[1], theirs[1]).cast<bool>()) return {};
+  for (const char* draw : {"random_sample", "standard_normal", "standard_normal"}) {
+    if (!probe.attr(draw)().equal(reference.attr(draw)())) return {};
+  }
+  return state_of(rand);
 }
 
 }  // namespace
+
+void numpy_words_of(std::uint64_t seed, std::uint32_t* words) noexcept {
+  // splitmix64 from the generator's seed, each output two words (the steps independent of one
+  // another: some 0.2 us for the 624).
+  const std::uint64_t start = generator_seed(seed, 2);
+  for (std::size_t i = 0; i < kWords / 2; ++i) {
+    std::uint64_t z = start + (i + 1) * 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30U)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27U)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31U;
+    words[2 * i] = static_cast<std::uint32_t>(z);
+    words[2 * i + 1] = static_cast<std::uint32_t>(z >> 32U);
+  }
+}
+
+PythonSeeder::PythonSeeder()
+    : random_seed_(py::module_::import("random").attr("seed")),
+      numpy_set_state_(py::module_::import("numpy").attr("random").attr("set_state")),
+      acquire_(py::reinterpret_steal<py::object>(PyUnicode_InternFromString("acquire"))),
+      release_(py::reinterpret_steal<py::object>(PyUnicode_InternFromString("release"))),
+      modules_(py::module_::import("sys").attr("modules")) {
+  // Any failure to find or check the layout leaves numpy's generator set through set_state.
+  try {
+    const py::object rand =
+        py::module_::import("numpy").attr("random").attr("mtrand").attr("_rand");
+    py::object lock = rand.attr("_bit_generator").attr("lock");
+    numpy_state_ = checked_numpy_state(rand);
+    if (numpy_state_.words != nullptr) {
+      numpy_rand_ = rand;
+      numpy_lock_ = std::move(lock);
+    }
+  } catch (const py::error_already_set&) {
+    numpy_state_ = {};
+  }
+}
+
+PythonSeeder::~PythonSeeder() {
+  const GilIfUsable gil;
+  if (!gil.held()) {
+    abandon();
+    return;
+  }
+  random_seed_ = numpy_set_state_ = numpy_rand_ = numpy_lock_ = acquire_ = release_ = modules_ =
+      torch_seed_ = py::object();
+}
+
+void PythonSeeder::abandon() noexcept {
+  for (py::object* o : {&random_seed_, &numpy_set_state_, &numpy_rand_, &numpy_lock_, &acquire_,
+                        &release_, &modules_, &torch_seed_}) {
+    static_cast<void>(o->release());
+  }
+}
 
 void PythonSeeder::seed(std::uint64_t seed) const {
   seed_random(seed);
@@ -68,7 +193,23 @@ void PythonSeeder::seed_random(std::uint64_t seed) const {
   random_seed_(py::int_(generator_seed(seed, 1)));
 }
 
-void PythonSeeder::seed_numpy(std::uint64_t seed) const { numpy_seed_(py::int_(numpy_word(seed))); }
+void PythonSeeder::seed_numpy(std::uint64_t seed) const {
+  std::array<std::uint32_t, kWords> words;  // NOLINT(cppcoreguidelines-pro-type-member-init)
+  numpy_words_of(seed, words.data());
+  if (numpy_state_.words == nullptr) {
+    numpy_set_state_(py::make_tuple("MT19937", words_array(words.data()), 0, 0, 0.0));
+    return;
+  }
+  // Under the generator's lock, as set_state takes it: a draw on another thread (numpy fills an
+  // array without the GIL) never sees half a state.
+  PyObject* taken = PyObject_CallMethodNoArgs(numpy_lock_.ptr(), acquire_.ptr());
+  if (taken == nullptr) throw py::error_already_set();
+  Py_DECREF(taken);
+  write_in_place(numpy_state_, words.data());
+  PyObject* released = PyObject_CallMethodNoArgs(numpy_lock_.ptr(), release_.ptr());
+  if (released == nullptr) throw py::error_already_set();
+  Py_DECREF(released);
+}
 
 void PythonSeeder::seed_torch(std::uint64_t seed) const {
   if (!torch_seed_) {
@@ -104,8 +245,6 @@ void PythonSeeder::restore(const py::tuple& states) const {
 // ---- SeedWatch
 
 namespace {
-
-constexpr std::size_t kWords = 624;  // an MT19937's state
 
 /// Whether `w` reads the generator whose getstate() words are `words` and position `index`.
 bool reads(const SeedWatch::Watched& w, const py::sequence& words, std::int64_t index) {
@@ -189,100 +328,6 @@ SeedWatch::Watched numpy_words(const py::object& rand, py::object& owner) {
   return at(owner);
 }
 
-/// Where RandomState `rand`, over an MT19937 whose state struct is `words`, keeps its cached
-/// Gaussian: its aug_bitgen_t (a pointer to its bitgen_t, an int, a double), found as the word of
-/// the object that points at the object's own bitgen_t, whose first member points at `words`.
-/// Not checked here: numpy_state() checks it.
-SeedWatch::NumpyState find_numpy_state(const py::object& rand, std::uint32_t* words) {
-  struct Aug {  // aug_bitgen_t's layout
-    void* bit_generator;
-    int has_gauss;
-    double gauss;
-  };
-  auto* object = reinterpret_cast<unsigned char*>(rand.ptr());
-  const auto size = static_cast<std::size_t>(Py_TYPE(rand.ptr())->tp_basicsize);
-  const auto word = [&](std::size_t at) {
-    void* p = nullptr;
-    std::memcpy(&p, object + at, sizeof p);
-    return p;
-  };
-  for (std::size_t bitgen = sizeof(PyObject); bitgen + sizeof(void*) <= size;
-       bitgen += sizeof(void*)) {
-    if (word(bitgen) != static_cast<void*>(words)) continue;
-    for (std::size_t aug = bitgen + sizeof(void*); aug + sizeof(Aug) <= size;
-         aug += sizeof(void*)) {
-      if (word(aug) != object + bitgen) continue;
-      SeedWatch::NumpyState s;
-      s.words = words;
-      s.pos = reinterpret_cast<int*>(words + kWords);
-      s.has_gauss = reinterpret_cast<int*>(object + aug + offsetof(Aug, has_gauss));
-      s.gauss = reinterpret_cast<double*>(object + aug + offsetof(Aug, gauss));
-      return s;
-    }
-  }
-  return {};
-}
-
-/// `s` seeded as numpy's legacy seeding of a 32-bit `seed` does: MT19937's initialization of
-/// its words (Knuth's multiplier), the position at the end (the words are mixed at the first
-/// draw), no cached Gaussian.
-void seed_in_place(const SeedWatch::NumpyState& s, std::uint32_t seed) noexcept {
-  std::uint32_t x = seed;
-  for (std::uint32_t i = 0; i < kWords; ++i) {
-    s.words[i] = x;
-    x = 1812433253U * (x ^ (x >> 30U)) + i + 1;
-  }
-  *s.pos = static_cast<int>(kWords);
-  *s.has_gauss = 0;
-  *s.gauss = 0.0;
-}
-
-/// Where numpy's global RandomState `rand` keeps what np.random.seed sets, found on a RandomState
-/// of its own and checked there: its cached Gaussian where get_state() says, then seeded in place
-/// to the same state (words, position, cached Gaussian) and the same next draws as one seeded by
-/// seed(). Empty where anything disagrees (then seeded through np.random.seed).
-SeedWatch::NumpyState numpy_state(const py::object& rand) {
-  const py::object numpy_random = py::module_::import("numpy").attr("random");
-  const auto state_of = [](const py::object& r) {
-    const py::object bits = r.attr("_bit_generator");
-    void* bitgen = PyCapsule_GetPointer(bits.attr("capsule").ptr(), "BitGenerator");
-    if (bitgen == nullptr) {
-      PyErr_Clear();
-      return SeedWatch::NumpyState{};
-    }
-    void* words = nullptr;
-    std::memcpy(&words, bitgen, sizeof words);
-    return words == nullptr ? SeedWatch::NumpyState{}
-                            : find_numpy_state(r, static_cast<std::uint32_t*>(words));
-  };
-  const py::object probe = numpy_random.attr("RandomState")(12345);
-  if (!py::type::of(rand).is(py::type::of(probe))) return {};
-  const SeedWatch::NumpyState s = state_of(probe);
-  if (s.words == nullptr) return {};
-  probe.attr("standard_normal")();  // the second of the pair cached
-  const py::tuple drawn = probe.attr("get_state")();
-  if (drawn.size() != 5 || drawn[3].cast<int>() != 1 || *s.has_gauss != 1 ||
-      *s.gauss != drawn[4].cast<double>()) {
-    return {};
-  }
-  constexpr std::uint32_t kSeed = 987654321U;
-  seed_in_place(s, kSeed);
-  const py::object reference = numpy_random.attr("RandomState")();
-  reference.attr("standard_normal")();  // a cached Gaussian that seed() must clear
-  reference.attr("seed")(kSeed);
-  const py::tuple ours = probe.attr("get_state")();
-  const py::tuple theirs = reference.attr("get_state")();
-  const py::object equal = py::module_::import("numpy").attr("array_equal");
-  for (std::size_t k : {std::size_t{0}, std::size_t{2}, std::size_t{3}, std::size_t{4}}) {
-    if (!ours[k].equal(theirs[k])) return {};
-  }
-  if (!equal(ours[1], theirs[1]).cast<bool>()) return {};
-  for (const char* draw : {"random_sample", "standard_normal", "standard_normal"}) {
-    if (!probe.attr(draw)().equal(reference.attr(draw)())) return {};
-  }
-  return state_of(rand);
-}
-
 }  // namespace
 
 SeedWatch::SeedWatch()
@@ -298,25 +343,11 @@ SeedWatch::SeedWatch()
     const py::object rand =
         py::module_::import("numpy").attr("random").attr("mtrand").attr("_rand");
     numpy_ = numpy_words(rand, numpy_owner_);
-    numpy_state_ = numpy_state(rand);
-    if (numpy_state_.words != nullptr) {
-      numpy_rand_ = rand;
-      if (numpy_.words == numpy_state_.words) numpy_.cached = numpy_state_.has_gauss;
-    }
+    const NumpyState& state = seeder_.numpy_state();
+    if (state.words != nullptr && numpy_.words == state.words) numpy_.cached = state.has_gauss;
   } catch (const py::error_already_set&) {
     numpy_ = {};
-    numpy_state_ = {};
   }
-}
-
-void SeedWatch::seed_numpy(std::uint64_t seed) {
-  // Through np.random.seed the first time: it also drops a seed sequence the generator may hold.
-  if (numpy_state_.words == nullptr || !numpy_seeded_) {
-    seeder_.seed_numpy(seed);
-    numpy_seeded_ = true;
-    return;
-  }
-  seed_in_place(numpy_state_, numpy_word(seed));
 }
 
 void SeedWatch::note_random_gauss() {
@@ -340,23 +371,18 @@ bool SeedWatch::random_gauss_changed() noexcept {
   return changed;
 }
 
-void SeedWatch::seed_all(std::uint64_t seed) {
-  seeder_.seed_random(seed);
-  seed_numpy(seed);
-  seeder_.seed_torch(seed);
-}
+void SeedWatch::seed_all(std::uint64_t seed) { seeder_.seed(seed); }
 
 SeedWatch::~SeedWatch() {
   const GilIfUsable gil;
   if (!gil.held()) {
     static_cast<void>(random_owner_.release());
     static_cast<void>(numpy_owner_.release());
-    static_cast<void>(numpy_rand_.release());
     static_cast<void>(random_gauss_.release());
     static_cast<void>(gauss_name_.release());
     return;
   }
-  random_owner_ = numpy_owner_ = numpy_rand_ = random_gauss_ = gauss_name_ = py::object();
+  random_owner_ = numpy_owner_ = random_gauss_ = gauss_name_ = py::object();
 }
 
 bool SeedWatch::before(std::uint64_t seed) {
@@ -364,7 +390,7 @@ bool SeedWatch::before(std::uint64_t seed) {
   for (Watched* w : {&random_, &numpy_}) {
     const bool seed_it_now = w->index == nullptr || w->drawn || first_;
     if (seed_it_now && w == &random_) seeder_.seed_random(seed);
-    if (seed_it_now && w == &numpy_) seed_numpy(seed);
+    if (seed_it_now && w == &numpy_) seeder_.seed_numpy(seed);
     all = all && seed_it_now;
     if (w->index != nullptr && !w->drawn) w->noted = w->now();
   }

@@ -354,7 +354,18 @@ void serve(const py::object& reader_object, int fd, int memfd, int control_fd,
   const py::object make_failure = worker.attr("_failure");
   const py::object tell_torch = worker.attr("_torch_worker_info");
   const auto modules = py::reinterpret_borrow<py::dict>(py::module_::import("sys").attr("modules"));
-  bool torch_told = modules.contains("torch");
+  // Looked at for every task: interned names, the module's own dict (no string made a sample).
+  const auto torch_name = py::reinterpret_steal<py::object>(PyUnicode_InternFromString("torch"));
+  const auto seed_name =
+      py::reinterpret_steal<py::object>(PyUnicode_InternFromString("_sample_seed"));
+  const auto worker_dict = py::reinterpret_borrow<py::dict>(worker.attr("__dict__"));
+  const auto has_torch = [&] { return PyDict_Contains(modules.ptr(), torch_name.ptr()) == 1; };
+  const auto set_sample_seed = [&](const py::object& value) {
+    if (PyDict_SetItem(worker_dict.ptr(), seed_name.ptr(), value.ptr()) != 0) {
+      throw py::error_already_set();
+    }
+  };
+  bool torch_told = has_torch();
   Messages messages(fd);
   Mapping scratch;
   std::uint64_t scratch_bytes = 0;
@@ -412,7 +423,7 @@ void serve(const py::object& reader_object, int fd, int memfd, int control_fd,
     const std::uint64_t token = word_at(m, 5);
     const std::uint64_t region = word_at(m, 6);
     if (fields > 0) std::memcpy(places.data(), m.data() + 8 * kTaskWords, 16 * fields);
-    if (!torch_told && modules.contains("torch")) {  // imported by a __getitem__ since
+    if (!torch_told && has_torch()) {  // imported by a __getitem__ since
       torch_told = true;
       tell_torch(modules["torch"]);
     }
@@ -447,10 +458,7 @@ void serve(const py::object& reader_object, int fd, int memfd, int control_fd,
           if (it == regions.end()) throw py::key_error(std::to_string(region));
           target = it->second.bytes();
         }
-        if (!torch_told) {
-          worker.attr("_sample_seed") =
-              reader->seed_python() ? py::object(py::int_(seed)) : py::object(py::none());
-        }
+        if (!torch_told && reader->seed_python()) set_sample_seed(py::int_(seed));
         reader->read(index, seed, state.data() + state_at, token, target, places);
         answers += kDone;
       } catch (...) {
@@ -458,7 +466,7 @@ void serve(const py::object& reader_object, int fd, int memfd, int control_fd,
         fail(fetch_error());
       }
     }
-    if (!torch_told) worker.attr("_sample_seed") = py::none();
+    if (!torch_told && reader != nullptr && reader->seed_python()) set_sample_seed(py::none());
     if (++answered >= group) {
       if (!write_all(fd, answers)) break;
       answers.clear();

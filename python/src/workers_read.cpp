@@ -197,9 +197,13 @@ void ProcessPool::begin_reads(std::span<const std::size_t> indices,
                  std::clamp(kWindowBytes / std::max<std::size_t>(r.slot_bytes, 1),
                             window_min(r.slot_bytes), r.region != 0 ? kWindowDirect : kWindowMax));
     // Answers in groups of half the window (the tasks that then go fill the half their samples
-    // freed): one write, and here one read, for a group. One by one where a timeout is set: a
-    // sample's timeout counts its own time only.
-    r.group = options_.timeout > 0 ? 1 : std::max<std::size_t>(1, r.window / 2);
+    // freed): one write, and here one read, for a group. A share that fits in the window is
+    // sent whole and answered whole: nothing waits on its first half, and the thread that
+    // reads it wakes once. One by one where a timeout is set: a sample's timeout counts its own
+    // time only.
+    r.group = options_.timeout > 0         ? 1
+              : r.window >= indices.size() ? r.window
+                                           : std::max<std::size_t>(1, r.window / 2);
     if (r.window * r.slot_bytes > c->map_size) grow(*c, r.window * r.slot_bytes);
     r.token = c->tokens;
     c->tokens += indices.size();

@@ -256,15 +256,70 @@ class Draws:
                                r.random_sample()])}
 
 
-def test_numpy_seeded_in_place_draws_as_np_random_seed(ferry):
-    # A worker process seeds numpy's legacy generator in place (its words, position and cached
-    # Gaussian written as np.random.seed writes them, 1 us less a sample), once the layout
-    # checked out: the draws are those of threads, which call np.random.seed.
+def test_numpy_seeded_in_place_draws_as_threads(ferry):
+    # A worker process writes numpy's legacy generator's state in place (its words, position and
+    # cached Gaussian, as set_state writes them), once the layout checked out: the draws are
+    # those of threads.
     want, _ = batches_of(ferry, Draws(), processes=0, seed=5, shuffle=True)
     for processes in (1, 2):
         got, _ = batches_of(ferry, Draws(), processes=processes, seed=5, shuffle=True)
         np.testing.assert_array_equal(np.concatenate([b["d"] for b in got]),
                                       np.concatenate([b["d"] for b in want]))
+
+
+MASK64 = (1 << 64) - 1
+
+
+def mix64(x):
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return x ^ (x >> 31)
+
+
+def sample_seed(seed, epoch, index):
+    """lib/pipeline/sampler.hpp's: a sample's seed from (seed, epoch, index)."""
+    return mix64(mix64(mix64(seed) ^ ((epoch + 0x9E3779B97F4A7C15) & MASK64)) ^
+                 ((index * 0xD6E8FEB86659FD93) & MASK64))
+
+
+def numpy_state_of(seed):
+    """What docs/PYTHON.md says numpy's generator holds before sample `seed`'s __getitem__: 624
+    words of splitmix64 from the generator's own seed (generator 2), the position at 0."""
+    start = mix64((seed + 2 * 0x9E3779B97F4A7C15) & MASK64)
+    words = []
+    for i in range(312):
+        z = mix64((start + (i + 1) * 0x9E3779B97F4A7C15) & MASK64)
+        words += [z & 0xFFFFFFFF, z >> 32]
+    return np.array(words, dtype=np.uint32), 0
+
+
+class NumpyStateAtStart:
+    """Sample i: numpy's generator's position and words as __getitem__ finds them, then a draw
+    (so that a worker process seeds it before every sample)."""
+
+    fields = [("pos", "i64", ()), ("words", "u32", (624,)), ("gauss", "i64", ())]
+
+    def __len__(self):
+        return 20
+
+    def __getitem__(self, i):
+        _, words, pos, has_gauss, _ = np.random.get_state()
+        np.random.standard_normal()  # a pair: its second stays cached for the next sample
+        return {"pos": pos, "words": words.copy(), "gauss": has_gauss}
+
+
+@pytest.mark.parametrize("processes", [0, 2])
+def test_numpy_gets_the_state_said_for_each_sample(ferry, processes):
+    # The words are drawn from the sample's seed, not np.random.seed's (a chain of 624 dependent
+    # multiplications, its first draw mixing all 624 words again: 1.5 us a sample against 0.2).
+    got, _ = batches_of(ferry, NumpyStateAtStart(), epoch=3, seed=11, processes=processes)
+    pos = np.concatenate([b["pos"] for b in got])
+    words = np.concatenate([b["words"] for b in got])
+    gauss = np.concatenate([b["gauss"] for b in got])
+    for i in range(20):
+        want_words, want_pos = numpy_state_of(sample_seed(11, 3, i))
+        np.testing.assert_array_equal(words[i], want_words, err_msg=f"sample {i}")
+        assert pos[i] == want_pos and gauss[i] == 0, i
 
 
 class LeavesAGaussian:
