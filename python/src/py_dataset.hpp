@@ -131,14 +131,22 @@ struct NumpyState {
   double* gauss = nullptr;
 };
 
+/// Where CPython's `random` generator keeps its state: its position, then its 624 words.
+struct RandomPlace {
+  int* index = nullptr;
+  std::uint32_t* words = nullptr;  // null: not found (set through random.setstate)
+};
+
 /// Seeds Python's `random`, numpy's legacy global generator and torch's CPU generator (where
 /// torch is imported) from a sample's seed, before its __getitem__. Needs the GIL.
 ///
-/// numpy's generator gets a state of its own for each seed, not np.random.seed's: its 624 words
-/// drawn from a splitmix64 sequence started at the seed, the position at 0 (as
-/// np.random.set_state(("MT19937", words, 0)) sets it). np.random.seed's initialization is a
-/// chain of 624 dependent multiplications, and its position at the end mixes all 624 words again
-/// at the first draw: 1.5 us a sample against 0.2.
+/// `random` and numpy's generator (both MT19937) get a state of their own for each seed, not
+/// their seed()'s: 624 words drawn from a splitmix64 sequence started at the generator's seed,
+/// the position at 0 (as random.setstate((3, words + (0,), None)) and
+/// np.random.set_state(("MT19937", words, 0)) set them). seed()'s initialization is a chain of
+/// 624 dependent multiplications (random's also of the seed's words), and its position at the
+/// end mixes all 624 words again at the first draw: 1.5 us a sample for numpy's, 3.5 for
+/// random's, against 0.2-0.3.
 class PythonSeeder {
  public:
   PythonSeeder();
@@ -146,11 +154,13 @@ class PythonSeeder {
   PythonSeeder& operator=(const PythonSeeder&) = delete;
   ~PythonSeeder();
   void seed(std::uint64_t seed) const;
-  /// Each generator alone, as seed() seeds it.
+  /// Each generator alone, as seed() seeds it. random's written in place where its layout
+  /// checked out at start (the same state and draws as setstate gives); else through setstate.
   void seed_random(std::uint64_t seed) const;
-  /// Written in place, under the generator's lock, where its layout checked out at start (the
-  /// same state and draws as set_state gives); else through np.random.set_state.
-  void seed_numpy(std::uint64_t seed) const;
+  /// Written in place where its layout checked out at start (the same state and draws as
+  /// set_state gives), under the generator's lock where `locked` (0.5 us: a worker process,
+  /// whose one thread reads the samples, writes without it); else through np.random.set_state.
+  void seed_numpy(std::uint64_t seed, bool locked = true) const;
   void seed_torch(std::uint64_t seed) const;
   /// The generators' states (random's, numpy's global one's, torch's CPU one's where torch is
   /// imported), and back to them.
@@ -159,9 +169,13 @@ class PythonSeeder {
   void abandon() noexcept;
   /// Where numpy's generator is written in place (words null: it is not).
   const NumpyState& numpy_state() const noexcept { return numpy_state_; }
+  bool seeds_random_in_place() const noexcept { return random_place_.words != nullptr; }
 
  private:
-  py::object random_seed_;
+  py::object random_;            // random's own generator (random.seed.__self__)
+  py::object random_set_state_;  // its setstate, where random_place_ was not found
+  py::object gauss_next_;        // "gauss_next", interned
+  RandomPlace random_place_;
   py::object numpy_set_state_;    // np.random.set_state, where numpy_state_ was not found
   py::object numpy_rand_;         // the RandomState numpy_state_ points into
   py::object numpy_lock_;         // its lock (np.random.seed and every draw take it)
@@ -171,8 +185,8 @@ class PythonSeeder {
   mutable py::object torch_seed_;  // torch.default_generator.manual_seed, once torch is there
 };
 
-/// numpy's legacy generator's words for sample `seed` (PythonSeeder), 624 of them.
-void numpy_words_of(std::uint64_t seed, std::uint32_t* words) noexcept;
+/// The 624 words of generator `generator` (1 random, 2 numpy) for sample `seed` (PythonSeeder).
+void generator_words(std::uint64_t seed, std::uint64_t generator, std::uint32_t* words) noexcept;
 
 /// A worker process's seeding of `random` and numpy's legacy global generator (seed_python): a
 /// generator is seeded before a sample only once a sample in this process has drawn from it
@@ -196,8 +210,9 @@ class SeedWatch {
   /// Whether `random`'s and numpy's states are watched (their layouts were checked).
   bool watches_random() const noexcept { return random_.index != nullptr; }
   bool watches_numpy() const noexcept { return numpy_.index != nullptr; }
-  /// Whether numpy's legacy generator is seeded in place (its layout was checked).
+  /// Whether numpy's legacy generator and `random` are seeded in place (their layouts checked).
   bool seeds_numpy_in_place() const noexcept { return seeder_.numpy_state().words != nullptr; }
+  bool seeds_random_in_place() const noexcept { return seeder_.seeds_random_in_place(); }
 
   /// One MT19937's state as the watch reads it: where its position and its 624 words lie, and
   /// (numpy's, where found) the flag of its cached second Gaussian, which a draw takes without

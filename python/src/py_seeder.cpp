@@ -20,6 +20,10 @@ namespace ferry::python {
 namespace {
 
 constexpr std::size_t kWords = 624;  // an MT19937's state
+// Each generator's number, its seed's (generator_seed).
+constexpr std::uint64_t kRandom = 1;
+constexpr std::uint64_t kNumpy = 2;
+constexpr std::uint64_t kTorch = 3;
 
 /// One generator's seed from the sample's: each generator its own (random and numpy's legacy
 /// generator are both MT19937: one seed would make their draws equal, and a flip drawn from one
@@ -67,11 +71,71 @@ NumpyState find_numpy_state(const py::object& rand, std::uint32_t* words) {
 
 /// `s` set to `words` as set_state(("MT19937", words, 0)) sets it: the words, the position at
 /// the start, no cached Gaussian.
-void write_in_place(const NumpyState& s, const std::uint32_t* words) noexcept {
+void write_in_place(const NumpyState& s, const std::uint32_t* words) noexcept {  // numpy's
   std::memcpy(s.words, words, kWords * sizeof(std::uint32_t));
   *s.pos = 0;
   *s.has_gauss = 0;
   *s.gauss = 0.0;
+}
+
+/// Where CPython's `random` generator `inst` keeps its state: its C struct, the object's head,
+/// an int position, then the 624 words. Empty where `inst` is not a _random.Random or its
+/// struct too small. Not checked here: checked_random_place() checks it.
+RandomPlace random_place(const py::handle& inst) {
+  const py::object base = py::module_::import("_random").attr("Random");
+  const auto* type = reinterpret_cast<PyTypeObject*>(base.ptr());
+  const std::size_t index_at = sizeof(PyObject);
+  const std::size_t words_at = index_at + sizeof(int);
+  if (PyObject_IsInstance(inst.ptr(), base.ptr()) != 1 ||
+      static_cast<std::size_t>(type->tp_basicsize) < words_at + kWords * sizeof(std::uint32_t)) {
+    PyErr_Clear();
+    return {};
+  }
+  auto* bytes = reinterpret_cast<unsigned char*>(inst.ptr());
+  return {reinterpret_cast<int*>(bytes + index_at),
+          reinterpret_cast<std::uint32_t*>(bytes + words_at)};
+}
+
+/// `inst`, whose state is at `place`, set to `words` as setstate((3, words + (0,), None)) sets
+/// it: the words, the position at the start, no cached Gaussian. `gauss_next` interned.
+void write_in_place(const py::handle& inst, const RandomPlace& place, const std::uint32_t* words,
+                    const py::handle& gauss_next) {
+  std::memcpy(place.words, words, kWords * sizeof(std::uint32_t));
+  *place.index = 0;
+  if (PyObject_SetAttr(inst.ptr(), gauss_next.ptr(), Py_None) != 0) {
+    throw py::error_already_set();
+  }
+}
+
+py::tuple random_state_of(const std::uint32_t* words) {
+  py::tuple internal(kWords + 1);
+  for (std::size_t k = 0; k < kWords; ++k) internal[k] = py::int_(words[k]);
+  internal[kWords] = py::int_(0);
+  return py::make_tuple(3, internal, py::none());
+}
+
+/// random_place(inst), checked on a generator of its own type: written in place, the same state
+/// and next draws as setstate() gives. Empty where anything disagrees (then set by setstate).
+RandomPlace checked_random_place(const py::object& inst, const py::handle& gauss_next) {
+  if (random_place(inst).words == nullptr) return {};
+  const py::object probe = py::type::of(inst)();
+  const RandomPlace place = random_place(probe);
+  std::array<std::uint32_t, kWords> words{};
+  generator_words(987654321U, kRandom, words.data());
+  probe.attr("gauss")(0.0, 1.0);  // the second of a pair cached, which the write must clear
+  write_in_place(probe, place, words.data(), gauss_next);
+  const py::object reference = py::type::of(inst)();
+  reference.attr("gauss")(0.0, 1.0);
+  reference.attr("setstate")(random_state_of(words.data()));
+  if (!probe.attr("getstate")().equal(reference.attr("getstate")())) return {};
+  for (const char* draw : {"random", "gauss", "gauss", "random"}) {
+    const py::object ours =
+        std::string_view(draw) == "gauss" ? probe.attr(draw)(0.0, 1.0) : probe.attr(draw)();
+    const py::object theirs =
+        std::string_view(draw) == "gauss" ? reference.attr(draw)(0.0, 1.0) : reference.attr(draw)();
+    if (!ours.equal(theirs)) return {};
+  }
+  return random_place(inst);
 }
 
 py::object words_array(const std::uint32_t* words) {
@@ -111,7 +175,7 @@ NumpyState checked_numpy_state(const py::object& rand) {
     return {};
   }
   std::array<std::uint32_t, kWords> words{};
-  numpy_words_of(987654321U, words.data());
+  generator_words(987654321U, kNumpy, words.data());
   write_in_place(s, words.data());
   const py::object reference = numpy_random.attr("RandomState")();
   reference.attr("standard_normal")();  // a cached Gaussian that set_state() must clear
@@ -131,10 +195,10 @@ NumpyState checked_numpy_state(const py::object& rand) {
 
 }  // namespace
 
-void numpy_words_of(std::uint64_t seed, std::uint32_t* words) noexcept {
+void generator_words(std::uint64_t seed, std::uint64_t generator, std::uint32_t* words) noexcept {
   // splitmix64 from the generator's seed, each output two words (the steps independent of one
   // another: some 0.2 us for the 624).
-  const std::uint64_t start = generator_seed(seed, 2);
+  const std::uint64_t start = generator_seed(seed, generator);
   for (std::size_t i = 0; i < kWords / 2; ++i) {
     std::uint64_t z = start + (i + 1) * 0x9E3779B97F4A7C15ULL;
     z = (z ^ (z >> 30U)) * 0xBF58476D1CE4E5B9ULL;
@@ -146,12 +210,19 @@ void numpy_words_of(std::uint64_t seed, std::uint32_t* words) noexcept {
 }
 
 PythonSeeder::PythonSeeder()
-    : random_seed_(py::module_::import("random").attr("seed")),
+    : random_(py::module_::import("random").attr("seed").attr("__self__")),
+      random_set_state_(random_.attr("setstate")),
+      gauss_next_(py::reinterpret_steal<py::object>(PyUnicode_InternFromString("gauss_next"))),
       numpy_set_state_(py::module_::import("numpy").attr("random").attr("set_state")),
       acquire_(py::reinterpret_steal<py::object>(PyUnicode_InternFromString("acquire"))),
       release_(py::reinterpret_steal<py::object>(PyUnicode_InternFromString("release"))),
       modules_(py::module_::import("sys").attr("modules")) {
-  // Any failure to find or check the layout leaves numpy's generator set through set_state.
+  // Any failure to find or check a layout leaves that generator set through its setstate.
+  try {
+    random_place_ = checked_random_place(random_, gauss_next_);
+  } catch (const py::error_already_set&) {
+    random_place_ = {};
+  }
   try {
     const py::object rand =
         py::module_::import("numpy").attr("random").attr("mtrand").attr("_rand");
@@ -172,13 +243,13 @@ PythonSeeder::~PythonSeeder() {
     abandon();
     return;
   }
-  random_seed_ = numpy_set_state_ = numpy_rand_ = numpy_lock_ = acquire_ = release_ = modules_ =
-      torch_seed_ = py::object();
+  random_ = random_set_state_ = gauss_next_ = numpy_set_state_ = numpy_rand_ = numpy_lock_ =
+      acquire_ = release_ = modules_ = torch_seed_ = py::object();
 }
 
 void PythonSeeder::abandon() noexcept {
-  for (py::object* o : {&random_seed_, &numpy_set_state_, &numpy_rand_, &numpy_lock_, &acquire_,
-                        &release_, &modules_, &torch_seed_}) {
+  for (py::object* o : {&random_, &random_set_state_, &gauss_next_, &numpy_set_state_, &numpy_rand_,
+                        &numpy_lock_, &acquire_, &release_, &modules_, &torch_seed_}) {
     static_cast<void>(o->release());
   }
 }
@@ -190,14 +261,24 @@ void PythonSeeder::seed(std::uint64_t seed) const {
 }
 
 void PythonSeeder::seed_random(std::uint64_t seed) const {
-  random_seed_(py::int_(generator_seed(seed, 1)));
+  std::array<std::uint32_t, kWords> words;  // NOLINT(cppcoreguidelines-pro-type-member-init)
+  generator_words(seed, kRandom, words.data());
+  if (random_place_.words == nullptr) {
+    random_set_state_(random_state_of(words.data()));
+    return;
+  }
+  write_in_place(random_, random_place_, words.data(), gauss_next_);
 }
 
-void PythonSeeder::seed_numpy(std::uint64_t seed) const {
+void PythonSeeder::seed_numpy(std::uint64_t seed, bool locked) const {
   std::array<std::uint32_t, kWords> words;  // NOLINT(cppcoreguidelines-pro-type-member-init)
-  numpy_words_of(seed, words.data());
+  generator_words(seed, kNumpy, words.data());
   if (numpy_state_.words == nullptr) {
     numpy_set_state_(py::make_tuple("MT19937", words_array(words.data()), 0, 0, 0.0));
+    return;
+  }
+  if (!locked) {
+    write_in_place(numpy_state_, words.data());
     return;
   }
   // Under the generator's lock, as set_state takes it: a draw on another thread (numpy fills an
@@ -221,7 +302,7 @@ void PythonSeeder::seed_torch(std::uint64_t seed) const {
     if (generator.is_none()) return;
     torch_seed_ = generator.attr("manual_seed");
   }
-  torch_seed_(py::int_(generator_seed(seed, 3)));
+  torch_seed_(py::int_(generator_seed(seed, kTorch)));
 }
 
 py::tuple PythonSeeder::states() const {
@@ -259,21 +340,12 @@ bool reads(const SeedWatch::Watched& w, const py::sequence& words, std::int64_t 
 /// an int position, then 624 words), checked against getstate() on a generator of its own type:
 /// seeded, then after a draw. Empty where anything disagrees.
 SeedWatch::Watched random_words(const py::object& inst) {
-  SeedWatch::Watched w;
-  const py::object base = py::module_::import("_random").attr("Random");
-  const auto* type = reinterpret_cast<PyTypeObject*>(base.ptr());
-  const std::size_t index_at = sizeof(PyObject);
-  const std::size_t words_at = index_at + sizeof(int);
-  if (PyObject_IsInstance(inst.ptr(), base.ptr()) != 1 ||
-      static_cast<std::size_t>(type->tp_basicsize) < words_at + kWords * sizeof(std::uint32_t)) {
-    PyErr_Clear();
-    return {};
-  }
-  const auto at = [&](const py::object& o) {
-    auto* bytes = reinterpret_cast<const unsigned char*>(o.ptr());
+  if (random_place(inst).words == nullptr) return {};
+  const auto at = [](const py::handle& o) {
+    const RandomPlace place = random_place(o);
     SeedWatch::Watched v;
-    v.index = reinterpret_cast<const int*>(bytes + index_at);
-    v.words = reinterpret_cast<const std::uint32_t*>(bytes + words_at);
+    v.index = place.index;
+    v.words = place.words;
     return v;
   };
   const py::object probe = py::type::of(inst)();
@@ -287,8 +359,7 @@ SeedWatch::Watched random_words(const py::object& inst) {
     }
     probe.attr("random")();
   }
-  w = at(inst);
-  return w;
+  return at(inst);
 }
 
 /// Where numpy's legacy generator `rand` (a RandomState over MT19937) keeps its state: its bit
@@ -371,7 +442,11 @@ bool SeedWatch::random_gauss_changed() noexcept {
   return changed;
 }
 
-void SeedWatch::seed_all(std::uint64_t seed) { seeder_.seed(seed); }
+void SeedWatch::seed_all(std::uint64_t seed) {
+  seeder_.seed_random(seed);
+  seeder_.seed_numpy(seed, /*locked=*/false);
+  seeder_.seed_torch(seed);
+}
 
 SeedWatch::~SeedWatch() {
   const GilIfUsable gil;
@@ -390,7 +465,7 @@ bool SeedWatch::before(std::uint64_t seed) {
   for (Watched* w : {&random_, &numpy_}) {
     const bool seed_it_now = w->index == nullptr || w->drawn || first_;
     if (seed_it_now && w == &random_) seeder_.seed_random(seed);
-    if (seed_it_now && w == &numpy_) seeder_.seed_numpy(seed);
+    if (seed_it_now && w == &numpy_) seeder_.seed_numpy(seed, /*locked=*/false);
     all = all && seed_it_now;
     if (w->index != nullptr && !w->drawn) w->noted = w->now();
   }
@@ -448,12 +523,12 @@ void SeedWatch::read(std::uint64_t seed, int mode, const std::function<void()>& 
 }
 
 void bind_seed_watch(py::module_& m) {
-  // (random watched, numpy watched, numpy seeded in place) in this process: the checks of their
-  // layouts, for the tests.
+  // (random watched, numpy watched, numpy seeded in place, random seeded in place) in this
+  // process: the checks of their layouts, for the tests.
   m.def("_seed_watch", [] {
     const SeedWatch watch;
     return py::make_tuple(watch.watches_random(), watch.watches_numpy(),
-                          watch.seeds_numpy_in_place());
+                          watch.seeds_numpy_in_place(), watch.seeds_random_in_place());
   });
 }
 

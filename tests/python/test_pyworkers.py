@@ -3,6 +3,7 @@
 # DataLoader's keywords, seeded augmentation, ragged fields, datasets that cannot be pickled.
 # Real processes, real kills, real timeouts. The datasets are defined at module level, so that
 # the worker processes can unpickle them.
+import gc
 import os
 import platform
 import random
@@ -204,7 +205,7 @@ def test_a_worker_seeds_a_generator_only_once_a_sample_draws_from_it(ferry, tmp_
     # threads, which seed every sample; a dataset that never draws is read once a sample.
     from ferry import _ferry
 
-    assert _ferry._seed_watch() == (True, True, True)  # the layouts checked out here
+    assert _ferry._seed_watch() == (True, True, True, True)  # the layouts checked out here
     want = None
     for processes in (0, 1, 3):
         log = tmp_path / f"log{processes}"
@@ -282,10 +283,11 @@ def sample_seed(seed, epoch, index):
                  ((index * 0xD6E8FEB86659FD93) & MASK64))
 
 
-def numpy_state_of(seed):
-    """What docs/PYTHON.md says numpy's generator holds before sample `seed`'s __getitem__: 624
-    words of splitmix64 from the generator's own seed (generator 2), the position at 0."""
-    start = mix64((seed + 2 * 0x9E3779B97F4A7C15) & MASK64)
+def state_of(seed, generator):
+    """What docs/PYTHON.md says `random` (generator 1) or numpy's generator (2) holds before
+    sample `seed`'s __getitem__: 624 words of splitmix64 from the generator's own seed, the
+    position at 0."""
+    start = mix64((seed + generator * 0x9E3779B97F4A7C15) & MASK64)
     words = []
     for i in range(312):
         z = mix64((start + (i + 1) * 0x9E3779B97F4A7C15) & MASK64)
@@ -293,31 +295,42 @@ def numpy_state_of(seed):
     return np.array(words, dtype=np.uint32), 0
 
 
-class NumpyStateAtStart:
-    """Sample i: numpy's generator's position and words as __getitem__ finds them, then a draw
-    (so that a worker process seeds it before every sample)."""
+class StateAtStart:
+    """Sample i: the position, words and cached Gaussian (1: one) of `random`'s or numpy's
+    generator as __getitem__ finds them, then a Gaussian drawn (so that a worker process seeds
+    it before every sample, and the second of the pair stays cached for the next sample)."""
 
     fields = [("pos", "i64", ()), ("words", "u32", (624,)), ("gauss", "i64", ())]
+
+    def __init__(self, generator):
+        self.generator = generator
 
     def __len__(self):
         return 20
 
     def __getitem__(self, i):
-        _, words, pos, has_gauss, _ = np.random.get_state()
-        np.random.standard_normal()  # a pair: its second stays cached for the next sample
-        return {"pos": pos, "words": words.copy(), "gauss": has_gauss}
+        if self.generator == "numpy":
+            _, words, pos, has_gauss, _ = np.random.get_state()
+            np.random.standard_normal()
+            return {"pos": pos, "words": words.copy(), "gauss": has_gauss}
+        _, internal, gauss_next = random.getstate()
+        random.gauss(0.0, 1.0)
+        return {"pos": internal[-1], "words": np.array(internal[:-1], np.uint32),
+                "gauss": int(gauss_next is not None)}
 
 
 @pytest.mark.parametrize("processes", [0, 2])
-def test_numpy_gets_the_state_said_for_each_sample(ferry, processes):
-    # The words are drawn from the sample's seed, not np.random.seed's (a chain of 624 dependent
-    # multiplications, its first draw mixing all 624 words again: 1.5 us a sample against 0.2).
-    got, _ = batches_of(ferry, NumpyStateAtStart(), epoch=3, seed=11, processes=processes)
+@pytest.mark.parametrize("generator", ["random", "numpy"])
+def test_a_generator_gets_the_state_said_for_each_sample(ferry, processes, generator):
+    # The words are drawn from the sample's seed, not by seed() (a chain of 624 dependent
+    # multiplications, its first draw mixing all 624 words again: 1.5 us a sample for numpy's,
+    # 3.5 for random's, against 0.2-0.3).
+    got, _ = batches_of(ferry, StateAtStart(generator), epoch=3, seed=11, processes=processes)
     pos = np.concatenate([b["pos"] for b in got])
     words = np.concatenate([b["words"] for b in got])
     gauss = np.concatenate([b["gauss"] for b in got])
     for i in range(20):
-        want_words, want_pos = numpy_state_of(sample_seed(11, 3, i))
+        want_words, want_pos = state_of(sample_seed(11, 3, i), 1 if generator == "random" else 2)
         np.testing.assert_array_equal(words[i], want_words, err_msg=f"sample {i}")
         assert pos[i] == want_pos and gauss[i] == 0, i
 
@@ -947,16 +960,29 @@ def test_worker_processes_write_samples_straight_into_the_staging_slots(ferry):
     assert wait_gone(writers) == []  # they were this loader's worker processes
 
 
-def staging_allocated():
-    """Bytes of memory the staging slots (this process's ferry-staging memfds) hold now."""
-    total = 0
+def staging_files():
+    """{inode: bytes of memory held} of this process's staging slots (ferry-staging memfds)."""
+    files = {}
     for fd in os.listdir("/proc/self/fd"):
         try:
             if "memfd:ferry-staging" in os.readlink(f"/proc/self/fd/{fd}"):
-                total += os.stat(f"/proc/self/fd/{fd}").st_blocks * 512
+                st = os.stat(f"/proc/self/fd/{fd}")
+                files[st.st_ino] = st.st_blocks * 512
         except OSError:
             continue  # closed meanwhile
-    return total
+    return files
+
+
+def staging_allocated(others=frozenset()):
+    """Bytes of memory the staging slots hold now, but for the memfds `others` (inodes: those
+    of loaders of earlier tests that a reference cycle keeps until the collector runs)."""
+    return sum(b for ino, b in staging_files().items() if ino not in others)
+
+
+def others_now():
+    """The staging memfds already there (earlier tests' loaders, collected first if garbage)."""
+    gc.collect()
+    return frozenset(staging_files())
 
 
 class Slowish:
@@ -977,6 +1003,7 @@ def test_the_staging_slots_give_their_memory_back_between_epochs(ferry):
     # not written again in the epoch, and a process gives their pages back once the loop lets
     # them go. Every slot is said reused before a process writes into it again (a page given
     # back after that would read as zeros, and the values are checked).
+    others = others_now()
     slot = 8 * (512 << 10)
     loader = ferry.Loader(Slowish(), batch_size=8, device="cpu", autotune=False, processes=2,
                           workers=2, prefetch=4, shuffle=True)
@@ -991,14 +1018,14 @@ def test_the_staging_slots_give_their_memory_back_between_epochs(ferry):
                 seen.add(int(i))
             b = x = None  # noqa: PLW2901 (the batch goes back)
             if n >= 5:
-                held.append(staging_allocated())
+                held.append(staging_allocated(others))
         assert seen == set(range(96))
         # Between epochs no slot is written: the epoch's last batches' slots are given back,
         # whether or not the loop waited for them, by the idle processes (no task to go with).
         deadline = time.monotonic() + 10
-        while staging_allocated() > slot and time.monotonic() < deadline:
+        while staging_allocated(others) > slot and time.monotonic() < deadline:
             time.sleep(0.01)
-        between.append(staging_allocated())
+        between.append(staging_allocated(others))
     # Within the epoch the slots hold at most their 20 MiB and the pages their sizes round up to
     # (giving each back as the loop let it go cost the processes a fault a page to write it
     # again: BENCHMARKS.md).
@@ -1014,6 +1041,7 @@ def test_an_epoch_started_at_once_keeps_the_slots_pages(ferry):
     # page (with 4 batches an epoch, every slot was given back and faulted in again each epoch:
     # 5% of a JPEG epoch's time). Measured as the slots' bytes when the next epoch's first batch
     # comes: all five slots' then; before, one or two.
+    others = others_now()
     slot = 8 * (512 << 10)
     loader = ferry.Loader(Slowish(), batch_size=8, device="cpu", autotune=False, processes=2,
                           workers=2, prefetch=4, shuffle=True)
@@ -1021,7 +1049,7 @@ def test_an_epoch_started_at_once_keeps_the_slots_pages(ferry):
     for e in range(3):
         for n, b in enumerate(loader.epoch(e)):
             if n == 0 and e > 0:
-                first.append(staging_allocated())
+                first.append(staging_allocated(others))
             b = None  # noqa: PLW2901
     # (one epoch of two: a machine that stalls the loop for 250 ms between epochs lets a
     # process give them back, as it should)
@@ -1033,6 +1061,7 @@ def test_an_epoch_left_early_gives_its_slots_pages_back(ferry):
     # epoch: their pages go back as an epoch's last batches' do (before, every slot kept its
     # pages until an epoch ran to its end; the processes with answers still to discard were
     # not sent give-backs).
+    others = others_now()
     loader = ferry.Loader(Slowish(), batch_size=8, device="cpu", autotune=False, processes=2,
                           workers=2, prefetch=4, shuffle=True)
     for epoch in range(2):
@@ -1043,9 +1072,9 @@ def test_an_epoch_left_early_gives_its_slots_pages_back(ferry):
         b = None  # noqa: PLW2901
         del ep
         deadline = time.monotonic() + 10
-        while staging_allocated() > 0 and time.monotonic() < deadline:
+        while staging_allocated(others) > 0 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert staging_allocated() == 0, staging_allocated() >> 20
+        assert staging_allocated(others) == 0, staging_allocated(others) >> 20
     got = sorted(int(i) for b in loader.epoch(2) for i in b.indices)  # and the next is whole
     assert got == list(range(96))
 
