@@ -131,11 +131,19 @@ struct NumpyState {
   double* gauss = nullptr;
 };
 
+/// The words of an MT19937's state (CPython's `random`, numpy's legacy generator).
+inline constexpr std::size_t kMtWords = 624;
+
 /// Where CPython's `random` generator keeps its state: its position, then its 624 words.
 struct RandomPlace {
   int* index = nullptr;
   std::uint32_t* words = nullptr;  // null: not found (set through random.setstate)
 };
+
+/// Where `random` generator `inst` keeps its state (its C struct: the object's head, an int
+/// position, then the words). Empty where `inst` is not a _random.Random or its struct too
+/// small. Not checked: PythonSeeder and SeedWatch check it on generators of their own.
+RandomPlace random_place(const py::handle& inst);
 
 /// Seeds Python's `random`, numpy's legacy global generator and torch's CPU generator (where
 /// torch is imported) from a sample's seed, before its __getitem__. Needs the GIL.

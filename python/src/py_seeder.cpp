@@ -1,7 +1,6 @@
-// The seeding of a Python dataset's generators from each sample's seed: PythonSeeder seeds them
-// all; SeedWatch, in a worker process, seeds a generator only once a sample has drawn from it,
-// watching a few words of its state until then (the layouts of CPython's `random` generator and
-// numpy's MT19937 are checked against their own getstate() first).
+// PythonSeeder: the seeding of a Python dataset's generators from each sample's seed (`random`'s
+// and numpy's MT19937 states written in place where their layouts checked out, torch's
+// manual_seed). SeedWatch (seed_watch.cpp) decides which to seed in a worker process.
 
 #include <Python.h>
 #include <cxxabi.h>
@@ -15,11 +14,26 @@
 
 namespace ferry::python {
 
-// ---- PythonSeeder
+/// Where CPython's `random` generator `inst` keeps its state: its C struct, the object's head,
+/// an int position, then the 624 words. Empty where `inst` is not a _random.Random or its
+/// struct too small. Not checked here: checked_random_place() checks it.
+RandomPlace random_place(const py::handle& inst) {
+  const py::object base = py::module_::import("_random").attr("Random");
+  const auto* type = reinterpret_cast<PyTypeObject*>(base.ptr());
+  const std::size_t index_at = sizeof(PyObject);
+  const std::size_t words_at = index_at + sizeof(int);
+  if (PyObject_IsInstance(inst.ptr(), base.ptr()) != 1 ||
+      static_cast<std::size_t>(type->tp_basicsize) < words_at + kMtWords * sizeof(std::uint32_t)) {
+    PyErr_Clear();
+    return {};
+  }
+  auto* bytes = reinterpret_cast<unsigned char*>(inst.ptr());
+  return {reinterpret_cast<int*>(bytes + index_at),
+          reinterpret_cast<std::uint32_t*>(bytes + words_at)};
+}
 
 namespace {
 
-constexpr std::size_t kWords = 624;  // an MT19937's state
 // Each generator's number, its seed's (generator_seed).
 constexpr std::uint64_t kRandom = 1;
 constexpr std::uint64_t kNumpy = 2;
@@ -60,7 +74,7 @@ NumpyState find_numpy_state(const py::object& rand, std::uint32_t* words) {
       if (word(aug) != object + bitgen) continue;
       NumpyState s;
       s.words = words;
-      s.pos = reinterpret_cast<int*>(words + kWords);
+      s.pos = reinterpret_cast<int*>(words + kMtWords);
       s.has_gauss = reinterpret_cast<int*>(object + aug + offsetof(Aug, has_gauss));
       s.gauss = reinterpret_cast<double*>(object + aug + offsetof(Aug, gauss));
       return s;
@@ -72,35 +86,17 @@ NumpyState find_numpy_state(const py::object& rand, std::uint32_t* words) {
 /// `s` set to `words` as set_state(("MT19937", words, 0)) sets it: the words, the position at
 /// the start, no cached Gaussian.
 void write_in_place(const NumpyState& s, const std::uint32_t* words) noexcept {  // numpy's
-  std::memcpy(s.words, words, kWords * sizeof(std::uint32_t));
+  std::memcpy(s.words, words, kMtWords * sizeof(std::uint32_t));
   *s.pos = 0;
   *s.has_gauss = 0;
   *s.gauss = 0.0;
-}
-
-/// Where CPython's `random` generator `inst` keeps its state: its C struct, the object's head,
-/// an int position, then the 624 words. Empty where `inst` is not a _random.Random or its
-/// struct too small. Not checked here: checked_random_place() checks it.
-RandomPlace random_place(const py::handle& inst) {
-  const py::object base = py::module_::import("_random").attr("Random");
-  const auto* type = reinterpret_cast<PyTypeObject*>(base.ptr());
-  const std::size_t index_at = sizeof(PyObject);
-  const std::size_t words_at = index_at + sizeof(int);
-  if (PyObject_IsInstance(inst.ptr(), base.ptr()) != 1 ||
-      static_cast<std::size_t>(type->tp_basicsize) < words_at + kWords * sizeof(std::uint32_t)) {
-    PyErr_Clear();
-    return {};
-  }
-  auto* bytes = reinterpret_cast<unsigned char*>(inst.ptr());
-  return {reinterpret_cast<int*>(bytes + index_at),
-          reinterpret_cast<std::uint32_t*>(bytes + words_at)};
 }
 
 /// `inst`, whose state is at `place`, set to `words` as setstate((3, words + (0,), None)) sets
 /// it: the words, the position at the start, no cached Gaussian. `gauss_next` interned.
 void write_in_place(const py::handle& inst, const RandomPlace& place, const std::uint32_t* words,
                     const py::handle& gauss_next) {
-  std::memcpy(place.words, words, kWords * sizeof(std::uint32_t));
+  std::memcpy(place.words, words, kMtWords * sizeof(std::uint32_t));
   *place.index = 0;
   if (PyObject_SetAttr(inst.ptr(), gauss_next.ptr(), Py_None) != 0) {
     throw py::error_already_set();
@@ -108,9 +104,9 @@ void write_in_place(const py::handle& inst, const RandomPlace& place, const std:
 }
 
 py::tuple random_state_of(const std::uint32_t* words) {
-  py::tuple internal(kWords + 1);
-  for (std::size_t k = 0; k < kWords; ++k) internal[k] = py::int_(words[k]);
-  internal[kWords] = py::int_(0);
+  py::tuple internal(kMtWords + 1);
+  for (std::size_t k = 0; k < kMtWords; ++k) internal[k] = py::int_(words[k]);
+  internal[kMtWords] = py::int_(0);
   return py::make_tuple(3, internal, py::none());
 }
 
@@ -120,7 +116,7 @@ RandomPlace checked_random_place(const py::object& inst, const py::handle& gauss
   if (random_place(inst).words == nullptr) return {};
   const py::object probe = py::type::of(inst)();
   const RandomPlace place = random_place(probe);
-  std::array<std::uint32_t, kWords> words{};
+  std::array<std::uint32_t, kMtWords> words{};
   generator_words(987654321U, kRandom, words.data());
   probe.attr("gauss")(0.0, 1.0);  // the second of a pair cached, which the write must clear
   write_in_place(probe, place, words.data(), gauss_next);
@@ -139,7 +135,7 @@ RandomPlace checked_random_place(const py::object& inst, const py::handle& gauss
 }
 
 py::object words_array(const std::uint32_t* words) {
-  return py::array_t<std::uint32_t>(static_cast<py::ssize_t>(kWords), words);
+  return py::array_t<std::uint32_t>(static_cast<py::ssize_t>(kMtWords), words);
 }
 
 /// Where numpy's global RandomState `rand` keeps its state, found on a RandomState of its own
@@ -174,7 +170,7 @@ NumpyState checked_numpy_state(const py::object& rand) {
       *s.gauss != drawn[4].cast<double>()) {
     return {};
   }
-  std::array<std::uint32_t, kWords> words{};
+  std::array<std::uint32_t, kMtWords> words{};
   generator_words(987654321U, kNumpy, words.data());
   write_in_place(s, words.data());
   const py::object reference = numpy_random.attr("RandomState")();
@@ -199,7 +195,7 @@ void generator_words(std::uint64_t seed, std::uint64_t generator, std::uint32_t*
   // splitmix64 from the generator's seed, each output two words (the steps independent of one
   // another: some 0.2 us for the 624).
   const std::uint64_t start = generator_seed(seed, generator);
-  for (std::size_t i = 0; i < kWords / 2; ++i) {
+  for (std::size_t i = 0; i < kMtWords / 2; ++i) {
     std::uint64_t z = start + (i + 1) * 0x9E3779B97F4A7C15ULL;
     z = (z ^ (z >> 30U)) * 0xBF58476D1CE4E5B9ULL;
     z = (z ^ (z >> 27U)) * 0x94D049BB133111EBULL;
@@ -261,7 +257,7 @@ void PythonSeeder::seed(std::uint64_t seed) const {
 }
 
 void PythonSeeder::seed_random(std::uint64_t seed) const {
-  std::array<std::uint32_t, kWords> words;  // NOLINT(cppcoreguidelines-pro-type-member-init)
+  std::array<std::uint32_t, kMtWords> words;  // NOLINT(cppcoreguidelines-pro-type-member-init)
   generator_words(seed, kRandom, words.data());
   if (random_place_.words == nullptr) {
     random_set_state_(random_state_of(words.data()));
@@ -271,7 +267,7 @@ void PythonSeeder::seed_random(std::uint64_t seed) const {
 }
 
 void PythonSeeder::seed_numpy(std::uint64_t seed, bool locked) const {
-  std::array<std::uint32_t, kWords> words;  // NOLINT(cppcoreguidelines-pro-type-member-init)
+  std::array<std::uint32_t, kMtWords> words;  // NOLINT(cppcoreguidelines-pro-type-member-init)
   generator_words(seed, kNumpy, words.data());
   if (numpy_state_.words == nullptr) {
     numpy_set_state_(py::make_tuple("MT19937", words_array(words.data()), 0, 0, 0.0));
@@ -321,215 +317,6 @@ void PythonSeeder::restore(const py::tuple& states) const {
   if (!states[2].is_none()) {
     py::reinterpret_borrow<py::dict>(modules_)["torch"].attr("set_rng_state")(states[2]);
   }
-}
-
-// ---- SeedWatch
-
-namespace {
-
-/// Whether `w` reads the generator whose getstate() words are `words` and position `index`.
-bool reads(const SeedWatch::Watched& w, const py::sequence& words, std::int64_t index) {
-  if (*w.index != index || py::len(words) < kWords) return false;
-  for (const std::size_t k : {std::size_t{0}, std::size_t{1}, std::size_t{311}, kWords - 1}) {
-    if (w.words[k] != words[k].cast<std::uint32_t>()) return false;
-  }
-  return true;
-}
-
-/// Where CPython's `random` generator `inst` keeps its state (its C struct: the object's head,
-/// an int position, then 624 words), checked against getstate() on a generator of its own type:
-/// seeded, then after a draw. Empty where anything disagrees.
-SeedWatch::Watched random_words(const py::object& inst) {
-  if (random_place(inst).words == nullptr) return {};
-  const auto at = [](const py::handle& o) {
-    const RandomPlace place = random_place(o);
-    SeedWatch::Watched v;
-    v.index = place.index;
-    v.words = place.words;
-    return v;
-  };
-  const py::object probe = py::type::of(inst)();
-  probe.attr("seed")(12345);
-  for (int round = 0; round < 2; ++round) {
-    const py::tuple state = probe.attr("getstate")();
-    const py::tuple words = state[1];
-    if (py::len(words) != kWords + 1 ||
-        !reads(at(probe), words, words[kWords].cast<std::int64_t>())) {
-      return {};
-    }
-    probe.attr("random")();
-  }
-  return at(inst);
-}
-
-/// Where numpy's legacy generator `rand` (a RandomState over MT19937) keeps its state: its bit
-/// generator's capsule points at a bitgen_t whose first member points at the words, then the
-/// position. Checked as random_words() does, on a RandomState of its own.
-SeedWatch::Watched numpy_words(const py::object& rand, py::object& owner) {
-  const auto at = [](const py::object& bit_generator) {
-    SeedWatch::Watched v;
-    const py::object capsule = bit_generator.attr("capsule");
-    void* bitgen = PyCapsule_GetPointer(capsule.ptr(), "BitGenerator");
-    if (bitgen == nullptr) {
-      PyErr_Clear();
-      return v;
-    }
-    void* state = nullptr;
-    std::memcpy(&state, bitgen, sizeof state);  // bitgen_t's first member: void* state
-    if (state == nullptr) return v;
-    v.words = static_cast<const std::uint32_t*>(state);
-    v.index = reinterpret_cast<const int*>(v.words + kWords);
-    return v;
-  };
-  const py::object numpy_random = py::module_::import("numpy").attr("random");
-  const py::object probe = numpy_random.attr("RandomState")(12345);
-  const py::object probe_bits = probe.attr("_bit_generator");
-  if (py::type::of(probe_bits).attr("__name__").cast<std::string>() != "MT19937") return {};
-  for (int round = 0; round < 2; ++round) {
-    const SeedWatch::Watched v = at(probe_bits);
-    const py::tuple state = probe.attr("get_state")();
-    if (v.index == nullptr || state[0].cast<std::string>() != "MT19937" ||
-        !reads(v, state[1], state[2].cast<std::int64_t>())) {
-      return {};
-    }
-    probe.attr("random_sample")();
-  }
-  owner = rand.attr("_bit_generator");
-  if (py::type::of(owner).attr("__name__").cast<std::string>() != "MT19937") return {};
-  return at(owner);
-}
-
-}  // namespace
-
-SeedWatch::SeedWatch()
-    : gauss_name_(py::reinterpret_steal<py::object>(PyUnicode_InternFromString("gauss_next"))) {
-  // Any failure to find or check a layout leaves that generator seeded before every sample.
-  try {
-    random_owner_ = py::module_::import("random").attr("seed").attr("__self__");
-    random_ = random_words(random_owner_);
-  } catch (const py::error_already_set&) {
-    random_ = {};
-  }
-  try {
-    const py::object rand =
-        py::module_::import("numpy").attr("random").attr("mtrand").attr("_rand");
-    numpy_ = numpy_words(rand, numpy_owner_);
-    const NumpyState& state = seeder_.numpy_state();
-    if (state.words != nullptr && numpy_.words == state.words) numpy_.cached = state.has_gauss;
-  } catch (const py::error_already_set&) {
-    numpy_ = {};
-  }
-}
-
-void SeedWatch::note_random_gauss() {
-  if (random_.index == nullptr || random_.drawn) return;
-  PyObject* now = PyObject_GetAttr(random_owner_.ptr(), gauss_name_.ptr());
-  if (now == nullptr) PyErr_Clear();
-  random_gauss_ = py::reinterpret_steal<py::object>(now);
-}
-
-bool SeedWatch::random_gauss_changed() noexcept {
-  // random.gauss() keeps the second of a pair in the instance's gauss_next: a draw of it, or a
-  // setstate() that leaves one, moves no word. A different object there is a change (an error
-  // reading it too: the generator is seeded from then on).
-  PyObject* now = PyObject_GetAttr(random_owner_.ptr(), gauss_name_.ptr());
-  if (now == nullptr) {
-    PyErr_Clear();
-    return true;
-  }
-  const bool changed = now != random_gauss_.ptr();
-  Py_DECREF(now);
-  return changed;
-}
-
-void SeedWatch::seed_all(std::uint64_t seed) {
-  seeder_.seed_random(seed);
-  seeder_.seed_numpy(seed, /*locked=*/false);
-  seeder_.seed_torch(seed);
-}
-
-SeedWatch::~SeedWatch() {
-  const GilIfUsable gil;
-  if (!gil.held()) {
-    static_cast<void>(random_owner_.release());
-    static_cast<void>(numpy_owner_.release());
-    static_cast<void>(random_gauss_.release());
-    static_cast<void>(gauss_name_.release());
-    return;
-  }
-  random_owner_ = numpy_owner_ = random_gauss_ = gauss_name_ = py::object();
-}
-
-bool SeedWatch::before(std::uint64_t seed) {
-  bool all = true;
-  for (Watched* w : {&random_, &numpy_}) {
-    const bool seed_it_now = w->index == nullptr || w->drawn || first_;
-    if (seed_it_now && w == &random_) seeder_.seed_random(seed);
-    if (seed_it_now && w == &numpy_) seeder_.seed_numpy(seed, /*locked=*/false);
-    all = all && seed_it_now;
-    if (w->index != nullptr && !w->drawn) w->noted = w->now();
-  }
-  note_random_gauss();
-  first_ = false;
-  seeder_.seed_torch(seed);
-  return all;
-}
-
-bool SeedWatch::moved() noexcept {
-  bool drew = false;
-  for (Watched* w : {&random_, &numpy_}) {
-    if (w->index != nullptr && !w->drawn && w->now() != w->noted) {
-      w->drawn = true;
-      drew = true;
-    }
-  }
-  if (random_.index != nullptr && !random_.drawn && random_gauss_changed()) {
-    random_.drawn = true;
-    drew = true;
-  }
-  return drew;
-}
-
-void SeedWatch::read(std::uint64_t seed, int mode, const std::function<void()>& get) {
-  if (mode != 2) {
-    if (mode == 1) seed_all(seed);
-    get();
-    return;
-  }
-  const bool seeded = before(seed);
-  try {
-    get();
-    if (!moved() || seeded) return;
-  } catch (const abi::__forced_unwind&) {
-    throw;  // the thread is being ended: nothing to read again
-  } catch (...) {
-    // Raised after an unseeded draw (by __getitem__, or a conversion that its values fail):
-    // the seeded read decides.
-    if (!moved() || seeded) throw;
-  }
-  // It drew unseeded: read again with every generator seeded. Those it draws from this time are
-  // seeded before every sample from now on as well (a draw that only the seeded read makes, on
-  // a branch the first read's draw turned away from, would otherwise cost a third read later).
-  seed_all(seed);
-  for (Watched* w : {&random_, &numpy_}) {
-    if (w->index != nullptr && !w->drawn) w->noted = w->now();
-  }
-  note_random_gauss();
-  struct Marks {
-    SeedWatch& watch;
-    ~Marks() { static_cast<void>(watch.moved()); }
-  } marks{*this};
-  get();
-}
-
-void bind_seed_watch(py::module_& m) {
-  // (random watched, numpy watched, numpy seeded in place, random seeded in place) in this
-  // process: the checks of their layouts, for the tests.
-  m.def("_seed_watch", [] {
-    const SeedWatch watch;
-    return py::make_tuple(watch.watches_random(), watch.watches_numpy(),
-                          watch.seeds_numpy_in_place(), watch.seeds_random_in_place());
-  });
 }
 
 }  // namespace ferry::python
