@@ -180,8 +180,8 @@ class PythonSeeder {
   bool seeds_random_in_place() const noexcept { return random_place_.words != nullptr; }
 
  private:
-  py::object random_;            // random's own generator (random.seed.__self__)
-  py::object random_set_state_;  // its setstate, where random_place_ was not found
+  py::object random_;            // random's own generator (random._inst; None: none)
+  py::object random_set_state_;  // random.setstate, where random_place_ was not found
   py::object gauss_next_;        // "gauss_next", interned
   RandomPlace random_place_;
   py::object numpy_set_state_;    // np.random.set_state, where numpy_state_ was not found

@@ -206,8 +206,8 @@ void generator_words(std::uint64_t seed, std::uint64_t generator, std::uint32_t*
 }
 
 PythonSeeder::PythonSeeder()
-    : random_(py::module_::import("random").attr("seed").attr("__self__")),
-      random_set_state_(random_.attr("setstate")),
+    : random_(py::getattr(py::module_::import("random"), "_inst", py::none())),
+      random_set_state_(py::module_::import("random").attr("setstate")),
       gauss_next_(py::reinterpret_steal<py::object>(PyUnicode_InternFromString("gauss_next"))),
       numpy_set_state_(py::module_::import("numpy").attr("random").attr("set_state")),
       acquire_(py::reinterpret_steal<py::object>(PyUnicode_InternFromString("acquire"))),
@@ -215,7 +215,9 @@ PythonSeeder::PythonSeeder()
       modules_(py::module_::import("sys").attr("modules")) {
   // Any failure to find or check a layout leaves that generator set through its setstate.
   try {
-    random_place_ = checked_random_place(random_, gauss_next_);
+    // The module's own generator, whose methods random.random() and the rest are (a program
+    // that replaced them, or a Python without _inst, is seeded through random.setstate).
+    if (!random_.is_none()) random_place_ = checked_random_place(random_, gauss_next_);
   } catch (const py::error_already_set&) {
     random_place_ = {};
   }

@@ -335,6 +335,38 @@ def test_a_generator_gets_the_state_said_for_each_sample(ferry, processes, gener
         assert pos[i] == want_pos and gauss[i] == 0, i
 
 
+def test_a_program_that_replaced_random_seed_still_gets_its_samples_seeded(tmp_path):
+    # The generator's state is written into random's own instance (random._inst), whatever the
+    # program did to the module's functions; before, ferry called random.seed, and a program's
+    # own random.seed left every sample's draws unseeded (threads and processes disagreed).
+    script = tmp_path / "trainer.py"
+    script.write_text(textwrap.dedent("""
+        import random
+        import numpy as np
+        random.seed = lambda *args, **kwargs: None  # a program's own
+        import ferry
+
+        class Draws:
+            fields = [("x", "f64", ())]
+
+            def __len__(self):
+                return 16
+
+            def __getitem__(self, i):
+                return {"x": random.random()}
+
+        if __name__ == "__main__":
+            runs = [np.concatenate([b["x"].numpy() for b in ferry.Loader(
+                Draws(), batch_size=8, device="cpu", processes=p, seed=3).epoch(1)])
+                for p in (0, 2)]
+            print(np.array_equal(*runs), len(set(runs[0].tolist())))
+    """))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=60, env=dict(os.environ))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["True", "16"], r.stdout
+
+
 class LeavesAGaussian:
     """Even samples leave a cached second Gaussian in `generator`'s state (set_state, no draw);
     odd samples draw a Gaussian from it."""
