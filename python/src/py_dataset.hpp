@@ -166,9 +166,8 @@ class PythonSeeder {
   /// checked out at start (the same state and draws as setstate gives); else through setstate.
   void seed_random(std::uint64_t seed) const;
   /// Written in place where its layout checked out at start (the same state and draws as
-  /// set_state gives), under the generator's lock where `locked` (0.5 us: a worker process,
-  /// whose one thread reads the samples, writes without it); else through np.random.set_state.
-  void seed_numpy(std::uint64_t seed, bool locked = true) const;
+  /// set_state gives, and as set_state without the generator's lock); else through set_state.
+  void seed_numpy(std::uint64_t seed) const;
   void seed_torch(std::uint64_t seed) const;
   /// The generators' states (random's, numpy's global one's, torch's CPU one's where torch is
   /// imported), and back to them.
@@ -178,16 +177,17 @@ class PythonSeeder {
   /// Where numpy's generator is written in place (words null: it is not).
   const NumpyState& numpy_state() const noexcept { return numpy_state_; }
   bool seeds_random_in_place() const noexcept { return random_place_.words != nullptr; }
+  /// The `random` generator seeded: the one random.random is a method of (random._inst unless
+  /// the program rebound the module's functions), as the Loader was made.
+  const py::object& random_generator() const noexcept { return random_; }
 
  private:
-  py::object random_;            // random's own generator (random._inst; None: none)
-  py::object random_set_state_;  // random.setstate, where random_place_ was not found
+  py::object random_;            // random_generator()
+  py::object random_set_state_;  // its setstate, where random_place_ was not found
   py::object gauss_next_;        // "gauss_next", interned
   RandomPlace random_place_;
-  py::object numpy_set_state_;    // np.random.set_state, where numpy_state_ was not found
-  py::object numpy_rand_;         // the RandomState numpy_state_ points into
-  py::object numpy_lock_;         // its lock (np.random.seed and every draw take it)
-  py::object acquire_, release_;  // "acquire", "release", interned
+  py::object numpy_set_state_;  // np.random.set_state, where numpy_state_ was not found
+  py::object numpy_rand_;       // the RandomState numpy_state_ points into
   NumpyState numpy_state_;
   py::object modules_;             // sys.modules: torch is seeded only once something imported it
   mutable py::object torch_seed_;  // torch.default_generator.manual_seed, once torch is there

@@ -92,6 +92,16 @@ void write_in_place(const NumpyState& s, const std::uint32_t* words) noexcept { 
   *s.gauss = 0.0;
 }
 
+/// The `random` generator a program draws from: the instance whose method random.random is
+/// (the module's own, random._inst, unless the program rebound the module's functions).
+py::object random_generator_of(const py::module_& random) {
+  const py::object bound = py::getattr(random.attr("random"), "__self__", py::none());
+  const py::object base = py::module_::import("_random").attr("Random");
+  if (PyObject_IsInstance(bound.ptr(), base.ptr()) == 1) return bound;
+  PyErr_Clear();
+  return random.attr("_inst");
+}
+
 /// `inst`, whose state is at `place`, set to `words` as setstate((3, words + (0,), None)) sets
 /// it: the words, the position at the start, no cached Gaussian. `gauss_next` interned.
 void write_in_place(const py::handle& inst, const RandomPlace& place, const std::uint32_t* words,
@@ -113,7 +123,12 @@ py::tuple random_state_of(const std::uint32_t* words) {
 /// random_place(inst), checked on a generator of its own type: written in place, the same state
 /// and next draws as setstate() gives. Empty where anything disagrees (then set by setstate).
 RandomPlace checked_random_place(const py::object& inst, const py::handle& gauss_next) {
-  if (random_place(inst).words == nullptr) return {};
+  // random.Random itself: a subclass may keep state of its own that its setstate resets (a
+  // buffer of drawn bits), which a write in place would leave.
+  if (!py::type::of(inst).is(py::module_::import("random").attr("Random")) ||
+      random_place(inst).words == nullptr) {
+    return {};
+  }
   const py::object probe = py::type::of(inst)();
   const RandomPlace place = random_place(probe);
   std::array<std::uint32_t, kMtWords> words{};
@@ -206,30 +221,22 @@ void generator_words(std::uint64_t seed, std::uint64_t generator, std::uint32_t*
 }
 
 PythonSeeder::PythonSeeder()
-    : random_(py::getattr(py::module_::import("random"), "_inst", py::none())),
-      random_set_state_(py::module_::import("random").attr("setstate")),
+    : random_(random_generator_of(py::module_::import("random"))),
+      random_set_state_(random_.attr("setstate")),
       gauss_next_(py::reinterpret_steal<py::object>(PyUnicode_InternFromString("gauss_next"))),
       numpy_set_state_(py::module_::import("numpy").attr("random").attr("set_state")),
-      acquire_(py::reinterpret_steal<py::object>(PyUnicode_InternFromString("acquire"))),
-      release_(py::reinterpret_steal<py::object>(PyUnicode_InternFromString("release"))),
       modules_(py::module_::import("sys").attr("modules")) {
   // Any failure to find or check a layout leaves that generator set through its setstate.
   try {
-    // The module's own generator, whose methods random.random() and the rest are (a program
-    // that replaced them, or a Python without _inst, is seeded through random.setstate).
-    if (!random_.is_none()) random_place_ = checked_random_place(random_, gauss_next_);
+    random_place_ = checked_random_place(random_, gauss_next_);
   } catch (const py::error_already_set&) {
     random_place_ = {};
   }
   try {
     const py::object rand =
         py::module_::import("numpy").attr("random").attr("mtrand").attr("_rand");
-    py::object lock = rand.attr("_bit_generator").attr("lock");
     numpy_state_ = checked_numpy_state(rand);
-    if (numpy_state_.words != nullptr) {
-      numpy_rand_ = rand;
-      numpy_lock_ = std::move(lock);
-    }
+    if (numpy_state_.words != nullptr) numpy_rand_ = rand;
   } catch (const py::error_already_set&) {
     numpy_state_ = {};
   }
@@ -241,13 +248,13 @@ PythonSeeder::~PythonSeeder() {
     abandon();
     return;
   }
-  random_ = random_set_state_ = gauss_next_ = numpy_set_state_ = numpy_rand_ = numpy_lock_ =
-      acquire_ = release_ = modules_ = torch_seed_ = py::object();
+  random_ = random_set_state_ = gauss_next_ = numpy_set_state_ = numpy_rand_ = modules_ =
+      torch_seed_ = py::object();
 }
 
 void PythonSeeder::abandon() noexcept {
   for (py::object* o : {&random_, &random_set_state_, &gauss_next_, &numpy_set_state_, &numpy_rand_,
-                        &numpy_lock_, &acquire_, &release_, &modules_, &torch_seed_}) {
+                        &modules_, &torch_seed_}) {
     static_cast<void>(o->release());
   }
 }
@@ -268,26 +275,16 @@ void PythonSeeder::seed_random(std::uint64_t seed) const {
   write_in_place(random_, random_place_, words.data(), gauss_next_);
 }
 
-void PythonSeeder::seed_numpy(std::uint64_t seed, bool locked) const {
+void PythonSeeder::seed_numpy(std::uint64_t seed) const {
   std::array<std::uint32_t, kMtWords> words;  // NOLINT(cppcoreguidelines-pro-type-member-init)
   generator_words(seed, kNumpy, words.data());
   if (numpy_state_.words == nullptr) {
     numpy_set_state_(py::make_tuple("MT19937", words_array(words.data()), 0, 0, 0.0));
     return;
   }
-  if (!locked) {
-    write_in_place(numpy_state_, words.data());
-    return;
-  }
-  // Under the generator's lock, as set_state takes it: a draw on another thread (numpy fills an
-  // array without the GIL) never sees half a state.
-  PyObject* taken = PyObject_CallMethodNoArgs(numpy_lock_.ptr(), acquire_.ptr());
-  if (taken == nullptr) throw py::error_already_set();
-  Py_DECREF(taken);
+  // Without the generator's lock, as set_state writes it (a sample that left the lock held
+  // would otherwise hang every later sample's seeding).
   write_in_place(numpy_state_, words.data());
-  PyObject* released = PyObject_CallMethodNoArgs(numpy_lock_.ptr(), release_.ptr());
-  if (released == nullptr) throw py::error_already_set();
-  Py_DECREF(released);
 }
 
 void PythonSeeder::seed_torch(std::uint64_t seed) const {

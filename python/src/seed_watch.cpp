@@ -95,7 +95,7 @@ SeedWatch::SeedWatch()
     : gauss_name_(py::reinterpret_steal<py::object>(PyUnicode_InternFromString("gauss_next"))) {
   // Any failure to find or check a layout leaves that generator seeded before every sample.
   try {
-    random_owner_ = py::module_::import("random").attr("seed").attr("__self__");
+    random_owner_ = seeder_.random_generator();  // the generator seeded is the one watched
     random_ = random_words(random_owner_);
   } catch (const py::error_already_set&) {
     random_ = {};
@@ -134,7 +134,7 @@ bool SeedWatch::random_gauss_changed() noexcept {
 
 void SeedWatch::seed_all(std::uint64_t seed) {
   seeder_.seed_random(seed);
-  seeder_.seed_numpy(seed, /*locked=*/false);
+  seeder_.seed_numpy(seed);
   seeder_.seed_torch(seed);
 }
 
@@ -155,7 +155,7 @@ bool SeedWatch::before(std::uint64_t seed) {
   for (Watched* w : {&random_, &numpy_}) {
     const bool seed_it_now = w->index == nullptr || w->drawn || first_;
     if (seed_it_now && w == &random_) seeder_.seed_random(seed);
-    if (seed_it_now && w == &numpy_) seeder_.seed_numpy(seed, /*locked=*/false);
+    if (seed_it_now && w == &numpy_) seeder_.seed_numpy(seed);
     all = all && seed_it_now;
     if (w->index != nullptr && !w->drawn) w->noted = w->now();
   }

@@ -367,6 +367,93 @@ def test_a_program_that_replaced_random_seed_still_gets_its_samples_seeded(tmp_p
     assert r.stdout.split() == ["True", "16"], r.stdout
 
 
+def test_a_program_whose_random_functions_are_another_generators_gets_that_one_seeded(tmp_path):
+    # ferry seeds the generator random.random is a method of: here a subclass of random.Random
+    # that keeps drawn bits of its own (which its setstate resets, and a write in place would
+    # not), the module's functions rebound to it. Each sample's draws are setstate's, the same
+    # on threads and in processes (before, random._inst was seeded and written in place).
+    script = tmp_path / "trainer.py"
+    script.write_text(textwrap.dedent("""
+        import random
+        import numpy as np
+        import ferry
+
+        class Buffered(random.Random):
+            def seed(self, *args, **kwargs):
+                self.bits = []
+                super().seed(*args, **kwargs)
+
+            def setstate(self, state):
+                self.bits = []
+                super().setstate(state)
+
+            def random(self):
+                if not self.bits:
+                    draw = super().random
+                    self.bits = [draw() for _ in range(4)]
+                return self.bits.pop()
+
+        mine = Buffered(1)
+        for name in ("random", "seed", "setstate", "getstate", "gauss", "getrandbits"):
+            setattr(random, name, getattr(mine, name))
+
+        class Draws:
+            fields = [("x", "f64", ())]
+
+            def __len__(self):
+                return 12
+
+            def __getitem__(self, i):
+                return {"x": random.random()}
+
+        if __name__ == "__main__":
+            runs = [np.concatenate([b["x"].numpy() for b in ferry.Loader(
+                Draws(), batch_size=4, device="cpu", processes=p, seed=3).epoch(1)])
+                for p in (0, 2)]
+            print(np.array_equal(*runs), len(set(runs[0].tolist())))
+    """))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=60, env=dict(os.environ))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["True", "12"], r.stdout
+
+
+class HoldsNumpysLock:
+    """Sample 0 takes numpy's global generator's lock and keeps it (a bug in a dataset)."""
+
+    fields = [("x", "i64", ())]
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        if i == 0:
+            np.random.mtrand._rand._bit_generator.lock.acquire()
+        return {"x": np.int64(i)}
+
+
+def test_a_sample_that_left_numpys_lock_held_does_not_stop_the_seeding():
+    # numpy's state is written as set_state writes it, without the lock that np.random.seed
+    # waits for: before, the second sample's seeding on threads waited for ever.
+    import ferry
+
+    lock = np.random.mtrand._rand._bit_generator.lock
+    got = []
+    try:
+        def run():
+            loader = ferry.Loader(HoldsNumpysLock(), batch_size=4, device="cpu", processes=0)
+            got.extend(int(x) for b in loader.epoch(0) for x in b["x"].numpy())
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        t.join(30)
+        assert not t.is_alive(), "the epoch hung"
+    finally:
+        if lock.locked():
+            lock.release()
+    assert sorted(got) == list(range(16))
+
+
 class LeavesAGaussian:
     """Even samples leave a cached second Gaussian in `generator`'s state (set_state, no draw);
     odd samples draw a Gaussian from it."""
