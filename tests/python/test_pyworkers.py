@@ -335,12 +335,22 @@ def test_a_generator_gets_the_state_said_for_each_sample(ferry, processes, gener
         assert pos[i] == want_pos and gauss[i] == 0, i
 
 
-def test_a_program_that_replaced_random_seed_still_gets_its_samples_seeded(tmp_path):
-    # The generator's state is written into random's own instance (random._inst), whatever the
-    # program did to the module's functions; before, ferry called random.seed, and a program's
-    # own random.seed left every sample's draws unseeded (threads and processes disagreed).
+def trainer_output(tmp_path, text):
+    """The standard output of script `text` (dedented), run to its end with exit status 0."""
     script = tmp_path / "trainer.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(textwrap.dedent(text))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=60, env=dict(os.environ))
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout
+
+
+def test_a_program_that_replaced_random_seed_still_gets_its_samples_seeded(tmp_path):
+    # The state is written into the generator random.random is a method of (here the module's
+    # own, random._inst), whatever random.seed is; before, ferry called random.seed, and a
+    # program's own random.seed left every sample's draws unseeded (threads and processes
+    # disagreed).
+    out = trainer_output(tmp_path, """
         import random
         import numpy as np
         random.seed = lambda *args, **kwargs: None  # a program's own
@@ -360,11 +370,8 @@ def test_a_program_that_replaced_random_seed_still_gets_its_samples_seeded(tmp_p
                 Draws(), batch_size=8, device="cpu", processes=p, seed=3).epoch(1)])
                 for p in (0, 2)]
             print(np.array_equal(*runs), len(set(runs[0].tolist())))
-    """))
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                       timeout=60, env=dict(os.environ))
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.split() == ["True", "16"], r.stdout
+    """)
+    assert out.split() == ["True", "16"], out
 
 
 def test_a_program_whose_random_functions_are_another_generators_gets_that_one_seeded(tmp_path):
@@ -372,8 +379,7 @@ def test_a_program_whose_random_functions_are_another_generators_gets_that_one_s
     # that keeps drawn bits of its own (which its setstate resets, and a write in place would
     # not), the module's functions rebound to it. Each sample's draws are setstate's, the same
     # on threads and in processes (before, random._inst was seeded and written in place).
-    script = tmp_path / "trainer.py"
-    script.write_text(textwrap.dedent("""
+    out = trainer_output(tmp_path, """
         import random
         import numpy as np
         import ferry
@@ -411,11 +417,8 @@ def test_a_program_whose_random_functions_are_another_generators_gets_that_one_s
                 Draws(), batch_size=4, device="cpu", processes=p, seed=3).epoch(1)])
                 for p in (0, 2)]
             print(np.array_equal(*runs), len(set(runs[0].tolist())))
-    """))
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                       timeout=60, env=dict(os.environ))
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.split() == ["True", "12"], r.stdout
+    """)
+    assert out.split() == ["True", "12"], out
 
 
 class HoldsNumpysLock:
