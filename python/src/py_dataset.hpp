@@ -190,6 +190,7 @@ class PythonSeeder {
   py::object numpy_rand_;       // the RandomState numpy_state_ points into
   NumpyState numpy_state_;
   py::object modules_;             // sys.modules: torch is seeded only once something imported it
+  py::object torch_name_;          // "torch", interned
   mutable py::object torch_seed_;  // torch.default_generator.manual_seed, once torch is there
 };
 

@@ -83,10 +83,10 @@ NumpyState find_numpy_state(const py::object& rand, std::uint32_t* words) {
   return {};
 }
 
-/// `s` set to `words` as set_state(("MT19937", words, 0)) sets it: the words, the position at
-/// the start, no cached Gaussian.
-void write_in_place(const NumpyState& s, const std::uint32_t* words) noexcept {  // numpy's
-  std::memcpy(s.words, words, kMtWords * sizeof(std::uint32_t));
+/// `s` set as set_state(("MT19937", words, 0)) sets it, `words` generator_words(seed, kNumpy):
+/// the words (made where they lie), the position at the start, no cached Gaussian.
+void seed_in_place(const NumpyState& s, std::uint64_t seed) noexcept {
+  generator_words(seed, kNumpy, s.words);
   *s.pos = 0;
   *s.has_gauss = 0;
   *s.gauss = 0.0;
@@ -102,11 +102,12 @@ py::object random_generator_of(const py::module_& random) {
   return random.attr("_inst");
 }
 
-/// `inst`, whose state is at `place`, set to `words` as setstate((3, words + (0,), None)) sets
-/// it: the words, the position at the start, no cached Gaussian. `gauss_next` interned.
-void write_in_place(const py::handle& inst, const RandomPlace& place, const std::uint32_t* words,
-                    const py::handle& gauss_next) {
-  std::memcpy(place.words, words, kMtWords * sizeof(std::uint32_t));
+/// `inst`, whose state is at `place`, set as setstate((3, words + (0,), None)) sets it, `words`
+/// generator_words(seed, kRandom): the words (made where they lie), the position at the start,
+/// no cached Gaussian. `gauss_next` interned.
+void seed_in_place(const py::handle& inst, const RandomPlace& place, std::uint64_t seed,
+                   const py::handle& gauss_next) {
+  generator_words(seed, kRandom, place.words);
   *place.index = 0;
   if (PyObject_SetAttr(inst.ptr(), gauss_next.ptr(), Py_None) != 0) {
     throw py::error_already_set();
@@ -134,7 +135,7 @@ RandomPlace checked_random_place(const py::object& inst, const py::handle& gauss
   std::array<std::uint32_t, kMtWords> words{};
   generator_words(987654321U, kRandom, words.data());
   probe.attr("gauss")(0.0, 1.0);  // the second of a pair cached, which the write must clear
-  write_in_place(probe, place, words.data(), gauss_next);
+  seed_in_place(probe, place, 987654321U, gauss_next);
   const py::object reference = py::type::of(inst)();
   reference.attr("gauss")(0.0, 1.0);
   reference.attr("setstate")(random_state_of(words.data()));
@@ -187,7 +188,7 @@ NumpyState checked_numpy_state(const py::object& rand) {
   }
   std::array<std::uint32_t, kMtWords> words{};
   generator_words(987654321U, kNumpy, words.data());
-  write_in_place(s, words.data());
+  seed_in_place(s, 987654321U);
   const py::object reference = numpy_random.attr("RandomState")();
   reference.attr("standard_normal")();  // a cached Gaussian that set_state() must clear
   reference.attr("set_state")(py::make_tuple("MT19937", words_array(words.data()), 0, 0, 0.0));
@@ -225,7 +226,8 @@ PythonSeeder::PythonSeeder()
       random_set_state_(random_.attr("setstate")),
       gauss_next_(py::reinterpret_steal<py::object>(PyUnicode_InternFromString("gauss_next"))),
       numpy_set_state_(py::module_::import("numpy").attr("random").attr("set_state")),
-      modules_(py::module_::import("sys").attr("modules")) {
+      modules_(py::module_::import("sys").attr("modules")),
+      torch_name_(py::reinterpret_steal<py::object>(PyUnicode_InternFromString("torch"))) {
   // Any failure to find or check a layout leaves that generator set through its setstate.
   try {
     random_place_ = checked_random_place(random_, gauss_next_);
@@ -249,12 +251,12 @@ PythonSeeder::~PythonSeeder() {
     return;
   }
   random_ = random_set_state_ = gauss_next_ = numpy_set_state_ = numpy_rand_ = modules_ =
-      torch_seed_ = py::object();
+      torch_name_ = torch_seed_ = py::object();
 }
 
 void PythonSeeder::abandon() noexcept {
   for (py::object* o : {&random_, &random_set_state_, &gauss_next_, &numpy_set_state_, &numpy_rand_,
-                        &modules_, &torch_seed_}) {
+                        &modules_, &torch_name_, &torch_seed_}) {
     static_cast<void>(o->release());
   }
 }
@@ -266,31 +268,33 @@ void PythonSeeder::seed(std::uint64_t seed) const {
 }
 
 void PythonSeeder::seed_random(std::uint64_t seed) const {
-  std::array<std::uint32_t, kMtWords> words;  // NOLINT(cppcoreguidelines-pro-type-member-init)
-  generator_words(seed, kRandom, words.data());
-  if (random_place_.words == nullptr) {
-    random_set_state_(random_state_of(words.data()));
+  if (random_place_.words != nullptr) {
+    seed_in_place(random_, random_place_, seed, gauss_next_);
     return;
   }
-  write_in_place(random_, random_place_, words.data(), gauss_next_);
+  std::array<std::uint32_t, kMtWords> words;  // NOLINT(cppcoreguidelines-pro-type-member-init)
+  generator_words(seed, kRandom, words.data());
+  random_set_state_(random_state_of(words.data()));
 }
 
 void PythonSeeder::seed_numpy(std::uint64_t seed) const {
-  std::array<std::uint32_t, kMtWords> words;  // NOLINT(cppcoreguidelines-pro-type-member-init)
-  generator_words(seed, kNumpy, words.data());
-  if (numpy_state_.words == nullptr) {
-    numpy_set_state_(py::make_tuple("MT19937", words_array(words.data()), 0, 0, 0.0));
+  if (numpy_state_.words != nullptr) {
+    // Without the generator's lock, as set_state writes it (a sample that left the lock held
+    // would otherwise hang every later sample's seeding).
+    seed_in_place(numpy_state_, seed);
     return;
   }
-  // Without the generator's lock, as set_state writes it (a sample that left the lock held
-  // would otherwise hang every later sample's seeding).
-  write_in_place(numpy_state_, words.data());
+  std::array<std::uint32_t, kMtWords> words;  // NOLINT(cppcoreguidelines-pro-type-member-init)
+  generator_words(seed, kNumpy, words.data());
+  numpy_set_state_(py::make_tuple("MT19937", words_array(words.data()), 0, 0, 0.0));
 }
 
 void PythonSeeder::seed_torch(std::uint64_t seed) const {
   if (!torch_seed_) {
+    // Looked at before every sample until torch is imported: by an interned name (no string
+    // made a sample).
+    if (PyDict_Contains(modules_.ptr(), torch_name_.ptr()) != 1) return;
     const auto modules = py::reinterpret_borrow<py::dict>(modules_);
-    if (!modules.contains("torch")) return;
     // The CPU generator's own manual_seed: torch.manual_seed also seeds every CUDA device's
     // generator and costs 35 times as much.
     const py::object generator = py::getattr(modules["torch"], "default_generator", py::none());
